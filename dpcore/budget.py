@@ -1,0 +1,121 @@
+"""Privacy costs as immutable values with exact arithmetic.
+
+Following Tumult Analytics, a budget is a value, never an accumulated float:
+``PrivacyCost`` holds epsilon and delta as :class:`fractions.Fraction`, so
+``0.1 + 0.2`` is exactly ``3/10`` and sums over hundreds of charges are exact.
+
+Storage in the ledger uses integer *units* of 10^-18 (HUGEINT columns in
+DuckDB): a cap is rounded down and a charge rounded up when converted, so the
+stored arithmetic can only over-count spending, never under-count it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+#: 1 unit = 10^-18 epsilon (or delta).
+UNITS_PER_ONE = 10**18
+
+Notion = Literal["dp", "ocdp", "sp"]
+#: Notions from strongest to weakest guarantee (DESIGN.md rule 4): the report
+#: states the weakest notion that any charge on the dataset used.
+NOTION_ORDER: tuple[str, ...] = ("dp", "ocdp", "sp")
+NOTION_LABELS = {
+    "dp": "differential privacy (epsilon, delta)",
+    "ocdp": "output-constrained differential privacy (PCOR)",
+    "sp": "sensitive privacy (AIQ)",
+}
+
+
+def exact(x: int | float | str | Fraction) -> Fraction:
+    """Convert a number to an exact fraction of its *decimal* text.
+
+    Floats go through ``repr`` so ``0.1`` becomes ``1/10`` rather than the
+    binary approximation. NaN, infinities and negative values are refused.
+    """
+    if isinstance(x, Fraction):
+        f = x
+    elif isinstance(x, float):
+        if not math.isfinite(x):
+            raise ValueError(f"privacy parameter must be finite, got {x!r}")
+        f = Fraction(repr(x))
+    else:
+        f = Fraction(x)
+    if f < 0:
+        raise ValueError(f"privacy parameter must be >= 0, got {x!r}")
+    return f
+
+
+@dataclass(frozen=True, order=False)
+class PrivacyCost:
+    """An (epsilon, delta) pair with exact arithmetic.
+
+    Parameters
+    ----------
+    epsilon, delta : int, float, str or Fraction
+        Non-negative; floats are read through their decimal text.
+    """
+
+    epsilon: Fraction
+    delta: Fraction = Fraction(0)
+
+    def __init__(self, epsilon: int | float | str | Fraction, delta: int | float | str | Fraction = 0):
+        object.__setattr__(self, "epsilon", exact(epsilon))
+        object.__setattr__(self, "delta", exact(delta))
+        if self.delta >= 1:
+            raise ValueError(f"delta must be < 1, got {float(self.delta)}")
+
+    def __add__(self, other: "PrivacyCost") -> "PrivacyCost":
+        return PrivacyCost(self.epsilon + other.epsilon, self.delta + other.delta)
+
+    def __sub__(self, other: "PrivacyCost") -> "PrivacyCost":
+        return PrivacyCost(max(self.epsilon - other.epsilon, Fraction(0)), max(self.delta - other.delta, Fraction(0)))
+
+    def __mul__(self, k: int | Fraction) -> "PrivacyCost":
+        return PrivacyCost(self.epsilon * k, self.delta * k)
+
+    __rmul__ = __mul__
+
+    def fits_within(self, other: "PrivacyCost") -> bool:
+        """True when both epsilon and delta are at most ``other``'s."""
+        return self.epsilon <= other.epsilon and self.delta <= other.delta
+
+    @property
+    def units(self) -> tuple[int, int]:
+        """(epsilon, delta) in ledger units, rounded *up* (used for charges)."""
+        return (math.ceil(self.epsilon * UNITS_PER_ONE), math.ceil(self.delta * UNITS_PER_ONE))
+
+    @property
+    def units_floor(self) -> tuple[int, int]:
+        """(epsilon, delta) in ledger units, rounded *down* (used for caps)."""
+        return (math.floor(self.epsilon * UNITS_PER_ONE), math.floor(self.delta * UNITS_PER_ONE))
+
+    @classmethod
+    def from_units(cls, eps_units: int, delta_units: int) -> "PrivacyCost":
+        """Inverse of :attr:`units` (exact)."""
+        return cls(Fraction(int(eps_units), UNITS_PER_ONE), Fraction(int(delta_units), UNITS_PER_ONE))
+
+    def __str__(self) -> str:
+        return f"(epsilon={float(self.epsilon):.6g}, delta={float(self.delta):.3g})"
+
+
+class BudgetExceededError(RuntimeError):
+    """A charge would take the dataset over its cap; nothing was charged or released."""
+
+    def __init__(self, dataset: str, requested: PrivacyCost, spent: PrivacyCost, cap: PrivacyCost):
+        self.dataset, self.requested, self.spent, self.cap = dataset, requested, spent, cap
+        self.remaining = cap - spent
+        super().__init__(
+            f"privacy budget exceeded for dataset {dataset!r}: requested {requested}, "
+            f"remaining {self.remaining} (spent {spent} of cap {cap}). Nothing was charged or released. "
+            "Lower the step's epsilon/delta, drop a step, or raise the dataset's cap (budget in the spec) "
+            "if the data owner approves."
+        )
+
+
+def weakest_notion(notions: list[str] | set[str]) -> str | None:
+    """The weakest privacy notion among ``notions`` (``None`` for no charges)."""
+    present = [n for n in NOTION_ORDER if n in set(notions)]
+    return present[-1] if present else None

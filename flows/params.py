@@ -1,0 +1,18 @@
+"""Typed flow parameters (the Prefect UI renders them as a form with these constraints)."""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+from pydantic import Field
+
+DEMO_SPEC = "specs/demo.yaml"
+
+SpecPath = Annotated[str, Field(min_length=1, description="Path to the release spec YAML (relative to the working directory).")]
+ReleaseId = Annotated[
+    Optional[str],
+    Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+        description="Overrides the spec's release_id. Same id = same release: nothing is spent again.",
+    ),
+]

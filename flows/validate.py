@@ -1,0 +1,24 @@
+"""Stage flow: ingest (if needed) and validate against the spec with great-expectations."""
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+
+from tasks.common import resolve
+from tasks.stages import ingest_task, validate_task
+
+from .params import DEMO_SPEC, ReleaseId, SpecPath
+
+
+@flow(name="validate", log_prints=False)
+def validate_flow(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = None) -> dict[str, Any]:
+    """Validate the input; rejected rows go to quarantine, a summary to the artifacts.
+
+    Args:
+        spec_path: Path to the release spec YAML.
+        release_id: Overrides the spec's release id.
+    """
+    spec, settings = resolve(spec_path, release_id)
+    ingested = ingest_task(spec, settings)
+    return validate_task(spec, settings, ingested)

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Run the whole release pipeline on the bundled demo (NYC flights 2013).
+# Extra arguments go to the pipeline, e.g. --release-id demo-2013-r2 or --spec my.yaml
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/bootstrap.sh
+export PREFECT_HOME="${PREFECT_HOME:-$PWD/var/prefect}"
+mkdir -p "$PREFECT_HOME"
+export PREFECT_SERVER_ANALYTICS_ENABLED=false
+export PREFECT_LOGGING_LEVEL="${PREFECT_LOGGING_LEVEL:-INFO}"
+exec .venv/bin/python -m flows.release_pipeline "$@"

@@ -1,0 +1,1 @@
+"""Thin Prefect tasks over :mod:`dpcore` (no math here)."""

@@ -1,0 +1,94 @@
+"""Tasks for the pipeline's stages: ingest, validate, record counts, bundle."""
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import get_run_logger
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from dpcore import pipeline
+from dpcore.bundle import BundleResult, StepOutput
+from dpcore.ingest import IngestResult
+from dpcore.settings import Settings
+from dpcore.spec import ReleaseSpec
+
+from .common import artifact_key, flow_run_id, private_task
+
+
+@private_task(name="ingest")
+def ingest_task(spec: ReleaseSpec, settings: Settings) -> IngestResult:
+    """Store the input in the warehouse's ``raw`` schema and register the budget."""
+    res = pipeline.ingest_stage(spec, settings)
+    get_run_logger().info(
+        "ingested %s: %d rows, content hash %s… (%s)",
+        res.dataset, res.n_rows, res.content_hash[:12], "already present" if res.reused else "new",
+    )
+    return res
+
+
+@private_task(name="validate")
+def validate_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> dict[str, Any]:
+    """Validate with great-expectations; publish a rules/columns/counts artifact."""
+    from dpcore.validation import ValidationFailed
+
+    try:
+        summary = pipeline.validate_stage(spec, settings, ingested)
+    except ValidationFailed as exc:
+        _validation_artifacts(spec, exc.outcome.summary())
+        raise
+    _validation_artifacts(spec, summary)
+    get_run_logger().info(
+        "validation: %d rows accepted, %d quarantined", summary["n_valid"], summary["n_rejected"]
+    )
+    return summary
+
+
+def _validation_artifacts(spec: ReleaseSpec, summary: dict[str, Any]) -> None:
+    rows = [
+        {"rule": r["rule"], "column": r["column"] or "", "count": int(r["count"]),
+         "first_rows": ", ".join(str(x) for x in r["example_rows"])}
+        for r in [*summary.get("table_failures", []), *summary.get("row_failures", [])]
+    ]
+    create_table_artifact(
+        key=artifact_key("validation", spec.dataset.name),
+        table=rows or [{"rule": "all rules passed", "column": "", "count": 0, "first_rows": ""}],
+        description=f"Validation of {spec.dataset.name} (rules, columns, counts, input row numbers; no values)",
+    )
+
+
+@private_task(name="record-counts")
+def record_counts_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> StepOutput:
+    """Private step: noisy accepted/quarantined row counts (one ledger charge per key)."""
+    return pipeline.record_counts_step(spec, settings, ingested, flow_run_id())
+
+
+@private_task(name="bundle")
+def bundle_task(
+    spec: ReleaseSpec,
+    settings: Settings,
+    ingested: IngestResult,
+    validation_summary: dict[str, Any] | None,
+    outputs: list[StepOutput],
+) -> BundleResult:
+    """Write the release bundle and attach its summary as artifacts."""
+    res = pipeline.bundle_stage(spec, settings, ingested, validation_summary, outputs)
+    m = res.manifest
+    b = m["budget"]
+    create_markdown_artifact(
+        key=artifact_key("release", spec.dataset.name),
+        markdown=(res.path / "report.md").read_text(),
+        description=f"Release {spec.release_id}: bundle at {res.path}",
+    )
+    create_table_artifact(
+        key=artifact_key("budget", spec.dataset.name),
+        table=[
+            {"what": k.replace("_", " "), "epsilon": float(v["epsilon"]), "delta": float(v["delta"])}
+            for k, v in b.items() if k != "exact"
+        ],
+        description="Privacy budget (epsilon, delta)",
+    )
+    get_run_logger().info(
+        "bundle %s: spent %.6g epsilon in this release, %.6g left of %.6g",
+        res.path, b["spent_by_this_release"]["epsilon"], b["remaining"]["epsilon"], b["cap"]["epsilon"],
+    )
+    return res

@@ -1,0 +1,60 @@
+"""Shared fixtures.
+
+The Prefect test harness (a real temporary Prefect server) is started once per
+session, only by tests that ask for the ``prefect_harness`` fixture.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
+@pytest.fixture(scope="session")
+def prefect_harness(tmp_path_factory):
+    """A real temporary Prefect API for flow runs (``prefect_test_harness``)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=60):
+        yield
+
+
+@pytest.fixture
+def dpr_home(tmp_path, monkeypatch) -> Path:
+    """A fresh pipeline home (warehouse, bundles, data) for one test."""
+    home = tmp_path / "dpr"
+    monkeypatch.setenv("DPR_HOME", str(home))
+    monkeypatch.delenv("DPR_WAREHOUSE", raising=False)
+    monkeypatch.delenv("DPR_BUNDLES", raising=False)
+    return home
+
+
+@pytest.fixture(scope="session")
+def small_flights_csv(tmp_path_factory) -> Path:
+    """The first 3,000 NYC flights as a CSV (includes cancelled flights with empty cells)."""
+    from dpcore.ingest import materialise_demo
+    from dpcore.spec import DemoSource
+
+    folder = tmp_path_factory.mktemp("flights")
+    src = materialise_demo(DemoSource(kind="demo", limit=3000), folder)
+    out = folder / "flights_small.csv"
+    shutil.copyfile(src, out)
+    return out
+
+
+@pytest.fixture
+def small_spec_path(tmp_path, small_flights_csv) -> Path:
+    """The demo spec pointed at the small flights CSV."""
+    import yaml
+
+    spec = yaml.safe_load((ROOT / "specs" / "demo.yaml").read_text())
+    spec["dataset"]["source"] = {"kind": "csv", "path": str(small_flights_csv)}
+    spec["release_id"] = "test-r1"
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path

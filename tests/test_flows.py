@@ -1,0 +1,104 @@
+"""Flow wiring under a real Prefect API (prefect_test_harness), real DuckDB file,
+real great-expectations validation."""
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dpcore.budget import BudgetExceededError
+from dpcore.ledger import PrivacyLedger
+from dpcore.settings import Settings
+from dpcore.warehouse import Warehouse
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+def _ledger() -> PrivacyLedger:
+    return PrivacyLedger(Warehouse(Settings.from_env().warehouse))
+
+
+def test_release_pipeline_on_small_fixture(dpr_home, small_spec_path):
+    from flows.release_pipeline import release_pipeline
+
+    out = release_pipeline(spec_path=str(small_spec_path))
+    bundle = Path(out["bundle"])
+    assert bundle.is_relative_to(dpr_home)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    for f in manifest["files"]:
+        assert (bundle / f).is_file(), f
+    assert {"report.md", "budget.png", "tables/ledger_charges.csv", "tables/record_counts__counts.parquet",
+            "owner/validation_summary.json"} <= set(manifest["files"])
+    assert manifest["release_id"] == "test-r1"
+    assert [r["step"] for r in manifest["releases"]] == ["record_counts"]
+    assert manifest["budget"]["spent_by_this_release"]["epsilon"] == pytest.approx(0.1)
+    assert manifest["budget"]["remaining"]["epsilon"] == pytest.approx(9.9)
+    assert manifest["weakest_notion_on_dataset"] == "dp"
+    assert manifest["for_publication"] is True
+
+    wh = Warehouse(Settings.from_env().warehouse)
+    schemas = {r[0] for r in wh.query("SELECT schema_name FROM information_schema.schemata")}
+    assert {"raw", "validated", "quarantine", "internal", "releases", "ledger"} <= schemas
+    table = wh.query("SELECT table_name FROM raw.ingests")[0][0]
+    n_raw = wh.query(f'SELECT count(*) FROM raw."{table}"')[0][0]
+    n_valid = wh.query(f'SELECT count(*) FROM validated."{table}"')[0][0]
+    quarantined = wh.query_df(f'SELECT _row, rule, "column" FROM quarantine."{table}"')
+    assert n_raw == 3000
+    # the cancelled flights (empty arr_delay) are quarantined, nothing is lost
+    assert (quarantined["column"] == "arr_delay").any()
+    assert n_valid + quarantined["_row"].nunique() == n_raw
+
+    summary = json.loads((bundle / "owner" / "validation_summary.json").read_text())
+    assert summary["n_rows"] == 3000
+    report = (bundle / "report.md").read_text()
+    assert "Record counts (differentially private)" in report
+
+
+def test_rerun_same_release_spends_nothing_new_and_new_release_spends(dpr_home, small_spec_path):
+    from flows.release_pipeline import release_pipeline
+
+    release_pipeline(spec_path=str(small_spec_path))
+    led = _ledger()
+    first = led.charges("nycflights13")
+    payload1 = led.wh.query("SELECT payload FROM releases.outputs")[0][0]
+    release_pipeline(spec_path=str(small_spec_path))
+    again = led.charges("nycflights13")
+    assert len(again) == len(first) == 1
+    assert led.wh.query("SELECT payload FROM releases.outputs")[0][0] == payload1
+    assert led.status("nycflights13").spent.epsilon == Fraction(1, 10)
+
+    release_pipeline(spec_path=str(small_spec_path), release_id="test-r2")
+    assert len(led.charges("nycflights13")) == 2
+    assert led.status("nycflights13").spent.epsilon == Fraction(2, 10)
+
+
+def test_over_budget_run_fails_with_budget_message_and_ledger_unchanged(dpr_home, small_spec_path, tmp_path):
+    from flows.release_pipeline import release_pipeline
+
+    spec = yaml.safe_load(small_spec_path.read_text())
+    spec["budget"] = {"epsilon": 0.15, "delta": 0.0}
+    tight = tmp_path / "tight.yaml"
+    tight.write_text(yaml.safe_dump(spec))
+    release_pipeline(spec_path=str(tight))
+    led = _ledger()
+    before = led.charges("nycflights13")
+    with pytest.raises(BudgetExceededError, match=r"requested \(epsilon=0.1.*remaining \(epsilon=0.05"):
+        release_pipeline(spec_path=str(tight), release_id="test-r2")
+    after = led.charges("nycflights13")
+    assert len(after) == len(before) == 1
+    assert led.status("nycflights13").spent.epsilon == Fraction(1, 10)
+    assert not (dpr_home / "bundles" / "nycflights13" / "test-r2").exists()
+
+
+def test_stage_flows_run_on_their_own(dpr_home, small_spec_path):
+    from flows.ingest import ingest_flow
+    from flows.validate import validate_flow
+
+    res = ingest_flow(spec_path=str(small_spec_path))
+    assert res.n_rows == 3000 and len(res.content_hash) == 64
+    summary = validate_flow(spec_path=str(small_spec_path))
+    assert summary["n_rows"] == 3000 and summary["n_rejected"] > 0
+    assert _ledger().charges("nycflights13").empty
