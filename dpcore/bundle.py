@@ -63,12 +63,15 @@ class StepOutput:
         A report section (only private or public quantities).
     images : list of Path
         PNG files to copy into the bundle and link from the report.
+    keys : list of str
+        Ledger idempotency keys of the charges behind these outputs.
     """
 
     step: str
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     markdown: str = ""
     images: list[Path] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ def write_bundle(
     dataset_hash: str,
     validation_summary: dict[str, Any] | None = None,
     steps: list[StepOutput] | None = None,
+    subfolder: str | None = None,
 ) -> BundleResult:
     """Assemble the release bundle for ``spec.release_id``.
 
@@ -109,7 +113,11 @@ def write_bundle(
         The validator's summary (counts and row numbers only); stored under
         ``owner/`` for the data owner.
     steps : list of StepOutput
-        Private outputs of the steps that ran.
+        Private outputs of the steps that ran; the manifest lists exactly
+        their charges.
+    subfolder : str, optional
+        Operator runs write ``<release_id>/<subfolder>`` so they never
+        overwrite the scheduled release's bundle.
 
     Returns
     -------
@@ -117,14 +125,15 @@ def write_bundle(
     """
     steps = steps or []
     ds = spec.dataset.name
-    final = root / ds / spec.release_id
-    tmp = root / ds / f".{spec.release_id}.tmp"
+    final = root / ds / spec.release_id / subfolder if subfolder else root / ds / spec.release_id
+    tmp = final.parent / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
 
     status = ledger.status(ds)
     all_charges = ledger.charges(ds)
-    mine = all_charges[all_charges["release_id"] == spec.release_id]
+    keys = {k for out in steps for k in out.keys}
+    mine = all_charges[all_charges["key"].isin(keys)]
     files: list[str] = []
     public = mine[PUBLIC_CHARGE_COLUMNS].copy()
     public["reserved_at"] = public["reserved_at"].astype(str)
@@ -176,6 +185,10 @@ def write_bundle(
     (tmp / "report.md").write_text(render_report(manifest, public, steps, validation_summary))
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
     if final.exists():
+        # keep operator sub-bundles that live inside a release's folder
+        for child in final.iterdir():
+            if child.is_dir() and (child / "manifest.json").exists() and subfolder is None:
+                child.rename(tmp / child.name)
         shutil.rmtree(final)
     tmp.rename(final)
     return BundleResult(final, manifest)

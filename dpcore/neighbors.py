@@ -209,7 +209,7 @@ def ball_counts(data, queries, r, *, block_rows: int = 65536, cap: int | None = 
     out = np.zeros(nq, dtype=np.int64)
     if nq == 0 or D.shape[0] == 0:
         return out
-    tree = cKDTree(D)
+    tree = cKDTree(D, balanced_tree=False)
     if cap is None or cap > D.shape[0]:
         return _exact_counts(tree, Q, r, block_rows, workers)
     cap = int(cap)
@@ -225,7 +225,7 @@ def ball_counts(data, queries, r, *, block_rows: int = 65536, cap: int | None = 
     if np.any(good):
         pivots = D[piv_idx[good]]
         rho_g = rho[good]
-        ptree = cKDTree(pivots)
+        ptree = cKDTree(pivots, balanced_tree=False)
         kp = min(8, pivots.shape[0])
         for s in range(0, nq, block_rows):
             dist, idx = ptree.query(Q[s : s + block_rows], k=kp, workers=workers)

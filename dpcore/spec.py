@@ -228,11 +228,33 @@ class RecordCountsSpec(_Strict):
     epsilon: float = Field(default=0.1, gt=0, le=10, description="Epsilon for the two noisy counts (> 0).")
 
 
+class AiqSpec(_Strict):
+    """The ``aiq`` private step: (beta, r)-anomaly identification queries (seed 001).
+
+    Distances are Euclidean over ``attributes`` (default: every numeric
+    attribute), each scaled to [0, 1] by its *public* bounds, so ``r`` is in
+    those scaled units.
+    """
+
+    enabled: bool = False
+    mechanism: Literal["sp", "dp"] = Field(
+        default="sp", description="sp: (epsilon, k)-sensitively private (lambda_k); dp: epsilon-DP (Delta_G)."
+    )
+    epsilon: float = Field(default=0.1, gt=0, le=10, description="Epsilon per query (> 0).")
+    beta: int = Field(default=5, ge=1, description="A record is an anomaly if at most beta records lie within r.")
+    r: float = Field(default=0.02, ge=0, description="Radius in bound-scaled units (>= 0).")
+    k: int = Field(default=1, ge=1, description="Sensitivity parameter of sensitive privacy (>= 1).")
+    attributes: list[str] | None = Field(default=None, description="Numeric attributes for the distance.")
+    record_ids: list[str] = Field(default_factory=list, description="Records to query (ids are public).")
+    points: list[dict[str, float]] = Field(default_factory=list, description="Arbitrary public points to query.")
+
+
 class StepsSpec(_Strict):
     """Per-step settings. Each private step adds its section here."""
 
     validation: ValidationSpec = Field(default_factory=ValidationSpec)
     record_counts: RecordCountsSpec = Field(default_factory=RecordCountsSpec)
+    aiq: AiqSpec = Field(default_factory=AiqSpec)
 
 
 class ReleaseSpec(_Strict):
@@ -259,12 +281,47 @@ class ReleaseSpec(_Strict):
             raise ValueError(
                 f"dataset.record_id {self.dataset.record_id!r} is also declared as an attribute in schema"
             )
+        unknown = [a for a in (self.steps.aiq.attributes or []) if a not in self.public_schema.numeric]
+        if unknown:
+            raise ValueError(f"steps.aiq.attributes {unknown} are not numeric attributes of schema.numeric")
         return self
 
     def content_hash(self) -> str:
         """SHA-256 of the spec's canonical JSON (recorded in every manifest)."""
-        canon = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True)
-        return hashlib.sha256(canon.encode()).hexdigest()
+        return _hash_json(self.model_dump(mode="json", by_alias=True))
+
+    def validation_hash(self) -> str:
+        """SHA-256 of what validation depends on (dataset, schema, validation settings).
+
+        Two specs with the same validation hash validate an input identically,
+        so a stored validation can be reused (operator flows change only their
+        step's parameters).
+        """
+        return _hash_json(
+            {
+                "dataset": self.dataset.model_dump(mode="json"),
+                "schema": self.public_schema.model_dump(mode="json"),
+                "validation": self.steps.validation.model_dump(mode="json"),
+            }
+        )
+
+
+def with_step(spec: ReleaseSpec, name: str, section: BaseModel) -> ReleaseSpec:
+    """A copy of ``spec`` whose ``steps.<name>`` is replaced by ``section``.
+
+    Used by operator flows, whose typed parameters override one step.
+    ``section`` must already be a validated model of that step's type.
+    """
+    current = getattr(spec.steps, name)
+    if type(section) is not type(current):
+        raise TypeError(f"steps.{name} must be a {type(current).__name__}, got {type(section).__name__}")
+    data = spec.model_dump(mode="json", by_alias=True)
+    data["steps"][name] = section.model_dump(mode="json")
+    return parse_spec(data, origin=f"spec with steps.{name} from the flow parameters")
+
+
+def _hash_json(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
 def _format_errors(err: ValidationError) -> str:

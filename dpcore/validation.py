@@ -653,6 +653,36 @@ _RESULTS_DDL = """CREATE TABLE IF NOT EXISTS internal.validation_results (
     n_rows BIGINT, n_valid BIGINT, n_rejected BIGINT, summary_json VARCHAR, result_json VARCHAR)"""
 
 
+def validated_table_name(ingest_result: IngestResult, spec: ReleaseSpec) -> str:
+    """Table name (in ``validated`` and ``quarantine``) for an input validated under a spec.
+
+    Named by the input's content hash and the spec's validation hash, so two
+    specs with different schemas never overwrite each other's results.
+    """
+    return f"{ingest_result.table}__v{spec.validation_hash()[:8]}"
+
+
+def latest_passing_summary(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec) -> dict | None:
+    """The stored summary of an earlier validation of this input under this spec, if it passed.
+
+    Returns None when there is none, when its tables are gone, or when it did
+    not pass :func:`enforce` (then the caller validates again and fails loudly).
+    """
+    wh.run(lambda con: con.execute(_RESULTS_DDL))
+    rows = wh.query(
+        "SELECT summary_json FROM internal.validation_results WHERE content_hash = ? AND spec_hash = ? "
+        "ORDER BY created_at DESC LIMIT 1",
+        [ingest_result.content_hash, spec.validation_hash()],
+    )
+    if not rows or not wh.table_exists("validated", validated_table_name(ingest_result, spec)):
+        return None
+    summary = json.loads(rows[0][0])
+    limit = spec.steps.validation.max_rejected_fraction
+    if summary.get("table_failures") or summary["n_rows"] == 0 or summary["n_rejected"] / summary["n_rows"] > limit:
+        return None
+    return summary
+
+
 def store_outcome(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec, outcome: ValidationOutcome) -> dict:
     """Write the outcome to the warehouse (one transaction; ``raw`` is never touched).
 
@@ -672,7 +702,7 @@ def store_outcome(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec,
     dict
         ``{"validated": ..., "quarantine": ..., "results": ...}`` qualified table names.
     """
-    table = ingest_result.table
+    table = validated_table_name(ingest_result, spec)
     validated_t = f'validated."{table}"'
     quarantine_t = f'quarantine."{table}"'
     q = outcome.quarantine
@@ -699,7 +729,7 @@ def store_outcome(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec,
             [
                 ingest_result.content_hash,
                 spec.dataset.name,
-                spec.content_hash(),
+                spec.validation_hash(),
                 created,
                 outcome.n_rows,
                 outcome.n_valid,

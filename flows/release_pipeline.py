@@ -7,7 +7,7 @@ from typing import Any
 from prefect import flow
 
 from tasks.common import resolve
-from tasks.stages import bundle_task, ingest_task, record_counts_task, validate_task
+from tasks.stages import aiq_task, bundle_task, ingest_task, record_counts_task, validate_task
 
 from .params import DEMO_SPEC, ReleaseId, SpecPath
 
@@ -26,6 +26,8 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
     outputs = []
     if spec.steps.record_counts.enabled:
         outputs.append(record_counts_task(spec, settings, ingested))
+    if spec.steps.aiq.enabled:
+        outputs.append(aiq_task(spec, settings, ingested))
     bundle = bundle_task(spec, settings, ingested, summary, outputs)
     b = bundle.manifest["budget"]
     return {
@@ -44,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", default=DEMO_SPEC, help="release spec YAML (default: the bundled demo)")
     parser.add_argument("--release-id", default=None, help="override the spec's release id")
     args = parser.parse_args(argv)
-    from dpcore.errors import user_facing
+    from dpcore.errors import user_facing  # noqa: PLC0415 (keeps --help fast)
 
     with user_facing():
         out = release_pipeline(spec_path=args.spec, release_id=args.release_id)

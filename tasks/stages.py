@@ -11,6 +11,8 @@ from dpcore.bundle import BundleResult, StepOutput
 from dpcore.ingest import IngestResult
 from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec
+from dpcore.steps.aiq import aiq_step
+from dpcore.steps.record_counts import record_counts_step
 
 from .common import artifact_key, flow_run_id, private_task
 
@@ -59,7 +61,7 @@ def _validation_artifacts(spec: ReleaseSpec, summary: dict[str, Any]) -> None:
 @private_task(name="record-counts")
 def record_counts_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> StepOutput:
     """Private step: noisy accepted/quarantined row counts (one ledger charge per key)."""
-    return pipeline.record_counts_step(spec, settings, ingested, flow_run_id())
+    return record_counts_step(spec, settings, ingested, flow_run_id())
 
 
 @private_task(name="bundle")
@@ -69,9 +71,10 @@ def bundle_task(
     ingested: IngestResult,
     validation_summary: dict[str, Any] | None,
     outputs: list[StepOutput],
+    subfolder: str | None = None,
 ) -> BundleResult:
     """Write the release bundle and attach its summary as artifacts."""
-    res = pipeline.bundle_stage(spec, settings, ingested, validation_summary, outputs)
+    res = pipeline.bundle_stage(spec, settings, ingested, validation_summary, outputs, subfolder)
     m = res.manifest
     b = m["budget"]
     create_markdown_artifact(
@@ -92,3 +95,9 @@ def bundle_task(
         res.path, b["spent_by_this_release"]["epsilon"], b["remaining"]["epsilon"], b["cap"]["epsilon"],
     )
     return res
+
+
+@private_task(name="aiq")
+def aiq_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> StepOutput:
+    """Private step: (beta, r)-anomaly identification answers (one ledger charge per batch)."""
+    return aiq_step(spec, settings, ingested, flow_run_id())

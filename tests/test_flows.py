@@ -43,9 +43,11 @@ def test_release_pipeline_on_small_fixture(dpr_home, small_spec_path):
     schemas = {r[0] for r in wh.query("SELECT schema_name FROM information_schema.schemata")}
     assert {"raw", "validated", "quarantine", "internal", "releases", "ledger"} <= schemas
     table = wh.query("SELECT table_name FROM raw.ingests")[0][0]
+    (vtable,) = [r[0] for r in wh.query("SELECT table_name FROM information_schema.tables WHERE table_schema = 'validated'")]
+    assert vtable.startswith(table)
     n_raw = wh.query(f'SELECT count(*) FROM raw."{table}"')[0][0]
-    n_valid = wh.query(f'SELECT count(*) FROM validated."{table}"')[0][0]
-    quarantined = wh.query_df(f'SELECT _row, rule, "column" FROM quarantine."{table}"')
+    n_valid = wh.query(f'SELECT count(*) FROM validated."{vtable}"')[0][0]
+    quarantined = wh.query_df(f'SELECT _row, rule, "column" FROM quarantine."{vtable}"')
     assert n_raw == 3000
     # the cancelled flights (empty arr_delay) are quarantined, nothing is lost
     assert (quarantined["column"] == "arr_delay").any()

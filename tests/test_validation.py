@@ -21,6 +21,7 @@ from dpcore.validation import (
     enforce,
     store_outcome,
     validate,
+    validated_table_name,
 )
 from dpcore.warehouse import Warehouse
 
@@ -379,8 +380,8 @@ def test_store_outcome_writes_three_tables_and_leaves_raw_alone(tmp_path: Path):
     names = store_outcome(wh, res, spec, out)
     assert raw_digest(wh, res.table) == before
     assert names == {
-        "validated": f'validated."{res.table}"',
-        "quarantine": f'quarantine."{res.table}"',
+        "validated": f'validated."{validated_table_name(res, spec)}"',
+        "quarantine": f'quarantine."{validated_table_name(res, spec)}"',
         "results": "internal.validation_results",
     }
     v = wh.query_df(f"SELECT * FROM {names['validated']} ORDER BY _row")
@@ -392,7 +393,7 @@ def test_store_outcome_writes_three_tables_and_leaves_raw_alone(tmp_path: Path):
     assert json.loads(qt["cells"].iloc[1])["carrier"] == SECRET and qt["record_id"].tolist() == ["b", "c", "c"]
     r = wh.query("SELECT content_hash, spec_hash, created_at, result_json, summary_json FROM internal.validation_results")
     assert len(r) == 1
-    assert r[0][0] == res.content_hash and r[0][1] == spec.content_hash() and r[0][2] is not None
+    assert r[0][0] == res.content_hash and r[0][1] == spec.validation_hash() and r[0][2] is not None
     assert json.loads(r[0][3])["success"] is False
     assert SECRET not in r[0][4]
     # re-deriving replaces validated/quarantine (no duplicates); results are appended

@@ -1,0 +1,166 @@
+"""Private step ``aiq``: (beta, r)-anomaly identification queries (seed 001).
+
+For each queried record id or public point, release one bit — "is it a
+(beta, r)-anomaly of the validated table?" — from
+:class:`~dpcore.mechanisms.aiq.AnomalyIdentification` (sensitive privacy with
+lambda_k, or epsilon-DP with Delta_G). The ball counts B_x(i, r) and
+multiplicities x_i are computed inside the mechanism call and kept only in
+``internal.aiq_diagnostics``; the release is the list of (query, answer) pairs.
+
+Conventions
+-----------
+* Distance: Euclidean over the chosen numeric attributes, each scaled to
+  [0, 1] by its public bounds (never by data statistics).
+* Record ids are public identifiers (the roster); attribute values are
+  private. An unknown id is therefore a parameter error, reported before any
+  charge.
+* Cost (Section 3.1): record-id queries compose sequentially (Claim 3),
+  ``n_ids * epsilon``; the positions of records are private, so the
+  parallel-composition count of Claim 5 is not computed from them. Explicit
+  public points may use Claim 5 (``m * epsilon``, m from their public
+  positions). The batch's total is one ledger charge.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..bundle import StepOutput
+from ..ingest import IngestResult
+from ..mechanisms.aiq import AnomalyIdentification
+from ..neighbors import ball_counts, scale_by_bounds
+from ..settings import Settings
+from ..spec import AiqSpec, ReleaseSpec
+from .common import StepInputError, charge_request, load_columns, noise_source, open_stores, validated_table
+
+
+def _check_queries(spec: ReleaseSpec, cfg: AiqSpec, attrs: list[str]) -> None:
+    if not cfg.record_ids and not cfg.points:
+        raise StepInputError("steps.aiq: no queries; give record_ids and/or points")
+    dup = sorted({i for i in cfg.record_ids if cfg.record_ids.count(i) > 1})
+    if dup:
+        raise StepInputError(f"steps.aiq.record_ids lists these ids more than once: {dup[:10]}")
+    nullable = [a for a in attrs if spec.public_schema.numeric[a].nullable]
+    if nullable:
+        raise StepInputError(f"steps.aiq.attributes {nullable} are nullable; AIQ needs complete numeric attributes")
+    for n, point in enumerate(cfg.points):
+        if set(point) != set(attrs):
+            raise StepInputError(
+                f"steps.aiq.points[{n}] must give exactly the attributes {attrs}; got {sorted(point)}"
+            )
+        for a in attrs:
+            b = spec.public_schema.numeric[a]
+            if not (np.isfinite(point[a]) and b.min <= point[a] <= b.max):
+                raise StepInputError(
+                    f"steps.aiq.points[{n}].{a} = {point[a]!r} is outside the public bounds [{b.min:g}, {b.max:g}]"
+                )
+
+
+def _store_diagnostics(wh, diag: pd.DataFrame) -> None:
+    """Ball counts and multiplicities (non-private) go to ``internal`` only."""
+
+    def op(con):
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS internal.aiq_diagnostics "
+            "(key VARCHAR, query VARCHAR, ball_count BIGINT, multiplicity BIGINT)"
+        )
+        con.register("_diag", diag)
+        con.execute("INSERT INTO internal.aiq_diagnostics SELECT * FROM _diag")
+
+    wh.run(op, transaction=True)
+
+
+def aiq_step(
+    spec: ReleaseSpec, settings: Settings, ingested: IngestResult, flow_run_id: str | None = None
+) -> StepOutput:
+    """Answer the spec's AIQ batch (``steps.aiq``) with one ledger charge.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+        ``spec.steps.aiq`` holds mechanism, epsilon, beta, r, k, attributes,
+        record_ids and points.
+    settings : Settings
+    ingested : IngestResult
+    flow_run_id : str, optional
+
+    Returns
+    -------
+    StepOutput
+        Table ``answers`` (query, anomaly) and a report section.
+
+    Raises
+    ------
+    StepInputError, ValueError
+        Bad parameters or queries (unknown id, point outside the public
+        bounds, beta < 1, r < 0, k < 1, epsilon <= 0); nothing is charged.
+    BudgetExceededError
+        The batch's cost does not fit the remaining budget.
+    """
+    cfg = spec.steps.aiq
+    mech = AnomalyIdentification(beta=cfg.beta, r=cfg.r, epsilon=cfg.epsilon, k=cfg.k, mechanism=cfg.mechanism)
+    mech.validate()
+    attrs = list(cfg.attributes or spec.public_schema.numeric)
+    _check_queries(spec, cfg, attrs)
+    stores = open_stores(settings)
+    wh = stores.warehouse
+    lows = np.array([spec.public_schema.numeric[a].min for a in attrs])
+    highs = np.array([spec.public_schema.numeric[a].max for a in attrs])
+
+    if cfg.record_ids:
+        known = {
+            r[0]
+            for r in wh.query(
+                f'SELECT "{spec.dataset.record_id}" FROM {validated_table(spec, ingested)} '
+                f'WHERE "{spec.dataset.record_id}" IN (SELECT unnest(?::VARCHAR[]))',
+                [list(cfg.record_ids)],
+            )
+        }
+        unknown = [i for i in cfg.record_ids if i not in known]
+        if unknown:
+            raise StepInputError(
+                f"steps.aiq.record_ids: {len(unknown)} id(s) are not in the validated table "
+                f"(unknown or quarantined): {unknown[:10]}"
+            )
+    points = np.array([[p[a] for a in attrs] for p in cfg.points], dtype=float).reshape(-1, len(attrs))
+    cost = mech.batch_cost(len(cfg.record_ids), None) if cfg.record_ids else None
+    if len(points):
+        pc = mech.batch_cost(len(points), AnomalyIdentification.batch_m(scale_by_bounds(points, lows, highs), cfg.r))
+        cost = pc if cost is None else cost + pc
+    noise = noise_source()
+    params = {
+        "mechanism": cfg.mechanism, "epsilon": cfg.epsilon, "beta": cfg.beta, "r": cfg.r, "k": cfg.k,
+        "attributes": attrs, "record_ids": list(cfg.record_ids), "points": [dict(p) for p in cfg.points],
+    }
+    req = charge_request(spec, ingested, "aiq", mech, cost, params, noise, flow_run_id)
+    labels = [f"record:{i}" for i in cfg.record_ids] + [f"point:{json.dumps(p, sort_keys=True)}" for p in cfg.points]
+
+    def compute() -> dict[str, Any]:
+        df = load_columns(wh, spec, ingested, attrs)
+        data = scale_by_bounds(df[attrs].to_numpy(dtype=float), lows, highs)
+        ids = df[spec.dataset.record_id].to_numpy()
+        pos = pd.Index(ids).get_indexer(list(cfg.record_ids))
+        queries = np.vstack([data[pos], scale_by_bounds(points, lows, highs)]) if len(points) else data[pos]
+        b, xi, cap = mech.counts(data, queries)  # saturated at mech.saturation_cap(): exact answers, bounded work
+        answers = mech.answer(
+            b, xi, noise, cap=cap, exact_count=lambda j: int(ball_counts(data, queries[j : j + 1], cfg.r)[0])
+        )
+        _store_diagnostics(wh, pd.DataFrame({"key": req.key, "query": labels, "ball_count": b, "multiplicity": xi}))
+        return {"answers": [{"query": q, "anomaly": bool(a)} for q, a in zip(labels, answers)]}
+
+    released = stores.ledger.release_once(req, compute)
+    table = pd.DataFrame(released.payload["answers"])
+    notion = "sensitive privacy" if mech.notion == "sp" else "differential privacy"
+    md = (
+        f"## Anomaly identification queries ({notion})\n\n"
+        f"(beta, r) = ({cfg.beta}, {cfg.r:g}) over {', '.join(attrs)} scaled by their public bounds; "
+        f"mechanism {mech.name}, epsilon = {cfg.epsilon:g} per query"
+        + (f", k = {cfg.k}" if cfg.mechanism == "sp" else "")
+        + f"; batch charged epsilon = {float(cost.epsilon):g}.\n\n"
+        "| query | anomaly? |\n|---|---|\n"
+        + "\n".join(f"| {r['query']} | {'yes' if r['anomaly'] else 'no'} |" for r in released.payload["answers"])
+    )
+    return StepOutput("aiq", {"answers": table}, md, keys=[released.key])

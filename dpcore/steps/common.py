@@ -1,0 +1,92 @@
+"""What every private step shares: stores, the noise source, charge requests,
+and reading the validated table."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from ..budget import PrivacyCost
+from ..ingest import IngestResult
+from ..ledger import ChargeRequest, PrivacyLedger
+from ..noise import NoiseSource
+from ..settings import Settings
+from ..spec import ReleaseSpec
+from ..validation import validated_table_name
+from ..warehouse import Warehouse
+
+
+class StepInputError(ValueError):
+    """A private step was called with bad parameters; nothing was charged."""
+
+
+@dataclass(frozen=True)
+class Stores:
+    """Warehouse and ledger handles for one settings object."""
+
+    warehouse: Warehouse
+    ledger: PrivacyLedger
+
+
+def open_stores(settings: Settings) -> Stores:
+    """Open (creating if needed) the warehouse file and its ledger tables."""
+    wh = Warehouse(settings.warehouse)
+    return Stores(wh, PrivacyLedger(wh))
+
+
+def noise_source() -> NoiseSource:
+    """The release noise source: OS CSPRNG, unless ``DPR_TEST_NOISE_SEED`` is set.
+
+    A seeded source is for tests only: every charge made with it is recorded
+    ``publishable = false`` and the bundle says NOT FOR PUBLICATION.
+    """
+    seed = os.environ.get("DPR_TEST_NOISE_SEED")
+    return NoiseSource(seed=int(seed)) if seed else NoiseSource()
+
+
+def charge_request(
+    spec: ReleaseSpec,
+    ingested: IngestResult,
+    step: str,
+    mechanism: Any,
+    cost: PrivacyCost,
+    params: dict[str, Any],
+    noise: NoiseSource,
+    flow_run_id: str | None,
+) -> ChargeRequest:
+    """The ledger request of a step; ``mechanism`` supplies name, notion, neighbour.
+
+    The spec's validation hash is part of the parameters, so the same query on
+    differently validated data is a different release.
+    """
+    return ChargeRequest(
+        dataset=spec.dataset.name,
+        dataset_hash=ingested.content_hash,
+        release_id=spec.release_id,
+        step=step,
+        mechanism=mechanism.name,
+        cost=cost,
+        notion=mechanism.notion,
+        params={**params, "validation": spec.validation_hash()},
+        neighbour=mechanism.neighbour,
+        publishable=noise.publishable,
+        flow_run_id=flow_run_id,
+    )
+
+
+def validated_table(spec: ReleaseSpec, ingested: IngestResult) -> str:
+    """Qualified name of the validated table of an input under a spec."""
+    return f'validated."{validated_table_name(ingested, spec)}"'
+
+
+def quarantine_table(spec: ReleaseSpec, ingested: IngestResult) -> str:
+    """Qualified name of the quarantine table of an input under a spec."""
+    return f'quarantine."{validated_table_name(ingested, spec)}"'
+
+
+def load_columns(wh: Warehouse, spec: ReleaseSpec, ingested: IngestResult, columns: list[str]) -> pd.DataFrame:
+    """Record id plus ``columns`` of the validated table, in input row order."""
+    cols = ", ".join(f'"{c}"' for c in [spec.dataset.record_id, *columns])
+    return wh.query_df(f"SELECT {cols} FROM {validated_table(spec, ingested)} ORDER BY _row")

@@ -1,0 +1,53 @@
+"""Operator flow: ask whether records are (beta, r)-anomalies, privately (seed 001)."""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from prefect import flow
+from pydantic import Field
+
+from dpcore.spec import AiqSpec, with_step
+from tasks.common import resolve
+from tasks.stages import aiq_task, bundle_task, ingest_task, validate_task
+
+from .params import DEMO_SPEC, ReleaseId, SpecPath
+
+
+@flow(name="aiq_query", log_prints=False)
+def aiq_query(
+    record_ids: Annotated[list[str], Field(min_length=1, max_length=10_000)],
+    epsilon: Annotated[float, Field(gt=0, le=10)] = 0.1,
+    beta: Annotated[int, Field(ge=1, le=1_000_000)] = 5,
+    r: Annotated[float, Field(ge=0, le=10)] = 0.02,
+    k: Annotated[int, Field(ge=1, le=1_000_000)] = 1,
+    mechanism: Literal["sp", "dp"] = "sp",
+    spec_path: SpecPath = DEMO_SPEC,
+    release_id: ReleaseId = None,
+) -> list[dict[str, Any]]:
+    """Answer "is record i a (beta, r)-anomaly?" for each id, with one ledger charge.
+
+    Asking again with the same parameters and release id returns the stored
+    answers and spends nothing.
+
+    Args:
+        record_ids: Record ids to query (ids are public; values are private).
+        epsilon: Epsilon per query (> 0); the batch costs len(record_ids) x epsilon.
+        beta: A record is an anomaly when at most beta records lie within distance r of it.
+        r: Radius over the numeric attributes scaled to [0, 1] by their public bounds.
+        k: Sensitive-privacy parameter (mechanism "sp"): records that become anomalies within k changes are not protected.
+        mechanism: "sp" = sensitively private (lambda_k, almost always right for real anomalies); "dp" = epsilon-DP (Delta_G).
+        spec_path: Path to the release spec YAML.
+        release_id: Overrides the spec's release id.
+    """
+    spec, settings = resolve(spec_path, release_id)
+    base = spec.steps.aiq
+    spec = with_step(
+        spec, "aiq",
+        AiqSpec(enabled=True, mechanism=mechanism, epsilon=epsilon, beta=beta, r=r, k=k,
+                attributes=base.attributes, record_ids=list(record_ids)),
+    )
+    ingested = ingest_task(spec, settings)
+    summary = validate_task(spec, settings, ingested)
+    out = aiq_task(spec, settings, ingested)
+    bundle_task(spec, settings, ingested, summary, [out], subfolder=f"aiq-{out.keys[0][:12]}")
+    return out.tables["answers"].to_dict("records")

@@ -1,0 +1,112 @@
+"""Radius-neighbour primitives against brute force (dpcore.neighbors)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpcore.neighbors import ball_counts, multiplicities, pairwise_ball_max, scale_by_bounds
+
+
+def brute_counts(data, queries, r):
+    data = np.asarray(data, float).reshape(len(data), -1)
+    queries = np.asarray(queries, float).reshape(len(queries), -1)
+    d2 = ((queries[:, None, :] - data[None, :, :]) ** 2).sum(-1)
+    return (d2 <= r * r).sum(1)
+
+
+def brute_mult(data, queries):
+    return np.array([np.all(data == q, axis=1).sum() for q in queries])
+
+
+@pytest.mark.parametrize("r", [0.0, 1.0, 2.0, 3.0])
+def test_ball_counts_integer_grid_with_duplicates(r):
+    rng = np.random.default_rng(1)
+    data = rng.integers(0, 6, size=(400, 3)).astype(float)  # many exact duplicates, exact distances
+    queries = np.vstack([data[:50], rng.integers(-1, 7, size=(50, 3)).astype(float)])
+    got = ball_counts(data, queries, r)
+    want = brute_counts(data, queries, r)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, want)
+    # closed ball: the point itself and its duplicates are counted
+    assert np.all(got[:50] >= brute_mult(data, data[:50]))
+
+
+def test_ball_counts_random_floats_and_blocks():
+    rng = np.random.default_rng(2)
+    data = rng.normal(size=(700, 4))
+    queries = rng.normal(size=(300, 4))
+    want = brute_counts(data, queries, 1.3)
+    np.testing.assert_array_equal(ball_counts(data, queries, 1.3, block_rows=7), want)
+
+
+@pytest.mark.parametrize("cap", [1, 5, 37, 400, 5000])
+def test_saturating_counts_equal_min_of_exact(cap):
+    rng = np.random.default_rng(3)
+    # dense blob (pivot shortcut fires) + sparse far points (exact path) + duplicates
+    dense = rng.normal(scale=0.3, size=(2500, 3))
+    sparse = rng.uniform(5, 40, size=(60, 3))
+    data = np.vstack([dense, sparse, sparse[:10]])
+    queries = np.vstack([data[::7], rng.uniform(-3, 45, size=(100, 3))])
+    want = brute_counts(data, queries, 1.0)
+    got = ball_counts(data, queries, 1.0, cap=cap)
+    np.testing.assert_array_equal(got, np.minimum(want, cap))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(-3, 3), st.integers(-3, 3)), min_size=1, max_size=40),
+    st.lists(st.tuples(st.integers(-4, 4), st.integers(-4, 4)), min_size=1, max_size=10),
+    st.sampled_from([0.0, 1.0, 1.5, 2.0, 4.0]),
+    st.integers(1, 10),
+)
+def test_ball_counts_property(data, queries, r, cap):
+    data = np.array(data, float)
+    queries = np.array(queries, float)
+    want = brute_counts(data, queries, r)
+    np.testing.assert_array_equal(ball_counts(data, queries, r), want)
+    np.testing.assert_array_equal(ball_counts(data, queries, r, cap=cap), np.minimum(want, cap))
+
+
+def test_ball_counts_errors():
+    with pytest.raises(ValueError, match="r must be"):
+        ball_counts([[0.0]], [[0.0]], -1)
+    with pytest.raises(ValueError, match="columns"):
+        ball_counts(np.zeros((3, 2)), np.zeros((1, 3)), 1.0)
+    with pytest.raises(ValueError, match="NaN"):
+        ball_counts([[np.nan]], [[0.0]], 1.0)
+    with pytest.raises(ValueError, match="cap"):
+        ball_counts([[0.0]], [[0.0]], 1.0, cap=0)
+    assert ball_counts(np.zeros((0, 2)), np.zeros((2, 2)), 1.0).tolist() == [0, 0]
+
+
+def test_multiplicities_against_brute_force():
+    rng = np.random.default_rng(4)
+    data = rng.integers(0, 4, size=(300, 2)).astype(float)
+    queries = np.vstack([data[:40], [[0.5, 0.5], [9.0, 9.0]]])
+    got = multiplicities(data, queries)
+    np.testing.assert_array_equal(got, brute_mult(data, queries))
+    assert got[-2:].tolist() == [0, 0]  # arbitrary points
+    # -0.0 equals 0.0; values closer than float underflow stay distinct
+    assert multiplicities([[0.0], [-0.0], [1e-200]], [[0.0], [1e-200], [2e-200]]).tolist() == [2, 1, 0]
+
+
+def test_scale_by_bounds():
+    X = np.array([[0.0, 10.0], [5.0, 20.0], [10.0, 30.0]])
+    out = scale_by_bounds(X, [0, 10], [10, 30])
+    np.testing.assert_allclose(out, [[0, 0], [0.5, 0.5], [1, 1]])
+    assert out.dtype == np.float64
+    # public bounds, not data statistics: a point outside maps outside [0, 1]
+    assert scale_by_bounds([[20.0]], [0.0], [10.0])[0, 0] == 2.0
+    with pytest.raises(ValueError, match="highs > lows"):
+        scale_by_bounds(X, [0, 10], [0, 30])
+    with pytest.raises(ValueError, match="one entry per column"):
+        scale_by_bounds(X, [0], [1])
+
+
+def test_pairwise_ball_max():
+    pts = np.array([[0.0], [1.0], [2.0], [10.0], [10.0]])
+    assert pairwise_ball_max(pts, 0.5) == 2  # the duplicate pair
+    assert pairwise_ball_max(pts, 1.0) == 3  # closed: 0,1,2 around 1
+    assert pairwise_ball_max(np.zeros((0, 1)), 1.0) == 0
