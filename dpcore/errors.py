@@ -17,10 +17,13 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from .ingest import IngestError
     from .ledger import LedgerError
     from .spec import SpecError
+    from .steps.common import StepInputError
     from .validation import ValidationFailed
     from .warehouse import WarehouseBusyError
 
-    return (SpecError, IngestError, ValidationFailed, BudgetExceededError, LedgerError, WarehouseBusyError)
+    return (
+        SpecError, IngestError, ValidationFailed, StepInputError, BudgetExceededError, LedgerError, WarehouseBusyError
+    )
 
 
 @contextmanager

@@ -110,3 +110,22 @@ def test_bad_queries_fail_clearly_without_charge(dpr_home, small_spec_path, kwar
     assert isinstance(err.value, (StepInputError, ParameterTypeError))
     led = _ledger()
     assert led.charges("nycflights13").empty
+
+
+@pytest.mark.parametrize(
+    "point, fragment",
+    [
+        ({"distance": 6000, "air_time": 100, "dep_delay": 0, "arr_delay": 0}, "outside the public bounds"),
+        ({"distance": 100, "air_time": 100}, "exactly the attributes"),
+    ],
+)
+def test_bad_points_fail_before_the_aiq_charge(dpr_home, aiq_spec_path, tmp_path, point, fragment):
+    from flows.release_pipeline import release_pipeline
+
+    spec = yaml.safe_load(aiq_spec_path.read_text())
+    spec["steps"]["aiq"]["points"] = [point]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(spec))
+    with pytest.raises(StepInputError, match=fragment):
+        release_pipeline(spec_path=str(bad))
+    assert _aiq_charges().empty
