@@ -46,9 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", default=DEMO_SPEC, help="release spec YAML (default: the bundled demo)")
     parser.add_argument("--release-id", default=None, help="override the spec's release id")
     args = parser.parse_args(argv)
-    from dpcore.errors import user_facing  # noqa: PLC0415 (keeps --help fast)
+    from dpcore.errors import user_facing
+    from dpcore.spec import load_spec
 
     with user_facing():
+        load_spec(args.spec, release_id=args.release_id)  # fail fast, before Prefect starts a server
         out = release_pipeline(spec_path=args.spec, release_id=args.release_id)
     print()
     print(f"warehouse : {out['warehouse']}")
