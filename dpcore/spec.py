@@ -22,6 +22,7 @@ from typing import Annotated, Literal, Union
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -34,6 +35,16 @@ from pydantic import (
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Release ids and dataset names are used in file paths and idempotency keys.
 _SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def _check_slug(v: str) -> str:
+    if not _SLUG.match(v):
+        raise ValueError("must be 1-128 characters of letters, digits, '_', '.', '-'")
+    return v
+
+
+#: Names used in file paths, table names and idempotency keys.
+Slug = Annotated[str, AfterValidator(_check_slug)]
 
 
 class SpecError(ValueError):
@@ -78,7 +89,7 @@ Source = Annotated[Union[CsvSource, ParquetSource, DemoSource], Field(discrimina
 class DatasetSpec(_Strict):
     """Which table is released and how its records are identified."""
 
-    name: str = Field(description="Dataset name; the privacy budget is kept per dataset name.")
+    name: Slug = Field(description="Dataset name; the privacy budget is kept per dataset name.")
     source: Source
     record_id: str = Field(description="Column holding a unique record id.")
     record_id_pattern: str = Field(
@@ -90,13 +101,6 @@ class DatasetSpec(_Strict):
         description="What to do with input columns the spec does not declare: fail, or keep them "
         "in `raw` only and list them in the validation summary.",
     )
-
-    @field_validator("name")
-    @classmethod
-    def _slug(cls, v: str) -> str:
-        if not _SLUG.match(v):
-            raise ValueError("must be 1-128 characters of letters, digits, '_', '.', '-'")
-        return v
 
     @field_validator("record_id")
     @classmethod
@@ -228,6 +232,38 @@ class RecordCountsSpec(_Strict):
     epsilon: float = Field(default=0.1, gt=0, le=10, description="Epsilon for the two noisy counts (> 0).")
 
 
+class TemplateSpec(_Strict):
+    """A correlation template (j, S): behavioural attribute j predicted from contexts S."""
+
+    name: Slug = Field(description="Template name (used in internal tables).")
+    behavioural: str = Field(description="Numeric attribute to predict.")
+    contextual: list[str] = Field(min_length=1, description="Attributes it is predicted from (numeric or categorical).")
+
+
+class DetectSpec(_Strict):
+    """The non-private ``detect`` step (seed 004 part 1): robust mixture regression per template.
+
+    Its scores and labels stay in the warehouse's ``internal`` schema; they only
+    choose which records the private steps talk about.
+    """
+
+    enabled: bool = False
+    templates: list[TemplateSpec] = Field(default_factory=list)
+    max_iter: int = Field(default=200, ge=1, le=100_000, description="EM iteration guard per template.")
+    tol: float = Field(default=1e-6, gt=0, lt=1, description="Stop when the relative log-likelihood change is below tol.")
+    random_state: int = Field(default=0, ge=0, description="Seed of the robust start (the detector is not a privacy mechanism).")
+
+    @model_validator(mode="after")
+    def _names(self) -> "DetectSpec":
+        names = [t.name for t in self.templates]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"template names must be distinct; repeated: {dup}")
+        if self.enabled and not self.templates:
+            raise ValueError("enabled detection needs at least one template")
+        return self
+
+
 class AiqSpec(_Strict):
     """The ``aiq`` private step: (beta, r)-anomaly identification queries (seed 001).
 
@@ -247,6 +283,11 @@ class AiqSpec(_Strict):
     attributes: list[str] | None = Field(default=None, description="Numeric attributes for the distance.")
     record_ids: list[str] = Field(default_factory=list, description="Records to query (ids are public).")
     points: list[dict[str, float]] = Field(default_factory=list, description="Arbitrary public points to query.")
+    from_detector: int = Field(
+        default=0, ge=0, le=100_000,
+        description="Also query the top-N records flagged by the detect step. The choice of ids is made by the "
+        "non-private detector, so the published list of queried ids is not protected (stated in the report).",
+    )
 
 
 class StepsSpec(_Strict):
@@ -254,26 +295,20 @@ class StepsSpec(_Strict):
 
     validation: ValidationSpec = Field(default_factory=ValidationSpec)
     record_counts: RecordCountsSpec = Field(default_factory=RecordCountsSpec)
+    detect: DetectSpec = Field(default_factory=DetectSpec)
     aiq: AiqSpec = Field(default_factory=AiqSpec)
 
 
 class ReleaseSpec(_Strict):
     """A whole release: dataset, public schema, budget, release id and steps."""
 
-    release_id: str = Field(description="Id of this release; re-running the same id spends nothing new.")
+    release_id: Slug = Field(description="Id of this release; re-running the same id spends nothing new.")
     dataset: DatasetSpec
     public_schema: PublicSchema = Field(alias="schema")
     budget: BudgetSpec
     steps: StepsSpec = Field(default_factory=StepsSpec)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    @field_validator("release_id")
-    @classmethod
-    def _slug(cls, v: str) -> str:
-        if not _SLUG.match(v):
-            raise ValueError("must be 1-128 characters of letters, digits, '_', '.', '-'")
-        return v
 
     @model_validator(mode="after")
     def _id_not_attribute(self) -> "ReleaseSpec":
@@ -284,6 +319,16 @@ class ReleaseSpec(_Strict):
         unknown = [a for a in (self.steps.aiq.attributes or []) if a not in self.public_schema.numeric]
         if unknown:
             raise ValueError(f"steps.aiq.attributes {unknown} are not numeric attributes of schema.numeric")
+        for n, t in enumerate(self.steps.detect.templates):
+            if t.behavioural not in self.public_schema.numeric:
+                raise ValueError(f"steps.detect.templates[{n}].behavioural {t.behavioural!r} is not in schema.numeric")
+            bad = [c for c in t.contextual if c not in self.public_schema.columns or c == t.behavioural]
+            if bad:
+                raise ValueError(
+                    f"steps.detect.templates[{n}].contextual {bad} must be other attributes declared in schema"
+                )
+        if self.steps.aiq.from_detector and not self.steps.detect.enabled:
+            raise ValueError("steps.aiq.from_detector needs steps.detect.enabled: true")
         return self
 
     def content_hash(self) -> str:

@@ -9,6 +9,7 @@ from prefect import flow
 from tasks.common import resolve
 from tasks.stages import aiq_task, bundle_task, ingest_task, record_counts_task, validate_task
 
+from .detect import run_detection
 from .params import DEMO_SPEC, ReleaseId, SpecPath
 
 
@@ -23,6 +24,8 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
     spec, settings = resolve(spec_path, release_id)
     ingested = ingest_task(spec, settings)
     summary = validate_task(spec, settings, ingested)
+    if spec.steps.detect.enabled:
+        run_detection(spec, settings, ingested)
     outputs = []
     if spec.steps.record_counts.enabled:
         outputs.append(record_counts_task(spec, settings, ingested))

@@ -34,13 +34,14 @@ from ..mechanisms.aiq import AnomalyIdentification
 from ..neighbors import ball_counts, scale_by_bounds
 from ..settings import Settings
 from ..spec import AiqSpec, ReleaseSpec
+from .detect import flagged_records
 from .common import StepInputError, charge_request, load_columns, noise_source, open_stores, validated_table
 
 
-def _check_queries(spec: ReleaseSpec, cfg: AiqSpec, attrs: list[str]) -> None:
-    if not cfg.record_ids and not cfg.points:
-        raise StepInputError("steps.aiq: no queries; give record_ids and/or points")
-    dup = sorted({i for i in cfg.record_ids if cfg.record_ids.count(i) > 1})
+def _check_queries(spec: ReleaseSpec, cfg: AiqSpec, attrs: list[str], record_ids: list[str]) -> None:
+    if not cfg.record_ids and not cfg.points and not cfg.from_detector:
+        raise StepInputError("steps.aiq: no queries; give record_ids, points or from_detector")
+    dup = sorted({i for i in record_ids if record_ids.count(i) > 1})
     if dup:
         raise StepInputError(f"steps.aiq.record_ids lists these ids more than once: {dup[:10]}")
     nullable = [a for a in attrs if spec.public_schema.numeric[a].nullable]
@@ -104,45 +105,51 @@ def aiq_step(
     mech = AnomalyIdentification(beta=cfg.beta, r=cfg.r, epsilon=cfg.epsilon, k=cfg.k, mechanism=cfg.mechanism)
     mech.validate()
     attrs = list(cfg.attributes or spec.public_schema.numeric)
-    _check_queries(spec, cfg, attrs)
     stores = open_stores(settings)
     wh = stores.warehouse
+    record_ids = list(cfg.record_ids)
+    if cfg.from_detector:
+        record_ids += [i for i in flagged_records(wh, spec, ingested, cfg.from_detector) if i not in record_ids]
+    _check_queries(spec, cfg, attrs, record_ids)
     lows = np.array([spec.public_schema.numeric[a].min for a in attrs])
     highs = np.array([spec.public_schema.numeric[a].max for a in attrs])
 
-    if cfg.record_ids:
+    if record_ids:
         known = {
             r[0]
             for r in wh.query(
                 f'SELECT "{spec.dataset.record_id}" FROM {validated_table(spec, ingested)} '
                 f'WHERE "{spec.dataset.record_id}" IN (SELECT unnest(?::VARCHAR[]))',
-                [list(cfg.record_ids)],
+                [record_ids],
             )
         }
-        unknown = [i for i in cfg.record_ids if i not in known]
+        unknown = [i for i in record_ids if i not in known]
         if unknown:
             raise StepInputError(
                 f"steps.aiq.record_ids: {len(unknown)} id(s) are not in the validated table "
                 f"(unknown or quarantined): {unknown[:10]}"
             )
     points = np.array([[p[a] for a in attrs] for p in cfg.points], dtype=float).reshape(-1, len(attrs))
-    cost = mech.batch_cost(len(cfg.record_ids), None) if cfg.record_ids else None
+    # the number of detector-chosen ids is data-dependent: charge for the public bound from_detector
+    n_charged = len(cfg.record_ids) + cfg.from_detector
+    cost = mech.batch_cost(n_charged, None) if n_charged else None
     if len(points):
         pc = mech.batch_cost(len(points), AnomalyIdentification.batch_m(scale_by_bounds(points, lows, highs), cfg.r))
         cost = pc if cost is None else cost + pc
     noise = noise_source()
     params = {
         "mechanism": cfg.mechanism, "epsilon": cfg.epsilon, "beta": cfg.beta, "r": cfg.r, "k": cfg.k,
-        "attributes": attrs, "record_ids": list(cfg.record_ids), "points": [dict(p) for p in cfg.points],
+        "attributes": attrs, "record_ids": record_ids, "from_detector": cfg.from_detector,
+        "points": [dict(p) for p in cfg.points],
     }
     req = charge_request(spec, ingested, "aiq", mech, cost, params, noise, flow_run_id)
-    labels = [f"record:{i}" for i in cfg.record_ids] + [f"point:{json.dumps(p, sort_keys=True)}" for p in cfg.points]
+    labels = [f"record:{i}" for i in record_ids] + [f"point:{json.dumps(p, sort_keys=True)}" for p in cfg.points]
 
     def compute() -> dict[str, Any]:
         df = load_columns(wh, spec, ingested, attrs)
         data = scale_by_bounds(df[attrs].to_numpy(dtype=float), lows, highs)
         ids = df[spec.dataset.record_id].to_numpy()
-        pos = pd.Index(ids).get_indexer(list(cfg.record_ids))
+        pos = pd.Index(ids).get_indexer(record_ids)
         queries = np.vstack([data[pos], scale_by_bounds(points, lows, highs)]) if len(points) else data[pos]
         b, xi, cap = mech.counts(data, queries)  # saturated at mech.saturation_cap(): exact answers, bounded work
         answers = mech.answer(
@@ -160,7 +167,12 @@ def aiq_step(
         f"mechanism {mech.name}, epsilon = {cfg.epsilon:g} per query"
         + (f", k = {cfg.k}" if cfg.mechanism == "sp" else "")
         + f"; batch charged epsilon = {float(cost.epsilon):g}.\n\n"
-        "| query | anomaly? |\n|---|---|\n"
+        + (
+            f"The queried ids include the detector's top {cfg.from_detector} flagged records: that choice is made by "
+            "the non-private detector, so the list of queried ids itself is not protected; only the answers are.\n\n"
+            if cfg.from_detector else ""
+        )
+        + "| query | anomaly? |\n|---|---|\n"
         + "\n".join(f"| {r['query']} | {'yes' if r['anomaly'] else 'no'} |" for r in released.payload["answers"])
     )
     return StepOutput("aiq", {"answers": table}, md, keys=[released.key])

@@ -1,0 +1,23 @@
+"""Non-private, internal outlier detection (seed 004 part 1, "Detecting Outliers with Correlated Measures").
+
+* :mod:`.robust_em` -- :class:`RobustRegressionDetector`, one filter: Gaussian/Cauchy
+  mixture regression fitted by EM from a robust start.
+* :mod:`.design` -- :func:`design_matrix`, contexts encoded from the *public* schema.
+* :mod:`.combine` -- :class:`Template`, :func:`fit_template` and :func:`combine` ("a record
+  is an outlier if at least one filter marks it", slide "Outlier Detector Overview").
+
+Everything here is internal: scores and labels never leave the warehouse.
+"""
+from .combine import Template, TemplateFit, combine, fit_template
+from .design import design_matrix
+from .robust_em import ConvergenceWarning, RobustRegressionDetector
+
+__all__ = [
+    "ConvergenceWarning",
+    "RobustRegressionDetector",
+    "Template",
+    "TemplateFit",
+    "combine",
+    "design_matrix",
+    "fit_template",
+]

@@ -1,0 +1,176 @@
+"""Correlation templates as filters, and their combination.
+
+Seed 004, slide "Outlier Detector Overview": the detector takes the data and
+correlation templates :math:`(j, S)`; each template is a *filter* that learns to
+predict the behavioural attribute :math:`j` from the contextual attributes
+:math:`S`, assigns every record a score :math:`t_i` and estimates the number of
+outliers :math:`K`. "A record is marked as outlier if at least one filter marks
+it as an outlier" -- :func:`combine`.
+
+Everything returned here is internal (scores, labels and fitted parameters go to
+the warehouse's ``internal`` schema only).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..spec import PublicSchema
+from .design import design_matrix
+from .robust_em import RobustRegressionDetector
+
+__all__ = ["Template", "TemplateFit", "combine", "fit_template"]
+
+
+@dataclass(frozen=True)
+class Template:
+    """A correlation template (j, S): behavioural attribute ``j`` predicted from contexts ``S``."""
+
+    name: str
+    behavioural: str
+    contextual: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.contextual, str):
+            raise TypeError("Template.contextual must be a sequence of attribute names, not a string")
+        object.__setattr__(self, "contextual", tuple(self.contextual))
+        if self.behavioural in self.contextual:
+            raise ValueError(f"template {self.name!r}: behavioural attribute {self.behavioural!r} is also contextual")
+
+
+@dataclass
+class TemplateFit:
+    """One fitted filter.
+
+    Attributes
+    ----------
+    template : Template
+    scores : ndarray of shape (n,)
+        Posterior outlier log-odds (the detector's ``decision_scores_``; higher = more anomalous), aligned with the input rows.
+    labels : ndarray of int, shape (n,)
+        1 for the filter's top ``K`` records.
+    params : dict
+        Plain-JSON fitted parameters: ``template``, ``behavioural``,
+        ``contextual``, ``features`` (design-matrix column names), ``coef``
+        (list aligned with ``features``, original units of ``y`` per bound-scaled
+        context), ``intercept``, ``sigma2``, ``p``, ``b``, ``n_iter``,
+        ``converged``, ``last_relative_change``, ``K``, ``threshold`` (None when
+        K = 0), ``log_likelihood`` (None when infinite), ``n_rows``.
+    """
+
+    template: Template
+    scores: np.ndarray
+    labels: np.ndarray
+    params: dict = field(default_factory=dict)
+
+
+def _finite_or_none(x: float) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def fit_template(
+    df: pd.DataFrame,
+    template: Template,
+    schema: PublicSchema,
+    *,
+    random_state=0,
+    max_iter: int = 200,
+    tol: float = 1e-6,
+) -> TemplateFit:
+    """Fit one filter: :class:`RobustRegressionDetector` of ``df[behavioural]`` on the encoded contexts.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Complete rows (no missing values in the template's attributes).
+    template : Template
+    schema : dpcore.spec.PublicSchema
+        Public bounds and domains used by :func:`~dpcore.detect.design.design_matrix`.
+    random_state, max_iter, tol
+        Passed to the detector.
+
+    Returns
+    -------
+    TemplateFit
+
+    Raises
+    ------
+    KeyError
+        Unknown attribute (not in the schema or not a column of ``df``).
+    ValueError
+        Behavioural attribute not numeric in the schema or with missing /
+        non-numeric values; encoding errors (see ``design_matrix``); detector
+        errors (e.g. fewer rows than parameters).
+    """
+    j = template.behavioural
+    if j not in schema.numeric:
+        if j in schema.categorical:
+            raise ValueError(f"template {template.name!r}: behavioural attribute {j!r} must be numeric, it is categorical")
+        raise KeyError(f"template {template.name!r}: behavioural attribute {j!r} is not declared in the public schema")
+    if j not in df.columns:
+        raise KeyError(f"template {template.name!r}: behavioural attribute {j!r} is not a column of the data frame")
+    X, names = design_matrix(df, list(template.contextual), schema)
+    y = pd.to_numeric(df[j], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(y)
+    if bad.any():
+        raise ValueError(
+            f"template {template.name!r}: behavioural attribute {j!r} has {int(bad.sum())} missing or non-numeric "
+            f"value(s) (first at row position {int(np.flatnonzero(bad)[0])})"
+        )
+    det = RobustRegressionDetector(max_iter=max_iter, tol=tol, random_state=random_state).fit(X, y)
+    params = {
+        "template": template.name,
+        "behavioural": j,
+        "contextual": list(template.contextual),
+        "features": list(names),
+        "coef": [float(c) for c in det.coef_],
+        "intercept": float(det.intercept_),
+        "sigma2": float(det.sigma2_),
+        "p": float(det.p_),
+        "b": float(det.b_),
+        "n_iter": int(det.n_iter_),
+        "converged": bool(det.converged_),
+        "last_relative_change": float(det.last_relative_change_),
+        "K": int(det.K_),
+        "threshold": _finite_or_none(det.threshold_),
+        "log_likelihood": _finite_or_none(det.log_likelihood_),
+        "n_rows": int(len(y)),
+    }
+    return TemplateFit(template=template, scores=det.decision_scores_, labels=det.labels_, params=params)
+
+
+def combine(fits: list[TemplateFit]) -> tuple[np.ndarray, np.ndarray]:
+    """Combine filters: a record is an outlier if at least one filter marks it.
+
+    Slide "Outlier Detector Overview".
+
+    Parameters
+    ----------
+    fits : list of TemplateFit
+        Fits on the same rows, in the same order.
+
+    Returns
+    -------
+    any_label : ndarray of int (0/1), shape (n,)
+        1 where at least one filter labels the record.
+    max_score : ndarray of float, shape (n,)
+        The largest :math:`t_i` over the filters.
+
+    Raises
+    ------
+    ValueError
+        No fits, or fits of different lengths.
+    """
+    fits = list(fits)
+    if not fits:
+        raise ValueError("combine needs at least one TemplateFit")
+    lengths = {f.template.name: len(f.scores) for f in fits}
+    if len(set(lengths.values())) != 1 or any(len(f.labels) != len(f.scores) for f in fits):
+        raise ValueError(f"fits must score the same rows; lengths per template: {lengths}")
+    labels = np.vstack([np.asarray(f.labels) for f in fits])
+    scores = np.vstack([np.asarray(f.scores, dtype=np.float64) for f in fits])
+    return labels.any(axis=0).astype(np.int64), scores.max(axis=0)

@@ -1,0 +1,124 @@
+"""Design matrix of a correlation template's contextual attributes, from the *public* schema.
+
+Seed 004, slide "Mixture Model": the filter predicts :math:`y_i` from the vector
+:math:`\\vec x_i` of contextual attribute values in :math:`S`. Categorical
+contexts enter as one-hot indicators, numeric ones as numbers. Both encodings
+use public metadata only (DESIGN.md, "The release spec"): numeric attributes are
+scaled to [0, 1] by their public bounds and the one-hot levels are the full
+public domain, so the columns (and their names) do not depend on which values
+happen to occur in the private data. A level absent from the data gives an
+all-zero column, which the fitter drops (coefficient 0).
+
+Error messages name the attribute, the rule and row positions, never the
+offending values (DESIGN.md, privacy rule 6).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..spec import PublicSchema
+
+__all__ = ["design_matrix"]
+
+
+def _rows(mask: np.ndarray) -> str:
+    bad = np.flatnonzero(mask)
+    shown = ", ".join(str(int(i)) for i in bad[:5])
+    more = f" and {bad.size - 5} more" if bad.size > 5 else ""
+    return f"{bad.size} row(s) (positions {shown}{more})"
+
+
+def _as_text(col: pd.Series) -> np.ndarray:
+    """Cell values as text the way the domain is written (``str(value)``).
+
+    Whole-number floats (an integer column that passed through a float dtype)
+    are written without the ``.0`` so they compare equal to integer domains.
+    """
+    if pd.api.types.is_float_dtype(col.dtype):
+        v = col.to_numpy(dtype=np.float64, na_value=np.nan)
+        if np.all(np.isfinite(v) & (v == np.round(v))):
+            return v.astype(np.int64).astype(str).astype(object)
+    elif pd.api.types.is_integer_dtype(col.dtype) and not col.isna().any():
+        return col.to_numpy(dtype=np.int64).astype(str).astype(object)
+    elif isinstance(col.dtype, pd.StringDtype) and not col.isna().any():
+        return col.to_numpy(dtype=object)
+    # general case (object, bool, categorical, with missing values): str() of each
+    # non-missing value, missing -> None (never in a domain)
+    obj = col.astype(object)
+    out = obj.map(str).to_numpy(dtype=object)
+    out[col.isna().to_numpy()] = None
+    return out
+
+
+def design_matrix(df: pd.DataFrame, contextual: list[str], schema: PublicSchema) -> tuple[np.ndarray, list[str]]:
+    """Encode the contextual attributes of ``df`` as a float matrix.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        The records (one row each); must hold every attribute in ``contextual``.
+    contextual : list of str
+        Contextual attributes :math:`S` of the template, in order.
+    schema : dpcore.spec.PublicSchema
+        The public schema: numeric bounds and categorical domains.
+
+    Returns
+    -------
+    X : ndarray of shape (len(df), n_columns), float64
+        Numeric attribute ``c``: ``(x - min) / (max - min)`` with the public
+        bounds, one column named ``c``. Categorical attribute ``c`` with public
+        domain ``v0, v1, ..., vL``: ``L`` indicator columns named ``c=v1`` ...
+        ``c=vL`` (the first level is the reference; the intercept is separate).
+    names : list of str
+        Column names, in column order.
+
+    Raises
+    ------
+    KeyError
+        An attribute is not declared in the schema or is not a column of ``df``.
+    ValueError
+        Duplicate attributes; a numeric value that is missing, non-numeric or
+        outside the public bounds; a categorical value that is missing or not in
+        the public domain (values compared as ``str(value)``). The message names
+        the attribute and the row positions, not the values.
+    """
+    if isinstance(contextual, str):
+        raise TypeError("contextual must be a list of attribute names, not a single string")
+    contextual = list(contextual)
+    dup = sorted({c for c in contextual if contextual.count(c) > 1})
+    if dup:
+        raise ValueError(f"contextual attributes must be distinct; repeated: {dup}")
+    n = len(df)
+    blocks: list[np.ndarray] = []
+    names: list[str] = []
+    for c in contextual:
+        if c not in schema.numeric and c not in schema.categorical:
+            raise KeyError(f"contextual attribute {c!r} is not declared in the public schema")
+        if c not in df.columns:
+            raise KeyError(f"contextual attribute {c!r} is not a column of the data frame")
+        if c in schema.numeric:
+            attr = schema.numeric[c]
+            v = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+            missing = ~np.isfinite(v)
+            if missing.any():
+                raise ValueError(f"numeric attribute {c!r}: {_rows(missing)} are missing or not finite numbers")
+            out = (v < attr.min) | (v > attr.max)
+            if out.any():
+                raise ValueError(f"numeric attribute {c!r}: {_rows(out)} lie outside the public bounds [min, max]")
+            blocks.append(((v - attr.min) / attr.width)[:, None])
+            names.append(c)
+        else:
+            domain = schema.categorical[c].domain_strings
+            text = _as_text(df[c])
+            codes = pd.Categorical(text, categories=domain).codes.astype(np.int64)
+            bad = codes < 0
+            if bad.any():
+                raise ValueError(f"categorical attribute {c!r}: {_rows(bad)} hold a value outside the public domain")
+            onehot = np.zeros((n, len(domain) - 1))
+            sel = codes > 0
+            onehot[np.flatnonzero(sel), codes[sel] - 1] = 1.0
+            blocks.append(onehot)
+            names.extend(f"{c}={v}" for v in domain[1:])
+    X = np.hstack(blocks) if blocks else np.empty((n, 0))
+    return X, names

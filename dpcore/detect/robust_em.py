@@ -1,0 +1,658 @@
+r"""Robust contextual outlier detection: Gaussian/Cauchy mixture regression fitted by EM.
+
+One *filter* of seed 004 part 1 ("Detecting Outliers with Correlated Measures").
+For a correlation template :math:`(j, S)` (slide "Outlier Detector Overview") the
+behavioural value :math:`y_i = z_i[j]` is predicted from the contextual values
+:math:`\vec x_i = (z_i[s])_{s\in S}`; every record gets the outlier score
+:math:`t_i` and the filter flags the top :math:`K = \lfloor\sum_i t_i\rfloor`.
+
+The detector is **non-private and internal** (DESIGN.md, "Shape"): its scores
+only choose which records the private steps talk about; they are never
+released. Nothing in this module logs; exception and warning messages carry
+shapes, counts, column/row positions and iteration numbers, never data values.
+
+Model (slides "Mixture Model" and backup "Likelihood Function")
+-----------------------------------------------------------------
+.. math::
+
+    y_i = \vec w\cdot\vec x_i + b_0 + \epsilon_i,\qquad
+    \epsilon_i \sim (1-p)\,\mathcal N(0, \sigma^2) + p\,\mathrm{Cauchy},
+
+the Cauchy written as the scale mixture of Gaussians of [BL09] used on the
+"Likelihood Function" slide: :math:`\tau_i\sim\mathrm{Gamma}(0.5, b)` (shape 0.5,
+*rate* b) and :math:`\epsilon_i\mid\tau_i\sim\mathcal N(0, 1/\tau_i)`, i.e.
+
+.. math::
+
+    f_C(\epsilon, \tau; b) = \frac{b^{0.5}}{\Gamma(0.5)}\tau^{-0.5}e^{-b\tau}
+        \frac{\sqrt\tau}{\sqrt{2\pi}}e^{-\tau\epsilon^2/2}.
+
+Integrating :math:`\tau` out (:math:`\int_0^\infty e^{-(b+\epsilon^2/2)\tau}d\tau
+= 1/(b+\epsilon^2/2)`) gives the marginal
+
+.. math::
+
+    f_C(\epsilon; b) = \frac{\sqrt b}{\pi\sqrt2\,(b+\epsilon^2/2)}
+        = \frac{1}{\pi\gamma\,(1+\epsilon^2/\gamma^2)},\qquad \gamma=\sqrt{2b},
+
+a Cauchy density with scale :math:`\gamma=\sqrt{2b}`. With the latent indicator
+:math:`\chi_i` (1 = the error is Cauchy) the complete-data likelihood is the
+slide's :math:`L(\vec w,\sigma^2,p,b,\vec\chi,\vec\tau)`; the observed-data
+log-likelihood maximised here is
+
+.. math::
+
+    \ell = \sum_i \log\big[(1-p)f_G(e_i;\sigma^2) + p f_C(e_i; b)\big],
+    \qquad e_i = y_i - \vec w\cdot\vec x_i - b_0.
+
+EM (slide "Parameters Learning"), exact updates
+------------------------------------------------
+*E-step* (current parameters, in log space):
+
+* :math:`t_i = E[\chi_i\mid e_i] = \operatorname{expit}(\lambda_C-\lambda_G)` with
+  :math:`\lambda_G=\log(1-p)-\tfrac12\log(2\pi\sigma^2)-e_i^2/(2\sigma^2)` and
+  :math:`\lambda_C=\log p-\log\pi-\tfrac12\log(2b)-\log(1+e_i^2/(2b))`;
+  :math:`\ell=\sum_i\operatorname{logaddexp}(\lambda_G,\lambda_C)`.
+* :math:`\tau_i\mid e_i,\chi_i=1\sim\mathrm{Gamma}(\text{shape }1,\ \text{rate } b+e_i^2/2)`
+  (prior shape 0.5 plus 0.5 from one Gaussian observation), so
+  :math:`\bar\tau_i = E[\tau_i\mid e_i,\chi_i=1] = 1/(b+e_i^2/2)`.
+
+*M-step* (maximise :math:`Q=E[\log L]` one block at a time, an ECM whose every
+conditional step increases :math:`Q`, hence :math:`\ell` never decreases):
+
+* :math:`p = \frac1n\sum_i t_i` (clipped to :math:`[10^{-9}, 1-10^{-9}]`).
+* :math:`(\vec w, b_0)`: :math:`Q` contains
+  :math:`-\sum_i[(1-t_i)/(2\sigma^2) + t_i\bar\tau_i/2]\,e_i^2`, so weighted least
+  squares with weights :math:`\omega_i=(1-t_i)/\sigma^2+t_i\bar\tau_i`.
+* :math:`\sigma^2 = \sum_i(1-t_i)e_i^2/\sum_i(1-t_i)` with the new residuals.
+* :math:`b`: :math:`Q` contains :math:`\sum_i t_i(\tfrac12\log b - b\,\bar\tau_i)`, so
+  :math:`b = \tfrac12\sum_i t_i / \sum_i t_i\bar\tau_i`
+  (these two subject to the constraint below).
+
+Constraint :math:`b\ge\sigma^2`. The log-odds :math:`\lambda_C-\lambda_G` as a
+function of :math:`u=e^2` has derivative :math:`1/(2\sigma^2) - 1/(2b+u)`, which
+is :math:`\ge 0` for all :math:`u` iff :math:`b\ge\sigma^2`. The constraint
+therefore guarantees that :math:`t_i` is non-decreasing in :math:`|e_i|` — the
+Cauchy component is the *outlier* component and cannot swap roles with the
+Gaussian by fitting a narrow core (which unconstrained EM does on heavy-tailed
+data, e.g. Student-t errors or NYC flights' air_time, scoring the best-fitting
+records highest). :math:`\sigma^2` and :math:`b` are therefore updated *jointly*:
+the :math:`(\sigma^2, b)` part of :math:`Q`,
+:math:`-\tfrac{S_u}2\log\sigma^2 - \tfrac{R_u}{2\sigma^2} + \tfrac{S_t}2\log b - T b`
+(:math:`S_u=\sum(1-t_i)`, :math:`R_u=\sum(1-t_i)e_i^2`, :math:`S_t=\sum t_i`,
+:math:`T=\sum t_i\bar\tau_i`), is concave in :math:`(\log\sigma^{-2}, \log b)` and the
+constraint is a half-plane there, so the conditional maximum is the
+unconstrained one above when it is feasible, else the unique maximum on the
+boundary :math:`\sigma^2=b=v`, the positive root of
+:math:`-2Tv^2+(S_t-S_u)v+R_u=0`. Every step is thus an exact conditional maximum
+and :math:`\ell` never decreases. :math:`\sigma^2` is floored at
+:math:`10^{-12}` (standardised units) so the likelihood stays bounded; a
+vanishing denominator (no inliers or no outliers left) keeps the old value.
+
+Stopping: after each M-step the E-step gives the new :math:`\ell`; EM stops when
+:math:`|\ell_\text{new}-\ell_\text{old}| / \max(|\ell_\text{old}|, n) <` ``tol``
+(the ``n`` keeps the test meaningful when :math:`\ell` crosses 0), or after
+``max_iter`` M-steps with a :class:`ConvergenceWarning` stating the iterations
+and the last relative change.
+
+Labelling (slide "Parameters Learning"): the top :math:`K=\lfloor\sum_i t_i\rfloor`
+records by :math:`t_i` (ties: lower row index first; a ``1e-9`` guard absorbs
+round-off in the sum).
+
+Robust start
+------------
+EM is local; started from least squares it is captured by bad leverage points.
+The start is FAST-LTS-like, on a random subsample of at most 3,000 rows:
+300 elemental fits (random :math:`q`-row subsets, :math:`q` = number of
+regression coefficients), two concentration steps (refit on the
+:math:`h=\lceil (m+q+1)/2\rceil` smallest squared residuals) for all of them,
+then concentration to convergence for the ``n_starts`` best by the LTS
+criterion (50% breakdown: clusters of leverage points or vertical outliers below
+half of the rows do not capture it). Each of the ``n_starts`` candidates is
+turned into mixture parameters (:math:`\sigma` from the MAD of its residuals,
+``p = p_init``) and refined by EM on the subsample; the candidate with the best
+subsample log-likelihood starts the EM on all rows. All batched numpy; the
+random choices come from ``numpy.random.default_rng(random_state)``.
+
+Scaling: :math:`y` is standardised by its median and MAD (std if the MAD is 0),
+the non-constant columns of :math:`X` by mean and std; constant columns are
+dropped (coefficient 0). The fit is thus equivariant: shifting or scaling
+:math:`y` leaves scores and labels unchanged. All fitted attributes are
+reported in the original units (:math:`\sigma^2` and :math:`b` scale with the
+square of :math:`y`'s scale, ``log_likelihood_`` includes the Jacobian).
+Collinear columns are handled by a relative ridge of :math:`10^{-9}` on the
+normal equations (the fitted values are unaffected; the coefficients of exactly
+collinear columns are split between them).
+
+Degenerate inputs (documented outcomes, never NaN scores)
+---------------------------------------------------------
+* Fewer rows than parameters (:math:`n < d + 4`: :math:`d` coefficients, the
+  intercept, :math:`\sigma^2`, :math:`p`, :math:`b`): ``ValueError``.
+* Constant context columns (including one-hot columns of domain values absent
+  from the data): dropped, their coefficient is 0.
+* Collinear / duplicated contexts: ridge as above, finite scores.
+* All-identical ``y``: nothing to explain. All posteriors 0 (scores, the
+  log-odds, ``-inf``), no labels, ``K = 0``,
+  ``threshold_ = inf``, ``coef_ = 0``, ``intercept_`` = the value,
+  ``sigma2_ = p_ = b_ = 0``, ``n_iter_ = 0``, ``converged_ = True``,
+  ``log_likelihood_ = inf`` (a point mass). ``decision_function`` then scores a new
+  row ``+inf`` if its ``y`` differs from the value, else ``-inf``.
+* More than half of ``y`` identical (MAD 0, not constant): the Gaussian fits the
+  identical values with :math:`\sigma^2` at its floor and the other rows get
+  :math:`t_i\approx1`.
+* Every row an outlier-to-be (e.g. pure Cauchy noise): :math:`p` may approach 1;
+  updates whose denominators vanish keep the previous value, scores stay in
+  [0, 1].
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+
+import numpy as np
+from scipy.special import expit
+
+__all__ = ["ConvergenceWarning", "RobustRegressionDetector"]
+
+_LOG_PI = math.log(math.pi)
+_LOG_2PI = math.log(2.0 * math.pi)
+#: Floor of sigma^2 in standardised units (y has unit robust spread).
+_SIGMA2_FLOOR = 1e-12
+#: p is kept in [_P_FLOOR, 1 - _P_FLOOR] so both log-weights stay finite.
+_P_FLOOR = 1e-9
+#: Standardised y is clipped here so squared residuals cannot overflow.
+_Y_CLIP = 1e100
+#: Relative ridge on the normal equations (collinear contexts).
+_RIDGE = 1e-9
+#: Rows of the robust-start subsample.
+_START_ROWS = 3000
+#: Elemental subsets drawn for the robust start.
+_N_ELEMENTAL = 300
+#: Concentration steps applied to every elemental start / to the kept ones.
+_C_STEPS_ALL = 2
+_C_STEPS_KEPT = 30
+#: Consistency factor of the MAD for the normal distribution.
+_MAD_TO_SD = 1.482602218505602
+
+
+class ConvergenceWarning(UserWarning):
+    """EM stopped at ``max_iter`` before the relative log-likelihood change fell below ``tol``."""
+
+
+# --------------------------------------------------------------------------- helpers
+def _check_X(X, name: str = "X") -> np.ndarray:
+    arr = np.asarray(X)
+    if arr.dtype.kind == "c":
+        raise ValueError(f"{name} must be real-valued, got a complex array")
+    try:
+        arr = np.asarray(arr, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be numeric (convertible to float); got dtype {arr.dtype}") from None
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array (rows x contextual columns), got a {arr.ndim}-D array")
+    finite = np.isfinite(arr)
+    if not finite.all():
+        bad = np.flatnonzero(~finite.all(axis=1))
+        raise ValueError(f"{name} has {bad.size} row(s) with NaN or infinite values (first at row {bad[0]})")
+    return arr
+
+
+def _check_y(y, n: int, name: str = "y") -> np.ndarray:
+    arr = np.asarray(y)
+    if arr.dtype.kind == "c":
+        raise ValueError(f"{name} must be real-valued, got a complex array")
+    try:
+        arr = np.asarray(arr, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be numeric (convertible to float); got dtype {arr.dtype}") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array, got a {arr.ndim}-D array of shape {arr.shape}")
+    if arr.shape[0] != n:
+        raise ValueError(f"X has {n} rows but {name} has {arr.shape[0]} values; they must match")
+    finite = np.isfinite(arr)
+    if not finite.all():
+        bad = np.flatnonzero(~finite)
+        raise ValueError(f"{name} has {bad.size} NaN or infinite value(s) (first at row {bad[0]})")
+    return arr
+
+
+def _solve(G: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """Solve (stacks of) normal equations ``G beta = rhs`` with a tiny relative ridge.
+
+    ``G`` has shape (..., q, q), ``rhs`` (..., q). The ridge is ``1e-9`` times the
+    mean diagonal (1 when the diagonal is 0), which makes every stack positive
+    definite without changing well-posed solutions beyond round-off.
+    """
+    q = G.shape[-1]
+    diag = np.diagonal(G, axis1=-2, axis2=-1)
+    scale = diag.mean(axis=-1)
+    lam = _RIDGE * np.where(scale > 0, scale, 1.0)
+    G = G + lam[..., None, None] * np.eye(q)
+    try:
+        return np.linalg.solve(G, rhs[..., None])[..., 0]
+    except np.linalg.LinAlgError:  # pragma: no cover - ridge makes this practically unreachable
+        return (np.linalg.pinv(G) @ rhs[..., None])[..., 0]
+
+
+def _log_odds(r: np.ndarray, s2: float, p: float, b: float) -> np.ndarray:
+    """Posterior log-odds ``log(t_i / (1 - t_i))`` that record i's error is Cauchy (never saturates)."""
+    r2 = r * r
+    lg = (math.log1p(-p) - 0.5 * (_LOG_2PI + math.log(s2))) - r2 * (0.5 / s2)
+    lc = (math.log(p) - _LOG_PI - 0.5 * math.log(2.0 * b)) - np.log1p(r2 * (0.5 / b))
+    return lc - lg
+
+
+def _estep(r: np.ndarray, s2: float, p: float, b: float):
+    """Posterior outlier probabilities, E[tau | outlier] and the log-likelihood."""
+    r2 = r * r
+    lg = (math.log1p(-p) - 0.5 * (_LOG_2PI + math.log(s2))) - r2 * (0.5 / s2)
+    lc = (math.log(p) - _LOG_PI - 0.5 * math.log(2.0 * b)) - np.log1p(r2 * (0.5 / b))
+    ll = float(np.logaddexp(lg, lc).sum())
+    t = expit(lc - lg)
+    etau = 1.0 / (b + 0.5 * r2)
+    return t, etau, ll
+
+
+def _mstep(Z, y, t, etau, s2, b):
+    """One ECM sweep: p, then (w, b0), then (sigma^2, b) jointly (see the module docstring)."""
+    n = y.shape[0]
+    st = float(t.sum())
+    p = min(max(st / n, _P_FLOOR), 1.0 - _P_FLOOR)
+    u = 1.0 - t
+    w = u * (1.0 / s2) + t * etau
+    Zw = Z * w[:, None]
+    beta = _solve(Zw.T @ Z, Zw.T @ y)
+    r = y - Z @ beta
+    r2 = r * r
+    s2, b = _noise_step(float(u.sum()), float(u @ r2), st, float(t @ etau), s2, b)
+    return beta, s2, p, b, r
+
+
+def _noise_step(su: float, ru: float, st: float, te: float, s2_old: float, b_old: float) -> tuple[float, float]:
+    """Joint conditional maximum of Q over (sigma^2, b) subject to b >= sigma^2.
+
+    ``su = sum(1-t)``, ``ru = sum((1-t) e^2)``, ``st = sum(t)``, ``te = sum(t tau_bar)``.
+    Q(sigma^2, b) = -su/2 log sigma^2 - ru/(2 sigma^2) + st/2 log b - te b is concave
+    in (log 1/sigma^2, log b) and the constraint is the half-plane
+    log b - log sigma^2 >= 0, so: take the unconstrained maximum
+    (ru/su, st/(2 te)) if feasible, else the unique maximum on the boundary
+    b = sigma^2 = v, the positive root of -2 te v^2 + (st - su) v + ru = 0.
+    Vanishing denominators (no inliers / no outliers) keep the old value.
+    """
+    tiny = 1e-12
+    s2 = ru / su if su > tiny else s2_old
+    b = 0.5 * st / te if (st > tiny and te > 1e-300) else b_old
+    if b < s2 and su > tiny and st > tiny and te > 1e-300 and ru > 0:
+        c = st - su
+        s2 = b = (c + math.sqrt(c * c + 8.0 * te * ru)) / (4.0 * te)
+    s2 = max(s2, _SIGMA2_FLOOR)
+    return s2, max(b, s2)
+
+
+def _em(Z, y, beta, s2, p, b, max_iter: int, tol: float):
+    """Run EM from the given parameters; returns a dict with the final state."""
+    n = y.shape[0]
+    r = y - Z @ beta
+    t, etau, ll = _estep(r, s2, p, b)
+    rel = math.inf
+    converged = False
+    it = 0
+    for it in range(1, max_iter + 1):
+        beta, s2, p, b, r = _mstep(Z, y, t, etau, s2, b)
+        t, etau, ll_new = _estep(r, s2, p, b)
+        rel = abs(ll_new - ll) / max(abs(ll), n)
+        ll = ll_new
+        if rel < tol:
+            converged = True
+            break
+    return {"beta": beta, "s2": s2, "p": p, "b": b, "ll": ll, "n_iter": it, "converged": converged, "rel": rel}
+
+
+def _lts_starts(Z: np.ndarray, y: np.ndarray, rng: np.random.Generator, n_keep: int) -> list[np.ndarray]:
+    """FAST-LTS-like robust starts on a (sub)sample: the ``n_keep`` best coefficient vectors."""
+    m, q = Z.shape
+    h = min(m, (m + q + 2) // 2)
+    n_el = max(_N_ELEMENTAL, 4 * n_keep)
+    # elemental subsets: q distinct rows each (argpartition of uniform keys)
+    idx = np.argpartition(rng.random((n_el, m)), q - 1, axis=1)[:, :q]
+    A = Z[idx]  # (n_el, q, q)
+    At = np.swapaxes(A, 1, 2)
+    B = _solve(At @ A, (At @ y[idx][..., None])[..., 0])
+    ZZ = (Z[:, :, None] * Z[:, None, :]).reshape(m, q * q)
+    Zy = Z * y[:, None]
+
+    def lts(B):
+        R2 = np.square(y[:, None] - Z @ B.T)  # (m, n_el)
+        part = np.partition(R2, h - 1, axis=0)
+        return R2, part[h - 1], part[:h].sum(axis=0)
+
+    def cstep(B):
+        R2, kth, obj = lts(B)
+        M = (R2 <= kth).astype(np.float64)
+        G = (M.T @ ZZ).reshape(-1, q, q)
+        return _solve(G, M.T @ Zy), obj
+
+    for _ in range(_C_STEPS_ALL):
+        B, _obj = cstep(B)
+    _, _, obj = lts(B)
+    order = np.argsort(obj, kind="stable")
+    kept: list[int] = []
+    seen: list[np.ndarray] = []
+    for k in order:  # at most n_el iterations over candidates (not records)
+        if any(np.allclose(B[k], s, rtol=1e-6, atol=1e-9) for s in seen):
+            continue
+        kept.append(int(k))
+        seen.append(B[k])
+        if len(kept) == n_keep:
+            break
+    Bk = B[kept]
+    prev = np.full(len(kept), np.inf)
+    for _ in range(_C_STEPS_KEPT):
+        Bn, obj = cstep(Bk)
+        if np.all(obj >= prev * (1 - 1e-12)):
+            break
+        prev = obj
+        Bk = Bn
+    return [Bk[i] for i in range(Bk.shape[0])]
+
+
+def _start_params(Z, y, beta, p_init: float):
+    """Mixture parameters from a robust coefficient vector."""
+    r = y - Z @ beta
+    r2 = r * r
+    s2 = (_MAD_TO_SD * float(np.median(np.abs(r)))) ** 2
+    if s2 <= _SIGMA2_FLOOR:
+        h = (r.size + 1) // 2
+        s2 = float(np.partition(r2, h - 1)[:h].mean())
+    s2 = max(s2, _SIGMA2_FLOOR)
+    far = r2 > 6.25 * s2
+    b = 0.5 * float(np.median(r2[far])) if far.any() else 10.0 * s2
+    return s2, p_init, max(b, s2)
+
+
+# --------------------------------------------------------------------------- detector
+class RobustRegressionDetector:
+    """Gaussian/Cauchy mixture regression fitted by EM: one outlier *filter*.
+
+    Seed 004, slides "Outlier Detector Overview", "Mixture Model",
+    "Parameters Learning" and backup "Likelihood Function"; the exact model,
+    EM updates, robust start and degenerate-input outcomes are derived in the
+    module docstring.
+
+    Parameters
+    ----------
+    max_iter : int, default 200
+        Maximum number of EM iterations (M-steps) on all rows, ``>= 1``. The
+        refinement of each robust start on the subsample uses the same cap.
+    tol : float, default 1e-6
+        Stop when ``|l_new - l_old| / max(|l_old|, n) < tol``; ``0 < tol < 1``.
+    n_starts : int, default 5
+        Robust (LTS) starts refined by EM on the subsample; the best
+        log-likelihood wins. ``1 <= n_starts <= 1000``.
+    random_state : None, int >= 0 or numpy.random.Generator
+        Seed of the subsample and the elemental subsets. Fixed seed = identical fit.
+    p_init : float, default 0.1
+        Initial outlier fraction ``p``, ``0 < p_init < 1``.
+
+    Attributes
+    ----------
+    decision_scores_ : ndarray of shape (n,)
+        Posterior log-odds ``log(t_i / (1 - t_i))`` that record *i*'s error is
+        Cauchy (higher = more anomalous; never NaN). This is a strictly
+        increasing function of the slides' score :math:`t_i`, so it ranks
+        records exactly as :math:`t_i` would in exact arithmetic; in float64,
+        :math:`t_i` itself saturates at 1.0 beyond log-odds of about 37, which
+        on real data ties thousands of records and destroys the ranking of the
+        tail (measured in BENCHMARKS.md, detect section). ``-inf``/``+inf`` do
+        not occur for finite inputs; the all-identical-y case gives 0 and inf
+        (see the module docstring).
+    posterior_ : ndarray of shape (n,)
+        :math:`t_i` itself, in [0, 1] (the E-step's expected outlier indicator).
+    labels_ : ndarray of int, shape (n,)
+        1 for the top ``K = floor(sum t_i)`` records by score (ties: lower row first).
+    threshold_ : float
+        Score (log-odds) of the K-th record; ``inf`` when ``K = 0``.
+    K_ : int
+        Number of labelled records.
+    coef_, intercept_ : ndarray of shape (d,), float
+        Regression coefficients and intercept in the original units (0 for
+        constant columns).
+    sigma2_, p_, b_ : float
+        Inlier variance, outlier fraction, Gamma rate of the Cauchy's precision
+        (Cauchy scale ``sqrt(2 b_)``), original units.
+    n_iter_ : int
+        EM iterations on all rows.
+    converged_ : bool
+    log_likelihood_ : float
+        Observed-data log-likelihood of ``y`` (original units) at the fitted parameters.
+    """
+
+    def __init__(
+        self,
+        max_iter: int = 200,
+        tol: float = 1e-6,
+        n_starts: int = 5,
+        random_state=None,
+        p_init: float = 0.1,
+    ) -> None:
+        self.max_iter = max_iter
+        self.tol = tol
+        self.n_starts = n_starts
+        self.random_state = random_state
+        self.p_init = p_init
+
+    # ------------------------------------------------------------ sklearn-ish
+    def get_params(self, deep: bool = True) -> dict:
+        """Constructor parameters (scikit-learn convention)."""
+        return {k: getattr(self, k) for k in ("max_iter", "tol", "n_starts", "random_state", "p_init")}
+
+    def set_params(self, **params) -> "RobustRegressionDetector":
+        """Set constructor parameters (validated at ``fit``)."""
+        for k, v in params.items():
+            if k not in self.get_params():
+                raise ValueError(f"unknown parameter {k!r}; valid: {sorted(self.get_params())}")
+            setattr(self, k, v)
+        return self
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"RobustRegressionDetector({args})"
+
+    def _validate_params(self) -> None:
+        mi = self.max_iter
+        if isinstance(mi, bool) or not isinstance(mi, numbers.Integral) or mi < 1:
+            raise ValueError(f"max_iter must be an integer >= 1, got {mi!r}")
+        tol = self.tol
+        if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not (0 < tol < 1):
+            raise ValueError(f"tol must be a number with 0 < tol < 1, got {tol!r}")
+        ns = self.n_starts
+        if isinstance(ns, bool) or not isinstance(ns, numbers.Integral) or not (1 <= ns <= 1000):
+            raise ValueError(f"n_starts must be an integer with 1 <= n_starts <= 1000, got {ns!r}")
+        pi = self.p_init
+        if isinstance(pi, bool) or not isinstance(pi, numbers.Real) or not (0 < pi < 1):
+            raise ValueError(f"p_init must be a number with 0 < p_init < 1, got {pi!r}")
+        rs = self.random_state
+        ok = rs is None or isinstance(rs, np.random.Generator) or (
+            isinstance(rs, numbers.Integral) and not isinstance(rs, bool) and rs >= 0
+        )
+        if not ok:
+            raise ValueError(f"random_state must be None, an integer >= 0 or a numpy Generator, got {rs!r}")
+
+    # ------------------------------------------------------------ transforms
+    def _design(self, X: np.ndarray) -> np.ndarray:
+        Xa = X[:, self._active]
+        Z = np.empty((X.shape[0], Xa.shape[1] + 1))
+        Z[:, 0] = 1.0
+        np.subtract(Xa, self._x_loc, out=Z[:, 1:])
+        Z[:, 1:] /= self._x_scale
+        return Z
+
+    def _std_y(self, y: np.ndarray) -> np.ndarray:
+        return np.clip((y - self._y_loc) / self._y_scale, -_Y_CLIP, _Y_CLIP)
+
+    # ------------------------------------------------------------ fit
+    def fit(self, X, y) -> "RobustRegressionDetector":
+        """Fit the mixture regression and score the training rows.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+            Contextual attributes (finite floats; categorical ones one-hot
+            encoded, see :func:`dpcore.detect.design.design_matrix`). ``d`` may be 0
+            (intercept-only model).
+        y : array-like of shape (n,)
+            Behavioural attribute (finite floats).
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ValueError
+            Invalid constructor parameter (named, with its allowed range), wrong
+            shapes, non-finite values, or fewer rows than parameters.
+
+        Warns
+        -----
+        ConvergenceWarning
+            EM reached ``max_iter`` (the message gives the iterations and the
+            last relative change).
+        """
+        self._validate_params()
+        X = _check_X(X)
+        n, d = X.shape
+        y = _check_y(y, n)
+        n_params = d + 4
+        if n < n_params:
+            raise ValueError(
+                f"fewer rows than parameters: {n} rows but the model has {n_params} parameters "
+                f"({d} coefficients, intercept, sigma2, p, b); need n >= d + 4"
+            )
+        self.n_features_in_ = d
+        # ---- scaling
+        self._active = np.ptp(X, axis=0) > 0 if n else np.zeros(d, bool)
+        Xa = X[:, self._active]
+        self._x_loc = Xa.mean(axis=0)
+        self._x_scale = Xa.std(axis=0)
+        if not (np.all(np.isfinite(self._x_loc)) and np.all(np.isfinite(self._x_scale))):
+            raise ValueError("X has a column whose range is too large to standardise (|values| near the float limit)")
+        self._x_scale = np.where(self._x_scale > 0, self._x_scale, 1.0)
+        self._y_loc = float(np.median(y))
+        mad = _MAD_TO_SD * float(np.median(np.abs(y - self._y_loc)))
+        scale = mad if mad > 0 else float(np.std(y))
+        if not math.isfinite(scale):
+            raise ValueError("y has a range too large to standardise (|values| near the float limit)")
+        self._constant = bool(np.ptp(y) == 0)
+        if self._constant:
+            return self._fit_constant(y, d)
+        self._y_scale = scale
+
+        ys = self._std_y(y)
+        Z = self._design(X)
+        q = Z.shape[1]
+        rng = np.random.default_rng(self.random_state)
+
+        # ---- robust start on a subsample
+        m = min(n, _START_ROWS)
+        sub = np.arange(n) if m == n else np.sort(rng.choice(n, size=m, replace=False))
+        Zs, ys_s = Z[sub], ys[sub]
+        max_iter, tol = int(self.max_iter), float(self.tol)
+        best = None
+        for beta0 in _lts_starts(Zs, ys_s, rng, int(self.n_starts)):
+            s2, p, b = _start_params(Zs, ys_s, beta0, float(self.p_init))
+            res = _em(Zs, ys_s, beta0, s2, p, b, max_iter, tol)
+            if best is None or res["ll"] > best["ll"]:
+                best = res
+        self.start_log_likelihood_ = best["ll"]
+
+        # ---- EM on all rows
+        res = _em(Z, ys, best["beta"], best["s2"], best["p"], best["b"], max_iter, tol)
+        self.n_iter_ = int(res["n_iter"])
+        self.converged_ = bool(res["converged"])
+        self.last_relative_change_ = float(res["rel"])
+        if not self.converged_:
+            warnings.warn(
+                f"EM did not converge: stopped after max_iter={self.n_iter_} iterations with relative "
+                f"log-likelihood change {res['rel']:.3g} >= tol={tol:g}; increase max_iter or tol",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+        self._beta = res["beta"]
+        self._s2, self._p, self._b = float(res["s2"]), float(res["p"]), float(res["b"])
+        sy = self._y_scale
+        coef = np.zeros(d)
+        coef[self._active] = sy * self._beta[1:] / self._x_scale
+        self.coef_ = coef
+        self.intercept_ = float(self._y_loc + sy * (self._beta[0] - float(np.sum(self._beta[1:] * self._x_loc / self._x_scale))))
+        self.sigma2_ = self._s2 * sy * sy
+        self.p_ = self._p
+        self.b_ = self._b * sy * sy
+        self.log_likelihood_ = float(res["ll"] - n * math.log(sy))
+        self.decision_scores_ = self.decision_function(X, y)
+        self.posterior_ = expit(self.decision_scores_)
+        self._label()
+        return self
+
+    def _fit_constant(self, y: np.ndarray, d: int) -> "RobustRegressionDetector":
+        n = y.shape[0]
+        self._y_scale = 1.0
+        self.coef_ = np.zeros(d)
+        self.intercept_ = float(y[0])
+        self.sigma2_ = self.p_ = self.b_ = 0.0
+        self.n_iter_ = 0
+        self.converged_ = True
+        self.last_relative_change_ = 0.0
+        self.start_log_likelihood_ = math.inf
+        self.log_likelihood_ = math.inf
+        self.decision_scores_ = np.full(n, -np.inf)
+        self.posterior_ = np.zeros(n)
+        self._label()
+        return self
+
+    def _label(self) -> None:
+        t = self.decision_scores_
+        n = t.shape[0]
+        K = min(n, int(math.floor(float(self.posterior_.sum()) + 1e-9)))
+        order = np.argsort(-t, kind="stable")
+        labels = np.zeros(n, dtype=np.int64)
+        labels[order[:K]] = 1
+        self.K_ = K
+        self.labels_ = labels
+        self.threshold_ = float(t[order[K - 1]]) if K > 0 else math.inf
+
+    # ------------------------------------------------------------ scoring
+    def decision_function(self, X, y) -> np.ndarray:
+        """Posterior outlier log-odds ``log(t_i / (1 - t_i))`` of new rows under the fitted parameters.
+
+        Same E-step as the fit (module docstring), so on the training rows it
+        returns exactly ``decision_scores_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+        y : array-like of shape (n,)
+
+        Returns
+        -------
+        ndarray of shape (n,)
+            Higher = more anomalous; ``expit`` of it is :math:`t_i`.
+
+        Raises
+        ------
+        RuntimeError
+            The detector is not fitted.
+        ValueError
+            Wrong shapes (``d`` must match the fit) or non-finite values.
+        """
+        if not hasattr(self, "_constant"):
+            raise RuntimeError("RobustRegressionDetector is not fitted yet; call fit(X, y) first")
+        X = _check_X(X)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} columns but the detector was fitted with {self.n_features_in_}")
+        y = _check_y(y, X.shape[0])
+        if self._constant:
+            return np.where(y != self.intercept_, np.inf, -np.inf)
+        r = self._std_y(y) - self._design(X) @ self._beta
+        return _log_odds(r, self._s2, self._p, self._b)

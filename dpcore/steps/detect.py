@@ -1,0 +1,136 @@
+"""Non-private step ``detect``: robust contextual outlier detection per template.
+
+Seed 004 part 1 ("Outlier Detector Overview"): one filter per correlation
+template (j, S); each fits :class:`~dpcore.detect.robust_em.RobustRegressionDetector`
+and scores every record; a record is an outlier if at least one filter flags
+it. Everything this step computes is **internal**: scores, labels, fitted
+parameters and convergence diagnostics go to the warehouse's ``internal``
+schema only, never to logs, artifacts or the bundle. The private steps use it
+to choose which records to talk about.
+
+Tables (suffix = the validated table's name):
+
+``internal."detect_scores__<t>"``   record id, template, score, label
+``internal."detect_flags__<t>"``    record id, flagged (any template), max score, templates flagging it
+``internal.detect_models``          template, fitted parameters and warnings as JSON
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+import pandas as pd
+
+from ..detect.combine import Template, TemplateFit, combine, fit_template
+from ..ingest import IngestResult
+from ..settings import Settings
+from ..spec import ReleaseSpec
+from ..validation import validated_table_name
+from ..warehouse import Warehouse
+from .common import StepInputError, load_columns, open_stores
+
+
+@dataclass(frozen=True)
+class DetectionDone:
+    """What the detect step may say publicly: which templates ran (no counts, no scores)."""
+
+    templates: tuple[str, ...]
+    table_suffix: str
+
+
+def templates_of(spec: ReleaseSpec) -> list[Template]:
+    """The spec's correlation templates as :class:`Template` values."""
+    return [Template(t.name, t.behavioural, tuple(t.contextual)) for t in spec.steps.detect.templates]
+
+
+def detection_frame(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> pd.DataFrame:
+    """Record id and every attribute any template uses, from the validated table.
+
+    Raises
+    ------
+    StepInputError
+        A template uses a nullable attribute (the regression needs complete rows).
+    """
+    attrs = sorted({a for t in templates_of(spec) for a in (t.behavioural, *t.contextual)})
+    nullable = [
+        a for a in attrs
+        if (a in spec.public_schema.numeric and spec.public_schema.numeric[a].nullable)
+        or (a in spec.public_schema.categorical and spec.public_schema.categorical[a].nullable)
+    ]
+    if nullable:
+        raise StepInputError(f"steps.detect.templates use nullable attributes {nullable}; declare them non-nullable")
+    return load_columns(open_stores(settings).warehouse, spec, ingested, attrs)
+
+
+def fit_one(df: pd.DataFrame, template: Template, spec: ReleaseSpec) -> TemplateFit:
+    """Fit one template; warnings (e.g. non-convergence) are kept in the fit's params, not logged."""
+    cfg = spec.steps.detect
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = fit_template(
+            df, template, spec.public_schema, random_state=cfg.random_state, max_iter=cfg.max_iter, tol=cfg.tol
+        )
+    fit.params["warnings"] = [str(w.message) for w in caught]
+    return fit
+
+
+def store_detection(
+    spec: ReleaseSpec, settings: Settings, ingested: IngestResult, ids: np.ndarray, fits: list[TemplateFit]
+) -> DetectionDone:
+    """Write scores, combined flags and fitted parameters to ``internal``."""
+    suffix = validated_table_name(ingested, spec)
+    flagged, max_score = combine(fits)
+    n_flagging = np.sum([f.labels for f in fits], axis=0) if fits else np.zeros(len(ids), dtype=int)
+    rid = spec.dataset.record_id
+    scores = pd.concat(
+        [pd.DataFrame({rid: ids, "template": f.template.name, "score": f.scores, "label": f.labels.astype(np.int8)})
+         for f in fits],
+        ignore_index=True,
+    )
+    flags = pd.DataFrame({rid: ids, "flagged": flagged.astype(bool), "max_score": max_score,
+                          "templates_flagging": n_flagging.astype(np.int32)})
+    models = pd.DataFrame({
+        "table_suffix": suffix,
+        "template": [f.template.name for f in fits],
+        "params": [json.dumps(f.params, default=float) for f in fits],
+        "created_at": datetime.now(timezone.utc),
+    })
+
+    def op(con):
+        for name, df in (("detect_scores", scores), ("detect_flags", flags)):
+            con.register("_df", df)
+            con.execute(f'CREATE OR REPLACE TABLE internal."{name}__{suffix}" AS SELECT * FROM _df')
+            con.unregister("_df")
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS internal.detect_models "
+            "(table_suffix VARCHAR, template VARCHAR, params VARCHAR, created_at TIMESTAMPTZ)"
+        )
+        con.execute("DELETE FROM internal.detect_models WHERE table_suffix = ?", [suffix])
+        con.register("_m", models)
+        con.execute("INSERT INTO internal.detect_models SELECT * FROM _m")
+
+    open_stores(settings).warehouse.run(op, transaction=True)
+    return DetectionDone(tuple(f.template.name for f in fits), suffix)
+
+
+def flagged_records(wh: Warehouse, spec: ReleaseSpec, ingested: IngestResult, top: int) -> list[str]:
+    """Ids of the ``top`` flagged records by highest score (internal use: choosing queries).
+
+    Raises
+    ------
+    StepInputError
+        The detect step has not run on this input under this spec.
+    """
+    suffix = validated_table_name(ingested, spec)
+    if not wh.table_exists("internal", f"detect_flags__{suffix}"):
+        raise StepInputError("no detection results for this input: enable and run steps.detect first")
+    rid = spec.dataset.record_id
+    rows = wh.query(
+        f'SELECT "{rid}" FROM internal."detect_flags__{suffix}" WHERE flagged '
+        f'ORDER BY max_score DESC, "{rid}" LIMIT ?',
+        [int(top)],
+    )
+    return [r[0] for r in rows]

@@ -1,0 +1,191 @@
+"""Design matrix from the public schema, templates as filters and their combination."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpcore.detect.combine import Template, TemplateFit, combine, fit_template
+from dpcore.detect.design import design_matrix
+from dpcore.spec import PublicSchema
+
+
+@pytest.fixture
+def schema() -> PublicSchema:
+    return PublicSchema(
+        categorical={
+            "origin": {"domain": ["EWR", "JFK", "LGA", "TEB"]},
+            "month": {"domain": [1, 2, 3, 4]},
+        },
+        numeric={
+            "distance": {"min": 100.0, "max": 5100.0},
+            "air_time": {"min": 0.0, "max": 800.0},
+            "dep_delay": {"min": -100.0, "max": 1000.0},
+        },
+    )
+
+
+def test_one_hot_from_full_public_domain_with_absent_values(schema):
+    df = pd.DataFrame({"origin": ["JFK", "EWR", "JFK", "EWR"], "month": [1, 3, 3, 1]})
+    X, names = design_matrix(df, ["origin", "month"], schema)
+    assert names == ["origin=JFK", "origin=LGA", "origin=TEB", "month=2", "month=3", "month=4"]
+    assert X.dtype == np.float64 and X.shape == (4, 6)
+    np.testing.assert_array_equal(
+        X,
+        [
+            [1, 0, 0, 0, 0, 0],
+            [0, 0, 0, 0, 1, 0],
+            [1, 0, 0, 0, 1, 0],
+            [0, 0, 0, 0, 0, 0],
+        ],
+    )
+    # LGA, TEB and month=2/4 are absent from the data: all-zero columns, still present
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1, 4, 2],
+        ["1", "4", "2"],
+        [1.0, 4.0, 2.0],
+        pd.array([1, 4, 2], dtype="Int64"),
+        pd.array(["1", "4", "2"], dtype="string"),
+        np.array([1, 4, 2], dtype=object),
+    ],
+)
+def test_categorical_values_compared_as_text(schema, values):
+    X, names = design_matrix(pd.DataFrame({"month": values}), ["month"], schema)
+    assert names == ["month=2", "month=3", "month=4"]
+    np.testing.assert_array_equal(X, [[0, 0, 0], [0, 0, 1], [1, 0, 0]])
+
+
+def test_numeric_scaled_by_public_bounds(schema):
+    df = pd.DataFrame({"distance": [100, 5100, 2600, 1350], "air_time": [0.0, 800.0, 400.0, 200.0]})
+    X, names = design_matrix(df, ["distance", "air_time"], schema)
+    assert names == ["distance", "air_time"]
+    np.testing.assert_allclose(X, [[0, 0], [1, 1], [0.5, 0.5], [0.25, 0.25]])
+    # the scaling comes from the schema, not from the data's own min/max
+    X2, _ = design_matrix(df.iloc[2:3], ["distance"], schema)
+    assert X2[0, 0] == 0.5
+
+
+def test_mixed_order_and_empty(schema):
+    df = pd.DataFrame({"distance": [600.0], "origin": ["LGA"]})
+    X, names = design_matrix(df, ["distance", "origin"], schema)
+    assert names == ["distance", "origin=JFK", "origin=LGA", "origin=TEB"]
+    np.testing.assert_allclose(X, [[0.1, 0, 1, 0]])
+    X0, n0 = design_matrix(df, [], schema)
+    assert X0.shape == (1, 0) and n0 == []
+
+
+def test_unknown_attribute_errors(schema):
+    df = pd.DataFrame({"origin": ["JFK"], "distance": [200.0]})
+    with pytest.raises(KeyError, match="'carrier' is not declared in the public schema"):
+        design_matrix(df, ["carrier"], schema)
+    with pytest.raises(KeyError, match="'month' is not a column of the data frame"):
+        design_matrix(df, ["month"], schema)
+    with pytest.raises(ValueError, match="repeated: \\['origin'\\]"):
+        design_matrix(df, ["origin", "origin"], schema)
+
+
+def test_out_of_domain_errors_name_attribute_and_rows_not_values(schema):
+    df = pd.DataFrame({"origin": ["JFK", "SECRETXYZ", "EWR", None], "month": [1, 2, 9, 1]})
+    with pytest.raises(ValueError, match=r"'origin': 2 row\(s\) \(positions 1, 3\) hold a value outside the public domain") as exc:
+        design_matrix(df, ["origin"], schema)
+    assert "SECRETXYZ" not in str(exc.value)
+    with pytest.raises(ValueError, match=r"'month': 1 row\(s\) \(positions 2\)"):
+        design_matrix(df, ["month"], schema)
+    with pytest.raises(ValueError, match=r"'month'"):
+        design_matrix(pd.DataFrame({"month": [1.5]}), ["month"], schema)
+
+
+def test_numeric_errors(schema):
+    with pytest.raises(ValueError, match=r"'distance': 1 row\(s\) \(positions 1\) lie outside the public bounds") as exc:
+        design_matrix(pd.DataFrame({"distance": [200.0, 98765.0]}), ["distance"], schema)
+    assert "98765" not in str(exc.value)
+    with pytest.raises(ValueError, match=r"'distance': 2 row\(s\) \(positions 0, 2\) are missing or not finite"):
+        design_matrix(pd.DataFrame({"distance": [None, 300.0, "abc"]}, dtype=object), ["distance"], schema)
+
+
+# ----------------------------------------------------------------------------- templates
+def flights_like(n=1200, seed=0):
+    """air_time ~ distance + origin, arr_delay ~ dep_delay; planted outliers in each."""
+    rng = np.random.default_rng(seed)
+    origin = rng.choice(["EWR", "JFK", "LGA"], size=n)
+    distance = rng.uniform(200, 3000, size=n)
+    air = 20 + distance / 8 + np.select([origin == "JFK", origin == "LGA"], [5.0, -3.0], 0.0) + rng.normal(scale=4, size=n)
+    dep = rng.uniform(-20, 300, size=n)
+    arr = dep * 0.9 + 2 + rng.normal(scale=5, size=n)
+    out_air = np.zeros(n, bool)
+    out_air[:40] = True
+    air[:40] += rng.uniform(60, 200, size=40)
+    out_arr = np.zeros(n, bool)
+    out_arr[30:70] = True
+    arr[30:70] -= rng.uniform(80, 250, size=40)
+    df = pd.DataFrame({"origin": origin, "distance": distance, "air_time": np.clip(air, 0, 800),
+                       "dep_delay": dep, "arr_delay": arr})
+    return df, out_air, out_arr
+
+
+def test_fit_template_and_combine(schema):
+    schema = PublicSchema(
+        categorical=schema.categorical,
+        numeric={**schema.numeric, "arr_delay": {"min": -500.0, "max": 1000.0}},
+    )
+    df, out_air, out_arr = flights_like()
+    t_air = Template("air", "air_time", ("distance", "origin"))
+    t_arr = Template("arr", "arr_delay", ["dep_delay"])
+    assert t_arr.contextual == ("dep_delay",)
+    f_air = fit_template(df, t_air, schema, random_state=0)
+    f_arr = fit_template(df, t_arr, schema, random_state=0)
+    assert isinstance(f_air, TemplateFit) and f_air.template is t_air
+
+    p = f_air.params
+    assert p["features"] == ["distance", "origin=JFK", "origin=LGA", "origin=TEB"]
+    assert p["coef"][0] == pytest.approx(5000 / 8, rel=0.02)  # per unit of bound-scaled distance
+    assert p["coef"][1] == pytest.approx(5, abs=1) and p["coef"][2] == pytest.approx(-3, abs=1)
+    assert p["coef"][3] == 0.0  # TEB absent from the data
+    assert p["converged"] and p["K"] == int(f_air.labels.sum())
+    assert p["sigma2"] == pytest.approx(16, rel=0.2)
+    json.dumps(p, allow_nan=False)  # plain JSON
+    json.dumps(f_arr.params, allow_nan=False)
+
+    assert f_air.labels[out_air].all() and f_arr.labels[out_arr].all()
+    any_label, max_score = combine([f_air, f_arr])
+    assert any_label.dtype.kind == "i"
+    np.testing.assert_array_equal(any_label, (f_air.labels | f_arr.labels).astype(int))
+    np.testing.assert_array_equal(max_score, np.maximum(f_air.scores, f_arr.scores))
+    assert any_label[out_air | out_arr].all()
+    assert any_label.sum() < (out_air | out_arr).sum() + 0.03 * len(df)
+    # one filter alone misses the other's outliers; the combination catches both
+    assert not f_air.labels[40:70].all() and not f_arr.labels[:30].all()
+
+
+def test_fit_template_errors(schema):
+    df, _, _ = flights_like(n=100)
+    with pytest.raises(ValueError, match="'origin' must be numeric, it is categorical"):
+        fit_template(df, Template("t", "origin", ("distance",)), schema)
+    with pytest.raises(KeyError, match="'nope' is not declared"):
+        fit_template(df, Template("t", "nope", ("distance",)), schema)
+    bad = df.copy()
+    bad.loc[5, "air_time"] = np.nan
+    with pytest.raises(ValueError, match=r"'air_time' has 1 missing or non-numeric value\(s\) \(first at row position 5\)"):
+        fit_template(bad, Template("t", "air_time", ("distance",)), schema)
+    with pytest.raises(ValueError, match="fewer rows than parameters"):
+        fit_template(df.head(5), Template("t", "air_time", ("distance", "origin")), schema)
+    with pytest.raises(ValueError, match="also contextual"):
+        Template("t", "air_time", ("air_time",))
+
+
+def test_combine_errors():
+    t = Template("a", "y", ("x",))
+    f1 = TemplateFit(t, np.zeros(3), np.zeros(3, int), {})
+    f2 = TemplateFit(Template("b", "y", ("x",)), np.zeros(4), np.zeros(4, int), {})
+    with pytest.raises(ValueError, match="at least one"):
+        combine([])
+    with pytest.raises(ValueError, match=r"same rows; lengths per template: \{'a': 3, 'b': 4\}"):
+        combine([f1, f2])
+    lab, sc = combine([f1])
+    assert lab.tolist() == [0, 0, 0] and sc.tolist() == [0, 0, 0]

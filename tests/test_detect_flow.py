@@ -1,0 +1,104 @@
+"""The detect step under a real Prefect API: internal tables written, nothing of
+them in the bundle, the logs or the artifacts; AIQ can query flagged records."""
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dpcore.ledger import PrivacyLedger
+from dpcore.settings import Settings
+from dpcore.warehouse import Warehouse
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+def _internal_tables(wh: Warehouse) -> set[str]:
+    return {r[0] for r in wh.query("SELECT table_name FROM information_schema.tables WHERE table_schema = 'internal'")}
+
+
+async def _artifact_texts() -> list[str]:
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        arts = await client.read_artifacts()
+    return [json.dumps(a.data, default=str) + str(a.description or "") for a in arts]
+
+
+def test_detect_flow_writes_internal_tables_only(dpr_home, small_spec_path, caplog):
+    from flows.detect import detect_flow
+
+    caplog.set_level("DEBUG")
+    names = detect_flow(spec_path=str(small_spec_path))
+    assert names == ["air_time_by_distance_origin", "arr_delay_by_dep_delay_carrier"]
+    wh = Warehouse(Settings.from_env().warehouse)
+    tables = _internal_tables(wh)
+    scores_t = next(t for t in tables if t.startswith("detect_scores__"))
+    flags_t = next(t for t in tables if t.startswith("detect_flags__"))
+    vtable = scores_t.removeprefix("detect_scores__")
+    n_valid = wh.query(f'SELECT count(*) FROM validated."{vtable}"')[0][0]
+    per = dict(wh.query(f'SELECT template, count(*) FROM internal."{scores_t}" GROUP BY template'))
+    assert per == {"air_time_by_distance_origin": n_valid, "arr_delay_by_dep_delay_carrier": n_valid}
+    flags = wh.query_df(f'SELECT * FROM internal."{flags_t}" ORDER BY max_score DESC')
+    assert len(flags) == n_valid and flags["flagged"].any() and not flags["max_score"].isna().any()
+    # a record is flagged iff at least one template labels it
+    lab = wh.query_df(f'SELECT flight_id, max(label) AS any_label FROM internal."{scores_t}" GROUP BY flight_id')
+    merged = flags.merge(lab, on="flight_id")
+    assert (merged["flagged"] == (merged["any_label"] == 1)).all()
+    models = wh.query_df("SELECT * FROM internal.detect_models")
+    assert set(models["template"]) == set(names)
+    params = json.loads(models["params"].iloc[0])
+    assert {"coef", "intercept", "sigma2", "p", "b"} <= set(params)
+
+    # nothing internal in logs or artifacts: flagged ids and their scores never appear
+    top = flags.head(20)
+    secrets = [str(i) for i in top["flight_id"]] + [f"{s:.6f}" for s in top["max_score"]]
+    texts = caplog.text + "".join(asyncio.run(_artifact_texts()))
+    leaked = [s for s in secrets if s in texts]
+    assert leaked == []
+
+
+def test_pipeline_with_detector_feeds_aiq_and_bundle_carries_no_internal_values(dpr_home, small_spec_path, tmp_path):
+    from flows.release_pipeline import release_pipeline
+
+    spec = yaml.safe_load(small_spec_path.read_text())
+    spec["steps"]["aiq"].update({"enabled": True, "record_ids": ["F000001"], "from_detector": 2, "points": []})
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = release_pipeline(spec_path=str(path))
+    bundle = Path(out["bundle"])
+    answers = (bundle / "tables" / "aiq__answers.csv").read_text().splitlines()
+    assert len(answers) == 1 + 3
+    led = PrivacyLedger(Warehouse(Settings.from_env().warehouse))
+    ch = led.charges("nycflights13")
+    aiq = ch[ch["step"] == "aiq"].iloc[0]
+    # charged for the public bound (1 listed + 2 from the detector), not for the data-dependent count
+    assert abs(aiq["epsilon"] - 3 * 0.1) < 1e-12
+    report = (bundle / "report.md").read_text()
+    assert "non-private detector" in report
+    wh = Warehouse(Settings.from_env().warehouse)
+    flags_t = next(t for t in _internal_tables(wh) if t.startswith("detect_flags__"))
+    scores = wh.query_df(f'SELECT max_score FROM internal."{flags_t}" ORDER BY max_score DESC LIMIT 20')
+    public = "".join(p.read_text(errors="ignore") for p in bundle.rglob("*")
+                     if p.is_file() and p.suffix in {".csv", ".md", ".json"} and "owner" not in p.parts)
+    assert not [s for s in scores["max_score"] if f"{s:.6f}" in public]
+
+
+def test_a_failing_template_fails_the_flow(dpr_home, small_spec_path, tmp_path):
+    """A template the detector cannot fit (constant behavioural data is fine, too few rows is not)
+    must fail the run loudly, never be skipped."""
+    from flows.detect import detect_flow
+
+    spec = yaml.safe_load(small_spec_path.read_text())
+    header_and_3_rows = Path(spec["dataset"]["source"]["path"]).read_text().splitlines()[:4]
+    (tmp_path / "tiny.csv").write_text("\n".join(header_and_3_rows) + "\n")
+    spec["dataset"]["source"]["path"] = str(tmp_path / "tiny.csv")
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(ValueError, match="rows"):
+        detect_flow(spec_path=str(path))
+    wh = Warehouse(Settings.from_env().warehouse)
+    assert not [t for t in _internal_tables(wh) if t.startswith("detect_flags__")]

@@ -1,0 +1,377 @@
+"""RobustRegressionDetector: Gaussian/Cauchy mixture regression by EM (seed 004 part 1)."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpcore.detect import ConvergenceWarning, RobustRegressionDetector
+from dpcore.detect import robust_em as rem
+
+W_TRUE = np.array([1.0, -2.0, 3.0])
+B0_TRUE = 3.0
+NOISE_SD = 0.5
+
+
+def planted(n=3000, frac=0.0, kind="vertical", seed=0):
+    """y = X w + 3 + N(0, 0.5^2); a fraction ``frac`` of rows replaced by outliers."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, W_TRUE.size))
+    y = X @ W_TRUE + B0_TRUE + rng.normal(scale=NOISE_SD, size=n)
+    k = int(round(frac * n))
+    out = np.zeros(n, dtype=bool)
+    if k:
+        idx = rng.choice(n, size=k, replace=False)
+        out[idx] = True
+        if kind == "vertical":  # shifts of 10..60 noise sd, both signs
+            y[idx] += rng.uniform(5, 30, size=k) * rng.choice([-1.0, 1.0], size=k)
+        elif kind == "one_sided":
+            y[idx] += rng.uniform(5, 30, size=k)
+        elif kind == "leverage":  # a tight cluster far out in x with a wrong y
+            X[idx] = 8.0 + rng.normal(scale=0.3, size=(k, W_TRUE.size))
+            y[idx] = -30.0 + rng.normal(scale=NOISE_SD, size=k)
+        else:  # pragma: no cover
+            raise AssertionError(kind)
+    return X, y, out
+
+
+def ols(X, y):
+    beta = np.linalg.lstsq(np.c_[np.ones(len(y)), X], y, rcond=None)[0]
+    return beta[1:], beta[0]
+
+
+def precision_at_k(scores, out):
+    k = int(out.sum())
+    top = np.argsort(-scores, kind="stable")[:k]
+    return out[top].mean()
+
+
+# ----------------------------------------------------------------------------- recovery
+@pytest.mark.parametrize(
+    "frac, kind",
+    [(0.0, "vertical"), (0.05, "vertical"), (0.15, "vertical"), (0.30, "one_sided"), (0.12, "leverage")],
+)
+def test_planted_model_recovery(frac, kind):
+    X, y, out = planted(frac=frac, kind=kind, seed=1)
+    det = RobustRegressionDetector(random_state=0).fit(X, y)
+    assert det.converged_
+    np.testing.assert_allclose(det.coef_, W_TRUE, atol=0.06)
+    assert abs(det.intercept_ - B0_TRUE) < 0.06
+    assert abs(math.sqrt(det.sigma2_) - NOISE_SD) < 0.05
+    s = det.decision_scores_
+    t = det.posterior_
+    assert np.all(np.isfinite(s)) and t.min() >= 0 and t.max() <= 1
+    np.testing.assert_allclose(t, 1 / (1 + np.exp(-s)))  # scores are the posterior log-odds
+    assert det.K_ == int(np.floor(t.sum() + 1e-9)) == det.labels_.sum()
+    if frac == 0:
+        assert det.p_ < 0.01
+        assert det.K_ <= 0.01 * len(y)
+    else:
+        assert abs(det.p_ - frac) < 0.01 + 0.1 * frac
+        # planted outliers are ranked on top, and the labels find them
+        assert precision_at_k(s, out) >= 0.98
+        lab = det.labels_.astype(bool)
+        assert (lab & out).sum() >= 0.97 * out.sum()
+        assert (lab & ~out).sum() <= 0.1 * out.sum() + 10  # K = floor(sum t) slightly over-counts
+
+
+def test_leverage_cluster_captures_ols_but_not_em():
+    X, y, out = planted(frac=0.15, kind="leverage", seed=2)
+    w_ols, _ = ols(X, y)
+    assert np.max(np.abs(w_ols - W_TRUE)) > 1.0  # least squares is captured by the cluster
+    det = RobustRegressionDetector(random_state=3).fit(X, y)
+    np.testing.assert_allclose(det.coef_, W_TRUE, atol=0.06)
+    assert precision_at_k(det.decision_scores_, out) == 1.0
+    # and the EM alone, started from OLS, would have stayed captured: the robust start matters
+    Z = np.c_[np.ones(len(y)), X]
+    beta0 = np.r_[ols(X, y)[1], ols(X, y)[0]]
+    r = y - Z @ beta0
+    res = rem._em(Z, y, beta0, float(r.var()), 0.1, float(r.var()), 200, 1e-6)
+    assert np.max(np.abs(res["beta"][1:] - W_TRUE)) > 0.5
+    assert det.log_likelihood_ > res["ll"]
+
+
+# ----------------------------------------------------------------------------- the model itself
+def test_estep_matches_gaussian_and_cauchy_densities():
+    """t_i uses N(0, s2) vs the marginal of the Gamma(0.5, b) mixture = Cauchy(scale sqrt(2b))."""
+    r = np.linspace(-20, 20, 81)
+    s2, p, b = 1.7, 0.2, 4.5
+    t, etau, ll = rem._estep(r, s2, p, b)
+    g = (1 - p) * stats.norm.pdf(r, scale=math.sqrt(s2))
+    c = p * stats.cauchy.pdf(r, scale=math.sqrt(2 * b))
+    np.testing.assert_allclose(t, c / (g + c), rtol=1e-10)
+    np.testing.assert_allclose(ll, np.log(g + c).sum(), rtol=1e-12)
+    np.testing.assert_allclose(etau, 1 / (b + r**2 / 2))
+    # numeric check of the scale-mixture marginal at one point
+    e = 1.3
+    integrand = lambda tau: stats.gamma.pdf(tau, a=0.5, scale=1 / b) * stats.norm.pdf(e, scale=1 / math.sqrt(tau))
+    from scipy.integrate import quad
+
+    val = quad(integrand, 0, np.inf, limit=200)[0]
+    assert val == pytest.approx(stats.cauchy.pdf(e, scale=math.sqrt(2 * b)), rel=1e-6)
+
+
+@pytest.mark.parametrize("noise", ["planted", "student_t"])
+def test_em_log_likelihood_never_decreases(noise):
+    X, y, _ = planted(n=2000, frac=0.1, seed=4)
+    if noise == "student_t":  # the b >= sigma^2 boundary is active here
+        y = X @ W_TRUE + np.random.default_rng(4).standard_t(2, size=len(y))
+    Z = np.c_[np.ones(len(y)), X]
+    beta = np.linalg.lstsq(Z, y, rcond=None)[0]
+    r = y - Z @ beta
+    s2, p, b = float(r.var()), 0.3, float(r.var()) * 3
+    t, etau, ll = rem._estep(r, s2, p, b)
+    lls = [ll]
+    for _ in range(40):
+        beta, s2, p, b, r = rem._mstep(Z, y, t, etau, s2, b)
+        assert b >= s2  # the identifiability constraint
+        t, etau, ll = rem._estep(r, s2, p, b)
+        lls.append(ll)
+    d = np.diff(lls)
+    assert np.all(d >= -1e-9 * np.abs(lls[1:])), d.min()
+    assert lls[-1] > lls[0] + 100
+
+
+@pytest.mark.parametrize(
+    "su, ru, st, te",
+    [(900.0, 850.0, 100.0, 2.0), (700.0, 2000.0, 300.0, 400.0), (50.0, 10.0, 950.0, 5000.0), (1000.0, 1.0, 1e-3, 1e-4)],
+)
+def test_noise_step_is_the_constrained_maximum(su, ru, st, te):
+    """(sigma^2, b) = argmax of Q over {b >= sigma^2}, checked against a brute-force grid."""
+    s2, b = rem._noise_step(su, ru, st, te, 1.0, 1.0)
+    assert b >= s2 > 0
+    Q = lambda s2, b: -0.5 * su * np.log(s2) - ru / (2 * s2) + 0.5 * st * np.log(b) - te * b
+    g = np.exp(np.linspace(-12, 8, 1201))
+    S2, B = np.meshgrid(g, g, indexing="ij")
+    Qg = np.where(B >= S2, Q(S2, B), -np.inf)
+    assert Q(s2, b) >= Qg.max() - 1e-9 * abs(Qg.max())
+
+
+def test_scores_non_decreasing_in_absolute_residual():
+    X, y, _ = planted(frac=0.1, seed=5)
+    det = RobustRegressionDetector(random_state=0).fit(X, y)
+    x0 = np.zeros((401, 3))
+    pred = det.intercept_
+    e = np.linspace(0, 200, 401)
+    up = det.decision_function(x0, pred + e)
+    down = det.decision_function(x0, pred - e)
+    assert np.all(np.diff(up) >= -1e-12) and np.all(np.diff(down) >= -1e-12)
+    assert up[0] < 0.05 and up[-1] > 0.99
+
+
+def test_heavy_tailed_noise_keeps_cauchy_as_the_outlier_component():
+    """Student-t(2) errors everywhere: unconstrained EM lets the Cauchy fit the core
+    (scores highest at zero residual); the constraint b >= sigma^2 prevents the swap."""
+    rng = np.random.default_rng(16)
+    X = rng.normal(size=(3000, 2))
+    y = X @ [1.0, 2.0] + rng.standard_t(2, size=3000)
+    det = RobustRegressionDetector(random_state=0).fit(X, y)
+    assert det.b_ >= det.sigma2_ * (1 - 1e-12)
+    e = np.linspace(0, 30, 301)
+    s = det.decision_function(np.zeros((301, 2)), det.intercept_ + e)
+    assert np.all(np.diff(s) >= -1e-12)
+    assert s[0] < 0.25 and s[-1] > 0.95
+    assert det.K_ < 0.35 * len(y)
+
+
+# ----------------------------------------------------------------------------- API contracts
+def test_decision_function_equals_training_scores():
+    X, y, _ = planted(frac=0.08, seed=6)
+    det = RobustRegressionDetector(random_state=1).fit(X, y)
+    assert np.array_equal(det.decision_function(X, y), det.decision_scores_)
+    # and it scores new rows: a planted gross outlier gets ~1, a clean row ~0
+    xn = np.array([[0.1, 0.2, -0.3], [0.1, 0.2, -0.3]])
+    yn = xn @ W_TRUE + B0_TRUE + np.array([0.0, 25.0])
+    s = det.decision_function(xn, yn)
+    assert s[0] < 0.05 and s[1] > 0.99
+
+
+@pytest.mark.parametrize("a, c", [(1000.0, 12345.0), (1e-3, -7.0), (-2.5, 0.0)])
+def test_labels_invariant_to_shifting_and_scaling_y(a, c):
+    X, y, _ = planted(frac=0.1, seed=7)
+    base = RobustRegressionDetector(random_state=0).fit(X, y)
+    det = RobustRegressionDetector(random_state=0).fit(X, a * y + c)
+    assert np.array_equal(det.labels_, base.labels_)
+    np.testing.assert_allclose(det.decision_scores_, base.decision_scores_, atol=1e-9)
+    np.testing.assert_allclose(det.coef_, a * base.coef_, rtol=1e-6)
+    assert det.sigma2_ == pytest.approx(a * a * base.sigma2_, rel=1e-6)
+    assert det.b_ == pytest.approx(a * a * base.b_, rel=1e-6)
+
+
+def test_deterministic_given_random_state():
+    X, y, _ = planted(frac=0.15, kind="leverage", seed=8)
+    a = RobustRegressionDetector(random_state=42).fit(X, y)
+    b = RobustRegressionDetector(random_state=42).fit(X, y)
+    assert np.array_equal(a.decision_scores_, b.decision_scores_)
+    assert np.array_equal(a.coef_, b.coef_) and a.n_iter_ == b.n_iter_
+    # a Generator is accepted too
+    c = RobustRegressionDetector(random_state=np.random.default_rng(42)).fit(X, y)
+    assert np.array_equal(c.decision_scores_, a.decision_scores_)
+
+
+def test_labels_are_top_K_with_deterministic_ties():
+    X, y, _ = planted(n=200, frac=0.1, seed=9)
+    det = RobustRegressionDetector(random_state=0).fit(X, y)
+    s = det.decision_scores_
+    K = det.K_
+    assert K == int(np.floor(det.posterior_.sum() + 1e-9)) and K > 0
+    assert det.threshold_ == np.sort(s)[::-1][K - 1]
+    assert np.all(s[det.labels_ == 1] >= det.threshold_)
+    assert np.all(s[det.labels_ == 0] <= det.threshold_)
+    # ties: lower row index wins
+    det.posterior_ = np.array([0.5, 0.9, 0.5, 0.5, 0.1, 0.5])  # sum 3.0 -> K = 3
+    det.decision_scores_ = np.log(det.posterior_ / (1 - det.posterior_))
+    det._label()
+    assert det.K_ == 3 and det.threshold_ == 0.0
+    assert det.labels_.tolist() == [1, 1, 1, 0, 0, 0]
+    det.posterior_ = np.full(6, 0.1)
+    det.decision_scores_ = np.log(det.posterior_ / (1 - det.posterior_))
+    det._label()
+    assert det.K_ == 0 and det.threshold_ == math.inf and det.labels_.sum() == 0
+
+
+# ----------------------------------------------------------------------------- degenerate inputs
+def test_constant_and_collinear_contexts():
+    X, y, out = planted(frac=0.1, seed=10)
+    Xd = np.c_[X, np.full(len(y), 7.0), 2.0 * X[:, 0], np.zeros(len(y))]
+    det = RobustRegressionDetector(random_state=0).fit(Xd, y)
+    s = det.decision_scores_
+    assert np.all(np.isfinite(s)) and np.all(np.isfinite(det.coef_))
+    assert det.coef_[3] == 0.0 and det.coef_[5] == 0.0  # constant columns dropped
+    # collinear pair shares the effect; fitted values are right
+    assert det.coef_[0] + 2.0 * det.coef_[4] == pytest.approx(W_TRUE[0], abs=0.06)
+    np.testing.assert_allclose(det.coef_[1:3], W_TRUE[1:], atol=0.06)
+    assert precision_at_k(s, out) >= 0.98
+
+
+def test_intercept_only_model():
+    rng = np.random.default_rng(11)
+    y = 5 + rng.normal(size=500)
+    y[:25] += 40
+    det = RobustRegressionDetector(random_state=0).fit(np.empty((500, 0)), y)
+    assert det.coef_.shape == (0,)
+    assert det.intercept_ == pytest.approx(5, abs=0.15)
+    assert det.labels_[:25].all()
+
+
+def test_fewer_rows_than_parameters():
+    X = np.random.default_rng(0).normal(size=(6, 3))  # 3 coef + intercept + sigma2, p, b = 7
+    with pytest.raises(ValueError, match=r"fewer rows than parameters: 6 rows .* 7 parameters"):
+        RobustRegressionDetector().fit(X, np.arange(6.0))
+    RobustRegressionDetector(random_state=0).fit(np.r_[X, [[0.0, 1.0, 2.0]]], np.arange(7.0) ** 2)  # n = 7 is enough
+
+
+def test_all_identical_y():
+    X = np.random.default_rng(0).normal(size=(100, 2))
+    det = RobustRegressionDetector(random_state=0).fit(X, np.full(100, 3.25))
+    assert np.array_equal(det.posterior_, np.zeros(100))
+    assert np.all(det.decision_scores_ == -np.inf) and not np.isnan(det.decision_scores_).any()
+    assert det.labels_.sum() == 0 and det.K_ == 0 and det.threshold_ == math.inf
+    assert det.converged_ and det.n_iter_ == 0
+    assert det.intercept_ == 3.25 and np.array_equal(det.coef_, [0.0, 0.0])
+    assert det.sigma2_ == det.p_ == det.b_ == 0.0
+    assert np.array_equal(det.decision_function(X[:2], [3.25, 4.0]), [-np.inf, np.inf])
+
+
+def test_mostly_identical_y_flags_the_rest():
+    rng = np.random.default_rng(12)
+    X = rng.normal(size=(300, 2))
+    y = np.full(300, 10.0)
+    y[:120] = rng.normal(size=120) * 5  # 40% differ: MAD is 0, std is not
+    det = RobustRegressionDetector(random_state=0).fit(X, y)
+    s = det.decision_scores_
+    assert np.all(np.isfinite(s))
+    assert np.all(det.posterior_[120:] < 0.01)
+    assert det.labels_[:120].sum() >= 115 and det.labels_[120:].sum() == 0
+
+
+def test_all_rows_outliers_to_be_never_nan():
+    rng = np.random.default_rng(13)
+    X = rng.normal(size=(1000, 2))
+    for y in (rng.standard_cauchy(1000) * 1e3, np.r_[rng.normal(size=10), rng.standard_cauchy(990) * 1e6],
+              np.exp(rng.normal(scale=30, size=1000))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            det = RobustRegressionDetector(random_state=0, max_iter=50).fit(X, y)
+        s = det.decision_scores_
+        assert np.all(np.isfinite(s)) and det.posterior_.min() >= 0 and det.posterior_.max() <= 1
+        for v in (det.sigma2_, det.p_, det.b_, det.intercept_, det.log_likelihood_, *det.coef_):
+            assert math.isfinite(v)
+        assert 0 <= det.K_ <= len(y)
+
+
+def test_huge_values_are_finite():
+    rng = np.random.default_rng(14)
+    X = rng.normal(size=(200, 1)) * 1e150
+    y = rng.normal(size=200)
+    y[0] = 1e300
+    det = RobustRegressionDetector(random_state=0).fit(X, y)
+    assert np.all(np.isfinite(det.decision_scores_))
+    assert det.labels_[0] == 1
+
+
+# ----------------------------------------------------------------------------- validation
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"max_iter": 0}, r"max_iter must be an integer >= 1, got 0"),
+        ({"max_iter": 2.5}, r"max_iter must be an integer >= 1"),
+        ({"max_iter": True}, r"max_iter must be an integer >= 1"),
+        ({"tol": 0.0}, r"tol must be a number with 0 < tol < 1, got 0.0"),
+        ({"tol": 1.0}, r"tol must be a number with 0 < tol < 1"),
+        ({"tol": float("nan")}, r"tol must be a number with 0 < tol < 1"),
+        ({"tol": "1e-6"}, r"tol must be a number"),
+        ({"n_starts": 0}, r"n_starts must be an integer with 1 <= n_starts <= 1000, got 0"),
+        ({"n_starts": 5000}, r"n_starts must be an integer with 1 <= n_starts <= 1000"),
+        ({"p_init": 0.0}, r"p_init must be a number with 0 < p_init < 1, got 0.0"),
+        ({"p_init": 1.5}, r"p_init must be a number with 0 < p_init < 1"),
+        ({"random_state": -1}, r"random_state must be None, an integer >= 0 or a numpy Generator, got -1"),
+        ({"random_state": "a"}, r"random_state must be None"),
+    ],
+)
+def test_parameter_validation(kw, match):
+    X, y, _ = planted(n=50)
+    det = RobustRegressionDetector(**kw)  # the constructor only stores
+    with pytest.raises(ValueError, match=match):
+        det.fit(X, y)
+
+
+@pytest.mark.parametrize(
+    "X, y, match",
+    [
+        (np.zeros(20), np.zeros(20), r"X must be a 2-D array"),
+        (np.zeros((20, 2)), np.zeros(19), r"X has 20 rows but y has 19 values"),
+        (np.zeros((20, 2)), np.zeros((20, 1)), r"y must be a 1-D array"),
+        (np.where(np.arange(40).reshape(20, 2) == 7, np.nan, 1.0), np.zeros(20), r"X has 1 row\(s\) with NaN or infinite values \(first at row 3\)"),
+        (np.ones((20, 2)), np.r_[np.zeros(19), np.inf], r"y has 1 NaN or infinite value\(s\) \(first at row 19\)"),
+        (np.array([["a", "b"]] * 20), np.zeros(20), r"X must be numeric"),
+        (np.ones((20, 2)) * 1j, np.zeros(20), r"X must be real-valued"),
+    ],
+)
+def test_input_validation(X, y, match):
+    with pytest.raises(ValueError, match=match):
+        RobustRegressionDetector().fit(X, y)
+
+
+def test_decision_function_checks():
+    X, y, _ = planted(n=100)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        RobustRegressionDetector().decision_function(X, y)
+    det = RobustRegressionDetector(random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match="X has 2 columns but the detector was fitted with 3"):
+        det.decision_function(X[:, :2], y)
+
+
+def test_non_convergence_warns_with_numbers():
+    X, y, _ = planted(frac=0.2, seed=15)
+    with pytest.warns(ConvergenceWarning, match=r"stopped after max_iter=1 iterations with relative log-likelihood change [0-9.e+-]+ >= tol=1e-12"):
+        det = RobustRegressionDetector(max_iter=1, tol=1e-12, random_state=0).fit(X, y)
+    assert not det.converged_ and det.n_iter_ == 1
+    assert det.last_relative_change_ >= 1e-12
+    assert np.all(np.isfinite(det.decision_scores_))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        assert RobustRegressionDetector(random_state=0).fit(X, y).converged_
