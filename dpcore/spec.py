@@ -290,6 +290,37 @@ class AiqSpec(_Strict):
     )
 
 
+class CocoSpec(_Strict):
+    """The ``coco`` private step: hierarchical count-of-counts histograms (seed 004 part 2).
+
+    Items (rows of the released table) belong to groups (``group_column``);
+    the PUBLIC ``groups_file`` maps every group to one leaf of the hierarchy
+    given by ``levels`` (its columns), so each node's number of groups is public.
+    """
+
+    enabled: bool = False
+    group_column: str = Field(default="", description="Column of the items holding their group id.")
+    groups_file: str = Field(default="", description="Public CSV: group id column + one column per level.")
+    group_id: str = Field(default="", description="Group id column in groups_file (default: group_column).")
+    levels: list[str] = Field(default_factory=list, description="Level columns of groups_file, top to bottom.")
+    max_group_size: int = Field(default=1000, ge=1, description="Public maximum group size K (larger groups are clamped).")
+    epsilon_per_level: float | list[float] = Field(default=0.5, description="Epsilon of each level (> 0); one charge per level.")
+    method: Literal[
+        "naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2", "bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc"
+    ] = "top_down_hc"
+
+    @model_validator(mode="after")
+    def _complete(self) -> "CocoSpec":
+        if self.enabled:
+            missing = [k for k in ("group_column", "groups_file") if not getattr(self, k)]
+            if missing or not self.levels:
+                raise ValueError(f"enabled coco needs group_column, groups_file and levels (missing: {missing or ['levels']})")
+        eps = self.epsilon_per_level if isinstance(self.epsilon_per_level, list) else [self.epsilon_per_level]
+        if not eps or any(not (math.isfinite(e) and e > 0) for e in eps):
+            raise ValueError("epsilon_per_level must be > 0 (a number, or one number per level including the root)")
+        return self
+
+
 class StepsSpec(_Strict):
     """Per-step settings. Each private step adds its section here."""
 
@@ -297,6 +328,7 @@ class StepsSpec(_Strict):
     record_counts: RecordCountsSpec = Field(default_factory=RecordCountsSpec)
     detect: DetectSpec = Field(default_factory=DetectSpec)
     aiq: AiqSpec = Field(default_factory=AiqSpec)
+    coco: CocoSpec = Field(default_factory=CocoSpec)
 
 
 class ReleaseSpec(_Strict):
@@ -327,6 +359,12 @@ class ReleaseSpec(_Strict):
                 raise ValueError(
                     f"steps.detect.templates[{n}].contextual {bad} must be other attributes declared in schema"
                 )
+        coco = self.steps.coco
+        if coco.enabled and coco.group_column not in self.public_schema.categorical:
+            raise ValueError(
+                f"steps.coco.group_column {coco.group_column!r} must be a categorical attribute of schema "
+                "(its domain is the public list of groups, e.g. domain_from the groups file)"
+            )
         if self.steps.aiq.from_detector and not self.steps.detect.enabled:
             raise ValueError("steps.aiq.from_detector needs steps.detect.enabled: true")
         return self
@@ -398,10 +436,56 @@ def parse_spec(data: object, *, origin: str = "<spec>") -> ReleaseSpec:
         raise SpecError(f"{origin} is not a valid release spec:\n{_format_errors(err)}") from None
 
 
+def _rel(base: Path, p: str) -> str:
+    return p if Path(p).is_absolute() else str((base / p).resolve())
+
+
+def _resolve_files(data: dict, base: Path) -> dict:
+    """Resolve relative file paths against the spec's folder and expand ``domain_from``.
+
+    ``schema.categorical.<name>.domain_from: {file: fleet.csv, column: tailnum}``
+    reads a public domain (for example a registry of group ids) from a CSV
+    file and replaces itself by ``domain: [...]``.
+    """
+    import pandas as pd
+
+    data = dict(data)
+    ds = data.get("dataset")
+    if isinstance(ds, dict) and isinstance(ds.get("source"), dict) and isinstance(ds["source"].get("path"), str):
+        data["dataset"] = {**ds, "source": {**ds["source"], "path": _rel(base, ds["source"]["path"])}}
+    steps = data.get("steps")
+    coco = steps.get("coco") if isinstance(steps, dict) else None
+    if isinstance(coco, dict) and isinstance(coco.get("groups_file"), str):
+        data["steps"] = {**steps, "coco": {**coco, "groups_file": _rel(base, coco["groups_file"])}}
+    schema = data.get("schema")
+    cats = schema.get("categorical") if isinstance(schema, dict) else None
+    if isinstance(cats, dict):
+        out = {}
+        for name, attr in cats.items():
+            if isinstance(attr, dict) and isinstance(attr.get("domain_from"), dict):
+                key = f"schema.categorical.{name}.domain_from"
+                src = attr["domain_from"]
+                if not isinstance(src.get("file"), str) or not isinstance(src.get("column"), str):
+                    raise SpecError(f"{key}: give 'file' (a CSV path) and 'column'")
+                file = _rel(base, src["file"])
+                try:
+                    col = pd.read_csv(file, dtype=str, keep_default_na=False, usecols=[src["column"]])[src["column"]]
+                except FileNotFoundError:
+                    raise SpecError(f"{key}.file: file not found: {file}") from None
+                except ValueError:
+                    raise SpecError(f"{key}.column: no column {src['column']!r} in {file}") from None
+                attr = {k: v for k, v in attr.items() if k != "domain_from"} | {"domain": list(dict.fromkeys(col))}
+            out[name] = attr
+        data["schema"] = {**schema, "categorical": out}
+    return data
+
+
 def load_spec(path: str | Path, **overrides: object) -> ReleaseSpec:
     """Read and validate a release spec from a YAML file.
 
-    Relative source paths are resolved against the spec file's folder.
+    Relative file paths (``dataset.source.path``, ``steps.coco.groups_file``,
+    ``domain_from.file``) are resolved against the spec file's folder, and
+    ``domain_from`` is expanded into a ``domain`` list.
     ``overrides`` replace top-level keys (e.g. ``release_id="2024-q1"``).
 
     Raises
@@ -422,10 +506,5 @@ def load_spec(path: str | Path, **overrides: object) -> ReleaseSpec:
         raise SpecError(f"spec file {path} is not valid YAML: {exc}") from None
     if isinstance(data, dict):
         data = {**data, **{k: v for k, v in overrides.items() if v is not None}}
-        src = (data.get("dataset") or {}).get("source") if isinstance(data.get("dataset"), dict) else None
-        if isinstance(src, dict) and isinstance(src.get("path"), str) and not Path(src["path"]).is_absolute():
-            data["dataset"] = {
-                **data["dataset"],
-                "source": {**src, "path": str((path.parent / src["path"]).resolve())},
-            }
+        data = _resolve_files(data, path.parent)
     return parse_spec(data, origin=str(path))

@@ -7,7 +7,7 @@ from typing import Any
 from prefect import flow
 
 from tasks.common import resolve
-from tasks.stages import aiq_task, bundle_task, ingest_task, record_counts_task, validate_task
+from tasks.stages import aiq_task, bundle_task, coco_task, ingest_task, record_counts_task, validate_task
 
 from .detect import run_detection
 from .params import DEMO_SPEC, ReleaseId, SpecPath
@@ -31,6 +31,8 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
         outputs.append(record_counts_task(spec, settings, ingested))
     if spec.steps.aiq.enabled:
         outputs.append(aiq_task(spec, settings, ingested))
+    if spec.steps.coco.enabled:
+        outputs.append(coco_task(spec, settings, ingested))
     bundle = bundle_task(spec, settings, ingested, summary, outputs)
     b = bundle.manifest["budget"]
     return {

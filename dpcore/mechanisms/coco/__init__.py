@@ -1,0 +1,30 @@
+"""Differentially private hierarchical count-of-counts ("coco") histograms.
+
+Kuo et al., PVLDB 2018 (seed 004, part 2).  Modules:
+
+* :mod:`.hierarchy` — the public hierarchy (:class:`Hierarchy`).
+* :mod:`.representations` — H, H_g, H_c, group sizes, earthmover's distance.
+* :mod:`.isotonic` — L1 (median PAV) and L2 isotonic regression.
+* :mod:`.consistency` — per-node estimators, optimal matching, merging,
+  top-down consistency, bottom-up aggregation (post-processing only).
+* :mod:`.mechanism` — :class:`CocoMechanism` (measurement = the only
+  privacy-critical step, then post-processing).
+"""
+from .consistency import (aggregate_up, hc_estimate, hc_variances, hg_estimate, hg_variances,
+                          largest_remainder_round, match_level, merge_estimates, naive_estimate,
+                          project_simplex, top_down)
+from .hierarchy import ROOT, Hierarchy
+from .isotonic import isotonic, isotonic_l1, isotonic_l2
+from .mechanism import CocoMechanism
+from .representations import (coco_histograms, emd, from_hc, from_hg, group_counts,
+                              group_sizes_by_leaf, to_hc, to_hg)
+
+__all__ = [
+    "ROOT", "Hierarchy", "CocoMechanism",
+    "group_sizes_by_leaf", "group_counts", "coco_histograms",
+    "to_hg", "from_hg", "to_hc", "from_hc", "emd",
+    "isotonic", "isotonic_l1", "isotonic_l2",
+    "naive_estimate", "hg_estimate", "hc_estimate", "hg_variances", "hc_variances",
+    "project_simplex", "largest_remainder_round", "match_level", "merge_estimates",
+    "top_down", "aggregate_up",
+]

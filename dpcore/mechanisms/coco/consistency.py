@@ -1,0 +1,297 @@
+"""Per-node estimators, optimal matching, merging and top-down consistency.
+
+Everything in this module is **post-processing** of noisy measurements and
+public group counts: it never sees private data and costs no privacy.
+
+Slides (Kuo et al., PVLDB 2018):
+
+* "Naive Strategy" steps 2-3 -> :func:`naive_estimate`
+* "Unattributed Histogram H_g" steps 3-4 -> :func:`hg_estimate`
+* "Cumulative Sum Histograms H_c" steps 3-4 -> :func:`hc_estimate`
+* "Initial Variance Estimation" -> :func:`hg_variances`, :func:`hc_variances`
+* "Optimal Matching Algorithm" -> :func:`match_level`
+* "Merge Estimates", eqs. (1)-(2) -> :func:`merge_estimates`
+* "Top-down Consistency" -> :func:`top_down`
+* "Bottom-up Aggregation" -> :func:`aggregate_up`
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .hierarchy import Hierarchy
+from .isotonic import blocks_to_sizes, isotonic
+
+__all__ = [
+    "project_simplex", "largest_remainder_round", "naive_estimate", "hg_estimate", "hc_estimate",
+    "hg_variances", "hc_variances", "match_level", "merge_estimates", "top_down", "aggregate_up",
+    "round_half_up",
+]
+
+
+def round_half_up(x) -> np.ndarray:
+    """Round to the nearest integer, halves up (``floor(x + 0.5)``); monotone,
+    so a non-decreasing vector stays non-decreasing."""
+    return np.floor(np.asarray(x, dtype=np.float64) + 0.5).astype(np.int64)
+
+
+# --------------------------------------------------------------------- naive
+def project_simplex(y, G: float) -> np.ndarray:
+    """Euclidean projection of ``y`` onto ``{x >= 0, sum(x) = G}``.
+
+    Slide "Naive Strategy", step 2: ``argmin ||H̃ - Ĥ||_2^2`` s.t.
+    ``Ĥ[i] >= 0`` and ``sum Ĥ[i] = G`` (solved exactly by the sort-based
+    water-filling rule ``x = max(y - θ, 0)`` instead of a QP solver).
+    """
+    y = np.asarray(y, dtype=np.float64)
+    if G < 0:
+        raise ValueError(f"G must be >= 0, got {G}")
+    if G == 0 or y.size == 0:
+        return np.zeros_like(y)
+    u = np.sort(y)[::-1]
+    css = np.cumsum(u) - G
+    ind = np.arange(1, y.size + 1)
+    rho = np.flatnonzero(u - css / ind > 0)[-1]
+    theta = css[rho] / (rho + 1)
+    return np.maximum(y - theta, 0.0)
+
+
+def largest_remainder_round(x, G: int) -> np.ndarray:
+    """Integers ``>= 0`` summing to ``G``: round down, then round up the ``r``
+    cells with the largest fractional parts, ``r = G - sum(floor(x))``
+    (slide "Naive Strategy", step 3).  Ties broken by lower index."""
+    x = np.asarray(x, dtype=np.float64)
+    fl = np.floor(x)
+    out = fl.astype(np.int64)
+    r = int(G - out.sum())
+    r = max(0, min(r, x.size))
+    if r:
+        frac = x - fl
+        up = np.argsort(-frac, kind="stable")[:r]
+        out[up] += 1
+    # guard against floating error in the projection: fix the total exactly
+    diff = int(G - out.sum())
+    if diff > 0:
+        out[np.argmax(x)] += diff
+    elif diff < 0:
+        for i in np.argsort(x - fl, kind="stable"):
+            take = min(out[i], -diff)
+            out[i] -= take
+            diff += take
+            if diff == 0:
+                break
+    return out
+
+
+def naive_estimate(H_noisy, G: int) -> np.ndarray:
+    """Naive method post-processing: least-squares projection onto
+    ``{>= 0, sum = G}`` then largest-remainder rounding.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 H of length ``len(H_noisy)``, non-negative, summing to ``G``.
+    """
+    return largest_remainder_round(project_simplex(H_noisy, G), int(G))
+
+
+# ------------------------------------------------------------------- H_g/H_c
+def hg_estimate(Hg_noisy, K: int, loss: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """H_g method post-processing (slide "Unattributed Histogram H_g").
+
+    Isotonic regression ``argmin ||H̃_g - Ĥ_g||_p^p`` s.t.
+    ``0 <= Ĥ_g[i] <= Ĥ_g[i+1]`` (and ``<= K``, the public clamp), then round
+    each entry to the nearest integer and convert back to H.
+
+    Parameters
+    ----------
+    Hg_noisy : array_like of int
+        Noisy sorted sizes, length G.
+    K : int
+        Public maximum group size.
+    loss : {"l1", "l2"}
+        ``p`` of the isotonic regression.
+
+    Returns
+    -------
+    H : numpy.ndarray
+        int64 length ``K + 1``, sums to G.
+    Hg : numpy.ndarray
+        int64 non-decreasing sizes in [0, K] (length G).
+    block_sizes : numpy.ndarray
+        ``|S_i|``: size of the PAV block of every position (for the
+        variance estimate ``2 / (|S_i| ε²)``).
+    """
+    x, blocks = isotonic(np.asarray(Hg_noisy, dtype=np.float64), loss, lo=0.0, hi=float(K))
+    Hg = round_half_up(x)
+    H = np.bincount(Hg, minlength=K + 1).astype(np.int64)
+    return H, Hg, blocks_to_sizes(blocks)
+
+
+def hc_estimate(Hc_noisy, G: int, loss: str) -> np.ndarray:
+    """H_c method post-processing (slide "Cumulative Sum Histograms H_c").
+
+    Isotonic regression ``argmin ||Ĥ_c - H̃_c||_p^p`` s.t.
+    ``0 <= Ĥ_c[i] <= Ĥ_c[i+1]`` and ``Ĥ_c[K] = G``; the last (public) cell
+    is fixed, so the fit is the isotonic regression of cells ``0..K-1``
+    clipped to ``[0, G]``.  Rounded to the nearest integer and converted
+    back to H by differencing.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 H of length ``K + 1`` (non-negative, sum G).
+    """
+    y = np.asarray(Hc_noisy, dtype=np.float64)
+    K = y.size - 1
+    x, _ = isotonic(y[:K], loss, lo=0.0, hi=float(G))
+    Hc = np.append(round_half_up(x), int(G))
+    return np.diff(Hc, prepend=0).astype(np.int64)
+
+
+def hg_variances(block_sizes, epsilon: float) -> np.ndarray:
+    """Slide "Initial Variance Estimation", H_g method:
+    ``τ.V_g[i] = 2 / (|S_i| ε²)`` (variance of the mean of ``|S_i|``
+    double-geometric noises of scale ``1/ε``, each of variance ~ ``2/ε²``)."""
+    return 2.0 / (np.asarray(block_sizes, dtype=np.float64) * float(epsilon) ** 2)
+
+
+def hc_variances(H_hat, epsilon: float) -> np.ndarray:
+    """Slide "Initial Variance Estimation", H_c method:
+    ``τ.V_g[i] = 4 / (ε² × number of estimated groups of size τ.Ĥ_g[i])``,
+    one entry per group of ``to_hg(H_hat)`` (the count is >= 1)."""
+    H_hat = np.asarray(H_hat, dtype=np.int64)
+    Hg = np.repeat(np.arange(H_hat.size), H_hat)
+    return 4.0 / (float(epsilon) ** 2 * H_hat[Hg].astype(np.float64))
+
+
+# ------------------------------------------------------------------- matching
+def match_level(parent_vals, parent_node, child_vals, child_parent) -> tuple[np.ndarray, np.ndarray]:
+    """Optimal matching between the groups of every parent and those of its children.
+
+    Slide "Optimal Matching Algorithm": for each node τ a bipartite graph
+    between ``(τ, i)`` and ``(c, j)`` with weight
+    ``|τ.Ĥ_g[i] - c.Ĥ_g[j]|``; the least-cost perfect matching is obtained
+    by matching the smallest unmatched group of τ with the smallest unmatched
+    group among any of its children.  Done for all parents of a level at once:
+    sort parent entries by (parent, value) and child entries by (parent of
+    child, value); since every parent has as many groups as its children
+    together (public G), the two sorted lists align entry by entry.  (Sorted
+    matching is optimal for ``|x - y|`` costs by the standard exchange
+    argument: two crossing pairs never cost less when uncrossed.)
+
+    Parameters
+    ----------
+    parent_vals, parent_node : numpy.ndarray
+        Current estimate of every group of the parent level and the index of
+        its node.
+    child_vals, child_parent : numpy.ndarray
+        Initial estimate of every group of the child level and the index of
+        the *parent* of its node.
+
+    Returns
+    -------
+    p_idx, c_idx : numpy.ndarray
+        Parent entry ``p_idx[k]`` is matched with child entry ``c_idx[k]``.
+
+    Raises
+    ------
+    ValueError
+        If a parent's group count differs from the sum of its children's.
+    """
+    parent_vals = np.asarray(parent_vals, dtype=np.float64)
+    child_vals = np.asarray(child_vals, dtype=np.float64)
+    parent_node = np.asarray(parent_node, dtype=np.int64)
+    child_parent = np.asarray(child_parent, dtype=np.int64)
+    if parent_vals.size != child_vals.size:
+        raise ValueError(f"a level has {parent_vals.size} groups but its children have {child_vals.size}")
+    p_idx = np.lexsort((parent_vals, parent_node))
+    c_idx = np.lexsort((np.arange(child_vals.size), child_vals, child_parent))
+    if not np.array_equal(parent_node[p_idx], child_parent[c_idx]):
+        raise ValueError("a node's number of groups differs from the sum over its children")
+    return p_idx, c_idx
+
+
+def merge_estimates(x1, v1, x2, v2) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse-variance weighted average (slide "Merge Estimates", [HRMS10]).
+
+    Eq. (1): ``(x1/v1 + x2/v2) / (1/v1 + 1/v2)``;
+    eq. (2): variance ``(1/v1 + 1/v2)^-1``.
+    """
+    w1 = 1.0 / np.asarray(v1, dtype=np.float64)
+    w2 = 1.0 / np.asarray(v2, dtype=np.float64)
+    w = w1 + w2
+    return (np.asarray(x1) * w1 + np.asarray(x2) * w2) / w, 1.0 / w
+
+
+# -------------------------------------------------------------- hierarchies
+def aggregate_up(leaf_H: np.ndarray, hierarchy: Hierarchy) -> dict[str, np.ndarray]:
+    """Every node's H as the sum of its leaves' H (slide "Bottom-up Aggregation").
+
+    Parameters
+    ----------
+    leaf_H : numpy.ndarray
+        ``(n_leaves, K + 1)`` int64, rows in ``hierarchy.leaves`` order.
+
+    Returns
+    -------
+    dict[str, numpy.ndarray]
+        Node id -> int64 H; parents equal the sum of their children exactly.
+    """
+    out: dict[str, np.ndarray] = {}
+    M = np.asarray(leaf_H, dtype=np.int64)
+    out.update(zip(hierarchy.nodes_at(hierarchy.levels - 1), M))
+    for level in range(hierarchy.levels - 2, -1, -1):
+        P = np.zeros((len(hierarchy.nodes_at(level)), M.shape[1]), dtype=np.int64)
+        np.add.at(P, hierarchy.parent_index(level + 1), M)
+        out.update(zip(hierarchy.nodes_at(level), P))
+        M = P
+    return out
+
+
+def top_down(init_vals: list[np.ndarray], init_vars: list[np.ndarray], init_node: list[np.ndarray],
+             hierarchy: Hierarchy, K: int) -> dict[str, np.ndarray]:
+    """Top-down consistency (slides "Consistency Solution", "Top-down Consistency").
+
+    1. Consistency matching at the top level: match the root's groups with
+       its children's (:func:`match_level`) and merge each matched pair
+       (:func:`merge_estimates`); the merged values and variances become the
+       children's new estimates.
+    2. Use the new estimates for the next level's matching, down to the leaves.
+    3. Back substitution: round the merged leaf estimates to integers in
+       ``[0, K]``; the unattributed histogram of every node is the union of its
+       leaves' (slide: ``Ĥ_g^root = [1,1,1,1,2,3,3,6,9]`` from leaves
+       ``a = [1,1,1,2,9]``, ``b = [1,3,3,6]``).
+    4. Convert to count-of-counts histograms H.
+
+    Parameters
+    ----------
+    init_vals, init_vars, init_node : list of numpy.ndarray
+        Per level, the initial estimate Ĥ_g of every group, its variance
+        estimate V_g, and the index of its node in ``nodes_at(level)``.
+    hierarchy : Hierarchy
+    K : int
+
+    Returns
+    -------
+    dict[str, numpy.ndarray]
+        Node id -> int64 H, non-negative, sum G_τ, parent = sum of children.
+    """
+    cur_vals = np.asarray(init_vals[0], dtype=np.float64)
+    cur_vars = np.asarray(init_vars[0], dtype=np.float64)
+    cur_node = np.asarray(init_node[0], dtype=np.int64)
+    for level in range(1, hierarchy.levels):
+        c_vals = np.asarray(init_vals[level], dtype=np.float64)
+        c_vars = np.asarray(init_vars[level], dtype=np.float64)
+        c_node = np.asarray(init_node[level], dtype=np.int64)
+        c_parent = hierarchy.parent_index(level)[c_node]
+        p_idx, c_idx = match_level(cur_vals, cur_node, c_vals, c_parent)
+        merged, mvar = merge_estimates(cur_vals[p_idx], cur_vars[p_idx], c_vals[c_idx], c_vars[c_idx])
+        new_vals = np.empty_like(c_vals)
+        new_vars = np.empty_like(c_vars)
+        new_vals[c_idx] = merged
+        new_vars[c_idx] = mvar
+        cur_vals, cur_vars, cur_node = new_vals, new_vars, c_node
+    sizes = np.clip(round_half_up(cur_vals), 0, K)
+    n_leaves = len(hierarchy.leaves)
+    leaf_H = np.bincount(cur_node * (K + 1) + sizes, minlength=n_leaves * (K + 1)).reshape(n_leaves, K + 1)
+    return aggregate_up(leaf_H.astype(np.int64), hierarchy)

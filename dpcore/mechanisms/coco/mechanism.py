@@ -1,0 +1,426 @@
+"""Differentially private hierarchical count-of-counts histograms.
+
+Kuo, Chiu, Kifer, Hay & Machanavajjhala, "Differentially Private Hierarchical
+Count-of-Counts Histograms", PVLDB 2018 (seed 004, part 2).
+
+Problem (slide "Problem Definition"): for each node τ of a public hierarchy
+Γ, publish Ĥ^τ — non-negative integers, ``sum = τ.G`` (public), close to the
+true count-of-counts histogram, children summing to the parent.
+
+Privacy
+-------
+* Neighbour relation: **add/remove one item** (one record of the Persons
+  table; slide "Protect Privacy").  The groups table (group -> leaf) and the
+  hierarchy are public, so G_τ of every node is public and unchanged.
+* Notion: pure ε-DP (``dp``, δ = 0), geometric mechanism (slide "Geometric
+  Mechanism"): double-geometric = discrete Laplace noise of scale
+  ``Δ/ε_ℓ`` added to every cell of the chosen representation of every node
+  of level ℓ.  One item belongs to one group, hence to exactly one node per
+  level, so the level's L1 sensitivity equals the per-node one (see
+  :meth:`CocoMechanism.sensitivity`).
+* Cost: ``ε_ℓ`` for every measured level ℓ (sequential composition over
+  levels; nodes within a level are disjoint).  Bottom-up methods measure only
+  the leaf level.  Everything after :meth:`CocoMechanism.measure_level` is
+  post-processing of the stored noisy measurements and public counts.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from fractions import Fraction
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ...budget import PrivacyCost, exact
+from ...noise import NoiseSource
+from .consistency import (aggregate_up, hc_estimate, hc_variances, hg_estimate, hg_variances,
+                          naive_estimate, top_down)
+from .hierarchy import Hierarchy
+from .representations import _check_K, counts_from_leaf_counts, level_H_matrix, level_Hg
+
+__all__ = ["CocoMechanism"]
+
+_REPR = {
+    "naive": "H", "hg_l1": "Hg", "hg_l2": "Hg", "hc_l1": "Hc", "hc_l2": "Hc",
+    "bottom_up_hg": "Hg", "bottom_up_hc": "Hc", "top_down_hg": "Hg", "top_down_hc": "Hc",
+}
+
+
+class CocoMechanism:
+    """Count-of-counts histograms for every node of a public hierarchy.
+
+    Parameters
+    ----------
+    method : str
+        One of :attr:`METHODS`:
+
+        * ``naive`` — slide "Naive Strategy": H + noise ``2/ε``, least-squares
+          projection onto ``{>= 0, Σ = G}``, largest-remainder rounding.
+        * ``hg_l1``, ``hg_l2`` — slide "Unattributed Histogram H_g": H_g +
+          noise ``1/ε``, isotonic regression (L1 / L2), rounding, back to H.
+        * ``hc_l1``, ``hc_l2`` — slide "Cumulative Sum Histograms H_c": H_c +
+          noise ``1/ε``, isotonic regression with ``Ĥ_c[K] = G``, rounding.
+        * ``bottom_up_hg``, ``bottom_up_hc`` — slide "Bottom-up Aggregation":
+          only the leaves are measured (H_g / H_c method) and summed upwards.
+        * ``top_down_hg``, ``top_down_hc`` — slides "Consistency Solution" to
+          "Merge Estimates": every level measured with the H_g (resp. H_c)
+          method (the slides' "H_g × H_g × H_g" / "H_c × H_c × H_c"), then
+          top-down optimal matching + inverse-variance merging and
+          back-substitution at the leaves.
+
+        The per-node methods (naive, hg_*, hc_*) measure every level and do
+        **not** enforce parent = sum of children (slide "Non-hierarchical
+        Methods Issue").
+    epsilon_per_level : float or list of float
+        ε of each level (one number: the same for every level; a list: one
+        per level, root first).  For bottom-up methods only the leaf level's
+        ε is used and charged (the slides' comparison gives bottom-up the
+        whole budget: pass e.g. ``[1, 1, 3]`` to give the leaves ε = 3).
+    K : int
+        Public maximum group size (>= 1); larger groups are clamped to K.
+    loss : {"l1", "l2"}, keyword-only
+        Isotonic loss for the bottom-up and top-down methods (default
+        ``"l2"``, whose PAV block means match the slides' variance estimate
+        ``2/(|S_i| ε²)``).  Ignored by the per-node methods, whose names fix it.
+
+    Notes
+    -----
+    The constructor only stores its arguments; :meth:`validate` checks them.
+    Neighbour relation add/remove one item; notion pure ε-DP; total cost
+    ``Σ_{ℓ measured} ε_ℓ`` (:meth:`total_cost`).
+    """
+
+    METHODS = ("naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2", "bottom_up_hg", "bottom_up_hc",
+               "top_down_hg", "top_down_hc")
+    notion = "dp"
+    neighbour = "add-remove"
+
+    def __init__(self, method: str, epsilon_per_level, K: int, *, loss: str = "l2"):
+        self.method = method
+        self.epsilon_per_level = epsilon_per_level
+        self.K = K
+        self.loss = loss
+
+    # ------------------------------------------------------------ parameters
+    @property
+    def name(self) -> str:
+        """E.g. ``"coco-top_down_hc-l2"`` / ``"coco-hg_l1"``."""
+        if self.method in ("bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc"):
+            return f"coco-{self.method}-{self.loss}"
+        return f"coco-{self.method}"
+
+    @property
+    def representation(self) -> str:
+        """``"H"``, ``"Hg"`` or ``"Hc"``: what :meth:`measure_level` perturbs."""
+        self._check_method()
+        return _REPR[self.method]
+
+    @property
+    def _loss(self) -> str:
+        if self.method in ("hg_l1", "hc_l1"):
+            return "l1"
+        if self.method in ("hg_l2", "hc_l2"):
+            return "l2"
+        return self.loss
+
+    def _check_method(self) -> None:
+        if self.method not in self.METHODS:
+            raise ValueError(f"method must be one of {', '.join(self.METHODS)}; got {self.method!r}")
+
+    @staticmethod
+    def _check_eps(e, where: str) -> Fraction:
+        if isinstance(e, bool) or not isinstance(e, (numbers.Real, str)):
+            raise ValueError(f"epsilon_per_level{where} must be a number > 0, got {e!r}")
+        if isinstance(e, numbers.Real) and not e > 0:
+            raise ValueError(f"epsilon_per_level{where} must be > 0 (allowed range (0, inf)), got {e!r}")
+        try:
+            f = exact(e)
+        except (TypeError, ValueError, ArithmeticError):
+            raise ValueError(f"epsilon_per_level{where} must be a finite number > 0, got {e!r}") from None
+        if not f > 0 or (isinstance(e, float) and not math.isfinite(e)):
+            raise ValueError(f"epsilon_per_level{where} must be > 0 (allowed range (0, inf)), got {e!r}")
+        return f
+
+    def validate(self, hierarchy: Hierarchy | None = None) -> None:
+        """Check the parameters; raise ``ValueError`` naming the parameter.
+
+        Parameters
+        ----------
+        hierarchy : Hierarchy, optional
+            When given, a list ``epsilon_per_level`` must have exactly
+            ``hierarchy.levels`` entries.
+
+        Raises
+        ------
+        ValueError
+            ``method`` not in :attr:`METHODS`; ``K`` not an integer >= 1;
+            an epsilon not in ``(0, inf)``; wrong number of epsilons; ``loss``
+            not ``"l1"``/``"l2"``.
+        """
+        self._check_method()
+        _check_K(self.K)
+        if self.loss not in ("l1", "l2"):
+            raise ValueError(f"loss must be 'l1' or 'l2', got {self.loss!r}")
+        eps = self.epsilon_per_level
+        if isinstance(eps, (list, tuple, np.ndarray)):
+            if len(eps) == 0:
+                raise ValueError("epsilon_per_level must not be an empty list")
+            for i, e in enumerate(eps):
+                self._check_eps(e, f"[{i}]")
+            if hierarchy is not None and len(eps) != hierarchy.levels:
+                raise ValueError(f"epsilon_per_level has {len(eps)} entries but the hierarchy has "
+                                 f"{hierarchy.levels} levels (root included); give one epsilon per level")
+        else:
+            self._check_eps(eps, "")
+
+    def epsilon(self, level: int) -> Fraction:
+        """Exact ε of ``level`` (as the ledger reads it)."""
+        eps = self.epsilon_per_level
+        if isinstance(eps, (list, tuple, np.ndarray)):
+            if not 0 <= level < len(eps):
+                raise ValueError(f"level must be in [0, {len(eps) - 1}], got {level}")
+            return self._check_eps(eps[level], f"[{level}]")
+        if level < 0:
+            raise ValueError(f"level must be >= 0, got {level}")
+        return self._check_eps(eps, "")
+
+    # --------------------------------------------------------------- privacy
+    def sensitivity(self) -> int:
+        """L1 sensitivity, per level, of the perturbed representation.
+
+        Neighbours differ by one added/removed item, which belongs to one
+        public group (so to one node per level).  Adding an item to a group of
+        size ``j < K`` moves it to size ``j + 1`` (at ``j = K`` clamping
+        leaves everything unchanged); removing is the reverse.
+
+        * **H** (naive): ``H[j]`` drops by 1 and ``H[j+1]`` grows by 1 ->
+          L1 change **2**.
+        * **H_c**: ``H_c[i] = #groups of size <= i``; only ``H_c[j]`` changes
+          (the group is no longer of size <= j) -> **1**.
+        * **H_g** (sorted sizes): the *last* entry equal to ``j`` becomes
+          ``j + 1`` and the vector stays sorted, all other entries unchanged
+          -> **1**.  (G is public and fixed, so the length does not change.)
+
+        Returns
+        -------
+        int
+            2 for ``naive``, 1 otherwise.  Audited by brute force in
+            ``tests/test_coco_privacy.py``.
+        """
+        return 2 if self.representation == "H" else 1
+
+    def noise_scale(self, level: int) -> float:
+        """Discrete Laplace scale ``sensitivity / ε_level`` for ``level``,
+        rounded *up* to a float so the realised privacy loss never exceeds
+        the charged ε."""
+        frac = Fraction(self.sensitivity()) / self.epsilon(level)
+        s = float(frac)
+        if Fraction(s) < frac:
+            s = math.nextafter(s, math.inf)
+        return s
+
+    def levels_measured(self, hierarchy: Hierarchy) -> list[int]:
+        """Levels that receive noise: the leaf level only for bottom-up
+        methods, every level (root = 0) for the others."""
+        self._check_method()
+        if self.method.startswith("bottom_up"):
+            return [hierarchy.levels - 1]
+        return list(range(hierarchy.levels))
+
+    def level_cost(self, level: int, hierarchy: Hierarchy | None = None) -> PrivacyCost:
+        """Privacy cost ``(ε_level, 0)`` of measuring ``level``.
+
+        The pipeline charges this once per measured level before drawing that
+        level's noise.  If ``hierarchy`` is given and the level is not
+        measured (bottom-up, internal level), the cost is 0.
+        """
+        if hierarchy is not None and level not in self.levels_measured(hierarchy):
+            return PrivacyCost(0, 0)
+        return PrivacyCost(self.epsilon(level), 0)
+
+    def total_cost(self, hierarchy: Hierarchy) -> PrivacyCost:
+        """Sum of :meth:`level_cost` over :meth:`levels_measured`."""
+        total = PrivacyCost(0, 0)
+        for level in self.levels_measured(hierarchy):
+            total = total + self.level_cost(level)
+        return total
+
+    # ----------------------------------------------------------- measurement
+    def true_level(self, sizes_by_leaf: Mapping[str, np.ndarray], hierarchy: Hierarchy,
+                   level: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """True representation of every node at ``level`` (internal, private).
+
+        Returns
+        -------
+        nodes : list of str
+        lengths : numpy.ndarray
+            Number of cells per node (G_τ for H_g, K + 1 otherwise).
+        values : numpy.ndarray
+            All cells concatenated (int64).
+        """
+        K = int(self.K)
+        nodes = hierarchy.nodes_at(level)
+        rep = self.representation
+        if rep == "Hg":
+            lengths, values = level_Hg(sizes_by_leaf, hierarchy, K, level)
+        else:
+            M = level_H_matrix(sizes_by_leaf, hierarchy, K, level)
+            if rep == "Hc":
+                M = np.cumsum(M, axis=1)
+            lengths = np.full(len(nodes), K + 1, dtype=np.int64)
+            values = M.ravel()
+        return nodes, lengths, values
+
+    def measure_level(self, sizes_by_leaf: Mapping[str, np.ndarray], hierarchy: Hierarchy, level: int,
+                      noise: NoiseSource) -> dict[str, list[int]]:
+        """Noisy representation of every node at ``level`` — the only
+        privacy-critical call.
+
+        Parameters
+        ----------
+        sizes_by_leaf : dict[str, numpy.ndarray]
+            **Private** group sizes per leaf, clamped to K
+            (:func:`group_sizes_by_leaf`).
+        hierarchy : Hierarchy
+            Public hierarchy.
+        level : int
+            A level in :meth:`levels_measured`.
+        noise : NoiseSource
+            One vectorised ``discrete_laplace`` call for all cells of the level,
+            scale ``sensitivity / ε_level`` (:meth:`noise_scale`).
+
+        Returns
+        -------
+        dict[str, list[int]]
+            Node id -> noisy cells (plain ints, JSON-storable): H or H_c
+            (length K + 1) or H_g (length G_τ).  ε_level-DP under add/remove
+            one item; the caller must have charged :meth:`level_cost` first.
+        """
+        self.validate(hierarchy)
+        if level not in self.levels_measured(hierarchy):
+            raise ValueError(f"level {level} is not measured by method {self.method!r} "
+                             f"(measured levels: {self.levels_measured(hierarchy)})")
+        nodes, lengths, values = self.true_level(sizes_by_leaf, hierarchy, level)
+        noisy = noise.discrete_laplace(values, self.noise_scale(level))
+        bounds = np.concatenate([[0], np.cumsum(lengths)])
+        flat = noisy.tolist()
+        return {n: flat[bounds[i]:bounds[i + 1]] for i, n in enumerate(nodes)}
+
+    # -------------------------------------------------------- post-processing
+    def _check_inputs(self, measurements, hierarchy: Hierarchy, group_counts: Mapping[str, int]):
+        K = int(self.K)
+        G = {}
+        for node in hierarchy.nodes:
+            if node not in group_counts:
+                raise ValueError(f"group_counts has no entry for node {node!r}")
+            g = group_counts[node]
+            if isinstance(g, bool) or not isinstance(g, (numbers.Integral,)) or int(g) < 0:
+                raise ValueError(f"group_counts[{node!r}] must be an integer >= 0, got {g!r}")
+            G[node] = int(g)
+        for level in range(hierarchy.levels - 1):
+            for node in hierarchy.nodes_at(level):
+                s = sum(G[c] for c in hierarchy.children(node))
+                if s != G[node]:
+                    raise ValueError(f"group_counts[{node!r}] = {G[node]} differs from the sum over its "
+                                     f"children ({s})")
+        for level in self.levels_measured(hierarchy):
+            if level not in measurements:
+                raise ValueError(f"measurements lack level {level} (method {self.method!r} measures "
+                                 f"levels {self.levels_measured(hierarchy)})")
+            m = measurements[level]
+            for node in hierarchy.nodes_at(level):
+                if node not in m:
+                    raise ValueError(f"measurements of level {level} lack node {node!r}")
+                want = G[node] if self.representation == "Hg" else K + 1
+                if len(m[node]) != want:
+                    raise ValueError(f"measurement of node {node!r} has {len(m[node])} cells, expected {want}")
+        return G
+
+    def _node_estimate(self, y: np.ndarray, G: int, eps: Fraction):
+        """Per-node estimate: (H, sorted sizes Ĥ_g, variances V_g or None)."""
+        K = int(self.K)
+        rep = self.representation
+        if rep == "H":
+            H = naive_estimate(y, G)
+            return H, None, None
+        if rep == "Hg":
+            H, Hg, bsz = hg_estimate(y, K, self._loss)
+            return H, Hg, hg_variances(bsz, float(eps))
+        H = hc_estimate(y, G, self._loss)
+        return H, np.repeat(np.arange(K + 1), H), hc_variances(H, float(eps))
+
+    def postprocess(self, measurements: Mapping[int, Mapping[str, Sequence[int]]], hierarchy: Hierarchy,
+                    group_counts: Mapping[str, int]) -> dict[str, np.ndarray]:
+        """Deterministic post-processing of the stored noisy measurements.
+
+        Uses no noise and no private data: only ``measurements`` (noisy,
+        already charged), the public ``hierarchy`` and the public
+        ``group_counts`` — so the output has the same privacy guarantee.
+
+        Parameters
+        ----------
+        measurements : dict[int, dict[str, list[int]]]
+            Level -> output of :meth:`measure_level` for every measured level
+            (JSON round-tripped keys may be ``str``; ``int(level)`` is used).
+        hierarchy : Hierarchy
+        group_counts : dict[str, int]
+            Public number of groups G_τ of every node (parent = sum of children).
+
+        Returns
+        -------
+        dict[str, numpy.ndarray]
+            Node id -> int64 H of length K + 1, non-negative, ``sum = G_τ``.
+            Bottom-up and top-down: every node, and every parent equals the
+            sum of its children exactly.  Per-node methods (naive, hg_*,
+            hc_*): every node, estimated independently — consistency between
+            levels is **not** enforced.
+
+        Raises
+        ------
+        ValueError
+            Missing level/node, wrong cell count, inconsistent group counts.
+        """
+        self.validate(hierarchy)
+        measurements = {int(k): v for k, v in measurements.items()}
+        G = self._check_inputs(measurements, hierarchy, group_counts)
+        K = int(self.K)
+        if self.method.startswith("bottom_up"):
+            leaf_level = hierarchy.levels - 1
+            eps = self.epsilon(leaf_level)
+            rows = [self._node_estimate(np.asarray(measurements[leaf_level][leaf], dtype=np.float64),
+                                        G[leaf], eps)[0] for leaf in hierarchy.leaves]
+            return aggregate_up(np.vstack(rows) if rows else np.zeros((0, K + 1), np.int64), hierarchy)
+        if not self.method.startswith("top_down"):
+            out: dict[str, np.ndarray] = {}
+            for level in range(hierarchy.levels):
+                eps = self.epsilon(level)
+                for node in hierarchy.nodes_at(level):
+                    y = np.asarray(measurements[level][node], dtype=np.float64)
+                    out[node] = self._node_estimate(y, G[node], eps)[0]
+            return out
+        vals, vars_, idx = [], [], []
+        for level in range(hierarchy.levels):
+            eps = self.epsilon(level)
+            lv, lvar, lidx = [], [], []
+            for i, node in enumerate(hierarchy.nodes_at(level)):
+                y = np.asarray(measurements[level][node], dtype=np.float64)
+                _, Hg, V = self._node_estimate(y, G[node], eps)
+                lv.append(Hg)
+                lvar.append(V)
+                lidx.append(np.full(len(Hg), i, dtype=np.int64))
+            vals.append(np.concatenate(lv))
+            vars_.append(np.concatenate(lvar))
+            idx.append(np.concatenate(lidx))
+        return top_down(vals, vars_, idx, hierarchy, K)
+
+    def publish(self, sizes_by_leaf: Mapping[str, np.ndarray], hierarchy: Hierarchy,
+                noise: NoiseSource) -> dict[str, np.ndarray]:
+        """Measure every measured level, then :meth:`postprocess` (no ledger:
+        for benchmarks and tests; the pipeline charges per level itself)."""
+        self.validate(hierarchy)
+        leaf_counts = np.array([len(sizes_by_leaf.get(leaf, ())) for leaf in hierarchy.leaves], dtype=np.int64)
+        counts = counts_from_leaf_counts(leaf_counts, hierarchy)
+        meas = {level: self.measure_level(sizes_by_leaf, hierarchy, level, noise)
+                for level in self.levels_measured(hierarchy)}
+        return self.postprocess(meas, hierarchy, counts)

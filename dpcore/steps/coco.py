@@ -1,0 +1,203 @@
+"""Private step ``coco``: hierarchical count-of-counts histograms (seed 004 part 2).
+
+For every node of a public hierarchy (e.g. root → carrier → carrier × origin)
+publish how many groups (planes) have each size j (number of flights), as
+non-negative integer histograms that add up down the tree, under pure ε-DP for
+the items (add/remove one flight).
+
+Public inputs come only from the spec: the groups file maps every group to
+one leaf (so each node's number of groups G_τ is public), the level columns,
+and the maximum group size K (larger groups are clamped, as the report says).
+The private input is the items' group column of the validated table.
+
+Ledger: **one charge per measured level**, each made before that level's
+noise is drawn (:meth:`CocoMechanism.measure_level`); the stored payload is
+the level's noisy measurement. Consistency post-processing (isotonic
+regression, top-down matching and merging) reads only those stored noisy
+measurements and public counts, so a re-run with the same key reproduces the
+same release without new noise. The true histograms exist only inside this
+function and in ``internal.coco_emd`` (the per-node error, a diagnostic).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..bundle import StepOutput
+from ..ingest import IngestResult
+from ..mechanisms.coco import CocoMechanism, Hierarchy, coco_histograms, emd, group_counts, group_sizes_by_leaf
+from ..plots import coco_plots
+from ..settings import Settings
+from ..spec import ReleaseSpec
+from .common import StepInputError, charge_request, load_columns, noise_source, open_stores
+
+
+@dataclass(frozen=True)
+class CocoInputs:
+    """The public side of the step, read from the groups file."""
+
+    hierarchy: Hierarchy
+    group_leaf: pd.Series
+    group_counts: dict[str, int]
+    file_hash: str
+
+
+def coco_inputs(spec: ReleaseSpec) -> CocoInputs:
+    """Read and check the public groups file; build the hierarchy and G_τ per node.
+
+    Raises
+    ------
+    StepInputError
+        Missing file or column, a group mapped to no leaf (empty level value,
+        or a group of the public domain absent from the file) or to two leaves
+        (listed twice).
+    """
+    cfg = spec.steps.coco
+    gid = cfg.group_id or cfg.group_column
+    path = Path(cfg.groups_file)
+    try:
+        raw = path.read_bytes()
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except FileNotFoundError:
+        raise StepInputError(f"steps.coco.groups_file not found: {path}") from None
+    missing = [c for c in (gid, *cfg.levels) if c not in df.columns]
+    if missing:
+        raise StepInputError(f"steps.coco.groups_file {path.name} has no column(s) {missing}")
+    dup = df[gid][df[gid].duplicated()]
+    if len(dup):
+        raise StepInputError(
+            f"steps.coco.groups_file: {dup.nunique()} group(s) are mapped to more than one leaf, e.g. {sorted(dup)[:5]}"
+        )
+    empty = df[gid][(df[list(cfg.levels)] == "").any(axis=1)]
+    if len(empty):
+        raise StepInputError(f"steps.coco.groups_file: {len(empty)} group(s) are mapped to no leaf, e.g. {list(empty)[:5]}")
+    domain = set(spec.public_schema.categorical[cfg.group_column].domain_strings)
+    unmapped = sorted(domain - set(df[gid]))
+    if unmapped:
+        raise StepInputError(
+            f"steps.coco: {len(unmapped)} group(s) of schema.categorical.{cfg.group_column} are mapped to no leaf "
+            f"in {path.name}, e.g. {unmapped[:5]}"
+        )
+    paths = df[list(cfg.levels)].drop_duplicates().reset_index(drop=True)
+    try:
+        hierarchy = Hierarchy.from_leaf_paths(paths, list(cfg.levels))
+        hierarchy.validate()
+    except ValueError as exc:
+        raise StepInputError(f"steps.coco hierarchy: {exc}") from None
+    leaves = Hierarchy.node_ids(df[list(cfg.levels)], list(cfg.levels)).iloc[:, -1].to_numpy()
+    group_leaf = pd.Series(leaves, index=df[gid].to_numpy(), name="leaf")
+    return CocoInputs(hierarchy, group_leaf, group_counts(group_leaf, hierarchy), hashlib.sha256(raw).hexdigest())
+
+
+def _long_table(est: dict[str, np.ndarray], hierarchy: Hierarchy) -> pd.DataFrame:
+    rows = []
+    for level in range(hierarchy.levels):
+        for node in hierarchy.nodes_at(level):
+            h = np.asarray(est[node])
+            nz = np.flatnonzero(h)
+            rows.append(pd.DataFrame({"node": node, "level": level, "group_size": nz, "groups": h[nz]}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def coco_step(
+    spec: ReleaseSpec, settings: Settings, ingested: IngestResult, flow_run_id: str | None = None,
+    plot_dir: Path | None = None,
+) -> StepOutput:
+    """Publish consistent count-of-counts histograms for every node (one charge per level).
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+        ``spec.steps.coco`` holds the group column, groups file, levels, K,
+        epsilon per level and method.
+    settings : Settings
+    ingested : IngestResult
+    flow_run_id : str, optional
+    plot_dir : Path, optional
+        Where the PNG plots are drawn (default: a folder under the data dir).
+
+    Returns
+    -------
+    StepOutput
+        Table ``histograms`` (node, level, group_size, groups; non-zero cells),
+        plots and a report section.
+
+    Raises
+    ------
+    StepInputError, ValueError
+        Bad public inputs or parameters; raised before any charge.
+    BudgetExceededError
+        A level's charge does not fit (earlier levels stay charged and stored;
+        re-running after raising the cap reuses them).
+    """
+    cfg = spec.steps.coco
+    inputs = coco_inputs(spec)
+    h = inputs.hierarchy
+    mech = CocoMechanism(cfg.method, cfg.epsilon_per_level, cfg.max_group_size)
+    mech.validate(h)
+    stores = open_stores(settings)
+    noise = noise_source()
+    items = load_columns(stores.warehouse, spec, ingested, [cfg.group_column])[cfg.group_column]
+    items = items[items.notna()].astype(str).to_numpy()
+    sizes = group_sizes_by_leaf(items, inputs.group_leaf, cfg.max_group_size)
+    base = {
+        "method": cfg.method, "epsilon_per_level": cfg.epsilon_per_level, "K": cfg.max_group_size,
+        "levels": list(cfg.levels), "groups_file": inputs.file_hash, "group_column": cfg.group_column,
+    }
+    measurements: dict[int, dict[str, list[int]]] = {}
+    keys = []
+    for level in mech.levels_measured(h):
+        req = charge_request(
+            spec, ingested, f"coco_level{level}", mech, mech.level_cost(level), {**base, "level": level},
+            noise, flow_run_id,
+        )
+        rel = stores.ledger.release_once(
+            req, lambda level=level: {"measurement": mech.measure_level(sizes, h, level, noise)}
+        )
+        measurements[level] = rel.payload["measurement"]
+        keys.append(rel.key)
+    est = mech.postprocess(measurements, h, inputs.group_counts)
+    _store_error(stores.warehouse, keys[-1], h, coco_histograms(sizes, h, cfg.max_group_size), est)
+
+    table = _long_table(est, h)
+    images = coco_plots(est, h, plot_dir or settings.data / "plots" / spec.release_id, cfg.max_group_size)
+    eps = cfg.epsilon_per_level if isinstance(cfg.epsilon_per_level, list) else [cfg.epsilon_per_level] * h.levels
+    md = (
+        "## Count-of-counts histograms (differentially private)\n\n"
+        f"For each node of {' → '.join(['all', *cfg.levels])}: how many groups ({cfg.group_column}) have each "
+        f"size. Method `{cfg.method}`, epsilon per level {', '.join(f'{e:g}' for e in eps)} "
+        f"(levels measured: {mech.levels_measured(h)}), add/remove-one-item neighbours. "
+        f"Group sizes above the public maximum K = {cfg.max_group_size} are counted as K. "
+        "Every histogram is non-negative and integral, sums to the node's public number of groups, and "
+        + ("every parent equals the sum of its children." if cfg.method.startswith(("top_down", "bottom_up"))
+           else "(per-node method) parents are not forced to equal the sum of their children.")
+        + f" Table: `tables/coco__histograms.csv` ({len(table):,} non-zero cells)."
+    )
+    return StepOutput("coco", {"histograms": table}, md, images=images, keys=keys)
+
+
+def _store_error(wh, key: str, h: Hierarchy, true_h: dict[str, np.ndarray], est: dict[str, np.ndarray]) -> None:
+    """Earthmover's distance per node (non-private diagnostic) into ``internal.coco_emd``."""
+    diag = pd.DataFrame(
+        [{"key": key, "node": n, "level": lv, "emd": float(emd(true_h[n], est[n]))}
+         for lv in range(h.levels) for n in h.nodes_at(lv)]
+    )
+
+    def op(con):
+        con.execute("CREATE TABLE IF NOT EXISTS internal.coco_emd (key VARCHAR, node VARCHAR, level INTEGER, emd DOUBLE)")
+        con.execute("DELETE FROM internal.coco_emd WHERE key = ?", [key])
+        con.register("_diag", diag)
+        con.execute("INSERT INTO internal.coco_emd SELECT * FROM _diag")
+
+    wh.run(op, transaction=True)
+
+
+def coco_payload_summary(out: StepOutput) -> dict[str, Any]:
+    """Small public summary of a coco output (for flow return values)."""
+    t = out.tables["histograms"]
+    return {"nodes": int(t["node"].nunique()), "cells": int(len(t))}
