@@ -321,6 +321,31 @@ class CocoSpec(_Strict):
         return self
 
 
+class OutlierCountsSpec(_Strict):
+    """The ``outlier_counts`` private step (seed 002, Scenario 2): top-h subspaces, then their outlier counts.
+
+    Distances: dist_S over the chosen numeric attributes scaled to [0, 1] by
+    their public bounds (Definition 7). Budget: ``epsilon_select`` for the h
+    exponential-mechanism draws in total, then ``(epsilon_count, delta_count)``
+    for each of the h counts.
+    """
+
+    enabled: bool = False
+    attributes: list[str] | None = Field(default=None, description="Numeric attributes (default: all numeric).")
+    k: int = Field(default=3, ge=1, description="An outlier has fewer than k neighbours within r (>= 1).")
+    r: float = Field(default=0.05, gt=0, description="Neighbourhood radius in dist_S units (> 0).")
+    subspace_dim: int = Field(default=1, ge=1, description="Candidate subspaces: all subsets of this size.")
+    candidates: list[list[str]] | None = Field(default=None, description="Or an explicit list of subspaces.")
+    h: int = Field(default=2, ge=1, description="How many subspaces to select (<= number of candidates).")
+    epsilon_select: float = Field(default=0.5, gt=0, le=10, description="Epsilon of the whole top-h selection.")
+    epsilon_count: float = Field(
+        default=0.5, gt=0, lt=1, description="Epsilon of each released count, in (0, 1) (Theorems 1-2 need epsilon < 1)."
+    )
+    delta_count: float = Field(default=1e-6, gt=0, lt=1, description="Delta of each released count, in (0, 1).")
+    method: Literal["smooth", "global"] = Field(default="smooth", description="Smooth sensitivity or the global-sensitivity baseline.")
+    size_limit: int = Field(default=12, ge=1, le=30, description="Largest |P| solved exactly by Algorithm 1.")
+
+
 class StepsSpec(_Strict):
     """Per-step settings. Each private step adds its section here."""
 
@@ -329,6 +354,7 @@ class StepsSpec(_Strict):
     detect: DetectSpec = Field(default_factory=DetectSpec)
     aiq: AiqSpec = Field(default_factory=AiqSpec)
     coco: CocoSpec = Field(default_factory=CocoSpec)
+    outlier_counts: OutlierCountsSpec = Field(default_factory=OutlierCountsSpec)
 
 
 class ReleaseSpec(_Strict):
@@ -359,6 +385,11 @@ class ReleaseSpec(_Strict):
                 raise ValueError(
                     f"steps.detect.templates[{n}].contextual {bad} must be other attributes declared in schema"
                 )
+        oc = self.steps.outlier_counts
+        names = [a for sub in (oc.candidates or []) for a in sub] + list(oc.attributes or [])
+        unknown = sorted({a for a in names if a not in self.public_schema.numeric})
+        if unknown:
+            raise ValueError(f"steps.outlier_counts attributes {unknown} are not numeric attributes of schema.numeric")
         coco = self.steps.coco
         if coco.enabled and coco.group_column not in self.public_schema.categorical:
             raise ValueError(

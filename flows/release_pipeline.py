@@ -7,13 +7,24 @@ from typing import Any
 from prefect import flow
 
 from tasks.common import resolve
-from tasks.stages import aiq_task, bundle_task, coco_task, ingest_task, record_counts_task, validate_task
+from tasks.stages import (
+    aiq_task,
+    bundle_task,
+    coco_task,
+    ingest_task,
+    outlier_counts_task,
+    record_counts_task,
+    validate_task,
+)
 
 from .detect import run_detection
 from .params import DEMO_SPEC, ReleaseId, SpecPath
+from .runner import task_runner_from_env
 
 
-@flow(name="release_pipeline", log_prints=False)
+# mapped tasks (detector templates) go to the runner chosen by DPR_TASK_RUNNER / DPR_DASK_ADDRESS;
+# every warehouse/ledger task is called directly and runs in this flow's process (flows/runner.py)
+@flow(name="release_pipeline", log_prints=False, task_runner=task_runner_from_env())
 def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = None) -> dict[str, Any]:
     """Run a whole release: every private output is charged to the ledger first.
 
@@ -31,6 +42,8 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
         outputs.append(record_counts_task(spec, settings, ingested))
     if spec.steps.aiq.enabled:
         outputs.append(aiq_task(spec, settings, ingested))
+    if spec.steps.outlier_counts.enabled:
+        outputs.append(outlier_counts_task(spec, settings, ingested))
     if spec.steps.coco.enabled:
         outputs.append(coco_task(spec, settings, ingested))
     bundle = bundle_task(spec, settings, ingested, summary, outputs)

@@ -4,11 +4,20 @@ Every task that touches private data or draws noise is declared with
 :func:`private_task`: result persistence off (persisted results would write
 private values under ``PREFECT_HOME``) and no input-based caching. Retries are
 safe only because the ledger's idempotency key returns the stored release
-instead of drawing fresh noise (DESIGN.md rule 2).
+instead of drawing fresh noise (DESIGN.md rule 2); the tasks that draw noise
+use :data:`NOISE_RETRIES` (one retry, only for errors a retry can cure).
+
+The same decorator keeps warehouse and ledger work in the flow process: unless
+declared ``worker_safe=True`` (pure computations on arrays / DataFrames, such
+as a detector fit), a private task refuses to run on a Dask worker, so a
+scale-out runner (:mod:`flows.runner`) can never make a second process write
+the DuckDB file or the ledger.
 """
 from __future__ import annotations
 
+import functools
 import re
+import sys
 from typing import Any, Callable
 
 from prefect import task
@@ -18,13 +27,70 @@ from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec, load_spec
 
 
-def private_task(fn: Callable | None = None, **kwargs: Any):
-    """``@task`` with persistence and caching off (for private data and noise)."""
+class FlowProcessOnlyError(RuntimeError):
+    """A task that touches the warehouse or the ledger was sent to a Dask worker."""
+
+
+def on_dask_worker() -> bool:
+    """True while executing a task on a Dask worker."""
+    if "distributed" not in sys.modules:
+        return False
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    return True
+
+
+def _flow_process_only(fn: Callable, name: str) -> Callable:
+    @functools.wraps(fn)
+    def guarded(*args: Any, **kwargs: Any):
+        if on_dask_worker():
+            raise FlowProcessOnlyError(
+                f"task {name!r} reads or writes the warehouse/ledger and must run in the flow process: "
+                "call it directly from the flow instead of .submit()/.map() (see flows/runner.py)"
+            )
+        return fn(*args, **kwargs)
+
+    return guarded
+
+
+def _no_retry_for_user_errors(task_, task_run, state) -> bool:
+    """Retry condition: retrying cannot cure bad input, an exhausted budget or an orphaned charge."""
+    from dpcore.budget import BudgetExceededError
+    from dpcore.ledger import LedgerError
+    from dpcore.steps.common import StepInputError
+
+    return not isinstance(state.data, (StepInputError, BudgetExceededError, LedgerError, FlowProcessOnlyError))
+
+
+NOISE_RETRIES: dict[str, Any] = dict(retries=1, retry_delay_seconds=1, retry_condition_fn=_no_retry_for_user_errors)
+"""Retry settings of the tasks that draw noise: safe only because ``PrivacyLedger.release_once``
+returns the stored release for a key already released (no second charge, no second draw)."""
+
+
+def private_task(fn: Callable | None = None, *, worker_safe: bool = False, **kwargs: Any):
+    """``@task`` with persistence and caching off (for private data and noise).
+
+    Parameters
+    ----------
+    worker_safe : bool
+        False (default): the task touches the warehouse or the ledger and
+        raises :class:`FlowProcessOnlyError` if a runner ever sends it to a
+        Dask worker. True: a pure computation that may run on any worker.
+    **kwargs
+        Other ``@task`` options (``name``, ``retries``, ...); persistence and
+        caching stay off unless explicitly overridden.
+    """
     opts = dict(persist_result=False, cache_policy=NO_CACHE, log_prints=False)
     opts.update(kwargs)
-    if fn is None:
-        return lambda f: task(f, **opts)
-    return task(fn, **opts)
+
+    def make(f: Callable):
+        return task(f if worker_safe else _flow_process_only(f, opts.get("name") or f.__name__), **opts)
+
+    return make if fn is None else make(fn)
 
 
 def flow_run_id() -> str | None:
@@ -38,6 +104,36 @@ def flow_run_id() -> str | None:
 def artifact_key(*parts: str) -> str:
     """A valid artifact key (lowercase letters, digits, dashes)."""
     return re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")[:100]
+
+
+class Progress:
+    """A Prefect progress artifact for a loop of ``total`` steps (a plain ``callback(done, total)``).
+
+    Created at 0 % when the loop starts and updated after each step; also logs
+    "<what>: done/total" lines (counts of *steps*, never of data). Create it
+    inside a flow or task run; pass it to ``dpcore`` as a plain callback
+    (``progress(done, total)``, or ``progress()`` for one more step done).
+    """
+
+    def __init__(self, key: str, what: str, total: int):
+        from prefect import get_run_logger
+        from prefect.artifacts import create_progress_artifact
+
+        self.what, self.total, self.done = what, max(int(total), 0), 0
+        self._log = get_run_logger()
+        self._id = create_progress_artifact(
+            progress=0.0, key=artifact_key("progress", key), description=f"{what}: 0 of {self.total} done"
+        )
+
+    def __call__(self, done: int | None = None, total: int | None = None) -> None:
+        from prefect.artifacts import update_progress_artifact
+
+        self.done = self.done + 1 if done is None else int(done)
+        if total is not None:
+            self.total = int(total)
+        pct = 100.0 * self.done / self.total if self.total else 100.0
+        update_progress_artifact(self._id, progress=pct, description=f"{self.what}: {self.done} of {self.total} done")
+        self._log.info("%s: %d/%d done", self.what, self.done, self.total)
 
 
 def resolve(spec_path: str, release_id: str | None) -> tuple[ReleaseSpec, Settings]:

@@ -19,7 +19,7 @@ def detection_frame_task(spec: ReleaseSpec, settings: Settings, ingested: Ingest
     return detection_frame(spec, settings, ingested)
 
 
-@private_task(name="fit-template")
+@private_task(name="fit-template", worker_safe=True)
 def fit_template_task(df: pd.DataFrame, template: Template, spec: ReleaseSpec) -> TemplateFit:
     """Fit one correlation template (one filter); runs on a Dask worker when configured."""
     fit = fit_one(df, template, spec)

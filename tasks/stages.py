@@ -13,18 +13,19 @@ from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec
 from dpcore.steps.aiq import aiq_step
 from dpcore.steps.coco import coco_step
+from dpcore.steps.outlier_counts import outlier_counts_step
 from dpcore.steps.record_counts import record_counts_step
 
-from .common import artifact_key, flow_run_id, private_task
+from .common import NOISE_RETRIES, Progress, artifact_key, flow_run_id, private_task
 
 
 @private_task(name="ingest")
 def ingest_task(spec: ReleaseSpec, settings: Settings) -> IngestResult:
     """Store the input in the warehouse's ``raw`` schema and register the budget."""
     res = pipeline.ingest_stage(spec, settings)
-    get_run_logger().info(
-        "ingested %s: %d rows, content hash %s… (%s)",
-        res.dataset, res.n_rows, res.content_hash[:12], "already present" if res.reused else "new",
+    get_run_logger().info(  # no row count: the true number of records is private (DESIGN.md rule 6)
+        "ingested %s: content hash %s… (%s)",
+        res.dataset, res.content_hash[:12], "already present" if res.reused else "new",
     )
     return res
 
@@ -40,26 +41,35 @@ def validate_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult)
         _validation_artifacts(spec, exc.outcome.summary())
         raise
     _validation_artifacts(spec, summary)
+    # exact accepted/quarantined counts are private (record_counts releases them with noise):
+    # they stay in the warehouse and the bundle's owner/ folder, never in logs
     get_run_logger().info(
-        "validation: %d rows accepted, %d quarantined", summary["n_valid"], summary["n_rejected"]
+        "validation passed: %s (exact counts for the data owner only: owner/validation_summary.json)",
+        "some rows broke a rule and were quarantined" if summary["n_rejected"] else "no row was quarantined",
     )
     return summary
 
 
 def _validation_artifacts(spec: ReleaseSpec, summary: dict[str, Any]) -> None:
+    # Rules and columns only. Per-rule counts would give the true number of quarantined rows
+    # (which record_counts releases with noise) and row numbers say which records failed: both stay
+    # in the warehouse and in the bundle's owner/validation_summary.json (data owner only).
     rows = [
-        {"rule": r["rule"], "column": r["column"] or "", "count": int(r["count"]),
-         "first_rows": ", ".join(str(x) for x in r["example_rows"])}
-        for r in [*summary.get("table_failures", []), *summary.get("row_failures", [])]
+        {"rule": r["rule"], "column": r["column"] or "", "broken_by": level}
+        for level, key in (("the table", "table_failures"), ("some rows", "row_failures"))
+        for r in summary.get(key, [])
     ]
     create_table_artifact(
         key=artifact_key("validation", spec.dataset.name),
-        table=rows or [{"rule": "all rules passed", "column": "", "count": 0, "first_rows": ""}],
-        description=f"Validation of {spec.dataset.name} (rules, columns, counts, input row numbers; no values)",
+        table=rows or [{"rule": "all rules passed", "column": "", "broken_by": ""}],
+        description=(
+            f"Validation of {spec.dataset.name}: rules and columns that were broken (no values, no counts; "
+            "exact counts and row numbers for the data owner in owner/validation_summary.json)"
+        ),
     )
 
 
-@private_task(name="record-counts")
+@private_task(name="record-counts", **NOISE_RETRIES)
 def record_counts_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> StepOutput:
     """Private step: noisy accepted/quarantined row counts (one ledger charge per key)."""
     return record_counts_step(spec, settings, ingested, flow_run_id())
@@ -98,13 +108,20 @@ def bundle_task(
     return res
 
 
-@private_task(name="aiq")
+@private_task(name="aiq", **NOISE_RETRIES)
 def aiq_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> StepOutput:
     """Private step: (beta, r)-anomaly identification answers (one ledger charge per batch)."""
     return aiq_step(spec, settings, ingested, flow_run_id())
 
 
-@private_task(name="coco")
+@private_task(name="coco", **NOISE_RETRIES)
 def coco_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> StepOutput:
     """Private step: consistent count-of-counts histograms (one ledger charge per level)."""
-    return coco_step(spec, settings, ingested, flow_run_id())
+    progress = Progress(f"coco-levels-{spec.dataset.name}", "coco levels measured", 0)
+    return coco_step(spec, settings, ingested, flow_run_id(), progress=progress)
+
+
+@private_task(name="outlier-counts", **NOISE_RETRIES)
+def outlier_counts_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> StepOutput:
+    """Private step: top-h outlier subspaces, then a noisy outlier count in each."""
+    return outlier_counts_step(spec, settings, ingested, flow_run_id())

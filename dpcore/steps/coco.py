@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -106,7 +106,7 @@ def _long_table(est: dict[str, np.ndarray], hierarchy: Hierarchy) -> pd.DataFram
 
 def coco_step(
     spec: ReleaseSpec, settings: Settings, ingested: IngestResult, flow_run_id: str | None = None,
-    plot_dir: Path | None = None,
+    plot_dir: Path | None = None, progress: Callable[[int, int], None] | None = None,
 ) -> StepOutput:
     """Publish consistent count-of-counts histograms for every node (one charge per level).
 
@@ -120,6 +120,9 @@ def coco_step(
     flow_run_id : str, optional
     plot_dir : Path, optional
         Where the PNG plots are drawn (default: a folder under the data dir).
+    progress : callable, optional
+        ``progress(done, total)``: called with 0 before the first measured
+        level and after each one (counts of levels only, nothing private).
 
     Returns
     -------
@@ -151,7 +154,10 @@ def coco_step(
     }
     measurements: dict[int, dict[str, list[int]]] = {}
     keys = []
-    for level in mech.levels_measured(h):
+    levels = mech.levels_measured(h)
+    if progress is not None:
+        progress(0, len(levels))
+    for done, level in enumerate(levels, start=1):
         req = charge_request(
             spec, ingested, f"coco_level{level}", mech, mech.level_cost(level), {**base, "level": level},
             noise, flow_run_id,
@@ -161,6 +167,8 @@ def coco_step(
         )
         measurements[level] = rel.payload["measurement"]
         keys.append(rel.key)
+        if progress is not None:
+            progress(done, len(levels))
     est = mech.postprocess(measurements, h, inputs.group_counts)
     _store_error(stores.warehouse, keys[-1], h, coco_histograms(sizes, h, cfg.max_group_size), est)
 

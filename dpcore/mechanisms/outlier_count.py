@@ -1,0 +1,859 @@
+"""Differentially private count of distance-based outliers in a subspace.
+
+Source: seed 002, Okada, Fukuchi, Kakizaki & Sakuma, "Differentially Private
+Analysis of Outliers" (the paper).  Section/equation/theorem numbers below are
+the paper's.
+
+Query (Section 3.1-3.2)
+-----------------------
+Records are real vectors scaled to [0, 1] by the spec's *public* bounds
+(:func:`dpcore.neighbors.scale_by_bounds`).  In subspace ``S`` the distance is
+``dist_S(x, y) = sqrt(sum_{i in S} (x_i - y_i)^2 / |S|)`` (Section 3.1);
+:func:`subspace_view` returns coordinates in which plain Euclidean distance is
+``dist_S``.  ``N_S(X, r, x)`` (Definition 7, eq. 12) are the *other* records
+within ``r`` (closed ball; duplicates are distinct records and count), and
+``x`` is an outlier when ``|N_S| < k`` (Definition 8, eq. 13).
+``q_count = |O_S(X, k, r)|`` (eq. 14).
+
+Neighbour relation and privacy notion
+-------------------------------------
+Replace one record, ``N`` fixed (Section 2: ``H(X, X') = 1``,
+``|X| = |X'| = N``), ``neighbour = "replace-one"``.  Notion ``dp``:
+(epsilon, delta)-differential privacy (Definition 1).  One release costs
+``(epsilon, delta)`` (:meth:`OutlierCountMechanism.privacy_map`).
+
+Mechanisms
+----------
+* ``method="global"``: Theorem 1 (Gaussian mechanism with global sensitivity)
+  using the **upper** bound of Theorem 4, ``GS <= min(N, k K_d + 1)`` with an
+  upper bound on the kissing number (:mod:`dpcore.mechanisms.kissing`).
+* ``method="smooth"``: Theorem 2 (Nissim-Raskhodnikova-Smith Gaussian
+  mechanism with a beta-smooth upper bound on the local sensitivity), with
+  the bound of Theorems 5-6 evaluated by Algorithms 1-2 (Section 4.3).
+
+The smooth upper bound implemented here
+---------------------------------------
+Let ``deg(y)`` be the degree (eq. 19), ``V(j)`` the records of degree ``j``
+(eq. 20) and, for ``t >= 0``,
+
+    P_hi(t) = union_{i=-t..t} V(k + i),   P_lo(t) = union_{i=-t..t} V(k - 1 + i)
+
+(the sets ``P`` of eqs. 45-46).  ``E(P) = max_x |P ∩ B(x, r)|`` is the largest
+subset of ``P`` enclosable in a ball of radius ``r`` (Algorithm 1).  Then
+
+    U(t) = min(G, max(f_t(P_hi(t)), f_t(P_lo(t))) + t + 1),
+    S(X) = max_{t >= 0} exp(-t beta) U(t),                         (eq. 29/31)
+
+with ``G = min(N, k K_d^up + 1)`` (Theorem 4) and
+
+    f_t(P) = min( max(E(P), |P| - L),  K_d^up (D_t + 1) ),
+
+``L = size_limit`` and ``D_t = k + t`` for ``P_hi`` (``k - 1 + t`` for ``P_lo``).
+
+*Why it is an upper bound on LS (eq. 6).*  Theorem 5 (eq. 23) gives
+``LS <= max(max_x |CV(X, x, k, r)|, max_x |CV(X, x, k-1, r)|) + 1`` and
+``|CV(X, x, k, r)| = |B(x, r) ∩ V(k)| <= E(P_hi(0))`` (resp. ``P_lo(0)``).
+``f_t >= E``: ``max(E, .) >= E`` trivially, and every subset ``C`` of ``P``
+inside a ball of radius ``r`` has ``|C| <= K_d (D + 1)`` when all its points
+have degree ``<= D`` (greedily pick a point, discard it and its ``<= D``
+neighbours; the picked points lie in one ball of radius ``r`` and are pairwise
+more than ``r`` apart, so they subtend angles ``> 60 deg`` at its centre and
+there are at most ``K_d`` of them).  ``LS <= G`` is Theorem 4 (its proof: the
+removal side and the insertion side flip at most ``k K_d`` records each, with
+opposite signs, plus the moved record itself), and ``LS <= N`` trivially.
+
+*Why it is beta-smooth (eq. 7).*  If ``X' ~ X`` moves record ``z``, every
+other record's degree changes by at most one, so
+``P(t)(X) \\ {z} ⊆ P(t+1)(X')`` (the proof of Lemma 1).  ``f_t`` is
+(i) monotone under set inclusion, (ii) drops by at most 1 when one point is
+deleted (true of ``E``, of ``|P| - L`` and of a constant; preserved by max and
+min), and (iii) ``f_t <= f_{t+1}`` pointwise.  Hence
+``f_t(P(t)(X)) <= f_{t+1}(P(t+1)(X')) + 1``, i.e. ``U(t)(X) <= U(t+1)(X')``,
+and ``S(X) <= exp(beta) S(X')`` (the argument
+behind Theorem 6; Nissim et al. 2007, Section 3).
+
+*The relaxation above the size limit (Section 4.3, Proposition 1).*
+Algorithm 1 is exponential in ``|P|``.  For ``|P| <= L`` the term
+``|P| - L <= 0`` is void and ``f = E`` exactly (Algorithm 1 with pruning).
+For ``|P| > L`` the floor ``|P| - L`` lets the exact search be skipped whenever
+a cheap certificate shows ``E(P) <= |P| - L`` (the largest ``2r``-ball around
+a point of ``P`` holds at most ``|P| - L`` points; every set enclosable in
+radius ``r`` lies in such a ball); otherwise the search only looks for sets
+larger than the floor.  It is Proposition 1's ``|P|``-based bound shifted
+down by ``L``.  **Switching on the raw size is not valid**: "``E(P)`` if
+``|P| <= L`` else ``|P|``" breaks property (ii) -- with ``|P| = L + 1`` spread
+points, deleting one drops the value from ``L + 1`` to ``E``, and the
+smoothness inequality fails -- so the switch is built into ``f`` itself.
+
+*Algorithm 2 / Proposition 2.*  ``S`` is evaluated for ``t = 0, 1, ...``;
+the tail ``max_{t' >= t} e^{-t' beta} U(t')`` is bounded with Proposition 1
+(``f_{t'}(P(t')) <= g(P(t0)) + |P(t') \\ P(t0)|`` from the last evaluated
+``t0``, and ``<= min(|P(t')|, K_d (D + 1))``), and evaluation stops once the
+bound is ``<= S_max`` (Proposition 2).  Terms whose own bound is
+``<= S_max`` are skipped.  The value returned is therefore *exactly*
+``S(X)`` defined above (never a truncation), which is what the smoothness
+proof needs.  Since ``U(0) >= 1``, terms with ``e^{-t beta} G <= 1`` never
+matter, so at most ``ceil(ln G / beta)`` steps are needed and degrees are only
+counted up to ``k + that`` (saturating KD-tree counts).
+
+Numerical notes: ball membership uses the closed ball as evaluated by
+:func:`dpcore.neighbors.ball_counts`.  The enclosing-ball test accepts a set
+when its smallest enclosing ball has radius ``<= r (1 + 1e-7)`` (and accepts
+on a numerical failure of the miniball routine), i.e. it can only *over*-count
+``E`` -- the safe direction.
+
+Nothing in this module except :meth:`OutlierCountMechanism.release` is
+private: all other functions return exact statistics that must stay in the
+warehouse (DESIGN.md rule 6).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+from scipy.spatial import cKDTree
+
+from ..budget import PrivacyCost
+from ..neighbors import ball_counts
+from ..noise import NoiseSource
+from .kissing import KISSING_NUMBER_BOUNDS, kissing_lower, kissing_upper
+
+__all__ = [
+    "KISSING_NUMBER_BOUNDS",
+    "kissing_upper",
+    "kissing_lower",
+    "global_sensitivity_bounds",
+    "subspace_view",
+    "neighbour_counts",
+    "count_outliers",
+    "enclosable",
+    "algorithm1",
+    "max_enclosable",
+    "relaxed_enclosable_bound",
+    "ExactSearchLimitError",
+    "OutlierCountMechanism",
+]
+
+METHODS = ("smooth", "global")
+#: Relative slack of the enclosing-ball test (over-accepts: safe direction).
+_SEB_TOL = 1e-7
+#: Default node budget of the exact branch-and-bound (Algorithm 1).
+DEFAULT_NODE_LIMIT = 2_000_000
+
+
+class ExactSearchLimitError(RuntimeError):
+    """The exact search of Algorithm 1 exceeded its node budget.
+
+    Raised instead of returning a bound that might not be a valid smooth upper
+    bound; nothing is released.  Lower ``size_limit`` (raises the floor
+    ``|P| - size_limit`` and prunes more) or use ``method="global"``.
+    """
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+
+def _as_points(XS, name: str = "XS") -> np.ndarray:
+    try:
+        a = np.asarray(XS, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a numeric array of shape (n, d): {exc}") from None
+    if a.ndim == 1:
+        a = a.reshape(-1, 1)
+    if a.ndim != 2 or a.shape[1] < 1:
+        raise ValueError(f"{name} must be 2-D (n records, d >= 1 columns), got shape {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} contains NaN or infinite values; clean or quarantine them first")
+    return np.ascontiguousarray(a)
+
+
+def _check_k(k) -> int:
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+        raise ValueError(
+            f"k must be an integer >= 1 (got {k!r}); it is the neighbour threshold of Definition 8, "
+            "a record with fewer than k neighbours within r is an outlier, e.g. k=3"
+        )
+    return int(k)
+
+
+def _check_r(r) -> float:
+    ok = not isinstance(r, bool) and isinstance(r, numbers.Real) and math.isfinite(float(r)) and float(r) > 0
+    if not ok:
+        raise ValueError(
+            f"r must be a finite number > 0 (got {r!r}); give the radius in the dist_S units of the "
+            "public-bounds scaled data, e.g. r=0.13"
+        )
+    return float(r)
+
+
+def global_sensitivity_bounds(d: int, k: int, N: int) -> tuple[int, int]:
+    """Theorem 4 (eq. 18): bounds on the global sensitivity of ``q_count``.
+
+    Parameters
+    ----------
+    d : int
+        Dimension of the subspace (``|S|``), ``>= 1``.
+    k : int
+        Neighbour threshold, ``>= 1``.
+    N : int
+        Number of records (fixed under replace-one), ``>= 1``.
+
+    Returns
+    -------
+    (int, int)
+        ``(min(N, 2 d k + 1), min(N, k K_d + 1))`` where ``K_d`` is the table's
+        **upper** bound on the kissing number (so the second entry is a valid
+        upper bound on ``GS``; in d = 1 both equal ``min(N, 2k + 1)``, the exact
+        value).
+
+    Raises
+    ------
+    ValueError
+        On non-integer or non-positive arguments.
+    """
+    for name, v in (("d", d), ("k", k), ("N", N)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    d, k, N = int(d), int(k), int(N)
+    return (min(N, 2 * d * k + 1), min(N, k * kissing_upper(d) + 1))
+
+
+def subspace_view(X, subspace) -> np.ndarray:
+    """Coordinates of ``X`` in subspace ``S`` scaled so Euclidean = ``dist_S``.
+
+    Parameters
+    ----------
+    X : array_like, shape (N, D)
+        Records already scaled to [0, 1] by the spec's *public* bounds.
+    subspace : sequence of int
+        Distinct column indices ``S`` (non-empty).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``X[:, S] / sqrt(|S|)``, shape ``(N, |S|)``, float64: the Euclidean
+        distance between rows equals ``dist_S`` of Section 3.1.
+
+    Raises
+    ------
+    ValueError
+        On an empty, duplicated or out-of-range subspace.
+    """
+    A = _as_points(X, "X")
+    S = [int(i) for i in subspace]
+    if not S:
+        raise ValueError("subspace must name at least one attribute")
+    if len(set(S)) != len(S):
+        raise ValueError(f"subspace has repeated attributes: {S}")
+    bad = [i for i in S if i < 0 or i >= A.shape[1]]
+    if bad:
+        raise ValueError(f"subspace attribute(s) {bad} out of range 0..{A.shape[1] - 1}")
+    return A[:, S] / math.sqrt(len(S))
+
+
+def neighbour_counts(XS, r, cap: int | None = None) -> np.ndarray:
+    """``deg(x) = |N(X, r, x)|`` (eq. 19): other records within ``r``.
+
+    Parameters
+    ----------
+    XS : array_like, shape (N, d)
+        Records in subspace coordinates (:func:`subspace_view`).
+    r : float
+        Radius ``> 0`` (closed ball).
+    cap : int or None
+        ``None``: exact.  An int ``c >= 0``: saturating, ``min(deg, c)``
+        (faster on dense data; a value ``< c`` is exact).
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, shape ``(N,)``.  The record itself is excluded; duplicates of it
+        are other records and count.
+    """
+    P = _as_points(XS)
+    r = _check_r(r)
+    if cap is not None:
+        if isinstance(cap, bool) or not isinstance(cap, numbers.Integral) or cap < 0:
+            raise ValueError(f"cap must be None or an int >= 0, got {cap!r}")
+        return ball_counts(P, P, r, cap=int(cap) + 1) - 1
+    return ball_counts(P, P, r) - 1
+
+
+def count_outliers(XS, k, r) -> int:
+    """``q_count`` (eq. 14): records with fewer than ``k`` neighbours within ``r``.
+
+    Parameters
+    ----------
+    XS : array_like, shape (N, d)
+        Records in subspace coordinates.
+    k : int
+        ``>= 1``.
+    r : float
+        ``> 0``.
+
+    Returns
+    -------
+    int
+        ``|O_S(X, k, r)|`` (Definition 8).  Exact; never release it raw.
+    """
+    k = _check_k(k)
+    return int(np.count_nonzero(neighbour_counts(XS, r, cap=k) < k))
+
+
+# ---------------------------------------------------------------------------
+# Algorithm 1: largest subset of P enclosable in a ball of radius r
+# ---------------------------------------------------------------------------
+
+
+def _two_r_eff(r: float) -> float:
+    """Diameter bound of sets accepted by the (tolerant) enclosing-ball test."""
+    return 2.0 * r * (1 + _SEB_TOL) * (1 + 1e-9)
+
+
+def _seb(points: np.ndarray) -> tuple[np.ndarray, float] | None:
+    """Smallest enclosing ball (centre, squared radius) or None on failure."""
+    import miniball
+
+    u = np.unique(points, axis=0)
+    if u.shape[0] == 1:
+        return u[0].copy(), 0.0
+    if u.shape[0] == 2:
+        c = (u[0] + u[1]) / 2.0
+        return c, float(np.sum((u[0] - c) ** 2))
+    try:
+        res = miniball.get_bounding_ball(u)
+    except Exception:  # singular circumsphere systems on degenerate inputs
+        return None
+    if res is None:
+        return None
+    c, r2 = res
+    c = np.asarray(c, dtype=np.float64)
+    # report the radius actually needed around the returned centre
+    r2 = max(float(r2), float(np.max(np.sum((u - c) ** 2, axis=1))))
+    return c, r2
+
+
+def enclosable(points, r) -> bool:
+    """Whether ``points`` fit in a closed ball of radius ``r`` (``seb(C) <= r``).
+
+    Parameters
+    ----------
+    points : array_like, shape (m, d)
+    r : float
+
+    Returns
+    -------
+    bool
+        ``True`` when the smallest enclosing ball (Fischer-Gaertner-Kutz /
+        Welzl, ``miniball``) has radius ``<= r (1 + 1e-7)``, or when the
+        routine fails numerically (over-accepting only enlarges ``E``: the safe
+        direction for an upper bound).
+    """
+    P = _as_points(points, "points")
+    if P.shape[0] <= 1:
+        return True
+    lim = (r * (1 + _SEB_TOL)) ** 2
+    res = _seb(P)
+    if res is None:
+        return True
+    return res[1] <= lim
+
+
+def algorithm1(P, r) -> int:
+    """Algorithm 1 of the paper, verbatim (no pruning beyond ``seb``).
+
+    Recursive include/exclude search for the largest subset ``C ⊆ P`` with
+    ``seb(C) <= r`` -- the value of eq. (45)/(46).  ``O(2^|P|)`` calls of
+    ``seb``; for tests and tiny ``P`` only (use :func:`max_enclosable`).
+
+    Parameters
+    ----------
+    P : array_like, shape (m, d)
+    r : float
+
+    Returns
+    -------
+    int
+        ``max_x |P ∩ B(x, r)|`` (0 for empty ``P``).
+    """
+    P = _as_points(P, "P") if len(P) else np.zeros((0, 1))
+    m = P.shape[0]
+
+    def E(C: list[int], i: int) -> int:
+        if C and not enclosable(P[C], r):
+            return 0
+        best = len(C)
+        if i < m:
+            best = max(best, E(C + [i], i + 1), E(C, i + 1))
+        return best
+
+    return E([], 0)
+
+
+def max_enclosable(P, r, floor: int = 0, node_limit: int = DEFAULT_NODE_LIMIT) -> int:
+    """``max(E(P), floor)`` exactly, by Algorithm 1 with pruning.
+
+    Parameters
+    ----------
+    P : array_like, shape (m, d)
+        Points (duplicates allowed; they count separately).
+    r : float
+        Ball radius ``> 0``.
+    floor : int, default 0
+        Only subsets larger than ``floor`` are searched for.
+    node_limit : int
+        Budget of search nodes; exceeding it raises.
+
+    Returns
+    -------
+    int
+        ``max(E(P), floor)`` with ``E(P) = max_x |P ∩ B(x, r)|``.
+
+    Raises
+    ------
+    ExactSearchLimitError
+        If the search needs more than ``node_limit`` nodes.
+
+    Notes
+    -----
+    Same search space as Algorithm 1 (subsets with ``seb <= r``, which is
+    hereditary), with exact pruning: (a) a set enclosable in radius ``r`` has
+    diameter ``<= 2r``, so the search runs per connected component of the
+    ``2r``-graph and only extends a set by points within ``2r`` of all its
+    members; (b) branch-and-bound on ``|C| + |candidates| <= best``; (c) the
+    lower bound ``max_y |P ∩ B(y, r)|`` (balls centred at points) seeds
+    ``best``; (d) a point within ``r`` of a known enclosing centre of ``C`` is
+    accepted without a new ``seb`` call.
+    """
+    P = _as_points(P, "P") if len(P) else np.zeros((0, 1))
+    r = _check_r(r)
+    m = P.shape[0]
+    best = max(int(floor), 0)
+    if m <= best:
+        return best
+    best = max(best, int(ball_counts(P, P, r).max()))
+    if m <= best:
+        return best
+    tree = cKDTree(P)
+    two_r = _two_r_eff(r)
+    pairs = tree.query_pairs(two_r, output_type="ndarray")
+    if pairs.size == 0:
+        return max(best, 1)
+    adj = coo_matrix((np.ones(len(pairs), dtype=np.int8), (pairs[:, 0], pairs[:, 1])), shape=(m, m))
+    ncomp, labels = connected_components(adj, directed=False)
+    sizes = np.bincount(labels, minlength=ncomp)
+    nodes = 0
+    lim2 = (r * (1 + _SEB_TOL)) ** 2
+    for comp in np.argsort(-sizes):
+        if sizes[comp] <= best:
+            break
+        idx = np.flatnonzero(labels == comp)
+        Q = P[idx]
+        D2 = np.sum((Q[:, None, :] - Q[None, :, :]) ** 2, axis=2)
+        A = D2 <= two_r**2
+        deg = A.sum(axis=1)  # includes self
+        if deg.max() <= best:
+            continue
+        order = np.argsort(-deg, kind="stable")
+        order = order[deg[order] > best]
+
+        def expand(cur: list[int], centre: np.ndarray, cand: np.ndarray) -> None:
+            nonlocal best, nodes
+            for pos in range(cand.size):
+                if len(cur) + cand.size - pos <= best:
+                    return
+                p = int(cand[pos])
+                nodes += 1
+                if nodes > node_limit:
+                    raise ExactSearchLimitError(
+                        f"exact Algorithm 1 exceeded {node_limit} search nodes on a set of {m} points; "
+                        "lower size_limit or use method='global'"
+                    )
+                new = cur + [p]
+                if np.sum((Q[p] - centre) ** 2) <= r * r:
+                    c_new = centre
+                else:
+                    res = _seb(Q[new])
+                    if res is not None and res[1] > lim2:
+                        continue
+                    # numerical failure (res None): accept -- over-counting is safe
+                    c_new = res[0] if res is not None else Q[p]
+                if len(new) > best:
+                    best = len(new)
+                rest = cand[pos + 1 :]
+                rest = rest[A[p, rest]]
+                expand(new, c_new, rest)
+
+        for pos in range(order.size):
+            p = int(order[pos])
+            rest = order[pos + 1 :]
+            rest = rest[A[p, rest]]
+            if 1 + rest.size <= best:
+                continue
+            expand([p], Q[p].copy(), rest)
+    return best
+
+
+def relaxed_enclosable_bound(P, r, size_limit: int, node_limit: int = DEFAULT_NODE_LIMIT) -> int:
+    """``g_L(P) = max(E(P), |P| - L)``: exact below the size limit, valid above.
+
+    Parameters
+    ----------
+    P : array_like, shape (m, d)
+    r : float
+    size_limit : int
+        ``L >= 1``.  For ``|P| <= L`` the result is ``E(P)`` exactly.
+    node_limit : int
+        Budget of the exact search.
+
+    Returns
+    -------
+    int
+        ``max(E(P), |P| - L)``.
+
+    Notes
+    -----
+    ``g_L >= E``, is monotone under inclusion and drops by at most one when a
+    point is deleted, which is what the smoothness proof (module docstring)
+    needs.  For ``|P| > L`` the exact search is skipped when the largest
+    ``2r``-ball centred at a point of ``P`` holds at most ``|P| - L`` points
+    (every set in a ball of radius ``r`` lies in such a ball).
+    """
+    if len(P) == 0:
+        return 0
+    P = _as_points(P, "P")
+    L = int(size_limit)
+    m = P.shape[0]
+    thr = m - L
+    if thr >= 1:
+        h = int(ball_counts(P, P, _two_r_eff(r), cap=thr + 1).max())
+        if h <= thr:
+            return thr
+    return max_enclosable(P, r, floor=max(thr, 0), node_limit=node_limit)
+
+
+# ---------------------------------------------------------------------------
+# the mechanism
+# ---------------------------------------------------------------------------
+
+
+class OutlierCountMechanism:
+    """(epsilon, delta)-DP count of distance-based outliers (Section 4).
+
+    Parameters
+    ----------
+    k : int
+        Neighbour threshold ``>= 1`` (Definition 8).
+    r : float
+        Radius ``> 0`` in ``dist_S`` units of the public-bounds scaled data.
+    epsilon : float, int or Fraction
+        ``0 < epsilon < 1`` (Theorems 1 and 2 rest on the classical Gaussian
+        analysis, stated for epsilon < 1).
+    delta : float
+        ``0 < delta < 1``.
+    method : {"smooth", "global"}
+        ``"smooth"``: Theorem 2 with the beta-smooth bound of Sections 4.2-4.3
+        (module docstring).  ``"global"``: Theorem 1 with ``GS`` upper bound of
+        Theorem 4 (the baseline).
+    size_limit : int, default 12
+        ``L``: Algorithm 1 runs exactly on candidate sets of at most ``L``
+        points; above, the valid relaxation ``max(E(P), |P| - L)`` is used.
+    node_limit : int
+        Search-node budget of the exact search (raises, releasing nothing).
+
+    Notes
+    -----
+    * Input: ``XS`` = the records in subspace coordinates
+      (:func:`subspace_view`); ``d = XS.shape[1] = |S|``.
+    * Output: one real number, ``q_count + N(0, sigma^2)``.
+    * Neighbour relation: replace one record, ``N`` fixed
+      (``neighbour = "replace-one"``); notion ``dp``; cost of one release
+      ``(epsilon, delta)``.
+    * ``sigma``: smooth: ``S_beta(X) / alpha`` with
+      ``alpha = epsilon / (5 sqrt(2 ln(2/delta)))``,
+      ``beta = epsilon / (4 (p + ln(2/delta)))``, ``p = 1`` (Theorem 2, eq. 9).
+      Global: ``sqrt(2 ln(2/delta)) GS_up / epsilon`` (Theorem 1, eq. 4).
+      Note ``sigma`` itself depends on the data in the smooth method and must
+      not be published separately from the noisy count (it is not private).
+    * The constructor only stores; :meth:`validate` checks.
+    """
+
+    notion = "dp"
+    neighbour = "replace-one"
+    output_dimension = 1
+
+    def __init__(self, k: int, r: float, epsilon, delta, method: str = "smooth", size_limit: int = 12,
+                 node_limit: int = DEFAULT_NODE_LIMIT):
+        self.k = k
+        self.r = r
+        self.epsilon = epsilon
+        self.delta = delta
+        self.method = method
+        self.size_limit = size_limit
+        self.node_limit = node_limit
+
+    # -- metadata -------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Check the parameters.
+
+        Raises
+        ------
+        ValueError
+            Naming the parameter, its allowed range and how to fix it.
+        """
+        _check_k(self.k)
+        _check_r(self.r)
+        e = self.epsilon
+        try:
+            ok = not isinstance(e, bool) and isinstance(e, numbers.Real) and 0 < float(e) < 1
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"epsilon must be a number with 0 < epsilon < 1 (got {e!r}); the Gaussian mechanisms of "
+                "Theorems 1-2 are proved for epsilon < 1. Pass e.g. epsilon=0.5, or split a larger budget "
+                "over several releases"
+            )
+        dl = self.delta
+        try:
+            ok = not isinstance(dl, bool) and isinstance(dl, numbers.Real) and 0 < float(dl) < 1
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"delta must be a number with 0 < delta < 1 (got {dl!r}); use a small value such as "
+                "delta=1e-6 (well below 1/N)"
+            )
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS} (got {self.method!r})")
+        L = self.size_limit
+        if isinstance(L, bool) or not isinstance(L, numbers.Integral) or L < 1:
+            raise ValueError(
+                f"size_limit must be an integer >= 1 (got {L!r}); it is the largest candidate set on which "
+                "Algorithm 1 runs exactly, e.g. size_limit=12"
+            )
+        nl = self.node_limit
+        if isinstance(nl, bool) or not isinstance(nl, numbers.Integral) or nl < 1:
+            raise ValueError(f"node_limit must be an integer >= 1 (got {nl!r})")
+
+    @property
+    def name(self) -> str:
+        """str: ``outlier-count-smooth`` or ``outlier-count-global``."""
+        return f"outlier-count-{self.method}"
+
+    def privacy_map(self) -> PrivacyCost:
+        """Cost of one release: ``(epsilon, delta)`` (Theorems 1 and 2), notion ``dp``.
+
+        Returns
+        -------
+        PrivacyCost
+            Exact ``(epsilon, delta)`` under replace-one neighbours.
+        """
+        self.validate()
+        return PrivacyCost(self.epsilon, self.delta)
+
+    @property
+    def _ln2d(self) -> float:
+        return math.log(2.0 / float(self.delta))
+
+    @property
+    def alpha(self) -> float:
+        """float: ``epsilon / (5 sqrt(2 ln(2/delta)))`` (Theorem 2)."""
+        self.validate()
+        return float(self.epsilon) / (5.0 * math.sqrt(2.0 * self._ln2d))
+
+    @property
+    def beta(self) -> float:
+        """float: ``epsilon / (4 (p + ln(2/delta)))`` with ``p = 1`` (Theorem 2)."""
+        self.validate()
+        return float(self.epsilon) / (4.0 * (self.output_dimension + self._ln2d))
+
+    def global_sensitivity_upper(self, XS) -> int:
+        """``min(N, k K_d^up + 1)`` for the data's ``N`` and ``d`` (Theorem 4)."""
+        P = _as_points(XS)
+        return global_sensitivity_bounds(P.shape[1], int(self.k), max(P.shape[0], 1))[1]
+
+    # -- smooth sensitivity ---------------------------------------------------
+
+    def _degrees(self, P: np.ndarray, need: int) -> tuple[np.ndarray, int]:
+        """Degrees exact up to at least ``need`` (saturating counts above).
+
+        Returns ``(deg, exact_max)``: ``deg[i]`` is exact when
+        ``<= exact_max``; a larger stored value means "at least that".
+        """
+        N = P.shape[0]
+        if need >= N - 2:
+            return neighbour_counts(P, self.r), N - 1
+        return neighbour_counts(P, self.r, cap=need + 1), need
+    def _f(self, P: np.ndarray, Kcap: int) -> tuple[int, int]:
+        """(f_t(P), g_L(P)) with f_t = min(g_L, Kcap); g_L only as needed."""
+        m = P.shape[0]
+        L = int(self.size_limit)
+        if m == 0:
+            return 0, 0
+        if m - L >= Kcap:
+            return Kcap, m  # g_L >= m - L >= Kcap; m is an upper bound on g_L for the anchors
+        g = relaxed_enclosable_bound(P, self.r, L, node_limit=int(self.node_limit))
+        return min(g, Kcap), g
+
+    def _terms(self, XS, full: bool = False):
+        """Algorithm 2 with Propositions 1-2; returns (S, U(0), {t: U(t) evaluated})."""
+        self.validate()
+        P = _as_points(XS)
+        N, d = P.shape
+        k = int(self.k)
+        if N == 0:
+            return 0.0, 0, {}
+        G = global_sensitivity_bounds(d, k, N)[1]
+        beta = self.beta
+        K = kissing_upper(d)
+        # U(0) >= 1, so terms with exp(-t beta) G <= 1 never matter.
+        horizon = int(math.ceil(math.log(G) / beta)) + 1 if G > 1 else 0
+        ts = np.arange(horizon + 1)
+        kc_hi = K * (k + ts + 1)
+        kc_lo = K * (k + ts)
+        decay = np.exp(-beta * ts)
+
+        def sizes(deg: np.ndarray, exact_max: int):
+            top = exact_max + 1
+            hist = np.bincount(np.minimum(deg, top), minlength=top + 1)
+            csum = np.concatenate([[0], np.cumsum(hist)])  # csum[j] = #{deg < j}, deg>=top lumped
+
+            def size(lo: int, hi: int) -> int:
+                lo = max(lo, 0)
+                if hi > exact_max:  # unknown above exact_max: upper bound #{deg >= lo}
+                    return int(N - csum[lo])
+                return int(csum[hi + 1] - csum[lo])
+
+            s_hi = np.array([size(k - t, k + t) for t in ts])
+            s_lo = np.array([size(k - 1 - t, k - 1 + t) for t in ts])
+            return s_hi, s_lo
+
+        # lazily counted degrees: start small, extend when a larger t is evaluated
+        deg, exact_max = self._degrees(P, k + 8)
+        size_hi, size_lo = sizes(deg, exact_max)
+        anc_hi = anc_lo = None  # Proposition 1 anchors (t0, upper bound on g_L(P(t0)))
+        S_max = 0.0
+        U0 = 0
+        evaluated: dict[int, int] = {}
+        for t in range(horizon + 1):
+            b_hi = np.minimum(size_hi[t:], kc_hi[t:])
+            b_lo = np.minimum(size_lo[t:], kc_lo[t:])
+            if anc_hi is not None:
+                t0, g0 = anc_hi
+                b_hi = np.minimum(b_hi, g0 + size_hi[t:] - size_hi[t0])
+                t0, g0 = anc_lo
+                b_lo = np.minimum(b_lo, g0 + size_lo[t:] - size_lo[t0])
+            ub = np.minimum(G, np.maximum(b_hi, b_lo) + ts[t:] + 1) * decay[t:]
+            if not full and t > 0 and ub.max() <= S_max:  # Proposition 2: stop
+                break
+            if not full and t > 0 and ub[0] <= S_max:  # this term cannot raise the max
+                continue
+            if k + t > exact_max:
+                deg, exact_max = self._degrees(P, max(2 * (k + t), k + 16))
+                new_hi, new_lo = sizes(deg, exact_max)
+                # anchors need the exact sizes at t0 (<= old exact range: unchanged)
+                size_hi, size_lo = new_hi, new_lo
+            idx_hi = np.flatnonzero((deg >= k - t) & (deg <= k + t))
+            idx_lo = np.flatnonzero((deg >= k - 1 - t) & (deg <= k - 1 + t))
+            f_hi, g_hi = self._f(P[idx_hi], int(kc_hi[t]))
+            f_lo, g_lo = self._f(P[idx_lo], int(kc_lo[t]))
+            anc_hi, anc_lo = (t, g_hi), (t, g_lo)
+            U = int(min(G, max(f_hi, f_lo) + t + 1))
+            evaluated[t] = U
+            if t == 0:
+                U0 = U
+            S_max = max(S_max, math.exp(-beta * t) * U)
+            if S_max >= G:  # nothing can exceed G
+                break
+        return S_max, U0, evaluated
+
+    def local_sensitivity_bound(self, XS) -> int:
+        """``U(0)``: Theorem 5's bound (via ``V``, ``CV`` and Algorithm 1), capped by Theorem 4.
+
+        Parameters
+        ----------
+        XS : array_like, shape (N, d)
+
+        Returns
+        -------
+        int
+            ``min(G, max(f_0(P_hi(0)), f_0(P_lo(0))) + 1) >= LS(X)`` (eq. 23);
+            exact Algorithm 1 when the candidate sets have at most
+            ``size_limit`` points.
+        """
+        self.validate()
+        P = _as_points(XS)
+        if P.shape[0] == 0:
+            return 0
+        k = int(self.k)
+        deg = neighbour_counts(P, self.r, cap=k + 1)
+        G = self.global_sensitivity_upper(P)  # noqa: N806
+        K = kissing_upper(P.shape[1])
+        f_hi, _ = self._f(P[deg == k], K * (k + 1))
+        f_lo, _ = self._f(P[deg == k - 1], K * k)
+        return int(min(G, max(f_hi, f_lo) + 1))
+
+    def smooth_sensitivity(self, XS) -> float:
+        """The beta-smooth upper bound ``S(X)`` (Theorem 6, Algorithms 1-2).
+
+        Parameters
+        ----------
+        XS : array_like, shape (N, d)
+
+        Returns
+        -------
+        float
+            ``max_t exp(-t beta) U(t)`` (module docstring), with
+            ``beta = epsilon / (4 (1 + ln(2/delta)))``; ``>= LS(X)`` and
+            ``S(X) <= e^beta S(X')`` for every replace-one neighbour ``X'``.
+
+        Raises
+        ------
+        ExactSearchLimitError
+            If an exact search exceeds ``node_limit`` (nothing released).
+        """
+        return float(self._terms(XS)[0])
+
+    def noise_sigma(self, XS) -> float:
+        """Standard deviation of the Gaussian noise for ``XS``.
+
+        Returns
+        -------
+        float
+            Smooth: ``S(X) / alpha`` (Theorem 2).  Global:
+            ``sqrt(2 ln(2/delta)) GS_up / epsilon`` (Theorem 1).  Data-dependent
+            in the smooth case: internal only.
+        """
+        self.validate()
+        if self.method == "global":
+            G = self.global_sensitivity_upper(XS)
+            return math.sqrt(2.0 * self._ln2d) * G / float(self.epsilon)
+        return self.smooth_sensitivity(XS) / self.alpha
+
+    def release(self, XS, noise: NoiseSource) -> float:
+        """``q_count(X) + N(0, noise_sigma(X)^2)`` -- the only noisy call.
+
+        Parameters
+        ----------
+        XS : array_like, shape (N, d)
+            Records in subspace coordinates.
+        noise : NoiseSource
+            The project's noise source (DESIGN.md rule 3).
+
+        Returns
+        -------
+        float
+            The private count; ``(epsilon, delta)``-DP under replace-one
+            neighbours.  Charge :meth:`privacy_map` before calling.
+        """
+        self.validate()
+        sigma = self.noise_sigma(XS)
+        q = count_outliers(XS, self.k, self.r)
+        return float(noise.gaussian(float(q), sigma))

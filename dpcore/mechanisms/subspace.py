@@ -1,0 +1,271 @@
+"""Differentially private top-h subspace discovery (seed 002, Section 5.1).
+
+Source: Okada, Fukuchi, Kakizaki & Sakuma, "Differentially Private Analysis of
+Outliers", Section 5.1, eq. (51), Theorem 7 and Algorithm 3.
+
+Query: among candidate subspaces ``S`` (e.g. all ``c``-dimensional subspaces
+``F_c``), find ``h`` containing many outliers (``q_subspace``, eq. 15) without
+releasing any count.
+
+Utility (eq. 51): ``u(X, S) = q_count(X, k, r, S) / GS_up(|S|)`` with
+``GS_up(|S|) = min(N, k K_|S| + 1)`` (Theorem 4, upper bound on the kissing
+number).  Since ``|q_count(X) - q_count(X')| <= GS(|S|) <= GS_up(|S|)`` for
+replace-one neighbours, ``Delta u <= 1`` (eq. 52) for every candidate,
+whatever its dimension.
+
+Exponential-mechanism convention (DESIGN.md rule 5)
+---------------------------------------------------
+This module uses weights ``exp(eps' u / (2 Delta u))`` with ``Delta u = 1``
+(McSherry-Talwar), which is ``eps'``-DP per draw; draws go through
+:meth:`dpcore.noise.NoiseSource.exponential_mechanism` (OpenDP Gumbel
+noisy-max).  The paper's Theorem 3/7 use the other convention, weights
+``exp(eps u)``, which is ``2 eps Delta u``-DP; with that convention Algorithm 3
+at "epsilon/h" per draw would cost ``2 epsilon``.  Here each of the ``h`` draws
+runs at ``eps' = epsilon / h`` in the ``/(2 Delta u)`` convention, so the whole
+of Algorithm 3 is ``epsilon``-DP by sequential composition, and
+:meth:`TopSubspaceSelection.privacy_map` charges exactly ``(epsilon, 0)``.
+
+Drawing without replacement: the ``j``-th draw runs the exponential mechanism
+over the candidates not yet chosen.  This has exactly the distribution of
+Algorithm 3's "repeat until r is not in R_h" loop (rejection sampling
+conditions on the remaining set) without its unbounded retries.
+
+Neighbour relation: replace one record, ``N`` fixed (``"replace-one"``).
+Notion ``dp`` (pure epsilon, delta = 0).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import numbers
+
+import numpy as np
+
+from ..budget import PrivacyCost
+from ..noise import NoiseSource
+from .outlier_count import _as_points, _check_k, _check_r, count_outliers, global_sensitivity_bounds, subspace_view
+
+__all__ = ["candidate_subspaces", "TopSubspaceSelection"]
+
+
+def candidate_subspaces(n_attributes: int, c: int) -> list[tuple[int, ...]]:
+    """All ``c``-dimensional subspaces ``F_c`` of ``{0, ..., n_attributes - 1}``.
+
+    Parameters
+    ----------
+    n_attributes : int
+        Number of (public) numeric attributes, ``>= 1``.
+    c : int
+        Subspace dimension, ``1 <= c <= n_attributes``.
+
+    Returns
+    -------
+    list of tuple of int
+        Sorted index tuples in lexicographic order (``C(n, c)`` of them).
+
+    Raises
+    ------
+    ValueError
+        On out-of-range arguments.
+    """
+    for name, v in (("n_attributes", n_attributes), ("c", c)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if c > n_attributes:
+        raise ValueError(f"c must be <= n_attributes ({n_attributes}), got {c}")
+    return list(itertools.combinations(range(int(n_attributes)), int(c)))
+
+
+class TopSubspaceSelection:
+    """Algorithm 3: epsilon-DP top-h subspace discovery.
+
+    Parameters
+    ----------
+    k : int
+        Neighbour threshold ``>= 1`` (Definition 8).
+    r : float
+        Radius ``> 0`` (``dist_S`` units of the public-bounds scaled data).
+    epsilon : float, int or Fraction
+        Total ``epsilon > 0`` of the ``h`` draws.
+    h : int
+        Number of subspaces to select, ``1 <= h <= len(candidates)``.
+    candidates : list of tuple of int
+        Candidate subspaces (column-index tuples), distinct, non-empty.
+
+    Notes
+    -----
+    * Input: ``X`` of shape ``(N, D)`` scaled to [0, 1] by public bounds.
+    * Output: an ordered list of ``h`` distinct candidate subspaces.
+    * Neighbour relation: replace one record (``neighbour = "replace-one"``);
+      notion ``dp``; cost ``(epsilon, 0)`` (module docstring for the
+      convention).
+    * The constructor only stores; :meth:`validate` checks.
+    """
+
+    notion = "dp"
+    neighbour = "replace-one"
+
+    def __init__(self, k: int, r: float, epsilon, h: int, candidates: list[tuple[int, ...]]):
+        self.k = k
+        self.r = r
+        self.epsilon = epsilon
+        self.h = h
+        self.candidates = candidates
+
+    def validate(self) -> None:
+        """Check the parameters.
+
+        Raises
+        ------
+        ValueError
+            Naming the parameter, its allowed range and how to fix it.
+        """
+        _check_k(self.k)
+        _check_r(self.r)
+        e = self.epsilon
+        try:
+            ok = not isinstance(e, bool) and isinstance(e, numbers.Real) and math.isfinite(float(e)) and float(e) > 0
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
+            raise ValueError(f"epsilon must be a finite number > 0 (got {e!r}); pass e.g. epsilon=0.8")
+        try:
+            cands = [tuple(int(i) for i in c) for c in self.candidates]
+        except TypeError:
+            raise ValueError("candidates must be a list of tuples of column indices") from None
+        if not cands:
+            raise ValueError("candidates must list at least one subspace; e.g. candidate_subspaces(n_attributes, 1)")
+        for c in cands:
+            if not c or len(set(c)) != len(c) or min(c) < 0:
+                raise ValueError(f"candidate subspace {c!r} must be a non-empty tuple of distinct column indices >= 0")
+        if len({tuple(sorted(c)) for c in cands}) != len(cands):
+            raise ValueError("candidates contain the same subspace twice; list each subspace once")
+        h = self.h
+        if isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1:
+            raise ValueError(f"h must be an integer >= 1 (got {h!r}); it is how many subspaces to select")
+        if h > len(cands):
+            raise ValueError(
+                f"h={h} is larger than the number of candidate subspaces ({len(cands)}); "
+                f"choose h <= {len(cands)} or add candidates"
+            )
+
+    @property
+    def name(self) -> str:
+        """str: ``top-h-subspaces-em``."""
+        return "top-h-subspaces-em"
+
+    def privacy_map(self) -> PrivacyCost:
+        """True total cost of Algorithm 3: ``(epsilon, 0)``.
+
+        ``h`` exponential-mechanism draws, each ``(epsilon/h)``-DP with weights
+        ``exp((epsilon/h) u / (2 Delta u))``, ``Delta u <= 1``; sequential
+        composition gives ``epsilon``.
+
+        Returns
+        -------
+        PrivacyCost
+        """
+        self.validate()
+        return PrivacyCost(self.epsilon, 0)
+
+    def _check_X(self, X) -> np.ndarray:
+        A = _as_points(X, "X")
+        top = max(max(c) for c in self.candidates)
+        if top >= A.shape[1]:
+            raise ValueError(f"candidate attribute {top} out of range: X has {A.shape[1]} columns")
+        return A
+
+    def utilities(self, X) -> np.ndarray:
+        """``u(X, S) = q_count(S) / GS_up(|S|)`` per candidate (eq. 51).
+
+        Parameters
+        ----------
+        X : array_like, shape (N, D)
+
+        Returns
+        -------
+        numpy.ndarray
+            float64, shape ``(len(candidates),)``, each in ``[0, N/GS_up]``;
+            ``Delta u <= 1``.  Exact: internal only.
+        """
+        self.validate()
+        A = self._check_X(X)
+        N = A.shape[0]
+        out = np.empty(len(self.candidates), dtype=np.float64)
+        for j, S in enumerate(self.candidates):
+            XS = subspace_view(A, S)
+            gs_up = global_sensitivity_bounds(len(S), int(self.k), max(N, 1))[1]
+            out[j] = count_outliers(XS, self.k, self.r) / gs_up
+        return out
+
+    @property
+    def per_draw_epsilon(self) -> float:
+        """float: ``epsilon / h``."""
+        return float(self.epsilon) / int(self.h)
+
+    def select(self, X, noise: NoiseSource) -> list[tuple[int, ...]]:
+        """Algorithm 3: ``h`` draws without replacement at ``epsilon/h`` each.
+
+        Parameters
+        ----------
+        X : array_like, shape (N, D)
+        noise : NoiseSource
+
+        Returns
+        -------
+        list of tuple of int
+            The selected subspaces in draw order.  ``epsilon``-DP.
+        """
+        u = self.utilities(X)
+        remaining = list(range(len(self.candidates)))
+        chosen: list[tuple[int, ...]] = []
+        for _ in range(int(self.h)):
+            j = noise.exponential_mechanism(u[remaining], self.per_draw_epsilon, 1.0)
+            chosen.append(tuple(self.candidates[remaining.pop(int(j))]))
+        return chosen
+
+    def selection_probabilities(self, X) -> np.ndarray:
+        """Exact probabilities of the first draw (for audits).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``p_j ∝ exp((epsilon/h) u_j / 2)``, shape ``(len(candidates),)``.
+        """
+        u = self.utilities(X)
+        return NoiseSource.exponential_mechanism_probabilities(u, self.per_draw_epsilon, 1.0)
+
+    def ordered_selection_probabilities(self, X, max_outcomes: int = 100_000) -> dict[tuple[int, ...], float]:
+        """Exact probability of every ordered ``h``-tuple of candidate indices.
+
+        Parameters
+        ----------
+        X : array_like, shape (N, D)
+        max_outcomes : int
+            Refuse instances with more ordered tuples than this.
+
+        Returns
+        -------
+        dict
+            ``(j_1, ..., j_h) -> P(draws = j_1, ..., j_h)`` (indices into
+            ``candidates``); sums to 1.
+
+        Raises
+        ------
+        ValueError
+            If there are more than ``max_outcomes`` ordered tuples.
+        """
+        u = self.utilities(X)
+        m, h = len(u), int(self.h)
+        if math.perm(m, h) > max_outcomes:
+            raise ValueError(f"{math.perm(m, h)} ordered outcomes exceed max_outcomes={max_outcomes}")
+        out: dict[tuple[int, ...], float] = {}
+        for tup in itertools.permutations(range(m), h):
+            p = 1.0
+            remaining = list(range(m))
+            for j in tup:
+                probs = NoiseSource.exponential_mechanism_probabilities(u[remaining], self.per_draw_epsilon, 1.0)
+                p *= probs[remaining.index(j)]
+                remaining.remove(j)
+            out[tup] = p
+        return out

@@ -1,0 +1,97 @@
+"""Scale-out setting: which Prefect task runner runs the *mapped* tasks.
+
+Environment (read when the flow modules are imported):
+
+``DPR_DASK_ADDRESS=tcp://host:port``
+    Use an existing Dask cluster (``DaskTaskRunner(address=...)``). Wins over
+    ``DPR_TASK_RUNNER``.
+``DPR_TASK_RUNNER=default`` (default)
+    Prefect's thread pool in the flow process.
+``DPR_TASK_RUNNER=dask-local``
+    A temporary local Dask cluster of two worker processes, started with the
+    flow run and stopped after it (no dashboard).
+
+Only what is submitted or mapped goes to the runner: the detector's
+per-template fits (``fit_template_task.map``), which receive a DataFrame of
+the needed columns and a template and return the fit. Every task that reads
+or writes the warehouse or the ledger (ingest, validate, detection frame and
+store, the private steps, bundle) is *called* directly by the flow, which
+Prefect runs inline in the flow's own thread, so the warehouse and the ledger
+stay single-writer in the flow process whatever the runner. Those tasks also
+refuse to run on a Dask worker (:func:`tasks.common.private_task`).
+"""
+from __future__ import annotations
+
+import os
+
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
+
+RUNNERS = ("default", "dask-local")
+
+
+class RunnerSettingError(ValueError):
+    """``DPR_TASK_RUNNER`` or ``DPR_DASK_ADDRESS`` has a value we cannot use."""
+
+
+def task_runner_from_env(env: dict[str, str] | None = None) -> TaskRunner:
+    """The task runner chosen by ``DPR_DASK_ADDRESS`` / ``DPR_TASK_RUNNER``.
+
+    Raises
+    ------
+    RunnerSettingError
+        Unknown runner name, or an address that is not ``tcp://host:port``
+        (or another Dask scheme such as ``tls://``).
+    """
+    env = os.environ if env is None else env
+    address = (env.get("DPR_DASK_ADDRESS") or "").strip()
+    name = (env.get("DPR_TASK_RUNNER") or "default").strip().lower()
+    if address:
+        scheme, sep, rest = address.partition("://")
+        if not sep or scheme not in ("tcp", "tls", "inproc", "ucx", "ws", "wss") or ":" not in rest:
+            raise RunnerSettingError(
+                f"DPR_DASK_ADDRESS={address!r} is not a Dask scheduler address like tcp://host:8786"
+            )
+        from prefect_dask import DaskTaskRunner
+
+        return DaskTaskRunner(address=address)
+    if name == "default":
+        return ThreadPoolTaskRunner()
+    if name == "dask-local":
+        return _local_dask_runner()
+    raise RunnerSettingError(f"DPR_TASK_RUNNER={name!r}: use one of {', '.join(RUNNERS)} (or set DPR_DASK_ADDRESS)")
+
+
+def _current_api_url() -> str | None:
+    """The Prefect API this flow run talks to (also the ephemeral server's, which has no setting)."""
+    from prefect.context import FlowRunContext
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    if url:
+        return str(url)
+    ctx = FlowRunContext.get()
+    client = getattr(ctx, "client", None) if ctx else None
+    return str(client.api_url) if client is not None and getattr(client, "api_url", None) else None
+
+
+def _local_dask_runner() -> TaskRunner:
+    """``DaskTaskRunner`` on a temporary 2-process local cluster that knows the flow's API.
+
+    Without ``PREFECT_API_URL`` (the demo: Prefect's ephemeral server inside the
+    flow process) each worker process would start its own ephemeral server and
+    time out; so when the cluster is created (first submitted task, inside the
+    flow run) the workers get the flow's API address in their environment.
+    """
+    from prefect_dask import DaskTaskRunner
+
+    class LocalDaskTaskRunner(DaskTaskRunner):
+        @property
+        def client(self):
+            if not self._client and not self.address and self._cluster is None:
+                url = _current_api_url()
+                if url:
+                    env = {**self.cluster_kwargs.get("env", {}), "PREFECT_API_URL": url}
+                    self.cluster_kwargs = {**self.cluster_kwargs, "env": env}
+            return super().client
+
+    return LocalDaskTaskRunner(cluster_kwargs={"n_workers": 2, "processes": True, "dashboard_address": None})

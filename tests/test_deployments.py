@@ -1,0 +1,197 @@
+"""Real Prefect server, real worker: the deployments of prefect.yaml work as operators use them.
+
+One stack for the module (server → pool + deployments via deployments/deploy.sh
+→ process worker), on a free port of 127.0.0.1 with a temporary PREFECT_HOME,
+DPR_HOME and TMPDIR; stopped worker first, then server. Flow runs use a small
+spec (the demo's first 3,000 flights) through the ``spec_path`` parameter.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from ops_fixtures import (
+    PREFECT,
+    ROOT,
+    api,
+    deploy,
+    deployment,
+    ledger_snapshot,
+    make_env,
+    run,
+    run_id_from_cli,
+    small_spec,
+    start_server,
+    start_worker,
+    stop_all,
+    wait_final,
+)
+
+pytestmark = pytest.mark.timeout(600)
+
+IDS = ["F000001", "F000002"]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    ops = make_env(tmp_path_factory.mktemp("ops"))
+    timings: dict[str, float] = {}
+    try:
+        t = time.monotonic()
+        start_server(ops)
+        timings["server_healthy_s"] = time.monotonic() - t
+        t = time.monotonic()
+        ops.deploy_output = deploy(ops).stdout  # type: ignore[attr-defined]
+        timings["deploy_s"] = time.monotonic() - t
+        ops.worker = start_worker(ops)  # type: ignore[attr-defined]
+        ops.spec = small_spec(ops.base / "small_demo.yaml")  # type: ignore[attr-defined]
+        ops.timings = timings  # type: ignore[attr-defined]
+        yield ops
+    finally:
+        signals = stop_all(ops)
+        print(f"\nops stack timings: {timings}; stop signals: {signals}")
+
+
+def _create_run(ops, dep_id: str, parameters: dict):
+    """POST /deployments/{id}/create_flow_run: what the UI's "Run" form sends."""
+    from prefect.client.orchestration import SyncPrefectClient
+
+    with SyncPrefectClient(ops.api_url) as client:
+        return client.create_flow_run_from_deployment(dep_id, parameters=parameters)
+
+
+def test_deployments_registered_with_schedule_pool_and_constraints(stack):
+    ops = stack
+    release = deployment(ops, "release_pipeline", "monthly-release")
+    (sched,) = release["schedules"]
+    assert sched["active"] and sched["schedule"]["cron"] == "0 3 1 * *"
+    assert release["parameters"] == {"spec_path": "specs/demo.yaml"}
+    for flow_name, name in [("aiq_query", "aiq-query"), ("outlier_counts", "outlier-counts"),
+                            ("coco_publish", "coco-publish"), ("release_pipeline", "monthly-release")]:
+        dep = deployment(ops, flow_name, name)
+        assert dep["work_pool_name"] == "release-pool"
+        # runs start in the directory deploy.sh ran in, so specs/demo.yaml resolves
+        assert dep["pull_steps"] == [
+            {"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}
+        ]
+        props = dep["parameter_openapi_schema"]["properties"]
+        assert all(p.get("description") for p in props.values()), f"{name}: undocumented parameter"
+    aiq = deployment(ops, "aiq_query", "aiq-query")["parameter_openapi_schema"]
+    assert aiq["required"] == ["record_ids"]
+    p = aiq["properties"]
+    assert p["record_ids"]["type"] == "array" and p["record_ids"]["minItems"] == 1
+    assert p["epsilon"]["exclusiveMinimum"] == 0 and p["epsilon"]["maximum"] == 10
+    assert p["beta"]["minimum"] == 1 and p["k"]["minimum"] == 1 and p["r"]["minimum"] == 0
+    assert p["mechanism"]["enum"] == ["sp", "dp"]
+    oc = deployment(ops, "outlier_counts", "outlier-counts")["parameter_openapi_schema"]["properties"]
+    assert oc["delta_count"]["exclusiveMinimum"] == 0 and oc["delta_count"]["exclusiveMaximum"] == 1
+    coco = deployment(ops, "coco_publish", "coco-publish")["parameter_openapi_schema"]["properties"]
+    assert coco["epsilon_per_level"]["exclusiveMinimum"] == 0 and "top_down_hc" in coco["method"]["enum"]
+    pool = run(ops, [PREFECT, "work-pool", "inspect", "release-pool"])
+    assert pool.returncode == 0 and "process" in pool.stdout
+
+
+def test_operator_run_through_the_api_completes_and_charges_once(stack):
+    ops = stack
+    dep = deployment(ops, "aiq_query", "aiq-query")
+    before = ledger_snapshot(ops.warehouse)
+    t = time.monotonic()
+    fr = _create_run(ops, dep["id"], {"record_ids": IDS, "epsilon": 0.05, "spec_path": str(ops.spec)})
+    final = wait_final(ops, str(fr.id), worker=ops.worker)
+    ops.timings["aiq_run_s"] = time.monotonic() - t
+    assert final["state_type"] == "COMPLETED", f"{final['state']}\n{ops.worker.tail()}"
+
+    # the warehouse is where the worker's DPR_HOME says
+    assert ops.warehouse.is_file()
+    after = ledger_snapshot(ops.warehouse)
+    new = [c for c in after["charges"] if c not in before["charges"]]
+    aiq = [c for c in new if c["step"] == "aiq"]
+    assert len(aiq) == 1 and len(new) == 1, new
+    (charge,) = aiq
+    assert charge["status"] == "released" and charge["notion"] == "sp"
+    assert charge["flow_run_id"] == str(fr.id) and charge["release_id"] == "ops-r1"
+    assert charge["epsilon"] == pytest.approx(len(IDS) * 0.05)
+
+    # the bundle of this query: manifest + private answers, nothing internal
+    (folder,) = (ops.dpr_home / "bundles" / "nycflights13" / "ops-r1").glob("aiq-*")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["weakest_notion_on_dataset"] == "sp"
+    answers = (folder / "tables" / "aiq__answers.csv").read_text().splitlines()
+    assert answers[0] == "query,anomaly" and [a.split(",")[0] for a in answers[1:]] == [f"record:{i}" for i in IDS]
+    assert (folder / "report.md").is_file()
+    public = "".join(p.read_text(errors="ignore") for p in folder.rglob("*")
+                     if p.is_file() and p.suffix in {".csv", ".md", ".json"} and "owner" not in p.parts)
+    assert "ball_count" not in public and "multiplicity" not in public
+
+
+def test_bad_parameters_are_refused_or_fail_readably_and_spend_nothing(stack):
+    ops = stack
+    dep = deployment(ops, "aiq_query", "aiq-query")
+    before = ledger_snapshot(ops.warehouse)
+    runs_before = len(_flow_runs_of(ops, dep["id"]))
+
+    # epsilon <= 0: the server checks the deployment's parameter schema and refuses the run
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    with pytest.raises(PrefectHTTPStatusError) as err:
+        _create_run(ops, dep["id"], {"record_ids": IDS, "epsilon": 0, "spec_path": str(ops.spec)})
+    assert err.value.response.status_code in (409, 422)
+    assert "epsilon" in err.value.response.text and "minimum of 0" in err.value.response.text
+    # the same through the CLI operators use
+    cli = run(ops, [PREFECT, "deployment", "run", "aiq_query/aiq-query",
+                    "-p", f"record_ids={json.dumps(IDS)}", "-p", "epsilon=-1", "-p", f"spec_path={ops.spec}"])
+    assert cli.returncode != 0 and "epsilon" in (cli.stdout + cli.stderr)
+    assert len(_flow_runs_of(ops, dep["id"])) == runs_before, "a refused run was created"
+
+    # an unknown record id: accepted by the schema, the run fails naming the id, before any charge
+    cli = run(ops, [PREFECT, "deployment", "run", "aiq_query/aiq-query",
+                    "-p", 'record_ids=["F000001", "F999999"]', "-p", f"spec_path={ops.spec}"])
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    final = wait_final(ops, run_id_from_cli(cli.stdout), worker=ops.worker)
+    assert final["state_type"] == "FAILED", final["state"]
+    message = final["state"]["message"]
+    assert "F999999" in message and "record_ids" in message, message
+    assert "F000001" not in message  # only the offending id is named
+
+    after = ledger_snapshot(ops.warehouse)
+    assert after["charges"] == before["charges"]
+    assert after["spent"] == before["spent"] or not before["spent"] and all(
+        v == ("0", "0") for v in after["spent"].values())
+    assert ops.worker.alive(), ops.worker.tail()
+
+
+def test_other_operator_deployments_run_from_the_cli(stack):
+    """outlier-counts and coco-publish, started at once with the README's commands, both complete and charge."""
+    ops = stack
+    before = ledger_snapshot(ops.warehouse)
+    commands = {
+        "outlier_counts/outlier-counts": ["-p", "h=2", "-p", "epsilon_select=0.5"],
+        "coco_publish/coco-publish": ["-p", "epsilon_per_level=0.5"],
+    }
+    run_ids = {}
+    for name, params in commands.items():
+        cli = run(ops, [PREFECT, "deployment", "run", name, *params, "-p", f"spec_path={ops.spec}"])
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        run_ids[name] = run_id_from_cli(cli.stdout)
+    for name, run_id in run_ids.items():
+        final = wait_final(ops, run_id, worker=ops.worker)
+        assert final["state_type"] == "COMPLETED", f"{name}: {final['state']}\n{ops.worker.tail()}"
+    new = [c for c in ledger_snapshot(ops.warehouse)["charges"] if c not in before["charges"]]
+    by_run = {rid: sorted(c["step"] for c in new if c["flow_run_id"] == rid) for rid in run_ids.values()}
+    # top-h selection once, then one count per selected subspace (h=2)
+    assert by_run[run_ids["outlier_counts/outlier-counts"]] == ["outlier_count", "outlier_count", "outlier_subspaces"]
+    # one charge per level of the demo hierarchy: all, carrier, carrier x origin
+    assert by_run[run_ids["coco_publish/coco-publish"]] == ["coco_level0", "coco_level1", "coco_level2"]
+    assert all(c["status"] == "released" for c in new) and len(new) == 6
+    bundles = ops.dpr_home / "bundles" / "nycflights13" / "ops-r1"
+    assert len(list(bundles.glob("outlier-counts-*/manifest.json"))) == 1
+    assert len(list(bundles.glob("coco-*/manifest.json"))) == 1
+
+
+def _flow_runs_of(ops, dep_id: str) -> list[dict]:
+    r = api(ops, "POST", "/flow_runs/filter", json={"deployments": {"id": {"any_": [dep_id]}}, "limit": 200})
+    r.raise_for_status()
+    return r.json()
+

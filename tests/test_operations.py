@@ -1,0 +1,562 @@
+"""Operations: no budget or data is lost under concurrency, crashes and retries;
+nothing internal leaks into Prefect; Dask scale-out gives the same results.
+
+Real processes throughout: flow runs in separate OS processes (``python -c``)
+talk to the session's Prefect test server (``prefect_harness``) through
+``PREFECT_API_URL``, each with a temporary ``PREFECT_HOME`` and ``DPR_HOME``,
+on one real DuckDB warehouse file.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+from dpcore.ledger import PrivacyLedger
+from dpcore.settings import Settings
+from dpcore.warehouse import Warehouse
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+LOCK_CRASH = re.compile(r"IOException|Could not set lock|Conflicting lock|WarehouseBusyError")
+
+
+# ----------------------------------------------------------------------------- helpers
+def _api_url() -> str:
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    assert url, "the Prefect test harness did not set an API URL"
+    return url
+
+
+def _child_env(tmp_path: Path, dpr_home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DPR_"))}
+    home = tmp_path / "prefect_home"
+    home.mkdir(exist_ok=True)
+    env.update(
+        PREFECT_API_URL=_api_url(),
+        PREFECT_HOME=str(home),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_LOGGING_LEVEL="INFO",
+        DPR_HOME=str(dpr_home),
+        PYTHONPATH=str(ROOT),
+    )
+    env.update(extra)
+    return env
+
+
+PRELUDE = """
+import json, os, sys, time, traceback
+from pathlib import Path
+SYNC = Path(os.environ["OPS_SYNC"]) if os.environ.get("OPS_SYNC") else None
+def wait_go(name):
+    if SYNC is None:
+        return
+    (SYNC / f"ready-{name}").touch()
+    while not (SYNC / "go").exists():
+        time.sleep(0.02)
+def report(name, fn):
+    run_id = None
+    try:
+        state = fn(return_state=True)
+        run_id = str(state.state_details.flow_run_id)
+        out = state.result()
+        res = {"name": name, "ok": True, "run": run_id, "out": out}
+    except Exception as exc:
+        res = {"name": name, "ok": False, "run": run_id, "error": type(exc).__name__, "message": str(exc)}
+    print("OPS-RESULT " + json.dumps(res, default=str), flush=True)
+"""
+
+
+def _spawn(code: str, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[list[dict], str]:
+    out, err = proc.communicate(timeout=timeout)
+    results = [json.loads(line.removeprefix("OPS-RESULT ")) for line in out.splitlines() if line.startswith("OPS-RESULT ")]
+    return results, out + err
+
+
+def _write_spec(tmp_path: Path, base: Path, name: str, **steps) -> Path:
+    spec = yaml.safe_load(base.read_text())
+    for step, update in steps.items():
+        spec["steps"][step].update(update)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _ledger(dpr_home: Path) -> PrivacyLedger:
+    return PrivacyLedger(Warehouse(dpr_home / "warehouse.duckdb"))
+
+
+def _assert_ledger_consistent(led: PrivacyLedger, dataset: str) -> None:
+    """Running total = sum of charges <= cap; every released charge has its stored release."""
+    status = led.status(dataset)
+    assert led.spent_exact(dataset) == status.spent
+    assert status.spent.epsilon <= status.cap.epsilon and status.spent.delta <= status.cap.delta
+    orphans = led.wh.query(
+        "SELECT c.key, c.status FROM ledger.charges c LEFT JOIN releases.outputs o USING (key) "
+        "WHERE c.dataset = ? AND (c.status = 'released') <> (o.key IS NOT NULL)",
+        [dataset],
+    )
+    assert orphans == []
+
+
+# ----------------------------------------------------------------------------- the runner setting
+def test_task_runner_setting():
+    from prefect.task_runners import ThreadPoolTaskRunner
+    from prefect_dask import DaskTaskRunner
+
+    from flows.runner import RunnerSettingError, task_runner_from_env
+
+    assert isinstance(task_runner_from_env({}), ThreadPoolTaskRunner)
+    assert isinstance(task_runner_from_env({"DPR_TASK_RUNNER": "default"}), ThreadPoolTaskRunner)
+    local = task_runner_from_env({"DPR_TASK_RUNNER": "dask-local"})
+    assert isinstance(local, DaskTaskRunner) and local.address is None
+    assert type(local.duplicate()) is type(local)  # Prefect duplicates the runner per flow run
+    assert local.cluster_kwargs == {"n_workers": 2, "processes": True, "dashboard_address": None}
+    remote = task_runner_from_env({"DPR_TASK_RUNNER": "default", "DPR_DASK_ADDRESS": "tcp://10.0.0.5:8786"})
+    assert isinstance(remote, DaskTaskRunner) and remote.address == "tcp://10.0.0.5:8786"
+    with pytest.raises(RunnerSettingError, match="DPR_TASK_RUNNER='threads'"):
+        task_runner_from_env({"DPR_TASK_RUNNER": "threads"})
+    with pytest.raises(RunnerSettingError, match="not a Dask scheduler address"):
+        task_runner_from_env({"DPR_DASK_ADDRESS": "10.0.0.5"})
+
+
+def test_private_tasks_never_persist_or_cache_and_noise_tasks_retry_once():
+    from prefect.cache_policies import NO_CACHE
+    from prefect.states import Failed
+
+    from dpcore.budget import BudgetExceededError, PrivacyCost
+    from dpcore.ledger import OrphanedChargeError
+    from dpcore.steps.common import StepInputError
+    from tasks import detect, stages
+    from tasks.common import _no_retry_for_user_errors
+
+    every = [stages.ingest_task, stages.validate_task, stages.record_counts_task, stages.aiq_task, stages.coco_task,
+             stages.outlier_counts_task, stages.bundle_task, detect.detection_frame_task, detect.fit_template_task,
+             detect.store_detection_task]
+    for t in every:
+        assert t.persist_result is False and t.cache_policy is NO_CACHE, t.name
+    noise = {stages.record_counts_task, stages.aiq_task, stages.coco_task, stages.outlier_counts_task}
+    for t in every:
+        assert t.retries == (1 if t in noise else 0), t.name
+    # a retry cannot cure bad input, an exhausted budget or an orphaned charge
+    over = BudgetExceededError("d", PrivacyCost(1, 0), PrivacyCost(0, 0), PrivacyCost(Fraction(1, 2), 0))
+    for exc in (StepInputError("bad"), over, OrphanedChargeError("orphan")):
+        assert _no_retry_for_user_errors(None, None, Failed(data=exc)) is False
+    assert _no_retry_for_user_errors(None, None, Failed(data=RuntimeError("transient"))) is True
+
+
+# ----------------------------------------------------------------------------- concurrency
+@pytest.mark.timeout(600)
+def test_concurrent_release_runs_and_operator_run_share_one_warehouse(tmp_path, dpr_home, small_spec_path):
+    """Two release runs (different ids) and one AIQ operator run at the same moment, one
+    warehouse, a cap that fits only four of the five charges: exactly one charge is refused,
+    cleanly; the total never exceeds the cap; every charge has its stored release."""
+    spec = yaml.safe_load(small_spec_path.read_text())
+    spec["budget"]["epsilon"] = 0.45
+    spec["steps"]["detect"]["enabled"] = False
+    spec["steps"]["aiq"].update({"enabled": True, "record_ids": ["F000001"], "from_detector": 0, "points": []})
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    env = _child_env(tmp_path, dpr_home, OPS_SYNC=str(sync))
+    release = """
+        from flows.release_pipeline import release_pipeline
+        wait_go({rid!r})
+        report({rid!r}, lambda **kw: release_pipeline(spec_path={path!r}, release_id={rid!r}, **kw))
+    """
+    operator = f"""
+        from flows.aiq_query import aiq_query
+        wait_go("operator")
+        report("operator", lambda **kw: aiq_query(record_ids=["F000002"], epsilon=0.1, spec_path={str(path)!r},
+                                                   release_id="ops-q1", **kw))
+    """
+    procs = [_spawn(release.format(rid=rid, path=str(path)), env) for rid in ("conc-a", "conc-b")]
+    procs.append(_spawn(operator, env))
+    deadline = time.monotonic() + 120
+    while len(list(sync.glob("ready-*"))) < 3:
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "a child died before the start"
+        time.sleep(0.05)
+    (sync / "go").touch()  # all three start their flows together
+    finished = [_finish(p) for p in procs]
+    results = [r for res, _ in finished for r in res]
+    text = "\n".join(t for _, t in finished)
+    assert len(results) == 3, text[-3000:]
+    assert not LOCK_CRASH.search(text), text[-3000:]
+
+    # 5 charges of 0.1 asked for (2 per release run, 1 operator), cap 0.45: exactly one refused
+    failed = [r for r in results if not r["ok"]]
+    assert len(failed) == 1, results
+    assert failed[0]["error"] == "BudgetExceededError" and "exceed" in failed[0]["message"].lower(), failed
+    led = _ledger(dpr_home)
+    _assert_ledger_consistent(led, "nycflights13")
+    charges = led.charges("nycflights13")
+    assert len(charges) == 4 and set(charges["status"]) == {"released"}
+    assert led.status("nycflights13").spent.epsilon == Fraction(4, 10)
+    assert set(charges["release_id"]) <= {"conc-a", "conc-b", "ops-q1"}
+    # raw and validated data were ingested once, not once per run
+    assert len(led.wh.query("SELECT * FROM raw.ingests")) == 1
+    n_valid_tables = led.wh.query("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'validated'")
+    assert n_valid_tables[0][0] == 1
+
+
+# ----------------------------------------------------------------------------- crash
+@pytest.mark.timeout(600)
+def test_sigkill_after_reservation_keeps_the_charge_and_never_redraws(tmp_path, dpr_home, small_spec_path, monkeypatch):
+    spec = yaml.safe_load(small_spec_path.read_text())
+    spec["steps"]["detect"]["enabled"] = False
+    spec["steps"]["aiq"]["from_detector"] = 0
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    marker = tmp_path / "reserved"
+    code = f"""
+        from dpcore.mechanisms.counts import PartitionCounts
+        def blocked_release(self, counts, noise):  # inside compute(), i.e. after the reservation
+            Path({str(marker)!r}).write_text(str(os.getpid()))
+            time.sleep(600)
+        PartitionCounts.release = blocked_release
+        from flows.release_pipeline import release_pipeline
+        report("crash", lambda **kw: release_pipeline(spec_path={str(path)!r}, release_id="crash-r1", **kw))
+    """
+    proc = _spawn(code, _child_env(tmp_path, dpr_home))
+    deadline = time.monotonic() + 180
+    while not marker.exists():
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "the child never reached the mechanism"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+    # the warehouse file opens cleanly and the ledger shows the reserved charge
+    con = duckdb.connect(str(dpr_home / "warehouse.duckdb"))
+    assert con.execute("SELECT count(*) FROM ledger.charges").fetchone()[0] == 1
+    con.execute("CHECKPOINT")
+    con.close()
+    led = _ledger(dpr_home)
+    (charge,) = led.charges("nycflights13").itertuples()
+    assert (charge.status, charge.release_id, charge.step, charge.epsilon) == ("reserved", "crash-r1", "record_counts", 0.1)
+    assert led.wh.query("SELECT count(*) FROM releases.outputs")[0][0] == 0
+    spent = led.status("nycflights13").spent
+
+    # re-run the same release: no fresh draw for the key, the charge is neither lost nor doubled
+    from dpcore.mechanisms.counts import PartitionCounts
+    from flows.release_pipeline import release_pipeline
+
+    draws = []
+    real_release = PartitionCounts.release
+    monkeypatch.setattr(PartitionCounts, "release", lambda self, c, n: draws.append(1) or real_release(self, c, n))
+    monkeypatch.setenv("DPR_HOME", str(dpr_home))
+    from dpcore.ledger import OrphanedChargeError
+
+    with pytest.raises(OrphanedChargeError) as err:
+        release_pipeline(spec_path=str(path), release_id="crash-r1")
+    msg = str(err.value)
+    assert "status 'reserved'" in msg and "never re-drawn" in msg and "Start a new release id" in msg
+    assert draws == []
+    assert led.status("nycflights13").spent == spent
+    (again,) = led.charges("nycflights13").itertuples()
+    assert (again.key, again.status) == (charge.key, "reserved")
+
+    # the documented way out: a new release id is charged anew and released
+    out = release_pipeline(spec_path=str(path), release_id="crash-r2")
+    assert draws == [1]
+    assert out["spent_total"]["epsilon"] == pytest.approx(0.2)
+    _assert_ledger_consistent(led, "nycflights13")
+    assert dict(led.wh.query("SELECT release_id, status FROM ledger.charges")) == {"crash-r1": "reserved", "crash-r2": "released"}
+
+
+# ----------------------------------------------------------------------------- retry
+def test_prefect_retry_after_the_draw_returns_the_first_stored_draw(dpr_home, small_spec_path, monkeypatch):
+    from prefect import flow
+
+    from dpcore.mechanisms.counts import PartitionCounts
+    from dpcore.steps.record_counts import record_counts_step
+    from tasks.common import NOISE_RETRIES, flow_run_id, private_task, resolve
+    from tasks.stages import ingest_task, validate_task
+
+    draws: list[dict] = []
+    real_release = PartitionCounts.release
+
+    def counting_release(self, counts, noise):
+        out = real_release(self, counts, noise)
+        draws.append(out)
+        return out
+
+    monkeypatch.setattr(PartitionCounts, "release", counting_release)
+    attempts: list[dict] = []
+
+    @private_task(name="record-counts-flaky", **NOISE_RETRIES)
+    def flaky_record_counts(spec, settings, ingested):
+        out = record_counts_step(spec, settings, ingested, flow_run_id())  # charges, draws, stores
+        attempts.append(dict(zip(out.tables["counts"]["cell"], out.tables["counts"]["noisy_count"])))
+        if len(attempts) == 1:
+            raise RuntimeError("transient failure after the draw was stored")
+        return out
+
+    @flow(name="retry-probe")
+    def probe(spec_path: str):
+        spec, settings = resolve(spec_path, "retry-r1")
+        ingested = ingest_task(spec, settings)
+        validate_task(spec, settings, ingested)
+        return flaky_record_counts(spec, settings, ingested)
+
+    out = probe(str(small_spec_path))
+    assert len(attempts) == 2 and len(draws) == 1  # Prefect retried; the mechanism ran once
+    assert attempts[0] == attempts[1] == draws[0]
+    led = _ledger(dpr_home)
+    charges = led.charges("nycflights13")
+    assert len(charges) == 1 and charges["status"].iloc[0] == "released" and charges["epsilon"].iloc[0] == 0.1
+    stored = json.loads(led.wh.query("SELECT payload FROM releases.outputs")[0][0])
+    assert stored == draws[0] == dict(zip(out.tables["counts"]["cell"], out.tables["counts"]["noisy_count"]))
+
+
+# ----------------------------------------------------------------------------- leakage
+async def _prefect_texts(run_ids: list[str], progress: dict | None = None) -> list[str]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowRunFilter,
+        FlowRunFilterId,
+        LogFilter,
+        LogFilterFlowRunId,
+        TaskRunFilter,
+        TaskRunFilterFlowRunId,
+    )
+
+    ids = [__import__("uuid").UUID(r) for r in run_ids]
+    texts: list[str] = []
+    async with get_client() as client:
+        offset = 0
+        while True:
+            logs = await client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=ids)), limit=200, offset=offset
+            )
+            texts += [log.message for log in logs]
+            if len(logs) < 200:
+                break
+            offset += 200
+        arts = await client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=ids)))
+        texts += [json.dumps(a.data, default=str) + str(a.description or "") + str(a.key) for a in arts]
+        if progress is not None:
+            progress.update({a.key: (a.data, a.description) for a in arts if a.type == "progress"})
+        runs = await client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)))
+        texts += [f"{r.state.message} {r.parameters}" for r in runs if r.state]
+        task_runs = await client.read_task_runs(task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=ids)))
+        texts += [f"{t.name} {t.state.message}" for t in task_runs if t.state]
+    assert arts and len(runs) == len(ids)
+    return texts
+
+
+def _number(n: int) -> re.Pattern:
+    return re.compile(rf"(?<![0-9A-Za-z.]){n}(?![0-9A-Za-z]|\.[0-9])|(?<![0-9A-Za-z.]){n:,}(?![0-9])")
+
+
+@pytest.mark.timeout(600)
+def test_no_internal_value_leaves_the_warehouse(tmp_path, dpr_home, small_spec_path, small_flights_csv):
+    """After a pipeline run with detect + AIQ (from_detector) + coco + record_counts and two failed
+    operator runs, search the Prefect logs (API), artifacts (API), run/task state messages
+    (exception texts), the child's output, every file under PREFECT_HOME and the public part of
+    the bundle for true counts, detector scores, raw outlier rows and AIQ ball counts.
+
+    ``from_detector`` publishes the ids it chose (by design, the report says so): those ids and
+    the explicitly queried ones are left out of the id search; their scores and raw rows are not.
+    """
+    # distinctive true counts: blank arr_delay in ~150 more rows, so ~190 rows are quarantined
+    lines = small_flights_csv.read_text().splitlines()
+    col = lines[0].split(",").index("arr_delay")
+    for i in range(5, len(lines), 19):
+        cells = lines[i].split(",")
+        cells[col] = ""
+        lines[i] = ",".join(cells)
+    csv = tmp_path / "flights_leak.csv"
+    csv.write_text("\n".join(lines) + "\n")
+    path = _write_spec(
+        tmp_path, small_spec_path, "leak.yaml",
+        aiq={"enabled": True, "record_ids": ["F000001", "F000002"], "from_detector": 3},
+        coco={"enabled": True, "max_group_size": 60},
+        validation={"max_rejected_fraction": 0.1},
+    )
+    spec = yaml.safe_load(path.read_text())
+    spec["dataset"]["source"] = {"kind": "csv", "path": str(csv)}
+    path.write_text(yaml.safe_dump(spec))
+    code = f"""
+        from flows.release_pipeline import release_pipeline
+        from flows.aiq_query import aiq_query
+        report("pipeline", lambda **kw: release_pipeline(spec_path={str(path)!r}, release_id="leak-r1", **kw))
+        # failures: an unknown record id and an over-budget batch (their exception texts are searched too)
+        report("unknown-id", lambda **kw: aiq_query(record_ids=["F999999"], spec_path={str(path)!r}, release_id="leak-q", **kw))
+        report("over-budget", lambda **kw: aiq_query(record_ids=["F000003"], epsilon=10, spec_path={str(path)!r}, release_id="leak-q", **kw))
+    """
+    results, output = _finish(_spawn(code, _child_env(tmp_path, dpr_home)))
+    by = {r["name"]: r for r in results}
+    assert by["pipeline"]["ok"], output[-3000:]
+    assert not by["unknown-id"]["ok"] and not by["over-budget"]["ok"], results
+    assert by["over-budget"]["error"] == "BudgetExceededError"
+
+    run_ids = [r["run"] for r in results]
+    assert all(run_ids), results
+    progress: dict = {}
+    texts = asyncio.run(_prefect_texts(run_ids, progress)) + [output]
+    # long loops reported progress, and finished
+    assert progress == {
+        "progress-detect-templates-nycflights13": (100.0, "detector templates fitted: 2 of 2 done"),
+        "progress-coco-levels-nycflights13": (100.0, "coco levels measured: 3 of 3 done"),
+    }, progress
+    for f in (tmp_path / "prefect_home").rglob("*"):
+        if f.is_file():
+            texts.append(f.read_bytes().decode("latin-1"))
+    bundle = Path(by["pipeline"]["out"]["bundle"])
+    public = [f for f in bundle.rglob("*") if f.is_file() and "owner" not in f.relative_to(bundle).parts]
+    assert any(f.name == "report.md" for f in public) and any(f.suffix == ".csv" for f in public)
+    texts += [f.read_bytes().decode("latin-1") for f in public]
+    haystack = "\n".join(texts)
+
+    # the internal true values, read from the warehouse
+    wh = Warehouse(dpr_home / "warehouse.duckdb")
+    (vt,) = [r[0] for r in wh.query("SELECT table_name FROM information_schema.tables WHERE table_schema = 'validated'")]
+    n_valid = wh.query(f'SELECT count(*) FROM validated."{vt}"')[0][0]
+    n_quar = wh.query(f'SELECT count(DISTINCT _row) FROM quarantine."{vt}"')[0][0]
+    flags = wh.query_df(f'SELECT * FROM internal."detect_flags__{vt}" WHERE flagged ORDER BY max_score DESC LIMIT 20')
+    scores = wh.query_df(f'SELECT * FROM internal."detect_scores__{vt}" WHERE flight_id IN (SELECT unnest(?::VARCHAR[]))',
+                         [list(flags["flight_id"])])
+    diag = wh.query_df("SELECT * FROM internal.aiq_diagnostics")
+    emd = wh.query_df("SELECT emd FROM internal.coco_emd WHERE emd > 0")
+    answers = (bundle / "tables" / "aiq__answers.csv").read_text()
+    published_ids = set(re.findall(r"record:(F\d+)", answers))
+    assert len(published_ids) == 5  # 2 listed + the detector's top 3 (published by design)
+
+    n_raw = wh.query("SELECT n_rows FROM raw.ingests")[0][0]
+    assert n_raw == 3000
+    numbers = {n for n in (n_raw, n_valid, n_quar, *diag["ball_count"]) if n >= 100}
+    assert n_valid >= 100 and n_quar >= 100, (n_valid, n_quar)
+    floats = [float(s) for s in [*flags["max_score"], *scores["score"], *emd["emd"]] if abs(s) >= 1e-3]
+    float_forms = {form for s in floats for form in (repr(s), f"{s:.6f}", f"{s:.5f}", f"{s:.4f}", f"{s:.6g}", f"{s:.5g}")}
+    float_forms = {f for f in float_forms if len(f.strip("-0.")) >= 4}
+    ids = set(flags["flight_id"]) - published_ids
+    csv_lines = csv.read_text().splitlines()
+    header = csv_lines[0].split(",")
+    id_col = header.index("flight_id")
+    raw_rows = []
+    for line in csv_lines[1:]:
+        cells = line.split(",")
+        if cells[id_col] in set(flags["flight_id"].head(10)):
+            raw_rows.append(line)  # the raw row as it appears in the CSV
+            rest = [c for i, c in enumerate(cells) if i != id_col]
+            raw_rows += [",".join(rest), ", ".join(rest), "|".join(rest), " | ".join(rest), "\t".join(rest)]
+    assert len(raw_rows) == 60
+
+    leaked = [f"count {n}" for n in numbers if _number(n).search(haystack)]
+    leaked += [f"score {f}" for f in float_forms if f in haystack]
+    leaked += [f"id {i}" for i in ids if re.search(rf"(?<![0-9A-Za-z]){i}(?![0-9])", haystack)]
+    leaked += [f"raw row {r}" for r in raw_rows if r in haystack]
+    for item in leaked[:5]:
+        needle = item.split(" ", 1)[1]
+        pos = haystack.find(needle)
+        print(item, "…", haystack[max(pos - 120, 0): pos + 80].replace("\n", " "))
+    assert leaked == []
+
+
+# ----------------------------------------------------------------------------- dask
+@pytest.mark.timeout(600)
+def test_dask_local_cluster_gives_the_same_detection_as_the_default_runner(tmp_path, small_spec_path):
+    """The detect flow with ``DPR_TASK_RUNNER=dask-local`` (2 worker processes) and with the
+    default runner, as two processes on two warehouses: the fits run on worker processes, every
+    warehouse task stays in the flow process (and refuses a worker), and the internal scores,
+    flags and fitted models are bit-for-bit identical.
+
+    Dask's nanny runs workers with OMP/OpenBLAS/MKL_NUM_THREADS=1; the default-runner process
+    gets the same setting, otherwise multi-threaded BLAS sums differ in the last bits (~1e-13).
+    """
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    code = """
+        import os
+        import flows.detect
+        from dpcore.steps.detect import fit_one
+        from tasks.common import private_task
+
+        @private_task(name="fit-template-probe", worker_safe=True)
+        def probe_fit(df, template, spec):
+            Path({pids!r}, f"{{os.environ['DPR_TASK_RUNNER']}}-fit-{{template.name}}").write_text(str(os.getpid()))
+            return fit_one(df, template, spec)
+
+        flows.detect.fit_template_task = probe_fit   # the same work; records which process ran it
+        Path({pids!r}, os.environ["DPR_TASK_RUNNER"] + "-flow").write_text(str(os.getpid()))
+        print("OPS-RUNNER", type(flows.detect.detect_flow.task_runner).__name__, flush=True)
+        report("detect", lambda **kw: flows.detect.detect_flow(spec_path={spec!r}, **kw))
+    """.format(pids=str(pids), spec=str(small_spec_path))
+    single = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    envs = {name: _child_env(tmp_path, tmp_path / f"dpr_{name}", DPR_TASK_RUNNER=name, **single)
+            for name in ("dask-local", "default")}
+    # the Dask run as the demo does it: no PREFECT_API_URL, Prefect's ephemeral server in the flow
+    # process (the workers must be told its address), with its own PREFECT_HOME
+    del envs["dask-local"]["PREFECT_API_URL"]
+    envs["dask-local"]["PREFECT_HOME"] = str(tmp_path / "prefect_home_ephemeral")
+    envs["dask-local"]["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "120"  # a loaded CI machine
+    procs = {name: _spawn(code, env) for name, env in envs.items()}
+    # meanwhile: a task that writes the warehouse, wrongly submitted to a Dask worker, refuses to run
+    from prefect import flow
+    from prefect_dask import DaskTaskRunner
+
+    from tasks.common import FlowProcessOnlyError, resolve
+    from tasks.stages import ingest_task
+
+    @flow(name="guard-probe", task_runner=DaskTaskRunner(cluster_kwargs={"n_workers": 1, "processes": False,
+                                                                          "dashboard_address": None}))
+    def guard_probe():
+        spec, settings = resolve(str(small_spec_path), None)
+        return ingest_task.submit(spec, settings).result()
+
+    with pytest.raises(FlowProcessOnlyError, match="must run in the flow process"):
+        guard_probe()
+
+    finished = {name: _finish(p) for name, p in procs.items()}
+    for name, (results, output) in finished.items():
+        assert [r["ok"] for r in results] == [True], output[-3000:]
+        assert results[0]["out"] == ["air_time_by_distance_origin", "arr_delay_by_dep_delay_carrier"]
+        assert not LOCK_CRASH.search(output)
+    assert "OPS-RUNNER LocalDaskTaskRunner" in finished["dask-local"][1]
+    assert "OPS-RUNNER ThreadPoolTaskRunner" in finished["default"][1]
+    pid = {p.name: p.read_text() for p in pids.iterdir()}
+    assert len(pid) == 6
+    assert pid["default-fit-air_time_by_distance_origin"] == pid["default-flow"]  # threads in the flow process
+    dask_fits = {v for k, v in pid.items() if k.startswith("dask-local-fit-")}
+    assert pid["dask-local-flow"] not in dask_fits  # fits ran on worker processes
+
+    def tables(home: Path):
+        wh = Warehouse(home / "warehouse.duckdb")
+        (vt,) = [r[0] for r in wh.query("SELECT table_name FROM information_schema.tables WHERE table_schema = 'validated'")]
+        return (
+            wh.query_df(f'SELECT * FROM internal."detect_scores__{vt}" ORDER BY template, flight_id'),
+            wh.query_df(f'SELECT * FROM internal."detect_flags__{vt}" ORDER BY flight_id'),
+            wh.query_df("SELECT table_suffix, template, params FROM internal.detect_models ORDER BY template"),
+        )
+
+    import pandas as pd
+
+    for a, b in zip(tables(tmp_path / "dpr_dask-local"), tables(tmp_path / "dpr_default")):
+        assert len(a) > 0
+        pd.testing.assert_frame_equal(a, b, check_exact=True)

@@ -1,0 +1,79 @@
+"""The outlier-counts step (seed 002, Scenario 2) wired into flows."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from prefect.exceptions import ParameterTypeError
+
+from dpcore.ledger import PrivacyLedger
+from dpcore.settings import Settings
+from dpcore.steps.common import StepInputError
+from dpcore.warehouse import Warehouse
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+STEPS = ("outlier_subspaces", "outlier_count")
+
+
+def _charges():
+    ch = PrivacyLedger(Warehouse(Settings.from_env().warehouse)).charges("nycflights13")
+    return ch[ch["step"].isin(STEPS)]
+
+
+def test_pipeline_selects_h_subspaces_and_charges_each_release(dpr_home, small_spec_path, tmp_path):
+    from flows.release_pipeline import release_pipeline
+
+    spec = yaml.safe_load(small_spec_path.read_text())
+    spec["steps"]["outlier_counts"] = {"enabled": True, "k": 3, "r": 0.02, "h": 2, "subspace_dim": 1,
+                                       "epsilon_select": 0.4, "epsilon_count": 0.3, "delta_count": 1e-6}
+    path = tmp_path / "oc.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = release_pipeline(spec_path=str(path))
+    ch = _charges()
+    assert list(ch["step"]) == ["outlier_subspaces", "outlier_count", "outlier_count"]
+    assert (ch["neighbour"] == "replace-one").all() and (ch["notion"] == "dp").all()
+    assert ch["epsilon"].round(12).tolist() == [0.4, 0.3, 0.3]
+    assert ch["delta"].round(15).tolist() == [0.0, 1e-6, 1e-6]
+    t = pd.read_csv(Path(out["bundle"]) / "tables" / "outlier_counts__counts.csv")
+    assert t["rank"].tolist() == [1, 2] and t["subspace"].nunique() == 2
+    assert set(t["subspace"]) <= {"distance", "air_time", "dep_delay", "arr_delay"}
+    diag = Warehouse(Settings.from_env().warehouse).query_df("SELECT * FROM internal.outlier_count_diagnostics")
+    assert len(diag) == 2 and (diag["sigma"] > 0).all()
+    public = "".join(p.read_text(errors="ignore") for p in Path(out["bundle"]).rglob("*")
+                     if p.suffix in {".csv", ".md", ".json"} and "owner" not in p.parts)
+    assert "true_count" not in public and "sigma" not in public
+
+    # same release id: stored, nothing new
+    release_pipeline(spec_path=str(path))
+    assert len(_charges()) == 3
+
+
+def test_operator_flow_and_parameter_errors_before_any_charge(dpr_home, small_spec_path):
+    from flows.outlier_counts import outlier_counts
+
+    rows = outlier_counts(spec_path=str(small_spec_path), h=1, r=0.02, epsilon_select=0.2, epsilon_count=0.2)
+    assert len(rows) == 1 and len(_charges()) == 2
+    assert outlier_counts(spec_path=str(small_spec_path), h=1, r=0.02, epsilon_select=0.2, epsilon_count=0.2) == rows
+    assert len(_charges()) == 2
+    for kwargs, exc, fragment in [
+        ({"k": 0}, ParameterTypeError, "k"),
+        ({"r": 0.0}, ParameterTypeError, "r"),
+        ({"delta_count": 1.0}, ParameterTypeError, "delta_count"),
+        ({"h": 5}, StepInputError, "h"),
+        ({"subspace_dim": 5}, StepInputError, "subspace_dim"),
+        ({"attributes": ["carrier"]}, Exception, "not numeric"),
+    ]:
+        with pytest.raises(exc, match=fragment):
+            outlier_counts(spec_path=str(small_spec_path), **kwargs)
+        assert len(_charges()) == 2
+
+
+def test_count_epsilon_must_be_below_one(dpr_home, small_spec_path):
+    """Theorems 1-2 of seed 002 are stated for epsilon < 1: the form refuses 1.0 before any charge."""
+    from flows.outlier_counts import outlier_counts
+
+    with pytest.raises(ParameterTypeError, match="epsilon_count"):
+        outlier_counts(spec_path=str(small_spec_path), epsilon_count=1.0)
+    assert _charges().empty
