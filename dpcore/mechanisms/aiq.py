@@ -50,6 +50,7 @@ from typing import Callable
 import numpy as np
 
 from ..budget import PrivacyCost, exact
+from .params import real_between
 from ..neighbors import ball_counts, multiplicities, pairwise_ball_max
 from ..noise import NoiseSource
 
@@ -329,11 +330,7 @@ class AnomalyIdentification:
         if isinstance(r, bool) or not isinstance(r, numbers.Real) or not math.isfinite(float(r)) or float(r) < 0:
             raise ValueError(f"r must be a finite number >= 0 (got {r!r}); give the radius in public-bounds scaled units, e.g. r=0.05")
         e = self.epsilon
-        try:
-            ok = not isinstance(e, bool) and isinstance(e, numbers.Real) and math.isfinite(float(e)) and float(e) > 0
-        except (TypeError, ValueError, OverflowError):
-            ok = False
-        if not ok:
+        if not real_between(e, 0):
             raise ValueError(f"epsilon must be a finite number > 0 (got {e!r}); pass e.g. epsilon=0.1")
         kk = self.k
         if isinstance(kk, bool) or not isinstance(kk, numbers.Integral) or kk < 1:

@@ -117,6 +117,7 @@ from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
 from ..budget import PrivacyCost
+from .params import real_between
 from ..neighbors import ball_counts
 from ..noise import NoiseSource
 from .kissing import KISSING_NUMBER_BOUNDS, kissing_lower, kissing_upper
@@ -610,22 +611,14 @@ class OutlierCountMechanism:
         _check_k(self.k)
         _check_r(self.r)
         e = self.epsilon
-        try:
-            ok = not isinstance(e, bool) and isinstance(e, numbers.Real) and 0 < float(e) < 1
-        except (TypeError, ValueError, OverflowError):
-            ok = False
-        if not ok:
+        if not real_between(e, 0, 1):
             raise ValueError(
                 f"epsilon must be a number with 0 < epsilon < 1 (got {e!r}); the Gaussian mechanisms of "
                 "Theorems 1-2 are proved for epsilon < 1. Pass e.g. epsilon=0.5, or split a larger budget "
                 "over several releases"
             )
         dl = self.delta
-        try:
-            ok = not isinstance(dl, bool) and isinstance(dl, numbers.Real) and 0 < float(dl) < 1
-        except (TypeError, ValueError, OverflowError):
-            ok = False
-        if not ok:
+        if not real_between(dl, 0, 1):
             raise ValueError(
                 f"delta must be a number with 0 < delta < 1 (got {dl!r}); use a small value such as "
                 "delta=1e-6 (well below 1/N)"

@@ -42,6 +42,7 @@ import numbers
 import numpy as np
 
 from ..budget import PrivacyCost
+from .params import real_between
 from ..noise import NoiseSource
 from .outlier_count import _as_points, _check_k, _check_r, count_outliers, global_sensitivity_bounds, subspace_view
 
@@ -123,11 +124,7 @@ class TopSubspaceSelection:
         _check_k(self.k)
         _check_r(self.r)
         e = self.epsilon
-        try:
-            ok = not isinstance(e, bool) and isinstance(e, numbers.Real) and math.isfinite(float(e)) and float(e) > 0
-        except (TypeError, ValueError, OverflowError):
-            ok = False
-        if not ok:
+        if not real_between(e, 0):
             raise ValueError(f"epsilon must be a finite number > 0 (got {e!r}); pass e.g. epsilon=0.8")
         try:
             cands = [tuple(int(i) for i in c) for c in self.candidates]
