@@ -28,6 +28,7 @@ def main() -> None:
     os.environ["DPR_HOME"] = str(tmp / "home")
     os.environ.setdefault("PREFECT_HOME", str(tmp / "prefect"))
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
 

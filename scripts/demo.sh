@@ -7,5 +7,7 @@ cd "$(dirname "$0")/.."
 export PREFECT_HOME="${PREFECT_HOME:-$PWD/var/prefect}"
 mkdir -p "$PREFECT_HOME"
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
+# the temporary Prefect server can take longer than the 20 s default to start on a busy 2-core machine
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="${PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS:-90}"
 export PREFECT_LOGGING_LEVEL="${PREFECT_LOGGING_LEVEL:-INFO}"
 exec .venv/bin/python -m flows.release_pipeline "$@"

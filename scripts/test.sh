@@ -8,5 +8,6 @@ trap 'rm -rf "$tmp_home"' EXIT
 export PREFECT_HOME="$tmp_home/prefect"
 mkdir -p "$PREFECT_HOME"
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="${PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS:-90}"
 export DPR_HOME="$tmp_home/dpr"
 .venv/bin/python -m pytest "$@"
