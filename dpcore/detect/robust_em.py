@@ -181,14 +181,19 @@ class ConvergenceWarning(UserWarning):
 
 
 # --------------------------------------------------------------------------- helpers
-def _check_X(X, name: str = "X") -> np.ndarray:
-    arr = np.asarray(X)
+def _as_float(a, name: str) -> np.ndarray:
+    """``a`` as a float64 array, refusing complex and non-numeric input (message names ``name``)."""
+    arr = np.asarray(a)
     if arr.dtype.kind == "c":
         raise ValueError(f"{name} must be real-valued, got a complex array")
     try:
-        arr = np.asarray(arr, dtype=np.float64)
+        return np.asarray(arr, dtype=np.float64)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be numeric (convertible to float); got dtype {arr.dtype}") from None
+
+
+def _check_X(X, name: str = "X") -> np.ndarray:
+    arr = _as_float(X, name)
     if arr.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array (rows x contextual columns), got a {arr.ndim}-D array")
     finite = np.isfinite(arr)
@@ -199,13 +204,7 @@ def _check_X(X, name: str = "X") -> np.ndarray:
 
 
 def _check_y(y, n: int, name: str = "y") -> np.ndarray:
-    arr = np.asarray(y)
-    if arr.dtype.kind == "c":
-        raise ValueError(f"{name} must be real-valued, got a complex array")
-    try:
-        arr = np.asarray(arr, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be numeric (convertible to float); got dtype {arr.dtype}") from None
+    arr = _as_float(y, name)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be a 1-D array, got a {arr.ndim}-D array of shape {arr.shape}")
     if arr.shape[0] != n:
