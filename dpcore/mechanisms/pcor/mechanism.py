@@ -1,0 +1,391 @@
+"""PCOR mechanism: private contextual outlier release (seed 003, Shafieinejad et al., SIGMOD'21).
+
+For an outlier ``V`` release **one context** -- a conjunction of
+disjunctions of attribute values (Section 3) in which ``V`` is an outlier
+w.r.t. the metric attribute ``M`` -- chosen with high utility by one of
+Algorithms 1-5 (:mod:`dpcore.mechanisms.pcor.samplers`), each ending in the
+exponential mechanism.
+
+Privacy notion and neighbours (DESIGN.md rules 4-5)
+---------------------------------------------------
+* Notion ``ocdp``: ``(eps, COE_M(., V))``-output-constrained DP
+  (Definition 2.5): the guarantee covers neighbouring datasets that differ by
+  adding or removing one record **and** have the same set of valid contexts
+  ``COE_M(D, V) = COE_M(D', V)`` (Definitions 2.4, 3.1).  Section 6.7 (and
+  :mod:`tests.test_pcor_privacy`) measure how often that holds and what
+  happens when it does not.
+* Neighbour relation ``add_remove`` (one record added or removed).
+* Exponential-mechanism convention: the paper's ``Exp^{eps1}`` (weights
+  ``exp(eps1 u)``, ``2 eps1 Delta u``-DP, Theorem 2.1), drawn as
+  ``NoiseSource.exponential_mechanism(u, epsilon=2 eps1, sensitivity=1)``.
+  Both utilities (population size ``|D_C|`` and overlap ``|D_C ∩ D_{C_V}|``,
+  Section 3.2) have ``Delta u = 1`` under add/remove-one.
+* Charge: the operator gives the total ``epsilon``; ``eps1`` is derived so
+  that the total is exactly ``epsilon``:
+  ``eps1 = epsilon / 2`` for direct / uniform / random walk (Theorems 4.1,
+  5.1, 5.3: one call) and ``eps1 = epsilon / (2n + 2)`` for DFS / BFS
+  (Theorems 5.5, 5.7: ``n`` selections + the final call).  :meth:`cost`
+  returns ``PrivacyCost(epsilon, 0)`` exactly.
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable, Optional
+
+import numpy as np
+
+from ...budget import PrivacyCost, exact
+from ...noise import NoiseSource
+from ..params import real_between
+from . import samplers as S
+
+__all__ = ["SAMPLERS", "UTILITIES", "PCORResult", "PCORMechanism"]
+
+#: Sampler names (Algorithms 1-5).
+SAMPLERS = ("direct", "uniform", "random_walk", "dfs", "bfs")
+#: Utility names (Section 3.2).
+UTILITIES = ("population", "overlap")
+_GRAPH_SEARCH = ("dfs", "bfs")
+
+
+@dataclass(frozen=True)
+class PCORResult:
+    """Outcome of :meth:`PCORMechanism.explain`.
+
+    Attributes
+    ----------
+    context : numpy.ndarray of shape (t,) bool, or None
+        The released context (the **only** private output), or ``None``.
+    status : str
+        ``"released"`` or ``"no_valid_context"`` (no valid starting context
+        was found within ``max_start_evaluations``; for ``direct`` also when
+        ``COE_M(D, V)`` is empty).  The status is an output of the mechanism
+        too: it depends on the data only through validity, so it is covered
+        by the OCDP charge, which the caller makes in either case.
+    start_context : numpy.ndarray or None
+        Internal: ``C_V``.  Data-dependent -- never release or log it.
+    n_verified : int
+        Internal: distinct contexts the evaluator verified so far.
+    n_candidates : int
+        Internal: size of the final exponential mechanism's candidate
+        (multi)set.
+    n_em_calls : int
+        Internal: exponential-mechanism calls made (``<= 1`` or ``<= n + 1``).
+    """
+
+    context: Optional[np.ndarray]
+    status: str
+    start_context: Optional[np.ndarray]
+    n_verified: int
+    n_candidates: int
+    n_em_calls: int = 0
+
+
+class _CountingChooser:
+    """Wraps a chooser and counts its exponential-mechanism calls."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.n_exponential = 0
+
+    def uniform(self, k: int) -> int:
+        return self.inner.uniform(k)
+
+    def exponential(self, utilities, epsilon_step: float) -> int:
+        self.n_exponential += 1
+        return self.inner.exponential(utilities, epsilon_step)
+
+
+class PCORMechanism:
+    """Private contextual outlier release with one of Algorithms 1-5.
+
+    Parameters
+    ----------
+    sampler : {"direct", "uniform", "random_walk", "dfs", "bfs"}
+        Algorithm 1 (Section 4), 2 (Section 5.1), 3, 4, 5 (Section 5.2).
+    epsilon : float, int or Fraction
+        Total privacy parameter ``epsilon > 0`` (finite) of one explanation;
+        floats are read through their decimal text (``0.2`` = ``1/5``).
+    n_samples : int
+        ``n >= 1``: valid samples (uniform), walk steps (random walk) or
+        exponential-mechanism selections (DFS/BFS); ignored by ``direct``.
+    utility : {"population", "overlap"}
+        ``|D_C|`` or ``|D_C ∩ D_{C_V}|`` with the start context ``C_V``
+        (Section 3.2); must match the evaluator's utility.
+    max_start_evaluations : int
+        Contexts tested by :func:`~dpcore.mechanisms.pcor.samplers.start_context`
+        before giving up with ``"no_valid_context"``; ``>= 1``.
+    max_uniform_draws : int
+        Draw bound of the uniform sampler (Algorithm 2); ``>= 1``.
+    max_direct_contexts : int
+        Enumeration bound of the direct approach (``2^(t-m)`` must not
+        exceed it); ``>= 1``.
+
+    Notes
+    -----
+    * Input: a ``ContextEvaluator`` for (dataset, context attributes, metric,
+      verifier ``f_M``, record ``V``, utility).
+    * Output: one context (a ``(t,)`` bool vector) or ``None`` with status
+      ``"no_valid_context"``.
+    * Neighbour relation ``add_remove``; notion ``ocdp``; cost
+      ``PrivacyCost(epsilon, 0)`` (module docstring).
+    * scikit-learn style: ``__init__`` stores the parameters only;
+      :meth:`validate` (called by :meth:`cost`, :meth:`explain`, ...) checks
+      them with messages naming the parameter and its allowed range.
+    """
+
+    notion = "ocdp"
+    neighbour = "add_remove"
+
+    def __init__(self, sampler: str, epsilon, n_samples: int = 50, utility: str = "population",
+                 max_start_evaluations: int = 100_000, max_uniform_draws: int = 100_000,
+                 max_direct_contexts: int = 2**20):
+        self.sampler = sampler
+        self.epsilon = epsilon
+        self.n_samples = n_samples
+        self.utility = utility
+        self.max_start_evaluations = max_start_evaluations
+        self.max_uniform_draws = max_uniform_draws
+        self.max_direct_contexts = max_direct_contexts
+
+    # -- parameters ---------------------------------------------------------
+
+    def validate(self) -> None:
+        """Check every parameter.
+
+        Raises
+        ------
+        ValueError
+            Naming the parameter, the value given and the allowed range.
+        """
+        if not isinstance(self.sampler, str) or self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}; got {self.sampler!r}")
+        if not real_between(self.epsilon, 0):
+            raise ValueError(f"epsilon must be a finite number > 0; got {self.epsilon!r} (e.g. epsilon=0.2)")
+        n = self.n_samples
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+            raise ValueError(f"n_samples must be an integer >= 1; got {n!r} (e.g. n_samples=50)")
+        if not isinstance(self.utility, str) or self.utility not in UTILITIES:
+            raise ValueError(f"utility must be one of {', '.join(UTILITIES)}; got {self.utility!r}")
+        for name in ("max_start_evaluations", "max_uniform_draws", "max_direct_contexts"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1; got {v!r}")
+
+    def params(self) -> dict:
+        """JSON-able parameters (for idempotency keys and manifests).
+
+        Returns
+        -------
+        dict
+            ``sampler``, ``epsilon`` (decimal text of the exact value),
+            ``n_samples``, ``utility`` and the three search bounds.
+        """
+        self.validate()
+        return {
+            "sampler": self.sampler,
+            "epsilon": str(exact(self.epsilon)),
+            "n_samples": int(self.n_samples),
+            "utility": self.utility,
+            "max_start_evaluations": int(self.max_start_evaluations),
+            "max_uniform_draws": int(self.max_uniform_draws),
+            "max_direct_contexts": int(self.max_direct_contexts),
+        }
+
+    @property
+    def name(self) -> str:
+        """str: ``pcor_<sampler>``."""
+        return f"pcor_{self.sampler}"
+
+    # -- privacy ------------------------------------------------------------
+
+    def n_exponential_calls(self) -> int:
+        """Upper bound on exponential-mechanism calls: 1, or ``n + 1`` for DFS/BFS.
+
+        Returns
+        -------
+        int
+        """
+        self.validate()
+        return int(self.n_samples) + 1 if self.sampler in _GRAPH_SEARCH else 1
+
+    def epsilon_1(self) -> Fraction:
+        """The paper's per-call ``eps1``, exactly.
+
+        Returns
+        -------
+        Fraction
+            ``epsilon / 2`` (direct, uniform, random walk: Theorems 4.1, 5.1,
+            5.3 charge ``2 eps1``) or ``epsilon / (2n + 2)`` (DFS, BFS:
+            Theorems 5.5, 5.7 charge ``(2n + 2) eps1``).  E.g. ``epsilon=0.2``,
+            ``n=50``, BFS: ``1/510``.
+        """
+        self.validate()
+        return exact(self.epsilon) / (2 * self.n_exponential_calls())
+
+    def epsilon_step(self) -> float:
+        """``2 eps1`` as passed to ``NoiseSource.exponential_mechanism`` (dpcore convention).
+
+        Returns
+        -------
+        float
+        """
+        return float(2 * self.epsilon_1())
+
+    def cost(self) -> PrivacyCost:
+        """The ledger charge: ``PrivacyCost(epsilon, 0)``, notion ``ocdp``.
+
+        Returns
+        -------
+        PrivacyCost
+            Exactly ``n_exponential_calls() * 2 * epsilon_1()`` = ``epsilon``.
+        """
+        self.validate()
+        return PrivacyCost(exact(self.epsilon), 0)
+
+    def privacy_map(self, d_in: int = 1) -> Fraction:
+        """Privacy loss as a function of the neighbour distance (OpenDP habit).
+
+        Parameters
+        ----------
+        d_in : int
+            Number of records added/removed between the two datasets, ``>= 0``.
+
+        Returns
+        -------
+        Fraction
+            ``d_in * epsilon``.  ``d_in = 1``: the charged ``epsilon``
+            (``(epsilon, COE_M(., V))``-OCDP).  ``d_in > 1``: the group-privacy
+            bound, valid for datasets with the **same** ``COE_M(., V)``
+            (Section 6.7's group setting): every exponential-mechanism call
+            then runs over the same candidate sets, utilities differ by at
+            most ``d_in``, so each call is ``2 eps1 d_in``-indistinguishable.
+            Without equal ``COE`` there is no bound (OCDP gives none).
+
+        Raises
+        ------
+        ValueError
+            If ``d_in`` is not an integer ``>= 0``.
+        """
+        if isinstance(d_in, bool) or not isinstance(d_in, numbers.Integral) or d_in < 0:
+            raise ValueError(f"d_in must be an integer >= 0 (records added/removed); got {d_in!r}")
+        return int(d_in) * self.cost().epsilon
+
+    # -- running ------------------------------------------------------------
+
+    def _check_evaluator(self, evaluator) -> None:
+        kind = getattr(evaluator, "utility_kind", None)
+        if kind is None:
+            kind = getattr(evaluator, "utility_name", None)
+        if isinstance(kind, str) and kind != self.utility:
+            raise ValueError(
+                f"utility={self.utility!r} but the evaluator computes {kind!r}; build the evaluator with "
+                f"utility={self.utility!r}"
+            )
+
+    def sample_candidates(self, evaluator, chooser, progress: Optional[Callable[[int, int], None]] = None):
+        """Run the search phase: start context, then the sampler's candidate (multi)set.
+
+        Used by :meth:`explain` and, with a replaying chooser, by
+        :func:`dpcore.mechanisms.pcor.exact.exact_output_distribution`, so both
+        run the very same code.
+
+        Parameters
+        ----------
+        evaluator : ContextEvaluator
+        chooser : Chooser
+        progress : callable or None
+            ``progress(done, total)``.
+
+        Returns
+        -------
+        tuple
+            ``(start, reference, candidates)``: ``start`` is ``C_V`` or
+            ``None``; ``reference`` is ``C_V`` for the overlap utility else
+            ``None``; ``candidates`` is the ``(k, t)`` bool candidate
+            (multi)set of the final exponential mechanism, or ``None`` when
+            there is nothing to release.  All internal (data-dependent).
+        """
+        self.validate()
+        self._check_evaluator(evaluator)
+        start = S.start_context(evaluator, int(self.max_start_evaluations))
+        if start is None:
+            return None, None, None
+        reference = start if self.utility == "overlap" else None
+        n = int(self.n_samples)
+        step = self.epsilon_step()
+        if self.sampler == "direct":
+            cands = S.direct_candidates(evaluator, int(self.max_direct_contexts))
+            if progress is not None:
+                progress(1, 1)
+            if cands.shape[0] == 0:
+                return start, reference, None
+        elif self.sampler == "uniform":
+            cands = S.uniform_candidates(evaluator, start, n, chooser, max_draws=int(self.max_uniform_draws),
+                                         progress=progress)
+        elif self.sampler == "random_walk":
+            cands = S.random_walk_candidates(evaluator, start, n, chooser, progress=progress)
+        elif self.sampler == "dfs":
+            cands = S.dfs_candidates(evaluator, start, n, step, chooser, reference=reference, progress=progress)
+        else:
+            cands = S.bfs_candidates(evaluator, start, n, step, chooser, reference=reference, progress=progress)
+        return start, reference, cands
+
+    def explain_with_chooser(self, evaluator, chooser, progress: Optional[Callable[[int, int], None]] = None
+                             ) -> PCORResult:
+        """:meth:`explain` with an explicit :class:`~dpcore.mechanisms.pcor.samplers.Chooser`.
+
+        Parameters
+        ----------
+        evaluator : ContextEvaluator
+        chooser : Chooser
+            :class:`~dpcore.mechanisms.pcor.samplers.NoiseChooser` in
+            production; instrumented choosers in tests.
+        progress : callable or None
+
+        Returns
+        -------
+        PCORResult
+        """
+        counting = _CountingChooser(chooser)
+        start, reference, cands = self.sample_candidates(evaluator, counting, progress)
+        if cands is None:
+            return PCORResult(None, "no_valid_context", start, int(evaluator.n_verified), 0,
+                              counting.n_exponential)
+        context = S.select_final(evaluator, cands, self.epsilon_step(), counting, reference)
+        return PCORResult(context, "released", start, int(evaluator.n_verified), int(cands.shape[0]),
+                          counting.n_exponential)
+
+    def explain(self, evaluator, noise: NoiseSource, progress: Optional[Callable[[int, int], None]] = None
+                ) -> PCORResult:
+        """Release one context for the evaluator's record ``V``.
+
+        Parameters
+        ----------
+        evaluator : ContextEvaluator
+            For (dataset, context attributes, metric, verifier, record ``V``,
+            utility); its utility must equal ``self.utility``.
+        noise : NoiseSource
+            The only randomness (DESIGN.md rule 3).
+        progress : callable or None
+            ``progress(done, total)`` during long searches (selections, walk
+            steps or valid samples found).
+
+        Returns
+        -------
+        PCORResult
+            ``context`` and ``status`` are the private output; the rest is
+            internal.  The caller must have charged :meth:`cost` **before**
+            calling (DESIGN.md rule 1) -- also when the status turns out to
+            be ``"no_valid_context"``: the mechanism ran and its outcome
+            depends on the data.
+
+        Notes
+        -----
+        ``(epsilon, COE_M(., V))``-OCDP under add/remove-one neighbours
+        (Theorems 4.1, 5.1, 5.3, 5.5, 5.7 with ``eps1`` from
+        :meth:`epsilon_1`).
+        """
+        return self.explain_with_chooser(evaluator, S.NoiseChooser(noise), progress)

@@ -1,0 +1,781 @@
+"""PCOR samplers: Algorithms 1-5 of Shafieinejad et al., SIGMOD'21 (seed 003).
+
+A *context* is a ``(t,)`` bool vector over the full public domains of the
+context attributes (Section 3); the record ``V`` (the outlier being explained)
+is fixed inside the evaluator.  Every algorithm here is written against a
+:class:`Chooser` -- the only source of randomness -- so that
+:mod:`dpcore.mechanisms.pcor.exact` can replay every branch of the choice tree
+and compute exact output distributions.  In production the chooser is
+:class:`NoiseChooser`, which draws through :mod:`dpcore.noise` (DESIGN.md
+rule 3).
+
+Exponential-mechanism convention (DESIGN.md rule 5)
+---------------------------------------------------
+The paper's ``Exp_u^{eps1}`` has weights ``exp(eps1 * u)`` (proof of
+Theorem 4.1, eq. 4) and is ``2 eps1 Delta u``-DP (Theorem 2.1).
+:meth:`dpcore.noise.NoiseSource.exponential_mechanism` uses weights
+``exp(eps u / (2 Delta u))``.  Every call here therefore passes
+``epsilon_step = 2 * eps1`` and ``sensitivity = 1`` (``Delta u = 1`` for both
+utilities of Section 3.2 under add/remove-one neighbours), which gives exactly
+the paper's weights ``exp(eps1 * u)``; one call costs ``epsilon_step = 2 eps1``.
+
+Privacy structure (why the charges hold)
+----------------------------------------
+Neighbour relation: add or remove one record, restricted by OCDP
+(Definition 2.5) to neighbours with ``COE_M(D, V) = COE_M(D', V)``
+(Definition 3.1).  Every data-dependent decision below is either
+
+* a validity test ``f_M(D_C, V)`` -- identical for OCDP neighbours, since the
+  set of valid contexts is the same -- or
+* an exponential-mechanism call, each ``2 eps1``-DP (sensitivity 1).
+
+Uniform draws (random walk, uniform sampling) do not look at the data.  So by
+adaptive sequential composition the search costs ``2 eps1`` per
+exponential-mechanism call, and the totals are:
+
+==============  ==========================================  ===============
+algorithm       exponential-mechanism calls                 total (OCDP)
+==============  ==========================================  ===============
+direct (1)      1 (over all valid contexts containing V)    ``2 eps1``
+uniform (2)     1 (over the sample multiset)                ``2 eps1``
+random walk (3) 1 (over the walk multiset)                  ``2 eps1``
+DFS (4)         at most ``n`` child selections + 1 final    ``(2n+2) eps1``
+BFS (5)         at most ``n`` frontier selections + 1 final ``(2n+2) eps1``
+==============  ==========================================  ===============
+
+The paper's off-by-one, fixed here
+----------------------------------
+Algorithms 4 and 5 loop ``while |Visited| <= n`` (line 3): with
+``Visited`` growing by one per iteration from the empty set, that is ``n+1``
+exponential-mechanism selections inside the loop plus the final one on line
+22 / 16, i.e. ``n+2`` calls -- more than the ``(2n+2) eps1`` that Theorems 5.5
+and 5.7 charge.  (Algorithm 5's first selection is over ``C_M = {C_V}``
+alone, a degenerate call.)  Here DFS and BFS make **exactly ``n``**
+exponential-mechanism selections (fewer only when the search space reachable
+from ``C_V`` is exhausted), and the final selection runs over the ``n + 1``
+visited contexts ``{C_V} + n selections``.  That is ``n + 1`` calls at
+``2 eps1`` each = ``(2n+2) eps1``, exactly the theorems' charge.  The same
+``|C_M| <= n`` pattern of Algorithms 2 and 3 (line 3) is read as "``n``
+samples": uniform sampling collects ``n`` valid samples, the random walk
+takes ``n`` steps from ``C_V`` (``n + 1`` contexts including ``C_V``); these
+change only utility, not the one-call charge.
+
+Graph neighbours (Section 5.2)
+------------------------------
+The context graph connects contexts at Hamming distance 1 (``t`` neighbours
+each).  A context that does not contain ``V`` is never valid (Definition 3.1
+requires ``V in D_C``), and flipping one of ``V``'s own bits off removes ``V``.
+The searches therefore only flip the ``t - m`` *free* bits (those not set in
+``V``'s own cell); the skipped neighbours would all have been rejected by
+``f_M`` anyway, so the algorithms' distributions are unchanged.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Optional, Protocol, runtime_checkable
+
+import numpy as np
+
+from ...noise import NoiseSource
+
+__all__ = [
+    "EM_SENSITIVITY",
+    "Chooser",
+    "NoiseChooser",
+    "start_context",
+    "direct",
+    "direct_candidates",
+    "uniform",
+    "uniform_candidates",
+    "random_walk",
+    "random_walk_candidates",
+    "dfs",
+    "dfs_candidates",
+    "bfs",
+    "bfs_candidates",
+    "select_final",
+]
+
+#: ``Delta u`` of both utilities (population size and overlap with ``C_V``,
+#: Section 3.2) under add/remove-one neighbours.
+EM_SENSITIVITY = 1.0
+
+#: Bits per uniform draw when drawing a uniform context (keeps every
+#: ``uniform(k)`` argument well inside int64 for the seeded test generator).
+_BITS_PER_DRAW = 30
+
+Progress = Optional[Callable[[int, int], None]]
+
+
+@runtime_checkable
+class Chooser(Protocol):
+    """The randomness of a PCOR search, as two kinds of choices.
+
+    Methods
+    -------
+    uniform(k) -> int
+        An index drawn uniformly from ``range(k)`` (``k >= 1``).  Data
+        independent: costs no privacy.
+    exponential(utilities, epsilon_step) -> int
+        An index ``i`` of ``utilities`` (shape ``(k,)``, ``k >= 1``) drawn with
+        ``P(i) ∝ exp(epsilon_step * u_i / 2)`` -- dpcore's convention
+        ``exp(eps u / (2 Delta u))`` with ``Delta u = 1``; the samplers pass
+        ``epsilon_step = 2 eps1`` so the weights are the paper's
+        ``exp(eps1 u)``.  Costs ``epsilon_step`` (pure DP, Theorem 2.1).
+    """
+
+    def uniform(self, k: int) -> int:  # pragma: no cover - protocol
+        ...
+
+    def exponential(self, utilities: np.ndarray, epsilon_step: float) -> int:  # pragma: no cover - protocol
+        ...
+
+
+class NoiseChooser:
+    """Production :class:`Chooser` drawing through :class:`~dpcore.noise.NoiseSource`.
+
+    Parameters
+    ----------
+    noise : NoiseSource
+        ``NoiseSource()`` (OS CSPRNG, OpenDP noisy-max) for releases;
+        ``NoiseSource(seed=...)`` for tests only (not publishable).
+
+    Notes
+    -----
+    ``uniform(k)`` is ``noise.integers(0, k)`` (exactly uniform);
+    ``exponential(u, eps)`` is ``noise.exponential_mechanism(u, eps,
+    sensitivity=1)``, whose selection probabilities are exactly
+    :meth:`NoiseSource.exponential_mechanism_probabilities` with the same
+    arguments -- the ones :mod:`~dpcore.mechanisms.pcor.exact` uses.
+    """
+
+    def __init__(self, noise: NoiseSource):
+        if not isinstance(noise, NoiseSource):
+            raise TypeError(f"noise must be a dpcore.noise.NoiseSource, got {type(noise).__name__}")
+        self.noise = noise
+
+    def uniform(self, k: int) -> int:
+        """Uniform index in ``range(k)``; see :class:`Chooser`."""
+        k = int(k)
+        if k < 1:
+            raise ValueError(f"uniform(k) needs k >= 1, got {k}")
+        if k == 1:
+            return 0
+        return int(self.noise.integers(0, k))
+
+    def exponential(self, utilities, epsilon_step: float) -> int:
+        """Exponential-mechanism index; see :class:`Chooser`."""
+        u = np.asarray(utilities, dtype=np.float64)
+        return int(self.noise.exponential_mechanism(u, float(epsilon_step), EM_SENSITIVITY))
+
+
+# ---------------------------------------------------------------------------
+# Helpers shared by the algorithms
+# ---------------------------------------------------------------------------
+
+
+def _free_bits(evaluator) -> np.ndarray:
+    """Indices of the bits not set in ``V``'s own cell (the ``t - m`` free bits)."""
+    return np.flatnonzero(~np.asarray(evaluator.cell_context, dtype=bool))
+
+
+def _keys(evaluator, contexts: np.ndarray) -> list[int]:
+    """Packed keys (Python ints) of a ``(B, t)`` batch."""
+    if contexts.shape[0] == 0:
+        return []
+    return [int(k) for k in evaluator.space.pack(contexts)]
+
+
+def _neighbours(evaluator, context: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """The graph neighbours of ``context`` that still contain ``V``.
+
+    Rows of ``space.flip_all(context)`` for the free bits, in bit order
+    (Section 5.2; the fixed order makes every search deterministic given the
+    chooser's answers).
+    """
+    return evaluator.space.flip_all(context)[free]
+
+
+class _Utilities:
+    """Per-search cache of ``u_V(D, C)`` by packed key (Section 3.2).
+
+    The utility is deterministic given the data, so caching changes nothing
+    but speed.  ``reference`` is ``None`` for population size and the start
+    context ``C_V`` for overlap.
+    """
+
+    def __init__(self, evaluator, reference: Optional[np.ndarray]):
+        self.evaluator = evaluator
+        self.reference = reference
+        self.cache: dict[int, float] = {}
+
+    def __call__(self, contexts: np.ndarray, keys: Optional[list[int]] = None) -> np.ndarray:
+        if keys is None:
+            keys = _keys(self.evaluator, contexts)
+        missing = [i for i, k in enumerate(keys) if k not in self.cache]
+        if missing:
+            if self.reference is None:
+                vals = self.evaluator.utility(contexts[missing])
+            else:
+                vals = self.evaluator.utility(contexts[missing], reference=self.reference)
+            for i, v in zip(missing, np.asarray(vals)):
+                self.cache[keys[i]] = float(v)
+        return np.array([self.cache[k] for k in keys], dtype=np.float64)
+
+
+def select_final(evaluator, candidates: np.ndarray, epsilon_step: float, chooser: Chooser,
+                 reference: Optional[np.ndarray] = None) -> np.ndarray:
+    """The final exponential-mechanism selection ``Exp_u^{eps1}(D, C_M)``.
+
+    Algorithm 1 line 9, Algorithm 2 line 12, Algorithm 3 line 17, Algorithm 4
+    line 22, Algorithm 5 line 16.
+
+    Parameters
+    ----------
+    evaluator : ContextEvaluator
+        Supplies ``utility(contexts, reference=None)``.
+    candidates : numpy.ndarray, shape (k, t), bool
+        The candidate (multi)set; duplicate rows are separate candidates
+        (multiset semantics: a context drawn twice has twice the weight).
+    epsilon_step : float
+        ``2 eps1`` in dpcore's convention (module docstring).
+    chooser : Chooser
+    reference : numpy.ndarray or None
+        ``C_V`` for the overlap utility, ``None`` for population size.
+
+    Returns
+    -------
+    numpy.ndarray, shape (t,), bool
+        The selected context.  Cost: ``epsilon_step`` (= ``2 eps1``) under
+        OCDP, add/remove-one neighbours.
+    """
+    u = _Utilities(evaluator, reference)(candidates)
+    j = int(chooser.exponential(u, epsilon_step))
+    return candidates[j].copy()
+
+
+# ---------------------------------------------------------------------------
+# Starting context
+# ---------------------------------------------------------------------------
+
+
+def start_context(evaluator, max_evaluations: int = 100_000, batch_size: int = 4096) -> Optional[np.ndarray]:
+    """The starting context ``C_V`` (Section 5.2, footnote 5): a fixed, documented rule.
+
+    Rule: ``V``'s own cell (exactly ``V``'s values set) if it is valid; else
+    the contexts containing ``V`` in order of Hamming distance from the cell
+    (adding ``d = 1, 2, ...`` free bits), within one distance in
+    lexicographic order of the added bit indices
+    (``itertools.combinations`` of the free bits); the first valid one.
+
+    Parameters
+    ----------
+    evaluator : ContextEvaluator
+        Supplies ``cell_context`` and ``valid(contexts)``.
+    max_evaluations : int
+        At most this many contexts (the cell included) are tested; ``>= 1``.
+    batch_size : int
+        Contexts per ``valid`` call (each distance layer is tested in
+        batches; the first valid context in the fixed order is returned, so
+        batching does not change the result).
+
+    Returns
+    -------
+    numpy.ndarray of shape (t,) bool, or None
+        ``C_V``, or ``None`` when no valid context was found within
+        ``max_evaluations`` (the mechanism then reports
+        ``"no_valid_context"``).
+
+    Notes
+    -----
+    Privacy: the rule reads the data **only through validity**
+    ``f_M(D_C, V)`` and a fixed order, so OCDP neighbours (which share
+    ``COE_M(., V)``, Definition 2.4) get the same ``C_V`` and the same
+    ``None`` outcome: the start costs no privacy under OCDP.  It does depend
+    on the data (it is internal and never released on its own).
+    """
+    if isinstance(max_evaluations, bool) or int(max_evaluations) < 1:
+        raise ValueError(f"max_evaluations must be an integer >= 1, got {max_evaluations!r}")
+    max_evaluations = int(max_evaluations)
+    cell = np.asarray(evaluator.cell_context, dtype=bool).copy()
+    free = _free_bits(evaluator)
+    evaluated = 0
+    for d in range(free.size + 1):
+        combos = itertools.combinations(free.tolist(), d)
+        while evaluated < max_evaluations:
+            chunk = list(itertools.islice(combos, min(batch_size, max_evaluations - evaluated)))
+            if not chunk:
+                break
+            batch = np.repeat(cell[None, :], len(chunk), axis=0)
+            if d > 0:
+                idx = np.asarray(chunk, dtype=np.int64)
+                rows = np.repeat(np.arange(len(chunk)), d)
+                batch[rows, idx.ravel()] = True
+            ok = np.asarray(evaluator.valid(batch), dtype=bool)
+            evaluated += len(chunk)
+            hit = np.flatnonzero(ok)
+            if hit.size:
+                return batch[hit[0]].copy()
+        if evaluated >= max_evaluations:
+            return None
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Algorithm 1: direct
+# ---------------------------------------------------------------------------
+
+
+def direct_candidates(evaluator, max_contexts: int = 2**20) -> np.ndarray:
+    """All valid contexts containing ``V``: ``COE_M(D, V)`` (Algorithm 1, lines 1-7).
+
+    Parameters
+    ----------
+    evaluator : ContextEvaluator
+        ``enumerate_valid(max_contexts)`` tests all ``2^(t-m)`` contexts
+        containing ``V`` (the other contexts are never valid).
+    max_contexts : int
+        Refuse (``ValueError`` from the evaluator) beyond this many.
+
+    Returns
+    -------
+    numpy.ndarray, shape (K, t), bool
+        The valid contexts in key order (possibly ``K = 0``).
+    """
+    keys, ok = evaluator.enumerate_valid(max_contexts=max_contexts)
+    keys = np.asarray(keys, dtype=np.uint64)[np.asarray(ok, dtype=bool)]
+    if keys.size == 0:
+        return np.zeros((0, int(evaluator.t)), dtype=bool)
+    return np.asarray(evaluator.space.unpack(keys), dtype=bool)
+
+
+def direct(evaluator, epsilon_step: float, chooser: Chooser, *, reference: Optional[np.ndarray] = None,
+           max_contexts: int = 2**20) -> Optional[np.ndarray]:
+    """Algorithm 1 (Section 4): the exponential mechanism over all of ``COE_M(D, V)``.
+
+    Parameters
+    ----------
+    evaluator : ContextEvaluator
+    epsilon_step : float
+        ``2 eps1`` (dpcore convention; module docstring).
+    chooser : Chooser
+    reference : numpy.ndarray or None
+        ``C_V`` for the overlap utility.
+    max_contexts : int
+        Enumeration bound (``2^(t-m)`` must not exceed it).
+
+    Returns
+    -------
+    numpy.ndarray of shape (t,) bool, or None
+        The released context; ``None`` if ``COE_M(D, V)`` is empty.
+
+    Notes
+    -----
+    Theorem 4.1: ``(2 eps1, COE_M(., V))``-OCDP, one exponential-mechanism
+    call; add/remove-one neighbours.  Cost ``O(2^(t-m))`` verifications
+    (Theorem 4.2, restricted to contexts containing ``V``).
+    """
+    cands = direct_candidates(evaluator, max_contexts)
+    if cands.shape[0] == 0:
+        return None
+    return select_final(evaluator, cands, epsilon_step, chooser, reference)
+
+
+# ---------------------------------------------------------------------------
+# Algorithm 2: uniform sampling
+# ---------------------------------------------------------------------------
+
+
+def _uniform_free_bits(chooser: Chooser, f: int) -> np.ndarray:
+    """``f`` independent fair bits from ``chooser.uniform`` (chunks of 30 bits)."""
+    out = np.zeros(f, dtype=bool)
+    pos = 0
+    while pos < f:
+        w = min(_BITS_PER_DRAW, f - pos)
+        v = int(chooser.uniform(1 << w))
+        for b in range(w):
+            out[pos + b] = bool((v >> b) & 1)
+        pos += w
+    return out
+
+
+def uniform_candidates(evaluator, start: np.ndarray, n: int, chooser: Chooser, *, max_draws: int = 100_000,
+                       progress: Progress = None) -> np.ndarray:
+    """Uniform sampling of valid contexts (Algorithm 2, lines 1-10).
+
+    Each draw sets every free bit to 1 with probability ``p = 1/2``
+    (Algorithm 2, line 5 and comment on line 13) and keeps ``V``'s own bits
+    at 1.  This is the paper's uniform draw over all ``2^t`` contexts
+    *conditioned on containing V*: contexts not containing ``V`` are never
+    valid, so rejecting them (as line 7 does) or never drawing them gives the
+    same distribution of accepted samples.  Draws repeat until ``n`` valid
+    contexts are found (line 3, read as exactly ``n`` samples) or
+    ``max_draws`` draws were made.
+
+    Parameters
+    ----------
+    evaluator : ContextEvaluator
+    start : numpy.ndarray, shape (t,), bool
+        ``C_V``; used only if no valid sample is found within ``max_draws``.
+    n : int
+        Number of valid samples, ``>= 1``.
+    chooser : Chooser
+        Only ``uniform`` is called (data independent).
+    max_draws : int
+        Bound on the number of draws (Theorem 5.2: about ``n 2^(t-m) / |COE|``
+        are needed on average).
+    progress : callable or None
+        ``progress(valid_found, n)`` after each batch.
+
+    Returns
+    -------
+    numpy.ndarray, shape (k, t), bool
+        The sample **multiset** ``C_M`` (line 8; a context drawn twice appears
+        twice), ``k = n`` unless the draw bound was hit.  If the bound is hit
+        with ``0 < k < n`` valid samples, those ``k`` are used; with ``k = 0``
+        the multiset is ``[C_V]``.
+
+    Notes
+    -----
+    Privacy: the draws are data independent and accepted by validity only,
+    so the multiset's distribution is the same for OCDP neighbours; the
+    sampling costs nothing (Theorem 5.1, eq. 6 factor ``Pr[C_p in C_M]``).
+    Draws are verified in batches; extra draws after the ``n``-th valid one
+    are discarded, which does not change the distribution (draws are i.i.d.).
+    """
+    free = _free_bits(evaluator)
+    cell = np.asarray(evaluator.cell_context, dtype=bool)
+    samples: list[np.ndarray] = []
+    draws = 0
+    while len(samples) < n and draws < max_draws:
+        need = n - len(samples)
+        b = int(min(max(2 * need, 16), 4096, max_draws - draws))
+        batch = np.repeat(cell[None, :], b, axis=0)
+        for i in range(b):
+            batch[i, free] = _uniform_free_bits(chooser, free.size)
+        ok = np.asarray(evaluator.valid(batch), dtype=bool)
+        draws += b
+        for r in np.flatnonzero(ok)[:need]:
+            samples.append(batch[r].copy())
+        if progress is not None:
+            progress(len(samples), n)
+    if not samples:
+        return np.asarray(start, dtype=bool)[None, :].copy()
+    return np.asarray(samples, dtype=bool)
+
+
+def uniform(evaluator, start: np.ndarray, n: int, epsilon_step: float, chooser: Chooser, *,
+            reference: Optional[np.ndarray] = None, max_draws: int = 100_000,
+            progress: Progress = None) -> np.ndarray:
+    """Algorithm 2 (Section 5.1): uniform sampling, then the exponential mechanism.
+
+    Parameters
+    ----------
+    evaluator, start, n, chooser, max_draws, progress
+        See :func:`uniform_candidates`.
+    epsilon_step : float
+        ``2 eps1``.
+    reference : numpy.ndarray or None
+        ``C_V`` for the overlap utility.
+
+    Returns
+    -------
+    numpy.ndarray, shape (t,), bool
+        The released context.
+
+    Notes
+    -----
+    Theorem 5.1: ``(2 eps1, COE_M(., V))``-OCDP; one exponential-mechanism
+    call over the sample multiset; add/remove-one neighbours.
+    """
+    cands = uniform_candidates(evaluator, start, n, chooser, max_draws=max_draws, progress=progress)
+    return select_final(evaluator, cands, epsilon_step, chooser, reference)
+
+
+# ---------------------------------------------------------------------------
+# Algorithm 3: random walk
+# ---------------------------------------------------------------------------
+
+
+def random_walk_candidates(evaluator, start: np.ndarray, n: int, chooser: Chooser, *,
+                           progress: Progress = None) -> np.ndarray:
+    """The random walk's multiset ``C_M`` (Algorithm 3, lines 1-15).
+
+    From the current context, the paper draws connected contexts uniformly
+    *without replacement* (lines 5-7, 13; Theorem 5.4's proof) until one is
+    valid, moves there and records it (lines 8-10).  Drawing without
+    replacement until the first valid one selects each valid neighbour with
+    probability ``1/k`` (``k`` valid neighbours), so each step here verifies
+    all neighbours in one batch and draws ``chooser.uniform(k)`` among the
+    valid ones, in bit order: the same distribution with one chooser call per
+    step.
+
+    Parameters
+    ----------
+    evaluator : ContextEvaluator
+    start : numpy.ndarray, shape (t,), bool
+        ``C_V`` (valid).
+    n : int
+        Number of steps (line 3 ``|C_M| <= n`` read as ``n`` steps after
+        ``C_V``), ``>= 1``.
+    chooser : Chooser
+        Only ``uniform`` is called.
+    progress : callable or None
+        ``progress(steps, n)`` after each step.
+
+    Returns
+    -------
+    numpy.ndarray, shape (k, t), bool
+        The walk ``[C_V, C_1, ..., C_n]`` as a **multiset** (comment, line
+        18: revisits count again).  Shorter (only ``[C_V]``) when ``C_V`` has
+        no valid neighbour (line 3, ``C_conn = ∅``); after the first step the
+        walk can always step back, so it never stops early otherwise.
+
+    Notes
+    -----
+    Privacy: moves depend on the data only through validity, so the walk's
+    distribution is identical for OCDP neighbours (Theorem 5.3).
+    """
+    free = _free_bits(evaluator)
+    current = np.asarray(start, dtype=bool).copy()
+    walk = [current.copy()]
+    for step in range(int(n)):
+        nb = _neighbours(evaluator, current, free)
+        idx = np.flatnonzero(np.asarray(evaluator.valid(nb), dtype=bool)) if nb.shape[0] else np.zeros(0, int)
+        if idx.size == 0:
+            break
+        j = int(chooser.uniform(idx.size))
+        current = nb[idx[j]].copy()
+        walk.append(current.copy())
+        if progress is not None:
+            progress(step + 1, int(n))
+    return np.asarray(walk, dtype=bool)
+
+
+def random_walk(evaluator, start: np.ndarray, n: int, epsilon_step: float, chooser: Chooser, *,
+                reference: Optional[np.ndarray] = None, progress: Progress = None) -> np.ndarray:
+    """Algorithm 3 (Section 5.2.1): random walk, then the exponential mechanism.
+
+    Parameters
+    ----------
+    evaluator, start, n, chooser, progress
+        See :func:`random_walk_candidates`.
+    epsilon_step : float
+        ``2 eps1``.
+    reference : numpy.ndarray or None
+        ``C_V`` for the overlap utility.
+
+    Returns
+    -------
+    numpy.ndarray, shape (t,), bool
+        The released context.
+
+    Notes
+    -----
+    Theorem 5.3: ``(2 eps1, COE_M(., V))``-OCDP; one exponential-mechanism
+    call (line 17); add/remove-one neighbours.
+    """
+    cands = random_walk_candidates(evaluator, start, n, chooser, progress=progress)
+    return select_final(evaluator, cands, epsilon_step, chooser, reference)
+
+
+# ---------------------------------------------------------------------------
+# Algorithm 4: DFS
+# ---------------------------------------------------------------------------
+
+
+def dfs_candidates(evaluator, start: np.ndarray, n: int, epsilon_step: float, chooser: Chooser, *,
+                   reference: Optional[np.ndarray] = None, progress: Progress = None) -> np.ndarray:
+    """Private depth-first search (Algorithm 4, lines 1-20), exactly ``n`` selections.
+
+    The stack starts as ``[C_V]`` and ``Visited = {C_V}``.  Each iteration
+    looks at the top ``C`` (line 4); its children are the valid neighbours
+    not yet visited (lines 6-11).  No children: pop (line 13, no
+    exponential-mechanism call).  Otherwise one child is selected by the
+    exponential mechanism (line 17), marked visited and pushed (line 18).
+    The loop stops after ``n`` selections (the paper's ``|Visited| <= n``
+    made exact; module docstring) or when the stack empties (every context
+    reachable from ``C_V`` through valid contexts has been visited).
+
+    Parameters
+    ----------
+    evaluator : ContextEvaluator
+    start : numpy.ndarray, shape (t,), bool
+        ``C_V`` (valid).
+    n : int
+        Number of exponential-mechanism selections, ``>= 1``.
+    epsilon_step : float
+        ``2 eps1`` per call.
+    chooser : Chooser
+        Only ``exponential`` is called, at most ``n`` times.
+    reference : numpy.ndarray or None
+        ``C_V`` for the overlap utility.
+    progress : callable or None
+        ``progress(selections, n)`` after each selection.
+
+    Returns
+    -------
+    numpy.ndarray, shape (k, t), bool
+        ``Visited`` in visiting order: ``C_V`` then the selected contexts, all
+        distinct (a **set**); ``k = n + 1`` unless the reachable valid
+        component had fewer contexts.
+    """
+    free = _free_bits(evaluator)
+    util = _Utilities(evaluator, reference)
+    start = np.asarray(start, dtype=bool).copy()
+    stack = [start]
+    visited_keys = set(_keys(evaluator, start[None, :]))
+    visited = [start.copy()]
+    selections = 0
+    while selections < n and stack:
+        top = stack[-1]
+        nb = _neighbours(evaluator, top, free)
+        if nb.shape[0] == 0:
+            stack.pop()
+            continue
+        keys = _keys(evaluator, nb)
+        ok = np.asarray(evaluator.valid(nb), dtype=bool)
+        ok &= np.array([k not in visited_keys for k in keys], dtype=bool)
+        idx = np.flatnonzero(ok)
+        if idx.size == 0:
+            stack.pop()
+            continue
+        children = nb[idx]
+        child_keys = [keys[i] for i in idx]
+        j = int(chooser.exponential(util(children, child_keys), epsilon_step))
+        c = children[j].copy()
+        stack.append(c)
+        visited_keys.add(child_keys[j])
+        visited.append(c.copy())
+        selections += 1
+        if progress is not None:
+            progress(selections, int(n))
+    return np.asarray(visited, dtype=bool)
+
+
+def dfs(evaluator, start: np.ndarray, n: int, epsilon_step: float, chooser: Chooser, *,
+        reference: Optional[np.ndarray] = None, progress: Progress = None) -> np.ndarray:
+    """Algorithm 4 (Section 5.2.2): private DFS, then the final exponential mechanism on ``Visited``.
+
+    Parameters
+    ----------
+    evaluator, start, n, epsilon_step, chooser, reference, progress
+        See :func:`dfs_candidates`.
+
+    Returns
+    -------
+    numpy.ndarray, shape (t,), bool
+        The released context (line 22: ``Exp_u^{eps1}(D, Visited)``).
+
+    Notes
+    -----
+    Theorem 5.5: ``((2n+2) eps1, COE_M(., V))``-OCDP: at most ``n``
+    selections plus the final call, ``2 eps1`` each; add/remove-one
+    neighbours.
+    """
+    cands = dfs_candidates(evaluator, start, n, epsilon_step, chooser, reference=reference, progress=progress)
+    return select_final(evaluator, cands, epsilon_step, chooser, reference)
+
+
+# ---------------------------------------------------------------------------
+# Algorithm 5: BFS
+# ---------------------------------------------------------------------------
+
+
+def bfs_candidates(evaluator, start: np.ndarray, n: int, epsilon_step: float, chooser: Chooser, *,
+                   reference: Optional[np.ndarray] = None, progress: Progress = None) -> np.ndarray:
+    """Private breadth-first search (Algorithm 5, lines 1-14), exactly ``n`` selections.
+
+    ``Visited = {C_V}`` and the frontier ``C_M`` holds the valid neighbours of
+    ``C_V`` (the paper starts with ``C_M = {C_V}`` and spends its first,
+    degenerate, selection on ``C_V``; here ``C_V`` is visited directly).
+    Each iteration selects one frontier context by the exponential mechanism
+    (line 5), moves it to ``Visited`` (line 6) and adds its valid neighbours
+    that are neither visited nor already in the frontier (lines 8-13; the
+    frontier is a **set**, kept in insertion order).  The loop stops after
+    ``n`` selections or when the frontier is empty (every context reachable
+    from ``C_V`` through valid contexts has been visited).
+
+    Parameters
+    ----------
+    evaluator : ContextEvaluator
+    start : numpy.ndarray, shape (t,), bool
+        ``C_V`` (valid).
+    n : int
+        Number of exponential-mechanism selections, ``>= 1``.
+    epsilon_step : float
+        ``2 eps1`` per call.
+    chooser : Chooser
+        Only ``exponential`` is called, at most ``n`` times.
+    reference : numpy.ndarray or None
+        ``C_V`` for the overlap utility.
+    progress : callable or None
+        ``progress(selections, n)`` after each selection.
+
+    Returns
+    -------
+    numpy.ndarray, shape (k, t), bool
+        ``Visited`` in visiting order (distinct), ``k = n + 1`` unless the
+        frontier emptied first.
+    """
+    free = _free_bits(evaluator)
+    util = _Utilities(evaluator, reference)
+    start = np.asarray(start, dtype=bool).copy()
+    visited_keys = set(_keys(evaluator, start[None, :]))
+    visited = [start.copy()]
+    frontier: list[np.ndarray] = []
+    frontier_keys: list[int] = []
+
+    def expand(c: np.ndarray) -> None:
+        nb = _neighbours(evaluator, c, free)
+        if nb.shape[0] == 0:
+            return
+        keys = _keys(evaluator, nb)
+        ok = np.asarray(evaluator.valid(nb), dtype=bool)
+        in_frontier = set(frontier_keys)
+        for i in np.flatnonzero(ok):
+            k = keys[i]
+            if k not in visited_keys and k not in in_frontier:
+                frontier.append(nb[i].copy())
+                frontier_keys.append(k)
+                in_frontier.add(k)
+
+    expand(start)
+    selections = 0
+    while selections < n and frontier:
+        u = util(np.asarray(frontier, dtype=bool), frontier_keys)
+        j = int(chooser.exponential(u, epsilon_step))
+        c = frontier.pop(j)
+        k = frontier_keys.pop(j)
+        visited_keys.add(k)
+        visited.append(c.copy())
+        selections += 1
+        if progress is not None:
+            progress(selections, int(n))
+        if selections < n:
+            expand(c)
+    return np.asarray(visited, dtype=bool)
+
+
+def bfs(evaluator, start: np.ndarray, n: int, epsilon_step: float, chooser: Chooser, *,
+        reference: Optional[np.ndarray] = None, progress: Progress = None) -> np.ndarray:
+    """Algorithm 5 (Section 5.2.3): private BFS, then the final exponential mechanism on ``Visited``.
+
+    Parameters
+    ----------
+    evaluator, start, n, epsilon_step, chooser, reference, progress
+        See :func:`bfs_candidates`.
+
+    Returns
+    -------
+    numpy.ndarray, shape (t,), bool
+        The released context (line 16: ``Exp_u^{eps1}(D, Visited)``).
+
+    Notes
+    -----
+    Theorem 5.7: ``((2n+2) eps1, COE_M(., V))``-OCDP: at most ``n``
+    selections plus the final call, ``2 eps1`` each; add/remove-one
+    neighbours.
+    """
+    cands = bfs_candidates(evaluator, start, n, epsilon_step, chooser, reference=reference, progress=progress)
+    return select_final(evaluator, cands, epsilon_step, chooser, reference)
