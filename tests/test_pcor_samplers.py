@@ -106,7 +106,7 @@ class OracleEvaluator:
         self.metric = np.asarray(metric, dtype=np.float64)
         self.row = int(row)
         self.verifier = verifier
-        self.utility_kind = utility
+        self.utility_name = utility
         self.cell_context = space.cell_context(self.codes[self.row])
         self._row_bits = self.space.offsets[None, :] + self.codes  # (N, m)
         self._valid: dict[int, bool] = {}
@@ -131,7 +131,7 @@ class OracleEvaluator:
 
     def utility(self, contexts, reference=None) -> np.ndarray:
         mem = self.members(contexts)
-        if self.utility_kind == "overlap":
+        if self.utility_name == "overlap":
             if reference is None:
                 raise ValueError("overlap utility needs a reference context")
             mem = mem & self.members(reference)[0][None, :]
@@ -166,7 +166,7 @@ class SetEvaluator:
         self.valid_keys = set(int(k) for k in valid_keys)
         self.utilities = dict(utilities or {})
         self.default_utility = default_utility
-        self.utility_kind = utility
+        self.utility_name = utility
         self.seen: set[int] = set()
         self.references = []
 
@@ -543,7 +543,7 @@ def test_privacy_map_and_labels():
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="d_in must be an integer >= 0"):
             m.privacy_map(bad)
-    assert (m.name, m.notion, m.neighbour) == ("pcor_bfs", "ocdp", "add_remove")
+    assert (m.name, m.notion, m.neighbour) == ("pcor_bfs", "ocdp", "add-remove")
     assert m.cost().delta == 0
     assert m.params() == {"sampler": "bfs", "epsilon": "1/5", "n_samples": 50, "utility": "population",
                           "max_start_evaluations": 100_000, "max_uniform_draws": 100_000,
@@ -628,3 +628,30 @@ def test_exact_detects_a_wrong_distribution():
     keys = sorted(dist)
     p = stats.chisquare([counts.get(k, 0) for k in keys], [dist[k] * draws for k in keys]).pvalue
     assert p < 1e-6
+
+
+def test_samplers_on_the_production_engine():
+    """Every sampler on ContextEvaluator + CellIndex + each verifier releases a valid context."""
+    from dpcore.mechanisms.pcor.contexts import ContextSpace
+    from dpcore.mechanisms.pcor.evaluator import ContextEvaluator
+    from dpcore.mechanisms.pcor.index import CellIndex
+    from dpcore.mechanisms.pcor.verifiers import GrubbsVerifier, HistogramVerifier, LOFVerifier
+
+    codes, metric = medium_dataset()
+    space = ContextSpace.from_domains(("a", "b", "c"), ((0, 1, 2),) * 3)
+    index = CellIndex.build(space, codes, metric)
+    for verifier in (GrubbsVerifier(0.05), LOFVerifier(k=3, threshold=1.5), HistogramVerifier(min_share=0.1)):
+        for utility in ("population", "overlap"):
+            for sampler in SAMPLERS:
+                ev = ContextEvaluator(index, verifier, 0, utility)
+                res = PCORMechanism(sampler, 0.5, n_samples=4, utility=utility).explain(ev, NoiseSource(seed=11))
+                if res.status == "no_valid_context":
+                    keys, ok = ev.enumerate_valid()
+                    assert not ok.any(), (verifier.name, sampler)
+                    continue
+                assert ev.valid(res.context[None, :])[0], (verifier.name, sampler)
+                assert ev.space.contains(res.context[None, :], codes[0])[0]
+                assert res.n_verified == ev.n_verified > 0
+                brute = oracle((3, 3, 3), codes, metric, grubbs_verifier(0.05))
+                if verifier.name == "grubbs":
+                    assert brute.valid(res.context[None, :])[0]

@@ -14,7 +14,7 @@ Privacy notion and neighbours (DESIGN.md rules 4-5)
   ``COE_M(D, V) = COE_M(D', V)`` (Definitions 2.4, 3.1).  Section 6.7 (and
   :mod:`tests.test_pcor_privacy`) measure how often that holds and what
   happens when it does not.
-* Neighbour relation ``add_remove`` (one record added or removed).
+* Neighbour relation ``add-remove`` (one record added or removed).
 * Exponential-mechanism convention: the paper's ``Exp^{eps1}`` (weights
   ``exp(eps1 u)``, ``2 eps1 Delta u``-DP, Theorem 2.1), drawn as
   ``NoiseSource.exponential_mechanism(u, epsilon=2 eps1, sensitivity=1)``.
@@ -129,7 +129,7 @@ class PCORMechanism:
       verifier ``f_M``, record ``V``, utility).
     * Output: one context (a ``(t,)`` bool vector) or ``None`` with status
       ``"no_valid_context"``.
-    * Neighbour relation ``add_remove``; notion ``ocdp``; cost
+    * Neighbour relation ``add-remove``; notion ``ocdp``; cost
       ``PrivacyCost(epsilon, 0)`` (module docstring).
     * scikit-learn style: ``__init__`` stores the parameters only;
       :meth:`validate` (called by :meth:`cost`, :meth:`explain`, ...) checks
@@ -137,7 +137,7 @@ class PCORMechanism:
     """
 
     notion = "ocdp"
-    neighbour = "add_remove"
+    neighbour = "add-remove"
 
     def __init__(self, sampler: str, epsilon, n_samples: int = 50, utility: str = "population",
                  max_start_evaluations: int = 100_000, max_uniform_draws: int = 100_000,
@@ -276,9 +276,7 @@ class PCORMechanism:
     # -- running ------------------------------------------------------------
 
     def _check_evaluator(self, evaluator) -> None:
-        kind = getattr(evaluator, "utility_kind", None)
-        if kind is None:
-            kind = getattr(evaluator, "utility_name", None)
+        kind = getattr(evaluator, "utility_name", None)  # ContextEvaluator's utility
         if isinstance(kind, str) and kind != self.utility:
             raise ValueError(
                 f"utility={self.utility!r} but the evaluator computes {kind!r}; build the evaluator with "
