@@ -19,19 +19,27 @@ import numpy as np
 import pandas as pd
 
 from ..spec import PublicSchema
-from .design import design_matrix
+from .design import TRANSFORMS, apply_transform, design_matrix
 from .robust_em import RobustRegressionDetector
 
-__all__ = ["Template", "TemplateFit", "combine", "fit_template"]
+__all__ = ["Template", "TemplateFit", "combine", "fit_template", "template_arrays"]
 
 
 @dataclass(frozen=True)
 class Template:
-    """A correlation template (j, S): behavioural attribute ``j`` predicted from contexts ``S``."""
+    """A correlation template (j, S): behavioural attribute ``j`` predicted from contexts ``S``.
+
+    Slide "Outlier Detector Overview". ``transforms`` maps attributes of the
+    template (behavioural or contextual, numeric) to a transform in
+    :data:`~dpcore.detect.design.TRANSFORMS` (``"log"``): the filter models
+    ``log(price) ~ log(carat) + ...`` while the records keep their own scale.
+    A dict is accepted and stored as sorted ``(attribute, transform)`` pairs.
+    """
 
     name: str
     behavioural: str
     contextual: tuple[str, ...]
+    transforms: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.contextual, str):
@@ -39,6 +47,19 @@ class Template:
         object.__setattr__(self, "contextual", tuple(self.contextual))
         if self.behavioural in self.contextual:
             raise ValueError(f"template {self.name!r}: behavioural attribute {self.behavioural!r} is also contextual")
+        tr = dict(self.transforms.items() if isinstance(self.transforms, dict) else self.transforms)
+        unknown = sorted(a for a in tr if a != self.behavioural and a not in self.contextual)
+        if unknown:
+            raise ValueError(f"template {self.name!r}: transforms name attributes {unknown} that are not in the template")
+        bad = sorted(a for a, t in tr.items() if t not in TRANSFORMS)
+        if bad:
+            raise ValueError(f"template {self.name!r}: unknown transform for {bad}; allowed: {list(TRANSFORMS)}")
+        object.__setattr__(self, "transforms", tuple(sorted(tr.items())))
+
+    @property
+    def transform_of(self) -> dict[str, str]:
+        """``transforms`` as a dict (attribute -> transform)."""
+        return dict(self.transforms)
 
 
 @dataclass
@@ -54,9 +75,9 @@ class TemplateFit:
         1 for the filter's top ``K`` records.
     params : dict
         Plain-JSON fitted parameters: ``template``, ``behavioural``,
-        ``contextual``, ``features`` (design-matrix column names), ``coef``
-        (list aligned with ``features``, original units of ``y`` per bound-scaled
-        context), ``intercept``, ``sigma2``, ``p``, ``b``, ``n_iter``,
+        ``contextual``, ``transforms`` (attribute -> transform), ``features``
+        (design-matrix column names), ``coef`` (list aligned with ``features``,
+        units of the (transformed) ``y`` per bound-scaled or transformed context), ``intercept``, ``sigma2``, ``p``, ``b``, ``n_iter``,
         ``converged``, ``last_relative_change``, ``K``, ``threshold`` (None when
         K = 0), ``log_likelihood`` (None when infinite), ``n_rows``.
     """
@@ -70,6 +91,53 @@ class TemplateFit:
 def _finite_or_none(x: float) -> float | None:
     x = float(x)
     return x if math.isfinite(x) else None
+
+
+def template_arrays(df: pd.DataFrame, template: Template, schema: PublicSchema) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The filter's regression data: design matrix, behavioural values (both transformed), column names.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+    template : Template
+    schema : dpcore.spec.PublicSchema
+
+    Returns
+    -------
+    X : ndarray of shape (n, n_columns)
+        :func:`~dpcore.detect.design.design_matrix` of the contexts, with the template's transforms.
+    y : ndarray of shape (n,)
+        The behavioural attribute, transformed if the template says so.
+    names : list of str
+        Column names of ``X``.
+
+    Raises
+    ------
+    KeyError, ValueError
+        As :func:`fit_template` (unknown attributes, non-numeric behavioural
+        attribute, missing values, ``log`` of non-positive values, ...).
+    """
+    j = template.behavioural
+    if j not in schema.numeric:
+        if j in schema.categorical:
+            raise ValueError(f"template {template.name!r}: behavioural attribute {j!r} must be numeric, it is categorical")
+        raise KeyError(f"template {template.name!r}: behavioural attribute {j!r} is not declared in the public schema")
+    if j not in df.columns:
+        raise KeyError(f"template {template.name!r}: behavioural attribute {j!r} is not a column of the data frame")
+    tr = template.transform_of
+    X, names = design_matrix(df, list(template.contextual), schema, tr)
+    y = pd.to_numeric(df[j], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(y)
+    if bad.any():
+        raise ValueError(
+            f"template {template.name!r}: behavioural attribute {j!r} has {int(bad.sum())} missing or non-numeric "
+            f"value(s) (first at row position {int(np.flatnonzero(bad)[0])})"
+        )
+    try:
+        y = apply_transform(y, j, tr.get(j))
+    except ValueError as exc:
+        raise ValueError(f"template {template.name!r}: behavioural {exc}") from None
+    return X, y, names
 
 
 def fit_template(
@@ -106,26 +174,14 @@ def fit_template(
         non-numeric values; encoding errors (see ``design_matrix``); detector
         errors (e.g. fewer rows than parameters).
     """
+    X, y, names = template_arrays(df, template, schema)
     j = template.behavioural
-    if j not in schema.numeric:
-        if j in schema.categorical:
-            raise ValueError(f"template {template.name!r}: behavioural attribute {j!r} must be numeric, it is categorical")
-        raise KeyError(f"template {template.name!r}: behavioural attribute {j!r} is not declared in the public schema")
-    if j not in df.columns:
-        raise KeyError(f"template {template.name!r}: behavioural attribute {j!r} is not a column of the data frame")
-    X, names = design_matrix(df, list(template.contextual), schema)
-    y = pd.to_numeric(df[j], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = ~np.isfinite(y)
-    if bad.any():
-        raise ValueError(
-            f"template {template.name!r}: behavioural attribute {j!r} has {int(bad.sum())} missing or non-numeric "
-            f"value(s) (first at row position {int(np.flatnonzero(bad)[0])})"
-        )
     det = RobustRegressionDetector(max_iter=max_iter, tol=tol, random_state=random_state).fit(X, y)
     params = {
         "template": template.name,
         "behavioural": j,
         "contextual": list(template.contextual),
+        "transforms": template.transform_of,
         "features": list(names),
         "coef": [float(c) for c in det.coef_],
         "intercept": float(det.intercept_),

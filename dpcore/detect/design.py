@@ -19,7 +19,10 @@ import pandas as pd
 
 from ..spec import PublicSchema
 
-__all__ = ["design_matrix"]
+__all__ = ["TRANSFORMS", "apply_transform", "design_matrix"]
+
+#: Per-attribute transforms a correlation template may declare (numeric attributes only).
+TRANSFORMS = ("log",)
 
 
 def _rows(mask: np.ndarray) -> str:
@@ -51,7 +54,48 @@ def _as_text(col: pd.Series) -> np.ndarray:
     return out
 
 
-def design_matrix(df: pd.DataFrame, contextual: list[str], schema: PublicSchema) -> tuple[np.ndarray, list[str]]:
+def apply_transform(values: np.ndarray, attribute: str, transform: str | None) -> np.ndarray:
+    """Apply a template's per-attribute transform to finite numeric values.
+
+    Seed 004, slide "Mixture Model": the filter is linear in whatever scale the
+    template declares; a ``log`` transform models a multiplicative relation
+    (price ~ carat**k) linearly. The data (and any perturbation of it) stay on
+    their own scale; only the model sees the transformed values.
+
+    Parameters
+    ----------
+    values : ndarray of float
+        Finite values of ``attribute``.
+    attribute : str
+        Its name (for error messages only).
+    transform : {None, "log"}
+        ``None`` returns ``values`` unchanged.
+
+    Returns
+    -------
+    ndarray of float
+
+    Raises
+    ------
+    ValueError
+        Unknown transform, or ``log`` of zero / negative values (the message names
+        the attribute and row positions, never values).
+    """
+    if transform is None:
+        return values
+    if transform not in TRANSFORMS:
+        raise ValueError(f"attribute {attribute!r}: unknown transform {transform!r}; allowed: {list(TRANSFORMS)}")
+    bad = ~(values > 0)
+    if bad.any():
+        raise ValueError(
+            f"attribute {attribute!r}: the log transform needs positive values; {_rows(bad)} are zero or negative"
+        )
+    return np.log(values)
+
+
+def design_matrix(
+    df: pd.DataFrame, contextual: list[str], schema: PublicSchema, transforms: dict[str, str] | None = None
+) -> tuple[np.ndarray, list[str]]:
     """Encode the contextual attributes of ``df`` as a float matrix.
 
     Parameters
@@ -62,6 +106,11 @@ def design_matrix(df: pd.DataFrame, contextual: list[str], schema: PublicSchema)
         Contextual attributes :math:`S` of the template, in order.
     schema : dpcore.spec.PublicSchema
         The public schema: numeric bounds and categorical domains.
+    transforms : dict of str to str, optional
+        Per-attribute transforms (:data:`TRANSFORMS`) of numeric contexts, see
+        :func:`apply_transform`. Bounds are checked on the raw values; a
+        transformed attribute ``c`` gives the column ``log(c)`` (unscaled: the
+        detector standardises its columns).
 
     Returns
     -------
@@ -80,9 +129,11 @@ def design_matrix(df: pd.DataFrame, contextual: list[str], schema: PublicSchema)
     ValueError
         Duplicate attributes; a numeric value that is missing, non-numeric or
         outside the public bounds; a categorical value that is missing or not in
-        the public domain (values compared as ``str(value)``). The message names
-        the attribute and the row positions, not the values.
+        the public domain (values compared as ``str(value)``); a transform of a
+        categorical attribute, an unknown transform, ``log`` of a non-positive
+        value. The message names the attribute and the row positions, not the values.
     """
+    transforms = dict(transforms or {})
     if isinstance(contextual, str):
         raise TypeError("contextual must be a list of attribute names, not a single string")
     contextual = list(contextual)
@@ -106,9 +157,15 @@ def design_matrix(df: pd.DataFrame, contextual: list[str], schema: PublicSchema)
             out = (v < attr.min) | (v > attr.max)
             if out.any():
                 raise ValueError(f"numeric attribute {c!r}: {_rows(out)} lie outside the public bounds [min, max]")
-            blocks.append(((v - attr.min) / attr.width)[:, None])
-            names.append(c)
+            if c in transforms:
+                blocks.append(apply_transform(v, c, transforms[c])[:, None])
+                names.append(f"{transforms[c]}({c})")
+            else:
+                blocks.append(((v - attr.min) / attr.width)[:, None])
+                names.append(c)
         else:
+            if c in transforms:
+                raise ValueError(f"categorical attribute {c!r} cannot take the transform {transforms[c]!r}")
             domain = schema.categorical[c].domain_strings
             text = _as_text(df[c])
             codes = pd.Categorical(text, categories=domain).codes.astype(np.int64)

@@ -104,24 +104,31 @@ Robust start
 EM is local; started from least squares it is captured by bad leverage points.
 The start is FAST-LTS-like, on a random subsample of at most 3,000 rows:
 300 elemental fits (random :math:`q`-row subsets, :math:`q` = number of
-regression coefficients), two concentration steps (refit on the
+regression coefficients; fewer for wide designs, so that one concentration
+step over all of them costs at most :math:`10^9` multiply-adds, but at least
+``4 * n_starts``), two concentration steps (refit on the
 :math:`h=\lceil (m+q+1)/2\rceil` smallest squared residuals) for all of them,
 then concentration to convergence for the ``n_starts`` best by the LTS
 criterion (50% breakdown: clusters of leverage points or vertical outliers below
 half of the rows do not capture it). Each of the ``n_starts`` candidates is
 turned into mixture parameters (:math:`\sigma` from the MAD of its residuals,
 ``p = p_init``) and refined by EM on the subsample; the candidate with the best
-subsample log-likelihood starts the EM on all rows. All batched numpy; the
+subsample log-likelihood starts the EM on all rows. Before each EM, the
+coefficient of every 0/1 column (one-hot level) is corrected by the median
+residual of its rows (:func:`_level_medians`; two backfitting sweeps), on the
+subsample and again on all rows: LTS may leave a whole level outside its
+h-subset, and levels absent from the subsample have no information at all. All batched numpy; the
 random choices come from ``numpy.random.default_rng(random_state)``.
 
 Scaling: :math:`y` is standardised by its median and MAD (std if the MAD is 0),
-the non-constant columns of :math:`X` by mean and std; constant columns are
-dropped (coefficient 0). The fit is thus equivariant: shifting or scaling
+the non-constant columns of :math:`X` by mean and std, except 0/1 columns
+(one-hot levels), which stay indicators so that a rare level's coefficient is
+determined by its own rows alone; constant columns are dropped (coefficient 0). The fit is thus equivariant: shifting or scaling
 :math:`y` leaves scores and labels unchanged. All fitted attributes are
 reported in the original units (:math:`\sigma^2` and :math:`b` scale with the
 square of :math:`y`'s scale, ``log_likelihood_`` includes the Jacobian).
-Collinear columns are handled by a relative ridge of :math:`10^{-9}` on the
-normal equations (the fitted values are unaffected; the coefficients of exactly
+Collinear columns are handled by a ridge of :math:`10^{-9}` times each
+column's own diagonal entry of the normal equations (the fitted values are unaffected; the coefficients of exactly
 collinear columns are split between them).
 
 Degenerate inputs (documented outcomes, never NaN scores)
@@ -146,6 +153,7 @@ Degenerate inputs (documented outcomes, never NaN scores)
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import warnings
@@ -165,6 +173,12 @@ _P_FLOOR = 1e-9
 _Y_CLIP = 1e100
 #: Relative ridge on the normal equations (collinear contexts).
 _RIDGE = 1e-9
+#: Lazily created ``threadpoolctl.ThreadpoolController`` (False when unavailable).
+_TP_CONTROLLER = None
+#: Work budget (multiply-adds) of one concentration step over all elemental
+#: starts, ``n_elemental * rows * q**2``; bounds the number of elemental starts
+#: for wide designs (many one-hot columns), never below ``4 * n_starts``.
+_ELEMENTAL_WORK = 1e9
 #: Rows of the robust-start subsample.
 _START_ROWS = 3000
 #: Elemental subsets drawn for the robust start.
@@ -217,21 +231,45 @@ def _check_y(y, n: int, name: str = "y") -> np.ndarray:
 
 
 def _solve(G: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    """Solve (stacks of) normal equations ``G beta = rhs`` with a tiny relative ridge.
+    """Solve (stacks of) normal equations ``G beta = rhs`` with a tiny per-column relative ridge.
 
-    ``G`` has shape (..., q, q), ``rhs`` (..., q). The ridge is ``1e-9`` times the
-    mean diagonal (1 when the diagonal is 0), which makes every stack positive
-    definite without changing well-posed solutions beyond round-off.
+    ``G`` has shape (..., q, q), ``rhs`` (..., q). The ridge adds ``1e-9 * G_jj``
+    to each diagonal entry (``1e-9`` times the mean diagonal, or ``1e-9``, where
+    ``G_jj = 0``). Relative to each column's *own* weight, it makes every stack
+    positive definite without changing well-posed solutions beyond round-off.
+    (A ridge relative to the *mean* diagonal shrank the coefficient of a rare
+    one-hot level whose rows all carry small EM weights towards 0 -- a whole
+    category of records was then left unfitted and flagged.)
+
+    The q x q solves are small; they run with one BLAS thread (``threadpoolctl``),
+    as multi-threaded OpenBLAS is up to ~40x slower on them on a busy machine.
     """
     q = G.shape[-1]
     diag = np.diagonal(G, axis1=-2, axis2=-1)
-    scale = diag.mean(axis=-1)
-    lam = _RIDGE * np.where(scale > 0, scale, 1.0)
-    G = G + lam[..., None, None] * np.eye(q)
-    try:
-        return np.linalg.solve(G, rhs[..., None])[..., 0]
-    except np.linalg.LinAlgError:  # pragma: no cover - ridge makes this practically unreachable
-        return (np.linalg.pinv(G) @ rhs[..., None])[..., 0]
+    mean = diag.mean(axis=-1, keepdims=True)
+    fill = np.where(mean > 0, mean, 1.0)
+    lam = _RIDGE * np.where(diag > 0, diag, fill)
+    G = G + lam[..., None] * np.eye(q)
+    with _one_blas_thread():
+        try:
+            return np.linalg.solve(G, rhs[..., None])[..., 0]
+        except np.linalg.LinAlgError:  # pragma: no cover - ridge makes this practically unreachable
+            return (np.linalg.pinv(G) @ rhs[..., None])[..., 0]
+
+
+def _one_blas_thread():
+    """Context manager limiting BLAS to one thread (a no-op without ``threadpoolctl``)."""
+    global _TP_CONTROLLER
+    if _TP_CONTROLLER is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+
+            _TP_CONTROLLER = ThreadpoolController()
+        except Exception:  # pragma: no cover - threadpoolctl ships with scikit-learn
+            _TP_CONTROLLER = False
+    if _TP_CONTROLLER is False:  # pragma: no cover
+        return contextlib.nullcontext()
+    return _TP_CONTROLLER.limit(limits=1, user_api="blas")
 
 
 def _log_odds(r: np.ndarray, s2: float, p: float, b: float) -> np.ndarray:
@@ -312,7 +350,7 @@ def _lts_starts(Z: np.ndarray, y: np.ndarray, rng: np.random.Generator, n_keep: 
     """FAST-LTS-like robust starts on a (sub)sample: the ``n_keep`` best coefficient vectors."""
     m, q = Z.shape
     h = min(m, (m + q + 2) // 2)
-    n_el = max(_N_ELEMENTAL, 4 * n_keep)
+    n_el = max(min(_N_ELEMENTAL, int(_ELEMENTAL_WORK // (m * q * q))), 4 * n_keep)
     # elemental subsets: q distinct rows each (argpartition of uniform keys)
     idx = np.argpartition(rng.random((n_el, m)), q - 1, axis=1)[:, :q]
     A = Z[idx]  # (n_el, q, q)
@@ -354,6 +392,35 @@ def _lts_starts(Z: np.ndarray, y: np.ndarray, rng: np.random.Generator, n_keep: 
         prev = obj
         Bk = Bn
     return [Bk[i] for i in range(Bk.shape[0])]
+
+
+def _level_medians(Z: np.ndarray, y: np.ndarray, beta: np.ndarray, cols: np.ndarray, passes: int = 2) -> np.ndarray:
+    """Level-wise median correction of a start: a least-absolute-deviations coordinate step per 0/1 column.
+
+    For each indicator column ``j`` (a one-hot level) shift its coefficient by
+    the median residual of the rows in that level (``passes`` backfitting sweeps
+    over the columns, as levels of different attributes overlap). Each step
+    lowers the L1 loss; the median keeps the 50% breakdown *within* a level.
+    Why: LTS keeps the best-fitting half of the rows, so a whole level (a
+    destination served by 1% of the flights) can fall outside the h-subset and
+    keep an arbitrary coefficient; EM then cannot recover, because a single
+    injected record that happens to lie on the wrong fit becomes the level's
+    "inlier" with weight 1/sigma^2 while its genuine rows are Cauchy-weighted.
+    """
+    if cols.size == 0:
+        return beta
+    beta = beta.copy()
+    members = [np.flatnonzero(Z[:, j] == 1.0) for j in cols]
+    r = y - Z @ beta
+    for _ in range(passes):
+        for j, rows in zip(cols, members):
+            if rows.size == 0:
+                continue
+            shift = float(np.median(r[rows]))
+            if shift != 0.0:
+                beta[j] += shift
+                r[rows] -= shift
+    return beta
 
 
 def _start_params(Z, y, beta, p_init: float):
@@ -538,6 +605,13 @@ class RobustRegressionDetector:
         if not (np.all(np.isfinite(self._x_loc)) and np.all(np.isfinite(self._x_scale))):
             raise ValueError("X has a column whose range is too large to standardise (|values| near the float limit)")
         self._x_scale = np.where(self._x_scale > 0, self._x_scale, 1.0)
+        # 0/1 columns (one-hot levels) stay indicators: centring a rare level's
+        # column spreads it over every row and makes its coefficient ill-determined
+        # next to the heavily weighted inliers (see _solve).
+        binary = np.all((Xa == 0.0) | (Xa == 1.0), axis=0)
+        self._x_loc = np.where(binary, 0.0, self._x_loc)
+        self._x_scale = np.where(binary, 1.0, self._x_scale)
+        levels = np.flatnonzero(binary) + 1  # their positions in the design (after the intercept)
         self._y_loc = float(np.median(y))
         mad = _MAD_TO_SD * float(np.median(np.abs(y - self._y_loc)))
         scale = mad if mad > 0 else float(np.std(y))
@@ -560,14 +634,16 @@ class RobustRegressionDetector:
         max_iter, tol = int(self.max_iter), float(self.tol)
         best = None
         for beta0 in _lts_starts(Zs, ys_s, rng, int(self.n_starts)):
+            beta0 = _level_medians(Zs, ys_s, beta0, levels)
             s2, p, b = _start_params(Zs, ys_s, beta0, float(self.p_init))
             res = _em(Zs, ys_s, beta0, s2, p, b, max_iter, tol)
             if best is None or res["ll"] > best["ll"]:
                 best = res
         self.start_log_likelihood_ = best["ll"]
 
-        # ---- EM on all rows
-        res = _em(Z, ys, best["beta"], best["s2"], best["p"], best["b"], max_iter, tol)
+        # ---- EM on all rows (levels absent from the subsample get their median first)
+        beta0 = _level_medians(Z, ys, best["beta"], levels)
+        res = _em(Z, ys, beta0, best["s2"], best["p"], best["b"], max_iter, tol)
         self.n_iter_ = int(res["n_iter"])
         self.converged_ = bool(res["converged"])
         self.last_relative_change_ = float(res["rel"])

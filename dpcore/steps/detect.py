@@ -43,7 +43,10 @@ class DetectionDone:
 
 def templates_of(spec: ReleaseSpec) -> list[Template]:
     """The spec's correlation templates as :class:`Template` values."""
-    return [Template(t.name, t.behavioural, tuple(t.contextual)) for t in spec.steps.detect.templates]
+    return [
+        Template(t.name, t.behavioural, tuple(t.contextual), tuple(sorted(t.transforms.items())))
+        for t in spec.steps.detect.templates
+    ]
 
 
 def detection_frame(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> pd.DataFrame:
