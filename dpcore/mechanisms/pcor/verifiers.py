@@ -290,11 +290,13 @@ class GrubbsVerifier:
             grown = np.full(max(top + 1, 2 * self._gcrit.shape[0]), np.nan)
             grown[: self._gcrit.shape[0]] = self._gcrit
             self._gcrit = grown
-        need = np.unique(n[n >= 3])
-        need = need[np.isnan(self._gcrit[need])]
-        if need.size:
+        vals = self._gcrit[n]
+        missing = (n >= 3) & np.isnan(vals)
+        if missing.any():
+            need = np.unique(n[missing])
             self._gcrit[need] = grubbs_critical_value(need, self.alpha)
-        return self._gcrit[n]
+            vals = self._gcrit[n]
+        return vals
 
     def decide(self, x_centred: float, sums, mn, mx) -> np.ndarray:
         """Grubbs decision from sufficient statistics.
@@ -393,6 +395,7 @@ class GrubbsVerifier:
             In the order of the enumeration (not sorted).
         """
         x = index.x_centred(row)
+        self.critical(np.arange(index.n_rows + 1))  # one vectorised t.ppf over every possible N
         ks, vs, ps = [], [], []
         for keys, sums, mn, mx in index.iter_enumeration(row, chunk=chunk):
             ks.append(keys)
@@ -485,15 +488,15 @@ class LOFVerifier:
                 return lof
             w *= 2
 
-    def verify(self, index: CellIndex, row: int, contexts) -> np.ndarray:
-        """``f_M(D_C, V)`` for a batch of contexts (fast path; one window search per context).
+    def lof(self, index: CellIndex, row: int, contexts) -> np.ndarray:
+        """``LOF(V)`` over ``D_C`` for a batch of contexts (fast path; one window search per context).
 
         Returns
         -------
-        (B,) bool; ``False`` where ``V`` is not in ``D_C``.
+        (B,) float64; ``nan`` where ``V`` is not in ``D_C`` or ``|D_C| < 2``.
         """
         row, ctx, contains = _as_batch(index, row, contexts)
-        out = np.zeros(ctx.shape[0], dtype=bool)
+        out = np.full(ctx.shape[0], np.nan)
         self.last_windows = []
         pos = np.flatnonzero(contains)
         if pos.size == 0:
@@ -501,10 +504,19 @@ class LOFVerifier:
         cm = index.occupied_mask(ctx[pos])
         n = cm.astype(np.int64) @ index.occupied_count
         for p, cells, nn in zip(pos, cm, n):
-            if nn < 2:
-                continue
-            out[p] = self.lof_fast(index, row, np.flatnonzero(cells), int(nn)) > self.threshold
+            if nn >= 2:
+                out[p] = self.lof_fast(index, row, np.flatnonzero(cells), int(nn))
         return out
+
+    def verify(self, index: CellIndex, row: int, contexts) -> np.ndarray:
+        """``f_M(D_C, V)`` for a batch of contexts: ``LOF(V) > threshold`` (fast path).
+
+        Returns
+        -------
+        (B,) bool; ``False`` where ``V`` is not in ``D_C`` or ``|D_C| < 2``.
+        """
+        lof = self.lof(index, row, contexts)
+        return np.nan_to_num(lof, nan=-np.inf) > self.threshold
 
     def lof_naive(self, values, x: float) -> float:
         """Reference ``LOF`` of one record with value ``x`` in the population ``values`` (by the definition).
@@ -613,25 +625,32 @@ class HistogramVerifier:
             i = i - down + up
         return i
 
-    def verify(self, index: CellIndex, row: int, contexts) -> np.ndarray:
-        """``f_M(D_C, V)`` for a batch of contexts (fast path, vectorised over the batch).
+    def bin_count(self, index: CellIndex, row: int, contexts) -> tuple[np.ndarray, np.ndarray]:
+        """Count of ``V``'s histogram bin and ``|D_C|`` for a batch of contexts (fast path, vectorised).
 
         Returns
         -------
-        (B,) bool; ``False`` where ``V`` is not in ``D_C``.
+        count : (B,) int64
+            Records of ``D_C`` in ``V``'s bin (``|D_C|`` when ``min == max``,
+            ``0`` when ``V`` is not in ``D_C``).
+        n : (B,) int64
+            ``|D_C|``.
         """
         row, ctx, contains = _as_batch(index, row, contexts)
-        out = np.zeros(ctx.shape[0], dtype=bool)
+        count = np.zeros(ctx.shape[0], dtype=np.int64)
+        n_all = np.zeros(ctx.shape[0], dtype=np.int64)
         pos = np.flatnonzero(contains)
         if pos.size == 0:
-            return out
+            return count, n_all
         sub = ctx[pos]
         cm = index.occupied_mask(sub)
         n = cm.astype(np.int64) @ index.occupied_count
+        n_all[pos] = n
         mn, mx = index.context_minmax(sub)
-        ok = (n >= 2) & (mn < mx)
+        ok = mn < mx
+        count[pos[~ok]] = n[~ok]
         if not ok.any():
-            return out
+            return count, n_all
         pos, cm, n, mn, mx = pos[ok], cm[ok], n[ok], mn[ok], mx[ok]
         nb = _ceil_sqrt(n)
         x = float(index.metric[row])
@@ -642,9 +661,18 @@ class HistogramVerifier:
         r_hi = np.where(i == nb - 1, np.searchsorted(index.uniq, e_hi, side="right"),
                         np.searchsorted(index.uniq, e_hi, side="left"))
         counts = index.count_in_rank_range(index.occupied[None, :], r_lo[:, None], r_hi[:, None])
-        cnt = np.where(cm, counts, 0).sum(axis=1)
-        out[pos] = cnt < self.min_share * n
-        return out
+        count[pos] = np.where(cm, counts, 0).sum(axis=1)
+        return count, n_all
+
+    def verify(self, index: CellIndex, row: int, contexts) -> np.ndarray:
+        """``f_M(D_C, V)`` for a batch of contexts: ``V``'s bin count ``< min_share * |D_C|`` (fast path).
+
+        Returns
+        -------
+        (B,) bool; ``False`` where ``V`` is not in ``D_C``.
+        """
+        count, n = self.bin_count(index, row, contexts)
+        return (n > 0) & (count < self.min_share * n)
 
     def verify_naive(self, codes, metric, row: int, context, space=None) -> bool:
         """Reference: filter ``D_C``, ``np.histogram(y, bins=ceil(sqrt(N)))``, look up ``V``'s bin count."""
