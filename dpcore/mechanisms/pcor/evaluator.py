@@ -159,7 +159,7 @@ class ContextEvaluator:
         Returns
         -------
         keys : (K,) uint64
-            Packed contexts, ascending.
+            Packed contexts, ascending (read-only arrays, shared with the cache).
         valid : (K,) bool
         population : (K,) int64, only with ``with_population=True``.
         """
@@ -170,16 +170,18 @@ class ContextEvaluator:
                              f"max_contexts = {max_contexts}")
         if self._enum_keys.size != total:
             keys, valid, pop = self._enumerate(total)
-            order = np.argsort(keys, kind="stable")
-            self._enum_keys = keys[order]
-            self._enum_valid = valid[order]
-            self._enum_population = pop[order]
+            if not np.all(keys[1:] > keys[:-1]):
+                order = np.argsort(keys, kind="stable")
+                keys, valid, pop = keys[order], valid[order], pop[order]
+            for a in (keys, valid, pop):
+                a.flags.writeable = False
+            self._enum_keys, self._enum_valid, self._enum_population = keys, valid, pop
             # contexts verified before the enumeration are now counted once, in the enumeration
             dup = sum(1 for k in self._cache if self._in_enum(k))
             self.n_verified += total - dup
         if with_population:
-            return self._enum_keys.copy(), self._enum_valid.copy(), self._enum_population.copy()
-        return self._enum_keys.copy(), self._enum_valid.copy()
+            return self._enum_keys, self._enum_valid, self._enum_population
+        return self._enum_keys, self._enum_valid
 
     def _in_enum(self, key: int) -> bool:
         pos = int(np.searchsorted(self._enum_keys, np.uint64(key)))

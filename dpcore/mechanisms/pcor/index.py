@@ -378,8 +378,8 @@ class CellIndex:
         per attribute containing the record's value.  Their count / sum /
         sum of squares / min / max are built by a subset expansion per axis
         of the per-cell tensors (``O(contexts)`` additions, no per-context
-        contraction).  The attribute with the most subsets is split into
-        chunks (its high free bits fixed per chunk) to bound memory.
+        contraction).  The last attribute is split into chunks (its high
+        free bits fixed per chunk) to bound memory.  Keys come out ascending.
 
         Yields
         ------
@@ -395,8 +395,11 @@ class CellIndex:
         m = self.space.m
         sizes = [int(s) for s in self.space.sizes]
         npart = [1 << (s - 1) for s in sizes]
-        a0 = int(np.argmax(npart))  # the chunked attribute
-        order = [a0] + [i for i in range(m) if i != a0]
+        # C order over (A_m, ..., A_1): the last attribute holds the highest key bits and every
+        # attribute's subset keys increase with the subset index, so the keys come out ascending.
+        # The last attribute (slowest axis) is the one split into chunks.
+        order = list(range(m - 1, -1, -1))
+        a0 = order[0]
         st = np.moveaxis(self.sum_tensor, order, list(range(m)))
         mm = np.moveaxis(self.minmax_tensor, order, list(range(m)))
         # expand every attribute but the chunked one (axes 1..m-1)
