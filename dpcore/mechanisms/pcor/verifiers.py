@@ -395,7 +395,8 @@ class GrubbsVerifier:
             In the order of the enumeration (not sorted).
         """
         x = index.x_centred(row)
-        self.critical(np.arange(index.n_rows + 1))  # one vectorised t.ppf over every possible N
+        if (1 << (index.space.t - index.space.m)) > index.n_rows:
+            self.critical(np.arange(index.n_rows + 1))  # one vectorised t.ppf over every possible N
         ks, vs, ps = [], [], []
         for keys, sums, mn, mx in index.iter_enumeration(row, chunk=chunk):
             ks.append(keys)
