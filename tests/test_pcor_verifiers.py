@@ -543,3 +543,16 @@ def test_enumeration_counts_previously_verified_once():
     keys, valid = ev.enumerate_valid()
     assert ev.n_verified == keys.size + 1  # the context without V stays counted; the others once
     assert before == len({bytes(c) for c in inside}) + 1
+
+
+def test_enumeration_without_dense_tensors_matches():
+    sp, df, codes, metric = _synthetic(97, 800, integer=False)
+    dense = CellIndex.build(sp, codes, metric)
+    sparse = CellIndex.build(sp, codes, metric, dense_limit=0)
+    row = int(np.argmax(metric))
+    k1, v1, p1 = ContextEvaluator(dense, GrubbsVerifier(), row).enumerate_valid(with_population=True)
+    k2, v2, p2 = ContextEvaluator(sparse, GrubbsVerifier(), row).enumerate_valid(with_population=True)
+    assert (k1 == k2).all() and (v1 == v2).all() and (p1 == p2).all()
+    assert v1.any() and not v1.all()
+    with pytest.raises(ValueError, match="dense per-cell tensors"):
+        next(sparse.iter_enumeration(row))

@@ -132,9 +132,8 @@ class ContextSpace:
                 raise ValueError(f"attribute {name!r}: two domain values have the same text form, "
                                  "so a rendered context could not be parsed back")
             for tx in texts:
+                # a value may be the text 'any': it only ever follows '=' or sits in braces
                 _check_text(tx, _FORBIDDEN_VALUE, f"attribute {name!r}: domain value")
-                if tx == _ANY:
-                    pass  # unambiguous: 'any' only follows ':' while values follow '=' or sit in braces
         t = sum(len(d) for d in domains)
         if t > MAX_BITS:
             raise ValueError(f"the context space has t = {t} attribute values; at most {MAX_BITS} are supported "

@@ -50,12 +50,18 @@ class CellIndex:
     codes : (N, m) int32 record codes;  metric : (N,) float64
     n_rows, n_cells : int
     cell_of_row : (N,) int64
-    centre : float, subtracted from the metric before the sums
-    cell_count : (n_cells,) int64; cell_sum, cell_sumsq : (n_cells,) float64 of ``x - centre``
-    cell_min, cell_max : (n_cells,) float64 (``+inf`` / ``-inf`` for empty cells)
-    occupied : (n_occ,) int64 ids of non-empty cells; occupied_bits : (n_occ, m) bit of each value
+    centre : float, subtracted from the metric before the sums (``integer_metric``: whether it is an integer)
+    occupied : (n_occ,) int64 ids of the non-empty cells, ascending
+    occupied_codes, occupied_bits : (n_occ, m) int64 value codes / context bit of each occupied cell
+    occupied_count : (n_occ,) int64; occupied_sum, occupied_sumsq : (n_occ,) float64 of ``x - centre``
+    occupied_min, occupied_max : (n_occ,) float64 metric range of each occupied cell
+    occupied_entry_start, occupied_entry_stop : (n_occ,) int64 range of each cell's entries
+    cell_count : (n_cells,) int64 (property, dense)
+    sum_tensor : (|A_1|, ..., |A_m|, 3) float64 count / sum / sum of squares per cell (dense only)
+    minmax_tensor : (|A_1|, ..., |A_m|, 2) float64 ``(min, -max)`` per cell, ``+inf`` if empty (dense only)
     uniq : (U,) sorted distinct metric values; row_rank : (N,) int64 position of each record's value in ``uniq``
     entry_key : (E,) int64 sorted ``cell * U + rank``; entry_count : (E,) int64 multiplicity
+    entry_rank, entry_cell : (E,) int64; entry_value : (E,) float64 ``uniq[entry_rank]``
     entry_cum : (E + 1,) int64 prefix sums of ``entry_count``; cell_ptr : (n_cells + 1,) int64 first entry of each cell
     dense : bool, whether the dense per-cell tensors are used for contractions
     """
