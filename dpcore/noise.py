@@ -473,7 +473,8 @@ class NoiseSource:
         Sampler: production uses OpenDP ``make_laplace`` on
         ``vector_domain(atom_domain(T=i64))`` with ``l1_distance(T=i64)``,
         which is OpenDP's exact discrete Laplace sampler (no floating point,
-        OS CSPRNG).  OpenDP adds with saturation at the int64 bounds.  A
+        OS CSPRNG), invoked once for all cells with the values passed as one
+        int64 buffer.  OpenDP adds with saturation at the int64 bounds.  A
         ``Fraction`` scale is converted to the nearest float, which OpenDP
         then treats exactly.  Seeded mode: difference of two i.i.d.
         ``numpy`` geometric variables with ``p = 1 - exp(-1/s)`` (same
@@ -492,7 +493,10 @@ class NoiseSource:
             return arr.copy()
         if self._rng is None:
             meas = _opendp_discrete_laplace(s)
-            out = np.asarray(meas(arr.ravel().tolist()), dtype=np.int64)
+            # a contiguous 1-d int64 array goes to OpenDP as one buffer (its
+            # numpy input path); a Python list would be type-checked element
+            # by element (~1 us per cell).  Same measurement, same sampler.
+            out = np.asarray(meas(np.ascontiguousarray(arr.ravel())), dtype=np.int64)
             return out.reshape(arr.shape)
         p = -math.expm1(-1.0 / s)
         z = self._rng.geometric(p, size=arr.shape) - self._rng.geometric(p, size=arr.shape)

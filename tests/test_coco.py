@@ -196,8 +196,23 @@ def test_hg_and_hc_estimates():
     H = hc_estimate([1, 0, 4, 3, 9, 7], G=5, loss="l1")
     assert H.sum() == 5 and H.min() >= 0
     assert to_hc(H)[:-1].tolist() == [0, 0, 3, 3, 5] or to_hc(H)[:-1].tolist() == [1, 1, 3, 3, 5]
-    V = hc_variances(np.array([0, 2, 0, 1]), 1.0)
+    # slide "Initial Variance Estimation", H_c: 4 / (eps^2 x #groups of that size)
+    V = hc_variances(np.array([0, 2, 0, 1]), 1.0, rule="slides")
     assert V.tolist() == [2.0, 2.0, 4.0]
+    # positional rule: + (b - a)^2 / 12 x min(1, 4 / (eps^2 n_s^2)), a/b the neighbouring
+    # occupied sizes (-1 and K + 1 at the ends): size 1 (n=2, a=-1, b=3): 2 + 16/12;
+    # size 3 (n=1, a=1, b=4): 4 + 9/12
+    V = hc_variances(np.array([0, 2, 0, 1]), 1.0)
+    assert V.tolist() == pytest.approx([2 + 16 / 12, 2 + 16 / 12, 4 + 9 / 12])
+    # a tall step (n_s >> 2/eps) is located exactly: the slides' value is kept
+    H = np.zeros(1001, dtype=np.int64)
+    H[[2, 3, 900]] = [10_000, 10_000, 1]
+    V = hc_variances(H, 1.0)
+    assert V[0] == pytest.approx(4 / 10_000 + 16 / 12 * 4 / 10_000**2)
+    # ... and an isolated group in a long flat stretch is not trusted
+    assert V[-1] == pytest.approx(4 + (1001 - 3) ** 2 / 12) and V[-1] > 80_000
+    with pytest.raises(ValueError, match="rule"):
+        hc_variances(H, 1.0, rule="paper")
 
 
 # ------------------------------------------------------ matching and merging
@@ -354,6 +369,45 @@ def test_weighted_merge_beats_plain_average_at_the_top(dense_example, monkeypatc
     assert weighted[0] < 0.8 * plain[0]
 
 
+@pytest.fixture(scope="module")
+def sparse_leaves_example():
+    """Housing-like groups (SF1 household sizes + 1% heavy-tailed group
+    quarters, K = 1000) over root -> 5 -> 500 leaves with lognormal(0, 1.5)
+    leaf weights: 20,000 groups, many leaves with only a few groups."""
+    rng = np.random.default_rng(3)
+    paths = pd.DataFrame({"s": np.repeat(np.arange(5), 100), "c": np.arange(500)})
+    h = Hierarchy.from_leaf_paths(paths, ["s", "c"])
+    leaves = np.array(h.leaves)
+    n = 20_000
+    w = rng.lognormal(0, 1.5, len(leaves))
+    group_leaf = pd.Series(leaves[rng.choice(len(leaves), n, p=w / w.sum())], index=np.arange(n))
+    raw = rng.choice(np.arange(1, 8), n, p=[.267, .336, .157, .134, .062, .025, .019])
+    gq = rng.random(n) < 0.01
+    raw[gq] = np.floor(8 * rng.random(int(gq.sum())) ** (-1 / 0.9)).astype(np.int64)
+    K = 1000
+    return h, group_sizes_by_leaf(np.repeat(np.arange(n), raw), group_leaf, K, hierarchy=h), K
+
+
+@pytest.mark.parametrize("eps", [1 / 3, 0.5])
+def test_top_down_hc_merge_improves_the_root(sparse_leaves_example, eps):
+    """Slides "Merge Estimates" + "Comparison to Bottom-up Aggregation"
+    (total eps = 1 split 1/3 per level; bottom-up gets all of it on the
+    leaves): the merged root must be no worse than the root's own H_c
+    estimate and better than bottom-up's root.  With the slides' literal H_c
+    variance ``4/(eps^2 n_s)`` both fail on this data (sparse children's
+    isolated groups are over-trusted), which is what the positional term of
+    :func:`hc_variances` fixes."""
+    h, sb, K = sparse_leaves_example
+    seeds = 4
+    root_only = _avg_emd("hc_l2", sb, h, K, eps, seeds)[0]
+    td = _avg_emd("top_down_hc", sb, h, K, eps, seeds)[0]
+    bu = _avg_emd("bottom_up_hc", sb, h, K, eps * h.levels, seeds)[0]
+    assert td <= root_only
+    assert td < bu
+    literal = _avg_emd("top_down_hc", sb, h, K, eps, seeds, hc_variance="slides")[0]
+    assert literal > root_only and literal > td
+
+
 # ---------------------------------------------------------------- bad inputs
 def test_hierarchy_errors():
     with pytest.raises(ValueError, match="two parents"):
@@ -414,6 +468,7 @@ def test_group_mapping_errors():
     (dict(method="hc_l2", epsilon_per_level=float("nan"), K=3), "epsilon_per_level"),
     (dict(method="hc_l2", epsilon_per_level=[1.0, 1.0], K=3), "one epsilon per level"),
     (dict(method="top_down_hg", epsilon_per_level=1.0, K=3, loss="l3"), "loss"),
+    (dict(method="top_down_hc", epsilon_per_level=1.0, K=3, hc_variance="paper"), "hc_variance"),
 ])
 def test_mechanism_parameter_errors(kwargs, match):
     h = Hierarchy.from_edges([("*", "a"), ("a", "b")])

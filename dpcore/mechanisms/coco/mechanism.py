@@ -34,8 +34,8 @@ import numpy as np
 
 from ...budget import PrivacyCost, exact
 from ...noise import NoiseSource
-from .consistency import (aggregate_up, hc_estimate, hc_variances, hg_estimate, hg_variances,
-                          naive_estimate, top_down)
+from .consistency import (HC_VARIANCE_RULES, aggregate_up, hc_estimate, hc_variances, hg_estimate,
+                          hg_variances, naive_estimate, top_down)
 from .hierarchy import Hierarchy
 from .representations import _check_K, counts_from_leaf_counts, level_H_matrix, level_Hg
 
@@ -83,6 +83,14 @@ class CocoMechanism:
         Isotonic loss for the bottom-up and top-down methods (default
         ``"l2"``, whose PAV block means match the slides' variance estimate
         ``2/(|S_i| ε²)``).  Ignored by the per-node methods, whose names fix it.
+    hc_variance : {"positional", "slides"}, keyword-only
+        Variance estimate of the H_c groups merged by ``top_down_hc``
+        (:func:`~dpcore.mechanisms.coco.consistency.hc_variances`): the
+        default ``"positional"`` is the slides' "Initial Variance Estimation"
+        rule ``4/(ε² n_s)`` plus the positional uncertainty of groups in flat
+        stretches of Ĥ_c; ``"slides"`` is the slides' rule alone, which
+        over-trusts sparse children (kept for comparison).  Ignored by the
+        other methods.
 
     Notes
     -----
@@ -96,18 +104,21 @@ class CocoMechanism:
     notion = "dp"
     neighbour = "add-remove"
 
-    def __init__(self, method: str, epsilon_per_level, K: int, *, loss: str = "l2"):
+    def __init__(self, method: str, epsilon_per_level, K: int, *, loss: str = "l2",
+                 hc_variance: str = "positional"):
         self.method = method
         self.epsilon_per_level = epsilon_per_level
         self.K = K
         self.loss = loss
+        self.hc_variance = hc_variance
 
     # ------------------------------------------------------------ parameters
     @property
     def name(self) -> str:
         """E.g. ``"coco-top_down_hc-l2"`` / ``"coco-hg_l1"``."""
         if self.method in ("bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc"):
-            return f"coco-{self.method}-{self.loss}"
+            suffix = "-slidesvar" if self.method == "top_down_hc" and self.hc_variance == "slides" else ""
+            return f"coco-{self.method}-{self.loss}{suffix}"
         return f"coco-{self.method}"
 
     @property
@@ -156,12 +167,14 @@ class CocoMechanism:
         ValueError
             ``method`` not in :attr:`METHODS`; ``K`` not an integer >= 1;
             an epsilon not in ``(0, inf)``; wrong number of epsilons; ``loss``
-            not ``"l1"``/``"l2"``.
+            not ``"l1"``/``"l2"``; ``hc_variance`` unknown.
         """
         self._check_method()
         _check_K(self.K)
         if self.loss not in ("l1", "l2"):
             raise ValueError(f"loss must be 'l1' or 'l2', got {self.loss!r}")
+        if self.hc_variance not in HC_VARIANCE_RULES:
+            raise ValueError(f"hc_variance must be one of {', '.join(HC_VARIANCE_RULES)}, got {self.hc_variance!r}")
         eps = self.epsilon_per_level
         if isinstance(eps, (list, tuple, np.ndarray)):
             if len(eps) == 0:
@@ -297,6 +310,14 @@ class CocoMechanism:
             (length K + 1) or H_g (length G_τ).  ε_level-DP under add/remove
             one item; the caller must have charged :meth:`level_cost` first.
         """
+        nodes, bounds, noisy = self._measure_level_array(sizes_by_leaf, hierarchy, level, noise)
+        flat = noisy.tolist()
+        return {n: flat[bounds[i]:bounds[i + 1]] for i, n in enumerate(nodes)}
+
+    def _measure_level_array(self, sizes_by_leaf, hierarchy: Hierarchy, level: int, noise: NoiseSource):
+        """:meth:`measure_level` without the conversion to JSON-storable lists:
+        ``(nodes, bounds, noisy)`` with node ``i``'s cells
+        ``noisy[bounds[i]:bounds[i + 1]]`` (one ``discrete_laplace`` call)."""
         self.validate(hierarchy)
         if level not in self.levels_measured(hierarchy):
             raise ValueError(f"level {level} is not measured by method {self.method!r} "
@@ -304,8 +325,7 @@ class CocoMechanism:
         nodes, lengths, values = self.true_level(sizes_by_leaf, hierarchy, level)
         noisy = noise.discrete_laplace(values, self.noise_scale(level))
         bounds = np.concatenate([[0], np.cumsum(lengths)])
-        flat = noisy.tolist()
-        return {n: flat[bounds[i]:bounds[i + 1]] for i, n in enumerate(nodes)}
+        return nodes, bounds, noisy
 
     # -------------------------------------------------------- post-processing
     def _check_inputs(self, measurements, hierarchy: Hierarchy, group_counts: Mapping[str, int]):
@@ -348,7 +368,7 @@ class CocoMechanism:
             H, Hg, bsz = hg_estimate(y, K, self._loss)
             return H, Hg, hg_variances(bsz, float(eps))
         H = hc_estimate(y, G, self._loss)
-        return H, np.repeat(np.arange(K + 1), H), hc_variances(H, float(eps))
+        return H, np.repeat(np.arange(K + 1), H), hc_variances(H, float(eps), self.hc_variance)
 
     def postprocess(self, measurements: Mapping[int, Mapping[str, Sequence[int]]], hierarchy: Hierarchy,
                     group_counts: Mapping[str, int]) -> dict[str, np.ndarray]:
@@ -421,6 +441,9 @@ class CocoMechanism:
         self.validate(hierarchy)
         leaf_counts = np.array([len(sizes_by_leaf.get(leaf, ())) for leaf in hierarchy.leaves], dtype=np.int64)
         counts = counts_from_leaf_counts(leaf_counts, hierarchy)
-        meas = {level: self.measure_level(sizes_by_leaf, hierarchy, level, noise)
-                for level in self.levels_measured(hierarchy)}
+        meas = {}
+        for level in self.levels_measured(hierarchy):
+            nodes, bounds, noisy = self._measure_level_array(sizes_by_leaf, hierarchy, level, noise)
+            # array views instead of the lists measure_level stores (same values)
+            meas[level] = {n: noisy[bounds[i]:bounds[i + 1]] for i, n in enumerate(nodes)}
         return self.postprocess(meas, hierarchy, counts)
