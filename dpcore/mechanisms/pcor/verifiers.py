@@ -418,13 +418,14 @@ class LOFVerifier:
     inclusive k-distance neighbourhoods, scikit-learn's ``1e-10`` offset in the
     reachability density).  ``|D_C| < 2`` gives ``False``.
 
-    Fast path: in 1-D only values near ``x_V`` in sorted order matter.  For
-    each cell of the context, ``W`` distinct values on each side of ``x_V``
-    are gathered from the global sorted ``(cell, rank)`` keys (one
-    ``searchsorted`` for all cells), merged, and :func:`lof_1d` computes
-    ``LOF(V)`` with a proof that the window was sufficient; if not, ``W``
-    doubles, ending at the whole population.  Exact in all cases, including
-    integer metrics with many ties.
+    Fast path: in 1-D only values near ``x_V`` in sorted order matter.  From
+    each cell of the context a few distinct values on each side of ``x_V``
+    (in proportion to the cell's size) are gathered via the global sorted
+    ``(cell, rank)`` keys (one ``searchsorted`` for all cells) and merged;
+    :func:`lof_1d` computes ``LOF(V)`` on the ``3 (k + 2)`` distinct values
+    each side of ``x_V`` with a proof that the window was sufficient; if
+    not, the window doubles, ending at the whole population.  Exact in all
+    cases, including integer metrics with many ties.
 
     Parameters
     ----------
@@ -433,8 +434,11 @@ class LOFVerifier:
     threshold : float
         Finite, ``> 0``; default 1.5.
     initial_window : int, optional
-        Distinct values per cell and side in the first window (default
-        ``2 * (k + 1)``); performance only, not part of :meth:`params`.
+        Size ``w`` of the first window: each cell contributes
+        ``1 + ceil(w * |cell| / |D_C|)`` distinct values on each side of
+        ``x_V`` (default ``w = 6 (k + 1)``, about two neighbourhoods' worth
+        of records); doubled until sufficient.  Performance only, not part
+        of :meth:`params`.
     """
 
     name = "lof"
@@ -442,7 +446,7 @@ class LOFVerifier:
     def __init__(self, k: int = 10, threshold: float = 1.5, initial_window: int | None = None):
         self.k = _check_k(k)
         self.threshold = _check_threshold(threshold)
-        self.initial_window = int(initial_window) if initial_window is not None else 2 * (self.k + 1)
+        self.initial_window = int(initial_window) if initial_window is not None else 6 * (self.k + 1)
         if self.initial_window < 1:
             raise ValueError("LOF initial_window must be >= 1")
         self.last_windows: list[int] = []  # diagnostics: final window size of each context of the last verify
@@ -464,11 +468,13 @@ class LOFVerifier:
         target = index.occupied[cells_occ] * U + rv
         a = np.searchsorted(index.entry_key, target, side="left")
         b = np.searchsorted(index.entry_key, target, side="right")
-        xv = float(index.metric[row])
+        share = index.occupied_count[cells_occ] / float(n)
         w = self.initial_window
+        radius = 3 * (k + 2)  # unique values each side of x_V that the three LOF levels can reach
         while True:
-            left = np.maximum(a - w, start)
-            right = np.minimum(b + w, stop)
+            wc = 1 + np.ceil(w * share).astype(np.int64)  # per cell: ~its share of w values, at least 2
+            left = np.maximum(a - wc, start)
+            right = np.minimum(b + wc, stop)
             tl = left > start
             tr = right < stop
             lo = float(index.entry_value[left[tl]].max()) if tl.any() else -np.inf
@@ -481,13 +487,18 @@ class LOFVerifier:
             mult = np.bincount(inv, weights=index.entry_count[idx]).astype(np.int64)
             values = index.uniq[ranks]
             j = int(np.searchsorted(ranks, rv))
-            lof, ok = lof_1d(values, mult, j, k, lo, hi)
-            if ok or not (tl.any() or tr.any()):
+            # a contiguous run of the window's distinct values is complete on its own range too
+            a2, b2 = max(j - radius, 0), min(j + radius + 1, values.size)
+            lo2 = max(lo, float(values[a2])) if a2 > 0 else lo
+            hi2 = min(hi, float(values[b2 - 1])) if b2 < values.size else hi
+            lof, ok = lof_1d(values[a2:b2], mult[a2:b2], j - a2, k, lo2, hi2)
+            if ok or not (tl.any() or tr.any() or a2 > 0 or b2 < values.size):
                 self.last_windows.append(w)
                 if not ok:  # whole population: always sufficient; guards an internal error
                     raise RuntimeError("LOF window covering the whole population reported insufficient")
                 return lof
             w *= 2
+            radius *= 2
 
     def lof(self, index: CellIndex, row: int, contexts) -> np.ndarray:
         """``LOF(V)`` over ``D_C`` for a batch of contexts (fast path; one window search per context).
