@@ -189,3 +189,101 @@ def test_combine_errors():
         combine([f1, f2])
     lab, sc = combine([f1])
     assert lab.tolist() == [0, 0, 0] and sc.tolist() == [0, 0, 0]
+
+
+# ---------------------------------------------------------------------------- per-attribute transforms
+
+
+def diamonds_like(n=1500, seed=0):
+    """price = 4000 * carat**1.8 * exp(cut effect + N(0, 0.1^2)); 30 rows with price x U(3, 8)."""
+    rng = np.random.default_rng(seed)
+    carat = np.exp(rng.uniform(np.log(0.2), np.log(4.0), n))
+    cut = rng.choice(["EWR", "JFK", "LGA"], n)  # reuse the fixture's categorical "origin"
+    eff = pd.Series(cut).map({"EWR": 0.0, "JFK": 0.2, "LGA": -0.1}).to_numpy()
+    price = 4000 * carat**1.8 * np.exp(eff + rng.normal(scale=0.1, size=n))
+    out = np.zeros(n, bool)
+    out[:30] = True
+    price[:30] *= rng.uniform(3, 8, 30)
+    return pd.DataFrame({"distance": carat, "air_time": price, "origin": cut}), out
+
+
+@pytest.fixture
+def wide_schema() -> PublicSchema:
+    return PublicSchema(
+        categorical={"origin": {"domain": ["EWR", "JFK", "LGA"]}},
+        numeric={"distance": {"min": 0.0, "max": 100.0}, "air_time": {"min": -1e6, "max": 1e7}},
+    )
+
+
+def test_log_transform_in_design_and_template(wide_schema):
+    df, out = diamonds_like()
+    t = Template("p", "air_time", ("distance", "origin"), {"air_time": "log", "distance": "log"})
+    assert t.transforms == (("air_time", "log"), ("distance", "log"))
+    assert t.transform_of == {"air_time": "log", "distance": "log"}
+    X, names = design_matrix(df, ["distance", "origin"], wide_schema, {"distance": "log"})
+    assert names == ["log(distance)", "origin=JFK", "origin=LGA"]
+    np.testing.assert_allclose(X[:, 0], np.log(df["distance"]))
+    fit = fit_template(df, t, wide_schema, random_state=0)
+    p = fit.params
+    assert p["transforms"] == {"air_time": "log", "distance": "log"}
+    assert p["features"][0] == "log(distance)"
+    assert p["coef"][0] == pytest.approx(1.8, abs=0.02)  # the elasticity, on the log scale
+    assert p["coef"][1] == pytest.approx(0.2, abs=0.02)
+    assert fit.labels[out].all() and fit.labels.sum() < 30 + 0.02 * len(df)
+    # the untransformed template cannot: a straight line through a power law
+    raw = fit_template(df, Template("p", "air_time", ("distance", "origin")), wide_schema, random_state=0)
+    assert raw.labels[out].mean() < fit.labels[out].mean() or raw.labels.sum() > fit.labels.sum()
+    json.dumps(p, allow_nan=False)
+
+
+@pytest.mark.parametrize("c_y, c_x", [(1.0, 1.0), (7.5, 1.0), (1.0, 0.01), (100.0, 3.0)])
+def test_log_transform_scores_invariant_to_rescaling_the_data(wide_schema, c_y, c_x):
+    """Rescaling a log-transformed attribute (dollars -> cents, carats -> grams) only shifts its log:
+    labels and scores are unchanged."""
+    df, _ = diamonds_like(n=800, seed=1)
+    t = Template("p", "air_time", ("distance", "origin"), {"air_time": "log", "distance": "log"})
+    base = fit_template(df, t, wide_schema, random_state=0)
+    scaled = df.assign(air_time=df["air_time"] * c_y, distance=df["distance"] * c_x)
+    fit = fit_template(scaled, t, wide_schema, random_state=0)
+    np.testing.assert_array_equal(fit.labels, base.labels)
+    np.testing.assert_allclose(fit.scores, base.scores, rtol=1e-6, atol=1e-6)
+
+
+def test_transform_errors_name_the_attribute(wide_schema):
+    df, _ = diamonds_like(n=200)
+    t = Template("p", "air_time", ("distance", "origin"), {"air_time": "log", "distance": "log"})
+    bad = df.copy()
+    bad.loc[[3, 9], "distance"] = 0.0
+    with pytest.raises(ValueError, match=r"attribute 'distance': the log transform needs positive values; "
+                                         r"2 row\(s\) \(positions 3, 9\) are zero or negative"):
+        fit_template(bad, t, wide_schema)
+    bad = df.copy()
+    bad.loc[4, "air_time"] = -5.0
+    with pytest.raises(ValueError, match=r"template 'p': behavioural attribute 'air_time': the log transform needs "
+                                         r"positive values; 1 row\(s\) \(positions 4\)"):
+        fit_template(bad, t, wide_schema)
+    with pytest.raises(ValueError, match="categorical attribute 'origin' cannot take the transform 'log'"):
+        design_matrix(df, ["origin"], wide_schema, {"origin": "log"})
+    with pytest.raises(ValueError, match=r"transforms name attributes \['month'\] that are not in the template"):
+        Template("p", "air_time", ("distance",), {"month": "log"})
+    with pytest.raises(ValueError, match=r"unknown transform for \['distance'\]; allowed: \['log'\]"):
+        Template("p", "air_time", ("distance",), {"distance": "sqrt"})
+    from dpcore.detect.design import apply_transform
+
+    with pytest.raises(ValueError, match="unknown transform 'exp'"):
+        apply_transform(np.ones(3), "x", "exp")
+    np.testing.assert_array_equal(apply_transform(np.arange(3.0), "x", None), np.arange(3.0))
+
+
+def test_spec_template_transforms_validated():
+    from pydantic import ValidationError
+
+    from dpcore.spec import TemplateSpec
+
+    ok = TemplateSpec(name="p", behavioural="price", contextual=["carat", "cut"], transforms={"price": "log", "carat": "log"})
+    assert ok.transforms == {"price": "log", "carat": "log"}
+    assert TemplateSpec(name="p", behavioural="price", contextual=["carat"]).transforms == {}
+    with pytest.raises(ValidationError, match=r"transforms name attributes \['depth'\] that are not in this template"):
+        TemplateSpec(name="p", behavioural="price", contextual=["carat"], transforms={"depth": "log"})
+    with pytest.raises(ValidationError, match="log"):
+        TemplateSpec(name="p", behavioural="price", contextual=["carat"], transforms={"carat": "sqrt"})
