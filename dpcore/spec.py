@@ -238,6 +238,18 @@ class TemplateSpec(_Strict):
     name: Slug = Field(description="Template name (used in internal tables).")
     behavioural: str = Field(description="Numeric attribute to predict.")
     contextual: list[str] = Field(min_length=1, description="Attributes it is predicted from (numeric or categorical).")
+    transforms: dict[str, Literal["log"]] = Field(
+        default_factory=dict,
+        description="Per-attribute transform the filter models on (numeric attributes of this template; "
+        "e.g. {price: log, carat: log}); the data keep their own scale.",
+    )
+
+    @model_validator(mode="after")
+    def _transformed_in_template(self) -> "TemplateSpec":
+        unknown = sorted(a for a in self.transforms if a != self.behavioural and a not in self.contextual)
+        if unknown:
+            raise ValueError(f"transforms name attributes {unknown} that are not in this template")
+        return self
 
 
 class DetectSpec(_Strict):
