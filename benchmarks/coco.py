@@ -53,7 +53,7 @@ from dpcore.noise import NoiseSource
 EPSILONS = (0.1, 0.5, 1.0)
 METHODS = (
     "naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2",
-    "bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc",
+    "bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc", "top_down_hc_slidesvar",
 )
 LABEL = {
     "naive": "Naive (H, 2/eps)",
@@ -61,6 +61,7 @@ LABEL = {
     "hc_l1": "H_c L1", "hc_l2": "H_c L2",
     "bottom_up_hg": "Bottom-up H_g", "bottom_up_hc": "Bottom-up H_c",
     "top_down_hg": "Top-down H_g x H_g x H_g", "top_down_hc": "Top-down H_c x H_c x H_c",
+    "top_down_hc_slidesvar": "Top-down H_c, slides' literal H_c variance",
 }
 NON_HIER = ("naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2")
 
@@ -250,6 +251,16 @@ def level_emd(true_H: dict, est: dict, h) -> dict[int, float]:
     return {l: float(np.mean([coco.emd(true_H[n], est[n]) for n in h.nodes_at(l)])) for l in _levels(h)}
 
 
+def _mech(method: str, eps, K: int):
+    """``top_down_hc_slidesvar`` = top-down H_c with the slides' literal H_c
+    variance ``4/(eps^2 n_s)`` (``hc_variance="slides"``), for comparison with
+    the default (slides' rule + positional term)."""
+    coco = _coco()
+    if method == "top_down_hc_slidesvar":
+        return coco.CocoMechanism("top_down_hc", eps, K, hc_variance="slides")
+    return coco.CocoMechanism(method, eps, K)
+
+
 def run(method: str, eps_level: float, ds: Dataset, true_H: dict, seed: int, bottom_up_total: bool = True):
     """EMD per level of one publication.
 
@@ -259,7 +270,7 @@ def run(method: str, eps_level: float, ds: Dataset, true_H: dict, seed: int, bot
     coco = _coco()
     L = len(_levels(ds.h))
     eps = eps_level * L if (method.startswith("bottom_up") and bottom_up_total) else eps_level
-    mech = coco.CocoMechanism(method, eps, ds.K)
+    mech = _mech(method, eps, ds.K)
     t = time.perf_counter()
     est = mech.publish(ds.sizes, ds.h, NoiseSource(seed=seed))
     dt = time.perf_counter() - t
@@ -344,6 +355,9 @@ def checks(ds: Dataset, res: dict, epsilons=EPSILONS) -> tuple[list[str], dict]:
     for fam in ("hg", "hc"):
         r = [res[(e, f"top_down_{fam}")][0] / res[(e, f"{fam}_l2")][0] for e in epsilons]
         diag.append(f"{fam.upper()[0]}_{fam[1]} " + "/".join(f"{x:.2f}" for x in r))
+    if (epsilons[0], "top_down_hc_slidesvar") in res:
+        r = [res[(e, "top_down_hc_slidesvar")][0] / res[(e, "hc_l2")][0] for e in epsilons]
+        diag.append("H_c with the slides' literal variance " + "/".join(f"{x:.2f}" for x in r))
     flags["merge_root"] = diag
     lines.append(
         "Diagnostic, level 0: top-down EMD / the root's own per-node L2 estimate at the same eps per level "
@@ -357,7 +371,8 @@ def bu_replay(dsets: list[Dataset], seeds: int) -> str:
     coco = _coco()
     out = [
         "### Slides' \"Comparison to Bottom-up Aggregation\" replayed (total eps = 1.0)\n",
-        "BU = bottom-up H_c with eps = 1.0 on the leaves; H_c = top-down H_c x H_c x H_c with 1/3 per level. "
+        "BU = bottom-up H_c with eps = 1.0 on the leaves; H_c = top-down H_c x H_c x H_c with 1/3 per level "
+        "(H_c variance: the slides' rule plus the positional term; the literal slides' rule in its own row). "
         f"Mean EMD per level over {seeds} seeds. Paper columns are the slides' figures.\n",
         "| level | method | " + " | ".join(d.key for d in dsets) + " | paper Synth. | paper White | paper Hawaiian | paper Taxi |",
         "|---|---|" + "---|" * (len(dsets) + 4),
@@ -366,7 +381,7 @@ def bu_replay(dsets: list[Dataset], seeds: int) -> str:
     for d in dsets:
         true_H = coco.coco_histograms(d.sizes, d.h, d.K)
         L = len(_levels(d.h))
-        for m in ("bottom_up_hc", "top_down_hc"):
+        for m in ("bottom_up_hc", "top_down_hc", "top_down_hc_slidesvar"):
             acc = []
             for s in range(seeds):
                 lv, _ = run(m, 1.0 / L, d, true_H, seed=1000 * s + 29)
@@ -374,9 +389,11 @@ def bu_replay(dsets: list[Dataset], seeds: int) -> str:
             vals[(d.key, m)] = np.mean(acc, axis=0)
             log(f"  [replay {d.key}] {m}: " + " ".join(fmt(x) for x in vals[(d.key, m)]))
     for l in range(3):
-        for j, (m, name) in enumerate((("bottom_up_hc", "BU"), ("top_down_hc", "H_c"))):
+        for j, (m, name) in enumerate((("bottom_up_hc", "BU"), ("top_down_hc", "H_c"),
+                                       ("top_down_hc_slidesvar", "H_c, slides' literal variance"))):
             ours = " | ".join(fmt(vals[(d.key, m)][l]) if l < len(vals[(d.key, m)]) else "-" for d in dsets)
-            pap = " | ".join(f"{PAPER['bu'][l][k][j]:,.1f}" for k in ("Synthetic", "White", "Hawaiian", "Taxi"))
+            pap = " | ".join(f"{PAPER['bu'][l][k][min(j, 1)]:,.1f}" if j < 2 else "-"
+                             for k in ("Synthetic", "White", "Hawaiian", "Taxi"))
             out.append(f"| {l} | {name} | {ours} | {pap} |")
     out.append("")
     return "\n".join(out), vals
@@ -476,6 +493,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     seeds = args.seeds or (2 if args.quick else 5)
     t0 = time.perf_counter()
+    load_start = os.getloadavg()[0]
 
     log("building data sets ...")
     dsets = [flights_dataset(), housing_dataset(100_000 if args.quick else 1_000_000), sparse_dataset()]
@@ -560,7 +578,10 @@ def main(argv=None) -> None:
         f"and over {seeds} seeded noise draws. eps is per level; non-hierarchical methods estimate every node "
         f"independently (not consistent); bottom-up methods get the same total budget, all on the leaves "
         f"(eps x levels, as in the slides' bottom-up comparison); top-down spends eps on every level. "
-        f"Bold = best in its column.\n",
+        f"Top-down H_c merges with the H_c variance 'slides' rule 4/(eps^2 n_s) + positional term' "
+        f"(`consistency.hc_variances`, default); the row \"slides' literal H_c variance\" uses the slides' rule alone. "
+        f"Bold = best in its column. 1-minute load average at the start / end of the whole run: "
+        f"{load_start:.1f} / {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.\n",
         *parts,
         replay,
         sc,
