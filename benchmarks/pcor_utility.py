@@ -31,6 +31,7 @@ this is an evaluation, nothing is released.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -192,6 +193,7 @@ def main(argv=None) -> None:
                     help="outliers for the LOF row (exhaustive LOF enumeration is slow: minutes per outlier)")
     ap.add_argument("--no-record", action="store_true")
     args = ap.parse_args(argv)
+    argv_text = " ".join(sys.argv[1:] if argv is None else argv)
     n_out = args.outliers or (12 if args.quick else 100)
     reps = args.reps or (20 if args.quick else 200)
     n_lof = args.lof_outliers if args.lof_outliers is not None else (0 if args.quick else 5)
@@ -283,8 +285,14 @@ def main(argv=None) -> None:
         f"**Goal** (BFS, ε = 0.2, n = 50, population, Grubbs): mean utility ratio **{mean}**, 90% CI of the mean "
         f"{ci}, 5–95% of runs {rng90} — goal ≥ 0.90 **{'met' if met else 'not met'}** (paper: 0.90 (0.88, 0.93), LOF).",
         "",
-        "Reproduce: `nice -n 10 .venv/bin/python -m benchmarks.pcor_utility"
-        + (" --quick`" if args.quick else "`"),
+        f"Reproduce: `nice -n 10 .venv/bin/python -m benchmarks.pcor_utility {argv_text}`".replace(" `", "`"),
+        "",
+        "Notes: the overlap utility's maximum over COE is |D_{C_V}| (C_V and every valid context containing it "
+        "attain it), so its ratio is ~1 by construction here, where C_V is V's own cell or a nearest valid context. "
+        "ΔD rows remove random records other than V; with 2^17 contexts containing V, COE sets hold thousands of "
+        "contexts and one removed record often flips some marginal context, so COE stability is far below the "
+        "paper's (t = 14, 2^11 contexts). LOF rows need exhaustive LOF enumeration (~220 s per outlier here); "
+        "run with `--lof-outliers K`.",
         "",
     ]
     md = "### PCOR utility (issue 6, seed 003 Section 6)\n\n" + "\n".join(head + lines)
