@@ -358,6 +358,49 @@ class OutlierCountsSpec(_Strict):
     size_limit: int = Field(default=12, ge=1, le=30, description="Largest |P| solved exactly by Algorithm 1.")
 
 
+class PcorSpec(_Strict):
+    """The ``pcor`` private step: explain outliers by a private context (seed 003, PCOR).
+
+    For each target record V, release one context (a conjunction of
+    disjunctions over the *full public domains* of ``attributes``) in which V
+    is an outlier of the metric attribute, chosen by a sampler + exponential
+    mechanism under output-constrained DP (OCDP, Definition 2.5). Budget:
+    ``epsilon`` per explained record (the sampler's ε1 is derived from it).
+    """
+
+    enabled: bool = False
+    attributes: list[str] | None = Field(
+        default=None, description="Categorical context attributes (default: every non-nullable categorical one)."
+    )
+    metric: str | None = Field(default=None, description="Numeric metric attribute M (default: the first numeric one).")
+    verifier: Literal["grubbs", "lof", "histogram"] = Field(default="grubbs", description="Outlier verifier f_M.")
+    alpha: float = Field(default=0.05, gt=0, lt=0.5, description="Grubbs significance level, in (0, 0.5).")
+    lof_k: int = Field(default=10, ge=1, le=1000, description="LOF neighbourhood size k (>= 1).")
+    lof_threshold: float = Field(default=1.5, gt=0, description="LOF(V) above this makes V an outlier (> 0).")
+    histogram_min_share: float = Field(
+        default=2.5e-3, gt=0, lt=1, description="Histogram: bins holding less than this share of D_C are outliers."
+    )
+    sampler: Literal["direct", "uniform", "random_walk", "dfs", "bfs"] = Field(
+        default="bfs", description="Sampling algorithm before the exponential mechanism (Algorithms 1-5)."
+    )
+    n_samples: int = Field(default=50, ge=1, le=10_000, description="Samples n (ignored by direct).")
+    utility: Literal["population", "overlap"] = Field(
+        default="population", description="|D_C| or |D_C ∩ D_{C_V}| (Section 3.2); sensitivity 1."
+    )
+    epsilon: float = Field(default=0.2, gt=0, le=10, description="Total OCDP epsilon per explained record (> 0).")
+    record_ids: list[str] = Field(default_factory=list, description="Records to explain (ids are public).")
+    from_detector: int = Field(
+        default=0, ge=0, le=10_000,
+        description="Also explain the top-N records flagged by the detect step (a non-private choice, stated in the report).",
+    )
+    max_start_evaluations: int = Field(
+        default=100_000, ge=1, description="Validity checks allowed when searching the starting context C_V."
+    )
+    max_contexts: int = Field(
+        default=2**20, ge=1, le=2**26, description="Largest number of contexts the direct sampler may enumerate."
+    )
+
+
 class StepsSpec(_Strict):
     """Per-step settings. Each private step adds its section here."""
 
@@ -367,6 +410,7 @@ class StepsSpec(_Strict):
     aiq: AiqSpec = Field(default_factory=AiqSpec)
     coco: CocoSpec = Field(default_factory=CocoSpec)
     outlier_counts: OutlierCountsSpec = Field(default_factory=OutlierCountsSpec)
+    pcor: PcorSpec = Field(default_factory=PcorSpec)
 
 
 class ReleaseSpec(_Strict):
@@ -408,6 +452,14 @@ class ReleaseSpec(_Strict):
                 f"steps.coco.group_column {coco.group_column!r} must be a categorical attribute of schema "
                 "(its domain is the public list of groups, e.g. domain_from the groups file)"
             )
+        pc = self.steps.pcor
+        bad = [a for a in (pc.attributes or []) if a not in self.public_schema.categorical]
+        if bad:
+            raise ValueError(f"steps.pcor.attributes {bad} are not categorical attributes of schema.categorical")
+        if pc.metric is not None and pc.metric not in self.public_schema.numeric:
+            raise ValueError(f"steps.pcor.metric {pc.metric!r} is not a numeric attribute of schema.numeric")
+        if pc.from_detector and not self.steps.detect.enabled:
+            raise ValueError("steps.pcor.from_detector needs steps.detect.enabled: true")
         if self.steps.aiq.from_detector and not self.steps.detect.enabled:
             raise ValueError("steps.aiq.from_detector needs steps.detect.enabled: true")
         return self

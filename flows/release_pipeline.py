@@ -19,6 +19,7 @@ from tasks.stages import (
 
 from .detect import run_detection
 from .params import DEMO_SPEC, ReleaseId, SpecPath
+from .pcor import run_pcor
 from .runner import task_runner_from_env
 
 
@@ -46,6 +47,8 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
         outputs.append(outlier_counts_task(spec, settings, ingested))
     if spec.steps.coco.enabled:
         outputs.append(coco_task(spec, settings, ingested))
+    if spec.steps.pcor.enabled:
+        outputs.append(run_pcor(spec, settings, ingested))
     bundle = bundle_task(spec, settings, ingested, summary, outputs)
     b = bundle.manifest["budget"]
     return {

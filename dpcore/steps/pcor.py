@@ -1,0 +1,441 @@
+"""Private step ``pcor``: explain outliers by a private context (seed 003, PCOR).
+
+For each target record V (the spec's ``record_ids`` plus, optionally, the
+detector's top flagged records) release one context — a conjunction of
+disjunctions over the full public domains of the context attributes — in
+which V is an outlier of the metric attribute, chosen by a sampler and the
+exponential mechanism (:mod:`dpcore.mechanisms.pcor`). Each explanation is
+one ledger charge of the operator's total ε with notion ``ocdp``
+(output-constrained DP, Definition 2.5) and neighbour relation add/remove.
+
+The step is split so a flow can map the searches over outliers on a Dask
+cluster while the warehouse and the ledger stay in the flow process:
+
+1. :func:`plan_pcor` — validate parameters, load the columns, build the
+   per-cell index once, resolve the targets (unknown ids fail here, before
+   any charge);
+2. :func:`reserve_pcor` — per target: return the stored release if the key
+   was released before, otherwise reserve its cost (one charge each);
+3. :func:`compute_explanation` — pure function of the prepared arrays and one
+   target row: the mechanism's search and draws (worker-safe);
+4. :func:`store_pcor` — store every computed release, mark failed ones
+   (their charge stays, DESIGN.md rule 2), write the internal diagnostics and
+   build the bundle section.
+
+:func:`pcor_step` runs the four in sequence. Only the released context (its
+rendering and bit vector) and the status leave the warehouse; population
+sizes, utilities, the starting context and search statistics are
+data-dependent and stay in ``internal.pcor_diagnostics``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..budget import BudgetExceededError, PrivacyCost
+from ..bundle import StepOutput
+from ..ingest import IngestResult
+from ..ledger import ChargeRequest
+from ..mechanisms.pcor.contexts import ContextSpace
+from ..mechanisms.pcor.evaluator import ContextEvaluator
+from ..mechanisms.pcor.index import CellIndex
+from ..mechanisms.pcor.mechanism import PCORMechanism
+from ..mechanisms.pcor.verifiers import make_verifier
+from ..noise import NoiseSource
+from ..settings import Settings
+from ..spec import PcorSpec, ReleaseSpec
+from .common import (
+    StepInputError, charge_request, load_columns, noise_source, noise_test_seed, open_stores, require_complete,
+)
+from .detect import flagged_records
+
+
+class NoValidContextError(RuntimeError):
+    """The mechanism ran and found no context in which the record is an outlier (charged, stored)."""
+
+
+@dataclass(frozen=True)
+class PcorJob:
+    """What a search needs: public context space, the per-cell index, parameters. No warehouse handle.
+
+    Attributes
+    ----------
+    space : ContextSpace
+        Context attributes and their full public domains.
+    index : CellIndex
+        Per-cell statistics and sorted metric values of the validated table.
+    verifier : str
+        ``grubbs``, ``lof`` or ``histogram``.
+    verifier_params : dict
+        Keyword arguments of :func:`~dpcore.mechanisms.pcor.verifiers.make_verifier`.
+    mechanism_params : dict
+        Keyword arguments of :class:`~dpcore.mechanisms.pcor.mechanism.PCORMechanism`.
+    noise_seed : int or None
+        None in production (OS CSPRNG); a test seed marks releases not-for-publication.
+    """
+
+    space: ContextSpace
+    index: CellIndex
+    verifier: str
+    verifier_params: dict[str, Any]
+    mechanism_params: dict[str, Any]
+    noise_seed: int | None = None
+
+    def mechanism(self) -> PCORMechanism:
+        """The (unvalidated) mechanism of these parameters."""
+        return PCORMechanism(**self.mechanism_params)
+
+
+@dataclass(frozen=True)
+class PcorTarget:
+    """One record to explain: its public id, its row in the index and its ledger request."""
+
+    record_id: str
+    row: int
+    request: ChargeRequest
+
+
+@dataclass(frozen=True)
+class PcorPlan:
+    """Targets and the shared job; after :func:`reserve_pcor`, which ones need a search.
+
+    Attributes
+    ----------
+    stored : dict of int to dict
+        Target position -> payload already released under the same key (re-run).
+    to_compute : tuple of int
+        Target positions reserved by this run whose search must run now.
+    budget_error : BudgetExceededError or None
+        Set when the budget ran out part-way (a concurrent run spent it after
+        the pre-check); raised by :func:`store_pcor` once the reserved
+        targets are stored, so no charge is left without its release.
+    """
+
+    job: PcorJob
+    targets: tuple[PcorTarget, ...]
+    from_detector: int
+    stored: dict[int, dict[str, Any]] = field(default_factory=dict)
+    to_compute: tuple[int, ...] = ()
+    budget_error: BudgetExceededError | None = None
+
+
+def _context_attributes(spec: ReleaseSpec, cfg: PcorSpec) -> list[str]:
+    cats = spec.public_schema.categorical
+    attrs = list(cfg.attributes) if cfg.attributes else [a for a, c in cats.items() if not c.nullable]
+    if not attrs:
+        raise StepInputError("steps.pcor.attributes: no categorical attribute to build contexts from")
+    require_complete(spec, attrs, "steps.pcor.attributes",
+                     "a context needs a value of every attribute: choose non-nullable categorical attributes")
+    return attrs
+
+
+def _metric(spec: ReleaseSpec, cfg: PcorSpec) -> str:
+    if cfg.metric:
+        return cfg.metric
+    if not spec.public_schema.numeric:
+        raise StepInputError("steps.pcor.metric: the schema has no numeric attribute")
+    return next(iter(spec.public_schema.numeric))
+
+
+def _verifier_params(cfg: PcorSpec) -> dict[str, Any]:
+    if cfg.verifier == "grubbs":
+        return {"alpha": cfg.alpha}
+    if cfg.verifier == "lof":
+        return {"k": cfg.lof_k, "threshold": cfg.lof_threshold}
+    return {"min_share": cfg.histogram_min_share}
+
+
+def _targets(wh, spec: ReleaseSpec, ingested: IngestResult, cfg: PcorSpec) -> list[str]:
+    ids = list(dict.fromkeys(cfg.record_ids))
+    if cfg.from_detector:
+        ids += [i for i in flagged_records(wh, spec, ingested, cfg.from_detector) if i not in ids]
+    if not ids:
+        raise StepInputError("steps.pcor: no record to explain; give record_ids or from_detector")
+    return ids
+
+
+def plan_pcor(
+    spec: ReleaseSpec, settings: Settings, ingested: IngestResult, flow_run_id: str | None = None
+) -> PcorPlan:
+    """Validate, load once, build the index and one charge request per target (nothing charged).
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+        ``spec.steps.pcor`` holds attributes, metric, verifier and its
+        parameters, sampler, n_samples, utility, epsilon and the targets.
+    settings : Settings
+    ingested : IngestResult
+    flow_run_id : str, optional
+
+    Returns
+    -------
+    PcorPlan
+
+    Raises
+    ------
+    StepInputError
+        Unknown or quarantined record ids, no targets, nullable or unknown
+        attributes, bad mechanism or verifier parameters (ε ≤ 0, n < 1, ...).
+    """
+    cfg = spec.steps.pcor
+    attrs = _context_attributes(spec, cfg)
+    metric = _metric(spec, cfg)
+    mech_params = {
+        "sampler": cfg.sampler, "epsilon": cfg.epsilon, "n_samples": cfg.n_samples, "utility": cfg.utility,
+        "max_start_evaluations": cfg.max_start_evaluations, "max_direct_contexts": cfg.max_contexts,
+    }
+    vparams = _verifier_params(cfg)
+    try:
+        mech = PCORMechanism(**mech_params)
+        mech.validate()
+        make_verifier(cfg.verifier, **vparams)
+        space = ContextSpace.from_domains(attrs, [spec.public_schema.categorical[a].domain for a in attrs])
+    except ValueError as exc:
+        raise StepInputError(f"steps.pcor: {exc}") from None
+    stores = open_stores(settings)
+    wh = stores.warehouse
+    ids = _targets(wh, spec, ingested, cfg)
+    df = load_columns(wh, spec, ingested, [*attrs, metric])
+    rows = pd.Index(df[spec.dataset.record_id]).get_indexer(ids)
+    unknown = [i for i, r in zip(ids, rows) if r < 0]
+    if unknown:
+        raise StepInputError(
+            f"steps.pcor.record_ids: {len(unknown)} id(s) are not in the validated table "
+            f"(unknown or quarantined): {unknown[:10]}"
+        )
+    try:
+        codes = space.encode(df[attrs])
+        index = CellIndex.build(space, codes, df[metric].to_numpy(dtype=float))
+    except ValueError as exc:
+        raise StepInputError(f"steps.pcor: {exc}") from None
+    noise = noise_source()
+    job = PcorJob(space, index, cfg.verifier, vparams, mech_params, noise_test_seed())
+    common = {
+        "attributes": attrs, "metric": metric, "verifier": cfg.verifier, "verifier_params": vparams,
+        **{k: v for k, v in mech_params.items()},
+    }
+    targets = tuple(
+        PcorTarget(
+            rid, int(row),
+            charge_request(spec, ingested, "pcor", mech, mech.cost(), {**common, "record_id": rid}, noise, flow_run_id),
+        )
+        for rid, row in zip(ids, rows)
+    )
+    return PcorPlan(job, targets, cfg.from_detector)
+
+
+def reserve_pcor(settings: Settings, plan: PcorPlan) -> PcorPlan:
+    """Per target: reuse a stored release, or reserve its charge (flow process only).
+
+    The total of the not-yet-released targets is checked against the
+    remaining budget first, so an over-budget batch fails before any charge.
+    If a concurrent run spends the budget between that check and a
+    reservation, the reservations made so far are kept and computed, and the
+    budget error is raised after they are stored (:attr:`PcorPlan.budget_error`).
+
+    Raises
+    ------
+    BudgetExceededError
+        The pending targets do not fit the remaining budget (nothing charged).
+    OrphanedChargeError
+        A target's key was charged by a crashed run and never stored.
+    """
+    ledger = open_stores(settings).ledger
+    stored: dict[int, dict[str, Any]] = {}
+    pending = []
+    for i, t in enumerate(plan.targets):
+        found = ledger.lookup(t.request.key)
+        if found is not None:
+            stored[i] = found.payload
+        else:
+            pending.append(i)
+    if pending:
+        req0 = plan.targets[pending[0]].request
+        need = sum((plan.targets[i].request.cost for i in pending[1:]), req0.cost)
+        status = ledger.status(req0.dataset)
+        if not need.fits_within(status.remaining):
+            raise BudgetExceededError(req0.dataset, need, status.spent, status.cap)
+    reserved: list[int] = []
+    error = None
+    for i in pending:
+        req = plan.targets[i].request
+        try:
+            if ledger.reserve(req):
+                reserved.append(i)
+            else:  # a concurrent run with the same key charged it first
+                found = ledger.lookup(req.key)
+                stored[i] = found.payload
+        except BudgetExceededError as exc:
+            error = exc
+            break
+    return replace(plan, stored=stored, to_compute=tuple(reserved), budget_error=error)
+
+
+def compute_explanation(job: PcorJob, row: int) -> dict[str, Any]:
+    """Run one PCOR search for the record at ``row`` (pure; safe on a Dask worker).
+
+    Parameters
+    ----------
+    job : PcorJob
+    row : int
+        The record's row in ``job.index``.
+
+    Returns
+    -------
+    dict
+        ``release``: the publishable part (``status``; ``context`` rendered as
+        predicates and ``bits``, or None when no valid context was found);
+        ``internal``: data-dependent diagnostics (start context, utility of
+        the released context, contexts verified) for the warehouse only.
+    """
+    verifier = make_verifier(job.verifier, **job.verifier_params)
+    evaluator = ContextEvaluator(job.index, verifier, row, job.mechanism_params["utility"])
+    noise = NoiseSource(seed=job.noise_seed + row) if job.noise_seed is not None else NoiseSource()
+    result = job.mechanism().explain(evaluator, noise)
+    space = job.space
+    released = result.context is not None
+    internal = {
+        "start_context": space.bitstring(result.start_context) if result.start_context is not None else None,
+        "n_verified": int(result.n_verified),
+        "n_candidates": int(result.n_candidates),
+        "population": int(job.index.population_size(result.context[None, :])[0]) if released else None,
+    }
+    return {
+        "release": {
+            "status": result.status,
+            "context": space.render(result.context) if released else None,
+            "bits": space.bitstring(result.context) if released else None,
+        },
+        "internal": internal,
+    }
+
+
+def _store_diagnostics(wh, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    diag = pd.DataFrame(rows)
+
+    def op(con):
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS internal.pcor_diagnostics (key VARCHAR, record_id VARCHAR, "
+            "start_context VARCHAR, n_verified BIGINT, n_candidates BIGINT, population BIGINT)"
+        )
+        con.register("_diag", diag)
+        con.execute("INSERT INTO internal.pcor_diagnostics SELECT key, record_id, start_context, "
+                    "n_verified, n_candidates, population FROM _diag")
+
+    wh.run(op, transaction=True)
+
+
+def store_pcor(
+    spec: ReleaseSpec, settings: Settings, plan: PcorPlan, results: dict[int, dict[str, Any] | BaseException]
+) -> StepOutput:
+    """Store the computed releases, mark failed searches, build the bundle section.
+
+    Parameters
+    ----------
+    results : dict of int to dict or exception
+        For every position in ``plan.to_compute``: the output of
+        :func:`compute_explanation`, or the exception its search raised.
+
+    Raises
+    ------
+    Exception
+        The first failed search's exception, after everything else is stored
+        (its charge stays spent, status ``failed``).
+    BudgetExceededError
+        ``plan.budget_error``, after the reserved targets are stored.
+    """
+    stores = open_stores(settings)
+    payloads = dict(plan.stored)
+    diag, first_error = [], None
+    for i in plan.to_compute:
+        t = plan.targets[i]
+        res = results.get(i)
+        if res is None:
+            res = RuntimeError("search result missing")
+        if isinstance(res, BaseException):
+            stores.ledger.mark_failed(t.request, type(res).__name__)
+            first_error = first_error or res
+            continue
+        stores.ledger.store_result(t.request, res["release"])
+        payloads[i] = res["release"]
+        diag.append({"key": t.request.key, "record_id": t.record_id, **res["internal"]})
+    _store_diagnostics(stores.warehouse, diag)
+    if first_error is not None:
+        raise first_error
+    if plan.budget_error is not None:
+        raise plan.budget_error
+    return pcor_output(spec, plan, payloads)
+
+
+def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str, Any]]) -> StepOutput:
+    """The released table (record, context, bits, status) and the report section."""
+    cfg = spec.steps.pcor
+    job = plan.job
+    mech = job.mechanism()
+    table = pd.DataFrame([
+        {
+            "record_id": t.record_id,
+            "status": payloads[i]["status"],
+            "context": payloads[i]["context"],
+            "bits": payloads[i]["bits"],
+        }
+        for i, t in enumerate(plan.targets)
+    ])
+    eps1 = mech.epsilon_1()
+    lines = [
+        "## Private contextual outlier explanations (PCOR, output-constrained DP)",
+        "",
+        f"Each record below is explained by one context over {', '.join(job.space.attributes)} "
+        f"(full public domains, t = {job.space.t}) in which it is an outlier of "
+        f"{plan.targets[0].request.params['metric']} under the {cfg.verifier} verifier, chosen by "
+        f"{cfg.sampler} sampling (n = {cfg.n_samples}) and the exponential mechanism with "
+        f"{cfg.utility} utility. Cost per record: epsilon = {cfg.epsilon:g} (epsilon_1 = {float(eps1):.6g}), "
+        "notion OCDP: the guarantee covers neighbouring datasets (one record added or removed) that leave the "
+        "set of valid contexts of the record unchanged (Shafieinejad et al., Definition 2.5).",
+        "",
+    ]
+    if plan.from_detector:
+        lines += [
+            f"The records include the detector's top {plan.from_detector} flagged records: that choice is made by "
+            "the non-private detector, so the list of explained ids is not protected; only the contexts are.",
+            "",
+        ]
+    lines += ["| record | context | status |", "|---|---|---|"]
+    lines += [
+        f"| {r.record_id} | {r.context if r.context is not None else '(none)'} | {r.status} |"
+        for r in table.itertuples()
+    ]
+    return StepOutput("pcor", {"explanations": table}, "\n".join(lines), keys=[t.request.key for t in plan.targets])
+
+
+def pcor_step(
+    spec: ReleaseSpec, settings: Settings, ingested: IngestResult, flow_run_id: str | None = None
+) -> StepOutput:
+    """Explain every target record, one charge each, searches run in this process.
+
+    Returns
+    -------
+    StepOutput
+        Table ``explanations`` (record_id, status, context, bits) and a report section.
+
+    Raises
+    ------
+    StepInputError
+        Bad parameters or unknown records; nothing charged.
+    BudgetExceededError
+        The explanations do not fit the remaining budget.
+    """
+    plan = reserve_pcor(settings, plan_pcor(spec, settings, ingested, flow_run_id))
+    results: dict[int, dict[str, Any] | BaseException] = {}
+    for i in plan.to_compute:
+        try:
+            results[i] = compute_explanation(plan.job, plan.targets[i].row)
+        except Exception as exc:  # stored as failed by store_pcor, then re-raised
+            results[i] = exc
+    return store_pcor(spec, settings, plan, results)

@@ -1,0 +1,68 @@
+"""Operator flow: explain one record by a private context (PCOR, seed 003)."""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional
+
+from prefect import flow
+from pydantic import Field
+
+from dpcore.spec import with_step
+from dpcore.steps.pcor import NoValidContextError
+from tasks.common import resolve
+from tasks.stages import bundle_task, ingest_task, validate_task
+
+from .params import DEMO_SPEC, ReleaseId, SpecPath
+from .pcor import run_pcor
+
+
+@flow(name="explain_outlier", log_prints=False)
+def explain_outlier(
+    record_id: Annotated[str, Field(min_length=1, max_length=200)],
+    epsilon: Annotated[float, Field(gt=0, le=10)] = 0.2,
+    sampler: Literal["bfs", "dfs", "random_walk", "uniform", "direct"] = "bfs",
+    n_samples: Annotated[int, Field(ge=1, le=10_000)] = 50,
+    verifier: Literal["grubbs", "lof", "histogram"] = "grubbs",
+    utility: Literal["population", "overlap"] = "population",
+    metric: Optional[str] = None,
+    attributes: Optional[list[str]] = None,
+    spec_path: SpecPath = DEMO_SPEC,
+    release_id: ReleaseId = None,
+) -> dict[str, Any]:
+    """Release one context in which the record is an outlier, under output-constrained DP.
+
+    Costs epsilon (OCDP) once per record and parameter set; re-running with the same
+    release id returns the stored context. Verifier settings (Grubbs alpha, LOF k and
+    threshold, histogram share) come from the spec's steps.pcor section.
+
+    Args:
+        record_id: Id of the record to explain (must be in the validated table).
+        epsilon: Total OCDP epsilon of this explanation; the sampler's epsilon_1 is derived from it.
+        sampler: bfs/dfs cost (2n+2) epsilon_1; random_walk, uniform and direct cost 2 epsilon_1.
+        n_samples: Number of sampled contexts n (not used by direct).
+        verifier: Outlier test on the metric: grubbs, lof or histogram.
+        utility: population = context size |D_C|; overlap = overlap with the starting context.
+        metric: Numeric metric attribute (default: the spec's steps.pcor.metric).
+        attributes: Categorical context attributes (default: the spec's steps.pcor.attributes).
+        spec_path: Path to the release spec YAML.
+        release_id: Overrides the spec's release id.
+    """
+    spec, settings = resolve(spec_path, release_id)
+    cfg = spec.steps.pcor
+    section = cfg.model_copy(update={
+        "enabled": True, "record_ids": [record_id], "from_detector": 0, "epsilon": epsilon, "sampler": sampler,
+        "n_samples": n_samples, "verifier": verifier, "utility": utility,
+        "metric": metric or cfg.metric, "attributes": attributes or cfg.attributes,
+    })
+    spec = with_step(spec, "pcor", section)
+    ingested = ingest_task(spec, settings)
+    summary = validate_task(spec, settings, ingested)
+    out = run_pcor(spec, settings, ingested)
+    bundle_task(spec, settings, ingested, summary, [out], subfolder=f"explain-{out.keys[0][:12]}")
+    row = out.tables["explanations"].iloc[0]
+    if row["status"] != "released":
+        raise NoValidContextError(
+            f"record {record_id!r}: no context was found in which it is an outlier under the {verifier} verifier. "
+            f"The search ran on the private data, so epsilon = {epsilon:g} is charged and this outcome is stored "
+            "(re-running with the same release id returns it without a new charge)."
+        )
+    return {"record_id": record_id, "context": row["context"], "bits": row["bits"]}

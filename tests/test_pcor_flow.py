@@ -1,0 +1,226 @@
+"""The PCOR step wired into flows: one OCDP charge per explained record, stored
+re-runs, clear errors before any charge, a charged and stored outcome when no
+context exists, failed searches stay charged, nothing internal in the bundle."""
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from prefect.exceptions import ParameterTypeError
+
+from dpcore.budget import BudgetExceededError
+from dpcore.ledger import PrivacyLedger
+from dpcore.settings import Settings
+from dpcore.spec import SpecError
+from dpcore.steps.common import StepInputError
+from dpcore.warehouse import Warehouse
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+ATTRS = ["carrier", "origin", "month"]
+
+
+def _ledger() -> PrivacyLedger:
+    return PrivacyLedger(Warehouse(Settings.from_env().warehouse))
+
+
+def _pcor_charges() -> pd.DataFrame:
+    ch = _ledger().charges("nycflights13")
+    return ch[ch["step"] == "pcor"] if not ch.empty else ch
+
+
+@pytest.fixture(scope="module")
+def flights(small_flights_csv) -> pd.DataFrame:
+    return pd.read_csv(small_flights_csv, dtype={"carrier": str, "origin": str})
+
+
+@pytest.fixture(scope="module")
+def most_delayed(flights) -> str:
+    """The most delayed flight of the sample: an outlier of its own carrier x origin x month cell."""
+    ok = flights.dropna(subset=["arr_delay", "air_time"])
+    return str(ok.loc[ok["arr_delay"].idxmax(), "flight_id"])
+
+
+@pytest.fixture(scope="module")
+def typical(flights) -> str:
+    """A flight whose delay is its own cell's median: Grubbs never flags it in that cell."""
+    ok = flights.dropna(subset=["arr_delay", "air_time"])
+    cell = ok.groupby(ATTRS)["arr_delay"]
+    ok = ok[(ok["arr_delay"] == cell.transform("median")) & (cell.transform("size") >= 20)]
+    return str(ok["flight_id"].iloc[0])
+
+
+def _spec(small_spec_path: Path, tmp_path: Path, name: str = "pcor.yaml", **pcor) -> Path:
+    spec = yaml.safe_load(small_spec_path.read_text())
+    spec["steps"]["pcor"].update({"enabled": True, "from_detector": 0, **pcor})
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _is_valid(flights: pd.DataFrame, record_id: str, bits: str) -> bool:
+    """The released context contains the record and the naive Grubbs path flags it there."""
+    from dpcore.mechanisms.pcor.contexts import ContextSpace
+    from dpcore.mechanisms.pcor.verifiers import make_verifier
+    from dpcore.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[1] / "specs" / "demo.yaml")
+    space = ContextSpace.from_domains(ATTRS, [spec.public_schema.categorical[a].domain for a in ATTRS])
+    ok = flights.dropna(subset=["arr_delay", "air_time"]).reset_index(drop=True)
+    codes = space.encode(ok[ATTRS])
+    row = int(np.flatnonzero(ok["flight_id"].to_numpy() == record_id)[0])
+    ctx = space.from_bitstring(bits)
+    grubbs = make_verifier("grubbs", alpha=0.05)
+    return bool(space.contains(ctx[None, :], codes[row])[0]) and grubbs.verify_naive(
+        codes, ok["arr_delay"].to_numpy(dtype=float), row, ctx, space=space
+    )
+
+
+def test_explain_outlier_releases_one_valid_context_once(dpr_home, small_spec_path, tmp_path, flights, most_delayed):
+    from flows.explain_outlier import explain_outlier
+
+    spec_path = _spec(small_spec_path, tmp_path)
+    out = explain_outlier(record_id=most_delayed, epsilon=0.2, spec_path=str(spec_path))
+    assert out["record_id"] == most_delayed and len(out["bits"]) == 16 + 3 + 12
+    assert _is_valid(flights, most_delayed, out["bits"])
+    assert "carrier" in out["context"] and "origin" in out["context"] and "month" in out["context"]
+    ch = _pcor_charges()
+    assert len(ch) == 1
+    row = ch.iloc[0]
+    assert (row["notion"], row["neighbour"], row["status"]) == ("ocdp", "add-remove", "released")
+    assert _ledger().spent_exact("nycflights13").epsilon == Fraction(1, 5)
+    # same record, parameters and release id: the stored context, no new charge or draw
+    assert explain_outlier(record_id=most_delayed, epsilon=0.2, spec_path=str(spec_path)) == out
+    assert len(_pcor_charges()) == 1
+    # another sampler is another release: charged anew
+    explain_outlier(record_id=most_delayed, epsilon=0.2, sampler="random_walk", n_samples=10, spec_path=str(spec_path))
+    assert len(_pcor_charges()) == 2
+    assert _ledger().spent_exact("nycflights13").epsilon == Fraction(2, 5)
+    # the bundle holds the context only; search statistics stay in the warehouse
+    bundles = sorted((dpr_home / "bundles" / "nycflights13" / "test-r1").glob("explain-*"))
+    assert len(bundles) == 2
+    table = pd.read_csv(bundles[0] / "tables" / "pcor__explanations.csv")
+    assert list(table.columns) == ["record_id", "status", "context", "bits"]
+    public = "".join(p.read_text(errors="ignore") for b in bundles for p in b.rglob("*")
+                     if p.is_file() and p.suffix in {".csv", ".md", ".json"} and "owner" not in p.parts)
+    for word in ("n_verified", "n_candidates", "start_context"):
+        assert word not in public
+    diag = Warehouse(Settings.from_env().warehouse).query_df("SELECT * FROM internal.pcor_diagnostics")
+    assert len(diag) == 2 and (diag["n_verified"] >= 1).all() and (diag["population"] >= 3).all()
+    import re
+
+    # the released contexts' population sizes stay internal (sizes >= 100: smaller numbers occur
+    # naturally in the report, e.g. months; timestamps are removed before searching)
+    text = re.sub(r"\d{4}-\d{2}-\d{2}[T ][0-9:.+]+", "<time>", public)
+    for size in diag["population"][diag["population"] >= 100]:
+        assert not re.search(rf"(?<![0-9A-Za-z.]){int(size)}(?![0-9A-Za-z])", text), size
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, fragment",
+    [
+        ({"record_id": "F999999"}, StepInputError, "not in the validated table"),
+        ({"record_id": "F000472"}, StepInputError, "unknown or quarantined"),  # a cancelled flight
+        ({"epsilon": 0.0}, ParameterTypeError, "epsilon"),
+        ({"epsilon": -1.0}, ParameterTypeError, "epsilon"),
+        ({"n_samples": 0}, ParameterTypeError, "n_samples"),
+        ({"sampler": "dijkstra"}, ParameterTypeError, "sampler"),
+        ({"metric": "no_such_column"}, SpecError, "steps.pcor.metric"),
+        ({"attributes": ["tailnum"]}, StepInputError, "nullable"),
+        ({"attributes": ["carrier", "dest", "month"]}, StepInputError, "64"),
+    ],
+)
+def test_bad_parameters_fail_clearly_without_charge(dpr_home, small_spec_path, tmp_path, most_delayed,
+                                                    kwargs, error, fragment):
+    from flows.explain_outlier import explain_outlier
+
+    args = {"record_id": most_delayed, "spec_path": str(_spec(small_spec_path, tmp_path)), **kwargs}
+    with pytest.raises(error) as err:
+        explain_outlier(**args)
+    assert fragment in str(err.value)
+    assert _ledger().charges("nycflights13").empty
+
+
+def test_no_valid_context_is_charged_stored_and_reported(dpr_home, small_spec_path, tmp_path, typical):
+    """With the start search limited to the record's own cell, a typical flight has no valid
+    context: the search ran on private data, so the outcome is charged, stored and re-served."""
+    from dpcore.steps.pcor import NoValidContextError
+    from flows.explain_outlier import explain_outlier
+
+    spec_path = _spec(small_spec_path, tmp_path, max_start_evaluations=1)
+    with pytest.raises(NoValidContextError, match="charged"):
+        explain_outlier(record_id=typical, spec_path=str(spec_path))
+    ch = _pcor_charges()
+    assert len(ch) == 1 and ch.iloc[0]["status"] == "released"
+    with pytest.raises(NoValidContextError, match="without a new charge"):
+        explain_outlier(record_id=typical, spec_path=str(spec_path))
+    assert len(_pcor_charges()) == 1
+
+
+def test_over_budget_batch_is_refused_before_any_charge(dpr_home, small_spec_path, tmp_path, flights):
+    from dpcore.pipeline import ingest_stage, validate_stage
+    from dpcore.spec import load_spec
+    from dpcore.steps.pcor import pcor_step
+
+    ids = [str(i) for i in flights.dropna(subset=["arr_delay", "air_time"])["flight_id"].iloc[:3]]
+    spec = load_spec(_spec(small_spec_path, tmp_path, record_ids=ids, epsilon=0.2))
+    spec = spec.model_copy(update={"budget": spec.budget.model_copy(update={"epsilon": 0.5})})
+    settings = Settings.from_env()
+    ingested = ingest_stage(spec, settings)
+    validate_stage(spec, settings, ingested)
+    with pytest.raises(BudgetExceededError, match="remaining"):
+        pcor_step(spec, settings, ingested)
+    assert _ledger().charges("nycflights13").empty
+
+
+def test_a_failed_search_stays_charged_and_the_others_are_stored(dpr_home, small_spec_path, tmp_path, flights,
+                                                                 most_delayed, monkeypatch):
+    import dpcore.steps.pcor as step
+    from dpcore.pipeline import ingest_stage, validate_stage
+    from dpcore.spec import load_spec
+
+    other = str(flights.dropna(subset=["arr_delay", "air_time"])["flight_id"].iloc[0])
+    spec = load_spec(_spec(small_spec_path, tmp_path, record_ids=[most_delayed, other]))
+    settings = Settings.from_env()
+    ingested = ingest_stage(spec, settings)
+    validate_stage(spec, settings, ingested)
+    real = step.compute_explanation
+    plan = step.plan_pcor(spec, settings, ingested)
+    failing_row = plan.targets[1].row
+
+    def flaky(job, row):
+        if row == failing_row:
+            raise MemoryError("worker died")
+        return real(job, row)
+
+    monkeypatch.setattr(step, "compute_explanation", flaky)
+    with pytest.raises(MemoryError):
+        step.pcor_step(spec, settings, ingested)
+    ch = _pcor_charges().sort_values("status")
+    assert list(ch["status"]) == ["failed", "released"]
+    # the failed key is never re-drawn: a re-run refuses it and says how to proceed
+    monkeypatch.setattr(step, "compute_explanation", real)
+    from dpcore.ledger import OrphanedChargeError
+
+    with pytest.raises(OrphanedChargeError, match="new release id"):
+        step.pcor_step(spec, settings, ingested)
+    assert len(_pcor_charges()) == 2
+
+
+def test_pipeline_explains_the_detectors_top_outliers(dpr_home, small_spec_path, tmp_path):
+    from flows.release_pipeline import release_pipeline
+
+    spec_path = _spec(small_spec_path, tmp_path, from_detector=2, epsilon=0.1, n_samples=10)
+    out = release_pipeline(spec_path=str(spec_path))
+    ch = _pcor_charges()
+    assert len(ch) == 2 and set(ch["status"]) == {"released"} and set(ch["notion"]) == {"ocdp"}
+    bundle = Path(out["bundle"])
+    table = pd.read_csv(bundle / "tables" / "pcor__explanations.csv")
+    assert len(table) == 2 and set(table["status"]) <= {"released", "no_valid_context"}
+    report = (bundle / "report.md").read_text()
+    assert "PCOR" in report and "non-private detector" in report
+    release_pipeline(spec_path=str(spec_path))  # same release id: nothing new is charged
+    assert len(_pcor_charges()) == 2
