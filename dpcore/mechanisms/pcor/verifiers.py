@@ -112,6 +112,12 @@ def _ceil_sqrt(n) -> np.ndarray:
 
 
 def lof_1d(values, mult, j, k: int, lo: float = -np.inf, hi: float = np.inf) -> tuple[float, bool]:
+    """LOF of the value ``values[j]`` in a 1-D multiset, with a sufficiency proof (see :func:`_lof_1d`)."""
+    lof, ok, _ = _lof_1d(values, mult, j, k, lo, hi)
+    return lof, ok
+
+
+def _lof_1d(values, mult, j, k: int, lo: float = -np.inf, hi: float = np.inf):
     """LOF of the value ``values[j]`` in a 1-D multiset, with a sufficiency proof.
 
     Definition (Breunig et al. 2000, [8] of seed 003, for the metric attribute
@@ -154,6 +160,11 @@ def lof_1d(values, mult, j, k: int, lo: float = -np.inf, hi: float = np.inf) -> 
     -------
     lof : float
         ``LOF(V)`` computed on the window.
+    need : tuple of float or None
+        ``(min(x - kd), max(x + kd))`` over the records the computation
+        used, from the window's k-distances (upper bounds of the true ones
+        where the window is incomplete); a hint for the next window, or
+        ``None`` when some k-distance is not defined on the window.
     sufficient : bool
         ``True`` when the window provably gives the population's LOF(V):
         for ``V``, every ``o in N_k(V)`` and every ``q in N_k(o)`` the
@@ -205,7 +216,9 @@ def lof_1d(values, mult, j, k: int, lo: float = -np.inf, hi: float = np.inf) -> 
     lvl2 = Jc[lvl1][w[lvl1] > 0]
     check = np.concatenate([[j], lvl1, lvl2])
     sufficient = bool(np.all(inside[check])) and np.isfinite(lof)
-    return lof, sufficient
+    kc = kd[check]
+    need = (float(np.min(values[check] - kc)), float(np.max(values[check] + kc))) if np.isfinite(kc).all() else None
+    return lof, sufficient, need
 
 
 # --------------------------------------------------------------------------- parameter checks
@@ -469,12 +482,14 @@ class LOFVerifier:
         a = np.searchsorted(index.entry_key, target, side="left")
         b = np.searchsorted(index.entry_key, target, side="right")
         share = index.occupied_count[cells_occ] / float(n)
+        base = index.occupied[cells_occ] * U
         w = self.initial_window
-        radius = 3 * (k + 2)  # unique values each side of x_V that the three LOF levels can reach
+        radius = 3 * (k + 2)  # distinct values each side of x_V that the three LOF levels can reach
+        wc = 1 + np.ceil(w * share).astype(np.int64)  # per cell: ~its share of w values, at least 2
+        left = np.maximum(a - wc, start)
+        right = np.minimum(b + wc, stop)
+        need = None
         while True:
-            wc = 1 + np.ceil(w * share).astype(np.int64)  # per cell: ~its share of w values, at least 2
-            left = np.maximum(a - wc, start)
-            right = np.minimum(b + wc, stop)
             tl = left > start
             tr = right < stop
             lo = float(index.entry_value[left[tl]].max()) if tl.any() else -np.inf
@@ -487,18 +502,36 @@ class LOFVerifier:
             mult = np.bincount(inv, weights=index.entry_count[idx]).astype(np.int64)
             values = index.uniq[ranks]
             j = int(np.searchsorted(ranks, rv))
-            # a contiguous run of the window's distinct values is complete on its own range too
-            a2, b2 = max(j - radius, 0), min(j + radius + 1, values.size)
+            # LOF on a contiguous run of the window's distinct values around x_V (complete on its own range)
+            a2, b2 = j - radius, j + radius + 1
+            if need is not None:
+                a2 = min(a2, int(np.searchsorted(values, need[0], side="left")) - (k + 2))
+                b2 = max(b2, int(np.searchsorted(values, need[1], side="right")) + (k + 2))
+            a2, b2 = max(a2, 0), min(b2, values.size)
             lo2 = max(lo, float(values[a2])) if a2 > 0 else lo
             hi2 = min(hi, float(values[b2 - 1])) if b2 < values.size else hi
-            lof, ok = lof_1d(values[a2:b2], mult[a2:b2], j - a2, k, lo2, hi2)
+            lof, ok, need = _lof_1d(values[a2:b2], mult[a2:b2], j - a2, k, lo2, hi2)
             if ok or not (tl.any() or tr.any() or a2 > 0 or b2 < values.size):
                 self.last_windows.append(w)
                 if not ok:  # whole population: always sufficient; guards an internal error
                     raise RuntimeError("LOF window covering the whole population reported insufficient")
                 return lof
+            # grow: double the window, and cover the value range the last attempt needed (plus one
+            # entry beyond on each side, so the completeness bounds lie strictly outside it)
             w *= 2
             radius *= 2
+            wc = 1 + np.ceil(w * share).astype(np.int64)
+            new_left = np.maximum(a - wc, start)
+            new_right = np.minimum(b + wc, stop)
+            if need is not None:
+                r_lo = np.searchsorted(index.uniq, need[0], side="left")
+                r_hi = np.searchsorted(index.uniq, need[1], side="right")
+                v_left = np.searchsorted(index.entry_key, base + r_lo, side="left") - 1
+                v_right = np.searchsorted(index.entry_key, base + r_hi, side="left") + 1
+                new_left = np.minimum(new_left, np.maximum(v_left, start))
+                new_right = np.maximum(new_right, np.minimum(v_right, stop))
+            left = np.minimum(left, new_left)
+            right = np.maximum(right, new_right)
 
     def lof(self, index: CellIndex, row: int, contexts) -> np.ndarray:
         """``LOF(V)`` over ``D_C`` for a batch of contexts (fast path; one window search per context).
