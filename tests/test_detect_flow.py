@@ -102,3 +102,30 @@ def test_a_failing_template_fails_the_flow(dpr_home, small_spec_path, tmp_path):
         detect_flow(spec_path=str(path))
     wh = Warehouse(Settings.from_env().warehouse)
     assert not [t for t in _internal_tables(wh) if t.startswith("detect_flags__")]
+
+
+def test_template_transforms_reach_the_fit_and_bad_values_name_the_attribute(dpr_home, small_spec_path, tmp_path):
+    """``transforms`` in the spec: the filter models log(air_time) ~ log(distance) + origin (stored in the
+    internal model params); a log of an attribute with non-positive values fails the run naming it."""
+    from flows.detect import detect_flow
+
+    spec = yaml.safe_load(small_spec_path.read_text())
+    spec["steps"]["detect"]["templates"] = [
+        {"name": "log_air_time", "behavioural": "air_time", "contextual": ["distance", "origin"],
+         "transforms": {"air_time": "log", "distance": "log"}},
+    ]
+    path = tmp_path / "log.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert detect_flow(spec_path=str(path)) == ["log_air_time"]
+    wh = Warehouse(Settings.from_env().warehouse)
+    params = json.loads(wh.query_df("SELECT * FROM internal.detect_models")["params"].iloc[0])
+    assert params["transforms"] == {"air_time": "log", "distance": "log"}
+    assert params["features"][0] == "log(distance)"
+    assert 0.7 < params["coef"][0] < 1.2  # air time grows about proportionally with distance
+
+    spec["steps"]["detect"]["templates"] = [
+        {"name": "log_delay", "behavioural": "arr_delay", "contextual": ["dep_delay"], "transforms": {"arr_delay": "log"}},
+    ]
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(ValueError, match=r"behavioural attribute 'arr_delay': the log transform needs positive values"):
+        detect_flow(spec_path=str(path))

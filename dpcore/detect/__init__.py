@@ -2,17 +2,19 @@
 
 * :mod:`.robust_em` -- :class:`RobustRegressionDetector`, one filter: Gaussian/Cauchy
   mixture regression fitted by EM from a robust start.
-* :mod:`.design` -- :func:`design_matrix`, contexts encoded from the *public* schema.
+* :mod:`.design` -- :func:`design_matrix`, contexts encoded from the *public* schema, with a
+  template's per-attribute transforms (:func:`apply_transform`, ``log``).
 * :mod:`.combine` -- :class:`Template`, :func:`fit_template` and :func:`combine` ("a record
   is an outlier if at least one filter marks it", slide "Outlier Detector Overview").
 
 Everything here is internal: scores and labels never leave the warehouse.
 """
-from .combine import Template, TemplateFit, combine, fit_template
-from .design import design_matrix
+from .combine import Template, TemplateFit, combine, fit_template, template_arrays
+from .design import TRANSFORMS, apply_transform, design_matrix
 from .robust_em import ConvergenceWarning, RobustRegressionDetector
 
 __all__ = [
+    "TRANSFORMS",
     "ConvergenceWarning",
     "RobustRegressionDetector",
     "Template",
@@ -20,4 +22,6 @@ __all__ = [
     "combine",
     "design_matrix",
     "fit_template",
+    "template_arrays",
+    "apply_transform",
 ]
