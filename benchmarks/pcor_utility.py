@@ -285,7 +285,7 @@ def main(argv=None) -> None:
         f"**Goal** (BFS, ε = 0.2, n = 50, population, Grubbs): mean utility ratio **{mean}**, 90% CI of the mean "
         f"{ci}, 5–95% of runs {rng90} — goal ≥ 0.90 **{'met' if met else 'not met'}** (paper: 0.90 (0.88, 0.93), LOF).",
         "",
-        f"Reproduce: `nice -n 10 .venv/bin/python -m benchmarks.pcor_utility {argv_text}`".replace(" `", "`"),
+        "Reproduce: `" + f"nice -n 10 .venv/bin/python -m benchmarks.pcor_utility {argv_text}".strip() + "`",
         "",
         "Notes: the overlap utility's maximum over COE is |D_{C_V}| (C_V and every valid context containing it "
         "attain it), so its ratio is ~1 by construction here, where C_V is V's own cell or a nearest valid context. "
