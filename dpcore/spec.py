@@ -458,7 +458,7 @@ class ReleaseSpec(_Strict):
             raise ValueError(f"steps.pcor.attributes {bad} are not categorical attributes of schema.categorical")
         if pc.metric is not None and pc.metric not in self.public_schema.numeric:
             raise ValueError(f"steps.pcor.metric {pc.metric!r} is not a numeric attribute of schema.numeric")
-        if pc.from_detector and not self.steps.detect.enabled:
+        if pc.enabled and pc.from_detector and not self.steps.detect.enabled:
             raise ValueError("steps.pcor.from_detector needs steps.detect.enabled: true")
         if self.steps.aiq.from_detector and not self.steps.detect.enabled:
             raise ValueError("steps.aiq.from_detector needs steps.detect.enabled: true")

@@ -221,6 +221,6 @@ def test_pipeline_explains_the_detectors_top_outliers(dpr_home, small_spec_path,
     table = pd.read_csv(bundle / "tables" / "pcor__explanations.csv")
     assert len(table) == 2 and set(table["status"]) <= {"released", "no_valid_context"}
     report = (bundle / "report.md").read_text()
-    assert "PCOR" in report and "non-private detector" in report
+    assert "PCOR" in report and "non-private detector" in report and "| nan |" not in report
     release_pipeline(spec_path=str(spec_path))  # same release id: nothing new is charged
     assert len(_pcor_charges()) == 2

@@ -408,7 +408,7 @@ def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str,
         ]
     lines += ["| record | context | status |", "|---|---|---|"]
     lines += [
-        f"| {r.record_id} | {r.context if r.context is not None else '(none)'} | {r.status} |"
+        f"| {r.record_id} | {r.context if isinstance(r.context, str) else '(none)'} | {r.status} |"
         for r in table.itertuples()
     ]
     return StepOutput("pcor", {"explanations": table}, "\n".join(lines), keys=[t.request.key for t in plan.targets])
