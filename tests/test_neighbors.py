@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpcore.neighbors import ball_counts, multiplicities, pairwise_ball_max, scale_by_bounds
+from dpcore.neighbors import _blocked_counts, _sqdist_ckdtree, ball_counts, multiplicities, pairwise_ball_max, scale_by_bounds
+from scipy.spatial import cKDTree
 
 
 def brute_counts(data, queries, r):
@@ -69,6 +70,56 @@ def test_ball_counts_property(data, queries, r, cap):
     np.testing.assert_array_equal(ball_counts(data, queries, r, cap=cap), np.minimum(want, cap))
 
 
+# -- blocked matrix-product counting (high dimension) must equal the KD-tree exactly --
+
+
+@pytest.mark.parametrize("d,r", [(10, 0.6), (8, 0.5), (3, 0.2)])
+@pytest.mark.parametrize("cap", [None, 1, 4, 12, 300])
+def test_blocked_counts_equal_kdtree_counts(d, r, cap):
+    """Seed 002 scale path: blocked counts == cKDTree counts (exact and saturating), many blocks."""
+    rng = np.random.default_rng(30 + d)
+    data = np.vstack([rng.normal(size=(1500, d)) / np.sqrt(d), 3.0 + rng.normal(size=(30, d))])
+    data = np.vstack([data, data[:20]])  # duplicates
+    queries = np.vstack([data[::3], rng.normal(size=(100, d))])
+    want = ball_counts(data, queries, r, cap=cap, method="kdtree")
+    for kw in (dict(), dict(q_block=7, d_block=33, workers=1), dict(q_block=64, d_block=100, workers=2)):
+        got = _blocked_counts(data, queries, r, cap, **kw)
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(ball_counts(data, queries, r, cap=cap, method="blocked"), want)
+    # brute force agrees too (no distance in these data is within rounding of r)
+    np.testing.assert_array_equal(want, brute_counts(data, queries, r) if cap is None else np.minimum(brute_counts(data, queries, r), cap))
+
+
+@pytest.mark.parametrize("r", [0.0, 1.0, 2.0, 3.0, 5.0])
+def test_blocked_counts_integer_ties(r):
+    """Integer coordinates in 9-D: many distances exactly r; closed ball, duplicates, cap."""
+    rng = np.random.default_rng(40)
+    data = rng.integers(0, 3, size=(600, 9)).astype(float)
+    queries = np.vstack([data[:80], rng.integers(-1, 4, size=(40, 9)).astype(float)])
+    want = brute_counts(data, queries, r)
+    np.testing.assert_array_equal(ball_counts(data, queries, r, method="kdtree"), want)
+    np.testing.assert_array_equal(_blocked_counts(data, queries, r, None, q_block=16, d_block=50), want)
+    for cap in (1, 5, 50):
+        np.testing.assert_array_equal(_blocked_counts(data, queries, r, cap, q_block=16, d_block=50), np.minimum(want, cap))
+
+
+def test_blocked_counts_decide_boundary_pairs_as_the_kdtree():
+    """Float data with r placed exactly on computed distances: the band re-evaluation matches cKDTree."""
+    rng = np.random.default_rng(41)
+    for d in (8, 10, 11):
+        data = rng.normal(size=(300, d)) * 0.3 + 5.0  # offset: larger rounding in the product form
+        q = data[:1]
+        d2 = _sqdist_ckdtree(np.repeat(q, data.shape[0], axis=0), data)
+        tree = cKDTree(data)
+        for j in rng.choice(np.arange(1, data.shape[0]), size=15, replace=False):
+            r = float(np.sqrt(d2[j]))
+            for rr in (np.nextafter(r, 0), r, np.nextafter(r, np.inf)):
+                rr = float(rr)
+                want = int(tree.query_ball_point(q[0], rr, return_length=True))
+                assert int(_blocked_counts(data, q, rr, None, d_block=64)[0]) == want
+                assert want == int(np.count_nonzero(d2 <= rr * rr))
+
+
 def test_ball_counts_errors():
     with pytest.raises(ValueError, match="r must be"):
         ball_counts([[0.0]], [[0.0]], -1)
@@ -78,6 +129,8 @@ def test_ball_counts_errors():
         ball_counts([[np.nan]], [[0.0]], 1.0)
     with pytest.raises(ValueError, match="cap"):
         ball_counts([[0.0]], [[0.0]], 1.0, cap=0)
+    with pytest.raises(ValueError, match="method"):
+        ball_counts([[0.0]], [[0.0]], 1.0, method="grid")
     assert ball_counts(np.zeros((0, 2)), np.zeros((2, 2)), 1.0).tolist() == [0, 0]
 
 

@@ -199,6 +199,62 @@ def test_theorem4_extremal_configuration_is_covered():
     assert m.local_sensitivity_bound(X) == 2 * k + 1
 
 
+# -- the fast path: the same exact quantities, one degree pass per release --------------
+
+
+def _blobs(rng, N, d):
+    X = np.vstack([rng.normal(size=(N - N // 20, d)), 4.0 + 3.0 * rng.normal(size=(N // 20, d))]) / np.sqrt(d)
+    return np.vstack([X, X[:5]])  # a few duplicates
+
+
+@pytest.mark.parametrize("d,N,r", [(10, 500, 0.6), (8, 500, 0.5), (2, 1500, 0.05), (3, 800, 0.3)])
+def test_fast_path_gives_exactly_the_same_counts_and_smooth_bound(monkeypatch, d, N, r):
+    """Blocked counting (d >= 8) and lazily extended degrees change no released quantity:
+    q_count, S(X) and the release equal the KD-tree-counted values, and S(X) equals the
+    fully evaluated max_t e^{-t beta} U(t) (no Proposition 2 early stop)."""
+    import dpcore.neighbors as nb
+
+    rng = np.random.default_rng(50 + d)
+    X = _blobs(rng, N, d)
+    for k, eps, full in ((3, 0.5, False), (1, 0.9, True)):
+        m = OutlierCountMechanism(k, r, eps, 0.01)
+        S_fast, U0_fast, _, q_fast = m._terms(X)
+        y_fast = m.release(X, NoiseSource(seed=3))
+        with monkeypatch.context() as mp:
+            mp.setattr(nb, "_BLOCKED_MIN_DIM", 10**9)  # every count through cKDTree
+            S_ref, U0_ref, ev_ref, q_ref = m._terms(X, full=full)  # full: every term U(t) evaluated
+            assert q_ref == count_outliers(X, k, r) == brute_q(X, k, r)
+            assert np.array_equal(neighbour_counts(X, r), brute_degrees(X, r))
+        if full:
+            assert S_ref == max(math.exp(-m.beta * t) * u for t, u in ev_ref.items())
+        assert S_fast == S_ref
+        assert (U0_fast, q_fast) == (U0_ref, q_ref)
+        assert y_fast == float(NoiseSource(seed=3).gaussian(float(q_ref), S_ref / m.alpha))
+        assert m.smooth_sensitivity(X) == S_fast and count_outliers(X, k, r) == q_fast
+
+
+def test_release_counts_degrees_once(monkeypatch):
+    """release() takes S(X) and q_count from one degree pass over the data (no second count)."""
+    import dpcore.mechanisms.outlier_count as oc
+
+    rng = np.random.default_rng(60)
+    X = _blobs(rng, 800, 10)
+    calls = []
+    real = oc.ball_counts
+
+    def spy(data, queries, r, **kw):
+        calls.append((len(data), len(queries), r))
+        return real(data, queries, r, **kw)
+
+    monkeypatch.setattr(oc, "ball_counts", spy)
+    m = OutlierCountMechanism(3, 0.6, 0.5, 0.01)
+    m.release(X, NoiseSource(seed=1))
+    over_data = [c for c in calls if c[0] == len(X) and c[2] == 0.6]
+    # one pass over all records; later extensions (larger t) re-count only saturated records
+    assert [c[1] for c in over_data].count(len(X)) == 1
+    assert all(c[1] < len(X) for c in over_data[1:])
+
+
 # -- mechanism API ----------------------------------------------------------------
 
 

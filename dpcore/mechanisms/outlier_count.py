@@ -94,7 +94,20 @@ bound is ``<= S_max`` (Proposition 2).  Terms whose own bound is
 ``S(X)`` defined above (never a truncation), which is what the smoothness
 proof needs.  Since ``U(0) >= 1``, terms with ``e^{-t beta} G <= 1`` never
 matter, so at most ``ceil(ln G / beta)`` steps are needed and degrees are only
-counted up to ``k + that`` (saturating KD-tree counts).
+counted up to ``k + that`` (saturating counts).
+
+*Cost (the scale path).*  Degrees are counted once, saturated at ``k + 1``
+(exact for every record of degree ``<= k + 1``: all that ``t = 0, 1`` and
+``q_count`` need); a later ``t`` that needs more re-counts only the saturated
+records, with a larger cap.  :meth:`OutlierCountMechanism.release` takes both
+``S(X)`` and ``q_count`` (``#{deg < k}``) from that one pass.  Counting uses
+:func:`dpcore.neighbors.ball_counts`, which in ``d >= 8`` switches from the
+KD-tree to blocked matrix products with an exact re-evaluation of pairs
+within rounding of ``r``.  None of this changes a released quantity: the
+degrees below the cap are exact either way, every ``U(t)`` is computed from
+exact degrees, and the skipped terms are skipped only on valid upper bounds,
+so ``S(X)``, ``q_count`` and the noise are exactly those of the plain
+definition (tested against the KD-tree path with every term evaluated).
 
 Numerical notes: ball membership uses the closed ball as evaluated by
 :func:`dpcore.neighbors.ball_counts`.  The enclosing-ball test accepts a set
@@ -118,7 +131,7 @@ from scipy.spatial import cKDTree
 
 from ..budget import PrivacyCost
 from .params import real_between
-from ..neighbors import ball_counts
+from ..neighbors import _as_matrix, ball_counts
 from ..noise import NoiseSource
 from .kissing import KISSING_NUMBER_BOUNDS, kissing_lower, kissing_upper
 
@@ -160,17 +173,12 @@ class ExactSearchLimitError(RuntimeError):
 
 
 def _as_points(XS, name: str = "XS") -> np.ndarray:
-    try:
-        a = np.asarray(XS, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be a numeric array of shape (n, d): {exc}") from None
-    if a.ndim == 1:
-        a = a.reshape(-1, 1)
-    if a.ndim != 2 or a.shape[1] < 1:
-        raise ValueError(f"{name} must be 2-D (n records, d >= 1 columns), got shape {a.shape}")
-    if not np.all(np.isfinite(a)):
-        raise ValueError(f"{name} contains NaN or infinite values; clean or quarantine them first")
-    return np.ascontiguousarray(a)
+    """Records as a finite float64 ``(N, d)`` array with ``d >= 1``.
+
+    The shared check of :func:`dpcore.neighbors._as_matrix` (one definition
+    for the data checks of seeds 001 and 002).
+    """
+    return _as_matrix(XS, name, min_cols=1)
 
 
 def _check_k(k) -> int:
@@ -674,16 +682,33 @@ class OutlierCountMechanism:
 
     # -- smooth sensitivity ---------------------------------------------------
 
-    def _degrees(self, P: np.ndarray, need: int) -> tuple[np.ndarray, int]:
+    def _degrees(self, P: np.ndarray, need: int, prev: tuple[np.ndarray, int] | None = None) -> tuple[np.ndarray, int]:
         """Degrees exact up to at least ``need`` (saturating counts above).
 
-        Returns ``(deg, exact_max)``: ``deg[i]`` is exact when
-        ``<= exact_max``; a larger stored value means "at least that".
+        Parameters
+        ----------
+        P : numpy.ndarray, shape (N, d)
+        need : int
+        prev : (deg, exact_max) or None
+            Degrees already counted; only the records whose degree was
+            saturated (``> exact_max``) are counted again.
+
+        Returns
+        -------
+        (numpy.ndarray, int)
+            ``(deg, exact_max)``: ``deg[i]`` is exact when ``<= exact_max``; a
+            larger stored value means "at least that".
         """
         N = P.shape[0]
-        if need >= N - 2:
-            return neighbour_counts(P, self.r), N - 1
-        return neighbour_counts(P, self.r, cap=need + 1), need
+        cap, exact_max = (None, N - 1) if need >= N - 2 else (need + 2, need)  # +1: the record itself
+        if prev is None:
+            return ball_counts(P, P, float(self.r), cap=cap) - 1, exact_max
+        deg, old_max = prev
+        deg = deg.copy()
+        redo = np.flatnonzero(deg > old_max)
+        if redo.size:
+            deg[redo] = ball_counts(P, P[redo], float(self.r), cap=cap) - 1
+        return deg, exact_max
     def _f(self, P: np.ndarray, Kcap: int) -> tuple[int, int]:
         """(f_t(P), g_L(P)) with f_t = min(g_L, Kcap); g_L only as needed."""
         m = P.shape[0]
@@ -696,13 +721,21 @@ class OutlierCountMechanism:
         return min(g, Kcap), g
 
     def _terms(self, XS, full: bool = False):
-        """Algorithm 2 with Propositions 1-2; returns (S, U(0), {t: U(t) evaluated})."""
+        """Algorithm 2 with Propositions 1-2.
+
+        Returns
+        -------
+        (float, int, dict, int)
+            ``(S, U(0), {t: U(t) evaluated}, q_count)``.  ``q_count`` (eq. 14)
+            comes from the same degree pass as ``S`` (degrees are counted once
+            per release).
+        """
         self.validate()
         P = _as_points(XS)
         N, d = P.shape
         k = int(self.k)
         if N == 0:
-            return 0.0, 0, {}
+            return 0.0, 0, {}, 0
         G = global_sensitivity_bounds(d, k, N)[1]
         beta = self.beta
         K = kissing_upper(d)
@@ -728,8 +761,10 @@ class OutlierCountMechanism:
             s_lo = np.array([size(k - 1 - t, k - 1 + t) for t in ts])
             return s_hi, s_lo
 
-        # lazily counted degrees: start small, extend when a larger t is evaluated
-        deg, exact_max = self._degrees(P, k + 8)
+        # lazily counted degrees: exact up to k + 1 (all that t = 0, 1 need); extended, for the
+        # saturated records only, when a larger t is evaluated
+        deg, exact_max = self._degrees(P, k + 1)
+        q_count = int(np.count_nonzero(deg < k))  # deg < k <= exact_max: exact
         size_hi, size_lo = sizes(deg, exact_max)
         anc_hi = anc_lo = None  # Proposition 1 anchors (t0, upper bound on g_L(P(t0)))
         S_max = 0.0
@@ -749,7 +784,7 @@ class OutlierCountMechanism:
             if not full and t > 0 and ub[0] <= S_max:  # this term cannot raise the max
                 continue
             if k + t > exact_max:
-                deg, exact_max = self._degrees(P, max(2 * (k + t), k + 16))
+                deg, exact_max = self._degrees(P, max(2 * (k + t), k + 16), prev=(deg, exact_max))
                 new_hi, new_lo = sizes(deg, exact_max)
                 # anchors need the exact sizes at t0 (<= old exact range: unchanged)
                 size_hi, size_lo = new_hi, new_lo
@@ -765,7 +800,7 @@ class OutlierCountMechanism:
             S_max = max(S_max, math.exp(-beta * t) * U)
             if S_max >= G:  # nothing can exceed G
                 break
-        return S_max, U0, evaluated
+        return S_max, U0, evaluated, q_count
 
     def local_sensitivity_bound(self, XS) -> int:
         """``U(0)``: Theorem 5's bound (via ``V``, ``CV`` and Algorithm 1), capped by Theorem 4.
@@ -845,8 +880,18 @@ class OutlierCountMechanism:
         float
             The private count; ``(epsilon, delta)``-DP under replace-one
             neighbours.  Charge :meth:`privacy_map` before calling.
+
+        Notes
+        -----
+        Smooth method: ``S(X)`` (Theorem 6, Algorithms 1-2) and ``q_count``
+        (eq. 14) come from one degree pass (module docstring, "Cost"); the
+        values equal :meth:`noise_sigma` and :func:`count_outliers` exactly.
         """
         self.validate()
-        sigma = self.noise_sigma(XS)
-        q = count_outliers(XS, self.k, self.r)
+        if self.method == "global":
+            sigma = self.noise_sigma(XS)
+            q = count_outliers(XS, self.k, self.r)
+        else:  # one degree pass gives both S(X) and q_count (same exact values as separate calls)
+            S, _, _, q = self._terms(XS)
+            sigma = float(S) / self.alpha
         return float(noise.gaussian(float(q), sigma))
