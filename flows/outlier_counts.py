@@ -3,17 +3,48 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional
 
-from prefect import flow
+from prefect import flow, unmapped
+from prefect.futures import as_completed
 from pydantic import Field
 
-from dpcore.spec import with_step
-from tasks.common import resolve
-from tasks.stages import bundle_task, ingest_task, outlier_counts_task, validate_task
+from dpcore.bundle import StepOutput
+from dpcore.ingest import IngestResult
+from dpcore.settings import Settings
+from dpcore.spec import ReleaseSpec, with_step
+from tasks.common import Progress, resolve
+from tasks.outlier_counts import (
+    outlier_counts_plan_task,
+    outlier_counts_release_task,
+    outlier_counts_stored_task,
+    subspace_utility_task,
+)
+from tasks.stages import bundle_task, ingest_task, validate_task
 
 from .params import DEMO_SPEC, ReleaseId, SpecPath
+from .runner import task_runner_from_env
 
 
-@flow(name="outlier_counts", log_prints=False)
+def run_outlier_counts(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> StepOutput:
+    """Plan, map the candidates' utilities (one task per subspace), then charge and release.
+
+    Only the utility tasks are mapped, so only they reach the flow's task runner
+    (a Dask cluster when configured); they receive the bound-scaled attribute
+    matrix, the selection parameters and one subspace. A re-run whose selection
+    is stored maps nothing. A progress artifact counts the subspaces done.
+    """
+    plan = outlier_counts_plan_task(spec, settings, ingested)
+    utilities = None
+    if not outlier_counts_stored_task(spec, settings, ingested, plan):
+        progress = Progress(f"outlier-subspaces-{spec.dataset.name}", "candidate subspaces counted",
+                            len(plan.candidates))
+        futures = subspace_utility_task.map(plan=unmapped(plan), subspace=plan.candidates)
+        for _ in as_completed(list(futures)):
+            progress()
+        utilities = [f.result() for f in futures]  # re-raises a failed candidate instead of skipping it
+    return outlier_counts_release_task(spec, settings, ingested, plan, utilities)
+
+
+@flow(name="outlier_counts", log_prints=False, task_runner=task_runner_from_env())
 def outlier_counts(
     k: Annotated[int, Field(ge=1, le=10_000)] = 3,
     r: Annotated[float, Field(gt=0, le=10)] = 0.05,
@@ -54,6 +85,6 @@ def outlier_counts(
     spec = with_step(spec, "outlier_counts", section)
     ingested = ingest_task(spec, settings)
     summary = validate_task(spec, settings, ingested)
-    out = outlier_counts_task(spec, settings, ingested)
+    out = run_outlier_counts(spec, settings, ingested)
     bundle_task(spec, settings, ingested, summary, [out], subfolder=f"outlier-counts-{out.keys[0][:12]}")
     return out.tables["counts"].to_dict("records")

@@ -12,12 +12,12 @@ from tasks.stages import (
     bundle_task,
     coco_task,
     ingest_task,
-    outlier_counts_task,
     record_counts_task,
     validate_task,
 )
 
 from .detect import run_detection
+from .outlier_counts import run_outlier_counts
 from .params import DEMO_SPEC, ReleaseId, SpecPath
 from .pcor import run_pcor
 from .runner import task_runner_from_env
@@ -44,7 +44,7 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
     if spec.steps.aiq.enabled:
         outputs.append(aiq_task(spec, settings, ingested))
     if spec.steps.outlier_counts.enabled:
-        outputs.append(outlier_counts_task(spec, settings, ingested))
+        outputs.append(run_outlier_counts(spec, settings, ingested))
     if spec.steps.coco.enabled:
         outputs.append(coco_task(spec, settings, ingested))
     if spec.steps.pcor.enabled:

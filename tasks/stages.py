@@ -13,7 +13,6 @@ from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec
 from dpcore.steps.aiq import aiq_step
 from dpcore.steps.coco import coco_step
-from dpcore.steps.outlier_counts import outlier_counts_step
 from dpcore.steps.record_counts import record_counts_step
 
 from .common import NOISE_RETRIES, Progress, artifact_key, flow_run_id, private_task
@@ -119,9 +118,3 @@ def coco_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> 
     """Private step: consistent count-of-counts histograms (one ledger charge per level)."""
     progress = Progress(f"coco-levels-{spec.dataset.name}", "coco levels measured", 0)
     return coco_step(spec, settings, ingested, flow_run_id(), progress=progress)
-
-
-@private_task(name="outlier-counts", **NOISE_RETRIES)
-def outlier_counts_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> StepOutput:
-    """Private step: top-h outlier subspaces, then a noisy outlier count in each."""
-    return outlier_counts_step(spec, settings, ingested, flow_run_id())

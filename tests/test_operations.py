@@ -151,14 +151,14 @@ def test_private_tasks_never_persist_or_cache_and_noise_tasks_retry_once():
     from dpcore.steps.common import StepInputError
     from prefect import Task
 
-    from tasks import detect, pcor, stages
+    from tasks import detect, outlier_counts, pcor, stages
     from tasks.common import _no_retry_for_user_errors
 
-    every = [t for m in (stages, detect, pcor) for t in vars(m).values() if isinstance(t, Task)]
-    assert len(every) == 14  # every task of the project: a new one must be declared with private_task
+    every = [t for m in (stages, detect, pcor, outlier_counts) for t in vars(m).values() if isinstance(t, Task)]
+    assert len(every) == 17  # every task of the project: a new one must be declared with private_task
     for t in every:
         assert t.persist_result is False and t.cache_policy is NO_CACHE, t.name
-    noise = {stages.record_counts_task, stages.aiq_task, stages.coco_task, stages.outlier_counts_task}
+    noise = {stages.record_counts_task, stages.aiq_task, stages.coco_task, outlier_counts.outlier_counts_release_task}
     for t in every:
         assert t.retries == (1 if t in noise else 0), t.name
     # a retry cannot cure bad input, an exhausted budget or an orphaned charge
@@ -524,13 +524,22 @@ def test_dask_local_cluster_gives_the_same_detection_as_the_default_runner(tmp_p
     pids = tmp_path / "pids"
     pids.mkdir()
     pcor_spec = _write_spec(tmp_path, small_spec_path, "pcor.yaml",
-                            pcor={"enabled": True, "from_detector": 2, "n_samples": 10, "epsilon": 0.1})
+                            pcor={"enabled": True, "from_detector": 2, "n_samples": 10, "epsilon": 0.1},
+                            outlier_counts={"enabled": True})
     code = """
         import os
-        import flows.detect, flows.pcor, flows.release_pipeline
+        import flows.detect, flows.outlier_counts, flows.pcor, flows.release_pipeline
         from dpcore.steps.detect import fit_one
+        from dpcore.steps.outlier_counts import subspace_utility
         from dpcore.steps.pcor import compute_explanation
         from tasks.common import private_task
+
+        @private_task(name="subspace-utility-probe", worker_safe=True)
+        def probe_utility(plan, subspace):
+            Path({pids!r}, f"{{os.environ['DPR_TASK_RUNNER']}}-subspace-{{subspace}}").write_text(str(os.getpid()))
+            return subspace_utility(plan, subspace)
+
+        flows.outlier_counts.subspace_utility_task = probe_utility
 
         @private_task(name="pcor-search-probe", worker_safe=True)
         def probe_search(job, row):
@@ -583,13 +592,22 @@ def test_dask_local_cluster_gives_the_same_detection_as_the_default_runner(tmp_p
     assert "OPS-RUNNER LocalDaskTaskRunner" in finished["dask-local"][1]
     assert "OPS-RUNNER ThreadPoolTaskRunner" in finished["default"][1]
     pid = {p.name: p.read_text() for p in pids.iterdir()}
-    assert len(pid) == 6 + 4  # flow + 2 fits per runner, 2 PCOR searches per runner
+    assert len(pid) == 6 + 4 + 8  # flow + 2 fits, 2 PCOR searches, 4 candidate subspaces per runner
     assert pid["default-fit-air_time_by_distance_origin"] == pid["default-flow"]  # threads in the flow process
     assert {v for k, v in pid.items() if k.startswith("default-pcor-")} == {pid["default-flow"]}
     dask_fits = {v for k, v in pid.items() if k.startswith("dask-local-fit-")}
     assert pid["dask-local-flow"] not in dask_fits  # fits ran on worker processes
     dask_searches = {v for k, v in pid.items() if k.startswith("dask-local-pcor-")}
     assert dask_searches and pid["dask-local-flow"] not in dask_searches  # so did the PCOR searches
+    dask_subspaces = {v for k, v in pid.items() if k.startswith("dask-local-subspace-")}
+    assert dask_subspaces and pid["dask-local-flow"] not in dask_subspaces  # and the subspace counts
+    assert {v for k, v in pid.items() if k.startswith("default-subspace-")} == {pid["default-flow"]}
+    counts = {
+        name: pd.read_csv(Path(results[1]["out"]["bundle"]) / "tables" / "outlier_counts__counts.csv")
+        for name, (results, _) in finished.items()
+    }
+    assert len(counts["default"]) == 2
+    pd.testing.assert_frame_equal(counts["dask-local"], counts["default"], check_exact=True)
     released = {
         name: pd.read_csv(Path(results[1]["out"]["bundle"]) / "tables" / "pcor__explanations.csv")
         for name, (results, _) in finished.items()

@@ -33,6 +33,23 @@ def test_utilities_are_scaled_counts():
         assert u[j] == pytest.approx(q / global_sensitivity_bounds(len(S), 1, len(X))[1])
 
 
+
+def test_per_candidate_utilities_and_precomputed_selection_match_the_whole():
+    """What a scale-out runner maps (one utility per candidate) gives the same utilities, and
+    selecting from them draws exactly what select() draws with the same noise."""
+    X = _tiny()
+    cands = candidate_subspaces(3, 1) + candidate_subspaces(3, 2)
+    m = TopSubspaceSelection(1, 0.05, 1.0, 2, cands)
+    u = m.utilities(X)
+    mapped = [m.utility_of(X, S) for S in cands]
+    assert mapped == list(u)
+    for seed in range(5):
+        assert m.select(X, NoiseSource(seed=seed), utilities=mapped) == m.select(X, NoiseSource(seed=seed))
+    with pytest.raises(ValueError, match="not one of the candidates"):
+        m.utility_of(X, (0, 1, 2))
+    with pytest.raises(ValueError, match="one per candidate"):
+        m.select(X, NoiseSource(seed=0), utilities=mapped[:-1])
+
 def _neighbours(X, rng, n):
     grid = np.linspace(0, 1, 11)
     for _ in range(n):

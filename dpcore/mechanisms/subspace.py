@@ -187,33 +187,60 @@ class TopSubspaceSelection:
         """
         self.validate()
         A = self._check_X(X)
-        N = A.shape[0]
-        out = np.empty(len(self.candidates), dtype=np.float64)
-        for j, S in enumerate(self.candidates):
-            XS = subspace_view(A, S)
-            gs_up = global_sensitivity_bounds(len(S), int(self.k), max(N, 1))[1]
-            out[j] = count_outliers(XS, self.k, self.r) / gs_up
-        return out
+        return np.array([self._utility(A, S) for S in self.candidates], dtype=np.float64)
+
+    def _utility(self, A: np.ndarray, S: tuple[int, ...]) -> float:
+        gs_up = global_sensitivity_bounds(len(S), int(self.k), max(A.shape[0], 1))[1]
+        return float(count_outliers(subspace_view(A, S), self.k, self.r) / gs_up)
+
+    def utility_of(self, X, subspace: tuple[int, ...]) -> float:
+        """``u(X, S)`` of one candidate (eq. 51): the unit a scale-out runner maps over.
+
+        Parameters
+        ----------
+        X : array_like, shape (N, D)
+        subspace : tuple of int
+            One of ``candidates``.
+
+        Returns
+        -------
+        float
+            Exactly the entry of :meth:`utilities` for ``subspace``. Internal only.
+        """
+        self.validate()
+        S = tuple(int(i) for i in subspace)
+        if S not in {tuple(c) for c in self.candidates}:
+            raise ValueError(f"subspace {S} is not one of the candidates")
+        return self._utility(self._check_X(X), S)
 
     @property
     def per_draw_epsilon(self) -> float:
         """float: ``epsilon / h``."""
         return float(self.epsilon) / int(self.h)
 
-    def select(self, X, noise: NoiseSource) -> list[tuple[int, ...]]:
+    def select(self, X, noise: NoiseSource, utilities=None) -> list[tuple[int, ...]]:
         """Algorithm 3: ``h`` draws without replacement at ``epsilon/h`` each.
 
         Parameters
         ----------
         X : array_like, shape (N, D)
         noise : NoiseSource
+        utilities : array_like, optional
+            :meth:`utilities` of ``X`` computed elsewhere (e.g. one mapped
+            task per candidate with :meth:`utility_of`); computed here if None.
 
         Returns
         -------
         list of tuple of int
             The selected subspaces in draw order.  ``epsilon``-DP.
         """
-        u = self.utilities(X)
+        if utilities is None:
+            u = self.utilities(X)
+        else:
+            self.validate()
+            u = np.asarray(utilities, dtype=np.float64)
+            if u.shape != (len(self.candidates),) or not np.all(np.isfinite(u)):
+                raise ValueError(f"utilities must be {len(self.candidates)} finite values, one per candidate")
         remaining = list(range(len(self.candidates)))
         chosen: list[tuple[int, ...]] = []
         for _ in range(int(self.h)):

@@ -15,6 +15,7 @@ fixed (DESIGN.md rule 5). The true counts and the data-dependent noise scale
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,56 @@ def _candidates(spec: ReleaseSpec, attrs: list[str]) -> list[tuple[int, ...]]:
     return candidate_subspaces(len(attrs), cfg.subspace_dim)
 
 
+@dataclass(frozen=True)
+class OutlierCountsPlan:
+    """Validated parameters and the bound-scaled data of one outlier-counts step (nothing charged).
+
+    ``X`` and ``select`` are all a worker needs to compute one candidate's
+    utility (:func:`subspace_utility`); the charges stay with
+    :func:`release_outlier_counts` in the flow process.
+    """
+
+    attrs: list[str]
+    candidates: list[tuple[int, ...]]
+    X: np.ndarray
+    select: TopSubspaceSelection
+    count: OutlierCountMechanism
+
+
+def plan_outlier_counts(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> OutlierCountsPlan:
+    """Validate ``steps.outlier_counts`` and load the attributes scaled by their public bounds.
+
+    Raises
+    ------
+    StepInputError
+        Bad parameters (k < 1, r <= 0, h larger than the candidate count,
+        delta outside (0, 1), unknown or nullable attributes); nothing charged.
+    """
+    cfg = spec.steps.outlier_counts
+    attrs = list(cfg.attributes or spec.public_schema.numeric)
+    require_complete(spec, attrs, "steps.outlier_counts attributes", "outlier counting needs complete rows")
+    cands = _candidates(spec, attrs)
+    select = TopSubspaceSelection(k=cfg.k, r=cfg.r, epsilon=cfg.epsilon_select, h=cfg.h, candidates=cands)
+    count = OutlierCountMechanism(
+        k=cfg.k, r=cfg.r, epsilon=cfg.epsilon_count, delta=cfg.delta_count, method=cfg.method, size_limit=cfg.size_limit
+    )
+    for mech in (select, count):
+        try:
+            mech.validate()
+        except ValueError as exc:
+            raise StepInputError(f"steps.outlier_counts: {exc}") from None
+    lows = np.array([spec.public_schema.numeric[a].min for a in attrs])
+    highs = np.array([spec.public_schema.numeric[a].max for a in attrs])
+    wh = open_stores(settings).warehouse
+    X = scale_by_bounds(load_columns(wh, spec, ingested, attrs)[attrs].to_numpy(dtype=float), lows, highs)
+    return OutlierCountsPlan(attrs, cands, X, select, count)
+
+
+def subspace_utility(plan: OutlierCountsPlan, subspace: tuple[int, ...]) -> float:
+    """One candidate's selection utility ``q_count(S) / GS_up(|S|)`` (pure; worker-safe, internal)."""
+    return plan.select.utility_of(plan.X, subspace)
+
+
 def outlier_counts_step(
     spec: ReleaseSpec, settings: Settings, ingested: IngestResult, flow_run_id: str | None = None
 ) -> StepOutput:
@@ -76,33 +127,62 @@ def outlier_counts_step(
     BudgetExceededError
         A charge does not fit the remaining budget.
     """
+    plan = plan_outlier_counts(spec, settings, ingested)
+    return release_outlier_counts(spec, settings, ingested, plan, None, flow_run_id)
+
+
+def selection_stored(spec: ReleaseSpec, settings: Settings, ingested: IngestResult, plan: OutlierCountsPlan) -> bool:
+    """Whether the top-h selection of this plan was released before (then no utility is needed)."""
+    req = _selection_request(spec, ingested, plan, noise_source(), None)
+    return open_stores(settings).ledger.lookup(req.key) is not None
+
+
+def _base(spec: ReleaseSpec, plan: OutlierCountsPlan) -> dict[str, Any]:
     cfg = spec.steps.outlier_counts
-    attrs = list(cfg.attributes or spec.public_schema.numeric)
-    require_complete(spec, attrs, "steps.outlier_counts attributes", "outlier counting needs complete rows")
-    cands = _candidates(spec, attrs)
-    select = TopSubspaceSelection(k=cfg.k, r=cfg.r, epsilon=cfg.epsilon_select, h=cfg.h, candidates=cands)
-    count = OutlierCountMechanism(
-        k=cfg.k, r=cfg.r, epsilon=cfg.epsilon_count, delta=cfg.delta_count, method=cfg.method, size_limit=cfg.size_limit
+    return {"attributes": plan.attrs, "k": cfg.k, "r": cfg.r, "candidates": [list(c) for c in plan.candidates]}
+
+
+def _selection_request(spec, ingested, plan, noise, flow_run_id):
+    cfg = spec.steps.outlier_counts
+    return charge_request(
+        spec, ingested, "outlier_subspaces", plan.select, plan.select.privacy_map(),
+        {**_base(spec, plan), "h": cfg.h, "epsilon": cfg.epsilon_select}, noise, flow_run_id,
     )
-    for mech in (select, count):
-        try:
-            mech.validate()
-        except ValueError as exc:
-            raise StepInputError(f"steps.outlier_counts: {exc}") from None
+
+
+def release_outlier_counts(
+    spec: ReleaseSpec,
+    settings: Settings,
+    ingested: IngestResult,
+    plan: OutlierCountsPlan,
+    utilities: list[float] | None = None,
+    flow_run_id: str | None = None,
+) -> StepOutput:
+    """Charge and release the selection, then one noisy count per selected subspace.
+
+    Parameters
+    ----------
+    plan : OutlierCountsPlan
+    utilities : list of float, optional
+        Every candidate's utility, in ``plan.candidates`` order (from mapped
+        :func:`subspace_utility` tasks); computed here when None.
+
+    Raises
+    ------
+    BudgetExceededError
+        A charge does not fit the remaining budget.
+    """
+    cfg = spec.steps.outlier_counts
+    attrs, X, select, count = plan.attrs, plan.X, plan.select, plan.count
+    cands = plan.candidates
     stores = open_stores(settings)
     noise = noise_source()
-    lows = np.array([spec.public_schema.numeric[a].min for a in attrs])
-    highs = np.array([spec.public_schema.numeric[a].max for a in attrs])
-    X = scale_by_bounds(load_columns(stores.warehouse, spec, ingested, attrs)[attrs].to_numpy(dtype=float), lows, highs)
-    base = {"attributes": attrs, "k": cfg.k, "r": cfg.r, "candidates": [list(c) for c in cands]}
+    base = _base(spec, plan)
     names = lambda sub: [attrs[i] for i in sub]  # noqa: E731
 
-    sel_req = charge_request(
-        spec, ingested, "outlier_subspaces", select, select.privacy_map(),
-        {**base, "h": cfg.h, "epsilon": cfg.epsilon_select}, noise, flow_run_id,
-    )
+    sel_req = _selection_request(spec, ingested, plan, noise, flow_run_id)
     chosen = stores.ledger.release_once(
-        sel_req, lambda: {"subspaces": [names(s) for s in select.select(X, noise)]}
+        sel_req, lambda: {"subspaces": [names(s) for s in select.select(X, noise, utilities)]}
     )
     rows, keys, diag = [], [chosen.key], []
     for rank, sub_names in enumerate(chosen.payload["subspaces"], start=1):
