@@ -387,6 +387,12 @@ class PcorSpec(_Strict):
     utility: Literal["population", "overlap"] = Field(
         default="population", description="|D_C| or |D_C ∩ D_{C_V}| (Section 3.2); sensitivity 1."
     )
+    start: Literal["auto", "cell", "full"] = Field(
+        default="auto",
+        description="Rule for the starting context C_V: cell = V's own cell if valid, else the first valid context "
+        "adding values; full = the whole dataset if valid, else the first valid context removing values (then the "
+        "cell rule); auto = cell (measured best for BFS/DFS; full helps random_walk). Validity-only: no extra privacy cost.",
+    )
     epsilon: float = Field(default=0.2, gt=0, le=10, description="Total OCDP epsilon per explained record (> 0).")
     record_ids: list[str] = Field(default_factory=list, description="Records to explain (ids are public).")
     from_detector: int = Field(

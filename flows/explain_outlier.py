@@ -23,6 +23,7 @@ def explain_outlier(
     n_samples: Annotated[int, Field(ge=1, le=10_000)] = 50,
     verifier: Literal["grubbs", "lof", "histogram"] = "grubbs",
     utility: Literal["population", "overlap"] = "population",
+    start: Literal["auto", "cell", "full"] = "auto",
     metric: Optional[str] = None,
     attributes: Optional[list[str]] = None,
     spec_path: SpecPath = DEMO_SPEC,
@@ -41,6 +42,9 @@ def explain_outlier(
         n_samples: Number of sampled contexts n (not used by direct).
         verifier: Outlier test on the metric: grubbs, lof or histogram.
         utility: population = context size |D_C|; overlap = overlap with the starting context.
+        start: Starting context of the search: cell = the record's own cell (or the nearest valid
+            context above it), full = the whole dataset (or the nearest valid context below it),
+            auto = cell (full helps random_walk only). Costs no extra privacy.
         metric: Numeric metric attribute (default: the spec's steps.pcor.metric).
         attributes: Categorical context attributes (default: the spec's steps.pcor.attributes).
         spec_path: Path to the release spec YAML.
@@ -50,7 +54,7 @@ def explain_outlier(
     cfg = spec.steps.pcor
     section = cfg.model_copy(update={
         "enabled": True, "record_ids": [record_id], "from_detector": 0, "epsilon": epsilon, "sampler": sampler,
-        "n_samples": n_samples, "verifier": verifier, "utility": utility,
+        "n_samples": n_samples, "verifier": verifier, "utility": utility, "start": start,
         "metric": metric or cfg.metric, "attributes": attributes or cfg.attributes,
     })
     spec = with_step(spec, "pcor", section)

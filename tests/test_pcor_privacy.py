@@ -4,8 +4,8 @@ On tiny instances (t = 6, 28 rows) with the production engine
 (:class:`~dpcore.mechanisms.pcor.evaluator.ContextEvaluator` over a
 :class:`~dpcore.mechanisms.pcor.index.CellIndex`) and three verifiers (Grubbs,
 LOF, Histogram), the exact output distribution of
-every sampler (direct, uniform, random walk, DFS, BFS) and both utilities is
-computed (:func:`dpcore.mechanisms.pcor.exact.exact_output_distribution`)
+every sampler (direct, uniform, random walk, DFS, BFS), both utilities and both
+start rules (``start="cell"`` and ``start="full"``) is computed (:func:`dpcore.mechanisms.pcor.exact.exact_output_distribution`)
 for a dataset ``D`` and for each neighbour ``D'`` over a grid: every record
 other than ``V`` removed, and a record added in every cell with several
 metric values (add/remove-one neighbours).
@@ -34,6 +34,7 @@ from dpcore.mechanisms.pcor.contexts import ContextSpace
 from dpcore.mechanisms.pcor.evaluator import ContextEvaluator
 from dpcore.mechanisms.pcor.exact import exact_output_distribution
 from dpcore.mechanisms.pcor.index import CellIndex
+from dpcore.mechanisms.pcor import samplers as S
 from dpcore.mechanisms.pcor.mechanism import PCORMechanism, SAMPLERS
 from dpcore.mechanisms.pcor.verifiers import GrubbsVerifier, HistogramVerifier, LOFVerifier
 from test_pcor_samplers import grubbs_verifier, oracle, tiny_dataset
@@ -94,8 +95,8 @@ def common_loss(p: dict, q: dict) -> tuple[float, int]:
     return loss, len(set(p) ^ set(q))
 
 
-def mechanisms(epsilon=EPSILON, n=N_SAMPLES, cls=PCORMechanism, samplers=SAMPLERS):
-    return [cls(s, epsilon, n_samples=n, utility=u) for s in samplers for u in ("population", "overlap")]
+def mechanisms(epsilon=EPSILON, n=N_SAMPLES, cls=PCORMechanism, samplers=SAMPLERS, start="auto"):
+    return [cls(s, epsilon, n_samples=n, utility=u, start=start) for s in samplers for u in ("population", "overlap")]
 
 
 def run_audit(verifier_name: str, mechs):
@@ -109,6 +110,10 @@ def run_audit(verifier_name: str, mechs):
     for label, c2, m2 in neighbours(codes, metric):
         nb = {u: evaluator(c2, m2, verifier_name, u) for u in ("population", "overlap")}
         same = coe(nb["population"]) == coe0
+        if same:  # the start rules read the data only through validity: same C_V for OCDP neighbours
+            for rule in S.START_RULES:
+                s0, s1 = S.start_context(base["population"], start=rule), S.start_context(nb["population"], start=rule)
+                assert s0 is not None and np.array_equal(s0, s1), (verifier_name, rule, label)
         for m in mechs:
             q = exact_output_distribution(m, nb[m.utility])
             p = dists[id(m)]
@@ -120,9 +125,10 @@ def run_audit(verifier_name: str, mechs):
     return equal, changed
 
 
+@pytest.mark.parametrize("start", S.START_RULES)
 @pytest.mark.parametrize("verifier_name", sorted(VERIFIERS))
-def test_exact_privacy_loss_within_charge_for_ocdp_neighbours(verifier_name, record_property):
-    mechs = mechanisms()
+def test_exact_privacy_loss_within_charge_for_ocdp_neighbours(verifier_name, start, record_property):
+    mechs = mechanisms(start=start)
     equal, changed = run_audit(verifier_name, mechs)
     # the grid exercises both kinds of neighbours
     n_equal = len(equal) // len(mechs)
@@ -150,16 +156,17 @@ def test_exact_privacy_loss_within_charge_for_ocdp_neighbours(verifier_name, rec
         r["max_support_difference"] = max(r["max_support_difference"], n_diff)
     summary = {
         "verifier": verifier_name,
+        "start": start,
         "ocdp_neighbours": n_equal,
         "coe_changed_neighbours": n_changed,
         "worst_ocdp_loss": worst,
         "coe_changed": report,
     }
     text = json.dumps(summary, indent=2, sort_keys=True)
-    print(f"\nPCOR exact privacy audit ({verifier_name}, epsilon={float(EPSILON)}, n={N_SAMPLES}):\n{text}")
-    record_property(f"pcor_privacy_{verifier_name}", text)
+    print(f"\nPCOR exact privacy audit ({verifier_name}, start={start}, epsilon={float(EPSILON)}, n={N_SAMPLES}):\n{text}")
+    record_property(f"pcor_privacy_{verifier_name}_{start}", text)
     OUTPUT.mkdir(exist_ok=True)
-    (OUTPUT / f"pcor_privacy_{verifier_name}.json").write_text(text)
+    (OUTPUT / f"pcor_privacy_{verifier_name}_{start}.json").write_text(text)
 
 
 class _ChargesOneCall(PCORMechanism):

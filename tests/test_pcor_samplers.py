@@ -288,7 +288,9 @@ def test_every_sampler_releases_a_valid_context_containing_v(sampler, utility):
         assert res.context.shape == (9,) and res.context.dtype == bool
         assert ev.valid(res.context[None, :])[0]
         assert ev.space.contains(res.context[None, :], codes[0])[0]
-        assert np.array_equal(res.start_context, S.start_context(ev))  # the documented start rule
+        # the documented start rule ("auto": cell for both utilities)
+        assert mech.start_rule() == "cell"
+        assert np.array_equal(res.start_context, S.start_context(ev, start=mech.start_rule()))
 
 
 def test_candidate_counts_respect_n(medium):
@@ -351,7 +353,7 @@ def test_dfs_and_bfs_stop_when_the_reachable_component_is_exhausted():
     ev = SetEvaluator(sp, cell, sp.pack(np.array(comp + [far])))
     comp_keys = set(int(k) for k in sp.pack(np.array(comp)))
     for name in ("dfs", "bfs"):
-        mech = PCORMechanism(name, 1.0, n_samples=10)
+        mech = PCORMechanism(name, 1.0, n_samples=10, start="cell")  # C_V = the cell (population's auto is full)
         for seed in range(4):
             ch = CountingChooser(S.NoiseChooser(NoiseSource(seed=seed)))
             res = mech.explain_with_chooser(ev, ch)
@@ -364,7 +366,7 @@ def test_dfs_and_bfs_stop_when_the_reachable_component_is_exhausted():
     iso = SetEvaluator(sp, cell, sp.pack(np.array([cell, far])))
     for name in ("dfs", "bfs", "random_walk"):
         ch = CountingChooser(S.NoiseChooser(NoiseSource(seed=1)))
-        res = PCORMechanism(name, 1.0, n_samples=5).explain_with_chooser(iso, ch)
+        res = PCORMechanism(name, 1.0, n_samples=5, start="cell").explain_with_chooser(iso, ch)
         assert np.array_equal(res.context, cell) and res.n_candidates == 1
         assert ch.count("exponential") == 1
 
@@ -447,20 +449,73 @@ def test_start_context_is_the_cell_when_valid_else_nearest_in_fixed_order():
         S.start_context(ev, max_evaluations=0)
 
 
-def test_start_context_depends_on_the_data_only_through_validity():
+@pytest.mark.parametrize("rule", S.START_RULES)
+def test_start_context_depends_on_the_data_only_through_validity(rule):
     codes, metric = medium_dataset()
     ev = oracle((3, 3, 3), codes, metric)
     coe = ev.coe()
     # a different evaluator with the same valid set but unrelated utilities
     twin = SetEvaluator(ev.space, ev.cell_context, coe, default_utility=999)
-    assert np.array_equal(S.start_context(ev), S.start_context(twin))
-    # with the cell made invalid, still identical
-    coe2 = coe - {int(ev.space.pack(ev.cell_context[None])[0])}
+    assert np.array_equal(S.start_context(ev, start=rule), S.start_context(twin, start=rule))
+    # with the cell and the full context made invalid, still identical
+    coe2 = coe - {int(ev.space.pack(ev.cell_context[None])[0]), int(ev.space.pack(np.ones((1, ev.t), bool))[0])}
     a = SetEvaluator(ev.space, ev.cell_context, coe2, default_utility=1)
     b = SetEvaluator(ev.space, ev.cell_context, coe2, default_utility=50)
-    sa, sb = S.start_context(a), S.start_context(b)
+    sa, sb = S.start_context(a, start=rule), S.start_context(b, start=rule)
     assert sa is not None and np.array_equal(sa, sb) and not np.array_equal(sa, ev.cell_context)
     assert int(ev.space.pack(sa[None])[0]) in coe2
+
+
+def test_full_start_rule_descends_from_the_full_context_in_fixed_order():
+    sp = ToySpace((3, 3))  # cell bits 0, 3; free bits 1, 2, 4, 5
+    cell = sp.cell_context((0, 0))
+    full = np.ones(sp.t, dtype=bool)
+    def minus(*bits):
+        c = full.copy()
+        c[list(bits)] = False
+        return c
+    def keys(*ctxs):
+        return sp.pack(np.array(ctxs))
+    # the full context when valid (even if the cell is valid too)
+    ev = SetEvaluator(sp, cell, keys(cell, full, minus(1)))
+    assert np.array_equal(S.start_context(ev, start="full"), full)
+    assert np.array_equal(S.start_context(ev, start="cell"), cell)
+    # full invalid: distance 1 before distance 2, lowest removed bit first within a distance
+    ev = SetEvaluator(sp, cell, keys(minus(1, 2), minus(5), minus(4)))
+    assert np.array_equal(S.start_context(ev, start="full"), minus(4))
+    ev = SetEvaluator(sp, cell, keys(minus(2, 4), minus(1, 5), minus(1, 2, 4)))
+    assert np.array_equal(S.start_context(ev, start="full"), minus(1, 5))
+    for bs in (1, 2, 3, 100):  # batching does not change the answer
+        assert np.array_equal(S.start_context(ev, batch_size=bs, start="full"), minus(1, 5))
+    # budget: full (1) + 4 singles + pairs (1,2), (1,4), (1,5): (1, 5) is test #8
+    assert np.array_equal(S.start_context(ev, max_evaluations=8, start="full"), minus(1, 5))
+    # one short: the top-down search gives up and the cell rule follows with its own budget; it
+    # finds cell + {5} (= full minus {1, 2, 4}) at its 5th test (cell, +1, +2, +4, +5)
+    assert np.array_equal(S.start_context(ev, max_evaluations=7, start="full"), minus(1, 2, 4))
+    assert np.array_equal(S.start_context(ev, max_evaluations=7, start="cell"), minus(1, 2, 4))
+    assert S.start_context(ev, max_evaluations=4, start="full") is None
+    assert S.start_context(SetEvaluator(sp, cell, []), start="full") is None
+    # every context tested contains V (the lattice of contexts containing V only)
+    ev = SetEvaluator(sp, cell, [])
+    S.start_context(ev, start="full")
+    assert ev.seen and all(sp.contains(sp.unpack(np.array([k], dtype=np.uint64)), (0, 0))[0] for k in ev.seen)
+    for bad in ("auto", "top", None):
+        with pytest.raises(ValueError, match="start must be one of cell, full"):
+            S.start_context(ev, start=bad)
+
+
+def test_mechanism_start_rule_resolution():
+    for utility, auto in (("population", "cell"), ("overlap", "cell")):
+        assert PCORMechanism("bfs", 0.2, utility=utility).start_rule() == auto
+        for rule in ("cell", "full"):
+            assert PCORMechanism("bfs", 0.2, utility=utility, start=rule).start_rule() == rule
+    sp = ToySpace((2, 2, 2))
+    cell = sp.cell_context((0, 0, 0))
+    full = np.ones(sp.t, dtype=bool)
+    ev = SetEvaluator(sp, cell, sp.pack(np.array([cell, full])))
+    for start, expected in (("auto", cell), ("full", full), ("cell", cell)):
+        res = PCORMechanism("bfs", 1.0, n_samples=2, start=start).explain(ev, NoiseSource(seed=0))
+        assert np.array_equal(res.start_context, expected), start
 
 
 def test_no_valid_context_status():
@@ -474,7 +529,11 @@ def test_no_valid_context_status():
     # a valid context exists but beyond the start search bound
     far = cell | sp.cell_context((0, 1))
     ev = SetEvaluator(sp, cell, sp.pack(far[None]))
-    assert PCORMechanism("bfs", 1.0, max_start_evaluations=3).explain(ev, NoiseSource(seed=0)).status == "no_valid_context"
+    # (far is the full context here: the top-down rule finds it at once, the bottom-up one needs 4 tests)
+    assert PCORMechanism("bfs", 1.0, max_start_evaluations=3, start="cell").explain(
+        ev, NoiseSource(seed=0)).status == "no_valid_context"
+    assert PCORMechanism("bfs", 1.0, max_start_evaluations=1, start="full").explain(
+        ev, NoiseSource(seed=0)).status == "released"
     assert PCORMechanism("bfs", 1.0, max_start_evaluations=4).explain(ev, NoiseSource(seed=0)).status == "released"
 
 
@@ -506,6 +565,8 @@ def test_uniform_draw_bound_falls_back_to_the_start_context():
     (dict(max_start_evaluations=0), "max_start_evaluations must be an integer >= 1"),
     (dict(max_uniform_draws=-1), "max_uniform_draws must be an integer >= 1"),
     (dict(max_direct_contexts=0), "max_direct_contexts must be an integer >= 1"),
+    (dict(start="top"), "start must be one of auto, cell, full; got 'top'"),
+    (dict(start=None), "start must be one of auto, cell, full"),
 ])
 def test_parameter_errors_name_the_parameter(kwargs, match):
     params = dict(sampler="bfs", epsilon=0.2, n_samples=50, utility="population")
@@ -546,7 +607,7 @@ def test_privacy_map_and_labels():
     assert (m.name, m.notion, m.neighbour) == ("pcor_bfs", "ocdp", "add-remove")
     assert m.cost().delta == 0
     assert m.params() == {"sampler": "bfs", "epsilon": "1/5", "n_samples": 50, "utility": "population",
-                          "max_start_evaluations": 100_000, "max_uniform_draws": 100_000,
+                          "start": "auto", "start_rule": "cell", "max_start_evaluations": 100_000, "max_uniform_draws": 100_000,
                           "max_direct_contexts": 2**20}
 
 
@@ -577,7 +638,7 @@ def test_exact_random_walk_by_hand():
     a = cell.copy(); a[1] = True
     ev = SetEvaluator(sp, cell, sp.pack(np.array([cell, a])),
                       utilities={int(sp.pack(cell[None])[0]): 2, int(sp.pack(a[None])[0]): 5})
-    dist = exact_output_distribution(PCORMechanism("random_walk", 1.0, n_samples=2), ev)
+    dist = exact_output_distribution(PCORMechanism("random_walk", 1.0, n_samples=2, start="cell"), ev)
     wc, wa = 2 * math.exp(0.5 * 2), math.exp(0.5 * 5)
     assert dist[int(sp.pack(cell[None])[0])] == pytest.approx(wc / (wc + wa), rel=1e-12)
     assert dist[int(sp.pack(a[None])[0])] == pytest.approx(wa / (wc + wa), rel=1e-12)

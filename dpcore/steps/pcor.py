@@ -187,6 +187,7 @@ def plan_pcor(
     mech_params = {
         "sampler": cfg.sampler, "epsilon": cfg.epsilon, "n_samples": cfg.n_samples, "utility": cfg.utility,
         "max_start_evaluations": cfg.max_start_evaluations, "max_direct_contexts": cfg.max_contexts,
+        "start": cfg.start,
     }
     vparams = _verifier_params(cfg)
     try:

@@ -41,12 +41,20 @@ from ...noise import NoiseSource
 from ..params import real_between
 from . import samplers as S
 
-__all__ = ["SAMPLERS", "UTILITIES", "PCORResult", "PCORMechanism"]
+__all__ = ["SAMPLERS", "UTILITIES", "STARTS", "PCORResult", "PCORMechanism"]
 
 #: Sampler names (Algorithms 1-5).
 SAMPLERS = ("direct", "uniform", "random_walk", "dfs", "bfs")
 #: Utility names (Section 3.2).
 UTILITIES = ("population", "overlap")
+#: Start rules (``"auto"`` resolves per utility through :data:`AUTO_START`).
+STARTS = ("auto", "cell", "full")
+#: The rule ``start="auto"`` uses for each utility (see :meth:`PCORMechanism.start_rule`).  Measured on
+#: diamonds (BENCHMARKS.md "PCOR utility", Grubbs, eps 0.2, n 50, 30 outliers x 30 repetitions):
+#: population BFS 0.881 (cell) vs 0.875 (full), DFS 0.872 vs 0.873, random walk 0.713 vs 0.827; the full
+#: rule's start search made BFS ~4x slower (median 52 vs 12 ms) and took up to 23 s for a flights LOF
+#: outlier.  So ``"cell"`` for both utilities; ``"full"`` is opt-in (it helps the random walk).
+AUTO_START = {"population": "cell", "overlap": "cell"}
 _GRAPH_SEARCH = ("dfs", "bfs")
 
 
@@ -114,6 +122,22 @@ class PCORMechanism:
     utility : {"population", "overlap"}
         ``|D_C|`` or ``|D_C ∩ D_{C_V}|`` with the start context ``C_V``
         (Section 3.2); must match the evaluator's utility.
+    start : {"auto", "cell", "full"}
+        Rule for the starting context ``C_V``
+        (:func:`~dpcore.mechanisms.pcor.samplers.start_context`): ``"cell"``
+        = ``V``'s own cell if valid, else the first valid context adding free
+        bits in a fixed order (bottom-up); ``"full"`` = the full context if
+        valid, else the first valid context removing free bits in a fixed
+        order, then the ``"cell"`` search if none within the bound
+        (top-down).  ``"auto"`` (default) = ``"cell"`` for both utilities
+        (:data:`AUTO_START`): for overlap ``C_V`` is the reference whose
+        overlap is measured; for population the measurements in
+        BENCHMARKS.md "PCOR utility" showed no BFS/DFS gain from ``"full"``
+        (BFS from the top only descends to smaller populations) at ~4x the
+        time, while it does help the random walk.
+        Either rule reads the data only through validity ``f_M``, so OCDP
+        neighbours (same ``COE_M(., V)``) get the same ``C_V`` and the charge
+        is unchanged (Theorems 5.3-5.7 condition on ``C_V``).
     max_start_evaluations : int
         Contexts tested by :func:`~dpcore.mechanisms.pcor.samplers.start_context`
         before giving up with ``"no_valid_context"``; ``>= 1``.
@@ -141,7 +165,7 @@ class PCORMechanism:
 
     def __init__(self, sampler: str, epsilon, n_samples: int = 50, utility: str = "population",
                  max_start_evaluations: int = 100_000, max_uniform_draws: int = 100_000,
-                 max_direct_contexts: int = 2**20):
+                 max_direct_contexts: int = 2**20, start: str = "auto"):
         self.sampler = sampler
         self.epsilon = epsilon
         self.n_samples = n_samples
@@ -149,6 +173,7 @@ class PCORMechanism:
         self.max_start_evaluations = max_start_evaluations
         self.max_uniform_draws = max_uniform_draws
         self.max_direct_contexts = max_direct_contexts
+        self.start = start
 
     # -- parameters ---------------------------------------------------------
 
@@ -169,6 +194,8 @@ class PCORMechanism:
             raise ValueError(f"n_samples must be an integer >= 1; got {n!r} (e.g. n_samples=50)")
         if not isinstance(self.utility, str) or self.utility not in UTILITIES:
             raise ValueError(f"utility must be one of {', '.join(UTILITIES)}; got {self.utility!r}")
+        if not isinstance(self.start, str) or self.start not in STARTS:
+            raise ValueError(f"start must be one of {', '.join(STARTS)}; got {self.start!r}")
         for name in ("max_start_evaluations", "max_uniform_draws", "max_direct_contexts"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
@@ -181,7 +208,9 @@ class PCORMechanism:
         -------
         dict
             ``sampler``, ``epsilon`` (decimal text of the exact value),
-            ``n_samples``, ``utility`` and the three search bounds.
+            ``n_samples``, ``utility``, ``start`` (as given, e.g. ``"auto"``),
+            ``start_rule`` (the resolved rule, ``"cell"`` or ``"full"``) and
+            the three search bounds.
         """
         self.validate()
         return {
@@ -189,10 +218,24 @@ class PCORMechanism:
             "epsilon": str(exact(self.epsilon)),
             "n_samples": int(self.n_samples),
             "utility": self.utility,
+            "start": self.start,
+            "start_rule": self.start_rule(),
             "max_start_evaluations": int(self.max_start_evaluations),
             "max_uniform_draws": int(self.max_uniform_draws),
             "max_direct_contexts": int(self.max_direct_contexts),
         }
+
+    def start_rule(self) -> str:
+        """The start rule actually used: ``start``, with ``"auto"`` resolved by the utility.
+
+        Returns
+        -------
+        str
+            ``"cell"`` or ``"full"`` (``"auto"``: :data:`AUTO_START`, ``"cell"``
+            for both utilities).
+        """
+        self.validate()
+        return AUTO_START[self.utility] if self.start == "auto" else self.start
 
     @property
     def name(self) -> str:
@@ -308,7 +351,7 @@ class PCORMechanism:
         """
         self.validate()
         self._check_evaluator(evaluator)
-        start = S.start_context(evaluator, int(self.max_start_evaluations))
+        start = S.start_context(evaluator, int(self.max_start_evaluations), start=self.start_rule())
         if start is None:
             return None, None, None
         reference = start if self.utility == "overlap" else None

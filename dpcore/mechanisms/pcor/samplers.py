@@ -82,6 +82,7 @@ __all__ = [
     "EM_SENSITIVITY",
     "Chooser",
     "NoiseChooser",
+    "START_RULES",
     "start_context",
     "direct",
     "direct_candidates",
@@ -259,25 +260,53 @@ def select_final(evaluator, candidates: np.ndarray, epsilon_step: float, chooser
 # ---------------------------------------------------------------------------
 
 
-def start_context(evaluator, max_evaluations: int = 100_000, batch_size: int = 4096) -> Optional[np.ndarray]:
+#: Start rules of :func:`start_context` (``"auto"`` is resolved by the mechanism).
+START_RULES = ("cell", "full")
+
+
+def start_context(evaluator, max_evaluations: int = 100_000, batch_size: int = 4096,
+                  start: str = "cell") -> Optional[np.ndarray]:
     """The starting context ``C_V`` (Section 5.2, footnote 5): a fixed, documented rule.
 
-    Rule: ``V``'s own cell (exactly ``V``'s values set) if it is valid; else
-    the contexts containing ``V`` in order of Hamming distance from the cell
-    (adding ``d = 1, 2, ...`` free bits), within one distance in
-    lexicographic order of the added bit indices
-    (``itertools.combinations`` of the free bits); the first valid one.
+    Two rules, mirror images of each other on the lattice of contexts
+    containing ``V`` (``V``'s own bits always set; only the ``t - m`` free
+    bits vary):
+
+    * ``start="cell"`` (bottom-up): ``V``'s own cell (exactly ``V``'s values
+      set) if it is valid; else the contexts containing ``V`` in order of
+      Hamming distance from the cell (**adding** ``d = 1, 2, ...`` free
+      bits), within one distance in lexicographic order of the added bit
+      indices (``itertools.combinations`` of the free bits, lowest bit
+      first); the first valid one.  The natural reference for the overlap
+      utility (``C_V`` small and specific to ``V``).
+    * ``start="full"`` (top-down): the full context (every bit set, the
+      whole dataset; it contains ``V``) if it is valid; else the contexts
+      containing ``V`` in order of Hamming distance from the full context
+      (**removing** ``d = 1, 2, ...`` free bits), within one distance in
+      lexicographic order of the removed bit indices (lowest bit first); the
+      first valid one.  If none is found within ``max_evaluations`` (valid
+      contexts lie deep below the top: e.g. 17 free bits need up to
+      ~110,000 tests to reach distance 10, 28 free bits reach only distance
+      ~4 with 100,000), the ``"cell"`` search follows with its own
+      ``max_evaluations`` -- so ``"full"`` finds a start whenever ``"cell"``
+      does.  Population size grows with the set bits, so the search starts
+      near the top of the lattice and BFS/DFS reach near-maximal contexts
+      even with the tiny ``eps1 = eps / (2n + 2)``.
 
     Parameters
     ----------
     evaluator : ContextEvaluator
         Supplies ``cell_context`` and ``valid(contexts)``.
     max_evaluations : int
-        At most this many contexts (the cell included) are tested; ``>= 1``.
+        At most this many contexts (the cell or the full context included)
+        are tested per search (``"full"``: up to twice this, top-down then
+        the ``"cell"`` fallback); ``>= 1``.
     batch_size : int
         Contexts per ``valid`` call (each distance layer is tested in
         batches; the first valid context in the fixed order is returned, so
         batching does not change the result).
+    start : {"cell", "full"}
+        The rule (above).
 
     Returns
     -------
@@ -286,18 +315,40 @@ def start_context(evaluator, max_evaluations: int = 100_000, batch_size: int = 4
         ``max_evaluations`` (the mechanism then reports
         ``"no_valid_context"``).
 
+    Raises
+    ------
+    ValueError
+        ``start`` not one of ``"cell"``, ``"full"``; ``max_evaluations < 1``.
+
     Notes
     -----
-    Privacy: the rule reads the data **only through validity**
-    ``f_M(D_C, V)`` and a fixed order, so OCDP neighbours (which share
-    ``COE_M(., V)``, Definition 2.4) get the same ``C_V`` and the same
-    ``None`` outcome: the start costs no privacy under OCDP.  It does depend
-    on the data (it is internal and never released on its own).
+    Privacy: both rules (and the fallback) read the data **only through
+    validity** ``f_M(D_C, V)`` (a fixed visiting order, stopped at the first
+    valid context), so ``C_V`` -- and the ``None`` outcome -- is a function of
+    ``COE_M(D, V)`` alone (and of ``V``'s cell, which is the same in
+    neighbouring datasets).  OCDP neighbours share ``COE_M(., V)``
+    (Definitions 2.4-2.5), hence get the same ``C_V``: the start costs no
+    privacy, and the proofs of Theorems 5.3-5.7, which condition on
+    ``C_V`` (the walk / search starts there; for the overlap utility it is
+    also the reference), hold unchanged for either rule.  ``C_V`` does
+    depend on the data (it is internal and never released on its own).
     """
+    if not isinstance(start, str) or start not in START_RULES:
+        raise ValueError(f"start must be one of {', '.join(START_RULES)}; got {start!r}")
     if isinstance(max_evaluations, bool) or int(max_evaluations) < 1:
         raise ValueError(f"max_evaluations must be an integer >= 1, got {max_evaluations!r}")
     max_evaluations = int(max_evaluations)
-    cell = np.asarray(evaluator.cell_context, dtype=bool).copy()
+    cell = np.asarray(evaluator.cell_context, dtype=bool)
+    if start == "full":
+        found = _first_valid(evaluator, np.ones_like(cell), False, max_evaluations, batch_size)
+        if found is not None:
+            return found
+    return _first_valid(evaluator, cell.copy(), True, max_evaluations, batch_size)
+
+
+def _first_valid(evaluator, base: np.ndarray, flip_to: bool, max_evaluations: int,
+                 batch_size: int) -> Optional[np.ndarray]:
+    """First valid context setting free bits of ``base`` to ``flip_to``, by distance then lexicographically."""
     free = _free_bits(evaluator)
     evaluated = 0
     for d in range(free.size + 1):
@@ -306,11 +357,11 @@ def start_context(evaluator, max_evaluations: int = 100_000, batch_size: int = 4
             chunk = list(itertools.islice(combos, min(batch_size, max_evaluations - evaluated)))
             if not chunk:
                 break
-            batch = np.repeat(cell[None, :], len(chunk), axis=0)
+            batch = np.repeat(base[None, :], len(chunk), axis=0)
             if d > 0:
                 idx = np.asarray(chunk, dtype=np.int64)
                 rows = np.repeat(np.arange(len(chunk)), d)
-                batch[rows, idx.ravel()] = True
+                batch[rows, idx.ravel()] = flip_to
             ok = np.asarray(evaluator.valid(batch), dtype=bool)
             evaluated += len(chunk)
             hit = np.flatnonzero(ok)
