@@ -3,20 +3,51 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from prefect import flow
+from prefect import flow, unmapped
+from prefect.futures import as_completed
 from pydantic import Field
 
+from dpcore.bundle import StepOutput
+from dpcore.ingest import IngestResult
+from dpcore.settings import Settings
+from dpcore.spec import ReleaseSpec, with_step
 from dpcore.steps.coco import coco_payload_summary
-from dpcore.spec import with_step
-from tasks.common import resolve
-from tasks.stages import bundle_task, coco_task, ingest_task, validate_task
+from tasks.coco import coco_finish_task, coco_measure_task, coco_nodes_task
+from tasks.common import Progress, resolve
+from tasks.stages import bundle_task, ingest_task, validate_task
 
 from .params import DEMO_SPEC, ReleaseId, SpecPath
+from .runner import task_runner_from_env
 
 Method = Literal["naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2", "bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc"]
 
+COCO_CHUNK_NODES = 256
+"""At most this many nodes of one level per mapped estimate task (the demo: 3 tasks, one per level;
+a 3,000-leaf hierarchy: 12 leaf chunks)."""
 
-@flow(name="coco_publish", log_prints=False)
+
+def run_coco(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> StepOutput:
+    """Measure (one charge per level), map the per-node estimates in chunks, then assemble and store.
+
+    Measuring and finishing run in the flow process (ledger, warehouse); only
+    the node-estimate tasks are mapped, so only they reach the flow's task
+    runner (a Dask cluster when configured, :mod:`flows.runner`), and they
+    receive the public mechanism parameters and a chunk of noisy cells with
+    the nodes' public group counts. A progress artifact counts the chunks done.
+    """
+    measured = coco_measure_task(spec, settings, ingested)
+    chunks = measured.node_chunks(COCO_CHUNK_NODES)
+    progress = Progress(f"coco-nodes-{spec.dataset.name}", "coco node chunks estimated", len(chunks))
+    futures = coco_nodes_task.map(mechanism=unmapped(measured.mechanism), chunk=chunks)
+    for _ in as_completed(list(futures)):
+        progress()
+    estimates = {}
+    for chunk, fut in zip(chunks, futures):
+        estimates.update(zip(chunk.nodes, fut.result()))  # re-raises a failed chunk
+    return coco_finish_task(spec, settings, measured, estimates)
+
+
+@flow(name="coco_publish", log_prints=False, task_runner=task_runner_from_env())
 def coco_publish(
     epsilon_per_level: Annotated[float, Field(gt=0, le=10)] = 0.5,
     max_group_size: Annotated[int, Field(ge=1, le=1_000_000)] = 730,
@@ -44,6 +75,6 @@ def coco_publish(
     spec = with_step(spec, "coco", section)
     ingested = ingest_task(spec, settings)
     summary = validate_task(spec, settings, ingested)
-    out = coco_task(spec, settings, ingested)
+    out = run_coco(spec, settings, ingested)
     bundle = bundle_task(spec, settings, ingested, summary, [out], subfolder=f"coco-{out.keys[0][:12]}")
     return {"bundle": str(bundle.path), **coco_payload_summary(out)}

@@ -10,12 +10,12 @@ from tasks.common import resolve
 from tasks.stages import (
     aiq_task,
     bundle_task,
-    coco_task,
     ingest_task,
     record_counts_task,
     validate_task,
 )
 
+from .coco_publish import run_coco
 from .detect import run_detection
 from .outlier_counts import run_outlier_counts
 from .params import DEMO_SPEC, ReleaseId, SpecPath
@@ -23,7 +23,8 @@ from .pcor import run_pcor
 from .runner import task_runner_from_env
 
 
-# mapped tasks (detector templates) go to the runner chosen by DPR_TASK_RUNNER / DPR_DASK_ADDRESS;
+# mapped tasks (detector templates, PCOR searches, subspace utilities, coco node estimates) go to the
+# runner chosen by DPR_TASK_RUNNER / DPR_DASK_ADDRESS;
 # every warehouse/ledger task is called directly and runs in this flow's process (flows/runner.py)
 @flow(name="release_pipeline", log_prints=False, task_runner=task_runner_from_env())
 def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = None) -> dict[str, Any]:
@@ -46,7 +47,7 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
     if spec.steps.outlier_counts.enabled:
         outputs.append(run_outlier_counts(spec, settings, ingested))
     if spec.steps.coco.enabled:
-        outputs.append(coco_task(spec, settings, ingested))
+        outputs.append(run_coco(spec, settings, ingested))
     if spec.steps.pcor.enabled:
         outputs.append(run_pcor(spec, settings, ingested))
     bundle = bundle_task(spec, settings, ingested, summary, outputs)

@@ -13,7 +13,10 @@ Environment (read when the flow modules are imported):
 
 Only what is submitted or mapped goes to the runner: the detector's
 per-template fits (``fit_template_task.map``), which receive a DataFrame of
-the needed columns and a template and return the fit. Every task that reads
+the needed columns and a template and return the fit; likewise the
+outlier-count utilities, the PCOR searches and the coco node estimates
+(``coco_nodes_task.map``: public mechanism parameters and a chunk of stored
+noisy cells with the nodes' public group counts). Every task that reads
 or writes the warehouse or the ledger (ingest, validate, detection frame and
 store, the private steps, bundle) is *called* directly by the flow, which
 Prefect runs inline in the flow's own thread, so the warehouse and the ledger

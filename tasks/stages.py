@@ -12,10 +12,9 @@ from dpcore.ingest import IngestResult
 from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec
 from dpcore.steps.aiq import aiq_step
-from dpcore.steps.coco import coco_step
 from dpcore.steps.record_counts import record_counts_step
 
-from .common import NOISE_RETRIES, Progress, artifact_key, flow_run_id, private_task
+from .common import NOISE_RETRIES, artifact_key, flow_run_id, private_task
 
 
 @private_task(name="ingest")
@@ -111,10 +110,3 @@ def bundle_task(
 def aiq_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> StepOutput:
     """Private step: (beta, r)-anomaly identification answers (one ledger charge per batch)."""
     return aiq_step(spec, settings, ingested, flow_run_id())
-
-
-@private_task(name="coco", **NOISE_RETRIES)
-def coco_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> StepOutput:
-    """Private step: consistent count-of-counts histograms (one ledger charge per level)."""
-    progress = Progress(f"coco-levels-{spec.dataset.name}", "coco levels measured", 0)
-    return coco_step(spec, settings, ingested, flow_run_id(), progress=progress)

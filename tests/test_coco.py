@@ -495,6 +495,97 @@ def test_postprocess_input_errors():
         mech.postprocess(good, h, {"*": 2, "a": 1})
 
 
+
+def _postprocess_before_the_split(mech, measurements, h, counts):
+    """CocoMechanism.postprocess as it was before the estimate/assemble split (reference)."""
+    from dpcore.mechanisms.coco import aggregate_up
+
+    K, G = int(mech.K), {n: int(counts[n]) for n in h.nodes}
+    if mech.method.startswith("bottom_up"):
+        leaf_level = h.levels - 1
+        eps = mech.epsilon(leaf_level)
+        rows = [mech._node_estimate(np.asarray(measurements[leaf_level][leaf], dtype=np.float64), G[leaf], eps)[0]
+                for leaf in h.leaves]
+        return aggregate_up(np.vstack(rows), h)
+    if not mech.method.startswith("top_down"):
+        return {node: mech._node_estimate(np.asarray(measurements[lv][node], dtype=np.float64), G[node],
+                                          mech.epsilon(lv))[0]
+                for lv in range(h.levels) for node in h.nodes_at(lv)}
+    vals, vars_, idx = [], [], []
+    for lv in range(h.levels):
+        est = [mech._node_estimate(np.asarray(measurements[lv][n], dtype=np.float64), G[n], mech.epsilon(lv))
+               for n in h.nodes_at(lv)]
+        vals.append(np.concatenate([e[1] for e in est]))
+        vars_.append(np.concatenate([e[2] for e in est]))
+        idx.append(np.concatenate([np.full(len(e[1]), i, dtype=np.int64) for i, e in enumerate(est)]))
+    return top_down(vals, vars_, idx, h, K)
+
+
+@pytest.mark.parametrize("method", list(CocoMechanism.METHODS))
+def test_chunked_node_estimates_assemble_to_postprocess(method):
+    """Estimating the nodes in chunks (any size, any order, pickled as a worker would return
+    them) and assembling gives exactly postprocess's output, which is the pre-split one."""
+    import pickle
+
+    rng = np.random.default_rng(sum(map(ord, method)))
+    for trial in range(4):
+        h = random_hierarchy(rng, int(rng.integers(1, 4)), max_children=4)
+        K = int(rng.integers(1, 8))
+        group_leaf, sb = random_data(rng, h, K)
+        counts = group_counts(group_leaf, h)
+        eps = [float(e) for e in rng.uniform(0.05, 2.0, h.levels)]
+        mech = CocoMechanism(method, eps, K, loss="l1" if trial % 2 else "l2",
+                             hc_variance="slides" if trial == 3 else "positional")
+        noise = NoiseSource(seed=trial)
+        # as the ledger stores them: JSON lists, level keys as strings
+        meas = {str(lv): mech.measure_level(sb, h, lv, noise) for lv in mech.levels_measured(h)}
+        expected = mech.postprocess(meas, h, counts)
+        reference = _postprocess_before_the_split(mech, {int(k): v for k, v in meas.items()}, h, counts)
+        assert list(expected) == list(reference)
+        for node in reference:
+            assert expected[node].dtype == np.int64 and np.array_equal(expected[node], reference[node]), node
+        for size in (1, int(rng.integers(2, 6)), 256, None):
+            chunks = mech.node_chunks(meas, h, counts, chunk_size=size)
+            assert all(len(c.nodes) <= (size or len(c.nodes)) and c.nodes for c in chunks)
+            assert sorted(n for c in chunks for n in c.nodes) == sorted(
+                n for lv in mech.levels_measured(h) for n in h.nodes_at(lv))
+            order = rng.permutation(len(chunks))
+            estimates = {}
+            for i in order:
+                chunk = pickle.loads(pickle.dumps(chunks[i]))
+                done = pickle.loads(pickle.dumps(mech.estimate_chunk(chunk)))
+                assert len(done) == len(chunk.nodes)
+                estimates.update(zip(chunk.nodes, done))
+            out = mech.assemble(estimates, h)
+            assert list(out) == list(expected)
+            for node in expected:
+                assert out[node].dtype == np.int64 and np.array_equal(out[node], expected[node]), (size, node)
+        # the public per-node function, on plain lists
+        lv = mech.levels_measured(h)[-1]
+        nodes = h.nodes_at(lv)[:3]
+        direct = mech.estimate_nodes([meas[str(lv)][n] for n in nodes], [counts[n] for n in nodes], eps[lv])
+        for node, e in zip(nodes, direct):
+            assert np.array_equal(e.H, estimates[node].H)
+            assert (e.Hg is None) == (method == "naive") == (e.V is None)
+
+
+def test_chunk_and_assemble_input_errors():
+    h = Hierarchy.from_edges([("*", "a"), ("*", "b")])
+    mech = CocoMechanism("top_down_hc", 1.0, 2)
+    good = {0: {"*": [0, 1, 2]}, 1: {"a": [0, 1, 1], "b": [0, 0, 1]}}
+    counts = {"*": 2, "a": 1, "b": 1}
+    with pytest.raises(ValueError, match="chunk_size"):
+        mech.node_chunks(good, h, counts, chunk_size=0)
+    with pytest.raises(ValueError, match="lack node 'b'"):
+        mech.node_chunks({0: good[0], 1: {"a": [0, 1, 1]}}, h, counts)
+    with pytest.raises(ValueError, match="2 measurements but 1 group counts"):
+        mech.estimate_nodes([[0, 1, 1], [0, 0, 1]], [1], 1.0)
+    chunks = mech.node_chunks(good, h, counts, chunk_size=1)
+    assert [c.nodes for c in chunks] == [("*",), ("a",), ("b",)]
+    est = {c.nodes[0]: mech.estimate_chunk(c)[0] for c in chunks[:2]}
+    with pytest.raises(ValueError, match="estimates lack node 'b'"):
+        mech.assemble(est, h)
+
 def test_sizes_above_K_are_rejected_by_the_mechanism():
     h = Hierarchy.from_edges([("*", "a")])
     with pytest.raises(ValueError, match=r"\[0, K=3\]"):

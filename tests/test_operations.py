@@ -151,14 +151,14 @@ def test_private_tasks_never_persist_or_cache_and_noise_tasks_retry_once():
     from dpcore.steps.common import StepInputError
     from prefect import Task
 
-    from tasks import detect, outlier_counts, pcor, stages
+    from tasks import coco, detect, outlier_counts, pcor, stages
     from tasks.common import _no_retry_for_user_errors
 
-    every = [t for m in (stages, detect, pcor, outlier_counts) for t in vars(m).values() if isinstance(t, Task)]
-    assert len(every) == 17  # every task of the project: a new one must be declared with private_task
+    every = [t for m in (stages, detect, pcor, outlier_counts, coco) for t in vars(m).values() if isinstance(t, Task)]
+    assert len(every) == 19  # every task of the project: a new one must be declared with private_task
     for t in every:
         assert t.persist_result is False and t.cache_policy is NO_CACHE, t.name
-    noise = {stages.record_counts_task, stages.aiq_task, stages.coco_task, outlier_counts.outlier_counts_release_task}
+    noise = {stages.record_counts_task, stages.aiq_task, coco.coco_measure_task, outlier_counts.outlier_counts_release_task}
     for t in every:
         assert t.retries == (1 if t in noise else 0), t.name
     # a retry cannot cure bad input, an exhausted budget or an orphaned charge
@@ -437,6 +437,7 @@ def test_no_internal_value_leaves_the_warehouse(tmp_path, dpr_home, small_spec_p
     assert progress == {
         "progress-detect-templates-nycflights13": (100.0, "detector templates fitted: 2 of 2 done"),
         "progress-coco-levels-nycflights13": (100.0, "coco levels measured: 3 of 3 done"),
+        "progress-coco-nodes-nycflights13": (100.0, "coco node chunks estimated: 3 of 3 done"),
         "progress-pcor-searches-nycflights13": (100.0, "PCOR searches finished: 3 of 3 done"),
     }, progress
     for f in (tmp_path / "prefect_home").rglob("*"):

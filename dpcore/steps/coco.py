@@ -16,21 +16,30 @@ the level's noisy measurement. Consistency post-processing (isotonic
 regression, top-down matching and merging) reads only those stored noisy
 measurements and public counts, so a re-run with the same key reproduces the
 same release without new noise. The true histograms exist only inside this
-function and in ``internal.coco_emd`` (the per-node error, a diagnostic).
+module's flow-process functions and in ``internal.coco_emd`` (the per-node
+error, a diagnostic).
+
+:func:`coco_step` is :func:`measure_coco` (inputs, charges, noisy
+measurements; flow process) then :func:`finish_coco` (assembly, diagnostic,
+table, plots; flow process). Between the two, the flows map the per-node
+estimates (isotonic regression, the CPU part) over a task runner: each task
+gets a :class:`~dpcore.mechanisms.coco.NodeChunk` — noisy cells, public G_τ,
+the level's ε — and the public mechanism parameters.
 """
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
 
 from ..bundle import StepOutput
 from ..ingest import IngestResult
-from ..mechanisms.coco import CocoMechanism, Hierarchy, coco_histograms, emd, group_counts, group_sizes_by_leaf
+from ..mechanisms.coco import (CocoMechanism, Hierarchy, NodeChunk, NodeEstimate, coco_histograms, emd, group_counts,
+                               group_sizes_by_leaf)
 from ..plots import coco_plots
 from ..settings import Settings
 from ..spec import ReleaseSpec
@@ -104,39 +113,36 @@ def _long_table(est: dict[str, np.ndarray], hierarchy: Hierarchy) -> pd.DataFram
     return pd.concat(rows, ignore_index=True)
 
 
-def coco_step(
+@dataclass(frozen=True)
+class CocoMeasured:
+    """The coco step after its charges: stored noisy measurements and the public inputs.
+
+    Lives in the flow process only: ``sizes`` are the private group sizes (for
+    the internal error diagnostic). Workers get :meth:`node_chunks` — noisy
+    cells, public G_τ and ε per level, nothing else.
+    """
+
+    mechanism: CocoMechanism
+    inputs: CocoInputs
+    sizes: dict[str, np.ndarray]
+    measurements: dict[int, dict[str, list[int]]]
+    keys: list[str]
+
+    def node_chunks(self, chunk_size: int | None = None) -> list[NodeChunk]:
+        """The measured levels' nodes in chunks of at most ``chunk_size`` (default: one per level),
+        for :meth:`CocoMechanism.estimate_chunk` on any worker."""
+        return self.mechanism.node_chunks(self.measurements, self.inputs.hierarchy, self.inputs.group_counts,
+                                          chunk_size)
+
+
+def measure_coco(
     spec: ReleaseSpec, settings: Settings, ingested: IngestResult, flow_run_id: str | None = None,
-    plot_dir: Path | None = None, progress: Callable[[int, int], None] | None = None,
-) -> StepOutput:
-    """Publish consistent count-of-counts histograms for every node (one charge per level).
+    progress: Callable[[int, int], None] | None = None,
+) -> CocoMeasured:
+    """Validate, read the inputs and make one charge per measured level (flow process: warehouse, ledger).
 
-    Parameters
-    ----------
-    spec : ReleaseSpec
-        ``spec.steps.coco`` holds the group column, groups file, levels, K,
-        epsilon per level and method.
-    settings : Settings
-    ingested : IngestResult
-    flow_run_id : str, optional
-    plot_dir : Path, optional
-        Where the PNG plots are drawn (default: a folder under the data dir).
-    progress : callable, optional
-        ``progress(done, total)``: called with 0 before the first measured
-        level and after each one (counts of levels only, nothing private).
-
-    Returns
-    -------
-    StepOutput
-        Table ``histograms`` (node, level, group_size, groups; non-zero cells),
-        plots and a report section.
-
-    Raises
-    ------
-    StepInputError, ValueError
-        Bad public inputs or parameters; raised before any charge.
-    BudgetExceededError
-        A level's charge does not fit (earlier levels stay charged and stored;
-        re-running after raising the cap reuses them).
+    ``progress(done, total)`` is called with 0 before the first measured level
+    and after each one. Raises as :func:`coco_step` (bad inputs before any charge).
     """
     cfg = spec.steps.coco
     inputs = coco_inputs(spec)
@@ -169,8 +175,33 @@ def coco_step(
         keys.append(rel.key)
         if progress is not None:
             progress(done, len(levels))
-    est = mech.postprocess(measurements, h, inputs.group_counts)
-    _store_error(stores.warehouse, keys[-1], h, coco_histograms(sizes, h, cfg.max_group_size), est)
+    return CocoMeasured(mech, inputs, sizes, measurements, keys)
+
+
+def finish_coco(
+    spec: ReleaseSpec, settings: Settings, measured: CocoMeasured,
+    estimates: Mapping[str, NodeEstimate] | None = None, plot_dir: Path | None = None,
+) -> StepOutput:
+    """Assemble the release from the per-node estimates, store the error diagnostic, build the output.
+
+    Parameters
+    ----------
+    measured : CocoMeasured
+        From :func:`measure_coco`.
+    estimates : dict[str, NodeEstimate], optional
+        Node id -> estimate of every node of ``measured.node_chunks()``
+        (computed by mapped tasks); computed here when None
+        (:meth:`CocoMechanism.postprocess`, the same values).
+    plot_dir : Path, optional
+    """
+    cfg = spec.steps.coco
+    mech, h = measured.mechanism, measured.inputs.hierarchy
+    if estimates is None:
+        est = mech.postprocess(measured.measurements, h, measured.inputs.group_counts)
+    else:
+        est = mech.assemble(estimates, h)
+    stores = open_stores(settings)
+    _store_error(stores.warehouse, measured.keys[-1], h, coco_histograms(measured.sizes, h, cfg.max_group_size), est)
 
     table = _long_table(est, h)
     images = coco_plots(est, h, plot_dir or settings.data / "plots" / spec.release_id, cfg.max_group_size)
@@ -186,7 +217,48 @@ def coco_step(
            else "(per-node method) parents are not forced to equal the sum of their children.")
         + f" Table: `tables/coco__histograms.csv` ({len(table):,} non-zero cells)."
     )
-    return StepOutput("coco", {"histograms": table}, md, images=images, keys=keys)
+    return StepOutput("coco", {"histograms": table}, md, images=images, keys=list(measured.keys))
+
+
+def coco_step(
+    spec: ReleaseSpec, settings: Settings, ingested: IngestResult, flow_run_id: str | None = None,
+    plot_dir: Path | None = None, progress: Callable[[int, int], None] | None = None,
+) -> StepOutput:
+    """Publish consistent count-of-counts histograms for every node (one charge per level).
+
+    :func:`measure_coco` then :func:`finish_coco` in this process; the flows
+    map the per-node estimates between the two (``flows.coco_publish.run_coco``).
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+        ``spec.steps.coco`` holds the group column, groups file, levels, K,
+        epsilon per level and method.
+    settings : Settings
+    ingested : IngestResult
+    flow_run_id : str, optional
+    plot_dir : Path, optional
+        Where the PNG plots are drawn (default: a folder under the data dir).
+    progress : callable, optional
+        ``progress(done, total)``: called with 0 before the first measured
+        level and after each one (counts of levels only, nothing private).
+
+    Returns
+    -------
+    StepOutput
+        Table ``histograms`` (node, level, group_size, groups; non-zero cells),
+        plots and a report section.
+
+    Raises
+    ------
+    StepInputError, ValueError
+        Bad public inputs or parameters; raised before any charge.
+    BudgetExceededError
+        A level's charge does not fit (earlier levels stay charged and stored;
+        re-running after raising the cap reuses them).
+    """
+    measured = measure_coco(spec, settings, ingested, flow_run_id, progress)
+    return finish_coco(spec, settings, measured, None, plot_dir)
 
 
 def _store_error(wh, key: str, h: Hierarchy, true_h: dict[str, np.ndarray], est: dict[str, np.ndarray]) -> None:

@@ -15,12 +15,12 @@ from .consistency import (aggregate_up, hc_estimate, hc_variances, hg_estimate, 
                           project_simplex, top_down)
 from .hierarchy import ROOT, Hierarchy
 from .isotonic import isotonic, isotonic_l1, isotonic_l2
-from .mechanism import CocoMechanism
+from .mechanism import CocoMechanism, NodeChunk, NodeEstimate
 from .representations import (coco_histograms, emd, from_hc, from_hg, group_counts,
                               group_sizes_by_leaf, to_hc, to_hg)
 
 __all__ = [
-    "ROOT", "Hierarchy", "CocoMechanism",
+    "ROOT", "Hierarchy", "CocoMechanism", "NodeChunk", "NodeEstimate",
     "group_sizes_by_leaf", "group_counts", "coco_histograms",
     "to_hg", "from_hg", "to_hc", "from_hc", "emd",
     "isotonic", "isotonic_l1", "isotonic_l2",

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -39,12 +40,42 @@ from .consistency import (HC_VARIANCE_RULES, aggregate_up, hc_estimate, hc_varia
 from .hierarchy import Hierarchy
 from .representations import _check_K, counts_from_leaf_counts, level_H_matrix, level_Hg
 
-__all__ = ["CocoMechanism"]
+__all__ = ["CocoMechanism", "NodeChunk", "NodeEstimate"]
 
 _REPR = {
     "naive": "H", "hg_l1": "Hg", "hg_l2": "Hg", "hc_l1": "Hc", "hc_l2": "Hc",
     "bottom_up_hg": "Hg", "bottom_up_hc": "Hc", "top_down_hg": "Hg", "top_down_hc": "Hc",
 }
+
+
+class NodeEstimate(NamedTuple):
+    """One node's estimate (:meth:`CocoMechanism.estimate_nodes`): plain arrays, picklable."""
+
+    H: np.ndarray
+    """int64 histogram, length K + 1, sum G_τ."""
+    Hg: Optional[np.ndarray]
+    """Sorted estimated group sizes (None for ``naive``)."""
+    V: Optional[np.ndarray]
+    """Variance of each entry of ``Hg`` (None for ``naive``)."""
+
+
+@dataclass(frozen=True)
+class NodeChunk:
+    """Some nodes of one measured level with what their estimates need (no private data).
+
+    Built by :meth:`CocoMechanism.node_chunks` from the stored noisy
+    measurements and the public hierarchy; estimated by
+    :meth:`CocoMechanism.estimate_chunk` on any worker.
+    """
+
+    level: int
+    nodes: tuple[str, ...]
+    measurements: tuple[np.ndarray, ...]
+    """Noisy cells of each node (float64)."""
+    group_counts: tuple[int, ...]
+    """Public G_τ of each node."""
+    epsilon: Fraction
+    """ε of the level."""
 
 
 class CocoMechanism:
@@ -370,6 +401,130 @@ class CocoMechanism:
         H = hc_estimate(y, G, self._loss)
         return H, np.repeat(np.arange(K + 1), H), hc_variances(H, float(eps), self.hc_variance)
 
+    def estimate_nodes(self, measurements: Sequence[Sequence[int]], group_counts: Sequence[int],
+                       epsilon) -> list[NodeEstimate]:
+        """Per-node estimates of some nodes of one level (pure post-processing).
+
+        The CPU-heavy, node-independent part of :meth:`postprocess` (isotonic
+        regression per node): it can run on any worker, in any chunking, and
+        :meth:`assemble` turns the estimates of all nodes into the release.
+
+        Parameters
+        ----------
+        measurements : sequence of sequences of int
+            The noisy cells of each node (as stored by :meth:`measure_level`).
+        group_counts : sequence of int
+            The public G_τ of each node, in the same order.
+        epsilon : number
+            The ε of the nodes' level (read by the variance estimates).
+
+        Returns
+        -------
+        list of NodeEstimate
+            Per node ``(H, Hg, V)``: int64 H of length K + 1; the sorted
+            group sizes Ĥ_g and their variances (float64), or None for the
+            naive method. Plain NumPy arrays (picklable).
+        """
+        self._check_method()
+        if len(measurements) != len(group_counts):
+            raise ValueError(f"estimate_nodes got {len(measurements)} measurements but "
+                             f"{len(group_counts)} group counts")
+        eps = self._check_eps(epsilon, "")
+        return [NodeEstimate(*self._node_estimate(np.asarray(y, dtype=np.float64), int(g), eps))
+                for y, g in zip(measurements, group_counts)]
+
+    def node_chunks(self, measurements: Mapping[int, Mapping[str, Sequence[int]]], hierarchy: Hierarchy,
+                    group_counts: Mapping[str, int], chunk_size: int | None = None) -> list[NodeChunk]:
+        """Check the inputs of :meth:`postprocess` and cut them into per-level node chunks.
+
+        Parameters
+        ----------
+        measurements, hierarchy, group_counts
+            As for :meth:`postprocess` (noisy measurements, public structures).
+        chunk_size : int, optional
+            At most this many nodes per chunk (default: one chunk per level).
+
+        Returns
+        -------
+        list of NodeChunk
+            Level by level (root first), nodes in hierarchy order; each chunk
+            holds only noisy cells, public G_τ and the level's ε — what
+            :meth:`estimate_chunk` needs, on any worker.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`postprocess`; ``chunk_size`` < 1.
+        """
+        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral)
+                                       or chunk_size < 1):
+            raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+        self.validate(hierarchy)
+        measurements = {int(k): v for k, v in measurements.items()}
+        G = self._check_inputs(measurements, hierarchy, group_counts)
+        chunks = []
+        for level in self.levels_measured(hierarchy):
+            nodes = hierarchy.nodes_at(level)
+            step = max(len(nodes), 1) if chunk_size is None else int(chunk_size)
+            eps = self.epsilon(level)
+            for lo in range(0, len(nodes), step):
+                part = tuple(nodes[lo:lo + step])
+                chunks.append(NodeChunk(
+                    level, part, tuple(np.asarray(measurements[level][n], dtype=np.float64) for n in part),
+                    tuple(G[n] for n in part), eps,
+                ))
+        return chunks
+
+    def estimate_chunk(self, chunk: NodeChunk) -> list[NodeEstimate]:
+        """:meth:`estimate_nodes` of one :class:`NodeChunk` (in ``chunk.nodes`` order)."""
+        return self.estimate_nodes(chunk.measurements, chunk.group_counts, chunk.epsilon)
+
+    def assemble(self, estimates: Mapping[str, NodeEstimate], hierarchy: Hierarchy) -> dict[str, np.ndarray]:
+        """The release from the per-node estimates (second half of :meth:`postprocess`).
+
+        Parameters
+        ----------
+        estimates : dict[str, NodeEstimate]
+            Node id -> :meth:`estimate_nodes` output for every node of every
+            measured level (bottom-up: the leaves; other methods: every node).
+        hierarchy : Hierarchy
+
+        Returns
+        -------
+        dict[str, numpy.ndarray]
+            As :meth:`postprocess`: top-down consistency, bottom-up
+            aggregation, or each node's own H (per-node methods).
+
+        Raises
+        ------
+        ValueError
+            A needed node has no estimate.
+        """
+        self.validate(hierarchy)
+        K = int(self.K)
+        for level in self.levels_measured(hierarchy):
+            for node in hierarchy.nodes_at(level):
+                if node not in estimates:
+                    raise ValueError(f"estimates lack node {node!r} of level {level}")
+        if self.method.startswith("bottom_up"):
+            rows = [estimates[leaf][0] for leaf in hierarchy.leaves]
+            return aggregate_up(np.vstack(rows) if rows else np.zeros((0, K + 1), np.int64), hierarchy)
+        if not self.method.startswith("top_down"):
+            return {node: estimates[node][0]
+                    for level in range(hierarchy.levels) for node in hierarchy.nodes_at(level)}
+        vals, vars_, idx = [], [], []
+        for level in range(hierarchy.levels):
+            lv, lvar, lidx = [], [], []
+            for i, node in enumerate(hierarchy.nodes_at(level)):
+                _, Hg, V = estimates[node]
+                lv.append(Hg)
+                lvar.append(V)
+                lidx.append(np.full(len(Hg), i, dtype=np.int64))
+            vals.append(np.concatenate(lv))
+            vars_.append(np.concatenate(lvar))
+            idx.append(np.concatenate(lidx))
+        return top_down(vals, vars_, idx, hierarchy, K)
+
     def postprocess(self, measurements: Mapping[int, Mapping[str, Sequence[int]]], hierarchy: Hierarchy,
                     group_counts: Mapping[str, int]) -> dict[str, np.ndarray]:
         """Deterministic post-processing of the stored noisy measurements.
@@ -377,6 +532,8 @@ class CocoMechanism:
         Uses no noise and no private data: only ``measurements`` (noisy,
         already charged), the public ``hierarchy`` and the public
         ``group_counts`` — so the output has the same privacy guarantee.
+        It is :meth:`node_chunks` → :meth:`estimate_chunk` per chunk →
+        :meth:`assemble`; the pipeline maps the middle part over workers.
 
         Parameters
         ----------
@@ -401,38 +558,10 @@ class CocoMechanism:
         ValueError
             Missing level/node, wrong cell count, inconsistent group counts.
         """
-        self.validate(hierarchy)
-        measurements = {int(k): v for k, v in measurements.items()}
-        G = self._check_inputs(measurements, hierarchy, group_counts)
-        K = int(self.K)
-        if self.method.startswith("bottom_up"):
-            leaf_level = hierarchy.levels - 1
-            eps = self.epsilon(leaf_level)
-            rows = [self._node_estimate(np.asarray(measurements[leaf_level][leaf], dtype=np.float64),
-                                        G[leaf], eps)[0] for leaf in hierarchy.leaves]
-            return aggregate_up(np.vstack(rows) if rows else np.zeros((0, K + 1), np.int64), hierarchy)
-        if not self.method.startswith("top_down"):
-            out: dict[str, np.ndarray] = {}
-            for level in range(hierarchy.levels):
-                eps = self.epsilon(level)
-                for node in hierarchy.nodes_at(level):
-                    y = np.asarray(measurements[level][node], dtype=np.float64)
-                    out[node] = self._node_estimate(y, G[node], eps)[0]
-            return out
-        vals, vars_, idx = [], [], []
-        for level in range(hierarchy.levels):
-            eps = self.epsilon(level)
-            lv, lvar, lidx = [], [], []
-            for i, node in enumerate(hierarchy.nodes_at(level)):
-                y = np.asarray(measurements[level][node], dtype=np.float64)
-                _, Hg, V = self._node_estimate(y, G[node], eps)
-                lv.append(Hg)
-                lvar.append(V)
-                lidx.append(np.full(len(Hg), i, dtype=np.int64))
-            vals.append(np.concatenate(lv))
-            vars_.append(np.concatenate(lvar))
-            idx.append(np.concatenate(lidx))
-        return top_down(vals, vars_, idx, hierarchy, K)
+        estimates: dict[str, NodeEstimate] = {}
+        for chunk in self.node_chunks(measurements, hierarchy, group_counts):
+            estimates.update(zip(chunk.nodes, self.estimate_chunk(chunk)))
+        return self.assemble(estimates, hierarchy)
 
     def publish(self, sizes_by_leaf: Mapping[str, np.ndarray], hierarchy: Hierarchy,
                 noise: NoiseSource) -> dict[str, np.ndarray]:
