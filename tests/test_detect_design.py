@@ -287,3 +287,60 @@ def test_spec_template_transforms_validated():
         TemplateSpec(name="p", behavioural="price", contextual=["carat"], transforms={"depth": "log"})
     with pytest.raises(ValidationError, match="log"):
         TemplateSpec(name="p", behavioural="price", contextual=["carat"], transforms={"carat": "sqrt"})
+
+
+# ----------------------------------------------------------------------------- measurement floor
+def test_sigma2_floor_derived_from_the_spec_reaches_the_params():
+    """integer: true -> sigma2_floor 1/12 passed to the detector and stored; not integer / log -> None."""
+    from dpcore.detect.design import sigma2_floor_of
+
+    schema = PublicSchema(
+        categorical={"dest": {"domain": [f"D{k}" for k in range(20)]}},
+        numeric={"distance": {"min": 0.0, "max": 2000.0, "integer": True},
+                 "carat": {"min": 0.0, "max": 2000.0}},
+    )
+    assert sigma2_floor_of("distance", schema) == pytest.approx(1 / 12)
+    assert sigma2_floor_of("distance", schema, "log") is None  # transformed: no floor (documented)
+    assert sigma2_floor_of("carat", schema) is None and sigma2_floor_of("dest", schema) is None
+    # whole-number y reproduced exactly by the dest dummies for half the groups (as NYC flights' routes)
+    rng = np.random.default_rng(0)
+    n = 4000
+    g = rng.integers(0, 20, n)
+    mu = rng.uniform(100, 1000, 20)
+    mu[:10] = np.round(mu[:10])
+    y = np.round(mu[g] + np.where(g < 10, 0.0, rng.normal(0, 0.3, n)))
+    out = rng.random(n) < 0.05
+    y[out] += rng.choice([-1.0, 1.0], out.sum()) * np.round(rng.uniform(20, 200, out.sum()))
+    df = pd.DataFrame({"dest": [f"D{k}" for k in g], "distance": y, "carat": y})
+    fit = fit_template(df, Template("route", "distance", ("dest",)), schema, random_state=0)
+    assert fit.params["sigma2_floor"] == pytest.approx(1 / 12)
+    assert fit.params["sigma2"] >= 1 / 12
+    assert abs(fit.labels.mean() - out.mean()) < 0.01 and fit.labels[out].all()
+    json.dumps(fit.params, allow_nan=False)
+    # the same values declared non-integer: no floor, the fit collapses (what the floor prevents)
+    bare = fit_template(df, Template("route_c", "carat", ("dest",)), schema, random_state=0)
+    assert bare.params["sigma2_floor"] is None and bare.params["sigma2"] < 1e-4
+    assert bare.labels.mean() > 2 * out.mean()
+    # explicit override and its validation
+    assert fit_template(df, Template("r", "distance", ("dest",)), schema, random_state=0,
+                        sigma2_floor=None).params["sigma2_floor"] is None
+    with pytest.raises(ValueError, match="sigma2_floor must be 'auto'"):
+        fit_template(df, Template("r", "distance", ("dest",)), schema, sigma2_floor="yes")
+
+
+def test_fit_one_passes_the_spec_floor(tmp_path):
+    """dpcore.steps.detect.fit_one derives the floor from spec.public_schema (demo spec: integer attributes)."""
+    from pathlib import Path
+
+    from dpcore.spec import load_spec
+    from dpcore.steps.detect import fit_one, templates_of
+
+    spec = load_spec(Path(__file__).resolve().parents[1] / "specs" / "demo.yaml")
+    df, _, _ = flights_like(n=600)
+    df = df.assign(air_time=np.round(df["air_time"]), distance=np.round(df["distance"]),
+                   dep_delay=np.round(df["dep_delay"]), arr_delay=np.round(np.clip(df["arr_delay"], -120, 1440)),
+                   carrier=spec.public_schema.categorical["carrier"].domain_strings[0])
+    for t in templates_of(spec):
+        fit = fit_one(df, t, spec)
+        assert fit.params["sigma2_floor"] == pytest.approx(1 / 12), t.name
+        assert fit.params["sigma2"] >= 1 / 12

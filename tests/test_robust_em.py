@@ -330,6 +330,11 @@ def test_huge_values_are_finite():
         ({"p_init": 1.5}, r"p_init must be a number with 0 < p_init < 1"),
         ({"random_state": -1}, r"random_state must be None, an integer >= 0 or a numpy Generator, got -1"),
         ({"random_state": "a"}, r"random_state must be None"),
+        ({"sigma2_floor": -0.1}, r"sigma2_floor must be None or a finite number >= 0, got -0.1"),
+        ({"sigma2_floor": float("inf")}, r"sigma2_floor must be None or a finite number >= 0"),
+        ({"sigma2_floor": float("nan")}, r"sigma2_floor must be None or a finite number >= 0"),
+        ({"sigma2_floor": True}, r"sigma2_floor must be None or a finite number >= 0"),
+        ({"sigma2_floor": "1/12"}, r"sigma2_floor must be None or a finite number >= 0"),
     ],
 )
 def test_parameter_validation(kw, match):
@@ -462,3 +467,75 @@ def test_squarem_log_likelihood_never_decreases_across_cycles():
     r = y - Z @ beta
     lls = [rem._em(Z, y, beta, float(r.var()), 0.3, float(r.var()) * 3, k, 1e-300)["ll"] for k in range(3, 40, 3)]
     assert np.all(np.diff(lls) >= -1e-9 * np.abs(lls[1:]))
+
+
+# ----------------------------------------------------------------------------- measurement floor
+def quantised(n=4000, n_groups=20, frac=0.05, seed=0):
+    """Whole-number y = group mean (+ small noise), rounded; half the groups have integer means.
+
+    Rounding reproduces those groups' rows *exactly* under the one-hot fit, the
+    situation of NYC flights ``distance ~ origin + dest``. ``frac`` of the rows
+    are shifted by +-U(20, 200) (planted outliers).
+    """
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, n_groups, n)
+    X = np.zeros((n, n_groups - 1))
+    X[g > 0, g[g > 0] - 1] = 1.0
+    mu = rng.uniform(100, 1000, n_groups)
+    mu[: n_groups // 2] = np.round(mu[: n_groups // 2])
+    ystar = mu[g] + np.where(g < n_groups // 2, 0.0, rng.normal(0, 0.3, n))
+    out = rng.random(n) < frac
+    ystar[out] += rng.choice([-1.0, 1.0], out.sum()) * rng.uniform(20, 200, out.sum())
+    return X, np.round(ystar), out
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_measurement_floor_prevents_sigma_collapse_on_integer_y(seed):
+    X, y, out = quantised(seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        bare = RobustRegressionDetector(random_state=0).fit(X, y)
+        floored = RobustRegressionDetector(random_state=0, sigma2_floor=1 / 12).fit(X, y)
+    # without the floor the Gaussian fits the exactly reproduced rows: sigma collapses, the
+    # rounding residuals of the other groups become "outliers" with astronomic log-odds
+    assert bare.sigma2_ < 1e-4
+    assert bare.labels_.mean() > 2 * out.mean()
+    assert bare.decision_scores_[~out].max() > 1e6
+    # with it: sigma^2 >= 1/12, the flagged share is the planted contamination, all planted caught
+    assert floored.sigma2_ >= 1 / 12
+    assert floored.sigma2_ < 1.0 and floored.p_ == pytest.approx(out.mean(), abs=0.01)
+    assert abs(floored.labels_.mean() - out.mean()) < 0.01
+    assert floored.labels_[out].all()
+    assert floored.decision_scores_[~out].max() < 10
+    np.testing.assert_allclose(floored.decision_function(X, y), floored.decision_scores_)
+
+
+def test_measurement_floor_scales_with_y_and_zero_is_no_floor():
+    X, y, out = quantised(seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        a = RobustRegressionDetector(random_state=0, sigma2_floor=1 / 12).fit(X, y)
+        b = RobustRegressionDetector(random_state=0, sigma2_floor=100 / 12).fit(X, 10 * y + 7)
+        none = RobustRegressionDetector(random_state=0).fit(X, y)
+        zero = RobustRegressionDetector(random_state=0, sigma2_floor=0.0).fit(X, y)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    assert b.sigma2_ == pytest.approx(100 * a.sigma2_, rel=1e-6)
+    np.testing.assert_array_equal(none.decision_scores_, zero.decision_scores_)
+    assert RobustRegressionDetector(sigma2_floor=0.5).get_params()["sigma2_floor"] == 0.5
+    assert "sigma2_floor=0.5" in repr(RobustRegressionDetector(sigma2_floor=0.5))
+
+
+@pytest.mark.parametrize("floor", [0.05, 1.0])
+def test_noise_step_with_floor_is_the_constrained_maximum(floor):
+    """Brute force over a grid: the clamped step maximises Q on {s2 >= floor, b >= s2}."""
+    grid = np.exp(np.linspace(np.log(1e-3), np.log(1e2), 801))
+    for su, ru, st, te in [(90.0, 1.0, 10.0, 5.0), (90.0, 90.0, 10.0, 1.0), (50.0, 0.5, 50.0, 500.0), (10.0, 3.0, 90.0, 3.0)]:
+        s2, b = rem._noise_step(su, ru, st, te, 1.0, 1.0, floor)
+        assert s2 >= floor and b >= s2
+
+        def Q(s, bb):
+            return -su / 2 * np.log(s) - ru / (2 * s) + st / 2 * np.log(bb) - te * bb
+
+        S, Bg = np.meshgrid(grid, grid, indexing="ij")
+        feas = (S >= floor) & (Bg >= S)
+        assert Q(s2, b) >= np.max(np.where(feas, Q(S, Bg), -np.inf)) - 1e-9 * (1 + abs(Q(s2, b)))

@@ -10,11 +10,12 @@
 Everything here is internal: scores and labels never leave the warehouse.
 """
 from .combine import Template, TemplateFit, combine, fit_template, template_arrays
-from .design import TRANSFORMS, apply_transform, design_matrix
+from .design import TRANSFORMS, apply_transform, design_matrix, sigma2_floor_of
 from .robust_em import ConvergenceWarning, RobustRegressionDetector
 
 __all__ = [
     "TRANSFORMS",
+    "sigma2_floor_of",
     "ConvergenceWarning",
     "RobustRegressionDetector",
     "Template",

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..spec import PublicSchema
-from .design import TRANSFORMS, apply_transform, design_matrix
+from .design import TRANSFORMS, apply_transform, design_matrix, sigma2_floor_of
 from .robust_em import RobustRegressionDetector
 
 __all__ = ["Template", "TemplateFit", "combine", "fit_template", "template_arrays"]
@@ -77,7 +77,8 @@ class TemplateFit:
         Plain-JSON fitted parameters: ``template``, ``behavioural``,
         ``contextual``, ``transforms`` (attribute -> transform), ``features``
         (design-matrix column names), ``coef`` (list aligned with ``features``,
-        units of the (transformed) ``y`` per bound-scaled or transformed context), ``intercept``, ``sigma2``, ``p``, ``b``, ``n_iter``,
+        units of the (transformed) ``y`` per bound-scaled or transformed context), ``intercept``, ``sigma2``,
+        ``sigma2_floor`` (the measurement floor passed to the detector, None when none), ``p``, ``b``, ``n_iter``,
         ``converged``, ``last_relative_change``, ``K``, ``threshold`` (None when
         K = 0), ``log_likelihood`` (None when infinite), ``n_rows``.
     """
@@ -148,6 +149,7 @@ def fit_template(
     random_state=0,
     max_iter: int = 200,
     tol: float = 1e-6,
+    sigma2_floor="auto",
 ) -> TemplateFit:
     """Fit one filter: :class:`RobustRegressionDetector` of ``df[behavioural]`` on the encoded contexts.
 
@@ -160,6 +162,10 @@ def fit_template(
         Public bounds and domains used by :func:`~dpcore.detect.design.design_matrix`.
     random_state, max_iter, tol
         Passed to the detector.
+    sigma2_floor : "auto", float or None
+        The detector's ``sigma2_floor``; ``"auto"`` (default) derives it from
+        the schema for the behavioural attribute (:func:`~dpcore.detect.design.sigma2_floor_of`:
+        ``1/12`` for ``integer: true`` without a transform, else None).
 
     Returns
     -------
@@ -176,7 +182,13 @@ def fit_template(
     """
     X, y, names = template_arrays(df, template, schema)
     j = template.behavioural
-    det = RobustRegressionDetector(max_iter=max_iter, tol=tol, random_state=random_state).fit(X, y)
+    if isinstance(sigma2_floor, str):
+        if sigma2_floor != "auto":
+            raise ValueError(f"sigma2_floor must be 'auto', None or a number >= 0, got {sigma2_floor!r}")
+        sigma2_floor = sigma2_floor_of(j, schema, template.transform_of.get(j))
+    det = RobustRegressionDetector(
+        max_iter=max_iter, tol=tol, random_state=random_state, sigma2_floor=sigma2_floor
+    ).fit(X, y)
     params = {
         "template": template.name,
         "behavioural": j,
@@ -186,6 +198,7 @@ def fit_template(
         "coef": [float(c) for c in det.coef_],
         "intercept": float(det.intercept_),
         "sigma2": float(det.sigma2_),
+        "sigma2_floor": None if sigma2_floor is None else float(sigma2_floor),
         "p": float(det.p_),
         "b": float(det.b_),
         "n_iter": int(det.n_iter_),

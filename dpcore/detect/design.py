@@ -19,7 +19,7 @@ import pandas as pd
 
 from ..spec import PublicSchema
 
-__all__ = ["TRANSFORMS", "apply_transform", "design_matrix"]
+__all__ = ["TRANSFORMS", "apply_transform", "design_matrix", "sigma2_floor_of"]
 
 #: Per-attribute transforms a correlation template may declare (numeric attributes only).
 TRANSFORMS = ("log",)
@@ -52,6 +52,43 @@ def _as_text(col: pd.Series) -> np.ndarray:
     out = obj.map(str).to_numpy(dtype=object)
     out[col.isna().to_numpy()] = None
     return out
+
+
+def sigma2_floor_of(attribute: str, schema: PublicSchema, transform: str | None = None) -> float | None:
+    """Measurement floor of the inlier variance for a behavioural attribute, from the public schema.
+
+    Seed 004, slide "Parameters Learning" (the M-step of :math:`\sigma^2`): a
+    value recorded to resolution :math:`h` carries a rounding error uniform on
+    :math:`\pm h/2`, variance :math:`h^2/12` (Sheppard's correction), so no fit
+    of the recorded values has a smaller inlier variance. The spec declares the
+    resolution of whole-number attributes (``integer: true``, :math:`h = 1`).
+    Passed to :class:`~dpcore.detect.robust_em.RobustRegressionDetector` as
+    ``sigma2_floor``.
+
+    Parameters
+    ----------
+    attribute : str
+        The template's behavioural attribute.
+    schema : dpcore.spec.PublicSchema
+    transform : {None, "log"}
+        The template's transform of ``attribute``.
+
+    Returns
+    -------
+    float or None
+        ``1/12`` for an untransformed numeric attribute declared ``integer: true``;
+        ``None`` (no measurement floor, only the detector's numeric one) otherwise:
+        attributes without a declared resolution, categorical or unknown
+        attributes (the template's own checks report those), and **transformed**
+        attributes. Under ``log`` the rounding error becomes :math:`u/y`, variance
+        :math:`1/(12y^2)`, different for every row; the only floor valid for all
+        rows, :math:`1/(12\max y^2)`, is negligible next to the numeric floor at
+        realistic scales, so none is applied.
+    """
+    attr = schema.numeric.get(attribute)
+    if attr is None or not attr.integer or transform is not None:
+        return None
+    return 1.0 / 12.0
 
 
 def apply_transform(values: np.ndarray, attribute: str, transform: str | None) -> np.ndarray:

@@ -86,8 +86,31 @@ unconstrained one above when it is feasible, else the unique maximum on the
 boundary :math:`\sigma^2=b=v`, the positive root of
 :math:`-2Tv^2+(S_t-S_u)v+R_u=0`. Every step is thus an exact conditional maximum
 and :math:`\ell` never decreases. :math:`\sigma^2` is floored at
-:math:`10^{-12}` (standardised units) so the likelihood stays bounded; a
-vanishing denominator (no inliers or no outliers left) keeps the old value.
+:math:`\max(10^{-12}, \sigma^2_\text{floor})` (the first in standardised units,
+so the likelihood stays bounded; the second is the ``sigma2_floor`` parameter,
+the measurement resolution, see below); a vanishing denominator (no inliers or
+no outliers left) keeps the old value. The floor keeps every step an exact
+conditional maximum: :math:`Q` is separable, :math:`f(\sigma^2) + g(b)`, each
+part unimodal in the log coordinates, so on the convex set
+:math:`\{\sigma^2 \ge F,\ b \ge \sigma^2\}` the maximum is the one above with
+:math:`\sigma^2` raised to :math:`F` and :math:`b` to :math:`\max(b, \sigma^2)`.
+
+Measurement floor (``sigma2_floor``; slide "Parameters Learning")
+-----------------------------------------------------------------
+The slide's M-step :math:`\sigma^2 = \sum(1-t_i)e_i^2/\sum(1-t_i)` assumes
+continuous :math:`y`. Recorded values are rounded to a resolution :math:`h`
+(whole miles, whole minutes): :math:`y_i = y_i^* + u_i` with the rounding error
+:math:`u_i\sim U(-h/2, h/2)`, variance :math:`h^2/12` (Sheppard's correction of
+the grouped-data variance). No model of the true values can therefore have an
+inlier variance below :math:`h^2/12` as a description of the recorded ones.
+Without that bound, when the contexts (e.g. one-hot route dummies) reproduce
+many rows *exactly*, the Gaussian's :math:`\sigma^2` drops to the numeric
+floor, the exactly fitted rows become the Gaussian and every record off by a
+single unit of rounding gets log-odds ~ :math:`e^2/(2\sigma^2)\approx10^{12}`
+(measured on NYC flights ``distance ~ origin + dest``, BENCHMARKS.md detect
+section). ``sigma2_floor`` is given in the **original units of y squared**; the
+spec derives :math:`1/12` for attributes declared ``integer: true``
+(:func:`dpcore.detect.design.sigma2_floor_of`).
 
 Acceleration: the EM map is extrapolated by SQUAREM (Varadhan and Roland,
 "Simple and globally convergent methods for accelerating the convergence of
@@ -156,8 +179,10 @@ Degenerate inputs (documented outcomes, never NaN scores)
   ``log_likelihood_ = inf`` (a point mass). ``decision_function`` then scores a new
   row ``+inf`` if its ``y`` differs from the value, else ``-inf``.
 * More than half of ``y`` identical (MAD 0, not constant): the Gaussian fits the
-  identical values with :math:`\sigma^2` at its floor and the other rows get
-  :math:`t_i\approx1`.
+  identical values with :math:`\sigma^2` at its floor (``sigma2_floor`` when given,
+  else the numeric one) and the other rows get :math:`t_i\approx1` (with the
+  numeric floor; with a resolution floor the posterior of a row one unit away
+  stays moderate).
 * Every row an outlier-to-be (e.g. pure Cauchy noise): :math:`p` may approach 1;
   updates whose denominators vanish keep the previous value, scores stay in
   [0, 1].
@@ -302,7 +327,7 @@ def _estep(r: np.ndarray, s2: float, p: float, b: float):
     return t, etau, ll
 
 
-def _mstep(Z, y, t, etau, s2, b):
+def _mstep(Z, y, t, etau, s2, b, floor: float = _SIGMA2_FLOOR):
     """One ECM sweep: p, then (w, b0), then (sigma^2, b) jointly (see the module docstring)."""
     n = y.shape[0]
     st = float(t.sum())
@@ -313,11 +338,13 @@ def _mstep(Z, y, t, etau, s2, b):
     beta = _solve(Zw.T @ Z, Zw.T @ y)
     r = y - Z @ beta
     r2 = r * r
-    s2, b = _noise_step(float(u.sum()), float(u @ r2), st, float(t @ etau), s2, b)
+    s2, b = _noise_step(float(u.sum()), float(u @ r2), st, float(t @ etau), s2, b, floor)
     return beta, s2, p, b, r
 
 
-def _noise_step(su: float, ru: float, st: float, te: float, s2_old: float, b_old: float) -> tuple[float, float]:
+def _noise_step(
+    su: float, ru: float, st: float, te: float, s2_old: float, b_old: float, floor: float = _SIGMA2_FLOOR
+) -> tuple[float, float]:
     """Joint conditional maximum of Q over (sigma^2, b) subject to b >= sigma^2.
 
     ``su = sum(1-t)``, ``ru = sum((1-t) e^2)``, ``st = sum(t)``, ``te = sum(t tau_bar)``.
@@ -327,6 +354,9 @@ def _noise_step(su: float, ru: float, st: float, te: float, s2_old: float, b_old
     (ru/su, st/(2 te)) if feasible, else the unique maximum on the boundary
     b = sigma^2 = v, the positive root of -2 te v^2 + (st - su) v + ru = 0.
     Vanishing denominators (no inliers / no outliers) keep the old value.
+    ``floor`` (standardised units, >= the numeric floor): sigma^2 >= floor; raising
+    sigma^2 to it and b to max(b, sigma^2) is the exact maximum on the constrained
+    set (Q is separable and unimodal in each part, module docstring).
     """
     tiny = 1e-12
     s2 = ru / su if su > tiny else s2_old
@@ -334,11 +364,11 @@ def _noise_step(su: float, ru: float, st: float, te: float, s2_old: float, b_old
     if b < s2 and su > tiny and st > tiny and te > 1e-300 and ru > 0:
         c = st - su
         s2 = b = (c + math.sqrt(c * c + 8.0 * te * ru)) / (4.0 * te)
-    s2 = max(s2, _SIGMA2_FLOOR)
+    s2 = max(s2, floor)
     return s2, max(b, s2)
 
 
-def _em(Z, y, beta, s2, p, b, max_iter: int, tol: float, accelerate: bool = True):
+def _em(Z, y, beta, s2, p, b, max_iter: int, tol: float, accelerate: bool = True, floor: float = _SIGMA2_FLOOR):
     """Run EM from the given parameters; returns a dict with the final state.
 
     With ``accelerate`` the EM map is extrapolated by SQUAREM (Varadhan and
@@ -348,6 +378,7 @@ def _em(Z, y, beta, s2, p, b, max_iter: int, tol: float, accelerate: bool = True
     only if its log-likelihood is at least that of the two plain steps, so
     :math:`\\ell` still never decreases. ``n_iter`` counts M-steps (EM-map
     evaluations, 3 per accelerated cycle); plain steps finish the budget.
+    ``floor``: lower bound of sigma^2 in standardised units (>= ``_SIGMA2_FLOOR``).
     """
     n = y.shape[0]
     r = y - Z @ beta
@@ -355,7 +386,7 @@ def _em(Z, y, beta, s2, p, b, max_iter: int, tol: float, accelerate: bool = True
     state = (beta, s2, p, b, r, t, etau, ll)
 
     def step(st):
-        beta, s2, p, b, r = _mstep(Z, y, st[5], st[6], st[1], st[3])
+        beta, s2, p, b, r = _mstep(Z, y, st[5], st[6], st[1], st[3], floor)
         t, etau, ll = _estep(r, s2, p, b)
         return (beta, s2, p, b, r, t, etau, ll)
 
@@ -381,7 +412,7 @@ def _em(Z, y, beta, s2, p, b, max_iter: int, tol: float, accelerate: bool = True
                     th = th0 - 2.0 * alpha * rr + alpha * alpha * v
                     q = beta.shape[0]
                     e_beta = th[:q]
-                    e_s2 = max(math.exp(min(th[q], 700.0)), _SIGMA2_FLOOR)
+                    e_s2 = max(math.exp(min(th[q], 700.0)), floor)
                     e_p = min(max(float(expit(th[q + 1])), _P_FLOOR), 1.0 - _P_FLOOR)
                     e_b = max(math.exp(min(th[q + 2], 700.0)), _SIGMA2_FLOOR)
                     e_r = y - Z @ e_beta
@@ -480,15 +511,15 @@ def _level_medians(Z: np.ndarray, y: np.ndarray, beta: np.ndarray, cols: np.ndar
     return beta
 
 
-def _start_params(Z, y, beta, p_init: float):
-    """Mixture parameters from a robust coefficient vector."""
+def _start_params(Z, y, beta, p_init: float, floor: float = _SIGMA2_FLOOR):
+    """Mixture parameters from a robust coefficient vector (sigma^2 >= ``floor``, standardised units)."""
     r = y - Z @ beta
     r2 = r * r
     s2 = (_MAD_TO_SD * float(np.median(np.abs(r)))) ** 2
     if s2 <= _SIGMA2_FLOOR:
         h = (r.size + 1) // 2
         s2 = float(np.partition(r2, h - 1)[:h].mean())
-    s2 = max(s2, _SIGMA2_FLOOR)
+    s2 = max(s2, floor)
     far = r2 > 6.25 * s2
     b = 0.5 * float(np.median(r2[far])) if far.any() else 10.0 * s2
     return s2, p_init, max(b, s2)
@@ -517,6 +548,20 @@ class RobustRegressionDetector:
         Seed of the subsample and the elemental subsets. Fixed seed = identical fit.
     p_init : float, default 0.1
         Initial outlier fraction ``p``, ``0 < p_init < 1``.
+    sigma2_floor : float or None, default None
+        Lower bound of the inlier variance :math:`\sigma^2`, in the original
+        units of ``y`` squared (finite, ``>= 0``; ``None`` or 0: only the
+        numeric floor, :math:`10^{-12}` times the squared robust scale of
+        ``y``). The M-step of slide "Parameters Learning" clamps
+        :math:`\sigma^2` at the larger of the two. Use the variance of the
+        measurement's quantisation noise: a value recorded to resolution
+        :math:`h` carries a rounding error uniform on :math:`\pm h/2`, variance
+        :math:`h^2/12` (Sheppard's correction), so ``sigma2_floor = h**2 / 12``
+        (``1/12`` for whole numbers). Without it, contexts that reproduce many
+        rows exactly (one-hot dummies of a route) collapse :math:`\sigma` to
+        the numeric floor and rows off by one unit get log-odds ~ :math:`10^{12}`.
+        It scales with ``y``: rescaling ``y`` by ``c`` needs ``c**2`` times the
+        floor for identical labels (shifting needs nothing).
 
     Attributes
     ----------
@@ -543,7 +588,7 @@ class RobustRegressionDetector:
         constant columns).
     sigma2_, p_, b_ : float
         Inlier variance, outlier fraction, Gamma rate of the Cauchy's precision
-        (Cauchy scale ``sqrt(2 b_)``), original units.
+        (Cauchy scale ``sqrt(2 b_)``), original units. ``sigma2_ >= sigma2_floor``.
     n_iter_ : int
         EM iterations on all rows.
     converged_ : bool
@@ -558,17 +603,19 @@ class RobustRegressionDetector:
         n_starts: int = 5,
         random_state=None,
         p_init: float = 0.1,
+        sigma2_floor: float | None = None,
     ) -> None:
         self.max_iter = max_iter
         self.tol = tol
         self.n_starts = n_starts
         self.random_state = random_state
         self.p_init = p_init
+        self.sigma2_floor = sigma2_floor
 
     # ------------------------------------------------------------ sklearn-ish
     def get_params(self, deep: bool = True) -> dict:
         """Constructor parameters (scikit-learn convention)."""
-        return {k: getattr(self, k) for k in ("max_iter", "tol", "n_starts", "random_state", "p_init")}
+        return {k: getattr(self, k) for k in ("max_iter", "tol", "n_starts", "random_state", "p_init", "sigma2_floor")}
 
     def set_params(self, **params) -> "RobustRegressionDetector":
         """Set constructor parameters (validated at ``fit``)."""
@@ -595,6 +642,11 @@ class RobustRegressionDetector:
         pi = self.p_init
         if isinstance(pi, bool) or not isinstance(pi, numbers.Real) or not (0 < pi < 1):
             raise ValueError(f"p_init must be a number with 0 < p_init < 1, got {pi!r}")
+        sf = self.sigma2_floor
+        if sf is not None and (
+            isinstance(sf, bool) or not isinstance(sf, numbers.Real) or not math.isfinite(sf) or sf < 0
+        ):
+            raise ValueError(f"sigma2_floor must be None or a finite number >= 0, got {sf!r}")
         rs = self.random_state
         ok = rs is None or isinstance(rs, np.random.Generator) or (
             isinstance(rs, numbers.Integral) and not isinstance(rs, bool) and rs >= 0
@@ -678,6 +730,10 @@ class RobustRegressionDetector:
         if self._constant:
             return self._fit_constant(y, d)
         self._y_scale = scale
+        sf = 0.0 if self.sigma2_floor is None else float(self.sigma2_floor)
+        floor = max(_SIGMA2_FLOOR, sf / (scale * scale))
+        if not math.isfinite(floor):
+            raise ValueError("sigma2_floor is too large relative to the spread of y (sigma2_floor / scale**2 overflows)")
 
         ys = self._std_y(y)
         Z = self._design(X)
@@ -692,15 +748,15 @@ class RobustRegressionDetector:
         best = None
         for beta0 in _lts_starts(Zs, ys_s, rng, int(self.n_starts)):
             beta0 = _level_medians(Zs, ys_s, beta0, levels)
-            s2, p, b = _start_params(Zs, ys_s, beta0, float(self.p_init))
-            res = _em(Zs, ys_s, beta0, s2, p, b, max_iter, tol)
+            s2, p, b = _start_params(Zs, ys_s, beta0, float(self.p_init), floor)
+            res = _em(Zs, ys_s, beta0, s2, p, b, max_iter, tol, floor=floor)
             if best is None or res["ll"] > best["ll"]:
                 best = res
         self.start_log_likelihood_ = best["ll"]
 
         # ---- EM on all rows (levels absent from the subsample get their median first)
         beta0 = _level_medians(Z, ys, best["beta"], levels)
-        res = _em(Z, ys, beta0, best["s2"], best["p"], best["b"], max_iter, tol)
+        res = _em(Z, ys, beta0, best["s2"], best["p"], best["b"], max_iter, tol, floor=floor)
         self.n_iter_ = int(res["n_iter"])
         self.converged_ = bool(res["converged"])
         self.last_relative_change_ = float(res["rel"])
@@ -718,7 +774,8 @@ class RobustRegressionDetector:
         coef[self._active] = sy * self._beta[1:] / self._x_scale
         self.coef_ = coef
         self.intercept_ = float(self._y_loc + sy * (self._beta[0] - float(np.sum(self._beta[1:] * self._x_loc / self._x_scale))))
-        self.sigma2_ = self._s2 * sy * sy
+        # max: undo round-off of the standardisation (floor / sy**2 * sy**2) so sigma2_ >= sigma2_floor exactly
+        self.sigma2_ = max(self._s2 * sy * sy, sf)
         self.p_ = self._p
         self.b_ = self._b * sy * sy
         self.log_likelihood_ = float(res["ll"] - n * math.log(sy))

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..detect.combine import Template, TemplateFit, combine, fit_template
+from ..detect.design import sigma2_floor_of
 from ..ingest import IngestResult
 from ..settings import Settings
 from ..spec import ReleaseSpec
@@ -69,12 +70,22 @@ def detection_frame(spec: ReleaseSpec, settings: Settings, ingested: IngestResul
 
 
 def fit_one(df: pd.DataFrame, template: Template, spec: ReleaseSpec) -> TemplateFit:
-    """Fit one template; warnings (e.g. non-convergence) are kept in the fit's params, not logged."""
+    """Fit one template; warnings (e.g. non-convergence) are kept in the fit's params, not logged.
+
+    The detector's ``sigma2_floor`` is the behavioural attribute's measurement
+    floor from the public schema (``1/12`` for ``integer: true`` without a
+    transform, :func:`~dpcore.detect.design.sigma2_floor_of`); it is stored in
+    the fit's params (``sigma2_floor``).
+    """
     cfg = spec.steps.detect
+    floor = sigma2_floor_of(
+        template.behavioural, spec.public_schema, template.transform_of.get(template.behavioural)
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fit = fit_template(
-            df, template, spec.public_schema, random_state=cfg.random_state, max_iter=cfg.max_iter, tol=cfg.tol
+            df, template, spec.public_schema, random_state=cfg.random_state, max_iter=cfg.max_iter, tol=cfg.tol,
+            sigma2_floor=floor,
         )
     fit.params["warnings"] = [str(w.message) for w in caught]
     return fit
