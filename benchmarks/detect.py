@@ -154,7 +154,7 @@ class Dataset:
     method sees the same matrix.
     """
 
-    def __init__(self, name, template, df, numeric_bounds, categorical, ctx_target):
+    def __init__(self, name, template, df, numeric_bounds, categorical, ctx_target, integer=()):
         from dpcore.detect.combine import Template
         from dpcore.spec import PublicSchema
 
@@ -167,8 +167,13 @@ class Dataset:
         self.ctx_target = ctx_target
         self.schema = PublicSchema(
             categorical={c: {"domain": sorted(map(str, df[c].astype(str).unique()))} for c in categorical},
-            numeric={c: {"min": lo, "max": hi} for c, (lo, hi) in numeric_bounds.items()},
+            numeric={c: {"min": lo, "max": hi, "integer": c in integer} for c, (lo, hi) in numeric_bounds.items()},
         )
+        # the detector's measurement floor per template, derived exactly as the product does
+        # (dpcore.steps.detect.fit_one: 1/12 for an integer behavioural attribute without a transform)
+        from dpcore.detect.design import sigma2_floor_of
+
+        self.floors = [sigma2_floor_of(t.behavioural, self.schema, t.transform_of.get(t.behavioural)) for t in templates]
         self.formulas = [self._formula(t) for t in templates]
         self.formula = "` and `".join(self.formulas)
         tr = template.transform_of
@@ -224,8 +229,9 @@ def load_flights(n: int | None, seed: int = 0) -> tuple[Dataset, int]:
     bounds = {"distance": (0.0, 15000.0), "air_time": (0.0, 1500.0)}
     t1 = Template("flights", "air_time", ("distance", "origin"))
     t2 = Template("flights_route", "distance", ("origin", "dest"))
-    ds = Dataset("NYC flights", (t1, t2), df, bounds, ["origin", "dest"], "distance")
-    ds.single = Dataset(SINGLE_NAME, t1, df, bounds, ["origin", "dest"], "distance")
+    ints = ("distance", "air_time")  # whole miles / minutes, as specs/demo.yaml declares them
+    ds = Dataset("NYC flights", (t1, t2), df, bounds, ["origin", "dest"], "distance", ints)
+    ds.single = Dataset(SINGLE_NAME, t1, df, bounds, ["origin", "dest"], "distance", ints)
     return ds, n_all
 
 
@@ -240,7 +246,8 @@ def load_diamonds(log: bool = False) -> Dataset:
     if not log:
         # perturbations on the raw scale; the template models log(price) ~ log(carat) + ...
         t = Template("diamonds", "price", ("carat", *cats), {"price": "log", "carat": "log"})
-        return Dataset("diamonds", t, df, {"carat": (0.0, 30.0), "price": (0.0, 200000.0)}, cats, "carat")
+        # price is whole dollars (integer), but the template log-transforms it: no floor (sigma2_floor_of)
+        return Dataset("diamonds", t, df, {"carat": (0.0, 30.0), "price": (0.0, 200000.0)}, cats, "carat", ("price",))
     df = df.assign(log_price=np.log(df["price"]), log_carat=np.log(df["carat"]))
     t = Template("diamonds_log", "log_price", ("log_carat", *cats))
     return Dataset("diamonds-log", t, df, {"log_carat": (-5.0, 10.0), "log_price": (0.0, 20.0)}, cats, "log_carat")
@@ -263,7 +270,7 @@ def inject(df: pd.DataFrame, target: str, q: float, alpha: float, rng) -> tuple[
 # ---------------------------------------------------------------------------
 
 
-def run_methods(designs, labels, seed: int, knn_rows: int, raw=None, union=None, single: bool = False):
+def run_methods(designs, labels, seed: int, knn_rows: int, raw=None, union=None, single: bool = False, floors=None):
     """PR AUC and seconds per method on one perturbed dataset.
 
     ``designs`` = list of (X, y), one per template. With several templates every
@@ -278,6 +285,8 @@ def run_methods(designs, labels, seed: int, knn_rows: int, raw=None, union=None,
 
     ``raw`` = (X, y) of the first template's records without its transforms, for
     the baseline variant "OLS, untransformed attributes" (None: no transforms).
+
+    ``floors``: the EM detector's ``sigma2_floor`` per template (None: none).
 
     ``single``: also score the first template alone (EM, OLS, GBT and diagnostics
     reuse its per-template fit; LOF / KNN / HBOS on its standardised [X, y]) and
@@ -316,11 +325,12 @@ def run_methods(designs, labels, seed: int, knn_rows: int, raw=None, union=None,
         return comb
 
     dets = []
+    floors = list(floors) if floors is not None else [None] * len(designs)
 
     def em(X, y):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            det = RobustRegressionDetector(**EM_PARAMS, random_state=seed).fit(X, y)
+            det = RobustRegressionDetector(**EM_PARAMS, random_state=seed, sigma2_floor=floors[len(dets)]).fit(X, y)
         dets.append(det)
         s = np.asarray(det.decision_scores_, float)
         return s, s  # log-odds: combined as they are, like combine()
@@ -337,6 +347,14 @@ def run_methods(designs, labels, seed: int, knn_rows: int, raw=None, union=None,
     # fits whose Gaussian collapsed (sigma^2 below 1e-9 var(y): at the detector's floor, fitting a subset exactly)
     auc["EM_collapsed"] = float(sum(d.sigma2_ < 1e-9 * float(np.var(y)) for d, (_, y) in zip(dets, designs)))
     auc1["EM_collapsed"] = float(dets[0].sigma2_ < 1e-9 * float(np.var(designs[0][1])))
+    # fits whose sigma^2 ended at the measurement floor (sigma2_floor): they would have collapsed without it
+    def at_floor(d, f):
+        return f is not None and d.sigma2_ <= f * (1 + 1e-9)
+
+    auc["EM_at_floor"] = float(sum(at_floor(d, f) for d, f in zip(dets, floors)))
+    auc1["EM_at_floor"] = float(at_floor(dets[0], floors[0]))
+    auc["EM_flagged"] = float(np.mean(np.any([d.labels_ for d in dets], axis=0)))
+    auc1["EM_flagged"] = float(np.mean(dets[0].labels_))
 
     def std_abs(r, sd: float):
         """(|r|, |r| / sd): the raw score (one template) and the one combined across templates."""
@@ -434,7 +452,8 @@ def sweep(datasets, seeds, knn_rows) -> tuple[dict, dict]:
             df, labels = inject(ds.df, target, q, a * sd, rng)
             designs, union = ds.designs(df)
             raw = ds.design(df, raw=True) if ds.raw_template is not None else None
-            out = run_methods(designs, labels, seed, min(knn_rows, len(labels)), raw, union, single=ds.single is not None)
+            out = run_methods(designs, labels, seed, min(knn_rows, len(labels)), raw, union, single=ds.single is not None,
+                              floors=ds.floors)
             views = [(ds.name, out[0], out[1])]
             if ds.single is not None:
                 views.append((ds.single.name, out[2], out[3]))
@@ -547,11 +566,11 @@ def speed(seed: int, flights_all: Dataset, n_rows: int = 1_000_000, d: int = 5) 
     t_ols = time.perf_counter() - t0
     print(f"speed: Huber {t_hub:.2f}s; EM on all flights ...", flush=True)
     fl_rows = []
-    for tmpl, (Xf, yf) in zip(flights_all.templates, flights_all.designs(flights_all.df)[0]):
+    for tmpl, fl, (Xf, yf) in zip(flights_all.templates, flights_all.floors, flights_all.designs(flights_all.df)[0]):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             t0 = time.perf_counter()
-            detf = RobustRegressionDetector(**EM_PARAMS, random_state=seed).fit(Xf, yf)
+            detf = RobustRegressionDetector(**EM_PARAMS, random_state=seed, sigma2_floor=fl).fit(Xf, yf)
             t_fl = time.perf_counter() - t0
         t0 = time.perf_counter()
         HuberRegressor().fit(Xf, yf)
@@ -560,7 +579,7 @@ def speed(seed: int, flights_all: Dataset, n_rows: int = 1_000_000, d: int = 5) 
         fl_rows.append(
             f"| NYC flights `{Dataset._formula(tmpl)}` {len(flights_all.df):,} × {Xf.shape[1]} | {t_fl:.2f} | {detf.n_iter_} | "
             f"{t_fl_hub:.2f} | {t_fl_hub / t_fl:.2f}× | labels_ flags {int(np.sum(detf.labels_)):,} rows; "
-            f"σ = {np.sqrt(detf.sigma2_):.3g}, p = {detf.p_:.3f} |"
+            f"σ = {np.sqrt(detf.sigma2_):.3g}, p = {detf.p_:.3f}, sigma2_floor = {'none' if fl is None else f'{fl:.4g}'} |"
         )
     md = [f"### Speed: one template, fit only (design matrix built beforehand), EM with {', '.join(f'{k}={v}' for k, v in EM_PARAMS.items())}\n"]
     md.append(
@@ -665,7 +684,10 @@ def main(argv=None) -> None:
         f"- α (our reading: the slides give raw values on unstated attributes): α = k × sd of the perturbed attribute "
         f"on the clean data; q tables use k = {ALPHA_DEFAULT:g}; degree-of-outlierness sweep k ∈ {{{', '.join(f'{a:g}' for a in ALPHAS)}}} "
         f"at q = {Q_ALPHA:g} on the contextual attribute (the paper's sweep is on the contextual attribute; its q is not stated).\n"
-        f"- Methods: EM = `RobustRegressionDetector({', '.join(f'{k}={v}' for k, v in EM_PARAMS.items())}, random_state=seed)`, "
+        f"- Methods: EM = `RobustRegressionDetector({', '.join(f'{k}={v}' for k, v in EM_PARAMS.items())}, random_state=seed, sigma2_floor=...)`, "
+        "with the measurement floor the product derives from the spec (`dpcore.detect.design.sigma2_floor_of`: 1/12, "
+        "the variance of rounding to whole units, for a behavioural attribute declared `integer: true` without a "
+        "transform; here flights air_time and distance; none for diamonds, whose integer price is log-transformed), "
         "scored by `decision_scores_` (the posterior log-odds of t_i, which rank like t_i but do not saturate at 1.0 in float64); OLS and GBT (`HistGradientBoostingRegressor` defaults) "
         "score |in-sample residual|; pyod `LOF()`, `KNN()`, `HBOS()` (defaults: 20 / 5 neighbours, 10 bins) on the "
         f"standardised [X, y]. LOF and KNN run on a random subsample of {knn_rows:,} rows of each perturbed dataset "
@@ -709,16 +731,21 @@ def main(argv=None) -> None:
     allk = [k for k in results if k[0] == flights.name]
     n_fits = int(sum(v for k in allk for v in results[k]["EM_fits"]))
     n_coll = int(sum(v for k in allk for v in results[k]["EM_collapsed"]))
-    if n_coll:
+    n_floor = int(sum(v for k in allk for v in results[k]["EM_at_floor"]))
+    if n_coll or n_floor or not beh_ok:
         X2, y2 = flights_all.designs(flights_all.df)[0][1]
         r2 = np.abs(y2 - LinearRegression().fit(X2, y2).predict(X2))
         md.append(
-            f"Why (NYC flights): {n_coll} of {n_fits} EM fits of the multi-filter run collapsed (Gaussian σ² at the "
-            "detector's floor; see the diagnostics, and the speed table for T2's σ and p on all flights). T2 `distance ~ origin + dest` is additive, and distance is a function of the route, which "
+            f"Why (NYC flights): {n_coll} of {n_fits} EM fits of the multi-filter run collapsed below 1e-9 × var(y) and "
+            f"{n_floor} of {n_fits} ended with σ² at the measurement floor (1/12 mile² or minute²: they would collapse "
+            "without it; see the diagnostics, and the speed table for T2's σ and p on all flights). T2 `distance ~ origin + dest` is additive, and distance is a function of the route, which "
             f"it matches only up to a few miles (OLS |residual| on all flights: median {np.median(r2):.1f}, max {r2.max():.1f} miles); the EM "
-            "puts its Gaussian on the rows the dummies fit exactly and calls the rest outliers, with log-odds that grow "
-            "like residual²/σ². Under the max over filters these unperturbed records outrank T1's behavioural "
-            "perturbations (T2 cannot see air_time), while distance perturbations, hundreds of miles, still rank on top.\n"
+            "puts its Gaussian on the rows the dummies fit exactly (destinations served from one origin) and calls the rest "
+            "outliers, with log-odds that grow like residual²/(2σ²): the floor bounds σ² below by the rounding of whole miles, "
+            "1/12, so a route a few miles off no longer gets log-odds ~1e12, but its log-odds (~6 × residual²) can still exceed "
+            "those T1 gives its behavioural perturbations. Under the max over filters these unperturbed records outrank T1's behavioural "
+            "perturbations (T2 cannot see air_time), while distance perturbations, hundreds of miles, still rank on top. "
+            "The floor fixes the numeric degeneracy, not the template: T2's additive form is mis-specified for route distances.\n"
         )
     md.append("### EM diagnostics: score saturation and convergence\n")
     md.append(
@@ -727,10 +754,12 @@ def main(argv=None) -> None:
         "injected ones cost precision; the diagnostic row above ranks by the EM fit's |residual| instead. "
         "Non-converged: EM fits (all cells incl. the α sweep; one per template) that ended with `converged_ = False` "
         "(max_iter reached). Collapsed: EM fits whose Gaussian σ² ended below 1e-9 × var(y), i.e. at the detector's "
-        "floor, the Gaussian fitting a subset of rows exactly and the rest given to the Cauchy component.\n"
+        "floor, the Gaussian fitting a subset of rows exactly and the rest given to the Cauchy component. At the "
+        "measurement floor: fits whose σ² ended at `sigma2_floor` (1/12 for whole-unit attributes), which held "
+        "them above the collapse. Flagged: share of rows labelled by at least one filter (mean over all cells).\n"
     )
-    md.append("| data | rows | injected | rows tied at the top score | of which injected | EM iterations (mean) | non-converged fits | collapsed fits |")
-    md.append("|---|---|---|---|---|---|---|---|")
+    md.append("| data | rows | injected | rows tied at the top score | of which injected | EM iterations (mean) | non-converged fits | collapsed fits | at the measurement floor | flagged share |")
+    md.append("|---|---|---|---|---|---|---|---|---|---|")
     for ds in views:
         ks = [k for k in results if k[0] == ds.name and k[1] != "alpha"]
         mean = {f: float(np.mean([v for k in ks for v in results[k][f]])) for f in ("n_rows", "n_inj", "EM_tied", "EM_tied_inj")}
@@ -738,10 +767,13 @@ def main(argv=None) -> None:
         nonconv = int(sum(v for k in allk for v in results[k]["EM_nonconv"]))
         nfits = int(sum(v for k in allk for v in results[k]["EM_fits"]))
         collapsed = int(sum(v for k in allk for v in results[k]["EM_collapsed"]))
+        floored = int(sum(v for k in allk for v in results[k]["EM_at_floor"]))
+        flagged = float(np.mean([v for k in allk for v in results[k]["EM_flagged"]]))
         iters = float(np.mean([v for k in allk for v in results[k]["EM_iter"]]))
         md.append(
             f"| {ds.name} | {mean['n_rows']:,.0f} | {mean['n_inj']:,.0f} | {mean['EM_tied']:,.0f} | "
-            f"{mean['EM_tied_inj']:,.0f} | {iters:.0f} | {nonconv} of {nfits} | {collapsed} of {nfits} |"
+            f"{mean['EM_tied_inj']:,.0f} | {iters:.0f} | {nonconv} of {nfits} | {collapsed} of {nfits} | "
+            f"{floored} of {nfits} | {flagged:.1%} |"
         )
     md.append("")
     md.append("### Seconds per fit (mean over all cells, fit + score)\n")
