@@ -1,10 +1,13 @@
 """Evaluate hierarchical count-of-counts publishing (issue 7; seed 004 part 2, Kuo et al. PVLDB 2018).
 
-Run: ``.venv/bin/python -m benchmarks.coco [--quick] [--dry-run] [--seeds N]``.
+Run: ``.venv/bin/python -m benchmarks.coco [--quick] [--dry-run] [--seeds N] [--scale-only]``.
 Writes the ``coco`` section of BENCHMARKS.md via :func:`benchmarks._record.record`
 (figures are never typed by hand; the paper's figures are the ``PAPER``
 constants below, labelled "paper" in the output).  ``--dry-run`` prints the
-Markdown without recording it.
+Markdown without recording it.  ``--scale-only`` re-measures only part 3 and
+splices its subsection (``### Scale: ...`` through the goal line) into the
+recorded section in place of the previous one; parts 1-2 and the summary are
+kept from the last full run.
 
 Parts
 -----
@@ -40,6 +43,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -47,7 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from benchmarks._record import machine, record
+from benchmarks._record import BENCHMARKS, machine, record
 from dpcore.noise import NoiseSource
 
 EPSILONS = (0.1, 0.5, 1.0)
@@ -484,16 +488,56 @@ def scale(n_groups: int, quick: bool, K: int = 1000, seed: int = 5) -> tuple[str
 # ---------------------------------------------------------------------------
 
 
+GOAL_LINE = "Goal (issue 7):"
+
+
+def scale_only(quick: bool, dry_run: bool, t0: float) -> None:
+    """Re-measure part 3 alone and splice it into the recorded ``coco`` section.
+
+    Replaces the text from ``### Scale:`` through the end of the goal line;
+    everything before (parts 1-2) and after (the summary) is kept verbatim.
+    """
+    log("scale (only) ...")
+    sc, _ = scale(10**6, quick)
+    sc = sc.replace(
+        "\n\n",
+        f"\n\nRe-measured on its own (`benchmarks/coco.py --scale-only{' --quick' if quick else ''}`; {machine()}; "
+        f"{time.perf_counter() - t0:.0f} s); the other parts of this section, and the load average in its header, "
+        f"are from the last full run.\n\n",
+        1,
+    )
+    print(sc)
+    if dry_run:
+        log("dry run: BENCHMARKS.md not written")
+        return
+    text = BENCHMARKS.read_text() if BENCHMARKS.exists() else ""
+    m = re.search(r"<!-- BEGIN coco -->\n(.*?)<!-- END coco -->", text, re.S)
+    body = m.group(1) if m else ""
+    start = body.find("### Scale:")
+    goal = body.find(GOAL_LINE, start) if start >= 0 else -1
+    if start < 0 or goal < 0:
+        raise SystemExit("no recorded coco section with a scale subsection and goal line: run without --scale-only first")
+    end = body.find("\n", goal)
+    end = len(body) if end < 0 else end + 1
+    record("coco", body[:start] + sc.rstrip("\n") + "\n" + body[end:])
+    log("recorded the scale subsection into section 'coco' of BENCHMARKS.md")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer seeds, smaller housing data, one scale pair")
     ap.add_argument("--dry-run", action="store_true", help="print the Markdown, do not write BENCHMARKS.md")
     ap.add_argument("--seeds", type=int, default=None, help="noise seeds per cell (default 5, quick 2)")
     ap.add_argument("--skip-scale", action="store_true", help="(development) skip the scale part")
+    ap.add_argument("--scale-only", action="store_true",
+                    help="re-measure only the scale part (10^6 groups) and splice it into the recorded section")
     args = ap.parse_args(argv)
     seeds = args.seeds or (2 if args.quick else 5)
     t0 = time.perf_counter()
     load_start = os.getloadavg()[0]
+    if args.scale_only:
+        scale_only(args.quick, args.dry_run, t0)
+        return
 
     log("building data sets ...")
     dsets = [flights_dataset(), housing_dataset(100_000 if args.quick else 1_000_000), sparse_dataset()]
