@@ -272,6 +272,10 @@ def test_sigma_release_and_privacy_map():
     expected = float(NoiseSource(seed=7).gaussian(float(q), sm.noise_sigma(X)))
     assert sm.release(X, NoiseSource(seed=7)) == expected
     assert sm.smooth_sensitivity(X) <= 19  # capped by the Theorem 4 upper bound
+    # the diagnostics variant draws the same and reports the exact values it used
+    for mech in (sm, gl):
+        noisy, q_used, sigma = mech.release_with_diagnostics(X, NoiseSource(seed=7))
+        assert (noisy, q_used, sigma) == (mech.release(X, NoiseSource(seed=7)), q, mech.noise_sigma(X))
 
 
 @pytest.mark.parametrize(

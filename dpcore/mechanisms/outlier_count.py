@@ -887,6 +887,19 @@ class OutlierCountMechanism:
         (eq. 14) come from one degree pass (module docstring, "Cost"); the
         values equal :meth:`noise_sigma` and :func:`count_outliers` exactly.
         """
+        return self.release_with_diagnostics(XS, noise)[0]
+
+    def release_with_diagnostics(self, XS, noise: NoiseSource) -> tuple[float, int, float]:
+        """:meth:`release`, also returning the internal ``q_count`` and noise scale it used.
+
+        Returns
+        -------
+        tuple of (float, int, float)
+            ``(private count, q_count, sigma)``. Only the first is private;
+            ``q_count`` and ``sigma`` (data-dependent for the smooth method)
+            are for the warehouse's ``internal`` schema. One degree pass, so a
+            caller that wants the diagnostics does not count a second time.
+        """
         self.validate()
         if self.method == "global":
             sigma = self.noise_sigma(XS)
@@ -894,4 +907,4 @@ class OutlierCountMechanism:
         else:  # one degree pass gives both S(X) and q_count (same exact values as separate calls)
             S, _, _, q = self._terms(XS)
             sigma = float(S) / self.alpha
-        return float(noise.gaussian(float(q), sigma))
+        return float(noise.gaussian(float(q), sigma)), int(q), float(sigma)

@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..bundle import StepOutput
 from ..ingest import IngestResult
-from ..mechanisms.outlier_count import OutlierCountMechanism, count_outliers, subspace_view
+from ..mechanisms.outlier_count import OutlierCountMechanism, subspace_view
 from ..mechanisms.subspace import TopSubspaceSelection, candidate_subspaces
 from ..neighbors import scale_by_bounds
 from ..settings import Settings
@@ -195,11 +195,10 @@ def release_outlier_counts(
         )
 
         def compute(sub: tuple[int, ...] = sub) -> dict[str, Any]:
-            XS = subspace_view(X, sub)
-            diag.append({"subspace": " × ".join(names(sub)), "true_count": count_outliers(XS, cfg.k, cfg.r),
-                         "sigma": float(count.noise_sigma(XS))})
+            noisy, true_count, sigma = count.release_with_diagnostics(subspace_view(X, sub), noise)
+            diag.append({"subspace": " × ".join(names(sub)), "true_count": true_count, "sigma": sigma})
             # clamping at 0 and rounding are post-processing: no extra privacy cost
-            return {"noisy_count": max(0.0, round(float(count.release(XS, noise)), 2))}
+            return {"noisy_count": max(0.0, round(noisy, 2))}
 
         rel = stores.ledger.release_once(req, compute)
         keys.append(rel.key)
