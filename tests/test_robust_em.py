@@ -539,3 +539,40 @@ def test_noise_step_with_floor_is_the_constrained_maximum(floor):
         S, Bg = np.meshgrid(grid, grid, indexing="ij")
         feas = (S >= floor) & (Bg >= S)
         assert Q(s2, b) >= np.max(np.where(feas, Q(S, Bg), -np.inf)) - 1e-9 * (1 + abs(Q(s2, b)))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_exact_levels_keep_the_reference_level_fitted_under_the_floor(seed):
+    """y an exact integer function of a many-level category (NYC flights ``distance ~ route``) with a
+    rare reference level: every clean row, the reference level's included, is fitted exactly and
+    nothing clean is flagged (regression: the ridge on the level columns, weighted by ~1e7 under the
+    floor, moved the intercept off the reference level's rows once the EM had handed them to the
+    Cauchy component, and the whole reference level stayed flagged)."""
+    rng = np.random.default_rng(seed)
+    n, k = 6000, 120
+    g = np.r_[np.zeros(15, int), rng.integers(1, k, n - 15)]
+    mu = rng.integers(80, 5000, k).astype(float)
+    y = mu[g]
+    out = rng.random(n) < 0.02
+    y = y + out * rng.uniform(50, 2000, n)
+    X = np.zeros((n, k - 1))
+    X[g > 0, g[g > 0] - 1] = 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        det = RobustRegressionDetector(random_state=0, sigma2_floor=1 / 12).fit(X, y)
+    resid = y - X @ det.coef_ - det.intercept_
+    assert np.abs(resid[~out]).max() < 1e-3
+    assert det.intercept_ == pytest.approx(mu[0], abs=1e-3)
+    assert not det.labels_[~out].any()
+    assert det.labels_[out].all()
+
+
+def test_solve_exact_or_ridge_is_exact_when_well_posed_and_ridged_when_collinear():
+    G = np.array([[1e12, 1e6], [1e6, 1e6 + 1e-3]])  # the intercept column's entry dwarfs the level's
+    beta = np.array([3.0, -2.0])
+    np.testing.assert_allclose(rem._solve_exact_or_ridge(G, G @ beta), beta, rtol=1e-9)
+    dup = np.array([[2.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])  # columns 1 and 2 identical
+    b = rem._solve_exact_or_ridge(dup, dup @ np.array([1.0, 2.0, 0.0]))
+    assert np.all(np.isfinite(b))
+    np.testing.assert_allclose(dup @ b, dup @ np.array([1.0, 2.0, 0.0]), rtol=1e-6)
+    assert b[1] == pytest.approx(b[2], rel=1e-6)  # the ridge splits the collinear pair

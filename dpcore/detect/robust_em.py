@@ -161,8 +161,9 @@ determined by its own rows alone; constant columns are dropped (coefficient 0). 
 :math:`y` leaves scores and labels unchanged. All fitted attributes are
 reported in the original units (:math:`\sigma^2` and :math:`b` scale with the
 square of :math:`y`'s scale, ``log_likelihood_`` includes the Jacobian).
-Collinear columns are handled by a ridge of :math:`10^{-9}` times each
-column's own diagonal entry of the normal equations (the fitted values are unaffected; the coefficients of exactly
+The M-step's weighted least squares is solved exactly when it is well posed;
+collinear columns are handled by a ridge of :math:`10^{-9}` times each
+column's own diagonal entry of the normal equations (not on the intercept) (the fitted values are unaffected; the coefficients of exactly
 collinear columns are split between them).
 
 Degenerate inputs (documented outcomes, never NaN scores)
@@ -209,6 +210,9 @@ _P_FLOOR = 1e-9
 _Y_CLIP = 1e100
 #: Relative ridge on the normal equations (collinear contexts).
 _RIDGE = 1e-9
+#: Smallest share of its diagonal entry a Cholesky pivot may keep before the
+#: M-step falls back to the ridge (see :func:`_solve_exact_or_ridge`).
+_RANK_TOL = 1e-10
 #: Lazily created ``threadpoolctl.ThreadpoolController`` (False when unavailable).
 _TP_CONTROLLER = None
 #: Work budget (multiply-adds) of one concentration step over all elemental
@@ -266,6 +270,34 @@ def _check_y(y, n: int, name: str = "y") -> np.ndarray:
     return arr
 
 
+def _solve_exact_or_ridge(G: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """Solve one system ``G beta = rhs`` without a ridge when it is well posed, else :func:`_solve`.
+
+    Well posed: the Cholesky factor exists and every pivot keeps more than
+    ``_RANK_TOL`` of its column's diagonal entry (``L_jj^2 > 1e-10 G_jj``, i.e.
+    no column is explained by the earlier ones up to ``1 - 1e-10`` of its
+    weighted variance). The EM M-step uses this: under the measurement floor the
+    Gaussian rows weigh ~1e7 times more than the rows the Cauchy component
+    holds, and even a relative ridge of 1e-9 on the level columns then moved the
+    intercept -- i.e. the mean of the dropped reference level, whose rows were
+    all held by the Cauchy -- far from that level's rows, which kept the whole
+    level flagged (NYC flights ``distance ~ route``: the 55 rows of the
+    reference route, residual 765 miles). Without a ridge the weighted least
+    squares puts every level's fitted value at its own weighted mean, however
+    small its weights. Collinear designs still get the ridge.
+    """
+    diag = np.diagonal(G)
+    if np.all(diag > 0):
+        try:
+            L = np.linalg.cholesky(G)
+        except np.linalg.LinAlgError:
+            L = None
+        if L is not None and np.all(np.square(np.diagonal(L)) > _RANK_TOL * diag):
+            with _one_blas_thread():
+                return np.linalg.solve(G, rhs)
+    return _solve(G, rhs)
+
+
 def _solve(G: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     """Solve (stacks of) normal equations ``G beta = rhs`` with a tiny per-column relative ridge.
 
@@ -277,6 +309,14 @@ def _solve(G: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     one-hot level whose rows all carry small EM weights towards 0 -- a whole
     category of records was then left unfitted and flagged.)
 
+    Column 0 is the intercept (the constant column of every design here) and
+    gets no ridge: its diagonal entry is the weight of *all* rows, so a ridge
+    relative to it outweighed the rows of the dropped reference level once the
+    EM had down-weighted them, pulled the intercept off that level's mean and
+    flagged the whole level (NYC flights ``distance ~ route``: the 55 rows of
+    the reference route, residual 765 miles). The intercept column is 1 on every
+    row, so ``G`` stays positive definite without it.
+
     The q x q solves are small; they run with one BLAS thread (``threadpoolctl``),
     as multi-threaded OpenBLAS is up to ~40x slower on them on a busy machine.
     """
@@ -285,6 +325,7 @@ def _solve(G: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     mean = diag.mean(axis=-1, keepdims=True)
     fill = np.where(mean > 0, mean, 1.0)
     lam = _RIDGE * np.where(diag > 0, diag, fill)
+    lam[..., 0] = 0.0  # the intercept is never shrunk (see above)
     G = G + lam[..., None] * np.eye(q)
     with _one_blas_thread():
         try:
@@ -335,7 +376,7 @@ def _mstep(Z, y, t, etau, s2, b, floor: float = _SIGMA2_FLOOR):
     u = 1.0 - t
     w = u * (1.0 / s2) + t * etau
     Zw = Z * w[:, None]
-    beta = _solve(Zw.T @ Z, Zw.T @ y)
+    beta = _solve_exact_or_ridge(Zw.T @ Z, Zw.T @ y)
     r = y - Z @ beta
     r2 = r * r
     s2, b = _noise_step(float(u.sum()), float(u @ r2), st, float(t @ etau), s2, b, floor)
