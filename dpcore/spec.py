@@ -387,11 +387,17 @@ class PcorSpec(_Strict):
     utility: Literal["population", "overlap"] = Field(
         default="population", description="|D_C| or |D_C ∩ D_{C_V}| (Section 3.2); sensitivity 1."
     )
-    start: Literal["auto", "cell", "full"] = Field(
+    start: Literal["auto", "cell", "full", "climb"] = Field(
         default="auto",
         description="Rule for the starting context C_V: cell = V's own cell if valid, else the first valid context "
         "adding values; full = the whole dataset if valid, else the first valid context removing values (then the "
-        "cell rule); auto = cell (measured best for BFS/DFS; full helps random_walk). Validity-only: no extra privacy cost.",
+        "cell rule); climb = the cell rule's start, then add the lowest value keeping validity until none does; "
+        "auto = cell (measured best for BFS/DFS; full and climb help random_walk). Validity-only: no extra privacy cost.",
+    )
+    final_share: float | None = Field(
+        default=0.25, gt=0, lt=1,
+        description="DFS/BFS: share of epsilon spent on the final selection over the visited contexts, the n "
+        "selections share the rest (null = the paper's equal split, epsilon/(n+1) per call). Same total charge.",
     )
     epsilon: float = Field(default=0.2, gt=0, le=10, description="Total OCDP epsilon per explained record (> 0).")
     record_ids: list[str] = Field(default_factory=list, description="Records to explain (ids are public).")

@@ -23,7 +23,8 @@ def explain_outlier(
     n_samples: Annotated[int, Field(ge=1, le=10_000)] = 50,
     verifier: Literal["grubbs", "lof", "histogram"] = "grubbs",
     utility: Literal["population", "overlap"] = "population",
-    start: Literal["auto", "cell", "full"] = "auto",
+    start: Literal["auto", "cell", "full", "climb"] = "auto",
+    final_share: Optional[Annotated[float, Field(gt=0, lt=1)]] = 0.25,
     metric: Optional[str] = None,
     attributes: Optional[list[str]] = None,
     spec_path: SpecPath = DEMO_SPEC,
@@ -37,14 +38,18 @@ def explain_outlier(
 
     Args:
         record_id: Id of the record to explain (must be in the validated table).
-        epsilon: Total OCDP epsilon of this explanation; the sampler's epsilon_1 is derived from it.
-        sampler: bfs/dfs cost (2n+2) epsilon_1; random_walk, uniform and direct cost 2 epsilon_1.
+        epsilon: Total OCDP epsilon of this explanation; the per-step epsilons are derived from it.
+        sampler: bfs/dfs make n search selections + 1 final selection (split by final_share);
+            random_walk, uniform and direct make one selection. Each costs exactly epsilon in total.
         n_samples: Number of sampled contexts n (not used by direct).
         verifier: Outlier test on the metric: grubbs, lof or histogram.
         utility: population = context size |D_C|; overlap = overlap with the starting context.
         start: Starting context of the search: cell = the record's own cell (or the nearest valid
             context above it), full = the whole dataset (or the nearest valid context below it),
-            auto = cell (full helps random_walk only). Costs no extra privacy.
+            climb = cell, then add values while the record stays an outlier; auto = cell
+            (full and climb help random_walk only). Costs no extra privacy.
+        final_share: bfs/dfs only: share of epsilon spent on the final choice among the visited
+            contexts (the n search steps share the rest); empty = the paper's equal split. Same total cost.
         metric: Numeric metric attribute (default: the spec's steps.pcor.metric).
         attributes: Categorical context attributes (default: the spec's steps.pcor.attributes).
         spec_path: Path to the release spec YAML.
@@ -54,7 +59,7 @@ def explain_outlier(
     cfg = spec.steps.pcor
     section = cfg.model_copy(update={
         "enabled": True, "record_ids": [record_id], "from_detector": 0, "epsilon": epsilon, "sampler": sampler,
-        "n_samples": n_samples, "verifier": verifier, "utility": utility, "start": start,
+        "n_samples": n_samples, "verifier": verifier, "utility": utility, "start": start, "final_share": final_share,
         "metric": metric or cfg.metric, "attributes": attributes or cfg.attributes,
     })
     spec = with_step(spec, "pcor", section)

@@ -96,6 +96,10 @@ def test_deployments_registered_with_schedule_pool_and_constraints(stack):
     assert p["epsilon"]["exclusiveMinimum"] == 0 and p["n_samples"]["minimum"] == 1
     assert set(p["sampler"]["enum"]) == {"bfs", "dfs", "random_walk", "uniform", "direct"}
     assert set(p["verifier"]["enum"]) == {"grubbs", "lof", "histogram"}
+    assert set(p["start"]["enum"]) == {"auto", "cell", "full", "climb"}
+    share = p["final_share"]
+    assert share["default"] == 0.25 and {"type": "null"} in share["anyOf"]
+    assert any(a.get("exclusiveMinimum") == 0 and a.get("exclusiveMaximum") == 1 for a in share["anyOf"])
     pool = run(ops, [PREFECT, "work-pool", "inspect", "release-pool"])
     assert pool.returncode == 0 and "process" in pool.stdout
 

@@ -99,9 +99,13 @@ def test_explain_outlier_releases_one_valid_context_once(dpr_home, small_spec_pa
     explain_outlier(record_id=most_delayed, epsilon=0.2, sampler="random_walk", n_samples=10, spec_path=str(spec_path))
     assert len(_pcor_charges()) == 2
     assert _ledger().spent_exact("nycflights13").epsilon == Fraction(2, 5)
+    # so is another budget split (the paper's equal split) or start rule: one charge each, same epsilon
+    explain_outlier(record_id=most_delayed, epsilon=0.2, final_share=None, start="climb", spec_path=str(spec_path))
+    assert len(_pcor_charges()) == 3
+    assert _ledger().spent_exact("nycflights13").epsilon == Fraction(3, 5)
     # the bundle holds the context only; search statistics stay in the warehouse
     bundles = sorted((dpr_home / "bundles" / "nycflights13" / "test-r1").glob("explain-*"))
-    assert len(bundles) == 2
+    assert len(bundles) == 3
     table = pd.read_csv(bundles[0] / "tables" / "pcor__explanations.csv")
     assert list(table.columns) == ["record_id", "status", "context", "bits"]
     public = "".join(p.read_text(errors="ignore") for b in bundles for p in b.rglob("*")
@@ -109,7 +113,7 @@ def test_explain_outlier_releases_one_valid_context_once(dpr_home, small_spec_pa
     for word in ("n_verified", "n_candidates", "start_context"):
         assert word not in public
     diag = Warehouse(Settings.from_env().warehouse).query_df("SELECT * FROM internal.pcor_diagnostics")
-    assert len(diag) == 2 and (diag["n_verified"] >= 1).all() and (diag["population"] >= 3).all()
+    assert len(diag) == 3 and (diag["n_verified"] >= 1).all() and (diag["population"] >= 3).all()
     import re
 
     # the released contexts' population sizes stay internal (sizes >= 100: smaller numbers occur
@@ -128,6 +132,8 @@ def test_explain_outlier_releases_one_valid_context_once(dpr_home, small_spec_pa
         ({"epsilon": -1.0}, ParameterTypeError, "epsilon"),
         ({"n_samples": 0}, ParameterTypeError, "n_samples"),
         ({"sampler": "dijkstra"}, ParameterTypeError, "sampler"),
+        ({"final_share": 1.0}, ParameterTypeError, "final_share"),
+        ({"start": "top"}, ParameterTypeError, "start"),
         ({"metric": "no_such_column"}, SpecError, "steps.pcor.metric"),
         ({"attributes": ["tailnum"]}, StepInputError, "nullable"),
         ({"attributes": ["carrier", "dest", "month"]}, StepInputError, "64"),

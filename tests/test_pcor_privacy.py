@@ -4,8 +4,9 @@ On tiny instances (t = 6, 28 rows) with the production engine
 (:class:`~dpcore.mechanisms.pcor.evaluator.ContextEvaluator` over a
 :class:`~dpcore.mechanisms.pcor.index.CellIndex`) and three verifiers (Grubbs,
 LOF, Histogram), the exact output distribution of
-every sampler (direct, uniform, random walk, DFS, BFS), both utilities and both
-start rules (``start="cell"`` and ``start="full"``) is computed (:func:`dpcore.mechanisms.pcor.exact.exact_output_distribution`)
+every sampler (direct, uniform, random walk, DFS, BFS), both utilities, every
+start rule (``"cell"``, ``"full"``, ``"climb"``) and, for DFS/BFS, three
+budget splits (``final_share`` 1/4 (default), the paper's equal split, 9/10) is computed (:func:`dpcore.mechanisms.pcor.exact.exact_output_distribution`)
 for a dataset ``D`` and for each neighbour ``D'`` over a grid: every record
 other than ``V`` removed, and a record added in every cell with several
 metric values (add/remove-one neighbours).
@@ -95,8 +96,9 @@ def common_loss(p: dict, q: dict) -> tuple[float, int]:
     return loss, len(set(p) ^ set(q))
 
 
-def mechanisms(epsilon=EPSILON, n=N_SAMPLES, cls=PCORMechanism, samplers=SAMPLERS, start="auto"):
-    return [cls(s, epsilon, n_samples=n, utility=u, start=start) for s in samplers for u in ("population", "overlap")]
+def mechanisms(epsilon=EPSILON, n=N_SAMPLES, cls=PCORMechanism, samplers=SAMPLERS, start="auto", **kw):
+    return [cls(s, epsilon, n_samples=n, utility=u, start=start, **kw) for s in samplers
+            for u in ("population", "overlap")]
 
 
 def run_audit(verifier_name: str, mechs):
@@ -129,6 +131,9 @@ def run_audit(verifier_name: str, mechs):
 @pytest.mark.parametrize("verifier_name", sorted(VERIFIERS))
 def test_exact_privacy_loss_within_charge_for_ocdp_neighbours(verifier_name, start, record_property):
     mechs = mechanisms(start=start)
+    if start == "cell":  # DFS/BFS budget splits: the paper's equal split and a final-heavy one
+        mechs += mechanisms(start=start, samplers=("dfs", "bfs"), final_share=None)
+        mechs += mechanisms(start=start, samplers=("dfs", "bfs"), final_share=Fraction(9, 10))
     equal, changed = run_audit(verifier_name, mechs)
     # the grid exercises both kinds of neighbours
     n_equal = len(equal) // len(mechs)
@@ -138,14 +143,14 @@ def test_exact_privacy_loss_within_charge_for_ocdp_neighbours(verifier_name, sta
     for label, m, loss in equal:
         charged = float(m.cost().epsilon)
         assert loss <= charged + 1e-9, (verifier_name, m.name, m.utility, label, loss, charged)
-        key = f"{m.name}/{m.utility}"
+        key = f"{m.name}/{m.utility}" + ("" if m.final_share == Fraction(1, 4) else f"/final_share={m.final_share}")
         worst[key] = max(worst.get(key, 0.0), loss)
     # the loss is real (the audit is not vacuous) and within the charge for every mechanism
     assert all(v > 0 for v in worst.values()), worst
     # Section 6.7: neighbours with a different COE -- reported, not asserted
     report = {}
     for label, m, loss, n_diff in changed:
-        key = f"{m.name}/{m.utility}"
+        key = f"{m.name}/{m.utility}" + ("" if m.final_share == Fraction(1, 4) else f"/final_share={m.final_share}")
         r = report.setdefault(key, {"neighbours": 0, "max_common_log_ratio": 0.0, "common_ratio_above_epsilon": 0,
                                     "support_differs": 0, "max_support_difference": 0,
                                     "charged_epsilon": float(m.cost().epsilon)})
@@ -170,11 +175,14 @@ def test_exact_privacy_loss_within_charge_for_ocdp_neighbours(verifier_name, sta
 
 
 class _ChargesOneCall(PCORMechanism):
-    """Deliberately wrong: derives eps1 = epsilon / 2 for every sampler (BFS really makes n + 1 calls)."""
+    """Deliberately wrong: runs every call at the full epsilon (BFS really makes n + 1 calls)."""
 
-    def epsilon_1(self) -> Fraction:
+    def selection_epsilon(self) -> Fraction:
         self.validate()
-        return exact(self.epsilon) / 2
+        return exact(self.epsilon)
+
+    def final_epsilon(self) -> Fraction:
+        return self.selection_epsilon()
 
 
 def test_audit_catches_a_mischarged_mechanism():

@@ -373,17 +373,27 @@ def test_dfs_and_bfs_stop_when_the_reachable_component_is_exhausted():
 
 @pytest.mark.parametrize("sampler,expected", [("direct", 1), ("uniform", 1), ("random_walk", 1),
                                               ("dfs", 13), ("bfs", 13)])
-def test_exponential_calls_match_the_charge(medium, sampler, expected):
+@pytest.mark.parametrize("final_share", [Fraction(1, 4), Fraction(2, 3), None])
+def test_exponential_calls_match_the_charge(medium, sampler, expected, final_share):
     n = 12
-    mech = PCORMechanism(sampler, Fraction(3, 10), n_samples=n)
+    mech = PCORMechanism(sampler, Fraction(3, 10), n_samples=n, final_share=final_share)
     assert mech.n_exponential_calls() == expected
     ch = CountingChooser(S.NoiseChooser(NoiseSource(seed=7)))
     res = mech.explain_with_chooser(medium, ch)
     em = [c for c in ch.calls if c[0] == "exponential"]
     assert len(em) == expected == res.n_em_calls
-    # every call runs at epsilon_step = 2 eps1, and the calls add up to the charge exactly
-    assert all(c[2] == float(2 * mech.epsilon_1()) for c in em)
-    assert expected * 2 * mech.epsilon_1() == mech.cost().epsilon == Fraction(3, 10)
+    # the n selections run at selection_epsilon, the final call at final_epsilon; they add up to the charge
+    assert all(c[2] == float(mech.selection_epsilon()) for c in em[:-1])
+    assert em[-1][2] == float(mech.final_epsilon())
+    total = (expected - 1) * mech.selection_epsilon() + mech.final_epsilon()
+    assert total == mech.cost().epsilon == Fraction(3, 10)
+    if sampler in ("dfs", "bfs"):
+        share = Fraction(1, n + 1) if final_share is None else final_share
+        assert mech.final_epsilon() == share * Fraction(3, 10)
+        if final_share is None:  # the paper's equal split: every call 2 eps1
+            assert mech.selection_epsilon() == mech.final_epsilon() == 2 * mech.epsilon_1()
+    else:
+        assert mech.final_epsilon() == Fraction(3, 10) == 2 * mech.epsilon_1()
     if sampler in ("direct", "dfs", "bfs"):
         assert ch.count("uniform") == 0
     if sampler == "random_walk":
@@ -500,14 +510,41 @@ def test_full_start_rule_descends_from_the_full_context_in_fixed_order():
     S.start_context(ev, start="full")
     assert ev.seen and all(sp.contains(sp.unpack(np.array([k], dtype=np.uint64)), (0, 0))[0] for k in ev.seen)
     for bad in ("auto", "top", None):
-        with pytest.raises(ValueError, match="start must be one of cell, full"):
+        with pytest.raises(ValueError, match="start must be one of cell, full, climb"):
             S.start_context(ev, start=bad)
+
+
+def test_climb_start_rule_adds_the_lowest_valid_bit_until_none_does():
+    sp = ToySpace((3, 3))  # cell bits 0, 3; free bits 1, 2, 4, 5
+    cell = sp.cell_context((0, 0))
+
+    def plus(*bits):
+        c = cell.copy()
+        c[list(bits)] = True
+        return c
+
+    # cell valid; +1 and +2 valid singly, but +{1,2} not; from +1: +4 valid, then +5 valid -> maximal
+    ev = SetEvaluator(sp, cell, sp.pack(np.array([cell, plus(1), plus(2), plus(1, 4), plus(1, 4, 5), plus(2, 4)])))
+    assert np.array_equal(S.start_context(ev, start="climb"), plus(1, 4, 5))
+    assert np.array_equal(S.start_context(ev, start="cell"), cell)
+    # the climb starts from the cell rule's start (here cell + {2}, the cell being invalid)
+    ev = SetEvaluator(sp, cell, sp.pack(np.array([plus(2), plus(2, 4), plus(1, 4)])))
+    assert np.array_equal(S.start_context(ev, start="climb"), plus(2, 4))
+    # the climb has its own bound of max_evaluations tests and stops at the last valid context reached:
+    # round 1 tests the 4 free bits (-> +1), round 2 the 3 unset ones (-> +4), round 3 two (-> +5)
+    ev = SetEvaluator(sp, cell, sp.pack(np.array([cell, plus(1), plus(1, 4), plus(1, 4, 5)])))
+    for bound, expected in ((3, plus(1)), (4, plus(1)), (6, plus(1, 4)), (7, plus(1, 4)), (9, plus(1, 4, 5))):
+        assert np.array_equal(S.start_context(ev, start="climb", max_evaluations=bound), expected), bound
+    assert S.start_context(SetEvaluator(sp, cell, []), start="climb") is None
+    full = np.ones(sp.t, dtype=bool)
+    ev = SetEvaluator(sp, cell, sp.pack(np.array([cell, full])))  # nothing between: the climb stays put
+    assert np.array_equal(S.start_context(ev, start="climb"), cell)
 
 
 def test_mechanism_start_rule_resolution():
     for utility, auto in (("population", "cell"), ("overlap", "cell")):
         assert PCORMechanism("bfs", 0.2, utility=utility).start_rule() == auto
-        for rule in ("cell", "full"):
+        for rule in ("cell", "full", "climb"):
             assert PCORMechanism("bfs", 0.2, utility=utility, start=rule).start_rule() == rule
     sp = ToySpace((2, 2, 2))
     cell = sp.cell_context((0, 0, 0))
@@ -565,7 +602,7 @@ def test_uniform_draw_bound_falls_back_to_the_start_context():
     (dict(max_start_evaluations=0), "max_start_evaluations must be an integer >= 1"),
     (dict(max_uniform_draws=-1), "max_uniform_draws must be an integer >= 1"),
     (dict(max_direct_contexts=0), "max_direct_contexts must be an integer >= 1"),
-    (dict(start="top"), "start must be one of auto, cell, full; got 'top'"),
+    (dict(start="top"), "start must be one of auto, cell, full, climb; got 'top'"),
     (dict(start=None), "start must be one of auto, cell, full"),
 ])
 def test_parameter_errors_name_the_parameter(kwargs, match):
@@ -583,17 +620,29 @@ def test_evaluator_utility_must_match(medium):
 
 
 def test_epsilon_1_is_derived_exactly():
-    assert PCORMechanism("bfs", 0.2, n_samples=50).epsilon_1() == Fraction(1, 510)
-    assert PCORMechanism("dfs", 0.2, n_samples=50).epsilon_1() == Fraction(1, 510)
+    assert PCORMechanism("bfs", 0.2, n_samples=50, final_share=None).epsilon_1() == Fraction(1, 510)
+    assert PCORMechanism("dfs", 0.2, n_samples=50, final_share=None).epsilon_1() == Fraction(1, 510)
+    # default split: 1/4 of epsilon on the final call, the rest over the 50 selections
+    bfs = PCORMechanism("bfs", 0.2, n_samples=50)
+    assert bfs.final_epsilon() == Fraction(1, 20) and bfs.selection_epsilon() == Fraction(3, 1000)
+    assert bfs.epsilon_1() == Fraction(3, 2000)
     for s in ("direct", "uniform", "random_walk"):
         assert PCORMechanism(s, 0.2, n_samples=50).epsilon_1() == Fraction(1, 10)
-    assert PCORMechanism("bfs", Fraction(1, 3), n_samples=2).epsilon_1() == Fraction(1, 18)
+    assert PCORMechanism("bfs", Fraction(1, 3), n_samples=2, final_share=None).epsilon_1() == Fraction(1, 18)
     for s in SAMPLERS:
         for n in (1, 25, 200):
-            m = PCORMechanism(s, 0.05, n_samples=n)
-            assert m.cost() == PrivacyCost(Fraction(1, 20))
-            assert m.n_exponential_calls() * 2 * m.epsilon_1() == Fraction(1, 20)
-            assert m.epsilon_step() == float(2 * m.epsilon_1())
+            for share in (None, Fraction(1, 4), 0.9):
+                m = PCORMechanism(s, 0.05, n_samples=n, final_share=share)
+                assert m.cost() == PrivacyCost(Fraction(1, 20))
+                assert (m.n_exponential_calls() - 1) * m.selection_epsilon() + m.final_epsilon() == Fraction(1, 20)
+                assert m.epsilon_step() == float(m.selection_epsilon()) == float(2 * m.epsilon_1())
+                assert m.final_step() == float(m.final_epsilon())
+
+
+@pytest.mark.parametrize("bad", [0, 1, -0.1, 1.5, float("nan"), "half", True])
+def test_final_share_is_validated(bad):
+    with pytest.raises(ValueError, match="final_share must be a number in \\(0, 1\\) or None"):
+        PCORMechanism("bfs", 0.2, final_share=bad).cost()
 
 
 def test_privacy_map_and_labels():
@@ -607,7 +656,7 @@ def test_privacy_map_and_labels():
     assert (m.name, m.notion, m.neighbour) == ("pcor_bfs", "ocdp", "add-remove")
     assert m.cost().delta == 0
     assert m.params() == {"sampler": "bfs", "epsilon": "1/5", "n_samples": 50, "utility": "population",
-                          "start": "auto", "start_rule": "cell", "max_start_evaluations": 100_000, "max_uniform_draws": 100_000,
+                          "start": "auto", "start_rule": "cell", "final_share": "1/4", "max_start_evaluations": 100_000, "max_uniform_draws": 100_000,
                           "max_direct_contexts": 2**20}
 
 

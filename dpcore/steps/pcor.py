@@ -187,7 +187,7 @@ def plan_pcor(
     mech_params = {
         "sampler": cfg.sampler, "epsilon": cfg.epsilon, "n_samples": cfg.n_samples, "utility": cfg.utility,
         "max_start_evaluations": cfg.max_start_evaluations, "max_direct_contexts": cfg.max_contexts,
-        "start": cfg.start,
+        "start": cfg.start, "final_share": cfg.final_share,
     }
     vparams = _verifier_params(cfg)
     try:
@@ -388,7 +388,11 @@ def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str,
         }
         for i, t in enumerate(plan.targets)
     ])
-    eps1 = mech.epsilon_1()
+    if cfg.sampler in ("dfs", "bfs"):
+        split = (f"{cfg.n_samples} search selections at epsilon {float(mech.selection_epsilon()):.6g} each and the "
+                 f"final selection at {float(mech.final_epsilon()):.6g}")
+    else:
+        split = "one exponential-mechanism selection"
     lines = [
         "## Private contextual outlier explanations (PCOR, output-constrained DP)",
         "",
@@ -396,7 +400,7 @@ def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str,
         f"(full public domains, t = {job.space.t}) in which it is an outlier of "
         f"{plan.targets[0].request.params['metric']} under the {cfg.verifier} verifier, chosen by "
         f"{cfg.sampler} sampling (n = {cfg.n_samples}) and the exponential mechanism with "
-        f"{cfg.utility} utility. Cost per record: epsilon = {cfg.epsilon:g} (epsilon_1 = {float(eps1):.6g}), "
+        f"{cfg.utility} utility. Cost per record: epsilon = {cfg.epsilon:g} ({split}), "
         "notion OCDP: the guarantee covers neighbouring datasets (one record added or removed) that leave the "
         "set of valid contexts of the record unchanged (Shafieinejad et al., Definition 2.5).",
         "",

@@ -91,7 +91,7 @@ def _uniform_distribution(mechanism, evaluator, max_outcomes: int) -> dict[Optio
     n_multisets = math.comb(K + n - 1, n)
     if n_multisets > max_outcomes:
         raise ValueError(f"uniform sampler: {n_multisets} sample multisets exceed max_outcomes={max_outcomes}")
-    step = mechanism.epsilon_step()
+    step = mechanism.final_step()
     u = S._Utilities(evaluator, reference)(valid)
     w = np.exp(u * (step / 2.0) - (u * (step / 2.0)).max())  # exp(eps1 u), scaled
     keys = S._keys(evaluator, valid)
@@ -144,7 +144,7 @@ def exact_output_distribution(mechanism, evaluator, max_branches: int = 2_000_00
     mechanism.validate()
     if mechanism.sampler == "uniform":
         return _uniform_distribution(mechanism, evaluator, max_branches)
-    step = mechanism.epsilon_step()
+    step = mechanism.final_step()
     out: dict[Optional[int], float] = defaultdict(float)
     stack: list[tuple[tuple[int, ...], float]] = [((), 1.0)]
     nodes = 0

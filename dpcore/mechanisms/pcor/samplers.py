@@ -261,7 +261,7 @@ def select_final(evaluator, candidates: np.ndarray, epsilon_step: float, chooser
 
 
 #: Start rules of :func:`start_context` (``"auto"`` is resolved by the mechanism).
-START_RULES = ("cell", "full")
+START_RULES = ("cell", "full", "climb")
 
 
 def start_context(evaluator, max_evaluations: int = 100_000, batch_size: int = 4096,
@@ -293,6 +293,14 @@ def start_context(evaluator, max_evaluations: int = 100_000, batch_size: int = 4
       near the top of the lattice and BFS/DFS reach near-maximal contexts
       even with the tiny ``eps1 = eps / (2n + 2)``.
 
+    * ``start="climb"``: the ``"cell"`` start, then a greedy ascent by
+      validity alone (:func:`_climb`): repeatedly add the **lowest** free bit
+      whose addition keeps the context valid, until no single addition does
+      (or another ``max_evaluations`` tests were spent). Population size
+      never shrinks when a bit is added, so ``C_V`` ends at a locally maximal
+      valid context -- usually a large one -- while the rule, like the
+      others, never looks at a population size.
+
     Parameters
     ----------
     evaluator : ContextEvaluator
@@ -305,7 +313,7 @@ def start_context(evaluator, max_evaluations: int = 100_000, batch_size: int = 4
         Contexts per ``valid`` call (each distance layer is tested in
         batches; the first valid context in the fixed order is returned, so
         batching does not change the result).
-    start : {"cell", "full"}
+    start : {"cell", "full", "climb"}
         The rule (above).
 
     Returns
@@ -318,11 +326,11 @@ def start_context(evaluator, max_evaluations: int = 100_000, batch_size: int = 4
     Raises
     ------
     ValueError
-        ``start`` not one of ``"cell"``, ``"full"``; ``max_evaluations < 1``.
+        ``start`` not one of ``"cell"``, ``"full"``, ``"climb"``; ``max_evaluations < 1``.
 
     Notes
     -----
-    Privacy: both rules (and the fallback) read the data **only through
+    Privacy: every rule (and the fallback) read the data **only through
     validity** ``f_M(D_C, V)`` (a fixed visiting order, stopped at the first
     valid context), so ``C_V`` -- and the ``None`` outcome -- is a function of
     ``COE_M(D, V)`` alone (and of ``V``'s cell, which is the same in
@@ -343,7 +351,38 @@ def start_context(evaluator, max_evaluations: int = 100_000, batch_size: int = 4
         found = _first_valid(evaluator, np.ones_like(cell), False, max_evaluations, batch_size)
         if found is not None:
             return found
-    return _first_valid(evaluator, cell.copy(), True, max_evaluations, batch_size)
+    found = _first_valid(evaluator, cell.copy(), True, max_evaluations, batch_size)
+    if start == "climb" and found is not None:
+        return _climb(evaluator, found, max_evaluations)
+    return found
+
+
+def _climb(evaluator, base: np.ndarray, max_evaluations: int) -> np.ndarray:
+    """Greedy ascent by validity: add the lowest free bit that keeps the context valid, until none does.
+
+    Each round tests every single-bit addition of the current context (one
+    ``valid`` batch of the unset free bits) and keeps the lowest-index valid
+    one; it stops at a context no single addition keeps valid (a maximal
+    valid context of the lattice's neighbourhood), or once ``max_evaluations``
+    contexts were tested, returning the last valid context reached.  At most
+    ``f`` rounds of at most ``f`` tests (``f`` free bits).  Reads the data only
+    through validity, in a fixed order: a function of ``COE_M(D, V)``.
+    """
+    free = _free_bits(evaluator)
+    c = np.asarray(base, dtype=bool).copy()
+    evaluated = 0
+    while evaluated < max_evaluations:
+        off = free[~c[free]][: max_evaluations - evaluated]
+        if off.size == 0:
+            break
+        batch = np.repeat(c[None, :], off.size, axis=0)
+        batch[np.arange(off.size), off] = True
+        ok = np.flatnonzero(np.asarray(evaluator.valid(batch), dtype=bool))
+        evaluated += off.size
+        if ok.size == 0:
+            break
+        c = batch[ok[0]].copy()
+    return c
 
 
 def _first_valid(evaluator, base: np.ndarray, flip_to: bool, max_evaluations: int,
