@@ -507,6 +507,13 @@ def test_enumerate_valid_vs_brute_force(make):
         n_valid += valid.sum()
         # the cache answers from the enumeration without new verifications
         assert (ev.valid(sp.unpack(keys)) == valid).all() and ev.n_verified == keys.size
+        # population sizes are looked up after an enumeration: same values as the contraction, and
+        # contexts outside the enumeration (not containing V) still get their computed size
+        some = sp.unpack(keys[:: max(1, keys.size // 7)])
+        assert (ev.utility(some) == index.population_size(some)).all()
+        outside = np.zeros((1, sp.t), dtype=bool)
+        outside[0, 0] = True
+        assert ev.utility(outside)[0] == index.population_size(outside)[0]
     assert n_valid > 0
 
 

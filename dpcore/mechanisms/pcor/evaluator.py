@@ -127,6 +127,13 @@ class ContextEvaluator:
         (B,) int64: ``|D_C|`` or ``|D_C ∩ D_reference|``.
         """
         if self.utility_name == "population":
+            if self._enum_keys.size:  # after an enumeration: look the sizes up (same values, no contraction)
+                ctx = self.space._as_batch(contexts)
+                keys = self.space.pack(ctx)
+                pos = np.minimum(np.searchsorted(self._enum_keys, keys), self._enum_keys.size - 1)
+                hit = self._enum_keys[pos] == keys
+                if hit.all():
+                    return self._enum_population[pos]
             return self.index.population_size(contexts)
         if reference is None:
             raise ValueError("the overlap utility needs reference=<the starting context C_V>")
