@@ -388,7 +388,7 @@ def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str,
         }
         for i, t in enumerate(plan.targets)
     ])
-    if cfg.sampler in ("dfs", "bfs"):
+    if mech.n_exponential_calls() > 1:  # DFS / BFS: n search selections + the final one
         split = (f"{cfg.n_samples} search selections at epsilon {float(mech.selection_epsilon()):.6g} each and the "
                  f"final selection at {float(mech.final_epsilon()):.6g}")
     else:
