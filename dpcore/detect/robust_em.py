@@ -107,8 +107,8 @@ Without that bound, when the contexts (e.g. one-hot route dummies) reproduce
 many rows *exactly*, the Gaussian's :math:`\sigma^2` drops to the numeric
 floor, the exactly fitted rows become the Gaussian and every record off by a
 single unit of rounding gets log-odds ~ :math:`e^2/(2\sigma^2)\approx10^{12}`
-(measured on NYC flights ``distance ~ origin + dest``, BENCHMARKS.md detect
-section). ``sigma2_floor`` is given in the **original units of y squared**; the
+(measured on NYC flights ``distance ~ origin + dest`` in an earlier run of the
+BENCHMARKS.md detect section; the benchmark now uses ``distance ~ route``). ``sigma2_floor`` is given in the **original units of y squared**; the
 spec derives :math:`1/12` for attributes declared ``integer: true``
 (:func:`dpcore.detect.design.sigma2_floor_of`).
 
