@@ -391,7 +391,7 @@ def report(datasets, verif, enum, search, quick: bool, naive_enum_extrapolated) 
                   "The 31-bit flights space has 2^28 contexts per record; the sub-spaces above keep its domains "
                   "with fewer attributes (rows chosen the same way). Naive (extrapolated) = contexts x the naive "
                   "Grubbs per-context time of the table above on the 3-attribute space of the same data (not run).", ""]
-    lines += ["### PCOR-BFS per outlier (n = 50, eps = 0.2, population utility)", ""]
+    lines += ["### PCOR-BFS per outlier (n = 50, eps = 0.2, population utility, start auto: cell for Grubbs, full for LOF; final_share 1/4)", ""]
     if search is None:
         lines += ["Pending: `dpcore/mechanisms/pcor/mechanism.py` (samplers) not available in this run; "
                   "`run_search_timing` fills this table.", ""]

@@ -392,7 +392,8 @@ class PcorSpec(_Strict):
         description="Rule for the starting context C_V: cell = V's own cell if valid, else the first valid context "
         "adding values; full = the whole dataset if valid, else the first valid context removing values (then the "
         "cell rule); climb = the cell rule's start, then add the lowest value keeping validity until none does; "
-        "auto = cell (measured best for BFS/DFS; full and climb help random_walk). Validity-only: no extra privacy cost.",
+        "auto = cell for grubbs/histogram and for the overlap utility, full for lof (measured best for BFS/DFS: lof's valid "
+        "contexts split into groups a search from the cell cannot leave). Validity-only: no extra privacy cost.",
     )
     final_share: float | None = Field(
         default=0.25, gt=0, lt=1,

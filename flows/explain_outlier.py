@@ -46,8 +46,8 @@ def explain_outlier(
         utility: population = context size |D_C|; overlap = overlap with the starting context.
         start: Starting context of the search: cell = the record's own cell (or the nearest valid
             context above it), full = the whole dataset (or the nearest valid context below it),
-            climb = cell, then add values while the record stays an outlier; auto = cell
-            (full and climb help random_walk only). Costs no extra privacy.
+            climb = cell, then add values while the record stays an outlier; auto = cell for
+            grubbs/histogram (and the overlap utility), full for lof. Costs no extra privacy.
         final_share: bfs/dfs only: share of epsilon spent on the final choice among the visited
             contexts (the n search steps share the rest); empty = the paper's equal split. Same total cost.
         metric: Numeric metric attribute (default: the spec's steps.pcor.metric).

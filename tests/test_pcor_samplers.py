@@ -288,9 +288,9 @@ def test_every_sampler_releases_a_valid_context_containing_v(sampler, utility):
         assert res.context.shape == (9,) and res.context.dtype == bool
         assert ev.valid(res.context[None, :])[0]
         assert ev.space.contains(res.context[None, :], codes[0])[0]
-        # the documented start rule ("auto": cell for both utilities)
-        assert mech.start_rule() == "cell"
-        assert np.array_equal(res.start_context, S.start_context(ev, start=mech.start_rule()))
+        # the documented start rule ("auto": cell for both utilities with a Grubbs-like verifier)
+        assert mech.start_rule_for(ev) == "cell"
+        assert np.array_equal(res.start_context, S.start_context(ev, start=mech.start_rule_for(ev)))
 
 
 def test_candidate_counts_respect_n(medium):
@@ -542,10 +542,13 @@ def test_climb_start_rule_adds_the_lowest_valid_bit_until_none_does():
 
 
 def test_mechanism_start_rule_resolution():
-    for utility, auto in (("population", "cell"), ("overlap", "cell")):
-        assert PCORMechanism("bfs", 0.2, utility=utility).start_rule() == auto
-        for rule in ("cell", "full", "climb"):
-            assert PCORMechanism("bfs", 0.2, utility=utility, start=rule).start_rule() == rule
+    # auto: overlap -> cell; population -> cell for Grubbs / Histogram / unknown, full for LOF
+    for utility, verifier, auto in (("population", None, "cell"), ("population", "grubbs", "cell"),
+                                    ("population", "histogram", "cell"), ("population", "lof", "full"),
+                                    ("overlap", None, "cell"), ("overlap", "lof", "cell")):
+        assert PCORMechanism("bfs", 0.2, utility=utility).start_rule(verifier) == auto, (utility, verifier)
+        for rule in ("cell", "full", "climb"):  # an explicit rule always wins
+            assert PCORMechanism("bfs", 0.2, utility=utility, start=rule).start_rule(verifier) == rule
     sp = ToySpace((2, 2, 2))
     cell = sp.cell_context((0, 0, 0))
     full = np.ones(sp.t, dtype=bool)
@@ -656,7 +659,7 @@ def test_privacy_map_and_labels():
     assert (m.name, m.notion, m.neighbour) == ("pcor_bfs", "ocdp", "add-remove")
     assert m.cost().delta == 0
     assert m.params() == {"sampler": "bfs", "epsilon": "1/5", "n_samples": 50, "utility": "population",
-                          "start": "auto", "start_rule": "cell", "final_share": "1/4", "max_start_evaluations": 100_000, "max_uniform_draws": 100_000,
+                          "start": "auto", "final_share": "1/4", "max_start_evaluations": 100_000, "max_uniform_draws": 100_000,
                           "max_direct_contexts": 2**20}
 
 
@@ -762,6 +765,9 @@ def test_samplers_on_the_production_engine():
                 assert ev.valid(res.context[None, :])[0], (verifier.name, sampler)
                 assert ev.space.contains(res.context[None, :], codes[0])[0]
                 assert res.n_verified == ev.n_verified > 0
+                # "auto" reads the production verifier's name: full for LOF with population, else cell
+                rule = "full" if (verifier.name, utility) == ("lof", "population") else "cell"
+                assert np.array_equal(res.start_context, S.start_context(ev, start=rule)), (verifier.name, utility)
                 brute = oracle((3, 3, 3), codes, metric, grubbs_verifier(0.05))
                 if verifier.name == "grubbs":
                     assert brute.valid(res.context[None, :])[0]

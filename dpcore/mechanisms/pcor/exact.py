@@ -82,7 +82,7 @@ def _final_distribution(evaluator, cands: np.ndarray, reference, epsilon_step: f
 
 def _uniform_distribution(mechanism, evaluator, max_outcomes: int) -> dict[Optional[int], float]:
     """Exact distribution of Algorithm 2 (unbounded rejection loop; module docstring)."""
-    start = S.start_context(evaluator, int(mechanism.max_start_evaluations), start=mechanism.start_rule())
+    start = S.start_context(evaluator, int(mechanism.max_start_evaluations), start=mechanism.start_rule_for(evaluator))
     if start is None:
         return {None: 1.0}
     reference = start if mechanism.utility == "overlap" else None

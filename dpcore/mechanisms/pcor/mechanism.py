@@ -51,14 +51,18 @@ __all__ = ["SAMPLERS", "UTILITIES", "STARTS", "PCORResult", "PCORMechanism"]
 SAMPLERS = ("direct", "uniform", "random_walk", "dfs", "bfs")
 #: Utility names (Section 3.2).
 UTILITIES = ("population", "overlap")
-#: Start rules (``"auto"`` resolves per utility through :data:`AUTO_START`).
+#: Start rules (``"auto"`` resolves by utility and verifier through :data:`AUTO_START_POPULATION`).
 STARTS = ("auto", "cell", "full", "climb")
-#: The rule ``start="auto"`` uses for each utility (see :meth:`PCORMechanism.start_rule`).  Measured on
-#: diamonds (BENCHMARKS.md "PCOR utility", Grubbs, eps 0.2, n 50, 30 outliers x 30 repetitions):
-#: population BFS 0.881 (cell) vs 0.875 (full), DFS 0.872 vs 0.873, random walk 0.713 vs 0.827; the full
-#: rule's start search made BFS ~4x slower (median 52 vs 12 ms) and took up to 23 s for a flights LOF
-#: outlier.  So ``"cell"`` for both utilities; ``"full"`` is opt-in (it helps the random walk).
-AUTO_START = {"population": "cell", "overlap": "cell"}
+#: The rule ``start="auto"`` uses with the population utility, per verifier (see
+#: :meth:`PCORMechanism.start_rule`); any other verifier, and the overlap utility (whose reference is
+#: ``C_V``), use ``"cell"``.  Measured (BENCHMARKS.md "PCOR utility", BFS, eps 0.2, n 50, final_share 1/4):
+#: Grubbs: cell 0.961 / 0.969 vs full 0.926 / 0.943 (diamonds / NYC flights), full at ~10x the time on
+#: diamonds.  LOF on diamonds: the valid contexts fall apart into several components of the
+#: one-bit-neighbour graph (7-16 for three outliers) and the cell start's component holds only 0.17-0.34
+#: of the maximum population, so a search from the cell cannot get further (0.23); the full start lands
+#: in the maximum's component (1.00).  LOF BFS time with full on flights carrier x origin x month
+#: (t = 31): median 5.7 s, max 27 s over 10 outliers (cell: 0.34 s / 0.57 s).
+AUTO_START_POPULATION = {"grubbs": "cell", "histogram": "cell", "lof": "full"}
 _GRAPH_SEARCH = ("dfs", "bfs")
 #: Default share of epsilon spent on the final selection of DFS/BFS (see ``final_share`` of
 #: :class:`PCORMechanism`).  Measured on diamonds (30 outliers x 20 repetitions, Grubbs, population,
@@ -138,12 +142,15 @@ class PCORMechanism:
         bits in a fixed order (bottom-up); ``"full"`` = the full context if
         valid, else the first valid context removing free bits in a fixed
         order, then the ``"cell"`` search if none within the bound
-        (top-down).  ``"auto"`` (default) = ``"cell"`` for both utilities
-        (:data:`AUTO_START`): for overlap ``C_V`` is the reference whose
-        overlap is measured; for population the measurements in
-        BENCHMARKS.md "PCOR utility" showed no BFS/DFS gain from ``"full"``
-        (BFS from the top only descends to smaller populations) at ~4x the
-        time, while it does help the random walk.  ``"climb"`` = the
+        (top-down).  ``"auto"`` (default) resolves by utility and the
+        evaluator's verifier (:meth:`start_rule`): overlap -> ``"cell"``
+        (``C_V`` is the reference whose overlap is measured); population ->
+        :data:`AUTO_START_POPULATION`, ``"cell"`` for Grubbs and Histogram
+        (the searches from the cell reached higher utility than from the top,
+        in less time) and ``"full"`` for LOF (its valid contexts split into
+        disconnected groups and the cell's group rarely holds the large
+        ones; the top-down start lands in the group of the maximum).
+        ``"climb"`` = the
         ``"cell"`` start, then add the lowest free bit that keeps validity
         until none does (cheap; helps the random walk like ``"full"``).
         Every rule reads the data only through validity ``f_M``, so OCDP
@@ -239,9 +246,9 @@ class PCORMechanism:
         -------
         dict
             ``sampler``, ``epsilon`` (decimal text of the exact value),
-            ``n_samples``, ``utility``, ``start`` (as given, e.g. ``"auto"``),
-            ``start_rule`` (the resolved rule, ``"cell"`` or ``"full"``) and
-            the three search bounds.
+            ``n_samples``, ``utility``, ``start`` (as given, e.g. ``"auto"``;
+            the rule it resolves to also depends on the verifier, see
+            :meth:`start_rule`), ``final_share`` and the three search bounds.
         """
         self.validate()
         return {
@@ -250,24 +257,39 @@ class PCORMechanism:
             "n_samples": int(self.n_samples),
             "utility": self.utility,
             "start": self.start,
-            "start_rule": self.start_rule(),
             "final_share": None if self.final_share is None else str(exact(self.final_share)),
             "max_start_evaluations": int(self.max_start_evaluations),
             "max_uniform_draws": int(self.max_uniform_draws),
             "max_direct_contexts": int(self.max_direct_contexts),
         }
 
-    def start_rule(self) -> str:
-        """The start rule actually used: ``start``, with ``"auto"`` resolved by the utility.
+    def start_rule(self, verifier: Optional[str] = None) -> str:
+        """The start rule actually used: ``start``, with ``"auto"`` resolved by utility and verifier.
+
+        Parameters
+        ----------
+        verifier : str or None
+            Name of the evaluator's verifier (``"grubbs"``, ``"lof"``,
+            ``"histogram"``; ``evaluator.verifier.name``).  Public: a
+            parameter of the call, never data.
 
         Returns
         -------
         str
-            ``"cell"`` or ``"full"`` (``"auto"``: :data:`AUTO_START`, ``"cell"``
-            for both utilities).
+            ``"cell"``, ``"full"`` or ``"climb"``.  ``"auto"``: ``"cell"`` for
+            the overlap utility; for population
+            ``AUTO_START_POPULATION.get(verifier, "cell")``.
         """
         self.validate()
-        return AUTO_START[self.utility] if self.start == "auto" else self.start
+        if self.start != "auto":
+            return self.start
+        if self.utility == "overlap":
+            return "cell"
+        return AUTO_START_POPULATION.get(verifier, "cell")
+
+    def start_rule_for(self, evaluator) -> str:
+        """:meth:`start_rule` for ``evaluator``'s verifier (``evaluator.verifier.name`` when present)."""
+        return self.start_rule(getattr(getattr(evaluator, "verifier", None), "name", None))
 
     @property
     def name(self) -> str:
@@ -433,7 +455,7 @@ class PCORMechanism:
         """
         self.validate()
         self._check_evaluator(evaluator)
-        start = S.start_context(evaluator, int(self.max_start_evaluations), start=self.start_rule())
+        start = S.start_context(evaluator, int(self.max_start_evaluations), start=self.start_rule_for(evaluator))
         if start is None:
             return None, None, None
         reference = start if self.utility == "overlap" else None
