@@ -406,7 +406,8 @@ def main(argv=None) -> None:
                     help="outliers of the LOF COE-stability rows on diamonds, one neighbour per Delta D each "
                          "(exhaustive LOF per neighbour; default 2, quick 0)")
     ap.add_argument("--jobs", type=int, default=1, help="datasets evaluated in parallel processes")
-    ap.add_argument("--no-record", action="store_true")
+    ap.add_argument("--dry-run", "--no-record", dest="no_record", action="store_true",
+                    help="print the section, do not record it")
     args = ap.parse_args(argv)
     argv_text = " ".join(sys.argv[1:] if argv is None else argv)
     reps = args.reps or (20 if args.quick else 200)
