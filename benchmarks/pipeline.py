@@ -49,7 +49,7 @@ def main() -> None:
     import yaml
 
     raw = yaml.safe_load((ROOT / "specs" / "demo.yaml").read_text())
-    raw["budget"] = {"epsilon": 1000.0, "delta": 0.001}  # room for four releases in the temporary warehouse
+    raw["budget"] = {**raw["budget"], "epsilon": 1000.0, "delta": 0.001}  # room for four releases in the temporary warehouse
     for attr in raw["schema"]["categorical"].values():
         if "domain_from" in attr:
             attr["domain_from"]["file"] = str(ROOT / "specs" / attr["domain_from"]["file"])

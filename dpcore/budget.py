@@ -7,6 +7,10 @@ Following Tumult Analytics, a budget is a value, never an accumulated float:
 Storage in the ledger uses integer *units* of 10^-18 (HUGEINT columns in
 DuckDB): a cap is rounded down and a charge rounded up when converted, so the
 stored arithmetic can only over-count spending, never under-count it.
+
+Costs are stated under a neighbour relation (DESIGN.md rule 5);
+:func:`charge_under` converts a cost to the relation of the budget it is
+charged to (the ledger's single spend path calls it).
 """
 from __future__ import annotations
 
@@ -19,6 +23,11 @@ from typing import Literal
 UNITS_PER_ONE = 10**18
 
 Notion = Literal["dp", "ocdp", "sp"]
+#: Neighbour relations (DESIGN.md rule 5): ``add-remove`` = one record added or
+#: removed (unbounded); ``replace-one`` = one record's value replaced, the
+#: number of records N fixed and public (bounded).
+Neighbour = Literal["add-remove", "replace-one"]
+NEIGHBOURS: tuple[str, ...] = ("add-remove", "replace-one")
 #: Notions from strongest to weakest guarantee (DESIGN.md rule 4): the report
 #: states the weakest notion that any charge on the dataset used.
 NOTION_ORDER: tuple[str, ...] = ("dp", "ocdp", "sp")
@@ -104,11 +113,16 @@ class PrivacyCost:
 class BudgetExceededError(RuntimeError):
     """A charge would take the dataset over its cap; nothing was charged or released."""
 
-    def __init__(self, dataset: str, requested: PrivacyCost, spent: PrivacyCost, cap: PrivacyCost):
+    def __init__(
+        self, dataset: str, requested: PrivacyCost, spent: PrivacyCost, cap: PrivacyCost,
+        stated: tuple[PrivacyCost, str, str] | None = None,
+    ):
         self.dataset, self.requested, self.spent, self.cap = dataset, requested, spent, cap
         self.remaining = cap - spent
+        how = (f" ({stated[0]} stated under {stated[1]} neighbours, converted to the budget's {stated[2]})"
+               if stated else "")
         super().__init__(
-            f"privacy budget exceeded for dataset {dataset!r}: requested {requested}, "
+            f"privacy budget exceeded for dataset {dataset!r}: requested {requested}{how}, "
             f"remaining {self.remaining} (spent {spent} of cap {cap}). Nothing was charged or released. "
             "Lower the step's epsilon/delta, drop a step, or raise the dataset's cap (budget in the spec) "
             "if the data owner approves."
@@ -119,3 +133,75 @@ def weakest_notion(notions: list[str] | set[str]) -> str | None:
     """The weakest privacy notion among ``notions`` (``None`` for no charges)."""
     present = [n for n in NOTION_ORDER if n in set(notions)]
     return present[-1] if present else None
+
+
+class NeighbourConversionError(ValueError):
+    """A cost stated under one neighbour relation has no sound bound under the budget's relation."""
+
+
+def _exp_upper(x: Fraction) -> Fraction:
+    """A rational upper bound of ``e^x`` (``x >= 0``): float ``exp`` with a relative margin of 2^-40.
+
+    ``math.exp`` is within one ulp (relative 2^-52) and reading ``x`` as a float
+    changes ``e^x`` by a factor ``e^{x 2^-53}``; for ``x <= 1000`` both together
+    stay far inside 2^-40.
+    """
+    if x > 1000:
+        raise NeighbourConversionError(f"epsilon {float(x):g} is too large to convert (e^epsilon overflows)")
+    return Fraction(math.exp(float(x))) * (1 + Fraction(1, 2**40))
+
+
+def charge_under(cost: PrivacyCost, stated: str, budget: str) -> PrivacyCost:
+    """The charge against a budget of a cost stated under another neighbour relation.
+
+    DESIGN.md rule 5: every mechanism states its neighbour relation; the
+    dataset's budget is stated under one relation, and the ledger converts.
+
+    Parameters
+    ----------
+    cost : PrivacyCost
+        The mechanism's true total cost under ``stated`` neighbours.
+    stated : {"add-remove", "replace-one"}
+        The mechanism's neighbour relation.
+    budget : {"add-remove", "replace-one"}
+        The relation the dataset's cap is stated under.
+
+    Returns
+    -------
+    PrivacyCost
+        * same relation: ``cost`` unchanged;
+        * ``add-remove`` cost against a ``replace-one`` budget: replacing a
+          record is removing it and adding the new one, so two add/remove
+          steps ``D ~ D'' ~ D'`` (``D''`` = D without the record); group
+          privacy for two steps (Dwork & Roth 2014, Theorem 2.2) gives
+          ``(2 epsilon, (1 + e^epsilon) delta)`` -- the second term rounded up
+          to a rational upper bound. For the ``ocdp`` and ``sp`` notions the
+          same argument needs ``D''`` to satisfy the notion's own neighbour
+          condition with both ends (same COE set for OCDP; a sensitive record
+          for SP), which the report says.
+
+    Raises
+    ------
+    NeighbourConversionError
+        A ``replace-one`` cost against an ``add-remove`` budget: a guarantee
+        for datasets of one fixed size says nothing about adding or removing
+        a record (the mechanism may even reveal N).
+    """
+    for name, rel in (("stated", stated), ("budget", budget)):
+        if rel not in NEIGHBOURS:
+            raise ValueError(f"{name} neighbour relation must be one of {NEIGHBOURS}, got {rel!r}")
+    if stated == budget:
+        return cost
+    if stated == "add-remove":
+        delta = cost.delta * (1 + _exp_upper(cost.epsilon)) if cost.delta else Fraction(0)
+        if delta >= 1:
+            raise NeighbourConversionError(
+                f"{cost} under add-remove neighbours converts to delta >= 1 under replace-one; lower delta"
+            )
+        return PrivacyCost(2 * cost.epsilon, delta)
+    raise NeighbourConversionError(
+        "the mechanism is differentially private only under replace-one neighbours (N fixed and public): "
+        "it has no guarantee when a record is added or removed, so it cannot be charged to a budget stated "
+        "under add-remove. State the dataset's budget under replace-one (spec: budget.neighbour: replace-one; "
+        "add/remove mechanisms are then charged twice their epsilon) or drop the step."
+    )

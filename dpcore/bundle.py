@@ -34,7 +34,12 @@ from .plots import budget_plot
 from .spec import ReleaseSpec
 
 #: Ledger columns that are public (data-independent) and may be published.
-PUBLIC_CHARGE_COLUMNS = ["release_id", "step", "mechanism", "notion", "neighbour", "epsilon", "delta", "status", "publishable", "reserved_at"]
+#: ``epsilon``/``delta`` are charged against the budget (in its neighbour relation), ``stated_*`` are the
+#: mechanism's own cost under its relation ``neighbour``.
+PUBLIC_CHARGE_COLUMNS = [
+    "release_id", "step", "mechanism", "notion", "neighbour", "stated_epsilon", "stated_delta", "epsilon", "delta",
+    "status", "publishable", "reserved_at",
+]
 
 
 def code_version() -> str:
@@ -167,6 +172,7 @@ def write_bundle(
         "releases": [
             {
                 "step": r.step, "mechanism": r.mechanism, "notion": r.notion, "neighbour": r.neighbour,
+                "stated_epsilon": r.stated_epsilon, "stated_delta": r.stated_delta,
                 "epsilon": r.epsilon, "delta": r.delta, "status": r.status, "key": r.key,
             }
             for r in mine.itertuples(index=False)
@@ -174,6 +180,7 @@ def write_bundle(
         "notions_in_this_release": notions,
         "weakest_notion_on_dataset": weakest,
         "budget": {
+            "neighbour": status.neighbour,
             "cap": {"epsilon": float(status.cap.epsilon), "delta": float(status.cap.delta)},
             "spent_by_this_release": {"epsilon": float(mine["epsilon"].sum()), "delta": float(mine["delta"].sum())},
             "spent_total": {"epsilon": float(status.spent.epsilon), "delta": float(status.spent.delta)},
@@ -218,6 +225,11 @@ def render_report(
         f"| spent in total | {b['spent_total']['epsilon']:g} | {b['spent_total']['delta']:.3g} |",
         f"| remaining | {b['remaining']['epsilon']:g} | {b['remaining']['delta']:.3g} |",
         "",
+        f"The cap is stated under **{b['neighbour']}** neighbours; each charge is the mechanism's cost under its own "
+        "neighbour relation converted to it (an add/remove cost counts (2 epsilon, (1 + e^epsilon) delta) against a "
+        "replace-one cap: replacing a record is removing it and adding another). For the OCDP and SP notions this "
+        "two-step argument holds when the intermediate dataset meets the notion's own neighbour condition.",
+        "",
         "![budget](budget.png)",
         "",
     ]
@@ -228,9 +240,13 @@ def render_report(
     )
     lines += ["", "## Charges of this release", ""]
     if len(charges):
-        lines += ["| step | mechanism | notion | epsilon | delta | status |", "|---|---|---|---|---|---|"]
         lines += [
-            f"| {r.step} | {r.mechanism} | {r.notion} | {r.epsilon:g} | {r.delta:.3g} | {r.status} |"
+            "| step | mechanism | notion | stated (epsilon, delta), neighbours | charged epsilon | charged delta | status |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r.step} | {r.mechanism} | {r.notion} | ({r.stated_epsilon:g}, {r.stated_delta:.3g}), {r.neighbour} "
+            f"| {r.epsilon:g} | {r.delta:.3g} | {r.status} |"
             for r in charges.itertuples(index=False)
         ]
     else:

@@ -16,6 +16,16 @@ Rules enforced here (DESIGN.md, privacy rules 1, 2, 4):
   start a new release id (which is charged anew). Budget is never given back.
 * **Notions are labelled** (``dp``, ``ocdp``, ``sp``) and every charge records
   mechanism, step, neighbour relation, epsilon, delta, flow-run id and times.
+* **Neighbour relations are converted** (rule 5). A dataset's cap is stated
+  under one relation (``add-remove`` or ``replace-one``, from the spec's
+  ``budget.neighbour``); each charge is the mechanism's cost under *its*
+  relation converted by :func:`dpcore.budget.charge_under` (an add/remove
+  cost counts ``(2 epsilon, (1 + e^epsilon) delta)`` against a replace-one
+  budget; a replace-one cost cannot be charged to an add/remove budget and is
+  refused before anything is charged). A charge row keeps both amounts:
+  ``eps_units``/``delta_units`` (charged against the cap; they sum to the
+  running total) and ``stated_eps_units``/``stated_delta_units`` (the
+  mechanism's own statement).
 
 Amounts are stored as integer units of 10^-18 (see :mod:`dpcore.budget`) so
 sums are exact. The running total per dataset lives in ``ledger.budgets`` and
@@ -29,14 +39,15 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import pandas as pd
 
-from .budget import NOTION_ORDER, BudgetExceededError, PrivacyCost, weakest_notion
+from .budget import (
+    NEIGHBOURS, NOTION_ORDER, BudgetExceededError, Neighbour, NeighbourConversionError, PrivacyCost, charge_under,
+    weakest_notion,
+)
 from .warehouse import Warehouse
-
-Neighbour = Literal["add-remove", "replace-one"]
 
 
 class LedgerError(RuntimeError):
@@ -52,7 +63,8 @@ _DDL = [
         dataset VARCHAR PRIMARY KEY,
         eps_cap HUGEINT NOT NULL, delta_cap HUGEINT NOT NULL,
         eps_spent HUGEINT NOT NULL DEFAULT 0, delta_spent HUGEINT NOT NULL DEFAULT 0,
-        created_at TIMESTAMPTZ NOT NULL)""",
+        created_at TIMESTAMPTZ NOT NULL,
+        neighbour VARCHAR NOT NULL DEFAULT 'add-remove')""",
     """CREATE TABLE IF NOT EXISTS ledger.charges (
         key VARCHAR PRIMARY KEY,
         dataset VARCHAR NOT NULL,
@@ -69,7 +81,9 @@ _DDL = [
         params VARCHAR NOT NULL,
         reserved_at TIMESTAMPTZ NOT NULL,
         finished_at TIMESTAMPTZ,
-        error VARCHAR)""",
+        error VARCHAR,
+        stated_eps_units HUGEINT,
+        stated_delta_units HUGEINT)""",
     """CREATE TABLE IF NOT EXISTS releases.outputs (
         key VARCHAR PRIMARY KEY,
         dataset VARCHAR NOT NULL,
@@ -77,6 +91,11 @@ _DDL = [
         step VARCHAR NOT NULL,
         payload VARCHAR NOT NULL,
         stored_at TIMESTAMPTZ NOT NULL)""",
+    # warehouses made before neighbour relations were converted (their budgets
+    # were add/remove in effect; their charges were stated = charged)
+    "ALTER TABLE ledger.budgets ADD COLUMN IF NOT EXISTS neighbour VARCHAR DEFAULT 'add-remove'",
+    "ALTER TABLE ledger.charges ADD COLUMN IF NOT EXISTS stated_eps_units HUGEINT",
+    "ALTER TABLE ledger.charges ADD COLUMN IF NOT EXISTS stated_delta_units HUGEINT",
 ]
 
 
@@ -137,8 +156,8 @@ class ChargeRequest:
     def __post_init__(self) -> None:
         if self.notion not in NOTION_ORDER:
             raise ValueError(f"notion must be one of {NOTION_ORDER}, got {self.notion!r}")
-        if self.neighbour not in ("add-remove", "replace-one"):
-            raise ValueError(f"neighbour must be 'add-remove' or 'replace-one', got {self.neighbour!r}")
+        if self.neighbour not in NEIGHBOURS:
+            raise ValueError(f"neighbour must be one of {NEIGHBOURS}, got {self.neighbour!r}")
 
     @property
     def key(self) -> str:
@@ -157,11 +176,12 @@ class Release:
 
 @dataclass(frozen=True)
 class BudgetStatus:
-    """Cap, spent and remaining budget of a dataset."""
+    """Cap, spent and remaining budget of a dataset, and the neighbour relation they are stated under."""
 
     dataset: str
     cap: PrivacyCost
     spent: PrivacyCost
+    neighbour: str = "add-remove"
 
     @property
     def remaining(self) -> PrivacyCost:
@@ -187,29 +207,56 @@ class PrivacyLedger:
         self.wh.run(ddl)
 
     # ------------------------------------------------------------------ budgets
-    def ensure_budget(self, dataset: str, cap: PrivacyCost) -> BudgetStatus:
-        """Register ``dataset`` with ``cap`` (idempotent for the same cap).
+    def ensure_budget(self, dataset: str, cap: PrivacyCost, neighbour: Neighbour = "add-remove") -> BudgetStatus:
+        """Register ``dataset`` with ``cap`` stated under ``neighbour`` (idempotent for the same values).
+
+        Parameters
+        ----------
+        dataset : str
+        cap : PrivacyCost
+        neighbour : {"add-remove", "replace-one"}
+            The neighbour relation the cap is stated under; every charge is
+            converted to it (:func:`dpcore.budget.charge_under`).
 
         Raises
         ------
         LedgerError
-            The dataset is already registered with a different cap; changing a
-            cap is a deliberate act (:meth:`set_cap`).
+            The dataset is already registered with a different cap (changing
+            a cap is a deliberate act: :meth:`set_cap`), or with a different
+            relation after something was charged (the charges were converted
+            to the old one).
         """
+        if neighbour not in NEIGHBOURS:
+            raise ValueError(f"neighbour must be one of {NEIGHBOURS}, got {neighbour!r}")
         eps_cap, delta_cap = cap.units_floor
 
         def op(con):
-            row = con.execute("SELECT eps_cap, delta_cap FROM ledger.budgets WHERE dataset = ?", [dataset]).fetchone()
+            row = con.execute(
+                "SELECT eps_cap, delta_cap, neighbour, eps_spent, delta_spent FROM ledger.budgets WHERE dataset = ?",
+                [dataset],
+            ).fetchone()
             if row is None:
                 con.execute(
-                    "INSERT INTO ledger.budgets VALUES (?, ?, ?, 0, 0, ?)", [dataset, eps_cap, delta_cap, _now()]
+                    "INSERT INTO ledger.budgets (dataset, eps_cap, delta_cap, eps_spent, delta_spent, created_at, "
+                    "neighbour) VALUES (?, ?, ?, 0, 0, ?, ?)",
+                    [dataset, eps_cap, delta_cap, _now(), neighbour],
                 )
-            elif (int(row[0]), int(row[1])) != (eps_cap, delta_cap):
+                return
+            if (int(row[0]), int(row[1])) != (eps_cap, delta_cap):
                 raise LedgerError(
                     f"dataset {dataset!r} is registered with cap {PrivacyCost.from_units(row[0], row[1])}, "
                     f"the spec asks for {cap}. A cap changes only through PrivacyLedger.set_cap "
                     "(a decision of the data owner), never implicitly."
                 )
+            if row[2] != neighbour:
+                if int(row[3]) or int(row[4]):
+                    raise LedgerError(
+                        f"dataset {dataset!r} has a budget stated under {row[2]} neighbours and charges converted "
+                        f"to it; the spec asks for {neighbour}. The relation of a budget cannot change once "
+                        f"something is charged: set budget.neighbour: {row[2]} in the spec, or start a new "
+                        "warehouse or dataset name for the other relation."
+                    )
+                con.execute("UPDATE ledger.budgets SET neighbour = ? WHERE dataset = ?", [neighbour, dataset])
 
         self.wh.run(op, transaction=True)
         return self.status(dataset)
@@ -237,51 +284,81 @@ class PrivacyLedger:
     def status(self, dataset: str) -> BudgetStatus:
         """Current cap and spending of ``dataset``."""
         rows = self.wh.query(
-            "SELECT eps_cap, delta_cap, eps_spent, delta_spent FROM ledger.budgets WHERE dataset = ?", [dataset]
+            "SELECT eps_cap, delta_cap, eps_spent, delta_spent, neighbour FROM ledger.budgets WHERE dataset = ?",
+            [dataset],
         )
         if not rows:
             raise LedgerError(f"unknown dataset {dataset!r}: register it with ensure_budget first")
-        ec, dc, es, ds = rows[0]
-        return BudgetStatus(dataset, PrivacyCost.from_units(ec, dc), PrivacyCost.from_units(es, ds))
+        ec, dc, es, ds, nb = rows[0]
+        return BudgetStatus(dataset, PrivacyCost.from_units(ec, dc), PrivacyCost.from_units(es, ds), nb)
+
+    def charge_for(self, dataset: str, cost: PrivacyCost, neighbour: str) -> PrivacyCost:
+        """What a cost stated under ``neighbour`` would be charged against ``dataset``'s budget.
+
+        The same conversion :meth:`reserve` applies (for pre-checks of a batch).
+
+        Raises
+        ------
+        NeighbourConversionError
+            No sound conversion exists (a replace-one cost, an add/remove budget).
+        LedgerError
+            Unknown dataset.
+        """
+        return charge_under(cost, neighbour, self.status(dataset).neighbour)
 
     # ------------------------------------------------------------------ charges
     def reserve(self, req: ChargeRequest) -> bool:
-        """Charge ``req.cost`` atomically; return False if the key was already charged.
+        """Charge ``req.cost``, converted to the budget's neighbour relation, atomically.
+
+        Returns False if the key was already charged (nothing new is charged).
 
         Raises
         ------
         BudgetExceededError
-            The charge would exceed the cap; nothing is recorded.
+            The converted charge would exceed the cap; nothing is recorded.
+        NeighbourConversionError
+            ``req.neighbour`` cannot be converted to the budget's relation;
+            nothing is recorded.
         LedgerError
             The dataset has no registered budget.
         """
         key = req.key
-        eps_u, delta_u = req.cost.units
+        stated_eps_u, stated_delta_u = req.cost.units
 
         def op(con):
             if con.execute("SELECT 1 FROM ledger.charges WHERE key = ?", [key]).fetchone():
                 return False
             row = con.execute(
-                "SELECT eps_cap, delta_cap, eps_spent, delta_spent FROM ledger.budgets WHERE dataset = ?",
+                "SELECT eps_cap, delta_cap, eps_spent, delta_spent, neighbour FROM ledger.budgets WHERE dataset = ?",
                 [req.dataset],
             ).fetchone()
             if row is None:
                 raise LedgerError(f"unknown dataset {req.dataset!r}: register it with ensure_budget first")
-            ec, dc, es, ds = (int(v) for v in row)
+            ec, dc, es, ds = (int(v) for v in row[:4])
+            try:
+                charged = charge_under(req.cost, req.neighbour, row[4])
+            except NeighbourConversionError as exc:
+                raise NeighbourConversionError(
+                    f"step {req.step!r} ({req.mechanism}) on dataset {req.dataset!r}: {exc} Nothing was charged."
+                ) from None
+            eps_u, delta_u = charged.units
             if es + eps_u > ec or ds + delta_u > dc:
                 raise BudgetExceededError(
-                    req.dataset, req.cost, PrivacyCost.from_units(es, ds), PrivacyCost.from_units(ec, dc)
+                    req.dataset, charged, PrivacyCost.from_units(es, ds), PrivacyCost.from_units(ec, dc),
+                    stated=None if charged == req.cost else (req.cost, req.neighbour, row[4]),
                 )
             con.execute(
                 "UPDATE ledger.budgets SET eps_spent = eps_spent + ?, delta_spent = delta_spent + ? WHERE dataset = ?",
                 [eps_u, delta_u, req.dataset],
             )
             con.execute(
-                "INSERT INTO ledger.charges VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?, ?, ?, NULL, NULL)",
+                "INSERT INTO ledger.charges (key, dataset, release_id, step, mechanism, notion, neighbour, eps_units, "
+                "delta_units, status, publishable, flow_run_id, params, reserved_at, stated_eps_units, "
+                "stated_delta_units) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?, ?, ?, ?, ?)",
                 [
                     key, req.dataset, req.release_id, req.step, req.mechanism, req.notion, req.neighbour,
                     eps_u, delta_u, req.publishable, req.flow_run_id,
-                    json.dumps(req.params, sort_keys=True, default=str), _now(),
+                    json.dumps(req.params, sort_keys=True, default=str), _now(), stated_eps_u, stated_delta_u,
                 ],
             )
             return True
@@ -375,16 +452,24 @@ class PrivacyLedger:
 
     # ------------------------------------------------------------------ reports
     def charges(self, dataset: str | None = None) -> pd.DataFrame:
-        """All charges (optionally of one dataset) with epsilon/delta as floats for display."""
+        """All charges (optionally of one dataset) with epsilon/delta as floats for display.
+
+        ``epsilon``/``delta`` are what was charged against the budget (in the
+        budget's neighbour relation); ``stated_epsilon``/``stated_delta`` the
+        mechanism's own cost under its relation ``neighbour``.
+        """
         where, params = ("WHERE dataset = ?", [dataset]) if dataset else ("", [])
         df = self.wh.query_df(
             f"SELECT key, dataset, release_id, step, mechanism, notion, neighbour, eps_units, delta_units, "
+            f"coalesce(stated_eps_units, eps_units) AS stated_eps_units, "
+            f"coalesce(stated_delta_units, delta_units) AS stated_delta_units, "
             f"status, publishable, flow_run_id, params, reserved_at, finished_at FROM ledger.charges {where} "
             "ORDER BY reserved_at, key",
             params,
         )
-        df["epsilon"] = [float(PrivacyCost.from_units(int(e), 0).epsilon) for e in df["eps_units"]]
-        df["delta"] = [float(PrivacyCost.from_units(0, int(d)).delta) for d in df["delta_units"]]
+        for col, units in (("epsilon", "eps_units"), ("delta", "delta_units"),
+                           ("stated_epsilon", "stated_eps_units"), ("stated_delta", "stated_delta_units")):
+            df[col] = [float(PrivacyCost.from_units(int(u), 0).epsilon) for u in df[units]]
         return df
 
     def spent_exact(self, dataset: str) -> PrivacyCost:

@@ -23,7 +23,9 @@ def ingest_stage(spec: ReleaseSpec, settings: Settings) -> IngestResult:
     """Store the input in ``raw`` and register the dataset's budget in the ledger."""
     stores = open_stores(settings)
     result = ingest(spec, stores.warehouse, settings.data)
-    stores.ledger.ensure_budget(spec.dataset.name, PrivacyCost(spec.budget.epsilon_exact, spec.budget.delta_exact))
+    stores.ledger.ensure_budget(
+        spec.dataset.name, PrivacyCost(spec.budget.epsilon_exact, spec.budget.delta_exact), spec.budget.neighbour
+    )
     return result
 
 

@@ -194,6 +194,15 @@ class BudgetSpec(_Strict):
 
     epsilon: float = Field(gt=0, description="Total epsilon for the dataset (> 0).")
     delta: float = Field(default=0.0, ge=0, lt=1, description="Total delta for the dataset, in [0, 1).")
+    neighbour: Literal["add-remove", "replace-one"] = Field(
+        default="add-remove",
+        description=(
+            "Neighbour relation the cap is stated under (DESIGN.md rule 5). 'add-remove': one record added or "
+            "removed; 'replace-one': one record replaced, the number of records public. Every charge is "
+            "converted to it: against a replace-one budget an add/remove mechanism counts twice its epsilon; "
+            "replace-one mechanisms (steps.outlier_counts) need a replace-one budget."
+        ),
+    )
 
     @field_validator("epsilon")
     @classmethod
@@ -426,6 +435,11 @@ class StepsSpec(_Strict):
     pcor: PcorSpec = Field(default_factory=PcorSpec)
 
 
+#: Steps whose mechanisms are private only under replace-one neighbours (their
+#: ``neighbour`` attribute; tests/test_ledger.py checks this list against them).
+REPLACE_ONE_STEPS: tuple[str, ...] = ("outlier_counts",)
+
+
 class ReleaseSpec(_Strict):
     """A whole release: dataset, public schema, budget, release id and steps."""
 
@@ -475,6 +489,14 @@ class ReleaseSpec(_Strict):
             raise ValueError("steps.pcor.from_detector needs steps.detect.enabled: true")
         if self.steps.aiq.from_detector and not self.steps.detect.enabled:
             raise ValueError("steps.aiq.from_detector needs steps.detect.enabled: true")
+        if self.budget.neighbour == "add-remove":
+            for name in REPLACE_ONE_STEPS:
+                if getattr(self.steps, name).enabled:
+                    raise ValueError(
+                        f"steps.{name} is differentially private only under replace-one neighbours (N fixed), "
+                        "which an add/remove budget cannot be charged for: set budget.neighbour: replace-one "
+                        f"(add/remove steps then count twice their epsilon) or steps.{name}.enabled: false"
+                    )
         return self
 
     def content_hash(self) -> str:

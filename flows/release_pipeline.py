@@ -59,6 +59,7 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
         "spent_total": b["spent_total"],
         "remaining": b["remaining"],
         "cap": b["cap"],
+        "neighbour": b["neighbour"],
     }
 
 
@@ -80,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"report    : {out['bundle']}/report.md")
     s, t, r, c = out["spent_by_this_release"], out["spent_total"], out["remaining"], out["cap"]
     print(f"budget    : this release spent epsilon={s['epsilon']:.6g} delta={s['delta']:.3g}; "
-          f"total spent epsilon={t['epsilon']:.6g} of {c['epsilon']:g}; left epsilon={r['epsilon']:.6g} delta={r['delta']:.3g}")
+          f"total spent epsilon={t['epsilon']:.6g} of {c['epsilon']:g}; left epsilon={r['epsilon']:.6g} delta={r['delta']:.3g} "
+          f"({out['neighbour']} neighbours)")
     return 0
 
 

@@ -94,10 +94,10 @@ def bundle_task(
     create_table_artifact(
         key=artifact_key("budget", spec.dataset.name),
         table=[
-            {"what": k.replace("_", " "), "epsilon": float(v["epsilon"]), "delta": float(v["delta"])}
-            for k, v in b.items() if k != "exact"
+            {"what": k.replace("_", " "), "epsilon": float(b[k]["epsilon"]), "delta": float(b[k]["delta"])}
+            for k in ("cap", "spent_by_this_release", "spent_total", "remaining")
         ],
-        description="Privacy budget (epsilon, delta)",
+        description=f"Privacy budget (epsilon, delta) under {b['neighbour']} neighbours",
     )
     get_run_logger().info(
         "bundle %s: spent %.6g epsilon in this release, %.6g left of %.6g",

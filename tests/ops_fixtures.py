@@ -268,7 +268,7 @@ def ledger_snapshot(warehouse: Path) -> dict[str, Any]:
     charges = [
         {"key": r.key, "step": r.step, "status": r.status, "notion": r.notion, "release_id": r.release_id,
          "eps_units": str(r.eps_units), "delta_units": str(r.delta_units), "epsilon": float(r.epsilon),
-         "flow_run_id": r.flow_run_id}
+         "stated_epsilon": float(r.stated_epsilon), "neighbour": r.neighbour, "flow_run_id": r.flow_run_id}
         for r in df.itertuples()
     ]
     spent = {row[0]: (str(row[1]), str(row[2])) for row in ledger.wh.query(

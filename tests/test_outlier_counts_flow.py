@@ -35,6 +35,8 @@ def test_pipeline_selects_h_subspaces_and_charges_each_release(dpr_home, small_s
     assert list(ch["step"]) == ["outlier_subspaces", "outlier_count", "outlier_count"]
     assert (ch["neighbour"] == "replace-one").all() and (ch["notion"] == "dp").all()
     assert ch["epsilon"].round(12).tolist() == [0.4, 0.3, 0.3]
+    # replace-one mechanisms on the demo's replace-one cap: charged as stated
+    assert set(ch["neighbour"]) == {"replace-one"} and (ch["epsilon"] == ch["stated_epsilon"]).all()
     assert ch["delta"].round(15).tolist() == [0.0, 1e-6, 1e-6]
     t = pd.read_csv(Path(out["bundle"]) / "tables" / "outlier_counts__counts.csv")
     assert t["rank"].tolist() == [1, 2] and t["subspace"].nunique() == 2

@@ -91,18 +91,20 @@ def test_explain_outlier_releases_one_valid_context_once(dpr_home, small_spec_pa
     assert len(ch) == 1
     row = ch.iloc[0]
     assert (row["notion"], row["neighbour"], row["status"]) == ("ocdp", "add-remove", "released")
-    assert _ledger().spent_exact("nycflights13").epsilon == Fraction(1, 5)
+    # OCDP stated under add/remove; the demo's cap is replace-one, so each explanation counts 2 x 0.2
+    assert (row["stated_epsilon"], row["epsilon"]) == (0.2, 0.4)
+    assert _ledger().spent_exact("nycflights13").epsilon == 2 * Fraction(1, 5)
     # same record, parameters and release id: the stored context, no new charge or draw
     assert explain_outlier(record_id=most_delayed, epsilon=0.2, spec_path=str(spec_path)) == out
     assert len(_pcor_charges()) == 1
     # another sampler is another release: charged anew
     explain_outlier(record_id=most_delayed, epsilon=0.2, sampler="random_walk", n_samples=10, spec_path=str(spec_path))
     assert len(_pcor_charges()) == 2
-    assert _ledger().spent_exact("nycflights13").epsilon == Fraction(2, 5)
+    assert _ledger().spent_exact("nycflights13").epsilon == 2 * Fraction(2, 5)
     # so is another budget split (the paper's equal split) or start rule: one charge each, same epsilon
     explain_outlier(record_id=most_delayed, epsilon=0.2, final_share=None, start="climb", spec_path=str(spec_path))
     assert len(_pcor_charges()) == 3
-    assert _ledger().spent_exact("nycflights13").epsilon == Fraction(3, 5)
+    assert _ledger().spent_exact("nycflights13").epsilon == 2 * Fraction(3, 5)
     # the bundle holds the context only; search statistics stay in the warehouse
     bundles = sorted((dpr_home / "bundles" / "nycflights13" / "test-r1").glob("explain-*"))
     assert len(bundles) == 3
@@ -173,11 +175,12 @@ def test_over_budget_batch_is_refused_before_any_charge(dpr_home, small_spec_pat
 
     ids = [str(i) for i in flights.dropna(subset=["arr_delay", "air_time"])["flight_id"].iloc[:3]]
     spec = load_spec(_spec(small_spec_path, tmp_path, record_ids=ids, epsilon=0.2))
-    spec = spec.model_copy(update={"budget": spec.budget.model_copy(update={"epsilon": 0.5})})
+    # 3 x 0.2 stated under add/remove would fit 0.7, but against the demo's replace-one cap they count 3 x 0.4
+    spec = spec.model_copy(update={"budget": spec.budget.model_copy(update={"epsilon": 0.7})})
     settings = Settings.from_env()
     ingested = ingest_stage(spec, settings)
     validate_stage(spec, settings, ingested)
-    with pytest.raises(BudgetExceededError, match="remaining"):
+    with pytest.raises(BudgetExceededError, match=r"requested \(epsilon=1.2.*converted to the budget's replace-one.*remaining"):
         pcor_step(spec, settings, ingested)
     assert _ledger().charges("nycflights13").empty
 

@@ -240,4 +240,5 @@ def test_operator_fills_the_aiq_form_and_runs_it(local_stack, browser, tmp_path)
 
     charges = [c for c in ledger_snapshot(ops.warehouse)["charges"] if c["step"] == "aiq"]
     assert len(charges) == 1 and charges[0]["flow_run_id"] == run_id
-    assert charges[0]["epsilon"] == pytest.approx(len(ids) * 0.05)
+    assert charges[0]["stated_epsilon"] == pytest.approx(len(ids) * 0.05)
+    assert charges[0]["epsilon"] == pytest.approx(2 * len(ids) * 0.05)  # add/remove on the demo's replace-one cap

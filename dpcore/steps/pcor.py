@@ -255,11 +255,18 @@ def reserve_pcor(settings: Settings, plan: PcorPlan) -> PcorPlan:
         else:
             pending.append(i)
     if pending:
-        req0 = plan.targets[pending[0]].request
-        need = sum((plan.targets[i].request.cost for i in pending[1:]), req0.cost)
+        reqs = [plan.targets[i].request for i in pending]
+        req0 = reqs[0]
+        # what reserve() will charge: each cost converted to the budget's neighbour relation
+        need = sum((ledger.charge_for(r.dataset, r.cost, r.neighbour) for r in reqs[1:]),
+                   ledger.charge_for(req0.dataset, req0.cost, req0.neighbour))
         status = ledger.status(req0.dataset)
         if not need.fits_within(status.remaining):
-            raise BudgetExceededError(req0.dataset, need, status.spent, status.cap)
+            stated = sum((r.cost for r in reqs[1:]), req0.cost)
+            raise BudgetExceededError(
+                req0.dataset, need, status.spent, status.cap,
+                stated=None if stated == need else (stated, req0.neighbour, status.neighbour),
+            )
     reserved: list[int] = []
     error = None
     for i in pending:
