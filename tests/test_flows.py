@@ -39,7 +39,7 @@ def test_release_pipeline_on_small_fixture(dpr_home, small_spec_path):
     (rel,) = manifest["releases"]
     assert (rel["neighbour"], rel["stated_epsilon"], rel["epsilon"]) == ("add-remove", 0.1, pytest.approx(0.2))
     assert manifest["budget"]["spent_by_this_release"]["epsilon"] == pytest.approx(0.2)
-    assert manifest["budget"]["remaining"]["epsilon"] == pytest.approx(9.8)
+    assert manifest["budget"]["remaining"]["epsilon"] == pytest.approx(19.8)
     assert manifest["weakest_notion_on_dataset"] == "dp"
     assert manifest["for_publication"] is True
 
