@@ -135,6 +135,13 @@ def weakest_notion(notions: list[str] | set[str]) -> str | None:
     return present[-1] if present else None
 
 
+def check_neighbour(value: str, name: str = "neighbour") -> str:
+    """Return ``value`` if it is a known neighbour relation, else raise ``ValueError`` naming ``name``."""
+    if value not in NEIGHBOURS:
+        raise ValueError(f"{name} must be one of {NEIGHBOURS}, got {value!r}")
+    return value
+
+
 class NeighbourConversionError(ValueError):
     """A cost stated under one neighbour relation has no sound bound under the budget's relation."""
 
@@ -187,9 +194,8 @@ def charge_under(cost: PrivacyCost, stated: str, budget: str) -> PrivacyCost:
         for datasets of one fixed size says nothing about adding or removing
         a record (the mechanism may even reveal N).
     """
-    for name, rel in (("stated", stated), ("budget", budget)):
-        if rel not in NEIGHBOURS:
-            raise ValueError(f"{name} neighbour relation must be one of {NEIGHBOURS}, got {rel!r}")
+    check_neighbour(stated, "stated neighbour relation")
+    check_neighbour(budget, "budget neighbour relation")
     if stated == budget:
         return cost
     if stated == "add-remove":

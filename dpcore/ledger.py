@@ -44,8 +44,8 @@ from typing import Any, Callable
 import pandas as pd
 
 from .budget import (
-    NEIGHBOURS, NOTION_ORDER, BudgetExceededError, Neighbour, NeighbourConversionError, PrivacyCost, charge_under,
-    weakest_notion,
+    NOTION_ORDER, BudgetExceededError, Neighbour, NeighbourConversionError, PrivacyCost, charge_under,
+    check_neighbour, weakest_notion,
 )
 from .warehouse import Warehouse
 
@@ -156,8 +156,7 @@ class ChargeRequest:
     def __post_init__(self) -> None:
         if self.notion not in NOTION_ORDER:
             raise ValueError(f"notion must be one of {NOTION_ORDER}, got {self.notion!r}")
-        if self.neighbour not in NEIGHBOURS:
-            raise ValueError(f"neighbour must be one of {NEIGHBOURS}, got {self.neighbour!r}")
+        check_neighbour(self.neighbour)
 
     @property
     def key(self) -> str:
@@ -226,8 +225,7 @@ class PrivacyLedger:
             relation after something was charged (the charges were converted
             to the old one).
         """
-        if neighbour not in NEIGHBOURS:
-            raise ValueError(f"neighbour must be one of {NEIGHBOURS}, got {neighbour!r}")
+        check_neighbour(neighbour)
         eps_cap, delta_cap = cap.units_floor
 
         def op(con):
@@ -291,20 +289,6 @@ class PrivacyLedger:
             raise LedgerError(f"unknown dataset {dataset!r}: register it with ensure_budget first")
         ec, dc, es, ds, nb = rows[0]
         return BudgetStatus(dataset, PrivacyCost.from_units(ec, dc), PrivacyCost.from_units(es, ds), nb)
-
-    def charge_for(self, dataset: str, cost: PrivacyCost, neighbour: str) -> PrivacyCost:
-        """What a cost stated under ``neighbour`` would be charged against ``dataset``'s budget.
-
-        The same conversion :meth:`reserve` applies (for pre-checks of a batch).
-
-        Raises
-        ------
-        NeighbourConversionError
-            No sound conversion exists (a replace-one cost, an add/remove budget).
-        LedgerError
-            Unknown dataset.
-        """
-        return charge_under(cost, neighbour, self.status(dataset).neighbour)
 
     # ------------------------------------------------------------------ charges
     def reserve(self, req: ChargeRequest) -> bool:

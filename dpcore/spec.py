@@ -31,6 +31,8 @@ from pydantic import (
     model_validator,
 )
 
+from .budget import Neighbour
+
 #: Column names must be plain identifiers: they end up in SQL and file names.
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Release ids and dataset names are used in file paths and idempotency keys.
@@ -194,7 +196,7 @@ class BudgetSpec(_Strict):
 
     epsilon: float = Field(gt=0, description="Total epsilon for the dataset (> 0).")
     delta: float = Field(default=0.0, ge=0, lt=1, description="Total delta for the dataset, in [0, 1).")
-    neighbour: Literal["add-remove", "replace-one"] = Field(
+    neighbour: Neighbour = Field(
         default="add-remove",
         description=(
             "Neighbour relation the cap is stated under (DESIGN.md rule 5). 'add-remove': one record added or "

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..budget import BudgetExceededError, PrivacyCost
+from ..budget import BudgetExceededError, PrivacyCost, charge_under
 from ..bundle import StepOutput
 from ..ingest import IngestResult
 from ..ledger import ChargeRequest
@@ -257,10 +257,10 @@ def reserve_pcor(settings: Settings, plan: PcorPlan) -> PcorPlan:
     if pending:
         reqs = [plan.targets[i].request for i in pending]
         req0 = reqs[0]
-        # what reserve() will charge: each cost converted to the budget's neighbour relation
-        need = sum((ledger.charge_for(r.dataset, r.cost, r.neighbour) for r in reqs[1:]),
-                   ledger.charge_for(req0.dataset, req0.cost, req0.neighbour))
         status = ledger.status(req0.dataset)
+        # what reserve() will charge: each cost converted to the budget's neighbour relation
+        need = sum((charge_under(r.cost, r.neighbour, status.neighbour) for r in reqs[1:]),
+                   charge_under(req0.cost, req0.neighbour, status.neighbour))
         if not need.fits_within(status.remaining):
             stated = sum((r.cost for r in reqs[1:]), req0.cost)
             raise BudgetExceededError(
