@@ -69,7 +69,13 @@ class StepOutput:
     images : list of Path
         PNG files to copy into the bundle and link from the report.
     keys : list of str
-        Ledger idempotency keys of the charges behind these outputs.
+        Ledger idempotency keys of the charges behind these outputs (they stay
+        inside the ledger; the bundle publishes each charge's random public ref).
+    not_protected : list of str
+        DESIGN.md rule 9: what this output's guarantee does NOT cover, in plain
+        words (e.g. the queried record's own value and presence; the choice of
+        detector-chosen records). Printed next to the output in the report and
+        listed per step in the manifest.
     """
 
     step: str
@@ -77,6 +83,7 @@ class StepOutput:
     markdown: str = ""
     images: list[Path] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
+    not_protected: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

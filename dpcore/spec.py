@@ -88,6 +88,32 @@ class DemoSource(_Strict):
 Source = Annotated[Union[CsvSource, ParquetSource, DemoSource], Field(discriminator="kind")]
 
 
+class RosterSpec(_Strict):
+    """A PUBLIC roster of record ids (DESIGN.md rule 8).
+
+    Only ids on the roster may be asked about by id (AIQ, PCOR explain); an id
+    off the roster is refused for free because that refusal depends only on
+    this public list. An id on the roster is always charged and answered
+    through the mechanism, whether its record is present, quarantined or
+    absent. Give ``ids`` inline or ``file`` + ``column`` (a public CSV,
+    resolved against the spec's folder and expanded into ``ids`` on load).
+    """
+
+    ids: list[str] = Field(min_length=1, description="The public list of record ids that may be queried by id.")
+
+    @field_validator("ids")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("roster ids must be distinct")
+        return v
+
+    def missing(self, ids: list[str]) -> list[str]:
+        """The ids of ``ids`` that are not on the roster (in request order)."""
+        known = set(self.ids)
+        return [i for i in ids if i not in known]
+
+
 class DatasetSpec(_Strict):
     """Which table is released and how its records are identified."""
 
@@ -97,6 +123,11 @@ class DatasetSpec(_Strict):
     record_id_pattern: str = Field(
         default=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$",
         description="Regular expression every record id must match (rejects formula-like cells).",
+    )
+    roster: RosterSpec | None = Field(
+        default=None,
+        description="Public roster of record ids that may be queried by id (AIQ, PCOR explain). Without one, "
+        "requests by record id are refused: whether an id is present or valid is private.",
     )
     extra_columns: Literal["error", "ignore"] = Field(
         default="error",
@@ -514,7 +545,7 @@ class ReleaseSpec(_Strict):
         """
         return _hash_json(
             {
-                "dataset": self.dataset.model_dump(mode="json"),
+                "dataset": self.dataset.model_dump(mode="json", exclude={"roster"}),
                 "schema": self.public_schema.model_dump(mode="json"),
                 "validation": self.steps.validation.model_dump(mode="json"),
             }
@@ -585,6 +616,20 @@ def _resolve_files(data: dict, base: Path) -> dict:
     ds = data.get("dataset")
     if isinstance(ds, dict) and isinstance(ds.get("source"), dict) and isinstance(ds["source"].get("path"), str):
         data["dataset"] = {**ds, "source": {**ds["source"], "path": _rel(base, ds["source"]["path"])}}
+    ds = data.get("dataset")
+    if isinstance(ds, dict) and isinstance(ds.get("roster"), dict) and "file" in ds["roster"]:
+        src = ds["roster"]
+        key = "dataset.roster"
+        if not isinstance(src.get("file"), str) or not isinstance(src.get("column"), str) or set(src) - {"file", "column"}:
+            raise SpecError(f"{key}: give either 'ids' (a list) or 'file' (a public CSV path) and 'column'")
+        file = _rel(base, src["file"])
+        try:
+            col = pd.read_csv(file, dtype=str, keep_default_na=False, usecols=[src["column"]])[src["column"]]
+        except FileNotFoundError:
+            raise SpecError(f"{key}.file: file not found: {file}") from None
+        except ValueError:
+            raise SpecError(f"{key}.column: no column {src['column']!r} in {file}") from None
+        data["dataset"] = {**ds, "roster": {"ids": list(dict.fromkeys(col))}}
     steps = data.get("steps")
     coco = steps.get("coco") if isinstance(steps, dict) else None
     if isinstance(coco, dict) and isinstance(coco.get("groups_file"), str):

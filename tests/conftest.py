@@ -62,6 +62,7 @@ def small_spec_path(tmp_path, small_flights_csv) -> Path:
     fleet = str(ROOT / "specs" / "demo_fleet.csv")
     spec["steps"]["coco"]["groups_file"] = fleet
     spec["schema"]["categorical"]["tailnum"]["domain_from"]["file"] = fleet
+    spec["dataset"]["roster"]["file"] = str(ROOT / "specs" / "demo_roster.csv")
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
