@@ -4,7 +4,8 @@ Layout::
 
     <bundles>/<dataset>/<release_id>/
         manifest.json            what was released, mechanisms, notions, epsilon/delta spent and left,
-                                 spec hash, input hash, code version, time
+                                 per step what is and is not protected, budget identity, the random
+                                 input id, the owner-keyed spec fingerprint, code version, time
         report.md                human report (links the PNG plots)
         budget.png               budget use
         tables/<name>.csv|.parquet   the private tables (noisy outputs) and the ledger's charges
@@ -12,7 +13,10 @@ Layout::
                                  numbers: NOT privacy-protected, never publish this folder)
 
 Only privacy-protected outputs and data-independent metadata go into the
-public part (DESIGN.md rule 6). The bundle is written into a temporary folder
+public part (DESIGN.md rule 6). No identifier derived from the data is
+published (rule 7): the input is named by its random ``ingest_id``, each charge
+by its random ``public_ref`` (never the idempotency key), and the spec by an
+HMAC under the data owner's key. The bundle is written into a temporary folder
 and renamed into place, so a crash never leaves a half-written bundle.
 """
 from __future__ import annotations
@@ -30,6 +34,7 @@ import pandas as pd
 from . import __version__
 from .budget import NOTION_LABELS
 from .ledger import PrivacyLedger
+from .lineage import owner_hmac
 from .plots import budget_plot
 from .spec import ReleaseSpec
 
@@ -37,9 +42,34 @@ from .spec import ReleaseSpec
 #: ``epsilon``/``delta`` are charged against the budget (in its neighbour relation), ``stated_*`` are the
 #: mechanism's own cost under its relation ``neighbour``.
 PUBLIC_CHARGE_COLUMNS = [
-    "release_id", "step", "mechanism", "notion", "neighbour", "stated_epsilon", "stated_delta", "epsilon", "delta",
+    "public_ref", "release_id", "step", "mechanism", "notion", "neighbour", "stated_epsilon", "stated_delta", "epsilon", "delta",
     "status", "publishable", "reserved_at",
 ]
+
+
+#: What no output of any release protects (DESIGN.md rule 9), stated in every manifest and report.
+ALWAYS_NOT_PROTECTED = [
+    "The dataset's header (its column names) and whether the input has any row at all: a missing, extra or "
+    "reserved column, or an input with no row, stops the run before any charge.",
+    "Budget identity: that this dataset's record ids overlap another dataset's budget (the datasets sharing a "
+    "budget are named in the report).",
+    "Neighbour relations are stated on raw input rows: a raw row replaced so that it fails validation is a "
+    "removal from the validated table, so every step's guarantee is stated for add/remove of validated rows "
+    "(or converted to it by the ledger).",
+]
+
+
+def protection_of(out: "StepOutput", charges: pd.DataFrame) -> dict[str, Any]:
+    """Per step: its notions, neighbour relations, what it charged, and what it does not protect (rule 9)."""
+    rows = charges[charges["key"].isin(out.keys)]
+    return {
+        "step": out.step,
+        "notions": sorted(set(rows["notion"])),
+        "neighbour": sorted(set(rows["neighbour"])),
+        "charged": {"epsilon": float(rows["epsilon"].sum()), "delta": float(rows["delta"].sum())},
+        "charges": [str(r) for r in rows["public_ref"]],
+        "not_protected": list(out.not_protected),
+    }
 
 
 def code_version() -> str:
@@ -105,10 +135,13 @@ def write_bundle(
     root: Path,
     spec: ReleaseSpec,
     ledger: PrivacyLedger,
-    dataset_hash: str,
+    ingest_id: str,
     validation_summary: dict[str, Any] | None = None,
     steps: list[StepOutput] | None = None,
-    subfolder: str | None = None,
+    subfolder_prefix: str | None = None,
+    *,
+    owner_key: bytes,
+    stopped: str | None = None,
 ) -> BundleResult:
     """Assemble the release bundle for ``spec.release_id``.
 
@@ -119,17 +152,21 @@ def write_bundle(
     spec : ReleaseSpec
     ledger : PrivacyLedger
         Source of the charges and the remaining budget.
-    dataset_hash : str
-        Content hash of the ingested input.
+    ingest_id : str
+        The input's random ingest id (public lineage; never a content hash).
     validation_summary : dict, optional
         The validator's summary (counts and row numbers only); stored under
         ``owner/`` for the data owner.
     steps : list of StepOutput
         Private outputs of the steps that ran; the manifest lists exactly
         their charges.
-    subfolder : str, optional
-        Operator runs write ``<release_id>/<subfolder>`` so they never
-        overwrite the scheduled release's bundle.
+    subfolder_prefix : str, optional
+        Operator runs write ``<release_id>/<prefix>-<public ref of the first
+        charge>`` so they never overwrite the scheduled release's bundle.
+    owner_key : bytes
+        The data owner's HMAC key (the spec fingerprint).
+    stopped : str, optional
+        Public reason the release stopped early (noisy rejected-fraction gate).
 
     Returns
     -------
@@ -137,15 +174,19 @@ def write_bundle(
     """
     steps = steps or []
     ds = spec.dataset.name
-    final = root / ds / spec.release_id / subfolder if subfolder else root / ds / spec.release_id
-    tmp = final.parent / f".{final.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-
     status = ledger.status(ds)
     all_charges = ledger.charges(ds)
     keys = {k for out in steps for k in out.keys}
     mine = all_charges[all_charges["key"].isin(keys)]
+    ref_of = dict(zip(all_charges["key"], all_charges["public_ref"]))
+    subfolder = None
+    if subfolder_prefix:
+        first = next((k for out in steps for k in out.keys), None)
+        subfolder = f"{subfolder_prefix}-{ref_of[first]}" if first in ref_of else subfolder_prefix
+    final = root / ds / spec.release_id / subfolder if subfolder else root / ds / spec.release_id
+    tmp = final.parent / f".{final.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
     files: list[str] = []
     public = mine[PUBLIC_CHARGE_COLUMNS].copy()
     public["reserved_at"] = public["reserved_at"].astype(str)
@@ -173,17 +214,21 @@ def write_bundle(
         "release_id": spec.release_id,
         "created_at": datetime.now(timezone.utc).isoformat(),
         "code_version": code_version(),
-        "spec_hash": spec.content_hash(),
-        "input_content_hash": dataset_hash,
+        "input_id": ingest_id,
+        "spec_fingerprint": owner_hmac(owner_key, "spec", spec.content_hash()),
         "for_publication": publishable,
         "releases": [
             {
                 "step": r.step, "mechanism": r.mechanism, "notion": r.notion, "neighbour": r.neighbour,
                 "stated_epsilon": r.stated_epsilon, "stated_delta": r.stated_delta,
-                "epsilon": r.epsilon, "delta": r.delta, "status": r.status, "key": r.key,
+                "epsilon": r.epsilon, "delta": r.delta, "status": r.status, "ref": r.public_ref,
             }
             for r in mine.itertuples(index=False)
         ],
+        "protection": [protection_of(out, mine) for out in steps],
+        "always_not_protected": ALWAYS_NOT_PROTECTED,
+        "stopped": stopped,
+        "budget_identity": ledger.budget_identity(ds),
         "notions_in_this_release": notions,
         "weakest_notion_on_dataset": weakest,
         "budget": {
@@ -216,12 +261,32 @@ def render_report(
     lines = [
         f"# Release `{manifest['release_id']}` of `{manifest['dataset']}`",
         "",
-        f"Created {manifest['created_at']} by code {manifest['code_version']}; spec hash `{manifest['spec_hash'][:12]}`, "
-        f"input hash `{manifest['input_content_hash'][:12]}`.",
+        f"Created {manifest['created_at']} by code {manifest['code_version']}; input `{manifest['input_id']}` "
+        f"(a random ingest id), spec fingerprint `{manifest['spec_fingerprint'][:12]}` (keyed by the data owner).",
         "",
     ]
     if not manifest["for_publication"]:
         lines += ["> **NOT FOR PUBLICATION**: made with a seeded test noise generator.", ""]
+    if manifest.get("stopped"):
+        lines += [f"> **Release stopped early**: {manifest['stopped']}", ""]
+    ident = manifest["budget_identity"]
+    lines += ["## Budget identity", ""]
+    if ident["budget"] != manifest["dataset"] or len(ident["datasets_sharing_it"]) > 1:
+        lines.append(
+            f"This dataset charges the budget of `{ident['budget']}`, shared by "
+            + ", ".join(f"`{d}`" for d in ident["datasets_sharing_it"])
+            + ": their record ids overlap (a budget belongs to the people in the data, not to a name)."
+        )
+    else:
+        lines.append(f"This dataset charges its own budget `{ident['budget']}`.")
+    for sep in ident["separations"]:
+        lines.append(
+            f"- Owner override recorded {sep['recorded_at']}: `{sep['dataset']}` keeps a budget separate from "
+            f"`{sep['separate_from']}` although their records may overlap. Reason: {sep['reason']}"
+        )
+    lines += ["", "## What is not protected", ""]
+    lines += [f"- {t}" for t in manifest["always_not_protected"]]
+    lines.append("")
     lines += [
         "## Privacy budget",
         "",
@@ -261,6 +326,8 @@ def render_report(
     for out in steps:
         if out.markdown:
             lines += ["", out.markdown.rstrip()]
+        if out.not_protected:
+            lines += ["", "**Not protected by this output's guarantee:**", ""] + [f"- {t}" for t in out.not_protected]
         for img in out.images:
             lines += ["", f"![{img.stem}]({img.name})"]
     if validation_summary is not None:

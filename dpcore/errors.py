@@ -17,12 +17,14 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from .ingest import IngestError
     from .ledger import LedgerError
     from .spec import SpecError
-    from .steps.common import StepInputError
+    from .lineage import OwnerKeyError
+    from .steps.common import SeededNoiseRefusedError, StepInputError
     from .validation import ValidationFailed
     from .warehouse import WarehouseBusyError
 
     return (
-        SpecError, IngestError, ValidationFailed, StepInputError, BudgetExceededError, LedgerError, WarehouseBusyError
+        SpecError, IngestError, ValidationFailed, StepInputError, BudgetExceededError, LedgerError, WarehouseBusyError,
+        SeededNoiseRefusedError, OwnerKeyError,
     )
 
 

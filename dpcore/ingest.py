@@ -2,20 +2,27 @@
 
 The input is never modified. CSV cells are kept as text (typing is the
 validator's job, so a bad cell becomes a quarantined row instead of a failed
-parse); Parquet keeps its own types. Each distinct input is stored once, in a
-table named after its content hash (SHA-256 of the file bytes), with a 1-based
-``_row`` column giving the input row number that error messages refer to.
+parse); Parquet keeps its own types. Each distinct input is stored once, with a
+1-based ``_row`` column giving the input row number that error messages refer to.
+
+Lineage (DESIGN.md rule 7): each new input gets a random ``ingest_id`` (a
+nonce from the OS CSPRNG) that names its raw table, ``raw."<dataset>__<ingest_id>"``,
+and is the only input identifier that may appear in public (manifest, logs).
+The SHA-256 of the input bytes is kept in the private catalogue
+``raw.ingests`` to recognise the same input again and to build the ledger's
+idempotency keys, which never leave the warehouse.
 """
 from __future__ import annotations
 
 import hashlib
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
+from .lineage import new_nonce
 from .spec import DemoSource, ReleaseSpec
 from .warehouse import Warehouse
 
@@ -28,14 +35,19 @@ class IngestError(ValueError):
 
 @dataclass(frozen=True)
 class IngestResult:
-    """Where the raw input landed."""
+    """Where the raw input landed: an opaque handle with public fields only.
+
+    ``ingest_id`` is a random nonce (public lineage); ``content_hash`` (the
+    SHA-256 of the input) is private: it is used inside the warehouse and the
+    ledger only, is left out of ``repr`` and must never be logged or published.
+    No count is carried here (Prefect inspects task results, and the number of
+    rows is private).
+    """
 
     dataset: str
-    content_hash: str
+    ingest_id: str
     table: str
-    n_rows: int
-    n_bytes: int
-    reused: bool
+    content_hash: str = field(repr=False, compare=False)
 
     @property
     def qualified_table(self) -> str:
@@ -121,8 +133,8 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
     Returns
     -------
     IngestResult
-        Content hash, table name and row count; ``reused`` when this exact
-        input was ingested before (nothing is written then).
+        The ingest id and raw table name (an input ingested before keeps its
+        id and table; nothing is written then).
 
     Raises
     ------
@@ -135,11 +147,15 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
         raise IngestError(f"input file not found: {path} (dataset.source.path in the spec)")
     data = path.read_bytes()
     content_hash = hashlib.sha256(data).hexdigest()
-    table = f"{spec.dataset.name}__{content_hash[:16]}"
     _ensure_catalog(wh)
-    known = wh.query("SELECT n_rows FROM raw.ingests WHERE content_hash = ? AND dataset = ?", [content_hash, spec.dataset.name])
-    if known and wh.table_exists("raw", table):
-        return IngestResult(spec.dataset.name, content_hash, table, int(known[0][0]), len(data), reused=True)
+    known = wh.query(
+        "SELECT ingest_id, table_name FROM raw.ingests WHERE content_hash = ? AND dataset = ? AND ingest_id IS NOT NULL",
+        [content_hash, spec.dataset.name],
+    )
+    if known and wh.table_exists("raw", known[0][1]):
+        return IngestResult(spec.dataset.name, known[0][0], known[0][1], content_hash)
+    ingest_id = new_nonce(8)
+    table = f"{spec.dataset.name}__{ingest_id}"
     df = _read_parquet(path) if src.kind == "parquet" else _read_csv(path, data)
     if ROW in df.columns:
         raise IngestError(f"input file {path} has a column named {ROW!r}, which is reserved for row numbers")
@@ -149,13 +165,16 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
         con.register("_incoming", df)
         con.execute(f'CREATE TABLE IF NOT EXISTS raw."{table}" AS SELECT * FROM _incoming')
         con.unregister("_incoming")
+        con.execute("DELETE FROM raw.ingests WHERE content_hash = ? AND dataset = ?", [content_hash, spec.dataset.name])
         con.execute(
-            "INSERT INTO raw.ingests VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            [content_hash, spec.dataset.name, table, src.kind, str(path), len(df), len(data), datetime.now(timezone.utc)],
+            "INSERT INTO raw.ingests (content_hash, dataset, table_name, source_kind, source_path, n_rows, n_bytes, "
+            "ingested_at, ingest_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [content_hash, spec.dataset.name, table, src.kind, str(path), len(df), len(data),
+             datetime.now(timezone.utc), ingest_id],
         )
 
     wh.run(op, transaction=True)
-    return IngestResult(spec.dataset.name, content_hash, table, len(df), len(data), reused=False)
+    return IngestResult(spec.dataset.name, ingest_id, table, content_hash)
 
 
 def _ensure_catalog(wh: Warehouse) -> None:
@@ -167,6 +186,13 @@ def _ensure_catalog(wh: Warehouse) -> None:
                 PRIMARY KEY (content_hash, dataset))"""
         )
     )
+    # warehouses made before public lineage used random ingest ids (their rows have none: re-ingested once)
+    wh.run(lambda con: con.execute("ALTER TABLE raw.ingests ADD COLUMN IF NOT EXISTS ingest_id VARCHAR"))
+
+
+def raw_row_count(wh: Warehouse, ingest_result: IngestResult) -> int:
+    """Number of rows of a raw table (private: for the data owner and internal checks only)."""
+    return int(wh.query(f"SELECT count(*) FROM {ingest_result.qualified_table}")[0][0])
 
 
 def load_raw(wh: Warehouse, ingest_result: IngestResult) -> pd.DataFrame:

@@ -27,6 +27,19 @@ Rules enforced here (DESIGN.md, privacy rules 1, 2, 4):
   running total) and ``stated_eps_units``/``stated_delta_units`` (the
   mechanism's own statement).
 
+* **A budget belongs to the people in the data, not to a name** (issue 15,
+  hole 6). Every ingest fingerprints the record ids of the raw input with an
+  HMAC under the data owner's key (:mod:`dpcore.lineage`; the ids themselves
+  are never stored here) and :meth:`PrivacyLedger.register_records` links a
+  dataset whose ids overlap another budget's records to that budget: a
+  renamed copy spends the same cap. A deliberately separate budget needs the
+  owner's explicit override (``budget.separate_from`` in the spec), recorded
+  in ``ledger.separations`` and printed in every later report of both datasets.
+* **Idempotency keys stay inside the ledger** (DESIGN.md rule 7): they are
+  built from the input's content hash. Each charge has a random
+  ``public_ref`` (a nonce) that the manifest, the report and operator
+  sub-bundle names use instead.
+
 Amounts are stored as integer units of 10^-18 (see :mod:`dpcore.budget`) so
 sums are exact. The running total per dataset lives in ``ledger.budgets`` and
 is updated in the same transaction as the charge insert, so concurrent
@@ -47,6 +60,7 @@ from .budget import (
     NOTION_ORDER, BudgetExceededError, Neighbour, NeighbourConversionError, PrivacyCost, charge_under,
     check_neighbour, weakest_notion,
 )
+from .lineage import hmac_pads, hmac_sql, new_nonce
 from .warehouse import Warehouse
 
 
@@ -96,7 +110,31 @@ _DDL = [
     "ALTER TABLE ledger.budgets ADD COLUMN IF NOT EXISTS neighbour VARCHAR DEFAULT 'add-remove'",
     "ALTER TABLE ledger.charges ADD COLUMN IF NOT EXISTS stated_eps_units HUGEINT",
     "ALTER TABLE ledger.charges ADD COLUMN IF NOT EXISTS stated_delta_units HUGEINT",
+    # public lineage (rule 7): a random ref per charge; older charges get one on first read
+    "ALTER TABLE ledger.charges ADD COLUMN IF NOT EXISTS public_ref VARCHAR",
+    "UPDATE ledger.charges SET public_ref = substr(replace(gen_random_uuid()::VARCHAR, '-', ''), 1, 16) "
+    "WHERE public_ref IS NULL",
+    # budget identity (hole 6): which budget a dataset name charges, owners' separations, id fingerprints
+    """CREATE TABLE IF NOT EXISTS ledger.dataset_budgets (
+        dataset VARCHAR PRIMARY KEY, budget VARCHAR NOT NULL, linked_at TIMESTAMPTZ NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS ledger.separations (
+        dataset VARCHAR NOT NULL, other VARCHAR NOT NULL, reason VARCHAR NOT NULL, created_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (dataset, other))""",
+    """CREATE TABLE IF NOT EXISTS ledger.record_fingerprints (
+        budget VARCHAR NOT NULL, fp VARCHAR NOT NULL, PRIMARY KEY (budget, fp))""",
 ]
+
+
+def _budget_of(con, dataset: str) -> str:
+    """The budget a dataset name charges: its own, or the one its records were linked to."""
+    row = con.execute("SELECT budget FROM ledger.dataset_budgets WHERE dataset = ?", [dataset]).fetchone()
+    return row[0] if row else dataset
+
+
+def _datasets_of(con, budget: str) -> list[str]:
+    """Every dataset name that charges ``budget`` (the budget's own name first)."""
+    rows = con.execute("SELECT dataset FROM ledger.dataset_budgets WHERE budget = ? ORDER BY dataset", [budget]).fetchall()
+    return [budget] + [r[0] for r in rows if r[0] != budget]
 
 
 def _now() -> datetime:
@@ -181,6 +219,7 @@ class BudgetStatus:
     cap: PrivacyCost
     spent: PrivacyCost
     neighbour: str = "add-remove"
+    budget: str = ""
 
     @property
     def remaining(self) -> PrivacyCost:
@@ -229,20 +268,22 @@ class PrivacyLedger:
         eps_cap, delta_cap = cap.units_floor
 
         def op(con):
+            budget = _budget_of(con, dataset)
+            shared = "" if budget == dataset else f" (it charges the budget of {budget!r}: their record ids overlap)"
             row = con.execute(
                 "SELECT eps_cap, delta_cap, neighbour, eps_spent, delta_spent FROM ledger.budgets WHERE dataset = ?",
-                [dataset],
+                [budget],
             ).fetchone()
             if row is None:
                 con.execute(
                     "INSERT INTO ledger.budgets (dataset, eps_cap, delta_cap, eps_spent, delta_spent, created_at, "
                     "neighbour) VALUES (?, ?, ?, 0, 0, ?, ?)",
-                    [dataset, eps_cap, delta_cap, _now(), neighbour],
+                    [budget, eps_cap, delta_cap, _now(), neighbour],
                 )
                 return
             if (int(row[0]), int(row[1])) != (eps_cap, delta_cap):
                 raise LedgerError(
-                    f"dataset {dataset!r} is registered with cap {PrivacyCost.from_units(row[0], row[1])}, "
+                    f"dataset {dataset!r}{shared} is registered with cap {PrivacyCost.from_units(row[0], row[1])}, "
                     f"the spec asks for {cap}. A cap changes only through PrivacyLedger.set_cap "
                     "(a decision of the data owner), never implicitly."
                 )
@@ -254,17 +295,121 @@ class PrivacyLedger:
                         f"something is charged: set budget.neighbour: {row[2]} in the spec, or start a new "
                         "warehouse or dataset name for the other relation."
                     )
-                con.execute("UPDATE ledger.budgets SET neighbour = ? WHERE dataset = ?", [neighbour, dataset])
+                con.execute("UPDATE ledger.budgets SET neighbour = ? WHERE dataset = ?", [neighbour, budget])
 
         self.wh.run(op, transaction=True)
         return self.status(dataset)
+
+    def register_records(
+        self, dataset: str, table_sql: str, id_column: str, owner_key: bytes, separate_from: dict[str, str] | None = None
+    ) -> str:
+        """Fingerprint a raw table's record ids and link the dataset to the budget its records belong to.
+
+        Parameters
+        ----------
+        dataset : str
+        table_sql : str
+            Qualified raw table (``raw."<table>"``).
+        id_column : str
+            The record-id column (every raw row's id counts, valid or not).
+        owner_key : bytes
+            The data owner's HMAC key; ids are stored only as HMAC-SHA256 fingerprints.
+        separate_from : dict of str to str, optional
+            The owner's explicit overrides: other dataset (budget) name -> reason.
+            Recorded in ``ledger.separations`` (once) and reported for both datasets.
+
+        Returns
+        -------
+        str
+            The budget this dataset charges: its own name, or the budget of the
+            dataset whose records its ids overlap.
+
+        Raises
+        ------
+        LedgerError
+            The ids overlap several budgets, or overlap another budget after this
+            dataset already spent on its own (say which with ``budget.separate_from``).
+        """
+        separate_from = dict(separate_from or {})
+        pads = hmac_pads(owner_key)
+
+        def op(con):
+            con.execute(
+                f'CREATE OR REPLACE TEMP TABLE _fp AS SELECT DISTINCT {hmac_sql(chr(34) + id_column + chr(34))} AS fp '
+                f'FROM {table_sql} WHERE "{id_column}" IS NOT NULL',
+                pads,
+            )
+            own = _budget_of(con, dataset)
+            for other, reason in separate_from.items():
+                if other != dataset and not con.execute(
+                    "SELECT 1 FROM ledger.separations WHERE dataset = ? AND other = ?", [dataset, other]
+                ).fetchone():
+                    con.execute("INSERT INTO ledger.separations VALUES (?, ?, ?, ?)", [dataset, other, reason, _now()])
+            separated = {r[0] for r in con.execute(
+                "SELECT other FROM ledger.separations WHERE dataset = ? UNION SELECT dataset FROM ledger.separations "
+                "WHERE other = ?", [dataset, dataset]).fetchall()}
+            overlapping = [r[0] for r in con.execute(
+                "SELECT DISTINCT f.budget FROM ledger.record_fingerprints f JOIN _fp USING (fp) WHERE f.budget <> ? "
+                "ORDER BY 1", [own]).fetchall()]
+            linked = [b for b in overlapping if b not in separated and not (set(_datasets_of(con, b)) & separated)]
+            if len(linked) > 1:
+                raise LedgerError(
+                    f"dataset {dataset!r}: its record ids overlap the records of several budgets ({linked}); "
+                    "a budget belongs to the people in the data. Declare which are separate on purpose with "
+                    "budget.separate_from in the spec (recorded in the ledger and printed in every later report)."
+                )
+            if linked and linked[0] != own:
+                spent = con.execute(
+                    "SELECT eps_spent + delta_spent FROM ledger.budgets WHERE dataset = ?", [own]
+                ).fetchone()
+                if spent and int(spent[0]):
+                    raise LedgerError(
+                        f"dataset {dataset!r} already spent on its own budget, and its record ids now overlap the "
+                        f"records of budget {linked[0]!r}. The data owner decides: declare "
+                        f"budget.separate_from: {{{linked[0]}: <reason>}} in the spec (recorded and reported), or "
+                        "keep the datasets' records apart."
+                    )
+                con.execute("DELETE FROM ledger.budgets WHERE dataset = ? AND eps_spent = 0 AND delta_spent = 0", [own])
+                con.execute("DELETE FROM ledger.dataset_budgets WHERE dataset = ?", [dataset])
+                con.execute("INSERT INTO ledger.dataset_budgets VALUES (?, ?, ?)", [dataset, linked[0], _now()])
+                own = linked[0]
+            con.execute("INSERT INTO ledger.record_fingerprints SELECT ?, fp FROM _fp ON CONFLICT DO NOTHING", [own])
+            con.execute("DROP TABLE _fp")
+            return own
+
+        return self.wh.run(op, transaction=True)
+
+    def budget_identity(self, dataset: str) -> dict[str, Any]:
+        """Which budget ``dataset`` charges, which datasets share it, and the owner's separations touching them.
+
+        Public (names and the owner's stated reasons only); printed in every report.
+        """
+
+        def op(con):
+            budget = _budget_of(con, dataset)
+            names = _datasets_of(con, budget)
+            seps = con.execute(
+                "SELECT dataset, other, reason, created_at FROM ledger.separations WHERE dataset IN "
+                "(SELECT unnest(?::VARCHAR[])) OR other IN (SELECT unnest(?::VARCHAR[])) ORDER BY created_at, dataset",
+                [names, names],
+            ).fetchall()
+            return {
+                "budget": budget,
+                "datasets_sharing_it": names,
+                "separations": [
+                    {"dataset": d, "separate_from": o, "reason": r, "recorded_at": t.isoformat()} for d, o, r, t in seps
+                ],
+            }
+
+        return self.wh.run(op)
 
     def set_cap(self, dataset: str, cap: PrivacyCost) -> BudgetStatus:
         """Change a dataset's cap (it may not go below what is already spent)."""
         eps_cap, delta_cap = cap.units_floor
 
         def op(con):
-            row = con.execute("SELECT eps_spent, delta_spent FROM ledger.budgets WHERE dataset = ?", [dataset]).fetchone()
+            budget = _budget_of(con, dataset)
+            row = con.execute("SELECT eps_spent, delta_spent FROM ledger.budgets WHERE dataset = ?", [budget]).fetchone()
             if row is None:
                 raise LedgerError(f"unknown dataset {dataset!r}: register it with ensure_budget first")
             if eps_cap < row[0] or delta_cap < row[1]:
@@ -273,22 +418,28 @@ class PrivacyLedger:
                     f"{PrivacyCost.from_units(row[0], row[1])}"
                 )
             con.execute(
-                "UPDATE ledger.budgets SET eps_cap = ?, delta_cap = ? WHERE dataset = ?", [eps_cap, delta_cap, dataset]
+                "UPDATE ledger.budgets SET eps_cap = ?, delta_cap = ? WHERE dataset = ?", [eps_cap, delta_cap, budget]
             )
 
         self.wh.run(op, transaction=True)
         return self.status(dataset)
 
     def status(self, dataset: str) -> BudgetStatus:
-        """Current cap and spending of ``dataset``."""
-        rows = self.wh.query(
-            "SELECT eps_cap, delta_cap, eps_spent, delta_spent, neighbour FROM ledger.budgets WHERE dataset = ?",
-            [dataset],
-        )
-        if not rows:
+        """Current cap and spending of the budget ``dataset`` charges."""
+
+        def op(con):
+            budget = _budget_of(con, dataset)
+            row = con.execute(
+                "SELECT eps_cap, delta_cap, eps_spent, delta_spent, neighbour FROM ledger.budgets WHERE dataset = ?",
+                [budget],
+            ).fetchone()
+            return budget, row
+
+        budget, row = self.wh.run(op)
+        if row is None:
             raise LedgerError(f"unknown dataset {dataset!r}: register it with ensure_budget first")
-        ec, dc, es, ds, nb = rows[0]
-        return BudgetStatus(dataset, PrivacyCost.from_units(ec, dc), PrivacyCost.from_units(es, ds), nb)
+        ec, dc, es, ds, nb = row
+        return BudgetStatus(dataset, PrivacyCost.from_units(ec, dc), PrivacyCost.from_units(es, ds), nb, budget)
 
     # ------------------------------------------------------------------ charges
     def reserve(self, req: ChargeRequest) -> bool:
@@ -312,9 +463,10 @@ class PrivacyLedger:
         def op(con):
             if con.execute("SELECT 1 FROM ledger.charges WHERE key = ?", [key]).fetchone():
                 return False
+            budget = _budget_of(con, req.dataset)
             row = con.execute(
                 "SELECT eps_cap, delta_cap, eps_spent, delta_spent, neighbour FROM ledger.budgets WHERE dataset = ?",
-                [req.dataset],
+                [budget],
             ).fetchone()
             if row is None:
                 raise LedgerError(f"unknown dataset {req.dataset!r}: register it with ensure_budget first")
@@ -333,28 +485,30 @@ class PrivacyLedger:
                 )
             con.execute(
                 "UPDATE ledger.budgets SET eps_spent = eps_spent + ?, delta_spent = delta_spent + ? WHERE dataset = ?",
-                [eps_u, delta_u, req.dataset],
+                [eps_u, delta_u, budget],
             )
             con.execute(
                 "INSERT INTO ledger.charges (key, dataset, release_id, step, mechanism, notion, neighbour, eps_units, "
                 "delta_units, status, publishable, flow_run_id, params, reserved_at, stated_eps_units, "
-                "stated_delta_units) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?, ?, ?, ?, ?)",
+                "stated_delta_units, public_ref) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?, ?, ?, ?, ?, ?)",
                 [
                     key, req.dataset, req.release_id, req.step, req.mechanism, req.notion, req.neighbour,
                     eps_u, delta_u, req.publishable, req.flow_run_id,
                     json.dumps(req.params, sort_keys=True, default=str), _now(), stated_eps_u, stated_delta_u,
+                    new_nonce(8),
                 ],
             )
             return True
 
         return self.wh.run(op, transaction=True)
 
-    def _charge_state(self, key: str) -> tuple[str, str | None] | None:
+    def _charge_state(self, key: str) -> tuple | None:
         rows = self.wh.query(
-            "SELECT c.status, o.payload FROM ledger.charges c LEFT JOIN releases.outputs o USING (key) WHERE c.key = ?",
+            "SELECT c.status, o.payload, c.public_ref, c.step FROM ledger.charges c LEFT JOIN releases.outputs o "
+            "USING (key) WHERE c.key = ?",
             [key],
         )
-        return (rows[0][0], rows[0][1]) if rows else None
+        return tuple(rows[0]) if rows else None
 
     def lookup(self, key: str) -> Release | None:
         """The stored release for ``key``, or None if the key was never charged.
@@ -367,11 +521,11 @@ class PrivacyLedger:
         state = self._charge_state(key)
         if state is None:
             return None
-        status, payload = state
+        status, payload, ref, step = state
         if status == "released" and payload is not None:
             return Release(key, json.loads(payload), reused=True)
         raise OrphanedChargeError(
-            f"charge {key[:12]}… has status {status!r}: its budget is spent but no result was stored "
+            f"charge {ref} (step {step}) has status {status!r}: its budget is spent but no result was stored "
             "(the run crashed or the mechanism failed after the reservation). It is never re-drawn, "
             "because fresh noise for the same release would weaken the guarantee. Start a new release id "
             "to release this output again (it will be charged anew)."
@@ -442,9 +596,13 @@ class PrivacyLedger:
         budget's neighbour relation); ``stated_epsilon``/``stated_delta`` the
         mechanism's own cost under its relation ``neighbour``.
         """
-        where, params = ("WHERE dataset = ?", [dataset]) if dataset else ("", [])
+        if dataset:
+            names = self.wh.run(lambda con: _datasets_of(con, _budget_of(con, dataset)))
+            where, params = "WHERE dataset IN (SELECT unnest(?::VARCHAR[]))", [names]
+        else:
+            where, params = "", []
         df = self.wh.query_df(
-            f"SELECT key, dataset, release_id, step, mechanism, notion, neighbour, eps_units, delta_units, "
+            f"SELECT key, public_ref, dataset, release_id, step, mechanism, notion, neighbour, eps_units, delta_units, "
             f"coalesce(stated_eps_units, eps_units) AS stated_eps_units, "
             f"coalesce(stated_delta_units, delta_units) AS stated_delta_units, "
             f"status, publishable, flow_run_id, params, reserved_at, finished_at FROM ledger.charges {where} "
@@ -457,14 +615,19 @@ class PrivacyLedger:
         return df
 
     def spent_exact(self, dataset: str) -> PrivacyCost:
-        """Sum of all charges of ``dataset`` recomputed from the charge rows (audit)."""
+        """Sum of all charges on the budget ``dataset`` charges, recomputed from the charge rows (audit)."""
+        names = self.wh.run(lambda con: _datasets_of(con, _budget_of(con, dataset)))
         rows = self.wh.query(
-            "SELECT coalesce(sum(eps_units), 0), coalesce(sum(delta_units), 0) FROM ledger.charges WHERE dataset = ?",
-            [dataset],
+            "SELECT coalesce(sum(eps_units), 0), coalesce(sum(delta_units), 0) FROM ledger.charges "
+            "WHERE dataset IN (SELECT unnest(?::VARCHAR[]))",
+            [names],
         )
         return PrivacyCost.from_units(int(rows[0][0]), int(rows[0][1]))
 
     def weakest_notion(self, dataset: str) -> str | None:
         """Weakest privacy notion among the dataset's charges (rule 4)."""
-        rows = self.wh.query("SELECT DISTINCT notion FROM ledger.charges WHERE dataset = ?", [dataset])
+        names = self.wh.run(lambda con: _datasets_of(con, _budget_of(con, dataset)))
+        rows = self.wh.query(
+            "SELECT DISTINCT notion FROM ledger.charges WHERE dataset IN (SELECT unnest(?::VARCHAR[]))", [names]
+        )
         return weakest_notion({r[0] for r in rows})

@@ -3,7 +3,9 @@
 Everything lives under one home folder, ``$DPR_HOME`` (default ``./var`` in the
 current directory): the DuckDB warehouse, materialised demo data and release
 bundles. Paths can be overridden one by one with ``DPR_WAREHOUSE`` and
-``DPR_BUNDLES``. ``DPR_DASK_ADDRESS`` points mapped tasks at an existing Dask
+``DPR_BUNDLES``. The data owner's secret key (:mod:`dpcore.lineage`) lives in
+``$DPR_HOME/owner/owner.key`` (``DPR_OWNER_KEY_FILE`` overrides), outside the
+bundles. ``DPR_DASK_ADDRESS`` points mapped tasks at an existing Dask
 cluster (used by the operations issue).
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ class Settings:
     warehouse: Path
     bundles: Path
     data: Path
+    owner_key: Path
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -30,4 +33,11 @@ class Settings:
             warehouse=Path(os.environ.get("DPR_WAREHOUSE", home / "warehouse.duckdb")).resolve(),
             bundles=Path(os.environ.get("DPR_BUNDLES", home / "bundles")).resolve(),
             data=home / "data",
+            owner_key=Path(os.environ.get("DPR_OWNER_KEY_FILE", home / "owner" / "owner.key")).resolve(),
         )
+
+    def owner_secret(self) -> bytes:
+        """The owner's HMAC key (created on first use; never logged)."""
+        from .lineage import load_owner_key
+
+        return load_owner_key(self.owner_key)

@@ -237,6 +237,16 @@ class BudgetSpec(_Strict):
         ),
     )
 
+    separate_from: dict[Slug, Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=dict,
+        description=(
+            "The data owner's explicit override of budget identity: other dataset name -> reason. A dataset whose "
+            "record ids overlap another budget's records charges that budget (a budget belongs to the people in "
+            "the data, not to a name); listing the other dataset here keeps a separate budget on purpose. The "
+            "override is recorded in the ledger and printed in every later report of both datasets."
+        ),
+    )
+
     @field_validator("epsilon")
     @classmethod
     def _finite(cls, v: float) -> float:

@@ -25,7 +25,12 @@ Row level (a failing row is quarantined once per broken rule and column):
 ``not_null``
     Cell is neither null nor the empty string (unless ``nullable``).
 ``unique``
-    Record ids are unique (every row sharing an id is rejected).
+    Record ids are unique. Every row sharing an id is rejected: keeping one of
+    them would let one added raw row *replace* a validated record (two
+    add/remove steps for every step reading ``validated``); rejecting all
+    keeps the validated table within one record of its neighbour's, and the
+    record counts are charged for their true sensitivity on raw rows
+    (:mod:`dpcore.steps.record_counts`).
 ``id_pattern``
     Record id matches ``dataset.record_id_pattern``.
 ``in_domain``
@@ -39,12 +44,16 @@ Row level (a failing row is quarantined once per broken rule and column):
 ``in_bounds``
     The number lies in the public bounds ``[min, max]``.
 
-Privacy (DESIGN.md rule 6): great-expectations' per-row results contain the
-raw cell values. They are kept in :attr:`ValidationOutcome.full_result`, which
+Privacy (DESIGN.md rules 6 and 8): what validation shows publicly depends only
+on the public rule set (the spec): the rules checked, never which were broken
+or how often. Row-level failures never stop a run (rows are quarantined);
+only header-level rules and an empty input do (:func:`enforce`).
+great-expectations' per-row results contain the raw cell values. They are kept in :attr:`ValidationOutcome.full_result`, which
 is written only to ``internal.validation_results``; quarantined rows (with
 their cells) go only to the ``quarantine`` schema. :meth:`ValidationOutcome.summary`,
-:meth:`ValidationOutcome.summary_text` and :class:`ValidationFailed` carry
-rule names, column names, counts and input row numbers only.
+:meth:`ValidationOutcome.summary_text` (data owner only) carry rule names,
+column names, counts and input row numbers; :class:`ValidationFailed` carries
+rule and column names only.
 """
 from __future__ import annotations
 
@@ -78,9 +87,12 @@ __all__ = [
     "RuleSummary",
     "ValidationOutcome",
     "ValidationFailed",
+    "ValidationDone",
     "build_suite",
     "validate",
     "enforce",
+    "public_rule_set",
+    "owner_summary",
     "store_outcome",
     "NUMBER_PATTERN",
 ]
@@ -257,8 +269,8 @@ class ValidationOutcome:
 class ValidationFailed(RuntimeError):
     """Validation stopped the run.
 
-    The message is :meth:`ValidationOutcome.summary_text` plus the reason: rule
-    names, column names, counts and row numbers, never a cell value.
+    The message names the failed table-level rules and columns only: no
+    count, no row number, never a cell value.
 
     Attributes
     ----------
@@ -354,6 +366,35 @@ def build_suite(spec: ReleaseSpec, present_columns: list[str] | None = None) -> 
         add(E.ExpectColumnValuesToBeBetween(column=num, min_value=attr.min, max_value=attr.max), "in_bounds", col)
     # Built in one go: adding expectations one by one needs an active data context.
     return gx.ExpectationSuite(name=f"{spec.dataset.name}__validation", expectations=expectations)
+
+
+_RULE_CHECK = {
+    "column_exists": "the column is present",
+    "row_count": "the table has at least one row",
+    "extra_columns": "no column outside the spec",
+    "reserved_column": "no column uses a reserved name",
+    "not_null": "the cell is not empty",
+    "unique": "the record id is unique (every row sharing an id is rejected)",
+    "id_pattern": "the record id matches dataset.record_id_pattern",
+    "in_domain": "the value is in the public domain",
+    "number": "the cell is a decimal number",
+    "finite": "the number is finite",
+    "integer": "the number is whole",
+    "in_bounds": "the number lies in the public bounds [min, max]",
+}
+
+
+def public_rule_set(spec: ReleaseSpec) -> list[dict[str, str]]:
+    """The rules the spec makes validation check, one row per (rule, column): public, from the spec only.
+
+    This is what validation may show publicly (DESIGN.md rule 8): the rule set,
+    never which rules were broken or how often.
+    """
+    rows = [
+        {"rule": e.meta["rule"], "column": e.meta["column"] or "", "checks": _RULE_CHECK[e.meta["rule"]]}
+        for e in build_suite(spec).expectations
+    ]
+    return list({(r["rule"], r["column"]): r for r in rows}.values())
 
 
 # --------------------------------------------------------------------------- typing helpers
@@ -615,8 +656,29 @@ def _typed(work: pd.DataFrame, spec: ReleaseSpec) -> pd.DataFrame:
 # --------------------------------------------------------------------------- enforce / store
 
 
+@dataclass(frozen=True)
+class ValidationDone:
+    """Opaque, public handle of a stored validation: no counts, no verdicts (DESIGN.md rules 6, 8).
+
+    Whether any row broke a rule, and how many, are private facts; the noisy
+    ``record_counts`` step releases them. The exact summary stays in
+    ``internal.validation_results`` and the bundle's owner-only folder.
+    """
+
+    dataset: str
+    table: str
+
+
 def enforce(outcome: ValidationOutcome, spec: ReleaseSpec) -> None:
-    """Stop the run when the input is not fit for release.
+    """Stop the run when the input's *shape* is not fit for release.
+
+    Only table-level rules stop a run here: missing, extra or reserved columns
+    (facts about the header, not about any record) and an input without any
+    row. Row-level failures never stop it: the rows are quarantined, and the
+    rejected-fraction gate (``steps.validation.max_rejected_fraction``) is
+    applied to the *noisy, charged* record counts by
+    :func:`dpcore.steps.record_counts.rejected_fraction_gate`, because a stop
+    decided on exact counts would publish them (DESIGN.md rule 6).
 
     Parameters
     ----------
@@ -626,24 +688,16 @@ def enforce(outcome: ValidationOutcome, spec: ReleaseSpec) -> None:
     Raises
     ------
     ValidationFailed
-        On any table-level failure, or when ``n_rejected / n_rows`` exceeds
-        ``spec.steps.validation.max_rejected_fraction``. The message names
-        rules, columns, counts and row numbers only.
+        Naming the failed rules and columns only (no count, no row number,
+        no value); the full summary is in ``internal.validation_results``.
     """
-    limit = spec.steps.validation.max_rejected_fraction
-    reasons = []
-    if outcome.table_failures:
-        rules = sorted({f.rule for f in outcome.table_failures})
-        reasons.append(f"table-level rule(s) failed: {', '.join(rules)}")
-    if outcome.n_rows and outcome.rejected_fraction > limit:
-        reasons.append(
-            f"{outcome.n_rejected} of {outcome.n_rows} rows rejected ({100 * outcome.rejected_fraction:.2f}%), "
-            f"above steps.validation.max_rejected_fraction = {limit}"
-        )
-    if not reasons:
+    if not outcome.table_failures:
         return
+    failed = sorted({(f.rule, f.column or "") for f in outcome.table_failures})
+    lines = [f"  - {rule}{f' column {col!r}' if col else ''}: {_RULE_TEXT.get(rule, rule)}" for rule, col in failed]
     raise ValidationFailed(
-        f"validation of dataset {spec.dataset.name!r} failed: {'; '.join(reasons)}\n{outcome.summary_text()}",
+        f"validation of dataset {spec.dataset.name!r} failed: table-level rule(s) failed:\n" + "\n".join(lines)
+        + "\nThe data owner finds the full result in the warehouse (internal.validation_results).",
         outcome,
     )
 
@@ -677,10 +731,20 @@ def latest_passing_summary(wh: Warehouse, ingest_result: IngestResult, spec: Rel
     if not rows or not wh.table_exists("validated", validated_table_name(ingest_result, spec)):
         return None
     summary = json.loads(rows[0][0])
-    limit = spec.steps.validation.max_rejected_fraction
-    if summary.get("table_failures") or summary["n_rows"] == 0 or summary["n_rejected"] / summary["n_rows"] > limit:
+    if summary.get("table_failures"):
         return None
     return summary
+
+
+def owner_summary(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec) -> dict | None:
+    """The latest stored validation summary of this input under this spec (data owner only), or None."""
+    wh.run(lambda con: con.execute(_RESULTS_DDL))
+    rows = wh.query(
+        "SELECT summary_json FROM internal.validation_results WHERE content_hash = ? AND spec_hash = ? "
+        "ORDER BY created_at DESC LIMIT 1",
+        [ingest_result.content_hash, spec.validation_hash()],
+    )
+    return json.loads(rows[0][0]) if rows else None
 
 
 def store_outcome(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec, outcome: ValidationOutcome) -> dict:

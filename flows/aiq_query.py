@@ -13,7 +13,7 @@ from tasks.stages import aiq_task, bundle_task, ingest_task, validate_task
 from .params import DEMO_SPEC, ReleaseId, SpecPath
 
 
-@flow(name="aiq_query", log_prints=False)
+@flow(name="aiq_query", log_prints=False, persist_result=False)
 def aiq_query(
     record_ids: Annotated[list[str], Field(min_length=1, max_length=10_000)],
     epsilon: Annotated[float, Field(gt=0, le=10)] = 0.1,
@@ -47,7 +47,7 @@ def aiq_query(
                 attributes=base.attributes, record_ids=list(record_ids)),
     )
     ingested = ingest_task(spec, settings)
-    summary = validate_task(spec, settings, ingested)
+    validate_task(spec, settings, ingested)
     out = aiq_task(spec, settings, ingested)
-    bundle_task(spec, settings, ingested, summary, [out], subfolder=f"aiq-{out.keys[0][:12]}")
+    bundle_task(spec, settings, ingested, [out], subfolder_prefix="aiq")
     return out.tables["answers"].to_dict("records")

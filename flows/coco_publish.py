@@ -47,7 +47,7 @@ def run_coco(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> S
     return coco_finish_task(spec, settings, measured, estimates)
 
 
-@flow(name="coco_publish", log_prints=False, task_runner=task_runner_from_env())
+@flow(name="coco_publish", log_prints=False, persist_result=False, task_runner=task_runner_from_env())
 def coco_publish(
     epsilon_per_level: Annotated[float, Field(gt=0, le=10)] = 0.5,
     max_group_size: Annotated[int, Field(ge=1, le=1_000_000)] = 730,
@@ -74,7 +74,7 @@ def coco_publish(
     )
     spec = with_step(spec, "coco", section)
     ingested = ingest_task(spec, settings)
-    summary = validate_task(spec, settings, ingested)
+    validate_task(spec, settings, ingested)
     out = run_coco(spec, settings, ingested)
-    bundle = bundle_task(spec, settings, ingested, summary, [out], subfolder=f"coco-{out.keys[0][:12]}")
+    bundle = bundle_task(spec, settings, ingested, [out], subfolder_prefix="coco")
     return {"bundle": str(bundle.path), **coco_payload_summary(out)}

@@ -35,7 +35,7 @@ def run_detection(spec: ReleaseSpec, settings: Settings, ingested: IngestResult)
     return store_detection_task(spec, settings, ingested, df, fits)
 
 
-@flow(name="detect", log_prints=False, task_runner=task_runner_from_env())
+@flow(name="detect", log_prints=False, persist_result=False, task_runner=task_runner_from_env())
 def detect_flow(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = None) -> list[str]:
     """Fit the spec's correlation templates; scores and labels go to the internal schema only.
 

@@ -15,7 +15,7 @@ from .params import DEMO_SPEC, ReleaseId, SpecPath
 from .pcor import run_pcor
 
 
-@flow(name="explain_outlier", log_prints=False)
+@flow(name="explain_outlier", log_prints=False, persist_result=False)
 def explain_outlier(
     record_id: Annotated[str, Field(min_length=1, max_length=200)],
     epsilon: Annotated[float, Field(gt=0, le=10)] = 0.2,
@@ -64,9 +64,9 @@ def explain_outlier(
     })
     spec = with_step(spec, "pcor", section)
     ingested = ingest_task(spec, settings)
-    summary = validate_task(spec, settings, ingested)
+    validate_task(spec, settings, ingested)
     out = run_pcor(spec, settings, ingested)
-    bundle_task(spec, settings, ingested, summary, [out], subfolder=f"explain-{out.keys[0][:12]}")
+    bundle_task(spec, settings, ingested, [out], subfolder_prefix="explain")
     row = out.tables["explanations"].iloc[0]
     if row["status"] != "released":
         raise NoValidContextError(

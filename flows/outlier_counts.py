@@ -44,7 +44,7 @@ def run_outlier_counts(spec: ReleaseSpec, settings: Settings, ingested: IngestRe
     return outlier_counts_release_task(spec, settings, ingested, plan, utilities)
 
 
-@flow(name="outlier_counts", log_prints=False, task_runner=task_runner_from_env())
+@flow(name="outlier_counts", log_prints=False, persist_result=False, task_runner=task_runner_from_env())
 def outlier_counts(
     k: Annotated[int, Field(ge=1, le=10_000)] = 3,
     r: Annotated[float, Field(gt=0, le=10)] = 0.05,
@@ -84,7 +84,7 @@ def outlier_counts(
     })
     spec = with_step(spec, "outlier_counts", section)
     ingested = ingest_task(spec, settings)
-    summary = validate_task(spec, settings, ingested)
+    validate_task(spec, settings, ingested)
     out = run_outlier_counts(spec, settings, ingested)
-    bundle_task(spec, settings, ingested, summary, [out], subfolder=f"outlier-counts-{out.keys[0][:12]}")
+    bundle_task(spec, settings, ingested, [out], subfolder_prefix="outlier-counts")
     return out.tables["counts"].to_dict("records")

@@ -10,8 +10,11 @@ from tasks.common import resolve
 from tasks.stages import (
     aiq_task,
     bundle_task,
+    gate_task,
     ingest_task,
+    preflight_task,
     record_counts_task,
+    stop_release,
     validate_task,
 )
 
@@ -26,7 +29,7 @@ from .runner import task_runner_from_env
 # mapped tasks (detector templates, PCOR searches, subspace utilities, coco node estimates) go to the
 # runner chosen by DPR_TASK_RUNNER / DPR_DASK_ADDRESS;
 # every warehouse/ledger task is called directly and runs in this flow's process (flows/runner.py)
-@flow(name="release_pipeline", log_prints=False, task_runner=task_runner_from_env())
+@flow(name="release_pipeline", log_prints=False, persist_result=False, task_runner=task_runner_from_env())
 def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = None) -> dict[str, Any]:
     """Run a whole release: every private output is charged to the ledger first.
 
@@ -35,13 +38,18 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
         release_id: Overrides the spec's release id (same id = nothing spent again).
     """
     spec, settings = resolve(spec_path, release_id)
+    preflight_task(spec)  # every step's public checks before the first charge (no half release on bad input)
     ingested = ingest_task(spec, settings)
-    summary = validate_task(spec, settings, ingested)
-    if spec.steps.detect.enabled:
-        run_detection(spec, settings, ingested)
+    validate_task(spec, settings, ingested)
     outputs = []
     if spec.steps.record_counts.enabled:
         outputs.append(record_counts_task(spec, settings, ingested))
+        stop = gate_task(spec, outputs[-1])  # the rejected-fraction gate, on the noisy counts only
+        if stop:
+            bundle_task(spec, settings, ingested, outputs, stopped=stop)
+            stop_release(stop)
+    if spec.steps.detect.enabled:
+        run_detection(spec, settings, ingested)
     if spec.steps.aiq.enabled:
         outputs.append(aiq_task(spec, settings, ingested))
     if spec.steps.outlier_counts.enabled:
@@ -50,7 +58,7 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
         outputs.append(run_coco(spec, settings, ingested))
     if spec.steps.pcor.enabled:
         outputs.append(run_pcor(spec, settings, ingested))
-    bundle = bundle_task(spec, settings, ingested, summary, outputs)
+    bundle = bundle_task(spec, settings, ingested, outputs)
     b = bundle.manifest["budget"]
     return {
         "bundle": str(bundle.path),

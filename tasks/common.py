@@ -61,9 +61,11 @@ def _no_retry_for_user_errors(task_, task_run, state) -> bool:
     """Retry condition: retrying cannot cure bad input, an exhausted budget or an orphaned charge."""
     from dpcore.budget import BudgetExceededError
     from dpcore.ledger import LedgerError
-    from dpcore.steps.common import StepInputError
+    from dpcore.steps.common import SeededNoiseRefusedError, StepInputError
 
-    return not isinstance(state.data, (StepInputError, BudgetExceededError, LedgerError, FlowProcessOnlyError))
+    return not isinstance(
+        state.data, (StepInputError, BudgetExceededError, LedgerError, FlowProcessOnlyError, SeededNoiseRefusedError)
+    )
 
 
 NOISE_RETRIES: dict[str, Any] = dict(retries=1, retry_delay_seconds=1, retry_condition_fn=_no_retry_for_user_errors)

@@ -1,7 +1,10 @@
-"""Tasks for the pipeline's stages: ingest, validate, record counts, bundle."""
-from __future__ import annotations
+"""Tasks for the pipeline's stages: ingest, validate, record counts and their gate, bundle.
 
-from typing import Any
+Every task here returns an opaque public handle or a released output, never a
+count, a verdict or a data-derived hash (Prefect inspects task results and may
+store them; DESIGN.md rules 6-7), and logs only public facts.
+"""
+from __future__ import annotations
 
 from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -12,65 +15,59 @@ from dpcore.ingest import IngestResult
 from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec
 from dpcore.steps.aiq import aiq_step
-from dpcore.steps.record_counts import record_counts_step
+from dpcore.steps.record_counts import record_counts_step, rejected_fraction_gate
+from dpcore.validation import ValidationDone, ValidationFailed, public_rule_set
 
 from .common import NOISE_RETRIES, artifact_key, flow_run_id, private_task
 
 
+@private_task(name="preflight")
+def preflight_task(spec: ReleaseSpec) -> None:
+    """Public checks of every enabled step before the first charge (no data touched)."""
+    pipeline.preflight(spec)
+
+
 @private_task(name="ingest")
 def ingest_task(spec: ReleaseSpec, settings: Settings) -> IngestResult:
-    """Store the input in the warehouse's ``raw`` schema and register the budget."""
+    """Store the input in the warehouse's ``raw`` schema and link it to its budget."""
     res = pipeline.ingest_stage(spec, settings)
-    get_run_logger().info(  # no row count: the true number of records is private (DESIGN.md rule 6)
-        "ingested %s: content hash %s… (%s)",
-        res.dataset, res.content_hash[:12], "already present" if res.reused else "new",
-    )
+    # no row count, no content hash, not even whether the input was seen before: all private (rules 6-7)
+    get_run_logger().info("ingested %s as input %s (a random ingest id)", res.dataset, res.ingest_id)
     return res
 
 
 @private_task(name="validate")
-def validate_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> dict[str, Any]:
-    """Validate with great-expectations; publish a rules/columns/counts artifact."""
-    from dpcore.validation import ValidationFailed
-
-    try:
-        summary = pipeline.validate_stage(spec, settings, ingested)
-    except ValidationFailed as exc:
-        _validation_artifacts(spec, exc.outcome.summary())
-        raise
-    _validation_artifacts(spec, summary)
-    # exact accepted/quarantined counts are private (record_counts releases them with noise):
-    # they stay in the warehouse and the bundle's owner/ folder, never in logs
-    get_run_logger().info(
-        "validation passed: %s (exact counts for the data owner only: owner/validation_summary.json)",
-        "some rows broke a rule and were quarantined" if summary["n_rejected"] else "no row was quarantined",
-    )
-    return summary
-
-
-def _validation_artifacts(spec: ReleaseSpec, summary: dict[str, Any]) -> None:
-    # Rules and columns only. Per-rule counts would give the true number of quarantined rows
-    # (which record_counts releases with noise) and row numbers say which records failed: both stay
-    # in the warehouse and in the bundle's owner/validation_summary.json (data owner only).
-    rows = [
-        {"rule": r["rule"], "column": r["column"] or "", "broken_by": level}
-        for level, key in (("the table", "table_failures"), ("some rows", "row_failures"))
-        for r in summary.get(key, [])
-    ]
+def validate_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> ValidationDone:
+    """Validate with great-expectations; publish the public rule set as an artifact (not which rules broke)."""
     create_table_artifact(
-        key=artifact_key("validation", spec.dataset.name),
-        table=rows or [{"rule": "all rules passed", "column": "", "broken_by": ""}],
+        key=artifact_key("validation-rules", spec.dataset.name),
+        table=public_rule_set(spec),
         description=(
-            f"Validation of {spec.dataset.name}: rules and columns that were broken (no values, no counts; "
-            "exact counts and row numbers for the data owner in owner/validation_summary.json)"
+            f"Rules every row of {spec.dataset.name} is checked against (from the spec, public). Which rules some "
+            "rows broke, and how often, is private: the noisy record counts release the number of quarantined "
+            "rows; the exact result is the data owner's (warehouse internal.validation_results, bundle owner/)."
         ),
     )
+    done = pipeline.validate_stage(spec, settings, ingested)
+    get_run_logger().info("validation finished; rows breaking a rule are quarantined (exact result: data owner only)")
+    return done
 
 
 @private_task(name="record-counts", **NOISE_RETRIES)
 def record_counts_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> StepOutput:
-    """Private step: noisy accepted/quarantined row counts (one ledger charge per key)."""
+    """Private step: noisy input/accepted/quarantined row counts (one ledger charge per key)."""
     return record_counts_step(spec, settings, ingested, flow_run_id())
+
+
+@private_task(name="rejected-fraction-gate")
+def gate_task(spec: ReleaseSpec, counts: StepOutput) -> str | None:
+    """The rejected-fraction gate on the noisy counts (post-processing): None, or the public reason to stop."""
+    return rejected_fraction_gate(spec, counts)
+
+
+def stop_release(reason: str) -> None:
+    """Fail the run with the gate's public reason (noisy numbers only)."""
+    raise ValidationFailed(reason)
 
 
 @private_task(name="bundle")
@@ -78,12 +75,12 @@ def bundle_task(
     spec: ReleaseSpec,
     settings: Settings,
     ingested: IngestResult,
-    validation_summary: dict[str, Any] | None,
     outputs: list[StepOutput],
-    subfolder: str | None = None,
+    subfolder_prefix: str | None = None,
+    stopped: str | None = None,
 ) -> BundleResult:
     """Write the release bundle and attach its summary as artifacts."""
-    res = pipeline.bundle_stage(spec, settings, ingested, validation_summary, outputs, subfolder)
+    res = pipeline.bundle_stage(spec, settings, ingested, outputs, subfolder_prefix, stopped)
     m = res.manifest
     b = m["budget"]
     create_markdown_artifact(

@@ -125,10 +125,9 @@ CASES: dict[str, Case] = {
         spec="replace_one_step_add_remove_budget_spec.yaml", raises=SpecError,
         says=("steps.outlier_counts", "replace-one", "budget.neighbour: replace-one"),
     ),
+    # a value missing from the domain quarantines its rows; the run goes on (the noisy gate decides, hole 8)
     "domain_missing_values": Case(
-        spec="domain_missing_values_spec.yaml",
-        raises=ValidationFailed,
-        says=("in_domain", "'origin'", "max_rejected_fraction", "4 of 10 rows"),
+        spec="domain_missing_values_spec.yaml", quarantine=q(("in_domain", "origin")), rejected_rows=(2, 5, 8, 10),
         secrets=("LGA",),
     ),
 }

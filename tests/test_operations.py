@@ -567,7 +567,7 @@ def test_dask_local_cluster_gives_the_same_detection_as_the_default_runner(tmp_p
         report("detect", lambda **kw: flows.detect.detect_flow(spec_path={spec!r}, **kw))
         report("pipeline", lambda **kw: flows.release_pipeline.release_pipeline(spec_path={pcor!r}, **kw))
     """.format(pids=str(pids), spec=str(small_spec_path), pcor=str(pcor_spec))
-    single = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", DPR_TEST_NOISE_SEED="7")
+    single = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", DPR_TEST_NOISE_SEED="7", DPR_ALLOW_TEST_NOISE="1")
     envs = {name: _child_env(tmp_path, tmp_path / f"dpr_{name}", DPR_TASK_RUNNER=name, **single)
             for name in ("dask-local", "default")}
     # the Dask run as the demo does it: no PREFECT_API_URL, Prefect's ephemeral server in the flow

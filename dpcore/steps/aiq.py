@@ -60,6 +60,25 @@ def _check_queries(spec: ReleaseSpec, cfg: AiqSpec, attrs: list[str], record_ids
                 )
 
 
+def check_aiq(spec: ReleaseSpec) -> AnomalyIdentification:
+    """Every public check of ``steps.aiq``; touches no data (the release's preflight).
+
+    Raises
+    ------
+    StepInputError, ValueError
+        Bad parameters or requests (point outside the public bounds, repeated
+        ids, no queries, nullable attributes); nothing is charged.
+    """
+    cfg = spec.steps.aiq
+    mech = AnomalyIdentification(beta=cfg.beta, r=cfg.r, epsilon=cfg.epsilon, k=cfg.k, mechanism=cfg.mechanism)
+    try:
+        mech.validate()
+    except ValueError as exc:
+        raise StepInputError(f"steps.aiq: {exc}") from None
+    _check_queries(spec, cfg, list(cfg.attributes or spec.public_schema.numeric), list(cfg.record_ids))
+    return mech
+
+
 def _store_diagnostics(wh, diag: pd.DataFrame) -> None:
     """Ball counts and multiplicities (non-private) go to ``internal`` only."""
 
@@ -102,8 +121,7 @@ def aiq_step(
         The batch's cost does not fit the remaining budget.
     """
     cfg = spec.steps.aiq
-    mech = AnomalyIdentification(beta=cfg.beta, r=cfg.r, epsilon=cfg.epsilon, k=cfg.k, mechanism=cfg.mechanism)
-    mech.validate()
+    mech = check_aiq(spec)
     attrs = list(cfg.attributes or spec.public_schema.numeric)
     stores = open_stores(settings)
     wh = stores.warehouse

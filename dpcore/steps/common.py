@@ -60,14 +60,40 @@ def noise_source() -> NoiseSource:
     return NoiseSource() if seed is None else NoiseSource(seed=seed)
 
 
+class SeededNoiseRefusedError(RuntimeError):
+    """``DPR_TEST_NOISE_SEED`` is set outside a test: seeded noise gives no privacy."""
+
+
+#: The explicit test flag that allows ``DPR_TEST_NOISE_SEED`` (set by the test suite only).
+TEST_NOISE_FLAG = "DPR_ALLOW_TEST_NOISE"
+
+
 def noise_test_seed() -> int | None:
     """The test seed from ``DPR_TEST_NOISE_SEED``, or None in production.
 
+    Refused unless the explicit test flag ``DPR_ALLOW_TEST_NOISE=1`` is set
+    too: a deployment, a worker or the demo/CLI path that inherits the seed by
+    mistake fails before any charge instead of releasing subtractable noise.
     Steps whose draws run elsewhere (a Dask worker) pass this value along, so
     the worker's noise source is in the same mode as the ledger's record.
+
+    Raises
+    ------
+    SeededNoiseRefusedError
+        The seed is set without the test flag, or is not an integer.
     """
     seed = os.environ.get("DPR_TEST_NOISE_SEED")
-    return int(seed) if seed else None
+    if not seed:
+        return None
+    if os.environ.get(TEST_NOISE_FLAG) != "1":
+        raise SeededNoiseRefusedError(
+            "DPR_TEST_NOISE_SEED is set: a seeded noise generator gives no privacy and is for tests only. "
+            f"Unset it for releases (deployments, workers, the demo); a test must also set {TEST_NOISE_FLAG}=1."
+        )
+    try:
+        return int(seed)
+    except ValueError:
+        raise SeededNoiseRefusedError("DPR_TEST_NOISE_SEED must be an integer") from None
 
 
 def charge_request(

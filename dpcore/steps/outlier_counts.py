@@ -66,8 +66,14 @@ class OutlierCountsPlan:
     count: OutlierCountMechanism
 
 
-def plan_outlier_counts(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> OutlierCountsPlan:
-    """Validate ``steps.outlier_counts`` and load the attributes scaled by their public bounds.
+def check_outlier_counts(spec: ReleaseSpec) -> tuple[list[str], list[tuple[int, ...]], TopSubspaceSelection,
+                                                      OutlierCountMechanism]:
+    """Every public check of ``steps.outlier_counts``; touches no data (the release's preflight).
+
+    Returns
+    -------
+    tuple
+        Attributes, candidate subspaces, the selection and the count mechanisms.
 
     Raises
     ------
@@ -88,6 +94,19 @@ def plan_outlier_counts(spec: ReleaseSpec, settings: Settings, ingested: IngestR
             mech.validate()
         except ValueError as exc:
             raise StepInputError(f"steps.outlier_counts: {exc}") from None
+    return attrs, cands, select, count
+
+
+def plan_outlier_counts(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> OutlierCountsPlan:
+    """Check ``steps.outlier_counts`` (:func:`check_outlier_counts`) and load the attributes scaled by their
+    public bounds.
+
+    Raises
+    ------
+    StepInputError
+        Bad parameters; nothing charged.
+    """
+    attrs, cands, select, count = check_outlier_counts(spec)
     lows = np.array([spec.public_schema.numeric[a].min for a in attrs])
     highs = np.array([spec.public_schema.numeric[a].max for a in attrs])
     wh = open_stores(settings).warehouse

@@ -157,6 +157,43 @@ def _targets(wh, spec: ReleaseSpec, ingested: IngestResult, cfg: PcorSpec) -> li
     return ids
 
 
+def check_pcor(spec: ReleaseSpec) -> tuple[list[str], str, dict[str, Any], dict[str, Any], PCORMechanism, ContextSpace]:
+    """Every public check of ``steps.pcor``; touches no data (the release's preflight).
+
+    Returns
+    -------
+    tuple
+        Context attributes, metric, mechanism parameters, verifier parameters,
+        the mechanism and the public context space.
+
+    Raises
+    ------
+    StepInputError
+        Bad parameters (ε ≤ 0, n < 1, nullable or unknown attributes, ...) or no
+        target at all; nothing charged.
+    """
+    cfg = spec.steps.pcor
+    attrs = _context_attributes(spec, cfg)
+    metric = _metric(spec, cfg)
+    require_complete(spec, [metric], "steps.pcor.metric", "the verifier needs the metric in every row")
+    if not cfg.record_ids and not cfg.from_detector:
+        raise StepInputError("steps.pcor: no record to explain; give record_ids or from_detector")
+    mech_params = {
+        "sampler": cfg.sampler, "epsilon": cfg.epsilon, "n_samples": cfg.n_samples, "utility": cfg.utility,
+        "max_start_evaluations": cfg.max_start_evaluations, "max_direct_contexts": cfg.max_contexts,
+        "start": cfg.start, "final_share": cfg.final_share,
+    }
+    vparams = _verifier_params(cfg)
+    try:
+        mech = PCORMechanism(**mech_params)
+        mech.validate()
+        make_verifier(cfg.verifier, **vparams)
+        space = ContextSpace.from_domains(attrs, [spec.public_schema.categorical[a].domain for a in attrs])
+    except ValueError as exc:
+        raise StepInputError(f"steps.pcor: {exc}") from None
+    return attrs, metric, mech_params, vparams, mech, space
+
+
 def plan_pcor(
     spec: ReleaseSpec, settings: Settings, ingested: IngestResult, flow_run_id: str | None = None
 ) -> PcorPlan:
@@ -182,21 +219,7 @@ def plan_pcor(
         attributes, bad mechanism or verifier parameters (ε ≤ 0, n < 1, ...).
     """
     cfg = spec.steps.pcor
-    attrs = _context_attributes(spec, cfg)
-    metric = _metric(spec, cfg)
-    mech_params = {
-        "sampler": cfg.sampler, "epsilon": cfg.epsilon, "n_samples": cfg.n_samples, "utility": cfg.utility,
-        "max_start_evaluations": cfg.max_start_evaluations, "max_direct_contexts": cfg.max_contexts,
-        "start": cfg.start, "final_share": cfg.final_share,
-    }
-    vparams = _verifier_params(cfg)
-    try:
-        mech = PCORMechanism(**mech_params)
-        mech.validate()
-        make_verifier(cfg.verifier, **vparams)
-        space = ContextSpace.from_domains(attrs, [spec.public_schema.categorical[a].domain for a in attrs])
-    except ValueError as exc:
-        raise StepInputError(f"steps.pcor: {exc}") from None
+    attrs, metric, mech_params, vparams, mech, space = check_pcor(spec)
     stores = open_stores(settings)
     wh = stores.warehouse
     ids = _targets(wh, spec, ingested, cfg)

@@ -1,4 +1,10 @@
-"""Private step ``record_counts``: noisy numbers of accepted and quarantined rows."""
+"""Private step ``record_counts``: noisy numbers of input, accepted and quarantined rows.
+
+Also the release's rejected-fraction gate (``steps.validation.max_rejected_fraction``):
+a stop decided on exact counts would publish them (a failed run is public), so
+the gate is post-processing of these noisy, charged counts
+(:func:`rejected_fraction_gate`).
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -7,41 +13,75 @@ import pandas as pd
 
 from ..bundle import StepOutput
 from ..ingest import IngestResult
-from ..mechanisms.counts import PartitionCounts
+from ..mechanisms.row_counts import InputRowCounts
 from ..settings import Settings
 from ..spec import ReleaseSpec
-from .common import charge_request, noise_source, open_stores, quarantine_table, validated_table
+from .common import charge_request, noise_source, open_stores, validated_table
 
 
 def record_counts_step(
     spec: ReleaseSpec, settings: Settings, ingested: IngestResult, flow_run_id: str | None = None
 ) -> StepOutput:
-    """Release noisy counts of accepted and quarantined rows (charged once per key).
+    """Release noisy counts of accepted and input rows (charged once per key); quarantined = their difference.
 
     The true counts are read inside the mechanism call and never returned.
-    Cost: ``steps.record_counts.epsilon`` (pure DP, add/remove), see
-    :class:`~dpcore.mechanisms.counts.PartitionCounts`.
+    Cost: ``steps.record_counts.epsilon`` (pure DP, add/remove one *raw* row),
+    see :class:`~dpcore.mechanisms.row_counts.InputRowCounts`.
     """
     cfg = spec.steps.record_counts
-    mech = PartitionCounts(cfg.epsilon)
+    mech = InputRowCounts(cfg.epsilon)
     stores = open_stores(settings)
     noise = noise_source()
     req = charge_request(
-        spec, ingested, "record_counts", mech, mech.privacy_map(1), {"epsilon": cfg.epsilon}, noise, flow_run_id
+        spec, ingested, "record_counts", mech, mech.privacy_map(1), {"epsilon": cfg.epsilon, "cells": "accepted+input"},
+        noise, flow_run_id,
     )
 
     def compute() -> dict[str, Any]:
         wh = stores.warehouse
         (n_valid,) = wh.query(f"SELECT count(*) FROM {validated_table(spec, ingested)}")[0]
-        (n_quar,) = wh.query(f"SELECT count(DISTINCT _row) FROM {quarantine_table(spec, ingested)}")[0]
-        return mech.release({"accepted_rows": int(n_valid), "quarantined_rows": int(n_quar)}, noise)
+        (n_input,) = wh.query(f"SELECT count(*) FROM {ingested.qualified_table}")[0]
+        return mech.release(int(n_valid), int(n_input), noise)
 
     released = stores.ledger.release_once(req, compute)
-    table = pd.DataFrame({"cell": list(released.payload), "noisy_count": list(released.payload.values())})
+    p = released.payload
+    table = pd.DataFrame({"cell": list(p), "noisy_count": list(p.values())})
     md = (
         "## Record counts (differentially private)\n\n"
-        f"Geometric mechanism, epsilon = {cfg.epsilon:g}, add/remove-one neighbours.\n\n"
+        f"Geometric mechanism, epsilon = {cfg.epsilon:g}, add/remove one raw input row: the pair (accepted rows, "
+        "input rows) moves by at most 2 in L1 (a row sharing an accepted row's id rejects both), so each cell has "
+        f"noise of scale 2/epsilon; quarantined rows = noisy input rows - noisy accepted rows (post-processing).\n\n"
         "| cell | noisy count |\n|---|---|\n"
-        + "\n".join(f"| {k} | {v} |" for k, v in released.payload.items())
+        + "\n".join(f"| {k} | {v} |" for k, v in p.items())
     )
     return StepOutput("record_counts", {"counts": table}, md, keys=[released.key])
+
+
+def rejected_fraction_gate(spec: ReleaseSpec, counts: StepOutput) -> str | None:
+    """The gate's verdict from the noisy counts only: None to go on, else the public reason to stop.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+        ``steps.validation.max_rejected_fraction`` is the limit.
+    counts : StepOutput
+        The ``record_counts`` output (noisy, charged).
+
+    Returns
+    -------
+    str or None
+        A message quoting the noisy numbers (already released) when the noisy
+        rejected fraction is above the limit.
+    """
+    limit = spec.steps.validation.max_rejected_fraction
+    cells = dict(zip(counts.tables["counts"]["cell"], counts.tables["counts"]["noisy_count"]))
+    total, quarantined = int(cells["input_rows"]), int(cells["quarantined_rows"])
+    fraction = quarantined / total if total else 0.0
+    if fraction <= limit:
+        return None
+    return (
+        f"the noisy record counts (released, epsilon = {spec.steps.record_counts.epsilon:g}) put the rejected fraction "
+        f"at {quarantined} of {total} rows ({100 * fraction:.2f}%), above steps.validation.max_rejected_fraction = "
+        f"{limit}: the release stops after the record counts. The data owner finds the exact validation result in "
+        "the warehouse (internal.validation_results)."
+    )

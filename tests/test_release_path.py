@@ -1,0 +1,253 @@
+"""Issue 15 holes on the release path, at the dpcore level (real DuckDB file, real great-expectations):
+
+* hole 1: no data-derived hash or key in public lineage (random ingest ids, charge refs, keyed spec fingerprint);
+* hole 4: duplicate ids: exact neighbour check on raw rows of every released count, and the exact
+  privacy loss of the record counts against the charge;
+* hole 6: a renamed dataset charges the same budget; an owner override is recorded and reported;
+* hole 11: task/flow handles carry no integer (Prefect's ``untrackable_result`` probe);
+* the seeded test-noise mode is refused without the explicit test flag.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+import os
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from dpcore.budget import PrivacyCost
+from dpcore.ingest import IngestResult
+from dpcore.ledger import ChargeRequest, LedgerError, OrphanedChargeError, PrivacyLedger
+from dpcore.mechanisms.row_counts import L1_SENSITIVITY, InputRowCounts
+from dpcore.settings import Settings
+from dpcore.spec import parse_spec
+from dpcore.validation import ValidationDone, validate
+from dpcore.warehouse import Warehouse
+
+
+# --------------------------------------------------------------------------- hole 4: duplicate ids
+
+
+def _tiny_spec():
+    return parse_spec({
+        "release_id": "dup-r1",
+        "dataset": {"name": "dup", "source": {"kind": "csv", "path": "/nonexistent.csv"}, "record_id": "id"},
+        "schema": {"numeric": {"x": {"min": 0, "max": 10}}},
+        "budget": {"epsilon": 1.0},
+    })
+
+
+#: The universe of raw rows: two ids, a valid and an invalid value each.
+UNIVERSE = [("a", "1"), ("a", "99"), ("b", "2"), ("b", "abc")]
+
+
+def _outcome(rows: tuple[int, ...], spec):
+    df = pd.DataFrame([UNIVERSE[i] for i in rows], columns=["id", "x"]).astype("str")
+    df.insert(0, "_row", np.arange(1, len(df) + 1, dtype="int64"))
+    return validate(df, spec)
+
+
+def test_duplicate_ids_every_released_count_moves_within_its_charged_sensitivity():
+    """Every raw table of up to 3 rows from the universe, every add/remove-one-raw-row neighbour:
+    the validated table moves by at most one record (so add/remove mechanisms on it keep their charge),
+    (accepted, input) by at most L1_SENSITIVITY = 2 (what record_counts' noise is scaled for); the pair
+    (accepted, quarantined) would move by 3, which is why it is not measured directly."""
+    spec = _tiny_spec()
+    tables = [t for n in range(1, 4) for t in itertools.combinations_with_replacement(range(4), n)]
+    cache = {t: _outcome(t, spec) for t in tables}
+    worst_pair, worst_quarantine_pair, worst_validated = 0, 0, 0
+    for t in tables:
+        for drop in set(range(len(t))):
+            smaller = t[:drop] + t[drop + 1:]
+            if not smaller:
+                continue
+            big, small = cache[t], cache[smaller]
+            worst_pair = max(worst_pair, abs(big.n_valid - small.n_valid) + abs(big.n_rows - small.n_rows))
+            worst_quarantine_pair = max(
+                worst_quarantine_pair, abs(big.n_valid - small.n_valid) + abs(big.n_rejected - small.n_rejected))
+            a = big.validated[["id", "x"]].apply(tuple, axis=1).value_counts()
+            b = small.validated[["id", "x"]].apply(tuple, axis=1).value_counts()
+            worst_validated = max(worst_validated, int(a.sub(b, fill_value=0).abs().sum()))
+    assert worst_validated == 1
+    assert worst_pair == L1_SENSITIVITY == 2
+    assert worst_quarantine_pair == 3  # the old release (accepted, quarantined) at scale 1/eps was under-charged
+
+
+def test_record_counts_exact_privacy_loss_equals_the_charge():
+    """Exact discrete-Laplace distributions of the released pair on neighbours at L1 distance 2:
+    the worst log-ratio over a wide window equals the charged epsilon (and not more)."""
+    eps = Fraction(1, 2)
+    mech = InputRowCounts(eps)
+    s = mech.noise_scale()
+    assert Fraction(s) >= Fraction(L1_SENSITIVITY) / eps
+    z = np.arange(-200, 201)
+    logp = -np.abs(z) / s  # unnormalised: same normaliser on both sides
+    worst = 0.0
+    for da, dn in ((1, 1), (-1, 1), (0, 1), (1, 0)):
+        for a in range(-5, 6):
+            for n in range(-5, 6):
+                loss = abs((-abs(a) / s - abs(n) / s) - (-abs(a - da) / s - abs(n - dn) / s))
+                worst = max(worst, loss)
+    assert worst <= float(mech.privacy_map(1).epsilon) + 1e-12
+    assert math.isclose(worst, float(eps), rel_tol=1e-9)
+    assert logp.max() == 0
+
+
+# --------------------------------------------------------------------------- hole 1: public lineage
+
+
+def _csv(path: Path, cells: list[tuple[str, str]]) -> Path:
+    path.write_text("id,x\n" + "".join(f"{i},{x}\n" for i, x in cells))
+    return path
+
+
+def _spec_file(tmp: Path, name: str, data: Path, **budget) -> Path:
+    spec = {
+        "release_id": "r1",
+        "dataset": {"name": name, "source": {"kind": "csv", "path": str(data)}, "record_id": "id"},
+        "schema": {"numeric": {"x": {"min": 0, "max": 10}}},
+        "budget": {"epsilon": 1.0, **budget},
+        "steps": {"record_counts": {"epsilon": 0.1}},
+    }
+    p = tmp / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(spec))
+    return p
+
+
+def _run(spec_path: Path, settings: Settings):
+    from dpcore import pipeline
+    from dpcore.spec import load_spec
+    from dpcore.steps.record_counts import record_counts_step
+
+    spec = load_spec(spec_path)
+    ing = pipeline.ingest_stage(spec, settings)
+    pipeline.validate_stage(spec, settings, ing)
+    out = record_counts_step(spec, settings, ing)
+    return spec, ing, out, pipeline.bundle_stage(spec, settings, ing, [out])
+
+
+@pytest.fixture
+def settings(tmp_path, monkeypatch) -> Settings:
+    monkeypatch.setenv("DPR_HOME", str(tmp_path / "home"))
+    for v in ("DPR_WAREHOUSE", "DPR_BUNDLES", "DPR_OWNER_KEY_FILE"):
+        monkeypatch.delenv(v, raising=False)
+    return Settings.from_env()
+
+
+def test_no_data_derived_hash_or_key_in_any_public_file(tmp_path, settings):
+    """Hole 1: the bundle (every file), the raw table's name and the public handles carry no content hash,
+    no prefix of one, no idempotency key; lineage is a random ingest id and charge refs."""
+    data = _csv(tmp_path / "d.csv", [(f"r{i}", str(i % 10)) for i in range(30)])
+    spec, ing, out, bundle = _run(_spec_file(tmp_path, "lin", data), settings)
+    content_hash = hashlib.sha256(data.read_bytes()).hexdigest()
+    secrets_ = [content_hash, *out.keys, spec.content_hash()]
+    assert ing.content_hash == content_hash and content_hash not in repr(ing)
+    public = [ing.table, ing.ingest_id, repr(ing)]
+    public += [p.read_bytes().decode("utf-8", "replace") for p in bundle.path.rglob("*") if p.is_file()
+               and p.suffix in {".json", ".md", ".csv"}]
+    for text in public:
+        for secret in secrets_:
+            for k in range(8, len(secret) + 1, 4):  # any 8+ hex prefix would let one test candidate inputs
+                assert secret[:k] not in text
+    m = json.loads((bundle.path / "manifest.json").read_text())
+    assert "input_content_hash" not in m and "spec_hash" not in m and m["input_id"] == ing.ingest_id
+    assert all("key" not in r and len(r["ref"]) == 16 for r in m["releases"])
+    # the same content is recognised again (same ingest id), other content gets a fresh random id
+    from dpcore import pipeline
+    from dpcore.spec import load_spec
+    assert pipeline.ingest_stage(load_spec(_spec_file(tmp_path, "lin", data)), settings).ingest_id == ing.ingest_id
+    other = _csv(tmp_path / "e.csv", [("r1", "1")])
+    assert pipeline.ingest_stage(load_spec(_spec_file(tmp_path, "lin", other)), settings).ingest_id != ing.ingest_id
+    # the owner's key lives outside the bundles, readable by the owner only
+    assert settings.owner_key.exists() and not settings.owner_key.is_relative_to(settings.bundles)
+    assert oct(settings.owner_key.stat().st_mode & 0o777) == "0o600"
+
+
+def test_orphaned_charge_error_names_the_public_ref_not_the_key(tmp_path):
+    led = PrivacyLedger(Warehouse(tmp_path / "w.duckdb"))
+    led.ensure_budget("d", PrivacyCost(1))
+    req = ChargeRequest("d", "f" * 64, "r1", "step", "m", PrivacyCost("0.1"), "dp")
+    assert led.reserve(req)
+    with pytest.raises(OrphanedChargeError) as ei:
+        led.lookup(req.key)
+    ref = led.charges("d")["public_ref"].iloc[0]
+    assert ref in str(ei.value) and req.key[:8] not in str(ei.value)
+
+
+# --------------------------------------------------------------------------- hole 6: budget identity
+
+
+def test_renamed_dataset_charges_the_same_budget_and_an_override_is_recorded_and_reported(tmp_path, settings):
+    data = _csv(tmp_path / "d.csv", [(f"r{i}", str(i % 10)) for i in range(30)])
+    _run(_spec_file(tmp_path, "first", data), settings)
+    _, _, _, second = _run(_spec_file(tmp_path, "renamed", data), settings)  # same people, new name
+    led = PrivacyLedger(Warehouse(settings.warehouse))
+    assert led.status("renamed").budget == "first"
+    assert led.status("first").spent.epsilon == Fraction(2, 10)  # both releases on one cap
+    m = json.loads((second.path / "manifest.json").read_text())
+    assert m["budget_identity"]["budget"] == "first" and m["budget"]["spent_total"]["epsilon"] == pytest.approx(0.2)
+    assert "charges the budget of `first`" in (second.path / "report.md").read_text()
+    # the ledger holds HMAC fingerprints, never the ids
+    fps = [r[0] for r in led.wh.query("SELECT fp FROM ledger.record_fingerprints")]
+    assert len(fps) == 30 and not ({f"r{i}" for i in range(30)} & set(fps))
+    assert all(len(f) == 64 for f in fps)
+
+    # a partly overlapping third dataset, kept separate on purpose: recorded and printed for both datasets
+    part = _csv(tmp_path / "p.csv", [("r1", "1"), ("z9", "2")])
+    spec3 = _spec_file(tmp_path, "third", part, separate_from={"first": "a different survey wave, own consent"})
+    _, _, _, third = _run(spec3, settings)
+    assert led.status("third").budget == "third"
+    assert "different survey wave" in (third.path / "report.md").read_text()
+    again = _run(_spec_file(tmp_path, "first", data), settings)[3]  # a later report of the other dataset
+    assert "different survey wave" in (again.path / "report.md").read_text()
+
+    # overlapping without the override after spending on its own budget: the owner must decide
+    lone = _csv(tmp_path / "l.csv", [("q1", "1")])
+    _run(_spec_file(tmp_path, "lone", lone), settings)
+    grown = _csv(tmp_path / "g.csv", [("q1", "1"), ("r2", "3")])
+    with pytest.raises(LedgerError, match="separate_from"):
+        _run(_spec_file(tmp_path, "lone", grown), settings)
+
+
+# --------------------------------------------------------------------------- hole 11 / seeded noise
+
+
+def _int_fields(obj) -> list[str]:
+    return [f.name for f in dataclasses.fields(obj) if isinstance(getattr(obj, f.name), int)]
+
+
+def test_task_handles_carry_no_integer_for_prefect_to_probe(tmp_path, settings):
+    """Hole 11a: Prefect marks a result ``untrackable_result`` when a top-level value is an int in
+    [-5, 256]; the ingest and validate tasks return handles whose fields are strings only."""
+    data = _csv(tmp_path / "d.csv", [(f"r{i}", str(i % 10)) for i in range(3)])
+    from dpcore import pipeline
+    from dpcore.spec import load_spec
+
+    spec = load_spec(_spec_file(tmp_path, "h", data))
+    ing = pipeline.ingest_stage(spec, settings)
+    done = pipeline.validate_stage(spec, settings, ing)
+    assert isinstance(ing, IngestResult) and isinstance(done, ValidationDone)
+    assert _int_fields(ing) == [] and _int_fields(done) == []
+    assert all(isinstance(getattr(done, f.name), str) for f in dataclasses.fields(done))
+
+
+def test_seeded_test_noise_is_refused_without_the_test_flag(monkeypatch):
+    from dpcore.steps.common import SeededNoiseRefusedError, noise_source
+
+    monkeypatch.setenv("DPR_TEST_NOISE_SEED", "7")
+    monkeypatch.delenv("DPR_ALLOW_TEST_NOISE", raising=False)
+    with pytest.raises(SeededNoiseRefusedError, match="DPR_ALLOW_TEST_NOISE=1"):
+        noise_source()
+    monkeypatch.setenv("DPR_ALLOW_TEST_NOISE", "1")
+    assert not noise_source().publishable
+    monkeypatch.delenv("DPR_TEST_NOISE_SEED")
+    assert noise_source().publishable
+    assert os.environ.get("DPR_TEST_NOISE_SEED") is None
