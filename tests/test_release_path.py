@@ -251,3 +251,20 @@ def test_seeded_test_noise_is_refused_without_the_test_flag(monkeypatch):
     monkeypatch.delenv("DPR_TEST_NOISE_SEED")
     assert noise_source().publishable
     assert os.environ.get("DPR_TEST_NOISE_SEED") is None
+
+
+# --------------------------------------------------------------------------- hole 5: detector order
+
+
+def test_detector_chosen_records_are_returned_in_id_order_not_score_order(tmp_path):
+    from dpcore.steps.detect import flagged_records
+    from dpcore.validation import validated_table_name
+
+    spec = _tiny_spec()
+    ing = IngestResult("dup", "0123456789abcdef", "dup__0123456789abcdef", "x" * 64)
+    wh = Warehouse(tmp_path / "w.duckdb")
+    flags = pd.DataFrame({"id": ["r1", "r2", "r3", "r4"], "flagged": [True, True, True, False],
+                          "max_score": [1.0, 9.0, 5.0, 99.0]})
+    wh.write_df("internal", f"detect_flags__{validated_table_name(ing, spec)}", flags)
+    assert flagged_records(wh, spec, ing, 2) == ["r2", "r3"]  # top two by score (9, 5), published by id
+    assert flagged_records(wh, spec, ing, 3) == ["r1", "r2", "r3"]  # score order would be r2, r3, r1

@@ -162,7 +162,8 @@ class ExactSearchLimitError(RuntimeError):
     """The exact search of Algorithm 1 exceeded its node budget.
 
     Raised instead of returning a bound that might not be a valid smooth upper
-    bound; nothing is released.  Lower ``size_limit`` (raises the floor
+    bound; nothing is released. The message carries public settings only
+    (never the size of the data-dependent point set: issue 15).  Lower ``size_limit`` (raises the floor
     ``|P| - size_limit`` and prunes more) or use ``method="global"``.
     """
 
@@ -480,7 +481,7 @@ def max_enclosable(P, r, floor: int = 0, node_limit: int = DEFAULT_NODE_LIMIT) -
                 nodes += 1
                 if nodes > node_limit:
                     raise ExactSearchLimitError(
-                        f"exact Algorithm 1 exceeded {node_limit} search nodes on a set of {m} points; "
+                        f"exact Algorithm 1 exceeded its node budget ({node_limit} search nodes, a public setting); "
                         "lower size_limit or use method='global'"
                     )
                 new = cur + [p]

@@ -34,7 +34,7 @@ from ..mechanisms.aiq import AnomalyIdentification
 from ..neighbors import ball_counts, scale_by_bounds
 from ..settings import Settings
 from ..spec import AiqSpec, ReleaseSpec
-from .detect import flagged_records
+from .detect import DETECTOR_CHOICE_NOT_PROTECTED, flagged_records
 from .common import (
     StepInputError, charge_request, load_columns, noise_source, open_stores, require_complete, validated_table,
 )
@@ -193,4 +193,12 @@ def aiq_step(
         + "| query | anomaly? |\n|---|---|\n"
         + "\n".join(f"| {r['query']} | {'yes' if r['anomaly'] else 'no'} |" for r in released.payload["answers"])
     )
-    return StepOutput("aiq", {"answers": table}, md, keys=[released.key])
+    not_protected = []
+    if cfg.record_ids or cfg.from_detector:
+        not_protected.append(
+            "The queried record's own value and presence: a record-id query uses that record's private values "
+            "as the query point, so the guarantee covers every other record, not the queried one."
+        )
+    if cfg.from_detector:
+        not_protected.append(DETECTOR_CHOICE_NOT_PROTECTED)
+    return StepOutput("aiq", {"answers": table}, md, keys=[released.key], not_protected=not_protected)

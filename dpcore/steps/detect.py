@@ -130,8 +130,19 @@ def store_detection(
     return DetectionDone(tuple(f.template.name for f in fits), suffix)
 
 
+#: DESIGN.md rule 9 statement for steps that use detector-chosen records.
+DETECTOR_CHOICE_NOT_PROTECTED = (
+    "Which records were chosen by the detector (from_detector): the choice is made by the non-private detector, "
+    "so appearing in the list reveals that a record was among its top flagged ones. They are published in "
+    "record-id order, which carries no score."
+)
+
+
 def flagged_records(wh: Warehouse, spec: ReleaseSpec, ingested: IngestResult, top: int) -> list[str]:
-    """Ids of the ``top`` flagged records by highest score (internal use: choosing queries).
+    """Ids of the ``top`` flagged records by highest score, returned in record-id order.
+
+    The choice is non-private (the detector's score); the order is not the
+    score order, so a published list carries no ranking (issue 15, hole 5).
 
     Raises
     ------
@@ -147,4 +158,4 @@ def flagged_records(wh: Warehouse, spec: ReleaseSpec, ingested: IngestResult, to
         f'ORDER BY max_score DESC, "{rid}" LIMIT ?',
         [int(top)],
     )
-    return [r[0] for r in rows]
+    return sorted(r[0] for r in rows)

@@ -50,7 +50,7 @@ from ..spec import PcorSpec, ReleaseSpec
 from .common import (
     StepInputError, charge_request, load_columns, noise_source, noise_test_seed, open_stores, require_complete,
 )
-from .detect import flagged_records
+from .detect import DETECTOR_CHOICE_NOT_PROTECTED, flagged_records
 
 
 class NoValidContextError(RuntimeError):
@@ -446,7 +446,15 @@ def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str,
         f"| {r.record_id} | {r.context if isinstance(r.context, str) else '(none)'} | {r.status} |"
         for r in table.itertuples()
     ]
-    return StepOutput("pcor", {"explanations": table}, "\n".join(lines), keys=[t.request.key for t in plan.targets])
+    not_protected = [
+        "The explained record's own value and presence: its context is searched around its own private values.",
+        "Neighbouring datasets that change the explained record's set of valid contexts (OCDP, Definition 2.5 "
+        "of Shafieinejad et al.): the guarantee holds only for neighbours that keep that set.",
+    ]
+    if plan.from_detector:
+        not_protected.append(DETECTOR_CHOICE_NOT_PROTECTED)
+    return StepOutput("pcor", {"explanations": table}, "\n".join(lines), keys=[t.request.key for t in plan.targets],
+                      not_protected=not_protected)
 
 
 def pcor_step(
