@@ -211,6 +211,7 @@ def small_spec(path: Path, release_id: str = "ops-r1", limit: int = 3000) -> Pat
     fleet = str(ROOT / "specs" / "demo_fleet.csv")
     spec["steps"]["coco"]["groups_file"] = fleet
     spec["schema"]["categorical"]["tailnum"]["domain_from"]["file"] = fleet
+    spec["dataset"]["roster"]["file"] = str(ROOT / "specs" / "demo_roster.csv")
     path.write_text(yaml.safe_dump(spec))
     return path
 
