@@ -45,7 +45,16 @@ import opendp.prelude as dp
 
 dp.enable_features("contrib")
 
-__all__ = ["NotForPublicationError", "NoiseSource"]
+__all__ = [
+    "NotForPublicationError",
+    "NoiseSource",
+    "FLOAT_EVAL_MARGIN",
+    "conservative_scale",
+    "round_up",
+    "round_down",
+    "upper_float",
+    "lower_float",
+]
 
 _U64_MAX = (1 << 64) - 1
 
@@ -126,6 +135,153 @@ def _exact_fraction(value, name: str) -> Fraction:
     raise ValueError(
         f"{name} must be a fractions.Fraction, int or float, got {type(value).__name__}"
     )
+
+
+# ---------------------------------------------------------------------------
+# Conservative rounding of noise scales (issue 15: toward more noise)
+# ---------------------------------------------------------------------------
+
+#: Relative margin added by :func:`upper_float` / removed by :func:`lower_float`.
+#: A value computed in IEEE double through ``n`` elementary operations, each
+#: with relative error at most ``4 u`` (``u = 2**-53``: ``+ - * /`` and ``sqrt``
+#: are correctly rounded, ``u``; the C library's and numpy's ``log``/``exp``
+#: are within a few ulp), has relative error at most ``(1 + 4u)**n - 1``,
+#: below ``8 n u`` for ``n <= 2**48``.  ``2**-40 = 1024 * 8u`` therefore covers
+#: every formula with up to 1024 operations (the noise scales here use fewer
+#: than 20).
+FLOAT_EVAL_MARGIN = 2.0**-40
+
+
+def _exact_positive(value, name: str) -> Fraction:
+    """``value`` as an exact positive Fraction (a float is converted exactly)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a positive finite real number, got {value!r}")
+    if isinstance(value, numbers.Rational):
+        q = Fraction(value.numerator, value.denominator)
+    else:
+        f = float(value)
+        if not math.isfinite(f):
+            raise ValueError(f"{name} must be a positive finite real number, got {value!r}")
+        q = Fraction(f)
+    if q <= 0:
+        raise ValueError(f"{name} must be a positive finite real number, got {value!r}")
+    return q
+
+
+def round_up(value) -> float:
+    """The smallest float ``>=`` the exact rational value of ``value``.
+
+    Parameters
+    ----------
+    value : Fraction, int or float
+        ``> 0``; a float is returned unchanged (it is exact).
+
+    Returns
+    -------
+    float
+        ``s`` with ``Fraction(s) >= value`` and no float in ``[value, s)``.
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not a positive finite real number, or its rounded-up
+        value overflows the float range.
+    """
+    q = _exact_positive(value, "value")
+    s = float(q)  # Fraction.__float__ rounds to nearest
+    if Fraction(s) < q:
+        s = math.nextafter(s, math.inf)
+    if not math.isfinite(s):
+        raise ValueError("scale too large for a float")
+    return s
+
+
+def round_down(value) -> float:
+    """The largest float ``<=`` the exact rational value of ``value`` (``> 0``)."""
+    q = _exact_positive(value, "value")
+    s = float(q)
+    if Fraction(s) > q:
+        s = math.nextafter(s, 0.0)
+    return s
+
+
+def conservative_scale(numerator, denominator) -> float:
+    """A noise scale ``numerator / denominator`` rounded toward more noise.
+
+    Parameters
+    ----------
+    numerator, denominator : Fraction, int or float
+        Positive, finite (typically a sensitivity and an epsilon).  Floats
+        are taken at their exact binary values.
+
+    Returns
+    -------
+    float
+        The smallest float ``>=`` the exact rational ``numerator /
+        denominator`` (``Fraction`` arithmetic, then :func:`round_up`): the
+        mechanism never uses less noise than its privacy analysis assumes.
+
+    Raises
+    ------
+    ValueError
+        If an argument is not a positive finite real number.
+
+    Examples
+    --------
+    >>> from fractions import Fraction
+    >>> Fraction(conservative_scale(1, 3)) >= Fraction(1, 3)
+    True
+    """
+    return round_up(_readings(numerator, "numerator", max) / _readings(denominator, "denominator", min))
+
+
+def _readings(value, name: str, pick) -> Fraction:
+    """``pick`` (``max`` or ``min``) of a float's two exact readings: its binary value and its
+    decimal text (the ledger charges ``dpcore.budget.exact(x) = Fraction(repr(x))``). Taking the
+    larger numerator and the smaller denominator makes a scale conservative under either reading.
+    Non-floats have one reading."""
+    q = _exact_positive(value, name)
+    if isinstance(value, float):
+        q = pick(q, Fraction(repr(value)))
+    return q
+
+
+def upper_float(value: float, margin: float = FLOAT_EVAL_MARGIN) -> float:
+    """An upper bound on the exact value of a float-evaluated formula.
+
+    For scales computed through ``sqrt``/``log``/``exp`` (no exact rational
+    form), evaluate the formula in floating point and pass the result here.
+
+    Parameters
+    ----------
+    value : float
+        The float evaluation of a positive formula (at most ~1000 elementary
+        operations, each within 4 ulp: :data:`FLOAT_EVAL_MARGIN`).
+    margin : float
+        Relative margin, default :data:`FLOAT_EVAL_MARGIN` (``2**-40``).
+
+    Returns
+    -------
+    float
+        ``>= value * (1 + margin)`` (the product is rounded, then one ulp
+        is added), hence ``>=`` the exact value of the formula.
+    """
+    v = float(value)
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"value must be a positive finite float, got {value!r}")
+    out = math.nextafter(v * (1.0 + margin), math.inf)
+    if not math.isfinite(out):
+        raise ValueError("scale too large for a float")
+    return out
+
+
+def lower_float(value: float, margin: float = FLOAT_EVAL_MARGIN) -> float:
+    """A lower bound on the exact value of a float-evaluated positive formula
+    (``<= value * (1 - margin)``; the counterpart of :func:`upper_float`)."""
+    v = float(value)
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"value must be a positive finite float, got {value!r}")
+    return math.nextafter(v * (1.0 - margin), 0.0)
 
 
 # ---------------------------------------------------------------------------
@@ -475,12 +631,13 @@ class NoiseSource:
         which is OpenDP's exact discrete Laplace sampler (no floating point,
         OS CSPRNG), invoked once for all cells with the values passed as one
         int64 buffer.  OpenDP adds with saturation at the int64 bounds.  A
-        ``Fraction`` scale is converted to the nearest float, which OpenDP
-        then treats exactly.  Seeded mode: difference of two i.i.d.
+        ``Fraction`` scale is rounded *up* to a float (:func:`round_up`: more
+        noise, never less), which OpenDP then treats exactly.  Seeded mode: difference of two i.i.d.
         ``numpy`` geometric variables with ``p = 1 - exp(-1/s)`` (same
         distribution, test use only).
         """
-        s = _positive_finite(scale, "scale")
+        _positive_finite(scale, "scale")
+        s = round_up(scale)  # a Fraction scale is rounded up, never to nearest (issue 15)
         arr = np.asarray(values)
         if arr.dtype.kind == "b":
             arr = arr.astype(np.int64)
@@ -510,7 +667,10 @@ class NoiseSource:
         values : array_like of float
             Finite real values of any shape (0-d gives 0-d).
         sigma : float, int or Fraction
-            Standard deviation ``> 0``.
+            Standard deviation ``> 0``.  A float is used as is; a
+            ``Fraction`` is rounded up (:func:`round_up`).  A sigma computed
+            through ``sqrt``/``log`` must already be an upper bound
+            (:func:`upper_float`).
 
         Returns
         -------
@@ -536,7 +696,8 @@ class NoiseSource:
         50 µs per draw; use it for small numbers of values.  Seeded mode:
         ``numpy`` ``Generator.normal`` (test use only).
         """
-        sg = _positive_finite(sigma, "sigma")
+        _positive_finite(sigma, "sigma")
+        sg = round_up(sigma)  # a Fraction sigma is rounded up, never to nearest (issue 15)
         arr = np.asarray(values, dtype=np.float64)
         if not np.all(np.isfinite(arr)):
             raise ValueError("values must be finite (no NaN or inf)")
@@ -600,23 +761,43 @@ class NoiseSource:
         Sampler: production uses OpenDP report-noisy-max
         (``make_noisy_max`` on ``vector_domain(atom_domain(T=float,
         nan=False))``, ``linf_distance(T=float)``,
-        ``zero_concentrated_divergence()``, ``scale = 2 Δu / ε``).  With a zCDP
+        ``zero_concentrated_divergence()``, ``scale = 2 Δu / ε`` rounded up to a
+        float, :meth:`exponential_mechanism_scale`).  With a zCDP
         output measure OpenDP adds Gumbel noise, and argmax of
         ``u_i + Gumbel(scale)`` has exactly the exponential-mechanism
         distribution; OpenDP samples it exactly from the OS CSPRNG.  OpenDP's
         own privacy map reports ``ρ = ε² / 8`` zCDP for this measurement; the
         pure ``ε``-DP bound used by this project is the McSherry–Talwar
         theorem for the (identical) exponential-mechanism distribution.
-        Seeded mode: ``argmax(u ε / (2 Δu) + Gumbel)`` with ``numpy``.
+        Seeded mode: ``argmax(u / scale + Gumbel)`` with ``numpy``.
         """
         u, eps, sens = self._check_em_args(utilities, epsilon, sensitivity)
         if u.size == 1:
             return 0
+        scale = NoiseSource.exponential_mechanism_scale(epsilon, sensitivity)
         if self._rng is None:
-            meas = _opendp_noisy_max(2.0 * sens / eps)
+            meas = _opendp_noisy_max(scale)
             return int(meas(u.tolist()))
-        logits = u * (eps / (2.0 * sens))
+        logits = u / scale
         return int(np.argmax(logits + self._rng.gumbel(size=u.size)))
+
+    @staticmethod
+    def exponential_mechanism_scale(epsilon, sensitivity) -> float:
+        """The Gumbel scale ``2 Δu / ε`` of :meth:`exponential_mechanism`, rounded up.
+
+        Parameters
+        ----------
+        epsilon, sensitivity : float, int or Fraction
+            ``> 0``; taken at their exact values.
+
+        Returns
+        -------
+        float
+            :func:`conservative_scale` ``(2 Δu, ε)``: the smallest float
+            ``>=`` the exact ``2 Δu / ε`` (a larger scale is a smaller
+            effective ε, never a larger one).
+        """
+        return conservative_scale(2 * _readings(sensitivity, "sensitivity", max), _readings(epsilon, "epsilon", min))
 
     @staticmethod
     def exponential_mechanism_probabilities(utilities, epsilon, sensitivity) -> np.ndarray:
@@ -634,7 +815,8 @@ class NoiseSource:
         Returns
         -------
         numpy.ndarray
-            ``float64`` array of shape ``(k,)``, ``p_i ∝ exp(ε u_i / (2 Δu))``,
+            ``float64`` array of shape ``(k,)``, ``p_i ∝ exp(u_i / scale)`` with
+            the scale the sampler uses (``2 Δu / ε`` rounded up),
             computed as a numerically stable softmax; sums to 1.  Used by
             privacy audits and tests.
 
@@ -644,7 +826,7 @@ class NoiseSource:
             Same conditions as :meth:`exponential_mechanism`.
         """
         u, eps, sens = NoiseSource._check_em_args(utilities, epsilon, sensitivity)
-        logits = u * (eps / (2.0 * sens))
+        logits = u / NoiseSource.exponential_mechanism_scale(epsilon, sensitivity)
         w = np.exp(logits - logits.max())
         return w / w.sum()
 

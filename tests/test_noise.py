@@ -483,3 +483,75 @@ def test_bad_arguments(seed):
     for bad_x in (-1, -1e-30, float("nan"), float("inf")):
         with pytest.raises(ValueError, match=r"\bx\b"):
             ns.bernoulli_exp_neg(bad_x)
+
+
+# ---------------------------------------------------------------------------
+# conservative rounding of noise scales (issue 15, small item 3)
+# ---------------------------------------------------------------------------
+
+from hypothesis import given, settings as hsettings, strategies as hst  # noqa: E402
+
+from dpcore.budget import exact  # noqa: E402
+from dpcore.noise import conservative_scale, lower_float, round_down, round_up, upper_float  # noqa: E402
+
+_pos_fractions = hst.fractions(min_value=Fraction(1, 10**6), max_value=Fraction(10**6), max_denominator=10**9)
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(num=_pos_fractions, den=_pos_fractions)
+def test_conservative_scale_is_the_smallest_float_not_below_the_exact_ratio(num, den):
+    s = conservative_scale(num, den)
+    exact_ratio = num / den
+    assert Fraction(s) >= exact_ratio
+    assert Fraction(math.nextafter(s, 0.0)) < exact_ratio  # no smaller float is still >= the ratio
+    assert Fraction(round_down(exact_ratio)) <= exact_ratio <= Fraction(round_up(exact_ratio))
+
+
+def test_conservative_scale_on_the_cases_that_round_to_nearest_downwards():
+    # 1/3, 2/0.3, 1/0.7 are each rounded *down* by float division or float(Fraction)
+    for num, den in [(1, 3), (2, Fraction(3, 10)), (1, Fraction(7, 10)), (2, Fraction(1, 10))]:
+        exact_ratio = Fraction(num) / Fraction(den)
+        s = conservative_scale(num, den)
+        assert Fraction(s) >= exact_ratio and Fraction(math.nextafter(s, 0.0)) < exact_ratio
+    # a float epsilon is read both ways (binary value, and the ledger's decimal reading): the larger scale wins
+    for eps in [0.1, 0.7, 0.3, 1e-3]:
+        s = conservative_scale(2, eps)
+        assert Fraction(s) >= 2 / Fraction(eps) and Fraction(s) >= 2 / exact(eps)
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(x=hst.floats(min_value=1e-300, max_value=1e300))
+def test_upper_and_lower_float_bracket_with_the_relative_margin(x):
+    up, lo = upper_float(x), lower_float(x)
+    assert Fraction(up) >= Fraction(x) * (1 + Fraction(2) ** -40)
+    assert Fraction(lo) <= Fraction(x) * (1 - Fraction(2) ** -40)
+
+
+def test_samplers_round_fraction_scales_up_and_em_scale_is_conservative():
+    # the exponential mechanism's Gumbel scale 2Δu/ε is never below the exact value
+    for eps in [Fraction(1, 3), 0.1, Fraction(7, 10), 1, 2.5]:
+        for sens in [1, Fraction(1, 3), 0.5]:
+            s = NoiseSource.exponential_mechanism_scale(eps, sens)
+            assert Fraction(s) >= 2 * Fraction(sens) / Fraction(eps)
+    # a Fraction scale/sigma handed to a sampler is rounded up, never to nearest
+    third = Fraction(1, 3)
+    assert Fraction(round_up(third)) > third > Fraction(float(third))
+    a = NoiseSource(seed=5).discrete_laplace(np.zeros(4000, dtype=np.int64), scale=third)
+    b = NoiseSource(seed=5).discrete_laplace(np.zeros(4000, dtype=np.int64), scale=round_up(third))
+    assert np.array_equal(a, b)
+    g1 = NoiseSource(seed=5).gaussian(np.zeros(10), third)
+    g2 = NoiseSource(seed=5).gaussian(np.zeros(10), round_up(third))
+    assert np.array_equal(g1, g2)
+
+
+def test_mechanism_scales_never_below_their_exact_rational_values():
+    from dpcore.mechanisms.row_counts import InputRowCounts, L1_SENSITIVITY
+
+    for eps in [Fraction(1, 3), Fraction(1, 10), 0.3, 0.7]:
+        m = InputRowCounts(epsilon=eps)  # charged as exact(eps), the decimal reading
+        assert Fraction(m.noise_scale()) >= L1_SENSITIVITY / exact(eps)
+    from dpcore.mechanisms.subspace import TopSubspaceSelection
+
+    sel = TopSubspaceSelection(k=1, r=0.1, epsilon=0.1, h=3, candidates=[(0,), (1,), (2,)])
+    assert sel.per_draw_epsilon == Fraction(1, 30)
+    assert Fraction(NoiseSource.exponential_mechanism_scale(sel.per_draw_epsilon, 1)) >= 60

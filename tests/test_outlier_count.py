@@ -229,7 +229,7 @@ def test_fast_path_gives_exactly_the_same_counts_and_smooth_bound(monkeypatch, d
             assert S_ref == max(math.exp(-m.beta * t) * u for t, u in ev_ref.items())
         assert S_fast == S_ref
         assert (U0_fast, q_fast) == (U0_ref, q_ref)
-        assert y_fast == float(NoiseSource(seed=3).gaussian(float(q_ref), S_ref / m.alpha))
+        assert y_fast == float(NoiseSource(seed=3).gaussian(float(q_ref), m._smooth_sigma(S_ref)))
         assert m.smooth_sensitivity(X) == S_fast and count_outliers(X, k, r) == q_fast
 
 

@@ -20,7 +20,7 @@ from typing import Mapping
 import numpy as np
 
 from ..budget import PrivacyCost, exact
-from ..noise import NoiseSource
+from ..noise import NoiseSource, conservative_scale
 
 
 @dataclass(frozen=True)
@@ -67,5 +67,5 @@ class PartitionCounts:
         eps = self._eps()
         names = list(counts)
         true = np.array([int(counts[n]) for n in names], dtype=np.int64)
-        noisy = noise.discrete_laplace(true, scale=1 / eps)
+        noisy = noise.discrete_laplace(true, scale=conservative_scale(1, eps))  # 1/eps rounded up
         return {n: int(max(v, 0)) for n, v in zip(names, noisy)}

@@ -17,10 +17,35 @@ within ``r`` (closed ball; duplicates are distinct records and count), and
 
 Neighbour relation and privacy notion
 -------------------------------------
-Replace one record, ``N`` fixed (Section 2: ``H(X, X') = 1``,
-``|X| = |X'| = N``), ``neighbour = "replace-one"``.  Notion ``dp``:
-(epsilon, delta)-differential privacy (Definition 1).  One release costs
-``(epsilon, delta)`` (:meth:`OutlierCountMechanism.privacy_map`).
+The paper uses replace one record with ``N`` fixed (Section 2:
+``H(X, X') = 1``, ``|X| = |X'| = N``).  In the pipeline ``X`` is the
+*validated* table: a raw row replaced by one that fails validation is a
+**removal** from it, a quarantined raw row replaced by a valid one an
+**addition**, and ``N`` (the number of validated records) is private.  So
+this implementation never uses ``N`` (the public bound
+``G = k K_d^up + 1`` replaces Theorem 4's ``min(N, k K_d + 1)``: issue 15,
+hole 7) and its guarantee is stated for the union relation
+
+    X ~ X'  iff  X' is X with one record replaced, added or removed,
+
+``neighbour = "replace-one"`` in the ledger (the budget relation it is charged
+under; the union contains replace-one, so the charge is not smaller than the
+guarantee needs).  Notion ``dp``: (epsilon, delta)-differential privacy
+(Definition 1).  One release costs ``(epsilon, delta)``
+(:meth:`OutlierCountMechanism.privacy_map`).  Not covered at that cost: a raw
+replacement that changes *two* validated records (it creates or resolves a
+duplicate record id, which quarantines every row sharing it): such pairs are
+at distance 2 and get group privacy ``(2 epsilon, (1 + e^epsilon) delta)``.
+
+*Sensitivity under add/remove* (``deg`` = degrees in ``X``).  Removing ``z``:
+``q(X \ z) - q(X) = #{y in B(z, r), y != z, deg(y) = k} - [deg(z) < k]``;
+adding ``z``: ``q(X + z) - q(X) = [z outlier in X + z] - #{y in B(z, r):
+deg(y) = k - 1}``.  The two terms have opposite signs, so
+``|Delta q| <= max(1, |B(z, r) ∩ V(k)|)`` resp. ``max(1, |B(z, r) ∩ V(k-1)|)``:
+at most ``max(1, E(V(k)), E(V(k-1))) <= U(0)`` (below), and at most
+``k K_d`` by Theorem 4's packing argument (the flipped records lie within
+``r`` of ``z`` and have at most ``k`` neighbours counting ``z``), so ``<= G``.
+Replace is a removal then an addition: Theorems 4-5 as in the paper.
 
 Mechanisms
 ----------
@@ -44,7 +69,7 @@ subset of ``P`` enclosable in a ball of radius ``r`` (Algorithm 1).  Then
     U(t) = min(G, max(f_t(P_hi(t)), f_t(P_lo(t))) + t + 1),
     S(X) = max_{t >= 0} exp(-t beta) U(t),                         (eq. 29/31)
 
-with ``G = min(N, k K_d^up + 1)`` (Theorem 4) and
+with the public ``G = k K_d^up + 1`` (Theorem 4 without its ``min(N, .)``) and
 
     f_t(P) = min( max(E(P), |P| - L),  K_d^up (D_t + 1) ),
 
@@ -60,17 +85,26 @@ neighbours; the picked points lie in one ball of radius ``r`` and are pairwise
 more than ``r`` apart, so they subtend angles ``> 60 deg`` at its centre and
 there are at most ``K_d`` of them).  ``LS <= G`` is Theorem 4 (its proof: the
 removal side and the insertion side flip at most ``k K_d`` records each, with
-opposite signs, plus the moved record itself), and ``LS <= N`` trivially.
+opposite signs, plus the moved record itself).  For add/remove neighbours
+``LS <= max(1, E(V(k)), E(V(k-1))) <= U(0)`` and ``<= G`` ("Sensitivity under
+add/remove" above), so ``S(X) >= U(0)`` dominates ``LS`` for all three kinds.
 
-*Why it is beta-smooth (eq. 7).*  If ``X' ~ X`` moves record ``z``, every
-other record's degree changes by at most one, so
-``P(t)(X) \\ {z} ⊆ P(t+1)(X')`` (the proof of Lemma 1).  ``f_t`` is
+*Why it is beta-smooth (eq. 7).*  If ``X' ~ X`` replaces, removes or adds
+one record ``z``, every other record's degree changes by at most one, so
+``P(t)(X) \\ {z} ⊆ P(t+1)(X')`` (the proof of Lemma 1; for an addition even
+``P(t)(X) ⊆ P(t+1)(X')``).  ``f_t`` is
 (i) monotone under set inclusion, (ii) drops by at most 1 when one point is
 deleted (true of ``E``, of ``|P| - L`` and of a constant; preserved by max and
 min), and (iii) ``f_t <= f_{t+1}`` pointwise.  Hence
-``f_t(P(t)(X)) <= f_{t+1}(P(t+1)(X')) + 1``, i.e. ``U(t)(X) <= U(t+1)(X')``,
-and ``S(X) <= exp(beta) S(X')`` (the argument
-behind Theorem 6; Nissim et al. 2007, Section 3).
+``f_t(P(t)(X)) <= f_{t+1}(P(t+1)(X')) + 1``, i.e. ``U(t)(X) <= U(t+1)(X')``
+(the cap ``G`` is the same constant on both sides: with Theorem 4's
+``min(N, .)`` it is not -- a removal lowers it, three coincident records with
+``k = 2`` give ``U(0) = 3`` but ``U(t) <= 2`` after a removal -- which is why
+``N`` is not used), and ``S(X) <= exp(beta) S(X')`` (the argument behind
+Theorem 6; Nissim et al. 2007, Section 3).  The Nissim-Raskhodnikova-Smith
+proof (Theorem 2) needs only ``S >= LS`` and ``S(X) <= e^beta S(X')`` on the
+neighbour relation in question, so the release is (epsilon, delta)-DP for the
+union relation.
 
 *The relaxation above the size limit (Section 4.3, Proposition 1).*
 Algorithm 1 is exponential in ``|P|``.  For ``|P| <= L`` the term
@@ -109,6 +143,14 @@ exact degrees, and the skipped terms are skipped only on valid upper bounds,
 so ``S(X)``, ``q_count`` and the noise are exactly those of the plain
 definition (tested against the KD-tree path with every term evaluated).
 
+*Floating point.*  The scales are evaluated in IEEE double and rounded
+toward more noise (issue 15): ``alpha`` is lowered and ``sigma`` raised by a
+relative ``2**-40`` (:func:`dpcore.noise.upper_float`), the global sigma
+likewise; ``beta`` used is ``lower_float(beta) - 2**-40`` (absolute), which
+makes the float ``S`` (relative error ``< 1e-13``) a valid bound with
+``S(X) <= e^beta S(X')`` for the exact ``beta`` and ``sigma alpha >= LS``
+(tests compare with 50-digit evaluations).
+
 Numerical notes: ball membership uses the closed ball as evaluated by
 :func:`dpcore.neighbors.ball_counts`.  The enclosing-ball test accepts a set
 when its smallest enclosing ball has radius ``<= r (1 + 1e-7)`` (and accepts
@@ -132,7 +174,7 @@ from scipy.spatial import cKDTree
 from ..budget import PrivacyCost
 from .params import real_between
 from ..neighbors import _as_matrix, ball_counts
-from ..noise import NoiseSource
+from ..noise import NoiseSource, lower_float, upper_float
 from .kissing import KISSING_NUMBER_BOUNDS, kissing_lower, kissing_upper
 
 __all__ = [
@@ -140,6 +182,7 @@ __all__ = [
     "kissing_upper",
     "kissing_lower",
     "global_sensitivity_bounds",
+    "public_global_sensitivity",
     "subspace_view",
     "neighbour_counts",
     "count_outliers",
@@ -152,6 +195,9 @@ __all__ = [
 ]
 
 METHODS = ("smooth", "global")
+#: Absolute amount by which the smoothness parameter used is below Theorem 2's
+#: beta (absorbs the floating-point error of S(X); :attr:`OutlierCountMechanism.beta`).
+BETA_SLACK = 2.0**-40
 #: Relative slack of the enclosing-ball test (over-accepts: safe direction).
 _SEB_TOL = 1e-7
 #: Default node budget of the exact branch-and-bound (Algorithm 1).
@@ -201,7 +247,7 @@ def _check_r(r) -> float:
     return float(r)
 
 
-def global_sensitivity_bounds(d: int, k: int, N: int) -> tuple[int, int]:
+def global_sensitivity_bounds(d: int, k: int, N: int | None = None) -> tuple[int, int]:
     """Theorem 4 (eq. 18): bounds on the global sensitivity of ``q_count``.
 
     Parameters
@@ -210,27 +256,47 @@ def global_sensitivity_bounds(d: int, k: int, N: int) -> tuple[int, int]:
         Dimension of the subspace (``|S|``), ``>= 1``.
     k : int
         Neighbour threshold, ``>= 1``.
-    N : int
-        Number of records (fixed under replace-one), ``>= 1``.
+    N : int or None
+        Number of records, ``>= 1``, for the paper's statement
+        ``min(N, .)``; ``None`` (what every mechanism here uses) omits the
+        ``min(N, .)``.  **N of a validated table is private** (it moves when a
+        replaced row fails validation), so no privacy-relevant quantity may use
+        it (issue 15, hole 7): pass ``N`` only for reporting and tests.
 
     Returns
     -------
     (int, int)
-        ``(min(N, 2 d k + 1), min(N, k K_d + 1))`` where ``K_d`` is the table's
-        **upper** bound on the kissing number (so the second entry is a valid
-        upper bound on ``GS``; in d = 1 both equal ``min(N, 2k + 1)``, the exact
-        value).
+        ``(2 d k + 1, k K_d + 1)`` (each ``min``-ed with ``N`` when given)
+        where ``K_d`` is the table's **upper** bound on the kissing number (so
+        the second entry is a valid upper bound on ``GS``, for replace-one
+        *and* add/remove-one neighbours; in d = 1 both equal ``2k + 1``).
 
     Raises
     ------
     ValueError
         On non-integer or non-positive arguments.
     """
-    for name, v in (("d", d), ("k", k), ("N", N)):
+    args = (("d", d), ("k", k)) + ((("N", N),) if N is not None else ())
+    for name, v in args:
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-    d, k, N = int(d), int(k), int(N)
-    return (min(N, 2 * d * k + 1), min(N, k * kissing_upper(d) + 1))
+    d, k = int(d), int(k)
+    lo, up = 2 * d * k + 1, k * kissing_upper(d) + 1
+    if N is None:
+        return lo, up
+    return min(int(N), lo), min(int(N), up)
+
+
+def public_global_sensitivity(d: int, k: int) -> int:
+    """``GS_up = k K_d^up + 1``: the public upper bound on ``GS`` of ``q_count``.
+
+    A function of the public parameters ``d = |S|`` and ``k`` only.  It bounds
+    ``|q_count(X) - q_count(X')|`` for every ``X'`` obtained from ``X`` by
+    replacing, adding or removing one record (module docstring, "Neighbour
+    relation"); unlike Theorem 4's ``min(N, .)`` it never depends on the
+    private number of validated records.
+    """
+    return global_sensitivity_bounds(d, k)[1]
 
 
 def subspace_view(X, subspace) -> np.ndarray:
@@ -581,9 +647,9 @@ class OutlierCountMechanism:
     * Input: ``XS`` = the records in subspace coordinates
       (:func:`subspace_view`); ``d = XS.shape[1] = |S|``.
     * Output: one real number, ``q_count + N(0, sigma^2)``.
-    * Neighbour relation: replace one record, ``N`` fixed
-      (``neighbour = "replace-one"``); notion ``dp``; cost of one release
-      ``(epsilon, delta)``.
+    * Neighbour relation: one record replaced, added or removed (module
+      docstring; ``N`` is never used); charged as ``neighbour = "replace-one"``;
+      notion ``dp``; cost of one release ``(epsilon, delta)``.
     * ``sigma``: smooth: ``S_beta(X) / alpha`` with
       ``alpha = epsilon / (5 sqrt(2 ln(2/delta)))``,
       ``beta = epsilon / (4 (p + ln(2/delta)))``, ``p = 1`` (Theorem 2, eq. 9).
@@ -643,6 +709,11 @@ class OutlierCountMechanism:
         nl = self.node_limit
         if isinstance(nl, bool) or not isinstance(nl, numbers.Integral) or nl < 1:
             raise ValueError(f"node_limit must be an integer >= 1 (got {nl!r})")
+        if self.method == "smooth" and not self._beta_float() > 4 * BETA_SLACK:
+            raise ValueError(
+                f"epsilon={e!r} is too small for the smooth method with delta={dl!r} (its smoothness parameter "
+                "beta would fall below 2**-38); use a larger epsilon or method='global'"
+            )
 
     @property
     def name(self) -> str:
@@ -655,7 +726,7 @@ class OutlierCountMechanism:
         Returns
         -------
         PrivacyCost
-            Exact ``(epsilon, delta)`` under replace-one neighbours.
+            Exact ``(epsilon, delta)`` for one record replaced, added or removed.
         """
         self.validate()
         return PrivacyCost(self.epsilon, self.delta)
@@ -664,22 +735,51 @@ class OutlierCountMechanism:
     def _ln2d(self) -> float:
         return math.log(2.0 / float(self.delta))
 
+    def _beta_float(self) -> float:
+        return float(self.epsilon) / (4.0 * (self.output_dimension + self._ln2d))
+
     @property
     def alpha(self) -> float:
-        """float: ``epsilon / (5 sqrt(2 ln(2/delta)))`` (Theorem 2)."""
+        """float: a lower bound on ``epsilon / (5 sqrt(2 ln(2/delta)))`` (Theorem 2).
+
+        Evaluated in floating point and lowered by :func:`dpcore.noise.lower_float`
+        (relative margin ``2**-40``), so ``S / alpha`` never undershoots the exact
+        ``S / alpha`` (more noise, never less).
+        """
         self.validate()
-        return float(self.epsilon) / (5.0 * math.sqrt(2.0 * self._ln2d))
+        return lower_float(float(self.epsilon) / (5.0 * math.sqrt(2.0 * self._ln2d)))
 
     @property
     def beta(self) -> float:
-        """float: ``epsilon / (4 (p + ln(2/delta)))`` with ``p = 1`` (Theorem 2)."""
-        self.validate()
-        return float(self.epsilon) / (4.0 * (self.output_dimension + self._ln2d))
+        """float: the smoothness parameter used, ``beta_used < epsilon / (4 (p + ln(2/delta)))``, ``p = 1``.
 
-    def global_sensitivity_upper(self, XS) -> int:
-        """``min(N, k K_d^up + 1)`` for the data's ``N`` and ``d`` (Theorem 4)."""
-        P = _as_points(XS)
-        return global_sensitivity_bounds(P.shape[1], int(self.k), max(P.shape[0], 1))[1]
+        ``beta_used = lower_float(beta) - BETA_SLACK`` (``BETA_SLACK = 2**-40``,
+        absolute).  A smaller beta gives a larger (still valid) bound, and the
+        slack ``e^(beta - beta_used) >= 1 + 2**-40`` absorbs the relative
+        floating-point error of ``S(X)`` (``< 1e-13``: at most ``~ln(G) + 10``
+        ulp from ``exp(-t beta)``, the product with ``U(t)`` and the max), so
+        the float ``S`` actually used satisfies ``S(X) <= e^beta S(X')`` for the
+        exact Theorem 2 ``beta`` (module docstring, "Floating point").
+        """
+        self.validate()
+        return lower_float(self._beta_float()) - BETA_SLACK
+
+    def global_sensitivity_upper(self, XS=None) -> int:
+        """``k K_d^up + 1`` (:func:`public_global_sensitivity`) for the subspace dimension ``d``.
+
+        Parameters
+        ----------
+        XS : array_like, shape (N, d), or int
+            The records (only their dimension ``d`` is used) or ``d`` itself.
+
+        Returns
+        -------
+        int
+            The public bound; **not** ``min(N, .)``: the number of validated
+            records is private (issue 15, hole 7).
+        """
+        d = int(XS) if isinstance(XS, numbers.Integral) else _as_points(XS).shape[1]
+        return public_global_sensitivity(d, int(self.k))
 
     # -- smooth sensitivity ---------------------------------------------------
 
@@ -737,7 +837,7 @@ class OutlierCountMechanism:
         k = int(self.k)
         if N == 0:
             return 0.0, 0, {}, 0
-        G = global_sensitivity_bounds(d, k, N)[1]
+        G = self.global_sensitivity_upper(d)  # public: k K_d + 1, never min(N, .)
         beta = self.beta
         K = kissing_upper(d)
         # U(0) >= 1, so terms with exp(-t beta) G <= 1 never matter.
@@ -754,8 +854,8 @@ class OutlierCountMechanism:
 
             def size(lo: int, hi: int) -> int:
                 lo = max(lo, 0)
-                if hi > exact_max:  # unknown above exact_max: upper bound #{deg >= lo}
-                    return int(N - csum[lo])
+                if hi > exact_max:  # unknown above exact_max: upper bound #{deg >= min(lo, top)}
+                    return int(N - csum[min(lo, top)])  # (lo > top happens on tables smaller than k)
                 return int(csum[hi + 1] - csum[lo])
 
             s_hi = np.array([size(k - t, k + t) for t in ts])
@@ -823,7 +923,7 @@ class OutlierCountMechanism:
             return 0
         k = int(self.k)
         deg = neighbour_counts(P, self.r, cap=k + 1)
-        G = self.global_sensitivity_upper(P)  # noqa: N806
+        G = self.global_sensitivity_upper(P)  # noqa: N806  (public, no N)
         K = kissing_upper(P.shape[1])
         f_hi, _ = self._f(P[deg == k], K * (k + 1))
         f_lo, _ = self._f(P[deg == k - 1], K * k)
@@ -841,7 +941,8 @@ class OutlierCountMechanism:
         float
             ``max_t exp(-t beta) U(t)`` (module docstring), with
             ``beta = epsilon / (4 (1 + ln(2/delta)))``; ``>= LS(X)`` and
-            ``S(X) <= e^beta S(X')`` for every replace-one neighbour ``X'``.
+            ``S(X) <= e^beta S(X')`` for every neighbour ``X'`` (one record
+            replaced, added or removed).
 
         Raises
         ------
@@ -857,14 +958,33 @@ class OutlierCountMechanism:
         -------
         float
             Smooth: ``S(X) / alpha`` (Theorem 2).  Global:
-            ``sqrt(2 ln(2/delta)) GS_up / epsilon`` (Theorem 1).  Data-dependent
-            in the smooth case: internal only.
+            ``sqrt(2 ln(2/delta)) GS_up / epsilon`` (Theorem 1) with the public
+            ``GS_up = k K_d + 1``.  Both are evaluated in floating point and
+            rounded up (:func:`dpcore.noise.upper_float`, relative margin
+            ``2**-40``): never below the exact formula.  Data-dependent in the
+            smooth case: internal only.
         """
         self.validate()
         if self.method == "global":
-            G = self.global_sensitivity_upper(XS)
-            return math.sqrt(2.0 * self._ln2d) * G / float(self.epsilon)
-        return self.smooth_sensitivity(XS) / self.alpha
+            return self.global_sigma(_as_points(XS).shape[1])
+        return self._smooth_sigma(self.smooth_sensitivity(XS))
+
+    def global_sigma(self, d: int) -> float:
+        """The global method's sigma for subspace dimension ``d`` (public: no data needed).
+
+        Returns
+        -------
+        float
+            An upper bound (relative margin ``2**-40``) on
+            ``sqrt(2 ln(2/delta)) (k K_d + 1) / epsilon``.
+        """
+        self.validate()
+        G = self.global_sensitivity_upper(int(d))
+        return upper_float(math.sqrt(2.0 * self._ln2d) * G / float(self.epsilon))
+
+    def _smooth_sigma(self, S: float) -> float:
+        """``S / alpha`` rounded up (``alpha`` is itself rounded down)."""
+        return upper_float(float(S) / self.alpha)
 
     def release(self, XS, noise: NoiseSource) -> float:
         """``q_count(X) + N(0, noise_sigma(X)^2)`` -- the only noisy call.
@@ -879,8 +999,8 @@ class OutlierCountMechanism:
         Returns
         -------
         float
-            The private count; ``(epsilon, delta)``-DP under replace-one
-            neighbours.  Charge :meth:`privacy_map` before calling.
+            The private count; ``(epsilon, delta)``-DP for one record
+            replaced, added or removed.  Charge :meth:`privacy_map` before calling.
 
         Notes
         -----
@@ -907,5 +1027,5 @@ class OutlierCountMechanism:
             q = count_outliers(XS, self.k, self.r)
         else:  # one degree pass gives both S(X) and q_count (same exact values as separate calls)
             S, _, _, q = self._terms(XS)
-            sigma = float(S) / self.alpha
+            sigma = self._smooth_sigma(S)
         return float(noise.gaussian(float(q), sigma)), int(q), float(sigma)

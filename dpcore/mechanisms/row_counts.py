@@ -21,14 +21,13 @@ id moves an accepted row to quarantine together with itself).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
 from ..budget import PrivacyCost, exact
-from ..noise import NoiseSource
+from ..noise import NoiseSource, conservative_scale
 
 #: L1 sensitivity of (accepted rows, input rows) under add/remove of one raw row (module docstring).
 L1_SENSITIVITY = 2
@@ -76,9 +75,7 @@ class InputRowCounts:
 
     def noise_scale(self) -> float:
         """Discrete Laplace scale ``2 / epsilon`` rounded up to a float (never less noise than stated)."""
-        frac = Fraction(L1_SENSITIVITY) / self._eps()
-        s = float(frac)
-        return math.nextafter(s, math.inf) if Fraction(s) < frac else s
+        return conservative_scale(L1_SENSITIVITY, self._eps())
 
     def release(self, accepted: int, input_rows: int, noise: NoiseSource) -> dict[str, int]:
         """The only noisy call: ``{"accepted_rows", "input_rows", "quarantined_rows"}``."""

@@ -7,11 +7,14 @@ Query: among candidate subspaces ``S`` (e.g. all ``c``-dimensional subspaces
 ``F_c``), find ``h`` containing many outliers (``q_subspace``, eq. 15) without
 releasing any count.
 
-Utility (eq. 51): ``u(X, S) = q_count(X, k, r, S) / GS_up(|S|)`` with
-``GS_up(|S|) = min(N, k K_|S| + 1)`` (Theorem 4, upper bound on the kissing
-number).  Since ``|q_count(X) - q_count(X')| <= GS(|S|) <= GS_up(|S|)`` for
-replace-one neighbours, ``Delta u <= 1`` (eq. 52) for every candidate,
-whatever its dimension.
+Utility (eq. 51): ``u(X, S) = q_count(X, k, r, S) / GS_up(|S|)`` with the
+public ``GS_up(|S|) = k K_|S| + 1`` (Theorem 4 with an upper bound on the
+kissing number, *without* its ``min(N, .)``: the number ``N`` of validated
+records is private and moves when a replaced raw row fails validation; issue
+15, hole 7).  Since ``|q_count(X) - q_count(X')| <= GS_up(|S|)`` when ``X'``
+replaces, adds or removes one record
+(:mod:`dpcore.mechanisms.outlier_count`, "Neighbour relation"),
+``Delta u <= 1`` (eq. 52) for every candidate, whatever its dimension.
 
 Exponential-mechanism convention (DESIGN.md rule 5)
 ---------------------------------------------------
@@ -30,21 +33,25 @@ over the candidates not yet chosen.  This has exactly the distribution of
 Algorithm 3's "repeat until r is not in R_h" loop (rejection sampling
 conditions on the remaining set) without its unbounded retries.
 
-Neighbour relation: replace one record, ``N`` fixed (``"replace-one"``).
-Notion ``dp`` (pure epsilon, delta = 0).
+Neighbour relation: one record of the validated table replaced, added or
+removed (``Delta u <= 1`` for all three; charged as ``"replace-one"``, the
+budget relation).  Notion ``dp`` (pure epsilon, delta = 0).  Each draw's
+Gumbel scale ``2 Delta u / eps'`` is computed from the exact
+``eps' = epsilon / h`` and rounded up by :mod:`dpcore.noise`.
 """
 from __future__ import annotations
 
 import itertools
 import math
 import numbers
+from fractions import Fraction
 
 import numpy as np
 
-from ..budget import PrivacyCost
+from ..budget import PrivacyCost, exact
 from .params import real_between
 from ..noise import NoiseSource
-from .outlier_count import _as_points, _check_k, _check_r, count_outliers, global_sensitivity_bounds, subspace_view
+from .outlier_count import _as_points, _check_k, _check_r, count_outliers, public_global_sensitivity, subspace_view
 
 __all__ = ["candidate_subspaces", "TopSubspaceSelection"]
 
@@ -97,9 +104,9 @@ class TopSubspaceSelection:
     -----
     * Input: ``X`` of shape ``(N, D)`` scaled to [0, 1] by public bounds.
     * Output: an ordered list of ``h`` distinct candidate subspaces.
-    * Neighbour relation: replace one record (``neighbour = "replace-one"``);
-      notion ``dp``; cost ``(epsilon, 0)`` (module docstring for the
-      convention).
+    * Neighbour relation: one record replaced, added or removed (module
+      docstring; charged as ``neighbour = "replace-one"``); notion ``dp``;
+      cost ``(epsilon, 0)`` (module docstring for the convention).
     * The constructor only stores; :meth:`validate` checks.
     """
 
@@ -182,15 +189,16 @@ class TopSubspaceSelection:
         Returns
         -------
         numpy.ndarray
-            float64, shape ``(len(candidates),)``, each in ``[0, N/GS_up]``;
-            ``Delta u <= 1``.  Exact: internal only.
+            float64, shape ``(len(candidates),)``, each in ``[0, N/GS_up]``
+            with the public ``GS_up = k K_|S| + 1``; ``Delta u <= 1``.  Exact:
+            internal only.
         """
         self.validate()
         A = self._check_X(X)
         return np.array([self._utility(A, S) for S in self.candidates], dtype=np.float64)
 
     def _utility(self, A: np.ndarray, S: tuple[int, ...]) -> float:
-        gs_up = global_sensitivity_bounds(len(S), int(self.k), max(A.shape[0], 1))[1]
+        gs_up = public_global_sensitivity(len(S), int(self.k))  # public: never min(N, .)
         return float(count_outliers(subspace_view(A, S), self.k, self.r) / gs_up)
 
     def utility_of(self, X, subspace: tuple[int, ...]) -> float:
@@ -214,9 +222,9 @@ class TopSubspaceSelection:
         return self._utility(self._check_X(X), S)
 
     @property
-    def per_draw_epsilon(self) -> float:
-        """float: ``epsilon / h``."""
-        return float(self.epsilon) / int(self.h)
+    def per_draw_epsilon(self) -> Fraction:
+        """Fraction: ``epsilon / h`` exactly (the noise module rounds the scale ``2 / (epsilon / h)`` up)."""
+        return exact(self.epsilon) / int(self.h)  # the ledger's reading of epsilon (decimal text of a float)
 
     def select(self, X, noise: NoiseSource, utilities=None) -> list[tuple[int, ...]]:
         """Algorithm 3: ``h`` draws without replacement at ``epsilon/h`` each.

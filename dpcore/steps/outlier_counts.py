@@ -7,16 +7,31 @@ upper bound of Sections 4.2–4.3, or with global sensitivity as the baseline).
 No outlier is released: only which subspaces, and how many.
 
 Ledger: one charge for the selection (``epsilon_select``, pure DP), then one
-charge per selected subspace (``epsilon_count``, ``delta_count``). All charges
-are recorded with the paper's neighbour relation, *replace one record* with N
-fixed (DESIGN.md rule 5). The true counts and the data-dependent noise scale
-(the smooth sensitivity is itself a function of the data) stay in
-``internal.outlier_count_diagnostics``.
+charge per selected subspace (``epsilon_count``, ``delta_count``), recorded
+under the budget relation *replace one raw row* (DESIGN.md rule 5). The true
+counts and the data-dependent noise scale (the smooth sensitivity is itself a
+function of the data) stay in ``internal.outlier_count_diagnostics``.
+
+Neighbours (issue 15, hole 7).  The mechanisms run on the *validated* table,
+whose size N is private: a raw row replaced by one that fails validation is a
+removal from it, a quarantined row replaced by a valid one an addition. The
+mechanisms therefore use no quantity that depends on N (the public bound
+``k K_d + 1`` replaces Theorem 4's ``min(N, k K_d + 1)``), and their guarantee
+-- ``epsilon_select``-DP for the selection, ``(epsilon_count,
+delta_count)``-DP per count -- holds for one validated record replaced, added
+or removed (:mod:`dpcore.mechanisms.outlier_count`: the smooth bound is
+beta-smooth and dominates the local sensitivity for all three). What it does
+not cover is stated in :data:`StepOutput.not_protected` (:func:`not_protected`):
+a raw replacement that creates or resolves a duplicate record id changes two
+validated records (every row sharing an id is quarantined), and for such pairs
+only group privacy over two steps holds.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+import math
 
 import numpy as np
 import pandas as pd
@@ -66,24 +81,52 @@ class OutlierCountsPlan:
     count: OutlierCountMechanism
 
 
-def check_outlier_counts(spec: ReleaseSpec) -> tuple[list[str], list[tuple[int, ...]], TopSubspaceSelection,
-                                                      OutlierCountMechanism]:
-    """Every public check of ``steps.outlier_counts``; touches no data (the release's preflight).
+def check_outlier_counts(spec: ReleaseSpec) -> None:
+    """Every public check of ``steps.outlier_counts``; touches no data and no warehouse.
 
-    Returns
-    -------
-    tuple
-        Attributes, candidate subspaces, the selection and the count mechanisms.
+    The release pipeline calls it for every enabled step before its first
+    charge (DESIGN.md rule 8), and :func:`outlier_counts_step` /
+    :func:`plan_outlier_counts` call it first. It depends on the spec only, so
+    whether it passes tells nothing about the data.
 
     Raises
     ------
     StepInputError
-        Bad parameters (k < 1, r <= 0, h larger than the candidate count,
-        delta outside (0, 1), unknown or nullable attributes); nothing charged.
+        Bad parameters, naming the spec key: attributes that are not numeric
+        attributes of the public schema, repeated or nullable; candidate
+        subspaces naming other attributes or repeating one; ``subspace_dim``
+        larger than the number of attributes; ``h`` larger than the number of
+        candidates; k < 1, r <= 0, epsilon_count outside (0, 1), delta_count
+        outside (0, 1), an epsilon too small for the smooth method; a budget
+        not stated under ``replace-one``. Nothing is charged.
     """
+    _checked(spec)
+
+
+def _checked(spec: ReleaseSpec) -> tuple[list[str], list[tuple[int, ...]], TopSubspaceSelection,
+                                         OutlierCountMechanism]:
+    """:func:`check_outlier_counts`, returning attributes, candidates and the two mechanisms."""
     cfg = spec.steps.outlier_counts
-    attrs = list(cfg.attributes or spec.public_schema.numeric)
+    numeric = spec.public_schema.numeric
+    attrs = list(cfg.attributes if cfg.attributes is not None else numeric)
+    if not attrs:
+        raise StepInputError("steps.outlier_counts.attributes: no numeric attribute to count outliers over; "
+                             "declare numeric attributes in the schema or list them here")
+    not_numeric = [a for a in attrs if a not in numeric]
+    if not_numeric:
+        raise StepInputError(
+            f"steps.outlier_counts.attributes {not_numeric} are not numeric attributes of the public schema "
+            f"(numeric: {list(numeric)})"
+        )
+    if len(set(attrs)) != len(attrs):
+        raise StepInputError("steps.outlier_counts.attributes lists an attribute twice; list each once")
     require_complete(spec, attrs, "steps.outlier_counts attributes", "outlier counting needs complete rows")
+    relation = getattr(getattr(spec, "budget", None), "neighbour", None)
+    if relation is not None and str(getattr(relation, "value", relation)) != "replace-one":
+        raise StepInputError(
+            "steps.outlier_counts needs budget.neighbour: replace-one (its mechanisms are charged under one "
+            "record replaced, added or removed)"
+        )
     cands = _candidates(spec, attrs)
     select = TopSubspaceSelection(k=cfg.k, r=cfg.r, epsilon=cfg.epsilon_select, h=cfg.h, candidates=cands)
     count = OutlierCountMechanism(
@@ -106,7 +149,7 @@ def plan_outlier_counts(spec: ReleaseSpec, settings: Settings, ingested: IngestR
     StepInputError
         Bad parameters; nothing charged.
     """
-    attrs, cands, select, count = check_outlier_counts(spec)
+    attrs, cands, select, count = _checked(spec)
     lows = np.array([spec.public_schema.numeric[a].min for a in attrs])
     highs = np.array([spec.public_schema.numeric[a].max for a in attrs])
     wh = open_stores(settings).warehouse
@@ -146,6 +189,7 @@ def outlier_counts_step(
     BudgetExceededError
         A charge does not fit the remaining budget.
     """
+    check_outlier_counts(spec)  # every public check first: nothing charged, no data read on failure
     plan = plan_outlier_counts(spec, settings, ingested)
     return release_outlier_counts(spec, settings, ingested, plan, None, flow_run_id)
 
@@ -231,12 +275,38 @@ def release_outlier_counts(
         f"attributes scaled by their public bounds). Top {cfg.h} of {len(cands)} candidate subspaces chosen by the "
         f"exponential mechanism (epsilon = {cfg.epsilon_select:g} in total), then each count released with the "
         f"Gaussian mechanism ({'smooth' if cfg.method == 'smooth' else 'global'} sensitivity, epsilon = "
-        f"{cfg.epsilon_count:g}, delta = {cfg.delta_count:.2g} each). Neighbouring datasets: one record replaced "
-        "(N fixed), as in the source paper. Noisy counts are clamped at 0.\n\n"
+        f"{cfg.epsilon_count:g}, delta = {cfg.delta_count:.2g} each). Neighbouring datasets: one validated record "
+        "replaced, added or removed (a raw row replaced by one that fails validation is a removal); the number of "
+        "validated records is not used. Noisy counts are clamped at 0.\n\n"
         "| rank | subspace | noisy outlier count |\n|---|---|---|\n"
         + "\n".join(f"| {r['rank']} | {r['subspace']} | {r['noisy_count']:.2f} |" for r in rows)
     )
-    return StepOutput("outlier_counts", {"counts": table}, md, keys=keys)
+    return StepOutput("outlier_counts", {"counts": table}, md, keys=keys, not_protected=not_protected(spec))
+
+
+def not_protected(spec: ReleaseSpec) -> list[str]:
+    """What the outlier-counts guarantee does not cover (DESIGN.md rule 9), from public parameters only.
+
+    Returns
+    -------
+    list of str
+        Plain sentences for the manifest and the report.
+    """
+    cfg = spec.steps.outlier_counts
+    e_sel, e_cnt, d_cnt = float(cfg.epsilon_select), float(cfg.epsilon_count), float(cfg.delta_count)
+    return [
+        "Covered: one validated record replaced, added or removed (a raw row replaced by one that fails "
+        "validation is a removal; a quarantined row replaced by a valid one is an addition). For each of these "
+        f"the subspace selection is {e_sel:g}-DP and each count ({e_cnt:g}, {d_cnt:.2g})-DP; the number of "
+        "validated records is not used by either mechanism.",
+        "Not covered at the charged amounts: a raw replacement that creates or resolves a duplicate record id "
+        "changes two validated records (every row sharing an id is quarantined, so e.g. the replaced row and "
+        "the row whose id it now shares both leave the validated table). For such pairs only group privacy over "
+        f"two steps holds: the selection {2 * e_sel:g}-DP and each count "
+        f"({2 * e_cnt:g}, {(1 + math.exp(e_cnt)) * d_cnt:.2g})-DP.",
+        "Which records are outliers is decided with the exact (non-private) distances inside the warehouse; "
+        "only the chosen subspaces and the noisy counts are released, never the records.",
+    ]
 
 
 def _store_diagnostics(wh, key: str, diag: pd.DataFrame) -> None:

@@ -34,7 +34,7 @@ from typing import Mapping, NamedTuple, Optional, Sequence
 import numpy as np
 
 from ...budget import PrivacyCost, exact
-from ...noise import NoiseSource
+from ...noise import NoiseSource, conservative_scale
 from .consistency import (HC_VARIANCE_RULES, aggregate_up, hc_estimate, hc_variances, hg_estimate,
                           hg_variances, naive_estimate, top_down)
 from .hierarchy import Hierarchy
@@ -256,13 +256,9 @@ class CocoMechanism:
 
     def noise_scale(self, level: int) -> float:
         """Discrete Laplace scale ``sensitivity / ε_level`` for ``level``,
-        rounded *up* to a float so the realised privacy loss never exceeds
-        the charged ε."""
-        frac = Fraction(self.sensitivity()) / self.epsilon(level)
-        s = float(frac)
-        if Fraction(s) < frac:
-            s = math.nextafter(s, math.inf)
-        return s
+        rounded *up* to a float (:func:`dpcore.noise.conservative_scale`) so
+        the realised privacy loss never exceeds the charged ε."""
+        return conservative_scale(self.sensitivity(), self.epsilon(level))
 
     def levels_measured(self, hierarchy: Hierarchy) -> list[int]:
         """Levels that receive noise: the leaf level only for bottom-up
