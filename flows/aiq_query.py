@@ -8,7 +8,7 @@ from pydantic import Field
 
 from dpcore.spec import AiqSpec, with_step
 from tasks.common import resolve
-from tasks.stages import aiq_task, bundle_task, ingest_task, validate_task
+from tasks.stages import aiq_task, bundle_task, ingest_task, preflight_task, validate_task
 
 from .params import DEMO_SPEC, ReleaseId, SpecPath
 
@@ -30,7 +30,8 @@ def aiq_query(
     answers and spends nothing.
 
     Args:
-        record_ids: Record ids to query (ids are public; values are private).
+        record_ids: Record ids to query; each must be on the spec's public roster (dataset.roster). A roster id
+            whose record is absent or quarantined is charged and answered too (from a data-independent input).
         epsilon: Epsilon per query (> 0); the batch costs len(record_ids) x epsilon.
         beta: A record is an anomaly when at most beta records lie within distance r of it.
         r: Radius over the numeric attributes scaled to [0, 1] by their public bounds.
@@ -46,6 +47,7 @@ def aiq_query(
         AiqSpec(enabled=True, mechanism=mechanism, epsilon=epsilon, beta=beta, r=r, k=k,
                 attributes=base.attributes, record_ids=list(record_ids)),
     )
+    preflight_task(spec)  # public checks (roster, parameters) before the input is even read
     ingested = ingest_task(spec, settings)
     validate_task(spec, settings, ingested)
     out = aiq_task(spec, settings, ingested)

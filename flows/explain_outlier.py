@@ -9,7 +9,7 @@ from pydantic import Field
 from dpcore.spec import with_step
 from dpcore.steps.pcor import NoValidContextError
 from tasks.common import resolve
-from tasks.stages import bundle_task, ingest_task, validate_task
+from tasks.stages import bundle_task, ingest_task, preflight_task, validate_task
 
 from .params import DEMO_SPEC, ReleaseId, SpecPath
 from .pcor import run_pcor
@@ -37,7 +37,8 @@ def explain_outlier(
     threshold, histogram share) come from the spec's steps.pcor section.
 
     Args:
-        record_id: Id of the record to explain (must be in the validated table).
+        record_id: Id of the record to explain; must be on the spec's public roster (dataset.roster). An absent
+            or quarantined roster id is charged and gets the same no-valid-context outcome as a record without one.
         epsilon: Total OCDP epsilon of this explanation; the per-step epsilons are derived from it.
         sampler: bfs/dfs make n search selections + 1 final selection (split by final_share);
             random_walk, uniform and direct make one selection. Each costs exactly epsilon in total.
@@ -63,6 +64,7 @@ def explain_outlier(
         "metric": metric or cfg.metric, "attributes": attributes or cfg.attributes,
     })
     spec = with_step(spec, "pcor", section)
+    preflight_task(spec)  # public checks (roster, parameters) before the input is even read
     ingested = ingest_task(spec, settings)
     validate_task(spec, settings, ingested)
     out = run_pcor(spec, settings, ingested)

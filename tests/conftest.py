@@ -50,6 +50,7 @@ def small_flights_csv(tmp_path_factory) -> Path:
 @pytest.fixture
 def small_spec_path(tmp_path, small_flights_csv) -> Path:
     """The demo spec pointed at the small flights CSV."""
+    import pandas as pd
     import yaml
 
     spec = yaml.safe_load((ROOT / "specs" / "demo.yaml").read_text())
@@ -62,7 +63,11 @@ def small_spec_path(tmp_path, small_flights_csv) -> Path:
     fleet = str(ROOT / "specs" / "demo_fleet.csv")
     spec["steps"]["coco"]["groups_file"] = fleet
     spec["schema"]["categorical"]["tailnum"]["domain_from"]["file"] = fleet
-    spec["dataset"]["roster"]["file"] = str(ROOT / "specs" / "demo_roster.csv")
+    # the tests' public roster: every id of the small sample plus the demo roster (F000472 is quarantined,
+    # F900000 absent); F999999 stays off it
+    roster = pd.read_csv(ROOT / "specs" / "demo_roster.csv", dtype=str)["flight_id"].tolist()
+    sample = pd.read_csv(small_flights_csv, usecols=["flight_id"], dtype=str)["flight_id"].tolist()
+    spec["dataset"]["roster"] = {"ids": list(dict.fromkeys(roster + sample))}
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path

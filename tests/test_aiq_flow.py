@@ -90,9 +90,9 @@ def test_operator_flow_stored_rerun_and_new_parameters(dpr_home, small_spec_path
 @pytest.mark.parametrize(
     "kwargs, fragment",
     [
-        ({"record_ids": ["F999999"]}, "not in the validated table"),
+        ({"record_ids": ["F999999"]}, "not on the public roster"),  # a public fact: refused for free
         ({"record_ids": ["F000001", "F000001"]}, "more than once"),
-        ({"record_ids": ["F000472"]}, "unknown or quarantined"),  # a cancelled flight
+        ({"record_ids": ["F000001", "=cmd()"]}, "record_id_pattern"),
         ({"record_ids": IDS, "epsilon": 0.0}, "epsilon"),
         ({"record_ids": IDS, "epsilon": -1.0}, "epsilon"),
         ({"record_ids": IDS, "beta": 0}, "beta"),
@@ -131,3 +131,42 @@ def test_bad_points_fail_before_the_aiq_charge(dpr_home, aiq_spec_path, tmp_path
     with pytest.raises(StepInputError, match=fragment):
         release_pipeline(spec_path=str(bad))
     assert _aiq_charges().empty
+
+
+def test_roster_ids_are_charged_and_answered_whether_present_quarantined_or_absent(dpr_home, small_spec_path):
+    """Issue 15, holes 2-3: no free probe. F000001 is a valid record, F000472 a cancelled flight (quarantined),
+    F900000 is on the public roster but not in the data: all three are charged alike and answered through the
+    mechanism; the released table has the same form for each."""
+    from flows.aiq_query import aiq_query
+
+    ids = ["F000001", "F000472", "F900000"]
+    out = aiq_query(record_ids=ids, epsilon=0.2, spec_path=str(small_spec_path))
+    ch = _aiq_charges()
+    assert len(ch) == 1 and ch.iloc[0]["status"] == "released"
+    assert Fraction(ch.iloc[0]["stated_epsilon"]).limit_denominator(1000) == 3 * Fraction(2, 10)
+    assert [a["query"] for a in out] == [f"record:{i}" for i in ids]
+    (bundle,) = (dpr_home / "bundles" / "nycflights13" / "test-r1").glob("aiq-*")
+    table = (bundle / "tables" / "aiq__answers.csv").read_text().splitlines()
+    assert table[0] == "query,anomaly" and [r.split(",")[0] for r in table[1:]] == [f"record:{i}" for i in ids]
+    assert all(r.split(",")[1] in {"True", "False"} for r in table[1:])
+    # rule 9: the exclusion the exact audit shows is needed (tests/test_aiq_record_queries.py) is stated
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    (prot,) = [p for p in manifest["protection"] if p["step"] == "aiq"]
+    assert any("queried record's own value and presence" in t for t in prot["not_protected"])
+    assert "queried record's own value and presence" in (bundle / "report.md").read_text()
+    # internally: the absent and the quarantined id were answered from the data-independent input (0, 0)
+    diag = Warehouse(Settings.from_env().warehouse).query_df("SELECT * FROM internal.aiq_diagnostics")
+    assert diag["ball_count"].tolist()[1:] == [0, 0] and diag["multiplicity"].tolist()[1:] == [0, 0]
+    assert diag["ball_count"].iloc[0] >= 1
+
+
+def test_record_id_requests_without_a_roster_are_refused_before_any_charge(dpr_home, small_spec_path, tmp_path):
+    from flows.aiq_query import aiq_query
+
+    spec = yaml.safe_load(small_spec_path.read_text())
+    del spec["dataset"]["roster"]
+    path = tmp_path / "no_roster.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(StepInputError, match="need a public roster"):
+        aiq_query(record_ids=["F000001"], spec_path=str(path))
+    assert _ledger().charges("nycflights13").empty

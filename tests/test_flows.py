@@ -139,7 +139,14 @@ def test_rejected_fraction_gate_uses_the_noisy_counts_and_keeps_the_charged_coun
     from flows.release_pipeline import release_pipeline
 
     spec = yaml.safe_load(small_spec_path.read_text())
-    spec["steps"]["validation"]["max_rejected_fraction"] = 0.001  # ~2.7% of the flights are cancelled
+    # every 10th flight gets a distance outside the public bounds: ~10% quarantined (plus the few cancelled
+    # flights), far above the 5% gate whatever the noise (scale 2/0.1 = 20 on counts of ~300)
+    flights = pd.read_csv(spec["dataset"]["source"]["path"], dtype=str, keep_default_na=False)
+    flights.loc[::10, "distance"] = "99999"
+    bad_csv = tmp_path / "flights_bad.csv"
+    flights.to_csv(bad_csv, index=False)
+    spec["dataset"]["source"] = {"kind": "csv", "path": str(bad_csv)}
+    spec["steps"]["validation"]["max_rejected_fraction"] = 0.05
     path = tmp_path / "gate.yaml"
     path.write_text(yaml.safe_dump(spec))
     with pytest.raises(ValidationFailed, match="noisy record counts") as ei:

@@ -276,14 +276,14 @@ def test_replace_one_steps_of_the_spec_match_the_mechanisms():
     """spec.REPLACE_ONE_STEPS (checked when a spec loads) lists exactly the steps whose mechanisms say replace-one."""
     from dpcore.mechanisms.aiq import AnomalyIdentification
     from dpcore.mechanisms.coco.mechanism import CocoMechanism
-    from dpcore.mechanisms.counts import PartitionCounts
+    from dpcore.mechanisms.row_counts import InputRowCounts
     from dpcore.mechanisms.outlier_count import OutlierCountMechanism
     from dpcore.mechanisms.pcor.mechanism import PCORMechanism
     from dpcore.mechanisms.subspace import TopSubspaceSelection
     from dpcore.spec import REPLACE_ONE_STEPS, StepsSpec
 
     by_step = {
-        "record_counts": [PartitionCounts], "aiq": [AnomalyIdentification], "coco": [CocoMechanism],
+        "record_counts": [InputRowCounts], "aiq": [AnomalyIdentification], "coco": [CocoMechanism],
         "outlier_counts": [OutlierCountMechanism, TopSubspaceSelection], "pcor": [PCORMechanism],
     }
     private_steps = {n for n, f in StepsSpec.model_fields.items() if n not in ("validation", "detect")}

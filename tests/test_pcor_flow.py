@@ -128,8 +128,8 @@ def test_explain_outlier_releases_one_valid_context_once(dpr_home, small_spec_pa
 @pytest.mark.parametrize(
     "kwargs, error, fragment",
     [
-        ({"record_id": "F999999"}, StepInputError, "not in the validated table"),
-        ({"record_id": "F000472"}, StepInputError, "unknown or quarantined"),  # a cancelled flight
+        ({"record_id": "F999999"}, StepInputError, "not on the public roster"),  # a public fact: refused for free
+        ({"record_id": "=cmd()"}, StepInputError, "record_id_pattern"),
         ({"epsilon": 0.0}, ParameterTypeError, "epsilon"),
         ({"epsilon": -1.0}, ParameterTypeError, "epsilon"),
         ({"n_samples": 0}, ParameterTypeError, "n_samples"),
@@ -166,6 +166,29 @@ def test_no_valid_context_is_charged_stored_and_reported(dpr_home, small_spec_pa
     with pytest.raises(NoValidContextError, match="without a new charge"):
         explain_outlier(record_id=typical, spec_path=str(spec_path))
     assert len(_pcor_charges()) == 1
+
+
+@pytest.mark.parametrize("absent", ["F000472", "F900000"])  # quarantined (cancelled flight); on the roster, not in the data
+def test_absent_or_quarantined_roster_id_is_charged_like_a_record_without_context(dpr_home, small_spec_path, tmp_path,
+                                                                                 typical, absent):
+    """Issue 15, hole 3: no free probe. A roster id whose record is not in the validated table is charged and
+    gets exactly the outcome of a present record without a valid context (same table row, same error text)."""
+    from dpcore.steps.pcor import NoValidContextError
+    from flows.explain_outlier import explain_outlier
+
+    spec_path = _spec(small_spec_path, tmp_path, max_start_evaluations=1)
+    messages, rows = [], []
+    for rid in (typical, absent):
+        with pytest.raises(NoValidContextError) as err:
+            explain_outlier(record_id=rid, spec_path=str(spec_path))
+        messages.append(str(err.value).replace(rid, "<id>"))
+    ch = _pcor_charges()
+    assert len(ch) == 2 and set(ch["status"]) == {"released"}
+    assert ch["epsilon"].nunique() == 1
+    assert messages[0] == messages[1]
+    for b in sorted((Path(Settings.from_env().bundles) / "nycflights13").rglob("pcor__explanations.csv")):
+        rows.append([line.split(",", 1)[1] for line in b.read_text().splitlines()])  # the table minus record_id
+    assert len(rows) == 2 and rows[0] == rows[1]
 
 
 def test_over_budget_batch_is_refused_before_any_charge(dpr_home, small_spec_path, tmp_path, flights):

@@ -54,7 +54,7 @@ from .params import real_between
 from ..neighbors import ball_counts, multiplicities, pairwise_ball_max
 from ..noise import NoiseSource
 
-__all__ = ["AnomalyIdentification", "ExpErrorProbability", "exp_neg_bounds"]
+__all__ = ["AnomalyIdentification", "ExpErrorProbability", "exp_neg_bounds", "pd_index_positions"]
 
 MECHANISMS = ("sp", "dp", "compiler")
 _HALF = Fraction(1, 2)
@@ -62,6 +62,13 @@ _HALF = Fraction(1, 2)
 #: the wrong-answer probability is already below exp(-SATURATION_EXPONENT);
 #: beyond it the exact count is fetched lazily (see ``answer``).
 SATURATION_EXPONENT = 45
+
+
+def pd_index_positions(data_ids, query_ids) -> np.ndarray:
+    """Row of each query id in ``data_ids`` (distinct), ``-1`` where absent (vectorised)."""
+    import pandas as pd
+
+    return np.asarray(pd.Index(np.asarray(data_ids, dtype=object)).get_indexer(list(query_ids)), dtype=np.int64)
 
 
 # ---------------------------------------------------------------------------
@@ -597,6 +604,59 @@ class AnomalyIdentification:
         b = ball_counts(data, queries, float(self.r), cap=cap)
         xi = multiplicities(data, queries) if query_multiplicity is None else _as_int_array(query_multiplicity, "query_multiplicity")
         return b, xi, cap
+
+    def record_query_counts(self, data, data_ids, query_ids, *, saturate: bool = True):
+        """Ball counts and multiplicities for queries by record id (internal values).
+
+        The query point of a record-id query is the queried record's own
+        (private) value, so a neighbour that changes, adds or removes the
+        queried record changes the query itself: the guarantee covers every
+        *other* record, not the queried one (DESIGN.md rule 9; the step states
+        it). An id that is not among ``data_ids`` (absent from the input, or
+        quarantined by validation) gets the data-independent input
+        ``(b, xi) = (0, 0)`` -- a query at a point where nothing is present --
+        so its answer is drawn by the same mechanism from a distribution that
+        does not depend on the data, and no id is refused for being absent
+        (rule 8: no free probes).
+
+        Parameters
+        ----------
+        data : array_like, shape (n, d)
+            Records, scaled by public bounds.
+        data_ids : array_like, shape (n,)
+            Their record ids (distinct).
+        query_ids : sequence of str
+            The queried ids (typically from a public roster).
+
+        Returns
+        -------
+        (b, xi, present, cap, queries) : (ndarray, ndarray, ndarray of bool, int or None, ndarray)
+            ``b``, ``xi`` as in :meth:`counts` (0 for absent ids); which ids
+            were present; the saturation cap; the query points (rows of
+            ``data``; zeros for absent ids, never used). Non-private: keep
+            them internal (DESIGN.md rule 6).
+
+        Notes
+        -----
+        Neighbour relation covered: add/remove one record other than the
+        queried one (the answer for an absent id does not depend on the data
+        at all). Audited exactly in ``tests/test_aiq_record_queries.py``.
+        """
+        self.validate()
+        D = np.asarray(data, dtype=np.float64)
+        if D.ndim == 1:
+            D = D.reshape(-1, 1)
+        pos = pd_index_positions(data_ids, query_ids)
+        present = pos >= 0
+        queries = np.zeros((len(pos), D.shape[1]), dtype=np.float64)
+        queries[present] = D[pos[present]]
+        cap = self.saturation_cap() if saturate else None
+        b = np.zeros(len(pos), dtype=np.int64)
+        xi = np.zeros(len(pos), dtype=np.int64)
+        if present.any():
+            b[present] = ball_counts(D, queries[present], float(self.r), cap=cap)
+            xi[present] = multiplicities(D, queries[present])
+        return b, xi, present, cap, queries
 
     def run(self, data, queries, noise: NoiseSource, *, query_multiplicity=None) -> np.ndarray:
         """Private answers for query points over ``data`` (counts + :meth:`answer`).

@@ -11,9 +11,16 @@ Conventions
 -----------
 * Distance: Euclidean over the chosen numeric attributes, each scaled to
   [0, 1] by its public bounds (never by data statistics).
-* Record ids are public identifiers (the roster); attribute values are
-  private. An unknown id is therefore a parameter error, reported before any
-  charge.
+* Queries by record id (issue 15, holes 2-3): only ids on the spec's public
+  roster (``dataset.roster``) may be asked about; an id off the roster, or
+  any id without a roster, is refused before any charge (a public fact). A
+  roster id is always charged and answered through the mechanism: present
+  records with their own value as the query point, absent or quarantined ones
+  with the data-independent input ``(b, xi) = (0, 0)``
+  (:meth:`AnomalyIdentification.record_query_counts`), so presence and
+  validity are never answered for free. The queried record's own value and
+  presence are not protected (the query point is its value; rule 9, stated in
+  the manifest and report); every other record keeps the charged guarantee.
 * Cost (Section 3.1): record-id queries compose sequentially (Claim 3),
   ``n_ids * epsilon``; the positions of records are private, so the
   parallel-composition count of Claim 5 is not computed from them. Explicit
@@ -36,16 +43,14 @@ from ..settings import Settings
 from ..spec import AiqSpec, ReleaseSpec
 from .detect import DETECTOR_CHOICE_NOT_PROTECTED, flagged_records
 from .common import (
-    StepInputError, charge_request, load_columns, noise_source, open_stores, require_complete, validated_table,
+    StepInputError, charge_request, check_record_ids, load_columns, noise_source, open_stores, require_complete,
 )
 
 
 def _check_queries(spec: ReleaseSpec, cfg: AiqSpec, attrs: list[str], record_ids: list[str]) -> None:
     if not cfg.record_ids and not cfg.points and not cfg.from_detector:
         raise StepInputError("steps.aiq: no queries; give record_ids, points or from_detector")
-    dup = sorted({i for i in record_ids if record_ids.count(i) > 1})
-    if dup:
-        raise StepInputError(f"steps.aiq.record_ids lists these ids more than once: {dup[:10]}")
+    check_record_ids(spec, record_ids, "steps.aiq.record_ids")
     require_complete(spec, attrs, "steps.aiq.attributes", "AIQ needs complete numeric attributes")
     for n, point in enumerate(cfg.points):
         if set(point) != set(attrs):
@@ -67,7 +72,9 @@ def check_aiq(spec: ReleaseSpec) -> AnomalyIdentification:
     ------
     StepInputError, ValueError
         Bad parameters or requests (point outside the public bounds, repeated
-        ids, no queries, nullable attributes); nothing is charged.
+        ids, ids off the public roster or no roster, no queries, nullable
+        attributes); nothing is charged. Whether an id is present or valid is
+        never checked (rule 8).
     """
     cfg = spec.steps.aiq
     mech = AnomalyIdentification(beta=cfg.beta, r=cfg.r, epsilon=cfg.epsilon, k=cfg.k, mechanism=cfg.mechanism)
@@ -115,8 +122,9 @@ def aiq_step(
     Raises
     ------
     StepInputError, ValueError
-        Bad parameters or queries (unknown id, point outside the public
-        bounds, beta < 1, r < 0, k < 1, epsilon <= 0); nothing is charged.
+        Bad parameters or queries (id off the public roster, point outside
+        the public bounds, beta < 1, r < 0, k < 1, epsilon <= 0); nothing is
+        charged. An absent or quarantined roster id is answered, not refused.
     BudgetExceededError
         The batch's cost does not fit the remaining budget.
     """
@@ -126,27 +134,11 @@ def aiq_step(
     stores = open_stores(settings)
     wh = stores.warehouse
     record_ids = list(cfg.record_ids)
-    if cfg.from_detector:
+    if cfg.from_detector:  # present by construction; their choice is stated as not protected
         record_ids += [i for i in flagged_records(wh, spec, ingested, cfg.from_detector) if i not in record_ids]
-    _check_queries(spec, cfg, attrs, record_ids)
     lows = np.array([spec.public_schema.numeric[a].min for a in attrs])
     highs = np.array([spec.public_schema.numeric[a].max for a in attrs])
 
-    if record_ids:
-        known = {
-            r[0]
-            for r in wh.query(
-                f'SELECT "{spec.dataset.record_id}" FROM {validated_table(spec, ingested)} '
-                f'WHERE "{spec.dataset.record_id}" IN (SELECT unnest(?::VARCHAR[]))',
-                [record_ids],
-            )
-        }
-        unknown = [i for i in record_ids if i not in known]
-        if unknown:
-            raise StepInputError(
-                f"steps.aiq.record_ids: {len(unknown)} id(s) are not in the validated table "
-                f"(unknown or quarantined): {unknown[:10]}"
-            )
     points = np.array([[p[a] for a in attrs] for p in cfg.points], dtype=float).reshape(-1, len(attrs))
     # the number of detector-chosen ids is data-dependent: charge for the public bound from_detector
     n_charged = len(cfg.record_ids) + cfg.from_detector
@@ -166,12 +158,19 @@ def aiq_step(
     def compute() -> dict[str, Any]:
         df = load_columns(wh, spec, ingested, attrs)
         data = scale_by_bounds(df[attrs].to_numpy(dtype=float), lows, highs)
-        ids = df[spec.dataset.record_id].to_numpy()
-        pos = pd.Index(ids).get_indexer(record_ids)
-        queries = np.vstack([data[pos], scale_by_bounds(points, lows, highs)]) if len(points) else data[pos]
-        b, xi, cap = mech.counts(data, queries)  # saturated at mech.saturation_cap(): exact answers, bounded work
+        # record-id queries: absent/quarantined ids get the data-independent input (0, 0), never a refusal
+        b_r, xi_r, present, cap, q_r = mech.record_query_counts(data, df[spec.dataset.record_id], record_ids)
+        q_p = scale_by_bounds(points, lows, highs)
+        if len(q_p):  # saturated at mech.saturation_cap(): exact answers, bounded work
+            b_p, xi_p, _ = mech.counts(data, q_p)
+        else:
+            b_p = xi_p = np.zeros(0, dtype=np.int64)
+        b, xi = np.concatenate([b_r, b_p]), np.concatenate([xi_r, xi_p])
+        queries = np.vstack([q_r, q_p])
+        live = np.concatenate([present, np.ones(len(q_p), dtype=bool)])
         answers = mech.answer(
-            b, xi, noise, cap=cap, exact_count=lambda j: int(ball_counts(data, queries[j : j + 1], cfg.r)[0])
+            b, xi, noise, cap=cap,
+            exact_count=lambda j: int(ball_counts(data, queries[j : j + 1], cfg.r)[0]) if live[j] else 0,
         )
         _store_diagnostics(wh, pd.DataFrame({"key": req.key, "query": labels, "ball_count": b, "multiplicity": xi}))
         return {"answers": [{"query": q, "anomaly": bool(a)} for q, a in zip(labels, answers)]}
@@ -197,7 +196,8 @@ def aiq_step(
     if cfg.record_ids or cfg.from_detector:
         not_protected.append(
             "The queried record's own value and presence: a record-id query uses that record's private values "
-            "as the query point, so the guarantee covers every other record, not the queried one."
+            "as the query point (a roster id that is absent or quarantined is answered from a data-independent "
+            "input instead), so the guarantee covers every other record, not the queried one."
         )
     if cfg.from_detector:
         not_protected.append(DETECTOR_CHOICE_NOT_PROTECTED)

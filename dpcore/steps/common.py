@@ -50,6 +50,60 @@ def require_complete(spec: ReleaseSpec, attrs: list[str], where: str, why: str) 
         raise StepInputError(f"{where} {nullable} are nullable; {why}")
 
 
+def check_record_ids(spec: ReleaseSpec, ids: list[str], where: str) -> None:
+    """Public checks of a request by record id (DESIGN.md rule 8: no free probes).
+
+    A request may be refused for free only on public facts: the request's
+    form, the id pattern and the spec's public roster. Whether an id is
+    present, quarantined or absent is private, so it is never checked here:
+    every roster id is charged and answered through the mechanism (a record
+    that is not in the validated table gets the step's data-independent
+    answer).
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+    ids : list of str
+        The requested record ids, in request order.
+    where : str
+        The spec key of the request, named in errors (``steps.aiq.record_ids``).
+
+    Raises
+    ------
+    StepInputError
+        An id repeated, not matching ``dataset.record_id_pattern``, not on
+        ``dataset.roster``, or any id requested while the spec declares no
+        roster. The message names the ids: they are the operator's own
+        request, checked against public facts only.
+    """
+    import re
+
+    if not ids:
+        return
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise StepInputError(f"{where} lists these ids more than once: {dup[:10]}")
+    pattern = re.compile(spec.dataset.record_id_pattern)
+    bad = [i for i in ids if not isinstance(i, str) or not pattern.fullmatch(i)]
+    if bad:
+        raise StepInputError(
+            f"{where}: {bad[:10]} do not match dataset.record_id_pattern {spec.dataset.record_id_pattern!r}"
+        )
+    roster = spec.dataset.roster
+    if roster is None:
+        raise StepInputError(
+            f"{where}: requests by record id need a public roster of ids (dataset.roster: ids, or file + column). "
+            "Without one, whether an id is present or valid is private and cannot be refused for free; "
+            "declare the roster, or ask about public points instead"
+        )
+    off = roster.missing(ids)
+    if off:
+        raise StepInputError(
+            f"{where}: {off[:10]} are not on the public roster (dataset.roster); only roster ids may be asked "
+            "about by id. Add them to the roster if they are public, or remove them from the request"
+        )
+
+
 def noise_source() -> NoiseSource:
     """The release noise source: OS CSPRNG, unless ``DPR_TEST_NOISE_SEED`` is set.
 

@@ -11,9 +11,10 @@ one ledger charge of the operator's total ε with notion ``ocdp``
 The step is split so a flow can map the searches over outliers on a Dask
 cluster while the warehouse and the ledger stay in the flow process:
 
-1. :func:`plan_pcor` — validate parameters, load the columns, build the
-   per-cell index once, resolve the targets (unknown ids fail here, before
-   any charge);
+1. :func:`plan_pcor` — validate parameters (ids must be on the spec's public
+   roster: a public refusal, before any charge), load the columns, build the
+   per-cell index once, resolve the targets (an absent or quarantined roster
+   id is *not* refused: rule 8);
 2. :func:`reserve_pcor` — per target: return the stored release if the key
    was released before, otherwise reserve its cost (one charge each);
 3. :func:`compute_explanation` — pure function of the prepared arrays and one
@@ -48,7 +49,8 @@ from ..noise import NoiseSource
 from ..settings import Settings
 from ..spec import PcorSpec, ReleaseSpec
 from .common import (
-    StepInputError, charge_request, load_columns, noise_source, noise_test_seed, open_stores, require_complete,
+    StepInputError, charge_request, check_record_ids, load_columns, noise_source, noise_test_seed, open_stores,
+    require_complete,
 )
 from .detect import DETECTOR_CHOICE_NOT_PROTECTED, flagged_records
 
@@ -169,8 +171,9 @@ def check_pcor(spec: ReleaseSpec) -> tuple[list[str], str, dict[str, Any], dict[
     Raises
     ------
     StepInputError
-        Bad parameters (ε ≤ 0, n < 1, nullable or unknown attributes, ...) or no
-        target at all; nothing charged.
+        Bad parameters (ε ≤ 0, n < 1, nullable or unknown attributes, ...),
+        ids off the public roster (or ids without a roster), or no target at
+        all; nothing charged. Presence is never checked (rule 8).
     """
     cfg = spec.steps.pcor
     attrs = _context_attributes(spec, cfg)
@@ -178,6 +181,7 @@ def check_pcor(spec: ReleaseSpec) -> tuple[list[str], str, dict[str, Any], dict[
     require_complete(spec, [metric], "steps.pcor.metric", "the verifier needs the metric in every row")
     if not cfg.record_ids and not cfg.from_detector:
         raise StepInputError("steps.pcor: no record to explain; give record_ids or from_detector")
+    check_record_ids(spec, list(cfg.record_ids), "steps.pcor.record_ids")
     mech_params = {
         "sampler": cfg.sampler, "epsilon": cfg.epsilon, "n_samples": cfg.n_samples, "utility": cfg.utility,
         "max_start_evaluations": cfg.max_start_evaluations, "max_direct_contexts": cfg.max_contexts,
@@ -215,8 +219,11 @@ def plan_pcor(
     Raises
     ------
     StepInputError
-        Unknown or quarantined record ids, no targets, nullable or unknown
+        Ids off the public roster, no targets, nullable or unknown
         attributes, bad mechanism or verifier parameters (ε ≤ 0, n < 1, ...).
+        A roster id whose record is absent or quarantined is planned like any
+        other (row ``-1``) and charged; :func:`compute_explanation` gives it
+        the data-independent outcome ``no_valid_context``.
     """
     cfg = spec.steps.pcor
     attrs, metric, mech_params, vparams, mech, space = check_pcor(spec)
@@ -224,13 +231,7 @@ def plan_pcor(
     wh = stores.warehouse
     ids = _targets(wh, spec, ingested, cfg)
     df = load_columns(wh, spec, ingested, [*attrs, metric])
-    rows = pd.Index(df[spec.dataset.record_id]).get_indexer(ids)
-    unknown = [i for i, r in zip(ids, rows) if r < 0]
-    if unknown:
-        raise StepInputError(
-            f"steps.pcor.record_ids: {len(unknown)} id(s) are not in the validated table "
-            f"(unknown or quarantined): {unknown[:10]}"
-        )
+    rows = pd.Index(df[spec.dataset.record_id]).get_indexer(ids)  # -1: absent or quarantined (never refused)
     try:
         codes = space.encode(df[attrs])
         index = CellIndex.build(space, codes, df[metric].to_numpy(dtype=float))
@@ -313,7 +314,10 @@ def compute_explanation(job: PcorJob, row: int) -> dict[str, Any]:
     ----------
     job : PcorJob
     row : int
-        The record's row in ``job.index``.
+        The record's row in ``job.index``; ``-1`` for a roster id whose
+        record is absent or quarantined: its outcome is ``no_valid_context``,
+        released exactly as for a present record without a valid context
+        (the charge is the same; nothing depends on the data).
 
     Returns
     -------
@@ -323,6 +327,11 @@ def compute_explanation(job: PcorJob, row: int) -> dict[str, Any]:
         ``internal``: data-dependent diagnostics (start context, utility of
         the released context, contexts verified) for the warehouse only.
     """
+    if row < 0:  # absent or quarantined: the data-independent outcome (rule 8: no free probe)
+        return {
+            "release": {"status": "no_valid_context", "context": None, "bits": None},
+            "internal": {"start_context": None, "n_verified": 0, "n_candidates": 0, "population": None},
+        }
     verifier = make_verifier(job.verifier, **job.verifier_params)
     evaluator = ContextEvaluator(job.index, verifier, row, job.mechanism_params["utility"])
     noise = NoiseSource(seed=job.noise_seed + row) if job.noise_seed is not None else NoiseSource()
