@@ -53,7 +53,7 @@ def _as_text(col: pd.Series) -> np.ndarray:
 
 
 def sigma2_floor_of(attribute: str, schema: PublicSchema, transform: str | None = None) -> float | None:
-    """Measurement floor of the inlier variance for a behavioural attribute, from the public schema.
+    r"""Measurement floor of the inlier variance for a behavioural attribute, from the public schema.
 
     Seed 004, slide "Parameters Learning" (the M-step of :math:`\sigma^2`): a
     value recorded to resolution :math:`h` carries a rounding error uniform on

@@ -568,7 +568,7 @@ def _start_params(Z, y, beta, p_init: float, floor: float = _SIGMA2_FLOOR):
 
 # --------------------------------------------------------------------------- detector
 class RobustRegressionDetector:
-    """Gaussian/Cauchy mixture regression fitted by EM: one outlier *filter*.
+    r"""Gaussian/Cauchy mixture regression fitted by EM: one outlier *filter*.
 
     Seed 004, slides "Outlier Detector Overview", "Mixture Model",
     "Parameters Learning" and backup "Likelihood Function"; the exact model,
