@@ -90,23 +90,27 @@ def test_unknown_attribute_errors(schema):
         design_matrix(df, ["origin", "origin"], schema)
 
 
-def test_out_of_domain_errors_name_attribute_and_rows_not_values(schema):
+def test_out_of_domain_errors_name_the_attribute_not_values_counts_or_rows(schema):
+    """Issue 15, hole 12: neither the values nor how many rows break the rule nor where."""
     df = pd.DataFrame({"origin": ["JFK", "SECRETXYZ", "EWR", None], "month": [1, 2, 9, 1]})
-    with pytest.raises(ValueError, match=r"'origin': 2 row\(s\) \(positions 1, 3\) hold a value outside the public domain") as exc:
+    with pytest.raises(ValueError, match=r"^categorical attribute 'origin': some values are missing or outside the "
+                                         r"public domain$") as exc:
         design_matrix(df, ["origin"], schema)
     assert "SECRETXYZ" not in str(exc.value)
-    with pytest.raises(ValueError, match=r"'month': 1 row\(s\) \(positions 2\)"):
+    with pytest.raises(ValueError, match=r"^categorical attribute 'month': some values are missing or outside") as exc:
         design_matrix(df, ["month"], schema)
+    assert not any(ch.isdigit() for ch in str(exc.value))
     with pytest.raises(ValueError, match=r"'month'"):
         design_matrix(pd.DataFrame({"month": [1.5]}), ["month"], schema)
 
 
 def test_numeric_errors(schema):
-    with pytest.raises(ValueError, match=r"'distance': 1 row\(s\) \(positions 1\) lie outside the public bounds") as exc:
+    with pytest.raises(ValueError, match=r"^numeric attribute 'distance': some values lie outside the public bounds") as exc:
         design_matrix(pd.DataFrame({"distance": [200.0, 98765.0]}), ["distance"], schema)
-    assert "98765" not in str(exc.value)
-    with pytest.raises(ValueError, match=r"'distance': 2 row\(s\) \(positions 0, 2\) are missing or not finite"):
+    assert not any(ch.isdigit() for ch in str(exc.value))
+    with pytest.raises(ValueError, match=r"^numeric attribute 'distance': some values are missing or not finite") as exc:
         design_matrix(pd.DataFrame({"distance": [None, 300.0, "abc"]}, dtype=object), ["distance"], schema)
+    assert not any(ch.isdigit() for ch in str(exc.value))
 
 
 # ----------------------------------------------------------------------------- templates
@@ -171,10 +175,12 @@ def test_fit_template_errors(schema):
         fit_template(df, Template("t", "nope", ("distance",)), schema)
     bad = df.copy()
     bad.loc[5, "air_time"] = np.nan
-    with pytest.raises(ValueError, match=r"'air_time' has 1 missing or non-numeric value\(s\) \(first at row position 5\)"):
+    with pytest.raises(ValueError, match=r"^template 't': behavioural attribute 'air_time' has missing or non-numeric values$"):
         fit_template(bad, Template("t", "air_time", ("distance",)), schema)
-    with pytest.raises(ValueError, match="fewer rows than parameters"):
+    with pytest.raises(ValueError, match=r"^template 't': too few rows to fit the regression: fewer rows than the "
+                                         r"model's 8 parameters") as exc:
         fit_template(df.head(5), Template("t", "air_time", ("distance", "origin")), schema)
+    assert "5" not in str(exc.value)
     with pytest.raises(ValueError, match="also contextual"):
         Template("t", "air_time", ("air_time",))
 
@@ -185,8 +191,9 @@ def test_combine_errors():
     f2 = TemplateFit(Template("b", "y", ("x",)), np.zeros(4), np.zeros(4, int), {})
     with pytest.raises(ValueError, match="at least one"):
         combine([])
-    with pytest.raises(ValueError, match=r"same rows; lengths per template: \{'a': 3, 'b': 4\}"):
+    with pytest.raises(ValueError, match=r"same rows \(one score and one label per row\); templates: \['a', 'b'\]$") as exc:
         combine([f1, f2])
+    assert "3" not in str(exc.value) and "4" not in str(exc.value)  # lengths are row counts
     lab, sc = combine([f1])
     assert lab.tolist() == [0, 0, 0] and sc.tolist() == [0, 0, 0]
 
@@ -255,12 +262,13 @@ def test_transform_errors_name_the_attribute(wide_schema):
     bad = df.copy()
     bad.loc[[3, 9], "distance"] = 0.0
     with pytest.raises(ValueError, match=r"attribute 'distance': the log transform needs positive values; "
-                                         r"2 row\(s\) \(positions 3, 9\) are zero or negative"):
+                                         r"some are zero or negative$") as exc:
         fit_template(bad, t, wide_schema)
+    assert not any(ch.isdigit() for ch in str(exc.value))
     bad = df.copy()
     bad.loc[4, "air_time"] = -5.0
     with pytest.raises(ValueError, match=r"template 'p': behavioural attribute 'air_time': the log transform needs "
-                                         r"positive values; 1 row\(s\) \(positions 4\)"):
+                                         r"positive values; some are zero or negative$"):
         fit_template(bad, t, wide_schema)
     with pytest.raises(ValueError, match="categorical attribute 'origin' cannot take the transform 'log'"):
         design_matrix(df, ["origin"], wide_schema, {"origin": "log"})

@@ -8,15 +8,18 @@
   is an outlier if at least one filter marks it", slide "Outlier Detector Overview").
 
 Everything here is internal: scores and labels never leave the warehouse.
+Diagnostics (non-convergence, ...) are data on the fitted detector and in
+:attr:`TemplateFit.params`, stored in the warehouse's ``internal`` schema; nothing
+here warns or logs, and exception messages carry no data values, row counts or
+row positions (DESIGN.md, privacy rule 6).
 """
 from .combine import Template, TemplateFit, combine, fit_template, template_arrays
 from .design import TRANSFORMS, apply_transform, design_matrix, sigma2_floor_of
-from .robust_em import ConvergenceWarning, RobustRegressionDetector
+from .robust_em import RobustRegressionDetector
 
 __all__ = [
     "TRANSFORMS",
     "sigma2_floor_of",
-    "ConvergenceWarning",
     "RobustRegressionDetector",
     "Template",
     "TemplateFit",

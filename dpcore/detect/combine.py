@@ -7,8 +7,13 @@ predict the behavioural attribute :math:`j` from the contextual attributes
 outliers :math:`K`. "A record is marked as outlier if at least one filter marks
 it as an outlier" -- :func:`combine`.
 
-Everything returned here is internal (scores, labels and fitted parameters go to
-the warehouse's ``internal`` schema only).
+Everything returned here is internal (scores, labels, fitted parameters and
+diagnostics go to the warehouse's ``internal`` schema only). Diagnostics are
+*data* in :attr:`TemplateFit.params` (``converged``, ``n_iter``,
+``last_relative_change``, ``diagnostics``), never warnings or log records; the
+fit emits no Python warning (DESIGN.md, privacy rule 6; issue 15, hole 12).
+Exception messages name the template, its attributes and public parameters,
+never data values, row counts or row positions.
 """
 from __future__ import annotations
 
@@ -80,7 +85,11 @@ class TemplateFit:
         units of the (transformed) ``y`` per bound-scaled or transformed context), ``intercept``, ``sigma2``,
         ``sigma2_floor`` (the measurement floor passed to the detector, None when none), ``p``, ``b``, ``n_iter``,
         ``converged``, ``last_relative_change``, ``K``, ``threshold`` (None when
-        K = 0), ``log_likelihood`` (None when infinite), ``n_rows``.
+        K = 0), ``log_likelihood`` (None when infinite), ``n_rows``, ``diagnostics``
+        (the detector's ``diagnostics_``: a list of dicts with a ``"code"``,
+        e.g. ``{"code": "not_converged", "n_iter": ..., "max_iter": ..., "tol": ...,
+        "last_relative_change": ...}``). All of it is private: the detect step
+        writes it to ``internal.detect_models`` only.
     """
 
     template: Template
@@ -116,7 +125,9 @@ def template_arrays(df: pd.DataFrame, template: Template, schema: PublicSchema) 
     ------
     KeyError, ValueError
         As :func:`fit_template` (unknown attributes, non-numeric behavioural
-        attribute, missing values, ``log`` of non-positive values, ...).
+        attribute, missing values, ``log`` of non-positive values, ...). The
+        messages name the template and the attribute, never values, counts or
+        row positions.
     """
     j = template.behavioural
     if j not in schema.numeric:
@@ -128,12 +139,8 @@ def template_arrays(df: pd.DataFrame, template: Template, schema: PublicSchema) 
     tr = template.transform_of
     X, names = design_matrix(df, list(template.contextual), schema, tr)
     y = pd.to_numeric(df[j], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = ~np.isfinite(y)
-    if bad.any():
-        raise ValueError(
-            f"template {template.name!r}: behavioural attribute {j!r} has {int(bad.sum())} missing or non-numeric "
-            f"value(s) (first at row position {int(np.flatnonzero(bad)[0])})"
-        )
+    if not np.isfinite(y).all():
+        raise ValueError(f"template {template.name!r}: behavioural attribute {j!r} has missing or non-numeric values")
     try:
         y = apply_transform(y, j, tr.get(j))
     except ValueError as exc:
@@ -178,7 +185,16 @@ def fit_template(
     ValueError
         Behavioural attribute not numeric in the schema or with missing /
         non-numeric values; encoding errors (see ``design_matrix``); detector
-        errors (e.g. fewer rows than parameters).
+        errors, prefixed with the template's name (e.g. "template 'x': too few
+        rows to fit the regression: fewer rows than the model's 7 parameters
+        ..."). No message carries a data value, a row count or a row position.
+
+    Notes
+    -----
+    Emits no warning and logs nothing: non-convergence and the other detector
+    diagnostics are returned as data in ``params`` (``converged``,
+    ``diagnostics``, ...), for ``internal.detect_models``. No process-global
+    warning state is touched, so concurrent calls (Prefect's thread pool) are safe.
     """
     X, y, names = template_arrays(df, template, schema)
     j = template.behavioural
@@ -186,9 +202,11 @@ def fit_template(
         if sigma2_floor != "auto":
             raise ValueError(f"sigma2_floor must be 'auto', None or a number >= 0, got {sigma2_floor!r}")
         sigma2_floor = sigma2_floor_of(j, schema, template.transform_of.get(j))
-    det = RobustRegressionDetector(
-        max_iter=max_iter, tol=tol, random_state=random_state, sigma2_floor=sigma2_floor
-    ).fit(X, y)
+    det = RobustRegressionDetector(max_iter=max_iter, tol=tol, random_state=random_state, sigma2_floor=sigma2_floor)
+    try:
+        det.fit(X, y)
+    except ValueError as exc:  # the detector's messages are generic; name the template
+        raise ValueError(f"template {template.name!r}: {exc}") from None
     params = {
         "template": template.name,
         "behavioural": j,
@@ -208,6 +226,7 @@ def fit_template(
         "threshold": _finite_or_none(det.threshold_),
         "log_likelihood": _finite_or_none(det.log_likelihood_),
         "n_rows": int(len(y)),
+        "diagnostics": [dict(d) for d in det.diagnostics_],
     }
     return TemplateFit(template=template, scores=det.decision_scores_, labels=det.labels_, params=params)
 
@@ -232,14 +251,16 @@ def combine(fits: list[TemplateFit]) -> tuple[np.ndarray, np.ndarray]:
     Raises
     ------
     ValueError
-        No fits, or fits of different lengths.
+        No fits, or fits of different lengths (the message states no lengths:
+        they are row counts).
     """
     fits = list(fits)
     if not fits:
         raise ValueError("combine needs at least one TemplateFit")
-    lengths = {f.template.name: len(f.scores) for f in fits}
-    if len(set(lengths.values())) != 1 or any(len(f.labels) != len(f.scores) for f in fits):
-        raise ValueError(f"fits must score the same rows; lengths per template: {lengths}")
+    if len({len(f.scores) for f in fits}) != 1 or any(len(f.labels) != len(f.scores) for f in fits):
+        raise ValueError(
+            f"fits must score the same rows (one score and one label per row); templates: {[f.template.name for f in fits]}"
+        )
     labels = np.vstack([np.asarray(f.labels) for f in fits])
     scores = np.vstack([np.asarray(f.scores, dtype=np.float64) for f in fits])
     return labels.any(axis=0).astype(np.int64), scores.max(axis=0)

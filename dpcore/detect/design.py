@@ -9,8 +9,11 @@ public domain, so the columns (and their names) do not depend on which values
 happen to occur in the private data. A level absent from the data gives an
 all-zero column, which the fitter drops (coefficient 0).
 
-Error messages name the attribute, the rule and row positions, never the
-offending values (DESIGN.md, privacy rule 6).
+Error messages name the attribute and the rule, never the offending values,
+how many rows break it or where (DESIGN.md, privacy rule 6; issue 15, hole 12:
+row counts and positions of the validated table are private too). Nothing here
+warns or logs; the code avoids the conditions under which numpy or pandas would
+warn (e.g. casting floats outside the int64 range).
 """
 from __future__ import annotations
 
@@ -25,22 +28,17 @@ __all__ = ["TRANSFORMS", "apply_transform", "design_matrix", "sigma2_floor_of"]
 TRANSFORMS = ("log",)
 
 
-def _rows(mask: np.ndarray) -> str:
-    bad = np.flatnonzero(mask)
-    shown = ", ".join(str(int(i)) for i in bad[:5])
-    more = f" and {bad.size - 5} more" if bad.size > 5 else ""
-    return f"{bad.size} row(s) (positions {shown}{more})"
-
-
 def _as_text(col: pd.Series) -> np.ndarray:
     """Cell values as text the way the domain is written (``str(value)``).
 
     Whole-number floats (an integer column that passed through a float dtype)
-    are written without the ``.0`` so they compare equal to integer domains.
+    are written without the ``.0`` so they compare equal to integer domains
+    (only within the int64 range: casting beyond it is undefined and makes
+    numpy warn; such values take the general ``str()`` path).
     """
     if pd.api.types.is_float_dtype(col.dtype):
         v = col.to_numpy(dtype=np.float64, na_value=np.nan)
-        if np.all(np.isfinite(v) & (v == np.round(v))):
+        if np.all(np.isfinite(v) & (v == np.round(v)) & (np.abs(v) < 2.0**63)):
             return v.astype(np.int64).astype(str).astype(object)
     elif pd.api.types.is_integer_dtype(col.dtype) and not col.isna().any():
         return col.to_numpy(dtype=np.int64).astype(str).astype(object)
@@ -55,7 +53,7 @@ def _as_text(col: pd.Series) -> np.ndarray:
 
 
 def sigma2_floor_of(attribute: str, schema: PublicSchema, transform: str | None = None) -> float | None:
-    """Measurement floor of the inlier variance for a behavioural attribute, from the public schema.
+    r"""Measurement floor of the inlier variance for a behavioural attribute, from the public schema.
 
     Seed 004, slide "Parameters Learning" (the M-step of :math:`\sigma^2`): a
     value recorded to resolution :math:`h` carries a rounding error uniform on
@@ -116,17 +114,14 @@ def apply_transform(values: np.ndarray, attribute: str, transform: str | None) -
     ------
     ValueError
         Unknown transform, or ``log`` of zero / negative values (the message names
-        the attribute and row positions, never values).
+        the attribute, never values, counts or row positions).
     """
     if transform is None:
         return values
     if transform not in TRANSFORMS:
         raise ValueError(f"attribute {attribute!r}: unknown transform {transform!r}; allowed: {list(TRANSFORMS)}")
-    bad = ~(values > 0)
-    if bad.any():
-        raise ValueError(
-            f"attribute {attribute!r}: the log transform needs positive values; {_rows(bad)} are zero or negative"
-        )
+    if not np.all(values > 0):
+        raise ValueError(f"attribute {attribute!r}: the log transform needs positive values; some are zero or negative")
     return np.log(values)
 
 
@@ -168,7 +163,8 @@ def design_matrix(
         outside the public bounds; a categorical value that is missing or not in
         the public domain (values compared as ``str(value)``); a transform of a
         categorical attribute, an unknown transform, ``log`` of a non-positive
-        value. The message names the attribute and the row positions, not the values.
+        value. The message names the attribute and the rule, never the values,
+        the number of offending rows or their positions.
     """
     transforms = dict(transforms or {})
     if isinstance(contextual, str):
@@ -188,12 +184,10 @@ def design_matrix(
         if c in schema.numeric:
             attr = schema.numeric[c]
             v = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-            missing = ~np.isfinite(v)
-            if missing.any():
-                raise ValueError(f"numeric attribute {c!r}: {_rows(missing)} are missing or not finite numbers")
-            out = (v < attr.min) | (v > attr.max)
-            if out.any():
-                raise ValueError(f"numeric attribute {c!r}: {_rows(out)} lie outside the public bounds [min, max]")
+            if not np.isfinite(v).all():
+                raise ValueError(f"numeric attribute {c!r}: some values are missing or not finite numbers")
+            if np.any((v < attr.min) | (v > attr.max)):
+                raise ValueError(f"numeric attribute {c!r}: some values lie outside the public bounds [min, max]")
             if c in transforms:
                 blocks.append(apply_transform(v, c, transforms[c])[:, None])
                 names.append(f"{transforms[c]}({c})")
@@ -206,9 +200,8 @@ def design_matrix(
             domain = schema.categorical[c].domain_strings
             text = _as_text(df[c])
             codes = pd.Categorical(text, categories=domain).codes.astype(np.int64)
-            bad = codes < 0
-            if bad.any():
-                raise ValueError(f"categorical attribute {c!r}: {_rows(bad)} hold a value outside the public domain")
+            if np.any(codes < 0):
+                raise ValueError(f"categorical attribute {c!r}: some values are missing or outside the public domain")
             onehot = np.zeros((n, len(domain) - 1))
             sel = codes > 0
             onehot[np.flatnonzero(sel), codes[sel] - 1] = 1.0

@@ -8,8 +8,16 @@ behavioural value :math:`y_i = z_i[j]` is predicted from the contextual values
 
 The detector is **non-private and internal** (DESIGN.md, "Shape"): its scores
 only choose which records the private steps talk about; they are never
-released. Nothing in this module logs; exception and warning messages carry
-shapes, counts, column/row positions and iteration numbers, never data values.
+released. Nothing in this module logs or warns (DESIGN.md, privacy rule 6;
+issue 15, hole 12): diagnostics such as non-convergence are **data** on the
+fitted detector (``converged_``, ``n_iter_``, ``last_relative_change_``,
+``diagnostics_``), which the detect step stores in the warehouse's
+``internal`` schema only. Exception messages name parameters, public shapes
+(the number of context columns and of model parameters) and the rule that
+failed, never data values, row counts or row positions. The numeric code runs
+under ``numpy.errstate(all="ignore")`` (thread-local), so no floating-point
+``RuntimeWarning`` can carry anything out either; every result that matters is
+checked for finiteness explicitly instead.
 
 Model (slides "Mixture Model" and backup "Likelihood Function")
 -----------------------------------------------------------------
@@ -126,8 +134,8 @@ Stopping: after each EM step (plain) or SQUAREM cycle (3 M-steps) the E-step
 gives the new :math:`\ell`; EM stops when
 :math:`|\ell_\text{new}-\ell_\text{old}| / \max(|\ell_\text{old}|, n) <` ``tol``
 (the ``n`` keeps the test meaningful when :math:`\ell` crosses 0), or after
-``max_iter`` M-steps with a :class:`ConvergenceWarning` stating the iterations
-and the last relative change.
+``max_iter`` M-steps, with ``converged_ = False`` and a ``"not_converged"``
+entry in ``diagnostics_`` (no warning is emitted).
 
 Labelling (slide "Parameters Learning"): the top :math:`K=\lfloor\sum_i t_i\rfloor`
 records by :math:`t_i` (ties: lower row index first; a ``1e-9`` guard absorbs
@@ -169,7 +177,8 @@ collinear columns are split between them).
 Degenerate inputs (documented outcomes, never NaN scores)
 ---------------------------------------------------------
 * Fewer rows than parameters (:math:`n < d + 4`: :math:`d` coefficients, the
-  intercept, :math:`\sigma^2`, :math:`p`, :math:`b`): ``ValueError``.
+  intercept, :math:`\sigma^2`, :math:`p`, :math:`b`): ``ValueError`` (naming the
+  parameter count, not the row count).
 * Constant context columns (including one-hot columns of domain values absent
   from the data): dropped, their coefficient is 0.
 * Collinear / duplicated contexts: ridge as above, finite scores.
@@ -193,12 +202,11 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
-import warnings
 
 import numpy as np
 from scipy.special import expit
 
-__all__ = ["ConvergenceWarning", "RobustRegressionDetector"]
+__all__ = ["RobustRegressionDetector"]
 
 _LOG_PI = math.log(math.pi)
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -230,10 +238,6 @@ _C_STEPS_KEPT = 30
 _MAD_TO_SD = 1.482602218505602
 
 
-class ConvergenceWarning(UserWarning):
-    """EM stopped at ``max_iter`` before the relative log-likelihood change fell below ``tol``."""
-
-
 # --------------------------------------------------------------------------- helpers
 def _as_float(a, name: str) -> np.ndarray:
     """``a`` as a float64 array, refusing complex and non-numeric input (message names ``name``)."""
@@ -250,23 +254,19 @@ def _check_X(X, name: str = "X") -> np.ndarray:
     arr = _as_float(X, name)
     if arr.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array (rows x contextual columns), got a {arr.ndim}-D array")
-    finite = np.isfinite(arr)
-    if not finite.all():
-        bad = np.flatnonzero(~finite.all(axis=1))
-        raise ValueError(f"{name} has {bad.size} row(s) with NaN or infinite values (first at row {bad[0]})")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} has NaN or infinite values; every value must be finite")
     return arr
 
 
 def _check_y(y, n: int, name: str = "y") -> np.ndarray:
     arr = _as_float(y, name)
     if arr.ndim != 1:
-        raise ValueError(f"{name} must be a 1-D array, got a {arr.ndim}-D array of shape {arr.shape}")
+        raise ValueError(f"{name} must be a 1-D array, got a {arr.ndim}-D array")
     if arr.shape[0] != n:
-        raise ValueError(f"X has {n} rows but {name} has {arr.shape[0]} values; they must match")
-    finite = np.isfinite(arr)
-    if not finite.all():
-        bad = np.flatnonzero(~finite)
-        raise ValueError(f"{name} has {bad.size} NaN or infinite value(s) (first at row {bad[0]})")
+        raise ValueError(f"X and {name} have different numbers of rows; they must match")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} has NaN or infinite values; every value must be finite")
     return arr
 
 
@@ -568,7 +568,7 @@ def _start_params(Z, y, beta, p_init: float, floor: float = _SIGMA2_FLOOR):
 
 # --------------------------------------------------------------------------- detector
 class RobustRegressionDetector:
-    """Gaussian/Cauchy mixture regression fitted by EM: one outlier *filter*.
+    r"""Gaussian/Cauchy mixture regression fitted by EM: one outlier *filter*.
 
     Seed 004, slides "Outlier Detector Overview", "Mixture Model",
     "Parameters Learning" and backup "Likelihood Function"; the exact model,
@@ -631,10 +631,31 @@ class RobustRegressionDetector:
         Inlier variance, outlier fraction, Gamma rate of the Cauchy's precision
         (Cauchy scale ``sqrt(2 b_)``), original units. ``sigma2_ >= sigma2_floor``.
     n_iter_ : int
-        EM iterations on all rows.
+        EM iterations (M-steps) on all rows.
     converged_ : bool
+        False when EM stopped at ``max_iter`` before the relative change fell below ``tol``.
+    last_relative_change_ : float
+        The last relative log-likelihood change of the EM on all rows (0 for all-identical ``y``).
     log_likelihood_ : float
         Observed-data log-likelihood of ``y`` (original units) at the fitted parameters.
+    start_log_likelihood_ : float
+        Subsample log-likelihood of the winning robust start.
+    diagnostics_ : list of dict
+        Structured diagnostics of the last fit, plain JSON values, each with a
+        ``"code"``:
+
+        * ``{"code": "not_converged", "n_iter", "max_iter", "tol", "last_relative_change"}``
+          -- EM on all rows stopped at ``max_iter``;
+        * ``{"code": "constant_y"}`` -- all ``y`` identical (see the module docstring);
+        * ``{"code": "constant_columns_dropped", "columns": [...]}`` -- positions in
+          ``X`` of the constant columns, whose coefficient is 0;
+        * ``{"code": "sigma2_at_floor", "floor": "measurement" | "numeric"}`` --
+          :math:`\sigma^2` ended at ``sigma2_floor`` or at the numeric floor.
+
+        These are internal (they describe the private data): the detector never
+        warns or logs them; the detect step stores them with the fit's
+        parameters in the warehouse's ``internal`` schema
+        (:func:`dpcore.detect.combine.fit_template`, ``params["diagnostics"]``).
     """
 
     def __init__(
@@ -728,13 +749,19 @@ class RobustRegressionDetector:
         ------
         ValueError
             Invalid constructor parameter (named, with its allowed range), wrong
-            shapes, non-finite values, or fewer rows than parameters.
+            shapes, non-finite values, or fewer rows than parameters. Messages
+            name the parameter or the rule and public shapes (context columns,
+            model parameters), never data values, row counts or row positions.
 
-        Warns
+        Notes
         -----
-        ConvergenceWarning
-            EM reached ``max_iter`` (the message gives the iterations and the
-            last relative change).
+        Nothing is warned or logged. Non-convergence (EM stopped at
+        ``max_iter``) leaves ``converged_ = False`` and a ``"not_converged"``
+        entry in ``diagnostics_``; the caller stores these as internal data.
+        The computation runs under ``numpy.errstate(all="ignore")``, which is
+        thread-local (a context variable in numpy), so concurrent fits in a
+        thread pool neither emit floating-point warnings nor change each
+        other's or the process's warning state.
         """
         self._validate_params()
         X = _check_X(X)
@@ -743,12 +770,23 @@ class RobustRegressionDetector:
         n_params = d + 4
         if n < n_params:
             raise ValueError(
-                f"fewer rows than parameters: {n} rows but the model has {n_params} parameters "
-                f"({d} coefficients, intercept, sigma2, p, b); need n >= d + 4"
+                f"too few rows to fit the regression: fewer rows than the model's {n_params} parameters "
+                f"({d} coefficients, intercept, sigma2, p, b)"
             )
         self.n_features_in_ = d
+        self.diagnostics_ = []
+        with np.errstate(all="ignore"):
+            return self._fit(X, y)
+
+    def _fit(self, X: np.ndarray, y: np.ndarray) -> "RobustRegressionDetector":
+        """The body of :meth:`fit` on checked arrays (called under ``np.errstate(all="ignore")``)."""
+        n, d = X.shape
         # ---- scaling
         self._active = np.ptp(X, axis=0) > 0 if n else np.zeros(d, bool)
+        if not self._active.all():
+            self.diagnostics_.append(
+                {"code": "constant_columns_dropped", "columns": [int(j) for j in np.flatnonzero(~self._active)]}
+            )
         Xa = X[:, self._active]
         self._x_loc = Xa.mean(axis=0)
         self._x_scale = Xa.std(axis=0)
@@ -801,13 +839,14 @@ class RobustRegressionDetector:
         self.n_iter_ = int(res["n_iter"])
         self.converged_ = bool(res["converged"])
         self.last_relative_change_ = float(res["rel"])
-        if not self.converged_:
-            warnings.warn(
-                f"EM did not converge: stopped after max_iter={self.n_iter_} iterations with relative "
-                f"log-likelihood change {res['rel']:.3g} >= tol={tol:g}; increase max_iter or tol",
-                ConvergenceWarning,
-                stacklevel=2,
-            )
+        if not self.converged_:  # data, not a warning (module docstring)
+            self.diagnostics_.append({
+                "code": "not_converged", "n_iter": self.n_iter_, "max_iter": max_iter, "tol": tol,
+                "last_relative_change": self.last_relative_change_,
+            })
+        if float(res["s2"]) <= floor * (1.0 + 1e-9):
+            kind = "measurement" if floor > _SIGMA2_FLOOR else "numeric"
+            self.diagnostics_.append({"code": "sigma2_at_floor", "floor": kind})
         self._beta = res["beta"]
         self._s2, self._p, self._b = float(res["s2"]), float(res["p"]), float(res["b"])
         sy = self._y_scale
@@ -827,6 +866,7 @@ class RobustRegressionDetector:
 
     def _fit_constant(self, y: np.ndarray, d: int) -> "RobustRegressionDetector":
         n = y.shape[0]
+        self.diagnostics_.append({"code": "constant_y"})
         self._y_scale = 1.0
         self.coef_ = np.zeros(d)
         self.intercept_ = float(y[0])
@@ -884,5 +924,6 @@ class RobustRegressionDetector:
         y = _check_y(y, X.shape[0])
         if self._constant:
             return np.where(y != self.intercept_, np.inf, -np.inf)
-        r = self._std_y(y) - self._design(X) @ self._beta
-        return _log_odds(r, self._s2, self._p, self._b)
+        with np.errstate(all="ignore"):  # thread-local; no floating-point warning leaves (module docstring)
+            r = self._std_y(y) - self._design(X) @ self._beta
+            return _log_odds(r, self._s2, self._p, self._b)

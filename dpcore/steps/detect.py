@@ -8,16 +8,25 @@ parameters and convergence diagnostics go to the warehouse's ``internal``
 schema only, never to logs, artifacts or the bundle. The private steps use it
 to choose which records to talk about.
 
+Diagnostics are data, never warnings or log records (DESIGN.md, privacy rule 6;
+issue 15, hole 12). The detector emits no Python warning: non-convergence and
+the like are attributes of the fitted detector (``converged_``,
+``diagnostics_``), copied into the fit's params and stored in
+``internal.detect_models``. This module never touches the process-global
+``warnings`` state (``warnings.catch_warnings`` is not thread-safe, and the
+template fits run concurrently in Prefect's thread pool). Exceptions raised
+here name templates, attributes and public parameters only, never data values,
+row counts or row positions.
+
 Tables (suffix = the validated table's name):
 
 ``internal."detect_scores__<t>"``   record id, template, score, label
 ``internal."detect_flags__<t>"``    record id, flagged (any template), max score, templates flagging it
-``internal.detect_models``          template, fitted parameters and warnings as JSON
+``internal.detect_models``          template, fitted parameters and diagnostics as JSON (``params``)
 """
 from __future__ import annotations
 
 import json
-import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -70,31 +79,46 @@ def detection_frame(spec: ReleaseSpec, settings: Settings, ingested: IngestResul
 
 
 def fit_one(df: pd.DataFrame, template: Template, spec: ReleaseSpec) -> TemplateFit:
-    """Fit one template; warnings (e.g. non-convergence) are kept in the fit's params, not logged.
+    """Fit one template with the spec's detector settings.
 
     The detector's ``sigma2_floor`` is the behavioural attribute's measurement
     floor from the public schema (``1/12`` for ``integer: true`` without a
     transform, :func:`~dpcore.detect.design.sigma2_floor_of`); it is stored in
     the fit's params (``sigma2_floor``).
+
+    Diagnostics (non-convergence, sigma2 at its floor, ...) are data in the
+    fit's params (``converged``, ``n_iter``, ``last_relative_change``,
+    ``diagnostics``), which :func:`store_detection` writes to
+    ``internal.detect_models`` only. The fit emits no warning and logs nothing,
+    and this function touches no process-global state, so it is safe to call
+    concurrently from threads (Prefect's default task runner).
+
+    Raises
+    ------
+    KeyError, ValueError
+        As :func:`~dpcore.detect.combine.fit_template`: messages name the
+        template and its attributes, never values, row counts or positions.
     """
     cfg = spec.steps.detect
     floor = sigma2_floor_of(
         template.behavioural, spec.public_schema, template.transform_of.get(template.behavioural)
     )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fit = fit_template(
-            df, template, spec.public_schema, random_state=cfg.random_state, max_iter=cfg.max_iter, tol=cfg.tol,
-            sigma2_floor=floor,
-        )
-    fit.params["warnings"] = [str(w.message) for w in caught]
-    return fit
+    return fit_template(
+        df, template, spec.public_schema, random_state=cfg.random_state, max_iter=cfg.max_iter, tol=cfg.tol,
+        sigma2_floor=floor,
+    )
 
 
 def store_detection(
     spec: ReleaseSpec, settings: Settings, ingested: IngestResult, ids: np.ndarray, fits: list[TemplateFit]
 ) -> DetectionDone:
-    """Write scores, combined flags and fitted parameters to ``internal``."""
+    """Write scores, combined flags and fitted parameters (with their diagnostics) to ``internal``.
+
+    ``internal.detect_models.params`` holds each fit's params as JSON,
+    including ``converged`` and ``diagnostics`` (see
+    :class:`~dpcore.detect.combine.TemplateFit`); nothing is logged or returned
+    beyond the template names.
+    """
     suffix = validated_table_name(ingested, spec)
     flagged, max_score = combine(fits)
     n_flagging = np.sum([f.labels for f in fits], axis=0) if fits else np.zeros(len(ids), dtype=int)
