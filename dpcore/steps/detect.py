@@ -157,8 +157,9 @@ def store_detection(
 #: DESIGN.md rule 9 statement for steps that use detector-chosen records.
 DETECTOR_CHOICE_NOT_PROTECTED = (
     "Which records were chosen by the detector (from_detector): the choice is made by the non-private detector, "
-    "so appearing in the list reveals that a record was among its top flagged ones. They are published in "
-    "record-id order, which carries no score."
+    "so appearing in the list reveals that a record was among its top flagged ones, and the length of the list "
+    "(fewer than requested when the detector flags fewer records) and the charges made for it reveal how many it "
+    "flagged, up to the requested number. They are published in record-id order, which carries no score."
 )
 
 
