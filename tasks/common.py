@@ -12,12 +12,22 @@ declared ``worker_safe=True`` (pure computations on arrays / DataFrames, such
 as a detector fit), a private task refuses to run on a Dask worker, so a
 scale-out runner (:mod:`flows.runner`) can never make a second process write
 the DuckDB file or the ledger.
+
+It also keeps Python warnings raised by a private task's own code (in its
+thread) away from every log handler and the console (:func:`_private_warnings`):
+a warning's text and whether it fires at all can depend on the data (e.g. the
+detector's ``ConvergenceWarning`` quotes its relative log-likelihood change),
+DESIGN.md rule 6. A step that needs its warnings records them itself, inside
+the warehouse (the detect step keeps them in ``internal.detect_models``).
 """
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import sys
+import threading
+import warnings
 from typing import Any, Callable
 
 from prefect import task
@@ -57,6 +67,75 @@ def _flow_process_only(fn: Callable, name: str) -> Callable:
     return guarded
 
 
+_IN_PRIVATE_TASK = threading.local()
+
+
+def _in_private_task() -> bool:
+    return getattr(_IN_PRIVATE_TASK, "depth", 0) > 0
+
+
+class _DropPrivateWarnings(logging.Filter):
+    """Drops ``py.warnings`` records raised in a thread that is running a private task."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _in_private_task()
+
+
+def _install_warning_guard() -> None:
+    """Close both routes a warning takes to a handler (when this module is imported; idempotent).
+
+    * ``logging.captureWarnings(True)`` (great-expectations turns it on when
+      imported) sends warnings to the ``py.warnings`` logger, whose records
+      reach Prefect's console (and any API) handler: a filter on that logger
+      drops those raised inside a private task.
+    * Otherwise ``warnings.showwarning`` prints to stderr: it is wrapped to
+      drop the same warnings (``logging.captureWarnings`` keeps the wrapper as
+      its fallback). ``warnings.catch_warnings`` is process-global,
+      not per thread, so a step's own ``catch_warnings(record=True)`` cannot
+      be relied on while other tasks run in threads: when one thread leaves
+      its block it restores the handler another thread's warning then goes to.
+    """
+    logger = logging.getLogger("py.warnings")
+    if not any(isinstance(f, _DropPrivateWarnings) for f in logger.filters):
+        logger.addFilter(_DropPrivateWarnings())
+    shown = warnings.showwarning
+    if not getattr(shown, "_drops_private_warnings", False):
+
+        @functools.wraps(shown)
+        def showwarning(*args: Any, **kwargs: Any) -> None:
+            if not _in_private_task():
+                shown(*args, **kwargs)
+
+        showwarning._drops_private_warnings = True  # type: ignore[attr-defined]
+        warnings.showwarning = showwarning
+
+
+def _private_warnings(fn: Callable) -> Callable:
+    """Run ``fn`` with this thread marked as running a private task (see :func:`_install_warning_guard`)."""
+
+    @functools.wraps(fn)
+    def marked(*args: Any, **kwargs: Any):
+        # module-level helpers only: a task sent to a Dask worker is pickled with this closure
+        _enter_private_task()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _leave_private_task()
+
+    return marked
+
+
+def _enter_private_task() -> None:
+    _IN_PRIVATE_TASK.depth = getattr(_IN_PRIVATE_TASK, "depth", 0) + 1
+
+
+def _leave_private_task() -> None:
+    _IN_PRIVATE_TASK.depth -= 1
+
+
+_install_warning_guard()
+
+
 def _no_retry_for_user_errors(task_, task_run, state) -> bool:
     """Retry condition: retrying cannot cure bad input, an exhausted budget or an orphaned charge."""
     from dpcore.budget import BudgetExceededError
@@ -76,6 +155,9 @@ returns the stored release for a key already released (no second charge, no seco
 def private_task(fn: Callable | None = None, *, worker_safe: bool = False, **kwargs: Any):
     """``@task`` with persistence and caching off (for private data and noise).
 
+    The body runs marked as private (:func:`_private_warnings`): a Python
+    warning it raises reaches no log handler and no console.
+
     Parameters
     ----------
     worker_safe : bool
@@ -90,7 +172,8 @@ def private_task(fn: Callable | None = None, *, worker_safe: bool = False, **kwa
     opts.update(kwargs)
 
     def make(f: Callable):
-        return task(f if worker_safe else _flow_process_only(f, opts.get("name") or f.__name__), **opts)
+        body = f if worker_safe else _flow_process_only(f, opts.get("name") or f.__name__)
+        return task(_private_warnings(body), **opts)
 
     return make if fn is None else make(fn)
 

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from test_operations import LOCK_CRASH, _assert_ledger_consistent, _child_env, _finish, _ledger, _spawn
+from child_runs import child_env, finish, spawn
+from test_operations import LOCK_CRASH, _assert_ledger_consistent, _ledger
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -50,9 +51,9 @@ def test_dask_local_cluster_gives_the_same_coco_release_as_the_default_runner(tm
     """.format(pids=str(pids), spec=str(spec_path), methods=METHODS)
     single = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", DPR_TEST_NOISE_SEED="7", DPR_ALLOW_TEST_NOISE="1")
     runners = ("dask-local", "default")
-    procs = {name: _spawn(code, _child_env(tmp_path, tmp_path / f"dpr_{name}", DPR_TASK_RUNNER=name, **single))
+    procs = {name: spawn(code, child_env(tmp_path, tmp_path / f"dpr_{name}", DPR_TASK_RUNNER=name, **single))
              for name in runners}
-    finished = {name: _finish(p) for name, p in procs.items()}
+    finished = {name: finish(p) for name, p in procs.items()}
     for name, (results, output) in finished.items():
         assert [r["ok"] for r in results] == [True, True], output[-3000:]
         assert [r["out"]["nodes"] for r in results] == [49, 49], results

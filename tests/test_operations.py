@@ -10,12 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -25,6 +21,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from child_runs import child_env, finish, prefect_texts, spawn
 from dpcore.ledger import PrivacyLedger
 from dpcore.settings import Settings
 from dpcore.warehouse import Warehouse
@@ -35,66 +32,6 @@ LOCK_CRASH = re.compile(r"IOException|Could not set lock|Conflicting lock|Wareho
 
 
 # ----------------------------------------------------------------------------- helpers
-def _api_url() -> str:
-    from prefect.settings import PREFECT_API_URL
-
-    url = PREFECT_API_URL.value()
-    assert url, "the Prefect test harness did not set an API URL"
-    return url
-
-
-def _child_env(tmp_path: Path, dpr_home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DPR_"))}
-    home = tmp_path / "prefect_home"
-    home.mkdir(exist_ok=True)
-    env.update(
-        PREFECT_API_URL=_api_url(),
-        PREFECT_HOME=str(home),
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        PREFECT_LOGGING_LEVEL="INFO",
-        DPR_HOME=str(dpr_home),
-        PYTHONPATH=str(ROOT),
-    )
-    env.update(extra)
-    return env
-
-
-PRELUDE = """
-import json, os, sys, time, traceback
-from pathlib import Path
-SYNC = Path(os.environ["OPS_SYNC"]) if os.environ.get("OPS_SYNC") else None
-def wait_go(name):
-    if SYNC is None:
-        return
-    (SYNC / f"ready-{name}").touch()
-    while not (SYNC / "go").exists():
-        time.sleep(0.02)
-def report(name, fn):
-    run_id = None
-    try:
-        state = fn(return_state=True)
-        run_id = str(state.state_details.flow_run_id)
-        out = state.result()
-        res = {"name": name, "ok": True, "run": run_id, "out": out}
-    except Exception as exc:
-        res = {"name": name, "ok": False, "run": run_id, "error": type(exc).__name__, "message": str(exc)}
-    print("OPS-RESULT " + json.dumps(res, default=str), flush=True)
-"""
-
-
-def _spawn(code: str, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-
-
-def _finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[list[dict], str]:
-    out, err = proc.communicate(timeout=timeout)
-    results = [json.loads(line.removeprefix("OPS-RESULT ")) for line in out.splitlines() if line.startswith("OPS-RESULT ")]
-    return results, out + err
-
-
 def _write_spec(tmp_path: Path, base: Path, name: str, **steps) -> Path:
     spec = yaml.safe_load(base.read_text())
     for step, update in steps.items():
@@ -185,7 +122,7 @@ def test_concurrent_release_runs_and_operator_run_share_one_warehouse(tmp_path, 
     path.write_text(yaml.safe_dump(spec))
     sync = tmp_path / "sync"
     sync.mkdir()
-    env = _child_env(tmp_path, dpr_home, OPS_SYNC=str(sync))
+    env = child_env(tmp_path, dpr_home, OPS_SYNC=str(sync))
     release = """
         from flows.release_pipeline import release_pipeline
         wait_go({rid!r})
@@ -203,14 +140,14 @@ def test_concurrent_release_runs_and_operator_run_share_one_warehouse(tmp_path, 
         report("explain", lambda **kw: explain_outlier(record_id={most_delayed!r}, epsilon=0.1, n_samples=10,
                                                        spec_path={str(path)!r}, release_id="ops-q1", **kw))
     """
-    procs = [_spawn(release.format(rid=rid, path=str(path)), env) for rid in ("conc-a", "conc-b")]
-    procs += [_spawn(operator, env), _spawn(explain, env)]
+    procs = [spawn(release.format(rid=rid, path=str(path)), env) for rid in ("conc-a", "conc-b")]
+    procs += [spawn(operator, env), spawn(explain, env)]
     deadline = time.monotonic() + 120
     while len(list(sync.glob("ready-*"))) < 4:
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "a child died before the start"
         time.sleep(0.05)
     (sync / "go").touch()  # all four start their flows together
-    finished = [_finish(p) for p in procs]
+    finished = [finish(p) for p in procs]
     results = [r for res, _ in finished for r in res]
     text = "\n".join(t for _, t in finished)
     assert len(results) == 4, text[-3000:]
@@ -251,7 +188,7 @@ def test_sigkill_after_reservation_keeps_the_charge_and_never_redraws(tmp_path, 
         from flows.release_pipeline import release_pipeline
         report("crash", lambda **kw: release_pipeline(spec_path={str(path)!r}, release_id="crash-r1", **kw))
     """
-    proc = _spawn(code, _child_env(tmp_path, dpr_home))
+    proc = spawn(code, child_env(tmp_path, dpr_home))
     deadline = time.monotonic() + 180
     while not marker.exists():
         assert proc.poll() is None, proc.communicate()[1][-3000:]
@@ -348,43 +285,6 @@ def test_prefect_retry_after_the_draw_returns_the_first_stored_draw(dpr_home, sm
 
 
 # ----------------------------------------------------------------------------- leakage
-async def _prefect_texts(run_ids: list[str], progress: dict | None = None) -> list[str]:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (
-        ArtifactFilter,
-        ArtifactFilterFlowRunId,
-        FlowRunFilter,
-        FlowRunFilterId,
-        LogFilter,
-        LogFilterFlowRunId,
-        TaskRunFilter,
-        TaskRunFilterFlowRunId,
-    )
-
-    ids = [__import__("uuid").UUID(r) for r in run_ids]
-    texts: list[str] = []
-    async with get_client() as client:
-        offset = 0
-        while True:
-            logs = await client.read_logs(
-                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=ids)), limit=200, offset=offset
-            )
-            texts += [log.message for log in logs]
-            if len(logs) < 200:
-                break
-            offset += 200
-        arts = await client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=ids)))
-        texts += [json.dumps(a.data, default=str) + str(a.description or "") + str(a.key) for a in arts]
-        if progress is not None:
-            progress.update({a.key: (a.data, a.description) for a in arts if a.type == "progress"})
-        runs = await client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)))
-        texts += [f"{r.state.message} {r.parameters}" for r in runs if r.state]
-        task_runs = await client.read_task_runs(task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=ids)))
-        texts += [f"{t.name} {t.state.message}" for t in task_runs if t.state]
-    assert arts and len(runs) == len(ids)
-    return texts
-
-
 def _number(n: int) -> re.Pattern:
     return re.compile(rf"(?<![0-9A-Za-z.]){n}(?![0-9A-Za-z]|\.[0-9])|(?<![0-9A-Za-z.]){n:,}(?![0-9])")
 
@@ -427,7 +327,7 @@ def test_no_internal_value_leaves_the_warehouse(tmp_path, dpr_home, small_spec_p
         report("unknown-id", lambda **kw: aiq_query(record_ids=["F999999"], spec_path={str(path)!r}, release_id="leak-q", **kw))
         report("over-budget", lambda **kw: aiq_query(record_ids=["F000003"], epsilon=10, spec_path={str(path)!r}, release_id="leak-q", **kw))
     """
-    results, output = _finish(_spawn(code, _child_env(tmp_path, dpr_home)))
+    results, output = finish(spawn(code, child_env(tmp_path, dpr_home)))
     by = {r["name"]: r for r in results}
     assert by["pipeline"]["ok"], output[-3000:]
     assert not by["unknown-id"]["ok"] and not by["over-budget"]["ok"], results
@@ -436,7 +336,7 @@ def test_no_internal_value_leaves_the_warehouse(tmp_path, dpr_home, small_spec_p
     run_ids = [r["run"] for r in results]
     assert all(run_ids), results
     progress: dict = {}
-    texts = asyncio.run(_prefect_texts(run_ids, progress)) + [output]
+    texts = asyncio.run(prefect_texts(run_ids, progress)) + [output]
     # long loops reported progress, and finished
     assert progress == {
         "progress-detect-templates-nycflights13": (100.0, "detector templates fitted: 2 of 2 done"),
@@ -569,14 +469,14 @@ def test_dask_local_cluster_gives_the_same_detection_as_the_default_runner(tmp_p
         report("pipeline", lambda **kw: flows.release_pipeline.release_pipeline(spec_path={pcor!r}, **kw))
     """.format(pids=str(pids), spec=str(small_spec_path), pcor=str(pcor_spec))
     single = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", DPR_TEST_NOISE_SEED="7", DPR_ALLOW_TEST_NOISE="1")
-    envs = {name: _child_env(tmp_path, tmp_path / f"dpr_{name}", DPR_TASK_RUNNER=name, **single)
+    envs = {name: child_env(tmp_path, tmp_path / f"dpr_{name}", DPR_TASK_RUNNER=name, **single)
             for name in ("dask-local", "default")}
     # the Dask run as the demo does it: no PREFECT_API_URL, Prefect's ephemeral server in the flow
     # process (the workers must be told its address), with its own PREFECT_HOME
     del envs["dask-local"]["PREFECT_API_URL"]
     envs["dask-local"]["PREFECT_HOME"] = str(tmp_path / "prefect_home_ephemeral")
     envs["dask-local"]["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "120"  # a loaded CI machine
-    procs = {name: _spawn(code, env) for name, env in envs.items()}
+    procs = {name: spawn(code, env) for name, env in envs.items()}
     # meanwhile: a task that writes the warehouse, wrongly submitted to a Dask worker, refuses to run
     from prefect import flow
     from prefect_dask import DaskTaskRunner
@@ -593,7 +493,7 @@ def test_dask_local_cluster_gives_the_same_detection_as_the_default_runner(tmp_p
     with pytest.raises(FlowProcessOnlyError, match="must run in the flow process"):
         guard_probe()
 
-    finished = {name: _finish(p) for name, p in procs.items()}
+    finished = {name: finish(p) for name, p in procs.items()}
     for name, (results, output) in finished.items():
         assert [r["ok"] for r in results] == [True, True], output[-3000:]
         assert results[0]["out"] == ["air_time_by_distance_origin", "arr_delay_by_dep_delay_carrier"]
