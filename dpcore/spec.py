@@ -483,6 +483,69 @@ class StepsSpec(_Strict):
 REPLACE_ONE_STEPS: tuple[str, ...] = ("outlier_counts",)
 
 
+#: Public domain condition of each detector transform, on the attribute's public bounds (min, max).
+TRANSFORM_DOMAINS = {"log": ("a public min > 0", lambda lo, hi: lo > 0)}
+
+
+def _public_completeness_problems(spec: "ReleaseSpec") -> list[str]:
+    """What an enabled step needs of the public schema, decided from the spec alone (issue 15, hole 9).
+
+    A step that needs a value in every row (the detector's templates, AIQ and
+    outlier-count distances, PCOR's metric and context attributes) must not
+    use a nullable attribute, and a ``log`` transform needs a public minimum
+    above 0. Checked when the spec loads, so the data can never decide it: a
+    runtime failure on a null or a non-positive value would abort one input
+    and not its neighbour, naming a private fact for free (DESIGN.md rule 8).
+
+    Returns
+    -------
+    list of str
+        One message per problem, naming the spec path; empty when the spec is fine.
+    """
+    schema = spec.public_schema
+    st = spec.steps
+
+    def nullable(a: str) -> bool:
+        attr = schema.numeric.get(a) or schema.categorical.get(a)
+        return attr is not None and attr.nullable
+
+    out: list[str] = []
+
+    def need_complete(where: str, attrs, why: str) -> None:
+        bad = [a for a in attrs if nullable(a)]
+        if bad:
+            out.append(f"{where} {bad} are nullable in schema; {why} (declare them nullable: false, "
+                       "which quarantines rows without a value, or choose other attributes)")
+
+    if st.detect.enabled:
+        for n, t in enumerate(st.detect.templates):
+            need_complete(f"steps.detect.templates[{n}] attributes", [t.behavioural, *t.contextual],
+                          "the regression needs a value in every row")
+            for a, tr in t.transforms.items():
+                num = schema.numeric.get(a)
+                what, ok = TRANSFORM_DOMAINS[tr]
+                if num is None or not ok(num.min, num.max):
+                    lo = "not numeric" if num is None else f"schema.numeric.{a}.min = {num.min:g}"
+                    out.append(f"steps.detect.templates[{n}].transforms.{a}: {tr} needs {what} for {a!r} ({lo}); "
+                               "raise the public bound if it is public knowledge, or drop the transform")
+    if st.aiq.enabled:
+        need_complete("steps.aiq.attributes", list(st.aiq.attributes or schema.numeric),
+                      "AIQ distances need every attribute in every row")
+    if st.outlier_counts.enabled:
+        oc = st.outlier_counts
+        names = list(oc.attributes if oc.attributes is not None else schema.numeric)
+        names += [a for sub in (oc.candidates or []) for a in sub if a not in names]
+        need_complete("steps.outlier_counts attributes", names, "outlier counting needs complete rows")
+    if st.pcor.enabled:
+        metric = st.pcor.metric or next(iter(schema.numeric), None)
+        if metric is not None:
+            need_complete("steps.pcor.metric", [metric], "the verifier needs the metric in every row")
+        if st.pcor.attributes:
+            need_complete("steps.pcor.attributes", list(st.pcor.attributes),
+                          "a context needs a value of every attribute")
+    return out
+
+
 class ReleaseSpec(_Strict):
     """A whole release: dataset, public schema, budget, release id and steps."""
 
@@ -530,8 +593,11 @@ class ReleaseSpec(_Strict):
             raise ValueError(f"steps.pcor.metric {pc.metric!r} is not a numeric attribute of schema.numeric")
         if pc.enabled and pc.from_detector and not self.steps.detect.enabled:
             raise ValueError("steps.pcor.from_detector needs steps.detect.enabled: true")
-        if self.steps.aiq.from_detector and not self.steps.detect.enabled:
+        if self.steps.aiq.enabled and self.steps.aiq.from_detector and not self.steps.detect.enabled:
             raise ValueError("steps.aiq.from_detector needs steps.detect.enabled: true")
+        problems = _public_completeness_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
         if self.budget.neighbour == "add-remove":
             for name in REPLACE_ONE_STEPS:
                 if getattr(self.steps, name).enabled:

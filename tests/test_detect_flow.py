@@ -107,10 +107,15 @@ def test_a_failing_template_fails_the_flow(dpr_home, small_spec_path, tmp_path):
 
 def test_template_transforms_reach_the_fit_and_bad_values_name_the_attribute(dpr_home, small_spec_path, tmp_path):
     """``transforms`` in the spec: the filter models log(air_time) ~ log(distance) + origin (stored in the
-    internal model params); a log of an attribute with non-positive values fails the run naming it."""
+    internal model params); a log of an attribute whose public minimum is not above 0 is refused when the
+    spec loads, naming the spec path (issue 15, hole 9: never a data-dependent abort)."""
+    from dpcore.spec import SpecError
     from flows.detect import detect_flow
 
     spec = yaml.safe_load(small_spec_path.read_text())
+    # public bounds above 0 (rows below them are quarantined by validation, so no row can reach log(0))
+    spec["schema"]["numeric"]["air_time"]["min"] = 1
+    spec["schema"]["numeric"]["distance"]["min"] = 1
     spec["steps"]["detect"]["templates"] = [
         {"name": "log_air_time", "behavioural": "air_time", "contextual": ["distance", "origin"],
          "transforms": {"air_time": "log", "distance": "log"}},
@@ -128,5 +133,5 @@ def test_template_transforms_reach_the_fit_and_bad_values_name_the_attribute(dpr
         {"name": "log_delay", "behavioural": "arr_delay", "contextual": ["dep_delay"], "transforms": {"arr_delay": "log"}},
     ]
     path.write_text(yaml.safe_dump(spec))
-    with pytest.raises(ValueError, match=r"behavioural attribute 'arr_delay': the log transform needs positive values"):
+    with pytest.raises(SpecError, match=r"steps\.detect\.templates\[0\]\.transforms\.arr_delay: log needs a public min > 0"):
         detect_flow(spec_path=str(path))

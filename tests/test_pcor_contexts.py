@@ -1,6 +1,8 @@
 """PCOR contexts (seed 003, Section 3): bit layout, packing, rendering round trips, record encoding."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -205,14 +207,18 @@ def test_encode_accepts_float_and_text_forms(flights_space):
     assert flights_space.encode(df2)[:, 2].tolist() == [10]
 
 
-def test_encode_errors_name_column_and_row(flights_space):
+def test_encode_errors_name_the_column_never_rows_or_values(flights_space):
     df = pd.DataFrame({"carrier": ["AA", "AA", "ZZ"], "origin": ["JFK"] * 3, "month": [1, 2, 3]},
                       index=[10, 11, 12])
-    with pytest.raises(ValueError, match=r"column 'carrier': row 2 \(index 12\).*outside the public domain") as e:
+    with pytest.raises(ValueError, match=r"column 'carrier': some rows .*outside the public domain") as e:
         flights_space.encode(df)
-    assert "ZZ" not in str(e.value)  # no raw values in messages (DESIGN rule 6)
+    # no raw values, row numbers or index labels in messages (DESIGN rule 6, issue 15 hole 9)
+    assert "ZZ" not in str(e.value) and not re.search(r"\b(2|12)\b", str(e.value))
     df = pd.DataFrame({"carrier": ["AA", "AA"], "origin": ["JFK", None], "month": [1, 2]})
-    with pytest.raises(ValueError, match=r"column 'origin': row 1 .*null"):
+    with pytest.raises(ValueError, match=r"column 'origin': some rows are null") as e:
+        flights_space.encode(df)
+    assert not re.search(r"\b1\b", str(e.value))
+    with pytest.raises(ValueError, match=r"column 'origin': some rows .*null"):
         flights_space.encode(df)
     with pytest.raises(ValueError, match="no column 'month'"):
         flights_space.encode(df.drop(columns="month"))

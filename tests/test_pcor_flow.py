@@ -137,7 +137,7 @@ def test_explain_outlier_releases_one_valid_context_once(dpr_home, small_spec_pa
         ({"final_share": 1.0}, ParameterTypeError, "final_share"),
         ({"start": "top"}, ParameterTypeError, "start"),
         ({"metric": "no_such_column"}, SpecError, "steps.pcor.metric"),
-        ({"attributes": ["tailnum"]}, StepInputError, "nullable"),
+        ({"attributes": ["tailnum"]}, SpecError, "nullable"),  # refused when the spec is built (hole 9)
         ({"attributes": ["carrier", "dest", "month"]}, StepInputError, "64"),
     ],
 )

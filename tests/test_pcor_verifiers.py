@@ -144,17 +144,21 @@ def test_index_structure():
     assert index.count_in_rank_range(cells, lo, hi).tolist() == direct
 
 
-def test_index_errors():
+def test_index_errors_name_no_row_count_or_value():
+    """Issue 15 hole 9: runtime errors on private data name the column and the rule, never rows or sizes."""
     sp = ContextSpace.from_domains(["a"], [[1, 2]])
-    with pytest.raises(ValueError, match="metric: row 2 is not a finite number"):
+    with pytest.raises(ValueError, match="metric: some rows are not finite numbers") as e:
         CellIndex.build(sp, np.zeros((3, 1), int), [1.0, 2.0, np.nan])
-    with pytest.raises(ValueError, match="row 1 column 'a'"):
+    assert not any(ch.isdigit() for ch in str(e.value))
+    with pytest.raises(ValueError, match="column 'a' holds codes out of the domain range") as e:
         CellIndex.build(sp, np.array([[0], [2]]), [1.0, 2.0])
+    assert not any(ch.isdigit() for ch in str(e.value))
     with pytest.raises(ValueError, match=r"shape \(N, 1\)"):
         CellIndex.build(sp, np.zeros((3, 2), int), [1.0, 2.0, 3.0])
     index = CellIndex.build(sp, np.zeros((3, 1), int), [1.0, 2.0, 3.0])
-    with pytest.raises(IndexError, match="row 3 is out of range"):
+    with pytest.raises(IndexError, match="out of range") as e:
         GrubbsVerifier().verify(index, 3, np.ones((1, 2), bool))
+    assert not any(ch.isdigit() for ch in str(e.value))
 
 
 # ---------------------------------------------------------------- Grubbs

@@ -53,11 +53,6 @@ _FORBIDDEN_NAME = (",", "{", "}", "∧", "∈", "∅", "=", ":", "\n")
 _CLAUSE = re.compile(r"^(?P<name>.+?)(?: (?P<op>∈|=) (?P<rhs>.*)|: (?P<any>any))$", re.S)
 
 
-def _label(value):
-    """An index label as a plain Python value (``np.int64(12)`` -> ``12``) for messages."""
-    return value.item() if isinstance(value, np.generic) else value
-
-
 def _check_text(text: str, forbidden: tuple[str, ...], what: str) -> None:
     if text == "" or text != text.strip():
         raise ValueError(f"{what} {text!r} must be non-empty without leading/trailing whitespace "
@@ -203,10 +198,8 @@ class ContextSpace:
         for i, (name, dom) in enumerate(zip(self.attributes, self.domains)):
             col = frame[name]
             null = col.isna().to_numpy()
-            if null.any():
-                r = int(np.flatnonzero(null)[0])
-                raise ValueError(f"column {name!r}: row {r} (index {_label(frame.index[r])!r}) is null; "
-                                 "context attributes must not be null")
+            if null.any():  # no row, index or count: which rows is private (issue 15, hole 9)
+                raise ValueError(f"column {name!r}: some rows are null; context attributes must not be null")
             idx = pd.Index(list(dom), dtype=object).get_indexer(col.to_numpy(dtype=object))
             bad = idx < 0
             if bad.any():
@@ -216,9 +209,8 @@ class ContextSpace:
                 idx[bad] = alt
                 bad = idx < 0
             if bad.any():
-                r = int(np.flatnonzero(bad)[0])
-                raise ValueError(f"column {name!r}: row {r} (index {_label(frame.index[r])!r}) holds a value outside "
-                                 f"the public domain of {len(dom)} values given in the spec")
+                raise ValueError(f"column {name!r}: some rows hold a value outside the public domain of "
+                                 f"{len(dom)} values given in the spec")
             codes[:, i] = idx
         return codes
 

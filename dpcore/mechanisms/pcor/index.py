@@ -104,16 +104,16 @@ class CellIndex:
         if codes.ndim != 2 or codes.shape[1] != space.m:
             raise ValueError(f"codes must have shape (N, {space.m}), got {codes.shape}")
         if codes.shape[0] != metric.shape[0]:
-            raise ValueError(f"{codes.shape[0]} code rows but {metric.shape[0]} metric values")
+            raise ValueError("codes and metric must have one entry per record each (their lengths differ)")
         if codes.shape[0] == 0:
             raise ValueError("the dataset is empty")
         bad = ~np.isfinite(metric)
         if bad.any():
-            raise ValueError(f"metric: row {int(np.flatnonzero(bad)[0])} is not a finite number")
+            raise ValueError("metric: some rows are not finite numbers (declare the metric nullable: false)")
         codes = codes.astype(np.int32, copy=False)
         if (codes < 0).any() or (codes >= space.sizes[None, :]).any():
-            r, i = np.argwhere((codes < 0) | (codes >= space.sizes[None, :]))[0]
-            raise ValueError(f"codes: row {int(r)} column {space.attributes[int(i)]!r} is out of the domain range")
+            _, i = np.argwhere((codes < 0) | (codes >= space.sizes[None, :]))[0]
+            raise ValueError(f"codes: column {space.attributes[int(i)]!r} holds codes out of the domain range")
         self.space = space
         self.codes = codes
         self.metric = metric
@@ -201,7 +201,7 @@ class CellIndex:
             raise TypeError(f"row must be an integer record position, got {type(row).__name__}")
         row = int(row)
         if not 0 <= row < self.n_rows:
-            raise IndexError(f"row {row} is out of range for a dataset of {self.n_rows} records")
+            raise IndexError("row is out of range of the dataset's records")  # no sizes: private
         return row
 
     # ------------------------------------------------------------------ batched context statistics
