@@ -37,6 +37,7 @@ def preflight(spec: ReleaseSpec) -> None:
         ``DPR_TEST_NOISE_SEED`` is set outside a test.
     """
     from .steps.aiq import check_aiq
+    from .steps.coco import check_coco
     from .steps.common import noise_test_seed
     from .steps.outlier_counts import check_outlier_counts
     from .steps.pcor import check_pcor
@@ -44,6 +45,8 @@ def preflight(spec: ReleaseSpec) -> None:
     noise_test_seed()
     if spec.steps.aiq.enabled:
         check_aiq(spec)
+    if spec.steps.coco.enabled:
+        check_coco(spec)
     if spec.steps.outlier_counts.enabled:
         check_outlier_counts(spec)
     if spec.steps.pcor.enabled:

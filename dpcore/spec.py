@@ -372,6 +372,13 @@ class CocoSpec(_Strict):
     method: Literal[
         "naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2", "bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc"
     ] = "top_down_hc"
+    groups_provenance: Literal["public", "derived_from_data"] = Field(
+        default="public",
+        description="Where groups_file comes from. 'public' (the owner asserts it): a public source such as a "
+        "registry, never the protected table. 'derived_from_data': computed from the protected data (or "
+        "data of the same people); the hierarchy and every node's number of groups are then functions of "
+        "the data that no charge covers, and the report and manifest say so (DESIGN.md rule 9).",
+    )
 
     @model_validator(mode="after")
     def _complete(self) -> "CocoSpec":

@@ -1,11 +1,16 @@
-"""Write specs/demo_fleet.csv: the demo's PUBLIC fleet table (plane -> carrier, origin).
+"""Write specs/demo_fleet.csv: the demo's fleet table (plane -> carrier, origin). NOT public.
 
-In a real deployment this mapping comes from a public registry (which airline
-operates a plane and where it is based). For the demo we derive it once from
-the published 2013 NYC schedule: each plane (tailnum) is assigned to the
-(carrier, origin) pair it flew most often, ties broken by the alphabetically
-first pair. The file is committed and treated as public metadata by the spec;
-it is never recomputed from the data at release time.
+Each plane (tailnum) is assigned to the (carrier, origin) pair it flew most
+often in the 2013 NYC flights, ties broken by the alphabetically first pair.
+That is computed from the very flights the demo protects, so the hierarchy,
+which plane sits in which node, each node's number of planes G and the
+tailnum domain are functions of the protected data (issue 15, hole 10). The
+demo spec therefore declares ``steps.coco.groups_provenance:
+derived_from_data`` and every demo report and manifest states that these are
+not protected. A real deployment takes this mapping from a public source
+(e.g. an aircraft registry: operator and base) and declares it ``public``.
+
+The file is committed; it is never recomputed at release time.
 
 Run: .venv/bin/python scripts/make_demo_fleet.py
 """

@@ -162,3 +162,61 @@ def test_rejected_fraction_gate_uses_the_noisy_counts_and_keeps_the_charged_coun
     (table,) = [r[0] for r in wh.query("SELECT table_name FROM information_schema.tables WHERE table_schema = 'validated'")]
     exact = wh.query(f'SELECT count(*) FROM validated."{table}"')[0][0]
     assert f" {exact} " not in msg or exact == noisy["accepted_rows"]
+
+
+def _broken_coco_levels(spec):
+    spec["steps"]["coco"].update({"enabled": True, "epsilon_per_level": [0.5, 0.5]})  # 3 levels in the fleet file
+
+
+def _broken_coco_groups(spec, tmp_path):
+    fleet = Path(spec["steps"]["coco"]["groups_file"]).read_text().splitlines()
+    dup = tmp_path / "fleet_dup.csv"
+    dup.write_text("\n".join([*fleet, fleet[1].rsplit(",", 1)[0] + ",JFK"]) + "\n")  # a plane in two leaves
+    spec["steps"]["coco"].update({"enabled": True, "groups_file": str(dup)})
+
+
+@pytest.mark.parametrize(
+    "breaker, fragment",
+    [
+        (lambda s, p: _broken_coco_levels(s), "steps.coco"),
+        (_broken_coco_groups, "more than one leaf"),
+        (lambda s, p: s["steps"]["aiq"].update({"enabled": True, "record_ids": ["F999999"]}), "not on the public roster"),
+    ],
+)
+def test_preflight_refuses_public_faults_of_any_step_before_the_first_charge(dpr_home, small_spec_path, tmp_path,
+                                                                             breaker, fragment):
+    """DESIGN rule 8: every enabled step's public checks (coco's groups file and levels included) run before
+    record_counts is charged, so bad input never leaves half a release."""
+    from dpcore.steps.common import StepInputError
+    from flows.release_pipeline import release_pipeline
+
+    spec = yaml.safe_load(small_spec_path.read_text())
+    breaker(spec, tmp_path)
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(StepInputError, match=fragment):
+        release_pipeline(spec_path=str(path))
+    assert _ledger().charges("nycflights13").empty
+
+
+def test_coco_derived_groups_file_is_stated_as_not_protected(dpr_home, small_spec_path, tmp_path):
+    """Issue 15 hole 10: the demo's fleet file is computed from the flights; the spec says so and the
+    manifest and report state what that leaves unprotected. A public groups file adds no statement."""
+    from flows.release_pipeline import release_pipeline
+
+    spec = yaml.safe_load(small_spec_path.read_text())
+    assert spec["steps"]["coco"]["groups_provenance"] == "derived_from_data"  # the demo spec says so
+    spec["steps"]["coco"].update({"enabled": True, "max_group_size": 60})
+    spec["steps"]["detect"]["enabled"] = False
+    spec["steps"]["pcor"]["enabled"] = spec["steps"]["aiq"]["enabled"] = False
+    for provenance, release in (("derived_from_data", "r-derived"), ("public", "r-public")):
+        spec["steps"]["coco"]["groups_provenance"] = provenance
+        spec["release_id"] = release
+        path = tmp_path / f"{provenance}.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        bundle = Path(release_pipeline(spec_path=str(path))["bundle"])
+        manifest = json.loads((bundle / "manifest.json").read_text())
+        (prot,) = [p for p in manifest["protection"] if p["step"] == "coco"]
+        stated = any("computed from the protected data" in t for t in prot["not_protected"])
+        in_report = "computed from the protected data" in (bundle / "report.md").read_text()
+        assert stated == in_report == (provenance == "derived_from_data")

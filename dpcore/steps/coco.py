@@ -103,6 +103,47 @@ def coco_inputs(spec: ReleaseSpec) -> CocoInputs:
     return CocoInputs(hierarchy, group_leaf, group_counts(group_leaf, hierarchy), hashlib.sha256(raw).hexdigest())
 
 
+def check_coco(spec: ReleaseSpec) -> tuple[CocoInputs, CocoMechanism]:
+    """Every public check of ``steps.coco``; reads only the spec and its public groups file (the release's preflight).
+
+    Returns
+    -------
+    (CocoInputs, CocoMechanism)
+        The public inputs and the validated mechanism.
+
+    Raises
+    ------
+    StepInputError
+        Groups file missing or malformed, a group of the public domain mapped
+        to no leaf or to two, a bad hierarchy, or mechanism parameters the
+        hierarchy does not fit (e.g. one epsilon per level of the wrong
+        length). Nothing is charged.
+    """
+    inputs = coco_inputs(spec)
+    cfg = spec.steps.coco
+    mech = CocoMechanism(cfg.method, cfg.epsilon_per_level, cfg.max_group_size)
+    try:
+        mech.validate(inputs.hierarchy)
+    except ValueError as exc:
+        raise StepInputError(f"steps.coco: {exc}") from None
+    return inputs, mech
+
+
+#: DESIGN.md rule 9 statement for a groups file computed from the protected data.
+DERIVED_GROUPS_NOT_PROTECTED = (
+    "The groups file (steps.coco.groups_file, declared groups_provenance: derived_from_data) was computed from "
+    "the protected data: the hierarchy, which group belongs to which node, and every node's number of groups "
+    "(the total each histogram sums to) are functions of the data that no charge covers, and so is any schema "
+    "domain read from the same file. Only the histograms' noisy cells are protected."
+)
+
+
+def not_protected(spec: ReleaseSpec) -> list[str]:
+    """What the coco release does not protect, from the spec alone (rule 9)."""
+    cfg = spec.steps.coco
+    return [DERIVED_GROUPS_NOT_PROTECTED] if cfg.groups_provenance == "derived_from_data" else []
+
+
 def _long_table(est: dict[str, np.ndarray], hierarchy: Hierarchy) -> pd.DataFrame:
     rows = []
     for level in range(hierarchy.levels):
@@ -145,10 +186,8 @@ def measure_coco(
     and after each one. Raises as :func:`coco_step` (bad inputs before any charge).
     """
     cfg = spec.steps.coco
-    inputs = coco_inputs(spec)
+    inputs, mech = check_coco(spec)
     h = inputs.hierarchy
-    mech = CocoMechanism(cfg.method, cfg.epsilon_per_level, cfg.max_group_size)
-    mech.validate(h)
     stores = open_stores(settings)
     noise = noise_source()
     items = load_columns(stores.warehouse, spec, ingested, [cfg.group_column])[cfg.group_column]
@@ -217,7 +256,10 @@ def finish_coco(
            else "(per-node method) parents are not forced to equal the sum of their children.")
         + f" Table: `tables/coco__histograms.csv` ({len(table):,} non-zero cells)."
     )
-    return StepOutput("coco", {"histograms": table}, md, images=images, keys=list(measured.keys))
+    if cfg.groups_provenance == "derived_from_data":
+        md += "\n\n**Not public:** " + DERIVED_GROUPS_NOT_PROTECTED
+    return StepOutput("coco", {"histograms": table}, md, images=images, keys=list(measured.keys),
+                      not_protected=not_protected(spec))
 
 
 def coco_step(
