@@ -56,6 +56,11 @@ ALWAYS_NOT_PROTECTED = [
     "Neighbour relations are stated on raw input rows: a raw row replaced so that it fails validation is a "
     "removal from the validated table, so every step's guarantee is stated for add/remove of validated rows "
     "(or converted to it by the ledger).",
+    "Timing: how long a run, a step or a task takes (Prefect records durations) depends on the data's size and "
+    "content; no mechanism here pads or randomises it.",
+    "Failures inside a private computation: a step that fails on the data after its charge (e.g. the outlier "
+    "count's exact search reaching its node limit, or too few validated rows for a detector template) fails "
+    "the run with a generic message; that it failed is a fact about the data no charge covers.",
 ]
 
 
