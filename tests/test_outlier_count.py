@@ -299,3 +299,17 @@ def test_validate_errors(kwargs, word):
     m = OutlierCountMechanism(**args)
     with pytest.raises(ValueError, match=word):
         m.validate()
+
+
+def test_exact_search_limit_error_names_public_settings_only():
+    """Issue 15 (smaller item): the node-budget error reaching logs carries no data-dependent quantity."""
+    import re
+
+    from dpcore.mechanisms.outlier_count import ExactSearchLimitError, max_enclosable
+
+    rng = np.random.default_rng(3)
+    P = rng.random((37, 2))  # a 37-point set whose exact search needs far more than 5 nodes
+    with pytest.raises(ExactSearchLimitError) as e:
+        max_enclosable(P, 0.25, node_limit=5)
+    numbers = set(re.findall(r"\d+", str(e.value)))
+    assert numbers <= {"5", "1"} and "37" not in str(e.value)  # only the public node_limit (and "Algorithm 1")
