@@ -74,6 +74,7 @@ def protection_of(out: "StepOutput", charges: pd.DataFrame) -> dict[str, Any]:
         "charged": {"epsilon": float(rows["epsilon"].sum()), "delta": float(rows["delta"].sum())},
         "charges": [str(r) for r in rows["public_ref"]],
         "not_protected": list(out.not_protected),
+        "accuracy": dict(out.accuracy),
     }
 
 
@@ -111,6 +112,13 @@ class StepOutput:
         words (e.g. the queried record's own value and presence; the choice of
         detector-chosen records). Printed next to the output in the report and
         listed per step in the manifest.
+    accuracy : dict of str to dict
+        Issue 16: the public accuracy statement of each released number,
+        keyed ``"<table>"`` or ``"<table>.<cell or column>"``
+        (:class:`dpcore.accuracy.Accuracy` as a dict: half_width, level, kind,
+        statement). Functions of public parameters only. Listed per step in
+        the manifest; the tables carry them as columns and the report next
+        to each number.
     """
 
     step: str
@@ -119,6 +127,7 @@ class StepOutput:
     images: list[Path] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
     not_protected: list[str] = field(default_factory=list)
+    accuracy: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

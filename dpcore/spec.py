@@ -561,6 +561,11 @@ class ReleaseSpec(_Strict):
     public_schema: PublicSchema = Field(alias="schema")
     budget: BudgetSpec
     steps: StepsSpec = Field(default_factory=StepsSpec)
+    accuracy_alpha: float = Field(
+        default=0.05, gt=0, lt=1,
+        description="Significance of the accuracy statements: every released number is given with the "
+        "half-width of a (1 - accuracy_alpha) interval (0.05: 95% intervals).",
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

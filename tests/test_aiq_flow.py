@@ -55,7 +55,7 @@ def test_pipeline_releases_answers_only_and_charges_once(dpr_home, aiq_spec_path
     assert (row["neighbour"], Fraction(row["epsilon"]).limit_denominator(1000)) == ("add-remove", Fraction(2 * 4 * 5, 100))
     bundle = Path(out["bundle"])
     answers = json.loads(json.dumps(list((bundle / "tables" / "aiq__answers.csv").read_text().splitlines())))
-    assert answers[0] == "query,anomaly" and len(answers) == 1 + len(IDS) + 1
+    assert answers[0] == "query,anomaly,max_error_probability" and len(answers) == 1 + len(IDS) + 1
     wh = Warehouse(Settings.from_env().warehouse)
     diag = wh.query_df("SELECT * FROM internal.aiq_diagnostics")
     assert len(diag) == 4 and (diag["ball_count"] >= diag["multiplicity"]).all()
@@ -147,7 +147,7 @@ def test_roster_ids_are_charged_and_answered_whether_present_quarantined_or_abse
     assert [a["query"] for a in out] == [f"record:{i}" for i in ids]
     (bundle,) = (dpr_home / "bundles" / "nycflights13" / "test-r1").glob("aiq-*")
     table = (bundle / "tables" / "aiq__answers.csv").read_text().splitlines()
-    assert table[0] == "query,anomaly" and [r.split(",")[0] for r in table[1:]] == [f"record:{i}" for i in ids]
+    assert table[0] == "query,anomaly,max_error_probability" and [r.split(",")[0] for r in table[1:]] == [f"record:{i}" for i in ids]
     assert all(r.split(",")[1] in {"True", "False"} for r in table[1:])
     # rule 9: the exclusion the exact audit shows is needed (tests/test_aiq_record_queries.py) is stated
     manifest = json.loads((bundle / "manifest.json").read_text())

@@ -131,7 +131,7 @@ def test_operator_run_through_the_api_completes_and_charges_once(stack):
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["weakest_notion_on_dataset"] == "sp"
     answers = (folder / "tables" / "aiq__answers.csv").read_text().splitlines()
-    assert answers[0] == "query,anomaly" and [a.split(",")[0] for a in answers[1:]] == [f"record:{i}" for i in IDS]
+    assert answers[0] == "query,anomaly,max_error_probability" and [a.split(",")[0] for a in answers[1:]] == [f"record:{i}" for i in IDS]
     assert (folder / "report.md").is_file()
     public = "".join(p.read_text(errors="ignore") for p in folder.rglob("*")
                      if p.is_file() and p.suffix in {".csv", ".md", ".json"} and "owner" not in p.parts)
@@ -228,7 +228,7 @@ def test_explain_outlier_deployment_releases_a_context_and_refuses_bad_input(sta
     assert new[0]["epsilon"] == pytest.approx(0.4)  # add/remove OCDP on the demo's replace-one cap
     (folder,) = (ops.dpr_home / "bundles" / "nycflights13" / "ops-r1").glob("explain-*")
     rows = (folder / "tables" / "pcor__explanations.csv").read_text().splitlines()
-    assert rows[0] == "record_id,status,context,bits" and rows[1].startswith(f"{record},released,")
+    assert rows[0] == "record_id,status,context,bits,utility_shortfall_bound,ci_level" and rows[1].startswith(f"{record},released,")
 
     from prefect.exceptions import PrefectHTTPStatusError
 

@@ -220,3 +220,34 @@ def test_coco_derived_groups_file_is_stated_as_not_protected(dpr_home, small_spe
         stated = any("computed from the protected data" in t for t in prot["not_protected"])
         in_report = "computed from the protected data" in (bundle / "report.md").read_text()
         assert stated == in_report == (provenance == "derived_from_data")
+
+
+def test_every_released_number_carries_a_public_accuracy_statement(dpr_home, small_spec_path, tmp_path):
+    """Issue 16 part 1: manifest (per step), tables (columns) and report (next to the numbers) state the accuracy
+    of every output type; the statements depend on the spec only (the leak test compares them across neighbours)."""
+    import pandas as pd
+
+    from flows.release_pipeline import release_pipeline
+
+    spec = yaml.safe_load(small_spec_path.read_text())
+    spec["accuracy_alpha"] = 0.1
+    spec["steps"]["detect"]["enabled"] = False
+    spec["steps"]["aiq"].update({"enabled": True, "record_ids": ["F000001", "F900000"], "from_detector": 0})
+    spec["steps"]["coco"].update({"enabled": True, "max_group_size": 60})
+    spec["steps"]["pcor"].update({"enabled": True, "record_ids": ["F000003"], "from_detector": 0, "n_samples": 10})
+    path = tmp_path / "acc.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    bundle = Path(release_pipeline(spec_path=str(path))["bundle"])
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    acc = {p["step"]: p["accuracy"] for p in manifest["protection"]}
+    assert set(acc) == {"record_counts", "aiq", "coco", "pcor"} and all(acc.values())
+    for statements in acc.values():
+        for a in statements.values():
+            assert a["level"] in (0.9, 1.0) and a["kind"] and a["statement"]
+    counts = pd.read_csv(bundle / "tables" / "record_counts__counts.csv")
+    assert (counts["ci_level"] == 0.9).all() and (counts["ci_half_width"] > 0).all()
+    assert {"max_error_probability"} <= set(pd.read_csv(bundle / "tables" / "aiq__answers.csv").columns)
+    assert {"ci_level", "measurement_half_width"} <= set(pd.read_csv(bundle / "tables" / "coco__histograms.csv").columns)
+    assert {"utility_shortfall_bound"} <= set(pd.read_csv(bundle / "tables" / "pcor__explanations.csv").columns)
+    report = (bundle / "report.md").read_text()
+    assert " ± " in report and "(90%)" in report and "wrong with probability at most" in report

@@ -335,11 +335,13 @@ CHARGED = "<charged>"
 #: the lines carrying a value the ledger charged for, with what stays visible. Nothing else is masked.
 CHARGED_REPORT_LINES: dict[str, list[tuple[re.Pattern, str]]] = {
     # record_counts: the noisy (accepted, input) counts and their difference (post-processing)
-    "## Record counts": [(re.compile(r"^\| (accepted_rows|input_rows|quarantined_rows) \| -?\d+ \|$"),
-                          rf"| \1 | {CHARGED} |")],
+    # (the "± t (95%)" accuracy after each count is public, from the spec only: it stays visible)
+    "## Record counts": [(re.compile(r"^\| (accepted_rows|input_rows|quarantined_rows) \| -?[\d,]+( ± .*) \|$"),
+                          rf"| \1 | {CHARGED}\2 |")],
     # aiq: one answer per query (the queries are public: roster ids, detector choice, public points)
-    "## Anomaly identification queries": [(re.compile(r"^\| ((?:record|point):[^|]*) \| (?:yes|no) \|$"),
-                                           rf"| \1 | {CHARGED} |")],
+    # (the public worst-case error probability after each answer stays visible)
+    "## Anomaly identification queries": [(re.compile(r"^\| ((?:record|point):[^|]*) \| (?:yes|no) \|( [^|]+ \|)$"),
+                                           rf"| \1 | {CHARGED} |\2")],
     # outlier_counts: the subspace chosen at each rank (exponential mechanism) and its noisy count
     "## Outlier subspaces and counts": [(re.compile(r"^\| (\d+) \| [^|]+ \| \d+\.\d\d \|$"),
                                          rf"| \1 | {CHARGED} | {CHARGED} |")],
@@ -385,10 +387,11 @@ def mask_table(name: str, text: str) -> str:
     header, body = rows[0], rows[1:]
     cols = CHARGED_COLUMNS[name]
     if cols is None:  # coco: keep (node, level) of each run of cells, in order
-        assert header == ["node", "level", "group_size", "groups"], header
+        # the accuracy columns (public: from the spec only) are kept and compared
+        assert header == ["node", "level", "group_size", "groups", "ci_level", "measurement_half_width"], header
         kept = []
         for r in body:
-            r = [r[0], r[1], CHARGED, CHARGED]
+            r = [r[0], r[1], CHARGED, CHARGED, r[4], r[5]]
             if not kept or kept[-1] != r:
                 kept.append(r)
         body = kept
@@ -545,8 +548,8 @@ def test_neighbouring_inputs_leave_identical_public_traces_except_charged_noise(
 
     # the neighbours differ where they should, inside the warehouse
     facts = {name: _warehouse_facts(runs[name]) for name in ok}
-    counts = {name: {k: int(v) for k, v in csv.reader(io.StringIO(
-        (runs[name].bundle / "tables" / "record_counts__counts.csv").read_text())) if k != "cell"} for name in ok}
+    counts = {name: {r["cell"]: int(r["noisy_count"]) for r in csv.DictReader(io.StringIO(
+        (runs[name].bundle / "tables" / "record_counts__counts.csv").read_text()))} for name in ok}
     d, c = facts["D"], counts["D"]
     # the detector's choice (published by design, a stated non-goal) is the same, so the queried ids are
     for name in ok - {"D"}:

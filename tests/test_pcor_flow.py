@@ -109,7 +109,7 @@ def test_explain_outlier_releases_one_valid_context_once(dpr_home, small_spec_pa
     bundles = sorted((dpr_home / "bundles" / "nycflights13" / "test-r1").glob("explain-*"))
     assert len(bundles) == 3
     table = pd.read_csv(bundles[0] / "tables" / "pcor__explanations.csv")
-    assert list(table.columns) == ["record_id", "status", "context", "bits"]
+    assert list(table.columns) == ["record_id", "status", "context", "bits", "utility_shortfall_bound", "ci_level"]
     public = "".join(p.read_text(errors="ignore") for b in bundles for p in b.rglob("*")
                      if p.is_file() and p.suffix in {".csv", ".md", ".json"} and "owner" not in p.parts)
     for word in ("n_verified", "n_candidates", "start_context"):

@@ -482,6 +482,28 @@ class AnomalyIdentification:
             c = eps
         return -a - (c + math.log1p(math.exp(-c)))
 
+    def max_error_probability(self) -> float:
+        """The largest wrong-answer probability over all inputs: a public accuracy bound (issue 16).
+
+        Construction 1 answers wrongly with probability
+        ``e^{-eps (lambda - 1)} / (1 + e^{eps})`` where ``lambda >= 1`` is the
+        (sensitive) distance to a database with the other answer (Section 4,
+        eq. 2/3); its maximum ``1 / (1 + e^{eps})`` is attained at the anomaly
+        boundary (``lambda = 1``). The compiler (Construction 2) halves the
+        rate: ``1 / (1 + e^{eps/2})``. A function of the public epsilon only,
+        so it can be published next to every answer without leaking where the
+        queried point lies; answers far from the boundary are right with much
+        higher probability (the statement says so).
+
+        Returns
+        -------
+        float
+            The bound, rounded up by a relative ``1e-12``.
+        """
+        self.validate()
+        c = float(self.eps) / (2 if self.mechanism == "compiler" else 1)
+        return math.nextafter((1.0 / (1.0 + math.exp(c))) * (1 + 1e-12), 1.0)
+
     # -- saturation ----------------------------------------------------------
 
     def saturation_cap(self) -> int:

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..accuracy import Accuracy
 from ..bundle import StepOutput
 from ..ingest import IngestResult
 from ..mechanisms.aiq import AnomalyIdentification
@@ -177,6 +178,15 @@ def aiq_step(
 
     released = stores.ledger.release_once(req, compute)
     table = pd.DataFrame(released.payload["answers"])
+    p_err = mech.max_error_probability()
+    table["max_error_probability"] = p_err
+    rate = "epsilon / 2" if cfg.mechanism == "compiler" else "epsilon"
+    accuracy = Accuracy(
+        p_err, 1.0, "error_probability",
+        f"each answer is wrong with probability at most {p_err:.3g} = 1 / (1 + e^({rate})), attained only at the "
+        f"anomaly boundary; a query lambda changes away from the other answer is wrong with probability "
+        f"e^(-({rate}) (lambda - 1)) / (1 + e^({rate})) (seed 001, Section 4)",
+    )
     notion = "sensitive privacy" if mech.notion == "sp" else "differential privacy"
     md = (
         f"## Anomaly identification queries ({notion})\n\n"
@@ -189,8 +199,10 @@ def aiq_step(
             "the non-private detector, so the list of queried ids itself is not protected; only the answers are.\n\n"
             if cfg.from_detector else ""
         )
-        + "| query | anomaly? |\n|---|---|\n"
-        + "\n".join(f"| {r['query']} | {'yes' if r['anomaly'] else 'no'} |" for r in released.payload["answers"])
+        + f"Accuracy: {accuracy.statement}.\n\n"
+        + "| query | anomaly? | wrong with probability at most |\n|---|---|---|\n"
+        + "\n".join(f"| {r['query']} | {'yes' if r['anomaly'] else 'no'} | {p_err:.3g} |"
+                    for r in released.payload["answers"])
     )
     not_protected = []
     if cfg.record_ids or cfg.from_detector:
@@ -201,4 +213,5 @@ def aiq_step(
         )
     if cfg.from_detector:
         not_protected.append(DETECTOR_CHOICE_NOT_PROTECTED)
-    return StepOutput("aiq", {"answers": table}, md, keys=[released.key], not_protected=not_protected)
+    return StepOutput("aiq", {"answers": table}, md, keys=[released.key], not_protected=not_protected,
+                      accuracy={"answers": accuracy.as_dict()})

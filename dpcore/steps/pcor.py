@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from ..budget import BudgetExceededError, PrivacyCost, charge_under
+from ..accuracy import Accuracy, level_text
 from ..bundle import StepOutput
 from ..ingest import IngestResult
 from ..ledger import ChargeRequest
@@ -455,6 +456,17 @@ def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str,
         f"| {r.record_id} | {r.context if isinstance(r.context, str) else '(none)'} | {r.status} |"
         for r in table.itertuples()
     ]
+    shortfall = mech.utility_shortfall(spec.accuracy_alpha)
+    what = "population (records in the context)" if cfg.utility == "population" else "overlap with the record's cell"
+    accuracy = Accuracy(
+        shortfall, 1 - spec.accuracy_alpha, "utility",
+        f"with probability at least {level_text(spec.accuracy_alpha)}, the released context's {what} is within "
+        f"{shortfall:.1f} of the best of the at most {mech.final_candidates_bound()} contexts the search compared "
+        f"(exponential mechanism: 2/eps_f (ln R + ln(1/alpha)), eps_f = {float(mech.final_epsilon()):.4g}); "
+        "no_valid_context means no valid context was found (charged)",
+    )
+    at = lines.index("| record | context | status |")
+    lines[at:at] = [f"Accuracy: {accuracy.statement}.", ""]
     not_protected = [
         "The explained record's own value and presence: its context is searched around its own private values.",
         "Neighbouring datasets that change the explained record's set of valid contexts (OCDP, Definition 2.5 "
@@ -462,8 +474,10 @@ def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str,
     ]
     if plan.from_detector:
         not_protected.append(DETECTOR_CHOICE_NOT_PROTECTED)
+    table["utility_shortfall_bound"] = shortfall
+    table["ci_level"] = 1 - spec.accuracy_alpha
     return StepOutput("pcor", {"explanations": table}, "\n".join(lines), keys=[t.request.key for t in plan.targets],
-                      not_protected=not_protected)
+                      not_protected=not_protected, accuracy={"explanations": accuracy.as_dict()})
 
 
 def pcor_step(

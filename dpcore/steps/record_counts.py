@@ -11,6 +11,8 @@ from typing import Any
 
 import pandas as pd
 
+from ..accuracy import (Accuracy, discrete_laplace_difference_half_width, discrete_laplace_half_width,
+                        interval_text, level_text)
 from ..bundle import StepOutput
 from ..ingest import IngestResult
 from ..mechanisms.row_counts import InputRowCounts
@@ -45,16 +47,43 @@ def record_counts_step(
 
     released = stores.ledger.release_once(req, compute)
     p = released.payload
-    table = pd.DataFrame({"cell": list(p), "noisy_count": list(p.values())})
+    acc = record_counts_accuracy(mech, spec.accuracy_alpha)
+    table = pd.DataFrame({
+        "cell": list(p), "noisy_count": list(p.values()),
+        "ci_level": [acc[c].level for c in p], "ci_half_width": [acc[c].bound for c in p],
+    })
     md = (
         "## Record counts (differentially private)\n\n"
         f"Geometric mechanism, epsilon = {cfg.epsilon:g}, add/remove one raw input row: the pair (accepted rows, "
         "input rows) moves by at most 2 in L1 (a row sharing an accepted row's id rejects both), so each cell has "
-        f"noise of scale 2/epsilon; quarantined rows = noisy input rows - noisy accepted rows (post-processing).\n\n"
+        f"noise of scale 2/epsilon; quarantined rows = noisy input rows - noisy accepted rows (post-processing). "
+        f"Each count is given with the half-width of its {level_text(spec.accuracy_alpha)} interval, from the exact "
+        "noise distribution (the difference of two draws for quarantined rows).\n\n"
         "| cell | noisy count |\n|---|---|\n"
-        + "\n".join(f"| {k} | {v} |" for k, v in p.items())
+        + "\n".join(f"| {k} | {interval_text(v, acc[k].bound, spec.accuracy_alpha)} |" for k, v in p.items())
     )
-    return StepOutput("record_counts", {"counts": table}, md, keys=[released.key])
+    return StepOutput("record_counts", {"counts": table}, md, keys=[released.key],
+                      accuracy={f"counts.{c}": a.as_dict() for c, a in acc.items()})
+
+
+def record_counts_accuracy(mech: InputRowCounts, alpha: float) -> dict[str, Accuracy]:
+    """Public accuracy of each released cell (issue 16): from the noise scale ``2/epsilon`` only.
+
+    ``accepted_rows`` and ``input_rows`` each carry one discrete Laplace draw
+    (exact half-width); ``quarantined_rows`` is their difference (two
+    independent draws: exact half-width of the difference). Clamping at 0
+    keeps every statement valid.
+    """
+    s = mech.noise_scale()
+    one = discrete_laplace_half_width(s, alpha)
+    two = discrete_laplace_difference_half_width(s, alpha)
+    lv = 1 - alpha
+    return {
+        "accepted_rows": Accuracy(one, lv, "interval", f"± {one}: discrete Laplace noise of scale {s:g}, exact"),
+        "input_rows": Accuracy(one, lv, "interval", f"± {one}: discrete Laplace noise of scale {s:g}, exact"),
+        "quarantined_rows": Accuracy(two, lv, "interval",
+                                     f"± {two}: difference of two discrete Laplace draws of scale {s:g}, exact"),
+    }
 
 
 def rejected_fraction_gate(spec: ReleaseSpec, counts: StepOutput) -> str | None:

@@ -33,6 +33,8 @@ Privacy notion and neighbours (DESIGN.md rules 4-5)
 """
 from __future__ import annotations
 
+import math
+
 import numbers
 from dataclasses import dataclass
 from fractions import Fraction
@@ -327,6 +329,42 @@ class PCORMechanism:
         if self.final_share is None:
             return eps / (n + 1)
         return eps * (1 - exact(self.final_share)) / n
+
+    def final_candidates_bound(self) -> int:
+        """A public upper bound on the number of candidates of the final selection.
+
+        DFS/BFS, uniform and random walk compare at most the ``n`` sampled
+        contexts and the start (``n + 1``); ``direct`` at most
+        ``max_direct_contexts``. Counting more candidates than there are only
+        weakens (never invalidates) :meth:`utility_shortfall`.
+        """
+        self.validate()
+        return int(self.max_direct_contexts) if self.sampler == "direct" else int(self.n_samples) + 1
+
+    def utility_shortfall(self, alpha: float) -> float:
+        """The exponential mechanism's utility guarantee for the final selection, from public parameters.
+
+        McSherry-Talwar (the guarantee behind Theorems 4.1 and 5.x): with
+        probability at least ``1 - alpha`` the released context's utility is
+        at least ``OPT - (2 Delta u / eps_f) (ln |R| + ln(1/alpha))``, where
+        ``OPT`` is the best utility among the ``|R|`` candidates the search
+        compared, ``eps_f`` = :meth:`final_epsilon` (dpcore's convention:
+        weights ``e^{eps_f u / (2 Delta u)}``) and ``Delta u = 1``.
+
+        Returns
+        -------
+        float
+            The shortfall ``(2 / eps_f) (ln R + ln(1/alpha))`` with ``R`` =
+            :meth:`final_candidates_bound`, rounded up.
+        """
+        from .samplers import EM_SENSITIVITY
+
+        a = float(alpha)
+        if not 0 < a < 1:
+            raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+        eps_f = float(self.final_epsilon())
+        val = (2 * EM_SENSITIVITY / eps_f) * (math.log(self.final_candidates_bound()) + math.log(1 / a))
+        return math.nextafter(val * (1 + 1e-12), math.inf)
 
     def final_epsilon(self) -> Fraction:
         """Epsilon of the final exponential-mechanism selection (dpcore convention), exactly.

@@ -1,0 +1,93 @@
+"""Accuracy statements (issue 16, part 1): exact half-widths from the noise distributions, public bounds only."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import opendp.prelude as dp
+
+from dpcore.accuracy import (
+    check_alpha,
+    discrete_laplace_difference_half_width,
+    discrete_laplace_half_width,
+    discrete_laplace_tail,
+    gaussian_half_width,
+    interval_text,
+)
+from dpcore.noise import NoiseSource
+
+dp.enable_features("contrib")
+
+
+def _exact_tail(s: float, t: int) -> float:
+    """P(|Z| > t) by summing the pmf (independent of the closed form)."""
+    q = math.exp(-1 / s)
+    z = np.arange(t + 1, t + 1 + int(80 * s) + 50)
+    return float(2 * ((1 - q) / (1 + q) * np.exp(-z / s)).sum())
+
+
+@pytest.mark.parametrize("scale", [0.5, 1.0, 2.0, 7.0, 14.0, 20.0, 40.0])
+@pytest.mark.parametrize("alpha", [0.05, 0.01, 0.2])
+def test_discrete_laplace_half_width_is_the_smallest_exact_cover(scale, alpha):
+    t = discrete_laplace_half_width(scale, alpha)
+    assert _exact_tail(scale, t) <= alpha * (1 + 1e-9)
+    assert t == 0 or _exact_tail(scale, t - 1) > alpha
+    assert discrete_laplace_tail(scale, t) == pytest.approx(_exact_tail(scale, t), rel=1e-9)
+    # OpenDP's accuracy a has P(|Z| >= a) = alpha: the smallest integer cover is ceil(a) - 1
+    a = dp.discrete_laplacian_scale_to_accuracy(float(scale), float(alpha))
+    assert abs(t - (math.ceil(a) - 1)) <= 1
+
+
+@pytest.mark.parametrize("scale", [1.0, 20.0])
+def test_difference_half_width_covers_the_difference_of_two_draws(scale):
+    alpha = 0.05
+    t = discrete_laplace_difference_half_width(scale, alpha)
+    one = discrete_laplace_half_width(scale, alpha)
+    assert one < t < 2 * one + 1
+    # the exact pmf of the difference, from a direct double sum
+    q = math.exp(-1 / scale)
+    z = np.arange(-int(60 * scale) - 20, int(60 * scale) + 21)
+    p = (1 - q) / (1 + q) * np.exp(-np.abs(z) / scale)
+    d = np.subtract.outer(z, z)
+    w = np.multiply.outer(p, p)
+    assert w[np.abs(d) > t].sum() <= alpha and w[np.abs(d) > t - 1].sum() > alpha
+    # and a seeded simulation agrees
+    rng = NoiseSource(seed=11)
+    x = rng.discrete_laplace(np.zeros(40_000, dtype=np.int64), scale=scale)
+    y = rng.discrete_laplace(np.zeros(40_000, dtype=np.int64), scale=scale)
+    assert np.mean(np.abs(x - y) > t) < alpha + 0.006
+
+
+def test_gaussian_half_width_and_text():
+    assert gaussian_half_width(10.0, 0.05) == pytest.approx(19.5996, rel=1e-5)
+    assert gaussian_half_width(10.0, 0.05) >= 10.0 * 1.959963984540054
+    assert interval_text(1204, 37) == "1,204 ± 37 (95%)"
+    assert interval_text(3.5, 1.25, 0.1) == "3.50 ± 1.25 (90%)"
+    for bad in (0, 1, -0.1, 1.5, float("nan"), True):
+        with pytest.raises(ValueError, match="alpha"):
+            check_alpha(bad)
+
+
+@pytest.mark.parametrize("kind", ["sp", "dp", "compiler"])
+def test_aiq_public_error_bound_is_the_worst_case_over_all_inputs(kind):
+    from dpcore.mechanisms.aiq import AnomalyIdentification
+
+    m = AnomalyIdentification(4, 0.02, 0.3, k=2, mechanism=kind)
+    worst = max(float(m.error_probability([b], [x])[0]) for b in range(0, 30) for x in range(0, b + 1))
+    assert worst <= m.max_error_probability() <= worst * (1 + 1e-9)
+
+
+def test_pcor_utility_shortfall_is_the_exponential_mechanism_bound():
+    from dpcore.mechanisms.pcor.mechanism import PCORMechanism
+
+    m = PCORMechanism("bfs", 0.2, n_samples=50, final_share=0.25)
+    eps_f = 0.2 * 0.25
+    assert m.final_candidates_bound() == 51
+    assert m.utility_shortfall(0.05) == pytest.approx(2 / eps_f * (math.log(51) + math.log(20)), rel=1e-9)
+    # the bound holds for the exact selection probabilities: P(u <= OPT - shortfall) <= alpha
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        u = rng.integers(0, 3000, size=51).astype(float)
+        p = NoiseSource.exponential_mechanism_probabilities(u, eps_f, 1.0)
+        assert p[u < u.max() - m.utility_shortfall(0.05)].sum() <= 0.05
