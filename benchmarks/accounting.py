@@ -3,7 +3,7 @@
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/accounting.py [--spec specs/demo.yaml] [--dry-run]``.
 Writes the ``accounting`` section of BENCHMARKS.md via :func:`benchmarks._record.record`
 (every figure is computed here; ``--dry-run`` prints the section without recording it).
-Needs ``dp-accounting`` (the ``dev`` extra; a benchmark-only dependency).
+Needs ``dp-accounting`` (the ``bench`` extra: ``pip install -e ".[bench]"``; a benchmark-only dependency).
 
 What it does
 ------------
