@@ -101,8 +101,8 @@ try:
     DP_ACCOUNTING_VERSION = _version("dp-accounting")
 except ImportError as exc:  # pragma: no cover - benchmark-only dependency
     raise SystemExit(
-        f"benchmarks/accounting.py needs dp-accounting ({exc}); install the dev extra: "
-        "python -m pip install -e '.[dev]' (or python -m pip install dp-accounting)"
+        f"benchmarks/accounting.py needs dp-accounting ({exc}); install the bench extra: "
+        "python -m pip install -e '.[bench]' (or python -m pip install dp-accounting)"
     ) from None
 
 #: PLD discretisation (dp-accounting's default): the privacy loss is rounded up to multiples of it.
@@ -520,7 +520,7 @@ def build_section(spec_path: Path, spec, charges, results, whatif_results, illus
         "## Composition accounting: plain sum vs PLD / RDP / zCDP (issue 16, part 4)",
         "",
         f"`PYTHONPATH=. .venv/bin/python benchmarks/accounting.py --spec {spec_path.relative_to(ROOT)}` — "
-        f"{machine()}; whole run {elapsed:.0f} s; dp-accounting {DP_ACCOUNTING_VERSION} (benchmark-only, dev extra), "
+        f"{machine()}; whole run {elapsed:.0f} s; dp-accounting {DP_ACCOUNTING_VERSION} (benchmark-only, bench extra), "
         f"PLD discretisation {PLD_INTERVAL:g}, pessimistic estimates.",
         "",
         f"Release `{spec.release_id}` of `{spec.dataset.name}`; the charges are derived from the spec and the steps' "
@@ -674,7 +674,7 @@ def build_section(spec_path: Path, spec, charges, results, whatif_results, illus
         "direction beyond its discretisation, so a figure rounded toward more spend would need its own rigorous "
         "composition code: a large change to the one spend path for the saving above.",
         f"6. *Dependency.* dp-accounting {DP_ACCOUNTING_VERSION} requires {', '.join(attrs_pin) or 'old pins'}; "
-        "it stays a benchmark-only dependency (dev extra), not a runtime one.",
+        "it stays a benchmark-only dependency (bench extra), not a runtime one.",
         "",
         "Revisit if a spec makes many small-eps DP charges (dozens of per-query Laplace or Gaussian answers) or "
         "releases become frequent and small: rerun this script; PLD with mechanism PLDs recorded per charge is "
