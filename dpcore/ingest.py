@@ -162,6 +162,17 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
     df.insert(0, ROW, range(1, len(df) + 1))
 
     def op(con):
+        # check again inside the write transaction: a concurrent run may have stored the same input
+        # since the check above (runs are serialised on the warehouse file), and its id must win
+        again = con.execute(
+            "SELECT ingest_id, table_name FROM raw.ingests WHERE content_hash = ? AND dataset = ? "
+            "AND ingest_id IS NOT NULL",
+            [content_hash, spec.dataset.name],
+        ).fetchall()
+        if again and con.execute(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = 'raw' AND table_name = ?", [again[0][1]]
+        ).fetchall():
+            return again[0][0], again[0][1]
         con.register("_incoming", df)
         con.execute(f'CREATE TABLE IF NOT EXISTS raw."{table}" AS SELECT * FROM _incoming')
         con.unregister("_incoming")
@@ -172,8 +183,9 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
             [content_hash, spec.dataset.name, table, src.kind, str(path), len(df), len(data),
              datetime.now(timezone.utc), ingest_id],
         )
+        return ingest_id, table
 
-    wh.run(op, transaction=True)
+    ingest_id, table = wh.run(op, transaction=True)
     return IngestResult(spec.dataset.name, ingest_id, table, content_hash)
 
 
