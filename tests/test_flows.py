@@ -175,11 +175,23 @@ def _broken_coco_groups(spec, tmp_path):
     spec["steps"]["coco"].update({"enabled": True, "groups_file": str(dup)})
 
 
+def _unreadable_coco_groups(spec, tmp_path):
+    empty = tmp_path / "fleet_empty.csv"
+    empty.write_bytes(b"")
+    spec["steps"]["coco"].update({"enabled": True, "groups_file": str(empty)})
+
+
+def _repeated_coco_level(spec):
+    spec["steps"]["coco"].update({"enabled": True, "levels": ["carrier", "carrier"], "epsilon_per_level": 0.5})
+
+
 @pytest.mark.parametrize(
     "breaker, fragment",
     [
         (lambda s, p: _broken_coco_levels(s), "steps.coco"),
         (_broken_coco_groups, "more than one leaf"),
+        (_unreadable_coco_groups, r"steps\.coco\.groups_file .* not a readable UTF-8 CSV"),
+        (lambda s, p: _repeated_coco_level(s), r"steps\.coco\.levels .* repeats a column"),
         (lambda s, p: s["steps"]["aiq"].update({"enabled": True, "record_ids": ["F999999"]}), "not on the public roster"),
     ],
 )

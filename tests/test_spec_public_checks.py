@@ -1,8 +1,9 @@
 """Issue 15, hole 9: specs whose steps could abort on a private fact are refused when they load.
 
 A step needing a value in every row must not use a nullable attribute, and a ``log`` transform needs a
-public minimum above 0: decided from the spec alone (``dpcore.spec._public_completeness_problems``), so
-no input can make one run abort and its neighbour succeed.
+public minimum above 0: decided from the spec alone (``dpcore.spec.public_completeness_problems``, applied
+by the loader to enabled steps and by each step to itself), so no input can make one run abort and its
+neighbour succeed.
 """
 from __future__ import annotations
 
@@ -94,3 +95,70 @@ def test_a_log_with_a_positive_public_min_and_disabled_steps_are_fine(tmp_path):
         s["steps"]["outlier_counts"]["enabled"] = False
 
     load_spec(_spec(tmp_path, nullable_but_disabled))
+
+
+def test_every_detector_transform_has_a_public_domain_rule():
+    """A transform the detector knows but the spec cannot check would be refused only by the data."""
+    from dpcore.detect.design import TRANSFORMS
+    from dpcore.spec import TRANSFORM_DOMAINS
+
+    assert set(TRANSFORMS) == set(TRANSFORM_DOMAINS)
+
+
+def _bypassed(spec, step: str, **nullable_or_min):
+    """``spec`` with schema edits and ``steps.<step>`` disabled, built WITHOUT validation (model_copy)."""
+    schema = spec.public_schema
+    numeric = dict(schema.numeric)
+    categorical = dict(schema.categorical)
+    for name, update in nullable_or_min.items():
+        if name in numeric:
+            numeric[name] = numeric[name].model_copy(update=update)
+        else:
+            categorical[name] = categorical[name].model_copy(update=update)
+    schema = schema.model_copy(update={"numeric": numeric, "categorical": categorical})
+    section = getattr(spec.steps, step).model_copy(update={"enabled": False})
+    steps = spec.steps.model_copy(update={step: section})
+    return spec.model_copy(update={"public_schema": schema, "steps": steps})
+
+
+def _with_log(spec):
+    t0 = spec.steps.detect.templates[0].model_copy(update={"transforms": {"distance": "log"}})  # distance: min 0
+    detect = spec.steps.detect.model_copy(update={"templates": [t0, *spec.steps.detect.templates[1:]]})
+    return spec.model_copy(update={"steps": spec.steps.model_copy(update={"detect": detect})})
+
+
+@pytest.mark.parametrize(
+    "step, build, path",
+    [
+        ("detect", lambda s: _bypassed(s, "detect", dep_delay={"nullable": True}), "steps.detect.templates[1] attributes"),
+        ("detect", lambda s: _bypassed(_with_log(s), "detect"), "steps.detect.templates[0].transforms.distance: log"),
+        ("aiq", lambda s: _bypassed(s, "aiq", air_time={"nullable": True}), "steps.aiq.attributes"),
+        ("outlier_counts", lambda s: _bypassed(s, "outlier_counts", distance={"nullable": True}),
+         "steps.outlier_counts attributes"),
+        ("pcor", lambda s: _bypassed(s, "pcor", arr_delay={"nullable": True}), "steps.pcor.metric"),
+        ("pcor", lambda s: _bypassed(s, "pcor", carrier={"nullable": True}), "steps.pcor.attributes"),
+    ],
+)
+def test_each_step_applies_the_same_public_rules_to_itself(tmp_path, step, build, path):
+    """One place for the rules (``dpcore.spec.public_completeness_problems``): a step about to run refuses a
+    spec that bypassed the loader with exactly the loader's message, whether or not it is enabled, before any
+    data is read (settings and input are not even given)."""
+    from dpcore.spec import public_completeness_problems
+    from dpcore.steps.aiq import check_aiq
+    from dpcore.steps.common import StepInputError
+    from dpcore.steps.detect import detection_frame
+    from dpcore.steps.outlier_counts import check_outlier_counts
+    from dpcore.steps.pcor import check_pcor
+
+    run = {
+        "detect": lambda s: detection_frame(s, None, None),
+        "aiq": check_aiq, "outlier_counts": check_outlier_counts, "pcor": check_pcor,
+    }[step]
+    spec = build(load_spec(_spec(tmp_path, lambda s: None)))
+    # the step is disabled: the loader's rule does not look at it (other enabled steps may share the attribute)
+    assert not any(p.startswith(path) for p in public_completeness_problems(spec))
+    problems = public_completeness_problems(spec, [step])
+    assert any(p.startswith(path) for p in problems)
+    with pytest.raises(StepInputError) as err:
+        run(spec)
+    assert str(err.value) == "; ".join(problems)

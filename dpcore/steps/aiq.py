@@ -44,7 +44,8 @@ from ..settings import Settings
 from ..spec import AiqSpec, ReleaseSpec
 from .detect import DETECTOR_CHOICE_NOT_PROTECTED, flagged_records
 from .common import (
-    StepInputError, charge_request, check_record_ids, load_columns, noise_source, open_stores, require_complete,
+    StepInputError, charge_request, check_record_ids, load_columns, noise_source, open_stores,
+    require_public_completeness,
 )
 
 
@@ -52,7 +53,7 @@ def _check_queries(spec: ReleaseSpec, cfg: AiqSpec, attrs: list[str], record_ids
     if not cfg.record_ids and not cfg.points and not cfg.from_detector:
         raise StepInputError("steps.aiq: no queries; give record_ids, points or from_detector")
     check_record_ids(spec, record_ids, "steps.aiq.record_ids")
-    require_complete(spec, attrs, "steps.aiq.attributes", "AIQ needs complete numeric attributes")
+    require_public_completeness(spec, "aiq")
     for n, point in enumerate(cfg.points):
         if set(point) != set(attrs):
             raise StepInputError(

@@ -29,6 +29,7 @@ the level's ε — and the public mechanism parameters.
 from __future__ import annotations
 
 import hashlib
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -63,18 +64,25 @@ def coco_inputs(spec: ReleaseSpec) -> CocoInputs:
     Raises
     ------
     StepInputError
-        Missing file or column, a group mapped to no leaf (empty level value,
-        or a group of the public domain absent from the file) or to two leaves
-        (listed twice).
+        Missing or unreadable file (not UTF-8 CSV, no header), a missing
+        column, a level listed twice, a group mapped to no leaf (empty level
+        value, or a group of the public domain absent from the file) or to two
+        leaves (listed twice).
     """
     cfg = spec.steps.coco
     gid = cfg.group_id or cfg.group_column
     path = Path(cfg.groups_file)
     try:
         raw = path.read_bytes()
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+        df = pd.read_csv(io.BytesIO(raw), dtype=str, keep_default_na=False, encoding="utf-8")
     except FileNotFoundError:
         raise StepInputError(f"steps.coco.groups_file not found: {path}") from None
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise StepInputError(
+            f"steps.coco.groups_file {path} is not a readable UTF-8 CSV with a header row ({type(exc).__name__})"
+        ) from None
+    if len(set(cfg.levels)) != len(cfg.levels):
+        raise StepInputError(f"steps.coco.levels {list(cfg.levels)} repeats a column; list each level once")
     missing = [c for c in (gid, *cfg.levels) if c not in df.columns]
     if missing:
         raise StepInputError(f"steps.coco.groups_file {path.name} has no column(s) {missing}")

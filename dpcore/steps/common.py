@@ -13,7 +13,7 @@ from ..ingest import IngestResult
 from ..ledger import ChargeRequest, PrivacyLedger
 from ..noise import NoiseSource
 from ..settings import Settings
-from ..spec import ReleaseSpec
+from ..spec import ReleaseSpec, public_completeness_problems
 from ..validation import validated_table_name
 from ..warehouse import Warehouse
 
@@ -36,18 +36,24 @@ def open_stores(settings: Settings) -> Stores:
     return Stores(wh, PrivacyLedger(wh))
 
 
-def require_complete(spec: ReleaseSpec, attrs: list[str], where: str, why: str) -> None:
-    """Refuse nullable attributes for a step that needs a value in every row.
+def require_public_completeness(spec: ReleaseSpec, step: str) -> None:
+    """Refuse to run ``step`` if it could abort on a private fact (issue 15, hole 9).
+
+    A thin call to :func:`dpcore.spec.public_completeness_problems`, the one
+    place the rules live (nullable attributes of a step that needs a value in
+    every row, a ``log`` transform without a public ``min > 0``). The spec
+    loader already refuses such specs for enabled steps; this repeats the
+    check for the step about to run, whatever its ``enabled`` flag, so a spec
+    built without validation cannot reach the data either.
 
     Raises
     ------
     StepInputError
-        Naming the spec key ``where``, the nullable attributes and ``why``.
+        Naming each problem's spec path and rule; nothing charged, no data read.
     """
-    schema = spec.public_schema
-    nullable = [a for a in attrs if (schema.numeric.get(a) or schema.categorical.get(a)).nullable]
-    if nullable:
-        raise StepInputError(f"{where} {nullable} are nullable; {why}")
+    problems = public_completeness_problems(spec, [step])
+    if problems:
+        raise StepInputError("; ".join(problems))
 
 
 def check_record_ids(spec: ReleaseSpec, ids: list[str], where: str) -> None:

@@ -40,7 +40,7 @@ from ..settings import Settings
 from ..spec import ReleaseSpec
 from ..validation import validated_table_name
 from ..warehouse import Warehouse
-from .common import StepInputError, load_columns, open_stores
+from .common import StepInputError, load_columns, open_stores, require_public_completeness
 
 
 @dataclass(frozen=True)
@@ -65,16 +65,13 @@ def detection_frame(spec: ReleaseSpec, settings: Settings, ingested: IngestResul
     Raises
     ------
     StepInputError
-        A template uses a nullable attribute (the regression needs complete rows).
+        A template uses a nullable attribute (the regression needs complete
+        rows) or a transform outside its public domain (``log`` without a
+        public ``min > 0``): :func:`~dpcore.steps.common.require_public_completeness`,
+        before any data is read.
     """
+    require_public_completeness(spec, "detect")
     attrs = sorted({a for t in templates_of(spec) for a in (t.behavioural, *t.contextual)})
-    nullable = [
-        a for a in attrs
-        if (a in spec.public_schema.numeric and spec.public_schema.numeric[a].nullable)
-        or (a in spec.public_schema.categorical and spec.public_schema.categorical[a].nullable)
-    ]
-    if nullable:
-        raise StepInputError(f"steps.detect.templates use nullable attributes {nullable}; declare them non-nullable")
     return load_columns(open_stores(settings).warehouse, spec, ingested, attrs)
 
 

@@ -43,7 +43,9 @@ from ..mechanisms.subspace import TopSubspaceSelection, candidate_subspaces
 from ..neighbors import scale_by_bounds
 from ..settings import Settings
 from ..spec import ReleaseSpec
-from .common import StepInputError, charge_request, load_columns, noise_source, open_stores, require_complete
+from .common import (
+    StepInputError, charge_request, load_columns, noise_source, open_stores, require_public_completeness,
+)
 
 
 def _candidates(spec: ReleaseSpec, attrs: list[str]) -> list[tuple[int, ...]]:
@@ -120,7 +122,7 @@ def _checked(spec: ReleaseSpec) -> tuple[list[str], list[tuple[int, ...]], TopSu
         )
     if len(set(attrs)) != len(attrs):
         raise StepInputError("steps.outlier_counts.attributes lists an attribute twice; list each once")
-    require_complete(spec, attrs, "steps.outlier_counts attributes", "outlier counting needs complete rows")
+    require_public_completeness(spec, "outlier_counts")
     relation = getattr(getattr(spec, "budget", None), "neighbour", None)
     if relation is not None and str(getattr(relation, "value", relation)) != "replace-one":
         raise StepInputError(

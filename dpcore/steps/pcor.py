@@ -51,7 +51,7 @@ from ..settings import Settings
 from ..spec import PcorSpec, ReleaseSpec
 from .common import (
     StepInputError, charge_request, check_record_ids, load_columns, noise_source, noise_test_seed, open_stores,
-    require_complete,
+    require_public_completeness,
 )
 from .detect import DETECTOR_CHOICE_NOT_PROTECTED, flagged_records
 
@@ -130,8 +130,6 @@ def _context_attributes(spec: ReleaseSpec, cfg: PcorSpec) -> list[str]:
     attrs = list(cfg.attributes) if cfg.attributes else [a for a, c in cats.items() if not c.nullable]
     if not attrs:
         raise StepInputError("steps.pcor.attributes: no categorical attribute to build contexts from")
-    require_complete(spec, attrs, "steps.pcor.attributes",
-                     "a context needs a value of every attribute: choose non-nullable categorical attributes")
     return attrs
 
 
@@ -177,9 +175,9 @@ def check_pcor(spec: ReleaseSpec) -> tuple[list[str], str, dict[str, Any], dict[
         all; nothing charged. Presence is never checked (rule 8).
     """
     cfg = spec.steps.pcor
+    require_public_completeness(spec, "pcor")
     attrs = _context_attributes(spec, cfg)
     metric = _metric(spec, cfg)
-    require_complete(spec, [metric], "steps.pcor.metric", "the verifier needs the metric in every row")
     if not cfg.record_ids and not cfg.from_detector:
         raise StepInputError("steps.pcor: no record to explain; give record_ids or from_detector")
     check_record_ids(spec, list(cfg.record_ids), "steps.pcor.record_ids")

@@ -71,7 +71,8 @@ def group_sizes_by_leaf(item_groups: np.ndarray, group_leaf: pd.Series, K: int,
     ValueError
         ``K < 1``; a group listed twice (mapped to two leaves); a group mapped
         to no leaf (missing leaf id); a leaf id not in ``hierarchy``; an item
-        whose group is not in the public table (the group is named).
+        whose group is not in the public table (the message names no item,
+        group or count: the items are private).
     """
     K = _check_K(K)
     if not isinstance(group_leaf, pd.Series):
@@ -96,10 +97,9 @@ def group_sizes_by_leaf(item_groups: np.ndarray, group_leaf: pd.Series, K: int,
             raise ValueError(f"leaf {str(bad[0])!r} of the public groups table is not a leaf of the hierarchy")
     items = np.asarray(item_groups)
     pos = idx.get_indexer(items) if len(items) else np.empty(0, dtype=np.int64)
-    if (pos < 0).any():
-        g = items[np.flatnonzero(pos < 0)[0]]
-        g = g.item() if isinstance(g, np.generic) else g
-        raise ValueError(f"an item belongs to group {g!r}, which is not in the public groups table")
+    if (pos < 0).any():  # no group named: the items are private (validation keeps them in the public domain)
+        raise ValueError("some items belong to a group that is not in the public groups table "
+                         "(the group column's public domain must be covered by the groups table)")
     sizes = np.minimum(np.bincount(pos, minlength=len(idx)), K).astype(np.int64)
     codes, uniques = pd.factorize(leaf_vals)
     order = np.argsort(codes, kind="stable")
