@@ -396,9 +396,14 @@ class OutlierCountsSpec(_Strict):
     """The ``outlier_counts`` private step (seed 002, Scenario 2): top-h subspaces, then their outlier counts.
 
     Distances: dist_S over the chosen numeric attributes scaled to [0, 1] by
-    their public bounds (Definition 7). Budget: ``epsilon_select`` for the h
-    exponential-mechanism draws in total, then ``(epsilon_count, delta_count)``
-    for each of the h counts.
+    their public bounds (Definition 7). Budget, either explicit --
+    ``epsilon_select`` for the h exponential-mechanism draws in total, then
+    ``epsilon_count`` (and ``delta_count`` for the Gaussian methods) for each of
+    the h counts (defaults 0.5 and 0.5) -- or one ``epsilon_total`` for the
+    step, split by the public rule of
+    :func:`dpcore.steps.outlier_counts.budget_split` (h, the number of
+    candidates and the method only). Giving ``epsilon_total`` together with
+    ``epsilon_select`` or ``epsilon_count`` is an error.
     """
 
     enabled: bool = False
@@ -408,13 +413,49 @@ class OutlierCountsSpec(_Strict):
     subspace_dim: int = Field(default=1, ge=1, description="Candidate subspaces: all subsets of this size.")
     candidates: list[list[str]] | None = Field(default=None, description="Or an explicit list of subspaces.")
     h: int = Field(default=2, ge=1, description="How many subspaces to select (<= number of candidates).")
-    epsilon_select: float = Field(default=0.5, gt=0, le=10, description="Epsilon of the whole top-h selection.")
-    epsilon_count: float = Field(
-        default=0.5, gt=0, lt=1, description="Epsilon of each released count, in (0, 1) (Theorems 1-2 need epsilon < 1)."
+    epsilon_total: float | None = Field(
+        default=None, gt=0, le=10,
+        description="One epsilon for the whole step (selection + h counts), split by the public rule of "
+        "dpcore.steps.outlier_counts.budget_split; excludes epsilon_select / epsilon_count.",
     )
-    delta_count: float = Field(default=1e-6, gt=0, lt=1, description="Delta of each released count, in (0, 1).")
-    method: Literal["smooth", "global"] = Field(default="smooth", description="Smooth sensitivity or the global-sensitivity baseline.")
+    epsilon_select: float | None = Field(
+        default=None, gt=0, le=10, description="Epsilon of the whole top-h selection (default 0.5 without epsilon_total)."
+    )
+    epsilon_count: float | None = Field(
+        default=None, gt=0, le=10,
+        description="Epsilon of each released count (default 0.5 without epsilon_total); below 1 for the Gaussian "
+        "methods smooth/global (Theorems 1-2 need epsilon < 1).",
+    )
+    delta_count: float = Field(
+        default=1e-6, gt=0, lt=1,
+        description="Delta of each released count, in (0, 1), for the Gaussian methods; global_laplace spends none.",
+    )
+    method: Literal["smooth", "global", "global_laplace", "auto"] = Field(
+        default="smooth",
+        description="Count mechanism: smooth = smooth-sensitivity Gaussian (Theorem 2); global = global-sensitivity "
+        "Gaussian (Theorem 1); global_laplace = discrete Laplace with the public global sensitivity (pure epsilon-DP); "
+        "auto = the one with the smallest publishable 95% interval for these public parameters.",
+    )
     size_limit: int = Field(default=12, ge=1, le=30, description="Largest |P| solved exactly by Algorithm 1.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _budget_form(cls, data):
+        """Either ``epsilon_total`` or the explicit pair (whose defaults are 0.5 each)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if data.get("epsilon_total") is not None:
+            given = [n for n in ("epsilon_select", "epsilon_count") if data.get(n) is not None]
+            if given:
+                raise ValueError(
+                    f"give either epsilon_total (split by the step's public rule) or {' and '.join(given)}, not both"
+                )
+            return data
+        for name in ("epsilon_select", "epsilon_count"):
+            if data.get(name) is None:
+                data[name] = 0.5
+        return data
 
 
 class PcorSpec(_Strict):

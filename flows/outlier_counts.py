@@ -53,14 +53,16 @@ def outlier_counts(
     epsilon_select: Annotated[float, Field(gt=0, le=10)] = 0.5,
     epsilon_count: Annotated[float, Field(gt=0, lt=1)] = 0.5,
     delta_count: Annotated[float, Field(gt=0, lt=1)] = 1e-6,
-    method: Literal["smooth", "global"] = "smooth",
+    method: Literal["smooth", "global", "global_laplace", "auto"] = "smooth",
+    epsilon_total: Annotated[Optional[float], Field(gt=0, le=10)] = None,
     attributes: Optional[list[str]] = None,
     spec_path: SpecPath = DEMO_SPEC,
     release_id: ReleaseId = None,
 ) -> list[dict[str, Any]]:
     """Which h subspaces hold the most distance-based outliers, and how many each holds.
 
-    Costs epsilon_select once plus (epsilon_count, delta_count) per selected subspace.
+    Costs epsilon_select once plus (epsilon_count, delta_count) per selected subspace (delta 0 for
+    global_laplace), or epsilon_total in all when it is given.
     Neighbouring datasets differ in one replaced record (the source paper's convention).
 
     Args:
@@ -69,18 +71,24 @@ def outlier_counts(
         h: Number of subspaces to select (at most the number of candidates).
         subspace_dim: Candidates are all subspaces of this many attributes.
         epsilon_select: Epsilon of the whole top-h selection (exponential mechanism).
-        epsilon_count: Epsilon of each released count (Gaussian mechanism), below 1 as Theorems 1-2 require.
-        delta_count: Delta of each released count, in (0, 1).
-        method: smooth = smooth-sensitivity Gaussian mechanism; global = global-sensitivity baseline.
+        epsilon_count: Epsilon of each released count, below 1 (Theorems 1-2 of the Gaussian methods need it).
+        delta_count: Delta of each released count, in (0, 1); global_laplace spends none.
+        method: smooth = smooth-sensitivity Gaussian; global = global-sensitivity Gaussian; global_laplace =
+            discrete Laplace with the public global sensitivity (pure epsilon-DP); auto = the smallest published
+            95% interval for these public parameters.
+        epsilon_total: One epsilon for the whole step, split between the selection and the counts by the step's
+            public rule; when given, epsilon_select and epsilon_count are ignored.
         attributes: Numeric attributes to use (default: all numeric attributes of the spec).
         spec_path: Path to the release spec YAML.
         release_id: Overrides the spec's release id.
     """
     spec, settings = resolve(spec_path, release_id)
+    budget = ({"epsilon_total": epsilon_total, "epsilon_select": None, "epsilon_count": None}
+              if epsilon_total is not None else
+              {"epsilon_total": None, "epsilon_select": epsilon_select, "epsilon_count": epsilon_count})
     section = spec.steps.outlier_counts.model_copy(update={
-        "enabled": True, "k": k, "r": r, "h": h, "subspace_dim": subspace_dim, "epsilon_select": epsilon_select,
-        "epsilon_count": epsilon_count, "delta_count": delta_count, "method": method,
-        "attributes": attributes or spec.steps.outlier_counts.attributes,
+        "enabled": True, "k": k, "r": r, "h": h, "subspace_dim": subspace_dim, "delta_count": delta_count,
+        "method": method, "attributes": attributes or spec.steps.outlier_counts.attributes, **budget,
     })
     spec = with_step(spec, "outlier_counts", section)
     ingested = ingest_task(spec, settings)

@@ -342,9 +342,11 @@ CHARGED_REPORT_LINES: dict[str, list[tuple[re.Pattern, str]]] = {
     # (the public worst-case error probability after each answer stays visible)
     "## Anomaly identification queries": [(re.compile(r"^\| ((?:record|point):[^|]*) \| (?:yes|no) \|( [^|]+ \|)$"),
                                            rf"| \1 | {CHARGED} |\2")],
-    # outlier_counts: the subspace chosen at each rank (exponential mechanism) and its noisy count
-    "## Outlier subspaces and counts": [(re.compile(r"^\| (\d+) \| [^|]+ \| \d+\.\d\d \|$"),
-                                         rf"| \1 | {CHARGED} | {CHARGED} |")],
+    # outlier_counts: the subspace chosen at each rank (exponential mechanism) and its noisy count (an
+    # integer for the discrete Laplace, 2 decimals for the Gaussians); the 95% half-width next to it is
+    # public (a function of the spec only) and stays visible: it must be the same on every neighbour
+    "## Outlier subspaces and counts": [(re.compile(r"^\| (\d+) \| [^|]+ \| \d+(?:\.\d\d)? ± (\d+) \(95%\) \|$"),
+                                         rf"| \1 | {CHARGED} | {CHARGED} ± \2 (95%) |")],
     # coco: the number of non-zero cells of the released (noisy, post-processed) histograms
     "## Count-of-counts histograms": [(re.compile(r"\([\d,]+ non-zero cells\)"), f"({CHARGED} non-zero cells)")],
     # pcor: the released context of each explained record and its status (released / no valid context)

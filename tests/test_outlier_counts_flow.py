@@ -79,3 +79,48 @@ def test_count_epsilon_must_be_below_one(dpr_home, small_spec_path):
     with pytest.raises(ParameterTypeError, match="epsilon_count"):
         outlier_counts(spec_path=str(small_spec_path), epsilon_count=1.0)
     assert _charges().empty
+
+
+def test_epsilon_total_with_auto_charges_the_total_as_pure_dp_and_publishes_the_interval(dpr_home, small_spec_path,
+                                                                                          tmp_path):
+    """Issue 16: one epsilon_total split by the public rule (m = 4, h = 2: 23% to the selection), method auto ->
+    the global discrete Laplace at these public parameters: integer counts, delta 0 on every charge, the
+    charges summing exactly to the total, and the 95% half-width (public) in the table and the report."""
+    from fractions import Fraction
+
+    from dpcore.mechanisms.outlier_count import OutlierCountMechanism
+    from flows.release_pipeline import release_pipeline
+
+    spec = yaml.safe_load(small_spec_path.read_text())
+    spec["steps"]["outlier_counts"] = {"enabled": True, "k": 3, "r": 0.02, "h": 2, "subspace_dim": 1,
+                                       "epsilon_total": 1.5, "method": "auto"}
+    path = tmp_path / "oc_total.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = release_pipeline(spec_path=str(path))
+    ch = _charges()
+    assert list(ch["step"]) == ["outlier_subspaces", "outlier_count", "outlier_count"]
+    assert ch["epsilon"].round(12).tolist() == [0.345, 0.5775, 0.5775] and ch["epsilon"].sum() == pytest.approx(1.5)
+    assert (ch["delta"] == 0).all() and (ch["notion"] == "dp").all() and (ch["neighbour"] == "replace-one").all()
+    t = pd.read_csv(Path(out["bundle"]) / "tables" / "outlier_counts__counts.csv")
+    assert list(t.columns) == ["rank", "subspace", "noisy_count", "ci_level", "ci_half_width"]
+    hw = OutlierCountMechanism(3, 0.02, Fraction(231, 400), 0, method="global_laplace").ci_half_width(1)
+    assert (t["ci_level"] == 0.95).all() and (t["ci_half_width"] == hw).all() and hw == 36
+    assert (t["noisy_count"] >= 0).all() and (t["noisy_count"] == t["noisy_count"].round()).all()
+    report = (Path(out["bundle"]) / "report.md").read_text()
+    for n in t["noisy_count"]:
+        assert f"| {int(n)} ± {hw} (95%) |" in report
+    assert "discrete Laplace" in report and "epsilon_total = 1.5" in report
+    public = "".join(p.read_text(errors="ignore") for p in Path(out["bundle"]).rglob("*")
+                     if p.suffix in {".csv", ".md", ".json"} and "owner" not in p.parts)
+    assert "true_count" not in public and "sigma" not in public
+
+
+def test_epsilon_total_and_an_explicit_epsilon_are_refused_before_any_charge(dpr_home, small_spec_path, tmp_path):
+    from dpcore.spec import SpecError, load_spec
+
+    spec = yaml.safe_load(small_spec_path.read_text())
+    spec["steps"]["outlier_counts"].update({"enabled": True, "epsilon_total": 1.5, "epsilon_count": 0.5})
+    path = tmp_path / "oc_both.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(SpecError, match="either epsilon_total"):
+        load_spec(path)

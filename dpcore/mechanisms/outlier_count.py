@@ -55,6 +55,55 @@ Mechanisms
 * ``method="smooth"``: Theorem 2 (Nissim-Raskhodnikova-Smith Gaussian
   mechanism with a beta-smooth upper bound on the local sensitivity), with
   the bound of Theorems 5-6 evaluated by Algorithms 1-2 (Section 4.3).
+* ``method="global_laplace"`` (issue 16): the pure epsilon-DP global path.
+  ``q_count`` is an integer whose global sensitivity is at most the public
+  integer ``G = k K_d^up + 1`` (Theorem 4's upper bound without its
+  ``min(N, .)``; "Sensitivity under add/remove" above), so adding discrete
+  Laplace noise ``P(Z = z) ∝ exp(-|z| / s)`` with ``s >= G / epsilon``
+  (OpenDP's exact sampler through :meth:`dpcore.noise.NoiseSource.discrete_laplace`,
+  ``s`` = :func:`dpcore.noise.conservative_scale` of ``G / epsilon``, exact
+  rational arithmetic rounded up) gives
+  ``P(q + Z = y) / P(q' + Z = y) = exp((|y - q'| - |y - q|) / s) <= exp(G / s) <= e^epsilon``
+  for every neighbour: epsilon-DP, **delta = 0** (the geometric mechanism of
+  Ghosh, Roughgarden & Sundararajan 2009, which is the discrete analogue of the
+  Laplace mechanism of Dwork et al. 2006 that Section 2.1.1 builds on).  The
+  output is an integer.  No data-dependent quantity enters the noise.
+
+Accuracy statements (public parameters only)
+--------------------------------------------
+:meth:`OutlierCountMechanism.ci_half_width` gives a half-width ``t`` with
+``P(|released - q_count| <= t) >= level`` that depends on ``epsilon``,
+``delta``, ``k`` and ``d`` only (never on the data), so it may be published
+next to the count:
+
+* discrete Laplace: the smallest integer ``t >= 0`` with
+  ``P(|Z| > t) = 2 e^{-(t+1)/s} / (1 + e^{-1/s}) <= 1 - level`` (exact pmf,
+  evaluated in 50-digit decimal arithmetic);
+* global Gaussian: ``ceil(sigma z_{(1+level)/2})``;
+* smooth Gaussian: ``sigma = S(X) / alpha`` is data-dependent and must never
+  be stated; the published figure is the **bound** with ``S`` replaced by its
+  public maximum ``G`` (``S <= G`` always), ``ceil(G z / alpha)``.
+
+Clamping the released count at 0 (post-processing) keeps the statement, since
+``q_count >= 0``.
+
+Choosing the method from public parameters (``method: auto``)
+-------------------------------------------------------------
+:func:`choose_method` picks, from ``(epsilon, delta, k, d)`` only, the method
+with the smallest **publishable** 95% half-width above; ties go to
+``global_laplace`` (delta = 0).  The smooth method's publishable half-width is
+its public bound, ``5 x`` the global Gaussian's (``G / alpha`` against
+``sqrt(2 ln(2/delta)) G / epsilon``), so ``auto`` never picks it.  It is also
+provably no better than the global discrete Laplace *on any non-empty data*
+whenever its public floor ``S >= S_floor = max_t e^{-t beta} min(G, t + 1)``
+(:meth:`OutlierCountMechanism.smooth_sensitivity_floor`: ``U(t) >= min(G, t + 1)``
+because ``f_t >= 0``) already gives a larger half-width; that covers every cell of the benchmark
+grid with ``d <= 4`` (``k`` in {1, 3, 10}, ``epsilon`` in {0.1, 0.5, 0.95},
+``delta = 1e-6``; BENCHMARKS.md, "Choosing the count method"), where on the
+synthetic data it lost everywhere but at ``d >= 8, k = 10, epsilon >= 0.5``.
+The global Gaussian (Theorem 1, ``sigma = sqrt(2 ln(2/delta)) G / epsilon``)
+beats the discrete Laplace's half-width only for ``delta`` above about 0.62
+(measured by bisection there).
 
 The smooth upper bound implemented here
 ---------------------------------------
@@ -163,10 +212,12 @@ warehouse (DESIGN.md rule 6).
 """
 from __future__ import annotations
 
+import decimal
 import math
 import numbers
 
 import numpy as np
+from scipy.special import ndtri
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
@@ -174,7 +225,7 @@ from scipy.spatial import cKDTree
 from ..budget import PrivacyCost
 from .params import real_between
 from ..neighbors import _as_matrix, ball_counts
-from ..noise import NoiseSource, lower_float, upper_float
+from ..noise import NoiseSource, conservative_scale, lower_float, upper_float
 from .kissing import KISSING_NUMBER_BOUNDS, kissing_lower, kissing_upper
 
 __all__ = [
@@ -192,9 +243,22 @@ __all__ = [
     "relaxed_enclosable_bound",
     "ExactSearchLimitError",
     "OutlierCountMechanism",
+    "METHODS",
+    "SPEC_METHODS",
+    "choose_method",
+    "discrete_laplace_tail",
+    "discrete_laplace_half_width",
+    "gaussian_half_width",
 ]
 
-METHODS = ("smooth", "global")
+#: Concrete count mechanisms: smooth / global Gaussian (Theorems 2 / 1) and the global discrete Laplace.
+METHODS = ("smooth", "global", "global_laplace")
+#: Methods the spec accepts: the concrete ones plus ``auto`` (:func:`choose_method`).
+SPEC_METHODS = METHODS + ("auto",)
+#: Methods whose privacy proof (Theorems 1-2, classical Gaussian analysis) needs 0 < epsilon < 1 and delta > 0.
+GAUSSIAN_METHODS = ("smooth", "global")
+#: Default confidence level of the published accuracy statement.
+CI_LEVEL = 0.95
 #: Absolute amount by which the smoothness parameter used is below Theorem 2's
 #: beta (absorbs the floating-point error of S(X); :attr:`OutlierCountMechanism.beta`).
 BETA_SLACK = 2.0**-40
@@ -614,12 +678,118 @@ def relaxed_enclosable_bound(P, r, size_limit: int, node_limit: int = DEFAULT_NO
 
 
 # ---------------------------------------------------------------------------
+# accuracy statements (public: noise distributions only, no data)
+# ---------------------------------------------------------------------------
+
+#: Decimal digits used for the exact-pmf tail of the discrete Laplace.
+_DECIMAL_DIGITS = 50
+
+
+def _check_level(level) -> decimal.Decimal:
+    """``1 - level`` as an exact decimal (``level`` read through its decimal text)."""
+    if not real_between(level, 0, 1):
+        raise ValueError(f"level must be a number with 0 < level < 1 (got {level!r}), e.g. level=0.95")
+    return decimal.Decimal(1) - decimal.Decimal(repr(float(level)))
+
+
+def _decimal_scale(scale) -> decimal.Decimal:
+    if not real_between(scale, 0):
+        raise ValueError(f"scale must be a finite number > 0 (got {scale!r})")
+    if isinstance(scale, numbers.Rational) and not isinstance(scale, numbers.Integral):
+        return decimal.Decimal(scale.numerator) / decimal.Decimal(scale.denominator)
+    return decimal.Decimal(float(scale))  # a float converts exactly
+
+
+def _tail(t: int, s: decimal.Decimal) -> decimal.Decimal:
+    return 2 * (-(decimal.Decimal(t) + 1) / s).exp() / (1 + (-1 / s).exp())
+
+
+def discrete_laplace_tail(t: int, scale) -> float:
+    """``P(|Z| > t)`` for the discrete Laplace ``P(Z = z) ∝ exp(-|z| / s)`` on the integers.
+
+    Parameters
+    ----------
+    t : int
+        ``>= 0``.
+    scale : float or Fraction
+        ``s > 0`` (a float is taken at its exact binary value).
+
+    Returns
+    -------
+    float
+        ``2 e^{-(t+1)/s} / (1 + e^{-1/s})``: with ``a = e^{-1/s}`` the pmf is
+        ``(1 - a) / (1 + a) a^|z|`` and ``P(Z > t) = a^{t+1} / (1 + a)``.
+        Evaluated with 50 significant digits, then rounded to a float.
+    """
+    if isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 0:
+        raise ValueError(f"t must be an integer >= 0 (got {t!r})")
+    with decimal.localcontext() as ctx:
+        ctx.prec = _DECIMAL_DIGITS
+        return float(_tail(int(t), _decimal_scale(scale)))
+
+
+def discrete_laplace_half_width(scale, level=CI_LEVEL) -> int:
+    """Smallest integer ``t >= 0`` with ``P(|Z| > t) <= 1 - level`` (exact pmf of the discrete Laplace).
+
+    Parameters
+    ----------
+    scale : float or Fraction
+        The noise scale ``s > 0`` actually used by the sampler.
+    level : float
+        Coverage, ``0 < level < 1`` (default 0.95), read through its decimal text.
+
+    Returns
+    -------
+    int
+        The exact half-width: ``P(|Z| <= t) >= level`` and ``P(|Z| <= t - 1) < level``.
+        The comparison is made with 50 significant digits (a tie closer than
+        ``1e-45`` would be the only way to get it wrong).
+    """
+    with decimal.localcontext() as ctx:
+        ctx.prec = _DECIMAL_DIGITS
+        alpha = _check_level(level)
+        s = _decimal_scale(scale)
+        a = (-1 / s).exp()
+        guess = s * (2 / (alpha * (1 + a))).ln() - 1  # solves 2 a^(t+1) / (1 + a) = alpha
+        t = max(int(guess.to_integral_value(rounding=decimal.ROUND_CEILING)), 0)
+        while t > 0 and _tail(t - 1, s) <= alpha:
+            t -= 1
+        while _tail(t, s) > alpha:
+            t += 1
+        return t
+
+
+def gaussian_half_width(sigma, level=CI_LEVEL) -> int:
+    """``ceil(sigma z_{(1 + level)/2})``: an integer ``t`` with ``P(|N(0, sigma^2)| <= t) >= level``.
+
+    Parameters
+    ----------
+    sigma : float
+        Standard deviation ``> 0`` (the value the sampler uses).
+    level : float
+        Coverage, ``0 < level < 1``.
+
+    Returns
+    -------
+    int
+        The quantile ``z`` (scipy's ``ndtri``, relative error ~1e-15) and the
+        product are rounded up by :func:`dpcore.noise.upper_float` before the
+        ceiling, so the stated half-width is never below the exact one.
+    """
+    _check_level(level)
+    if not real_between(sigma, 0):
+        raise ValueError(f"sigma must be a finite number > 0 (got {sigma!r})")
+    z = upper_float(float(ndtri((1.0 + float(level)) / 2.0)))
+    return int(math.ceil(upper_float(z * float(sigma))))
+
+
+# ---------------------------------------------------------------------------
 # the mechanism
 # ---------------------------------------------------------------------------
 
 
 class OutlierCountMechanism:
-    """(epsilon, delta)-DP count of distance-based outliers (Section 4).
+    """(epsilon, delta)-DP (or pure epsilon-DP) count of distance-based outliers (Section 4).
 
     Parameters
     ----------
@@ -628,14 +798,18 @@ class OutlierCountMechanism:
     r : float
         Radius ``> 0`` in ``dist_S`` units of the public-bounds scaled data.
     epsilon : float, int or Fraction
-        ``0 < epsilon < 1`` (Theorems 1 and 2 rest on the classical Gaussian
-        analysis, stated for epsilon < 1).
+        Gaussian methods: ``0 < epsilon < 1`` (Theorems 1 and 2 rest on the
+        classical Gaussian analysis, stated for epsilon < 1).
+        ``global_laplace``: any finite ``epsilon > 0``.
     delta : float
-        ``0 < delta < 1``.
-    method : {"smooth", "global"}
+        Gaussian methods: ``0 < delta < 1``.  ``global_laplace``: ``0`` (pure DP).
+    method : {"smooth", "global", "global_laplace"}
         ``"smooth"``: Theorem 2 with the beta-smooth bound of Sections 4.2-4.3
         (module docstring).  ``"global"``: Theorem 1 with ``GS`` upper bound of
-        Theorem 4 (the baseline).
+        Theorem 4 (the Gaussian baseline).  ``"global_laplace"``: discrete
+        Laplace with scale ``G / epsilon`` (pure epsilon-DP, integer output).
+        ``"auto"`` is resolved from public parameters by
+        :meth:`for_dimension` / :func:`choose_method` before a mechanism is built.
     size_limit : int, default 12
         ``L``: Algorithm 1 runs exactly on candidate sets of at most ``L``
         points; above, the valid relaxation ``max(E(P), |P| - L)`` is used.
@@ -646,16 +820,21 @@ class OutlierCountMechanism:
     -----
     * Input: ``XS`` = the records in subspace coordinates
       (:func:`subspace_view`); ``d = XS.shape[1] = |S|``.
-    * Output: one real number, ``q_count + N(0, sigma^2)``.
+    * Output: one real number, ``q_count + N(0, sigma^2)`` (Gaussian methods),
+      or one integer ``q_count + Z``, ``Z`` discrete Laplace (``global_laplace``).
     * Neighbour relation: one record replaced, added or removed (module
       docstring; ``N`` is never used); charged as ``neighbour = "replace-one"``;
-      notion ``dp``; cost of one release ``(epsilon, delta)``.
+      notion ``dp``; cost of one release ``(epsilon, delta)``, ``(epsilon, 0)``
+      for ``global_laplace``.
     * ``sigma``: smooth: ``S_beta(X) / alpha`` with
       ``alpha = epsilon / (5 sqrt(2 ln(2/delta)))``,
       ``beta = epsilon / (4 (p + ln(2/delta)))``, ``p = 1`` (Theorem 2, eq. 9).
       Global: ``sqrt(2 ln(2/delta)) GS_up / epsilon`` (Theorem 1, eq. 4).
       Note ``sigma`` itself depends on the data in the smooth method and must
       not be published separately from the noisy count (it is not private).
+      Discrete Laplace: scale ``s = G / epsilon`` rounded up
+      (:meth:`laplace_scale`), public.
+    * Accuracy: :meth:`ci_half_width` (public parameters only).
     * The constructor only stores; :meth:`validate` checks.
     """
 
@@ -685,21 +864,33 @@ class OutlierCountMechanism:
         """
         _check_k(self.k)
         _check_r(self.r)
-        e = self.epsilon
-        if not real_between(e, 0, 1):
-            raise ValueError(
-                f"epsilon must be a number with 0 < epsilon < 1 (got {e!r}); the Gaussian mechanisms of "
-                "Theorems 1-2 are proved for epsilon < 1. Pass e.g. epsilon=0.5, or split a larger budget "
-                "over several releases"
-            )
-        dl = self.delta
-        if not real_between(dl, 0, 1):
-            raise ValueError(
-                f"delta must be a number with 0 < delta < 1 (got {dl!r}); use a small value such as "
-                "delta=1e-6 (well below 1/N)"
-            )
         if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS} (got {self.method!r})")
+            hint = " ('auto' is resolved first: OutlierCountMechanism.for_dimension)" if self.method == "auto" else ""
+            raise ValueError(f"method must be one of {METHODS} (got {self.method!r}){hint}")
+        e = self.epsilon
+        dl = self.delta
+        if self.method == "global_laplace":
+            if not real_between(e, 0):
+                raise ValueError(
+                    f"epsilon must be a finite number > 0 (got {e!r}) for method='global_laplace'; pass e.g. epsilon=0.5"
+                )
+            if isinstance(dl, bool) or not isinstance(dl, numbers.Real) or dl != 0:
+                raise ValueError(
+                    f"delta must be 0 for method='global_laplace' (got {dl!r}): the discrete Laplace mechanism is "
+                    "pure epsilon-DP; pass delta=0"
+                )
+        else:
+            if not real_between(e, 0, 1):
+                raise ValueError(
+                    f"epsilon must be a number with 0 < epsilon < 1 (got {e!r}); the Gaussian mechanisms of "
+                    "Theorems 1-2 are proved for epsilon < 1. Pass e.g. epsilon=0.5, split a larger budget "
+                    "over several releases, or use method='global_laplace' (any epsilon > 0)"
+                )
+            if not real_between(dl, 0, 1):
+                raise ValueError(
+                    f"delta must be a number with 0 < delta < 1 (got {dl!r}); use a small value such as "
+                    "delta=1e-6 (well below 1/N)"
+                )
         L = self.size_limit
         if isinstance(L, bool) or not isinstance(L, numbers.Integral) or L < 1:
             raise ValueError(
@@ -712,23 +903,64 @@ class OutlierCountMechanism:
         if self.method == "smooth" and not self._beta_float() > 4 * BETA_SLACK:
             raise ValueError(
                 f"epsilon={e!r} is too small for the smooth method with delta={dl!r} (its smoothness parameter "
-                "beta would fall below 2**-38); use a larger epsilon or method='global'"
+                "beta would fall below 2**-38); use a larger epsilon or method='global_laplace'"
             )
+
+    @classmethod
+    def for_dimension(cls, d: int, k: int, r: float, epsilon, delta, method: str = "auto", size_limit: int = 12,
+                      node_limit: int = DEFAULT_NODE_LIMIT) -> "OutlierCountMechanism":
+        """The mechanism for a subspace of dimension ``d``, resolving ``method="auto"`` from public parameters.
+
+        Parameters
+        ----------
+        d : int
+            Subspace dimension ``|S| >= 1`` (public: the released selection fixes it).
+        k, r, size_limit, node_limit
+            As for the constructor.
+        epsilon : float or Fraction
+            Epsilon of this count.
+        delta : float
+            The delta the owner allows for this count (``> 0`` lets ``auto``
+            consider the Gaussian methods; ``0`` restricts it to
+            ``global_laplace``).  A ``global_laplace`` mechanism is built with
+            ``delta = 0`` whatever is passed: it spends none.
+        method : {"auto", "smooth", "global", "global_laplace"}
+            ``auto``: :func:`choose_method` (public parameters only).
+
+        Returns
+        -------
+        OutlierCountMechanism
+            Not yet validated (call :meth:`validate`).
+        """
+        if method == "auto":
+            method = choose_method(epsilon, delta, k, d)
+        return cls(k, r, epsilon, 0 if method == "global_laplace" else delta, method=method, size_limit=size_limit,
+                   node_limit=node_limit)
 
     @property
     def name(self) -> str:
-        """str: ``outlier-count-smooth`` or ``outlier-count-global``."""
-        return f"outlier-count-{self.method}"
+        """str: ``outlier-count-smooth``, ``outlier-count-global`` or ``outlier-count-global-laplace``."""
+        return f"outlier-count-{str(self.method).replace('_', '-')}"
+
+    @property
+    def integer_output(self) -> bool:
+        """bool: whether the release is an integer (``global_laplace``)."""
+        return self.method == "global_laplace"
 
     def privacy_map(self) -> PrivacyCost:
-        """Cost of one release: ``(epsilon, delta)`` (Theorems 1 and 2), notion ``dp``.
+        """Cost of one release, notion ``dp``.
 
         Returns
         -------
         PrivacyCost
-            Exact ``(epsilon, delta)`` for one record replaced, added or removed.
+            Exact ``(epsilon, delta)`` for one record replaced, added or
+            removed (Theorems 1 and 2); ``(epsilon, 0)`` for
+            ``global_laplace`` (module docstring: pmf ratio ``<= e^{G/s}``,
+            ``s >= G / epsilon``).
         """
         self.validate()
+        if self.method == "global_laplace":
+            return PrivacyCost(self.epsilon, 0)
         return PrivacyCost(self.epsilon, self.delta)
 
     @property
@@ -952,7 +1184,7 @@ class OutlierCountMechanism:
         return float(self._terms(XS)[0])
 
     def noise_sigma(self, XS) -> float:
-        """Standard deviation of the Gaussian noise for ``XS``.
+        """Standard deviation of the noise for ``XS``.
 
         Returns
         -------
@@ -962,15 +1194,20 @@ class OutlierCountMechanism:
             ``GS_up = k K_d + 1``.  Both are evaluated in floating point and
             rounded up (:func:`dpcore.noise.upper_float`, relative margin
             ``2**-40``): never below the exact formula.  Data-dependent in the
-            smooth case: internal only.
+            smooth case: internal only.  ``global_laplace``: the standard
+            deviation ``sqrt(2 a) / (1 - a)``, ``a = e^{-1/s}``, of the discrete
+            Laplace with the scale :meth:`laplace_scale` (public).
         """
         self.validate()
+        d = _as_points(XS).shape[1]
         if self.method == "global":
-            return self.global_sigma(_as_points(XS).shape[1])
+            return self.global_sigma(d)
+        if self.method == "global_laplace":
+            return self.laplace_sd(d)
         return self._smooth_sigma(self.smooth_sensitivity(XS))
 
     def global_sigma(self, d: int) -> float:
-        """The global method's sigma for subspace dimension ``d`` (public: no data needed).
+        """The global Gaussian method's sigma for subspace dimension ``d`` (public: no data needed).
 
         Returns
         -------
@@ -982,12 +1219,73 @@ class OutlierCountMechanism:
         G = self.global_sensitivity_upper(int(d))
         return upper_float(math.sqrt(2.0 * self._ln2d) * G / float(self.epsilon))
 
+    def laplace_scale(self, d: int) -> float:
+        """The discrete Laplace scale ``s`` for dimension ``d``: the smallest float ``>= G / epsilon``.
+
+        Exact rational arithmetic (:func:`dpcore.noise.conservative_scale`; a
+        float epsilon is read at the smaller of its binary and decimal values),
+        so ``G / s <= epsilon`` exactly.  Public.  Only for ``global_laplace``.
+        """
+        self.validate()
+        if self.method != "global_laplace":
+            raise ValueError(f"laplace_scale is defined for method='global_laplace' only (method={self.method!r})")
+        return conservative_scale(self.global_sensitivity_upper(int(d)), self.epsilon)
+
+    def laplace_sd(self, d: int) -> float:
+        """Standard deviation ``sqrt(2 a) / (1 - a)`` of the discrete Laplace with scale :meth:`laplace_scale`."""
+        a = math.exp(-1.0 / self.laplace_scale(d))
+        return math.sqrt(2.0 * a) / (1.0 - a)
+
+    def smooth_sensitivity_floor(self, d: int) -> float:
+        """Public lower bound on ``S(X)`` for every non-empty ``X`` in dimension ``d`` (smooth method).
+
+        ``U(t) = min(G, max(f_t(P_hi), f_t(P_lo)) + t + 1) >= min(G, t + 1)``
+        because ``f_t >= 0``, hence ``S(X) = max_t e^{-t beta} U(t) >=
+        max_t e^{-t beta} min(G, t + 1)``.  With the ``beta`` used by
+        :meth:`smooth_sensitivity`.  For the benchmark and :func:`choose_method`'s
+        documentation; it is not a privacy quantity.
+        """
+        G = public_global_sensitivity(int(d), int(self.k))
+        beta = OutlierCountMechanism(self.k, self.r, self.epsilon, self.delta, method="smooth").beta
+        t = np.arange(0, min(G - 1, int(math.ceil(1.0 / beta)) + 1) + 1)
+        return float(np.max(np.exp(-beta * t) * np.minimum(G, t + 1)))
+
+    def ci_half_width(self, d: int, level=CI_LEVEL) -> int:
+        """Half-width of the ``level`` interval of the noise, from public parameters only.
+
+        Parameters
+        ----------
+        d : int
+            Subspace dimension ``|S|``.
+        level : float
+            Coverage, default 0.95.
+
+        Returns
+        -------
+        int
+            ``t`` with ``P(|released - q_count| <= t) >= level`` for every
+            dataset (also after clamping the release at 0).
+            ``global_laplace``: the exact smallest such integer
+            (:func:`discrete_laplace_half_width`).  ``global``:
+            ``ceil(sigma z)`` (:func:`gaussian_half_width`).  ``smooth``: the
+            **bound** with ``S(X)`` replaced by its public maximum ``G``
+            (``ceil(G z / alpha)``); the data-dependent sigma is never used, so
+            the figure is identical on neighbouring datasets.
+        """
+        self.validate()
+        d = int(d)
+        if self.method == "global_laplace":
+            return discrete_laplace_half_width(self.laplace_scale(d), level)
+        if self.method == "global":
+            return gaussian_half_width(self.global_sigma(d), level)
+        return gaussian_half_width(self._smooth_sigma(float(self.global_sensitivity_upper(d))), level)
+
     def _smooth_sigma(self, S: float) -> float:
         """``S / alpha`` rounded up (``alpha`` is itself rounded down)."""
         return upper_float(float(S) / self.alpha)
 
     def release(self, XS, noise: NoiseSource) -> float:
-        """``q_count(X) + N(0, noise_sigma(X)^2)`` -- the only noisy call.
+        """``q_count(X)`` plus noise -- the only noisy call.
 
         Parameters
         ----------
@@ -999,7 +1297,9 @@ class OutlierCountMechanism:
         Returns
         -------
         float
-            The private count; ``(epsilon, delta)``-DP for one record
+            The private count: ``q_count + N(0, noise_sigma(X)^2)``
+            (``(epsilon, delta)``-DP), or for ``global_laplace`` the integer
+            ``q_count + Z`` as a float (``epsilon``-DP), for one record
             replaced, added or removed.  Charge :meth:`privacy_map` before calling.
 
         Notes
@@ -1017,11 +1317,17 @@ class OutlierCountMechanism:
         -------
         tuple of (float, int, float)
             ``(private count, q_count, sigma)``. Only the first is private;
-            ``q_count`` and ``sigma`` (data-dependent for the smooth method)
-            are for the warehouse's ``internal`` schema. One degree pass, so a
-            caller that wants the diagnostics does not count a second time.
+            ``q_count`` and ``sigma`` (the noise's standard deviation,
+            data-dependent for the smooth method) are for the warehouse's
+            ``internal`` schema. One degree pass, so a caller that wants the
+            diagnostics does not count a second time.
         """
         self.validate()
+        if self.method == "global_laplace":
+            P = _as_points(XS)
+            q = count_outliers(P, self.k, self.r)
+            noisy = int(noise.discrete_laplace(np.int64(q), self.laplace_scale(P.shape[1])))
+            return float(noisy), int(q), self.laplace_sd(P.shape[1])
         if self.method == "global":
             sigma = self.noise_sigma(XS)
             q = count_outliers(XS, self.k, self.r)
@@ -1029,3 +1335,51 @@ class OutlierCountMechanism:
             S, _, _, q = self._terms(XS)
             sigma = self._smooth_sigma(S)
         return float(noise.gaussian(float(q), sigma)), int(q), float(sigma)
+
+
+def choose_method(epsilon, delta, k: int, d: int, level=CI_LEVEL) -> str:
+    """``method: auto``: the count method with the smallest publishable half-width, from public parameters only.
+
+    Parameters
+    ----------
+    epsilon : float or Fraction
+        Epsilon of one count (``> 0``).
+    delta : float
+        The delta the owner allows for one count (``>= 0``; ``0`` means pure DP only).
+    k : int
+        Neighbour threshold.
+    d : int
+        Subspace dimension.
+    level : float
+        Coverage of the compared intervals (default 0.95).
+
+    Returns
+    -------
+    str
+        ``"global_laplace"`` unless the global Gaussian's half-width
+        (Theorem 1) is strictly smaller, which needs ``0 < epsilon < 1``,
+        ``delta > 0`` and, in practice, ``delta`` above about 0.62.  The smooth
+        method is never returned: its publishable half-width (the bound with
+        ``S = G``, :meth:`OutlierCountMechanism.ci_half_width`) is 5 times the
+        global Gaussian's, and where it might be smaller *on the data* is a
+        data-dependent fact that must not steer the choice (module docstring,
+        "Choosing the method").  Never reads data; identical on every dataset.
+
+    Raises
+    ------
+    ValueError
+        On parameters that no method accepts (``epsilon <= 0``, ``delta`` outside ``[0, 1)``, bad ``k``/``d``).
+    """
+    _check_k(k)
+    if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1:
+        raise ValueError(f"d must be an integer >= 1 (got {d!r}); it is the subspace dimension |S|")
+    if not real_between(epsilon, 0):
+        raise ValueError(f"epsilon must be a finite number > 0 (got {epsilon!r})")
+    if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0 <= float(delta) < 1:
+        raise ValueError(f"delta must be a number with 0 <= delta < 1 (got {delta!r})")
+    lap = OutlierCountMechanism(k, 1.0, epsilon, 0, method="global_laplace").ci_half_width(d, level)
+    if float(delta) > 0 and float(epsilon) < 1:
+        gauss = OutlierCountMechanism(k, 1.0, epsilon, delta, method="global").ci_half_width(d, level)
+        if gauss < lap:
+            return "global"
+    return "global_laplace"
