@@ -263,7 +263,8 @@ def finish_coco(
         f"For each node of {' → '.join(['all', *cfg.levels])}: how many groups ({cfg.group_column}) have each "
         f"size. Method `{cfg.method}`, epsilon per level {', '.join(f'{e:g}' for e in eps)} "
         f"(levels measured: {mech.levels_measured(h)}), add/remove-one-item neighbours. "
-        f"Group sizes above the public maximum K = {cfg.max_group_size} are counted as K. "
+        f"Group sizes above the public maximum K = {cfg.max_group_size} are counted as K; items without a group "
+        f"(an empty {cfg.group_column}) belong to no group and are not counted. "
         "Every histogram is non-negative and integral, sums to the node's public number of groups, and "
         + ("every parent equals the sum of its children." if cfg.method.startswith(("top_down", "bottom_up"))
            else "(per-node method) parents are not forced to equal the sum of their children.")
