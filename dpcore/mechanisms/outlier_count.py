@@ -1245,8 +1245,10 @@ class OutlierCountMechanism:
         :meth:`smooth_sensitivity`.  For the benchmark and :func:`choose_method`'s
         documentation; it is not a privacy quantity.
         """
+        if self.method != "smooth":
+            raise ValueError(f"smooth_sensitivity_floor is defined for method='smooth' only (method={self.method!r})")
         G = public_global_sensitivity(int(d), int(self.k))
-        beta = OutlierCountMechanism(self.k, self.r, self.epsilon, self.delta, method="smooth").beta
+        beta = self.beta
         t = np.arange(0, min(G - 1, int(math.ceil(1.0 / beta)) + 1) + 1)
         return float(np.max(np.exp(-beta * t) * np.minimum(G, t + 1)))
 

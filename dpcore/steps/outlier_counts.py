@@ -339,7 +339,7 @@ def outlier_counts_step(
     Returns
     -------
     StepOutput
-        Table ``counts`` (rank, subspace, noisy_count) and a report section.
+        Table ``counts`` (rank, subspace, noisy_count, ci_level, ci_half_width) and a report section.
 
     Raises
     ------
