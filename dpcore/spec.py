@@ -349,8 +349,10 @@ class AiqSpec(_Strict):
     points: list[dict[str, float]] = Field(default_factory=list, description="Arbitrary public points to query.")
     from_detector: int = Field(
         default=0, ge=0, le=100_000,
-        description="Also query the top-N records flagged by the detect step. The choice of ids is made by the "
-        "non-private detector, so the published list of queried ids is not protected (stated in the report).",
+        description="Also query the top-N records flagged by the detect step (flagged by any template, ranked by "
+        "the highest score over all templates: AIQ has no single metric to match a template to). The choice of "
+        "ids is made by the non-private detector, so the published list of queried ids is not protected (stated "
+        "in the report).",
     )
 
 
