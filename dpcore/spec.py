@@ -349,8 +349,10 @@ class AiqSpec(_Strict):
     points: list[dict[str, float]] = Field(default_factory=list, description="Arbitrary public points to query.")
     from_detector: int = Field(
         default=0, ge=0, le=100_000,
-        description="Also query the top-N records flagged by the detect step. The choice of ids is made by the "
-        "non-private detector, so the published list of queried ids is not protected (stated in the report).",
+        description="Also query the top-N records flagged by the detect step (flagged by any template, ranked by "
+        "the highest score over all templates: AIQ has no single metric to match a template to). The choice of "
+        "ids is made by the non-private detector, so the published list of queried ids is not protected (stated "
+        "in the report).",
     )
 
 
@@ -504,7 +506,22 @@ class PcorSpec(_Strict):
     record_ids: list[str] = Field(default_factory=list, description="Records to explain (ids are public).")
     from_detector: int = Field(
         default=0, ge=0, le=10_000,
-        description="Also explain the top-N records flagged by the detect step (a non-private choice, stated in the report).",
+        description="Also explain the top-N records flagged by the detect step (a non-private choice, stated in the "
+        "report): among the records flagged by the from_template template(s), ranked by the detector's score, "
+        "keeping only own-cell outliers when from_detector_own_cell is on.",
+    )
+    from_template: Slug | None = Field(
+        default=None,
+        description="Name of the steps.detect template whose flagged records from_detector chooses among. Default "
+        "(null): every template whose behavioural attribute is the metric, so the records are outliers of the "
+        "attribute PCOR verifies (a spec error if from_detector > 0 and no template has it).",
+    )
+    from_detector_own_cell: bool = Field(
+        default=True,
+        description="from_detector keeps only flagged records that the verifier flags in their own cell (the "
+        "context of exactly their own attribute values), then takes the top N by the detector's score. Such a "
+        "record always has a valid starting context (seed 003 assumes the owner knows one), so its explanation "
+        "is never no_valid_context. A non-private check like the detector's choice, stated in the report.",
     )
     max_start_evaluations: int = Field(
         default=100_000, ge=1, description="Validity checks allowed when searching the starting context C_V."
@@ -619,6 +636,26 @@ def public_completeness_problems(spec: "ReleaseSpec", steps: "list[str] | tuple[
     return out
 
 
+def pcor_source_templates(spec: "ReleaseSpec") -> list[str]:
+    """The detect templates whose flags ``steps.pcor.from_detector`` chooses among (public: from the spec).
+
+    ``steps.pcor.from_template`` when given; otherwise every template of
+    ``steps.detect.templates`` whose behavioural attribute is the PCOR metric
+    (``steps.pcor.metric``, default the first numeric attribute), in spec order.
+
+    Returns
+    -------
+    list of str
+        Template names; empty when none qualifies (refused at load when
+        ``from_detector > 0``).
+    """
+    pc = spec.steps.pcor
+    if pc.from_template is not None:
+        return [pc.from_template]
+    metric = pc.metric or next(iter(spec.public_schema.numeric), None)
+    return [t.name for t in spec.steps.detect.templates if t.behavioural == metric]
+
+
 class ReleaseSpec(_Strict):
     """A whole release: dataset, public schema, budget, release id and steps."""
 
@@ -671,6 +708,17 @@ class ReleaseSpec(_Strict):
             raise ValueError(f"steps.pcor.metric {pc.metric!r} is not a numeric attribute of schema.numeric")
         if pc.enabled and pc.from_detector and not self.steps.detect.enabled:
             raise ValueError("steps.pcor.from_detector needs steps.detect.enabled: true")
+        names = [t.name for t in self.steps.detect.templates]
+        if pc.from_template is not None and pc.from_template not in names:
+            raise ValueError(
+                f"steps.pcor.from_template {pc.from_template!r} is not a template of steps.detect.templates {names}"
+            )
+        if pc.enabled and pc.from_detector and pc.from_template is None and not pcor_source_templates(self):
+            metric = pc.metric or next(iter(self.public_schema.numeric), None)
+            raise ValueError(
+                f"steps.pcor.from_detector: no template of steps.detect.templates has the PCOR metric {metric!r} as "
+                "its behavioural attribute; add one, or name the template to choose from in steps.pcor.from_template"
+            )
         if self.steps.aiq.enabled and self.steps.aiq.from_detector and not self.steps.detect.enabled:
             raise ValueError("steps.aiq.from_detector needs steps.detect.enabled: true")
         problems = public_completeness_problems(self)

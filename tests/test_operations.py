@@ -368,12 +368,14 @@ def test_no_internal_value_leaves_the_warehouse(tmp_path, dpr_home, small_spec_p
     diag = wh.query_df("SELECT * FROM internal.aiq_diagnostics")
     emd = wh.query_df("SELECT emd FROM internal.coco_emd WHERE emd > 0")
     pcor = wh.query_df("SELECT * FROM internal.pcor_diagnostics")
-    assert len(pcor) == 3
     explained = set(pd.read_csv(bundle / "tables" / "pcor__explanations.csv")["record_id"])
+    assert 1 <= len(explained) <= 3 and len(pcor) == len(explained)
     answers = (bundle / "tables" / "aiq__answers.csv").read_text()
     published_ids = set(re.findall(r"record:(F\d+)", answers))
     assert len(published_ids) == 5  # 2 listed + the detector's top 3 (published by design)
-    assert explained <= published_ids  # PCOR explains the same top 3
+    # PCOR explains its own detector choice (issue 16: flagged by the arr_delay template, own-cell outliers),
+    # also published by design
+    published_ids |= explained
     numbers_pcor = {int(n) for n in pcor["population"].dropna() if n >= 100}
 
     n_raw = wh.query("SELECT n_rows FROM raw.ingests")[0][0]

@@ -242,17 +242,112 @@ def test_a_failed_search_stays_charged_and_the_others_are_stored(dpr_home, small
     assert len(_pcor_charges()) == 2
 
 
-def test_pipeline_explains_the_detectors_top_outliers(dpr_home, small_spec_path, tmp_path):
+def _own_cell_grubbs(flights: pd.DataFrame) -> pd.Series:
+    """Independent reference: is each validated flight a two-sided Grubbs outlier (alpha 0.05) of
+    arr_delay in its own carrier x origin x month cell? (textbook formula with scipy, per cell)"""
+    from scipy import stats
+
+    ok = flights.dropna(subset=["arr_delay", "air_time"])
+    cell = ok.groupby(ATTRS)["arr_delay"]
+    n, mean, sd = cell.transform("size"), cell.transform("mean"), cell.transform("std")
+    t = stats.t.ppf(1 - 0.05 / (2 * n), n - 2)
+    gcrit = (n - 1) / np.sqrt(n) * np.sqrt(t * t / (n - 2 + t * t))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = (n >= 3) & (sd > 0) & ((ok["arr_delay"] - mean).abs() / sd > gcrit)
+    return pd.Series(out.to_numpy(), index=ok["flight_id"].astype(str).to_numpy())
+
+
+def test_pipeline_explains_the_detectors_top_outliers(dpr_home, small_spec_path, tmp_path, flights):
+    """Issue 16: from_detector picks the records flagged by the template of the metric (arr_delay), the
+    highest-scoring ones that Grubbs flags in their own cell, published in id order: every one gets a context."""
     from flows.release_pipeline import release_pipeline
 
-    spec_path = _spec(small_spec_path, tmp_path, from_detector=2, epsilon=0.1, n_samples=10)
+    spec_path = _spec(small_spec_path, tmp_path, from_detector=3, epsilon=0.1, n_samples=10)
     out = release_pipeline(spec_path=str(spec_path))
     ch = _pcor_charges()
-    assert len(ch) == 2 and set(ch["status"]) == {"released"} and set(ch["notion"]) == {"ocdp"}
+    assert len(ch) == 3 and set(ch["status"]) == {"released"} and set(ch["notion"]) == {"ocdp"}
     bundle = Path(out["bundle"])
-    table = pd.read_csv(bundle / "tables" / "pcor__explanations.csv")
-    assert len(table) == 2 and set(table["status"]) <= {"released", "no_valid_context"}
+    table = pd.read_csv(bundle / "tables" / "pcor__explanations.csv", dtype=str)
+    assert len(table) == 3 and set(table["status"]) == {"released"}  # own-cell outliers always have a context
+    chosen = table["record_id"].tolist()
+    assert chosen == sorted(chosen)
+    wh = Warehouse(Settings.from_env().warehouse)
+    scores_t = next(r[0] for r in wh.query("SELECT table_name FROM information_schema.tables "
+                                            "WHERE table_schema = 'internal' AND table_name LIKE 'detect_scores__%'"))
+    scores = wh.query_df(f'SELECT flight_id, template, score, label FROM internal."{scores_t}"')
+    metric_t = scores[(scores["template"] == "arr_delay_by_dep_delay_carrier") & (scores["label"] == 1)]
+    own = _own_cell_grubbs(flights)
+    expected = metric_t[own.reindex(metric_t["flight_id"]).fillna(False).to_numpy()]
+    expected = expected.sort_values(["score", "flight_id"], ascending=[False, True])["flight_id"].head(3)
+    assert chosen == sorted(expected)
+    # on this sample the old choice (top three by the max score over all templates) differs
+    flags_t = scores_t.replace("detect_scores__", "detect_flags__")
+    old = wh.query(f'SELECT flight_id FROM internal."{flags_t}" WHERE flagged ORDER BY max_score DESC LIMIT 3')
+    assert sorted(r[0] for r in old) != chosen
     report = (bundle / "report.md").read_text()
     assert "PCOR" in report and "non-private detector" in report and "| nan |" not in report
+    assert "arr_delay_by_dep_delay_carrier" in report and "own cell" in report
+    assert "air_time_by_distance_origin" not in report.split("Private contextual outlier explanations")[1]
+    import json
+
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    prot = next(p for p in manifest["protection"] if p["step"] == "pcor")
+    stated = [t for t in prot["not_protected"] if "from_detector" in t]
+    assert len(stated) == 1
+    assert ("the top 3, by the detector's own non-private score, of the records flagged by the template "
+            "arr_delay_by_dep_delay_carrier that the grubbs verifier also flags as outliers of arr_delay in their "
+            "own cell") in stated[0]
     release_pipeline(spec_path=str(spec_path))  # same release id: nothing new is charged
-    assert len(_pcor_charges()) == 2
+    assert len(_pcor_charges()) == 3
+
+
+def test_without_the_own_cell_check_the_metric_templates_top_records_are_explained(dpr_home, small_spec_path,
+                                                                                     tmp_path):
+    """from_detector_own_cell: false keeps the template filter only: the top records of the named template."""
+    from dpcore.pipeline import ingest_stage, validate_stage
+    from dpcore.spec import load_spec
+    from dpcore.steps.pcor import plan_pcor
+    from flows.detect import detect_flow
+
+    spec_path = _spec(small_spec_path, tmp_path, from_detector=2, from_detector_own_cell=False,
+                      from_template="arr_delay_by_dep_delay_carrier")
+    detect_flow(spec_path=str(spec_path))
+    spec = load_spec(spec_path)
+    settings = Settings.from_env()
+    ingested = ingest_stage(spec, settings)
+    validate_stage(spec, settings, ingested)
+    plan = plan_pcor(spec, settings, ingested)
+    wh = Warehouse(Settings.from_env().warehouse)
+    scores_t = next(r[0] for r in wh.query("SELECT table_name FROM information_schema.tables "
+                                            "WHERE table_schema = 'internal' AND table_name LIKE 'detect_scores__%'"))
+    top = wh.query_df(f'SELECT flight_id FROM internal."{scores_t}" WHERE template = '
+                      "'arr_delay_by_dep_delay_carrier' AND label = 1 ORDER BY score DESC, flight_id LIMIT 2")
+    assert [t.record_id for t in plan.targets] == sorted(top["flight_id"])
+    flags_t = scores_t.replace("detect_scores__", "detect_flags__")
+    old = wh.query(f'SELECT flight_id FROM internal."{flags_t}" WHERE flagged ORDER BY max_score DESC LIMIT 2')
+    assert sorted(r[0] for r in old) != sorted(top["flight_id"])  # on this sample: not the any-template top two
+    assert _ledger().charges("nycflights13").empty  # planning charges nothing
+
+
+def test_when_no_flagged_record_qualifies_nothing_is_charged_and_the_table_is_empty(dpr_home, small_spec_path,
+                                                                                     tmp_path):
+    """With the histogram verifier's default share no cell of the 3,000-flight sample is large enough for
+    an outlier (it needs more than 400 records), so no flagged record passes the own-cell check: an empty,
+    stated outcome, not an abort after the release's earlier steps charged."""
+    from dpcore.pipeline import ingest_stage, validate_stage
+    from dpcore.spec import load_spec
+    from dpcore.steps.pcor import pcor_step
+    from flows.detect import detect_flow
+
+    spec_path = _spec(small_spec_path, tmp_path, from_detector=3, verifier="histogram")
+    detect_flow(spec_path=str(spec_path))
+    spec = load_spec(spec_path)
+    settings = Settings.from_env()
+    ingested = ingest_stage(spec, settings)
+    validate_stage(spec, settings, ingested)
+    out = pcor_step(spec, settings, ingested)
+    table = out.tables["explanations"]
+    assert table.empty and list(table.columns) == ["record_id", "status", "context", "bits", "utility_shortfall_bound",
+                                                   "ci_level"]
+    assert "histogram verifier flags in their own cell" in out.markdown
+    assert _ledger().charges("nycflights13").empty

@@ -388,6 +388,57 @@ def test_histogram_degenerate():
     assert v.verify_naive(codes, metric, 0, np.array([True, True]), space=sp)
 
 
+# ---------------------------------------------------------------- own cells (issue 16: detector targets)
+
+
+_OWN_CELL_VERIFIERS = [lambda: GrubbsVerifier(0.05), lambda: GrubbsVerifier(0.2),
+                       lambda: LOFVerifier(k=3, threshold=1.3), lambda: LOFVerifier(k=10, threshold=1.5),
+                       lambda: HistogramVerifier(min_share=0.05), lambda: HistogramVerifier(min_share=0.02)]
+
+
+def _own_cell_reference(verifier, sp, index, rows):
+    return np.array([verifier.verify(index, int(r), sp.cell_context(index.codes[r])[None, :])[0] for r in rows])
+
+
+@pytest.mark.parametrize("make", _OWN_CELL_VERIFIERS)
+@pytest.mark.parametrize("integer", [False, True])
+def test_verify_own_cells_equals_verify_on_each_cell_context(make, integer):
+    """The batched own-cell decision equals verify() on each record's cell context, also for cells
+    with fewer than 3 records, constant cells, repeated rows and any row order."""
+    sp, _, codes, metric = _synthetic(11, 1500, integer)
+    index = CellIndex.build(sp, codes, metric)
+    v = make()
+    rows = np.r_[np.arange(1500)[::-1], [5, 5, 17]]
+    got = v.verify_own_cells(index, rows)
+    assert got.dtype == bool and got.shape == rows.shape
+    np.testing.assert_array_equal(got, _own_cell_reference(make(), sp, index, rows))
+    assert got.any() and not got.all()
+    assert v.verify_own_cells(index, np.array([], dtype=np.int64)).shape == (0,)
+    with pytest.raises(IndexError):
+        v.verify_own_cells(index, [1500])
+
+
+@pytest.mark.parametrize("make", _OWN_CELL_VERIFIERS)
+def test_verify_own_cells_on_flights(flights_slice, make):
+    sp, _, codes, metric = flights_slice
+    index = CellIndex.build(sp, codes, metric)
+    rows = _candidate_rows(metric, np.random.default_rng(3), n_random=150)
+    got = make().verify_own_cells(index, rows)
+    np.testing.assert_array_equal(got, _own_cell_reference(make(), sp, index, rows))
+
+
+def test_verify_own_cells_degenerate_cells():
+    sp = ContextSpace.from_domains(["g"], [["u", "w", "z"]])
+    codes = np.array([[0]] + [[1]] * 5 + [[2]] * 2)
+    metric = np.array([3.0, 7.0, 7.0, 7.0, 7.0, 7.0, 1.0, 9.0])
+    index = CellIndex.build(sp, codes, metric)
+    rows = np.arange(8)
+    for v in (GrubbsVerifier(0.4), LOFVerifier(k=1, threshold=1.0), HistogramVerifier(min_share=0.9)):
+        got = v.verify_own_cells(index, rows)
+        assert not got[:6].any()  # N == 1, min == max
+        np.testing.assert_array_equal(got, _own_cell_reference(v, sp, index, rows))
+
+
 # ---------------------------------------------------------------- factory
 
 

@@ -160,24 +160,131 @@ DETECTOR_CHOICE_NOT_PROTECTED = (
 )
 
 
-def flagged_records(wh: Warehouse, spec: ReleaseSpec, ingested: IngestResult, top: int) -> list[str]:
+def detector_choice_not_protected(top: int, templates: list[str] | None = None, condition: str = "",
+                                  extra: str = "") -> str:
+    """The rule 9 statement for records chosen by the detector, naming how they were chosen.
+
+    Parameters
+    ----------
+    top : int
+        The requested number of records (``from_detector``).
+    templates : list of str or None
+        The templates whose flags the records were chosen among; None: any template.
+    condition : str
+        A further condition on the candidates, as a relative clause
+        ("that ..."), e.g. a verifier check made on the non-private data.
+    extra : str
+        A further full sentence on what the choice reveals (or empty).
+
+    Returns
+    -------
+    str
+    """
+    among = ("flagged by any template" if templates is None
+             else "flagged by the template" + ("s " if len(templates) > 1 else " ") + ", ".join(templates))
+    cond = f" {condition.strip()}" if condition.strip() else ""
+    return (
+        f"Which records were chosen by the detector (from_detector): the top {top}, by the detector's own "
+        f"non-private score, of the records {among}{cond}. " + (extra.strip() + " " if extra.strip() else "")
+        + "Appearing in the list reveals that a record met this choice, and the length of the list (fewer than "
+        "requested when fewer records qualify) and the charges made for it reveal how many qualified, up to the "
+        "requested number. They are published in record-id order, which carries no score."
+    )
+
+
+def _check_templates(spec: ReleaseSpec, templates: list[str] | None) -> list[str] | None:
+    if templates is None:
+        return None
+    names = [t.name for t in spec.steps.detect.templates]
+    unknown = [t for t in templates if t not in names]
+    if unknown or not templates:
+        raise StepInputError(f"detector templates {unknown} are not in steps.detect.templates {names}")
+    return list(dict.fromkeys(templates))
+
+
+def flagged_by_score(
+    wh: Warehouse, spec: ReleaseSpec, ingested: IngestResult, templates: list[str] | None = None,
+    limit: int | None = None,
+) -> list[str]:
+    """Ids of flagged records in the detector's score order (internal: never publish this order).
+
+    Parameters
+    ----------
+    wh : Warehouse
+    spec : ReleaseSpec
+    ingested : IngestResult
+    templates : list of str, optional
+        Only records labelled outliers by one of these templates, ranked by
+        their highest score among them (``internal.detect_scores``). None:
+        records flagged by any template, ranked by their highest score over
+        all templates (``internal.detect_flags``).
+    limit : int, optional
+        At most this many ids.
+
+    Returns
+    -------
+    list of str
+        Highest score first; ties by record id. The order is the detector's
+        non-private ranking: callers choose from it and publish only a
+        record-id-sorted selection (:func:`flagged_records`).
+
+    Raises
+    ------
+    StepInputError
+        The detect step has not run on this input under this spec, or a
+        template name is not in the spec.
+    """
+    templates = _check_templates(spec, templates)
+    suffix = validated_table_name(ingested, spec)
+    table = "detect_flags" if templates is None else "detect_scores"
+    if not wh.table_exists("internal", f"{table}__{suffix}"):
+        raise StepInputError("no detection results for this input: enable and run steps.detect first")
+    rid = spec.dataset.record_id
+    lim = "" if limit is None else f" LIMIT {int(limit)}"
+    if templates is None:
+        rows = wh.query(
+            f'SELECT "{rid}" FROM internal."detect_flags__{suffix}" WHERE flagged '
+            f'ORDER BY max_score DESC, "{rid}"{lim}'
+        )
+    else:
+        marks = ", ".join("?" for _ in templates)
+        rows = wh.query(
+            f'SELECT "{rid}", max(score) AS s FROM internal."detect_scores__{suffix}" '
+            f'WHERE label = 1 AND template IN ({marks}) GROUP BY "{rid}" ORDER BY s DESC, "{rid}"{lim}',
+            templates,
+        )
+    return [r[0] for r in rows]
+
+
+def flagged_records(
+    wh: Warehouse, spec: ReleaseSpec, ingested: IngestResult, top: int, templates: list[str] | None = None
+) -> list[str]:
     """Ids of the ``top`` flagged records by highest score, returned in record-id order.
 
     The choice is non-private (the detector's score); the order is not the
     score order, so a published list carries no ranking (issue 15, hole 5).
 
+    Parameters
+    ----------
+    wh : Warehouse
+    spec : ReleaseSpec
+    ingested : IngestResult
+    top : int
+        How many records at most.
+    templates : list of str, optional
+        Choose among the records labelled outliers by these templates only,
+        by their highest score among them (issue 16: PCOR explains records
+        flagged for its own metric). None: records flagged by any template.
+
+    Returns
+    -------
+    list of str
+        Sorted by record id.
+
     Raises
     ------
     StepInputError
-        The detect step has not run on this input under this spec.
+        The detect step has not run on this input under this spec, or a
+        template name is not in the spec.
     """
-    suffix = validated_table_name(ingested, spec)
-    if not wh.table_exists("internal", f"detect_flags__{suffix}"):
-        raise StepInputError("no detection results for this input: enable and run steps.detect first")
-    rid = spec.dataset.record_id
-    rows = wh.query(
-        f'SELECT "{rid}" FROM internal."detect_flags__{suffix}" WHERE flagged '
-        f'ORDER BY max_score DESC, "{rid}" LIMIT ?',
-        [int(top)],
-    )
-    return sorted(r[0] for r in rows)
+    return sorted(flagged_by_score(wh, spec, ingested, templates, limit=int(top)))

@@ -1,7 +1,7 @@
 """Private step ``pcor``: explain outliers by a private context (seed 003, PCOR).
 
 For each target record V (the spec's ``record_ids`` plus, optionally, the
-detector's top flagged records) release one context — a conjunction of
+detector's top flagged records: :func:`detector_targets`) release one context — a conjunction of
 disjunctions over the full public domains of the context attributes — in
 which V is an outlier of the metric attribute, chosen by a sampler and the
 exponential mechanism (:mod:`dpcore.mechanisms.pcor`). Each explanation is
@@ -14,7 +14,9 @@ cluster while the warehouse and the ledger stay in the flow process:
 1. :func:`plan_pcor` — validate parameters (ids must be on the spec's public
    roster: a public refusal, before any charge), load the columns, build the
    per-cell index once, resolve the targets (an absent or quarantined roster
-   id is *not* refused: rule 8);
+   id is *not* refused: rule 8; ``from_detector`` picks among the records
+   flagged by the metric's templates that are outliers in their own cell,
+   issue 16);
 2. :func:`reserve_pcor` — per target: return the stored release if the key
    was released before, otherwise reserve its cost (one charge each);
 3. :func:`compute_explanation` — pure function of the prepared arrays and one
@@ -48,12 +50,12 @@ from ..mechanisms.pcor.mechanism import PCORMechanism
 from ..mechanisms.pcor.verifiers import make_verifier
 from ..noise import NoiseSource
 from ..settings import Settings
-from ..spec import PcorSpec, ReleaseSpec
+from ..spec import PcorSpec, ReleaseSpec, pcor_source_templates
 from .common import (
     StepInputError, charge_request, check_record_ids, load_columns, noise_source, noise_test_seed, open_stores,
     require_public_completeness,
 )
-from .detect import DETECTOR_CHOICE_NOT_PROTECTED, flagged_records
+from .detect import detector_choice_not_protected, flagged_by_score, flagged_records
 
 
 class NoValidContextError(RuntimeError):
@@ -149,13 +151,78 @@ def _verifier_params(cfg: PcorSpec) -> dict[str, Any]:
     return {"min_share": cfg.histogram_min_share}
 
 
-def _targets(wh, spec: ReleaseSpec, ingested: IngestResult, cfg: PcorSpec) -> list[str]:
-    ids = list(dict.fromkeys(cfg.record_ids))
-    if cfg.from_detector:
-        ids += [i for i in flagged_records(wh, spec, ingested, cfg.from_detector) if i not in ids]
-    if not ids:
-        raise StepInputError("steps.pcor: no record to explain; give record_ids or from_detector")
-    return ids
+#: Detector candidates checked per batch by the own-cell rule (score order; stops once enough pass).
+OWN_CELL_BATCH = 4096
+
+
+def detector_targets(
+    wh, spec: ReleaseSpec, ingested: IngestResult, record_ids: pd.Index, index: CellIndex, verifier,
+) -> list[str]:
+    """The records ``steps.pcor.from_detector`` adds, in record-id order (a non-private choice).
+
+    Candidates are the records labelled outliers by the templates of
+    :func:`~dpcore.spec.pcor_source_templates` (``steps.pcor.from_template``,
+    or every template whose behavioural attribute is the metric), ranked by
+    their highest detector score among those templates. With
+    ``from_detector_own_cell`` (default) only candidates that the PCOR
+    verifier flags in their own cell (the context of exactly their own
+    attribute values) are kept; they are checked in score order, in batches
+    of :data:`OWN_CELL_BATCH`, until ``from_detector`` pass. The first
+    ``from_detector`` kept are returned sorted by id: the score order never
+    leaves this function (issue 15, hole 5).
+
+    Such a record's own cell is a valid context, so the mechanism's start
+    search always finds one and its explanation is never ``no_valid_context``
+    (seed 003 assumes the owner knows a valid starting context C_V). The
+    check reads the non-private data like the detector does; the report and
+    ``not_protected`` say so (:func:`pcor_choice_statement`).
+
+    Parameters
+    ----------
+    wh : Warehouse
+    spec : ReleaseSpec
+    ingested : IngestResult
+    record_ids : pandas.Index
+        The record ids of the rows of ``index``, in row order.
+    index : CellIndex
+        The per-cell index of the metric (the one the searches use).
+    verifier
+        The PCOR verifier (:func:`~dpcore.mechanisms.pcor.verifiers.make_verifier`).
+
+    Returns
+    -------
+    list of str
+    """
+    cfg = spec.steps.pcor
+    templates = pcor_source_templates(spec)
+    if not cfg.from_detector_own_cell:
+        return flagged_records(wh, spec, ingested, cfg.from_detector, templates)
+    ranked = np.asarray(flagged_by_score(wh, spec, ingested, templates), dtype=object)  # internal order
+    rows = record_ids.get_indexer(ranked)
+    ranked, rows = ranked[rows >= 0], rows[rows >= 0]  # present by construction (same validated table)
+    kept: list[np.ndarray] = []
+    n_kept = 0
+    for lo in range(0, rows.size, OWN_CELL_BATCH):  # batches of candidates, not records
+        ok = verifier.verify_own_cells(index, rows[lo: lo + OWN_CELL_BATCH])
+        kept.append(ranked[lo: lo + OWN_CELL_BATCH][ok])
+        n_kept += int(ok.sum())
+        if n_kept >= cfg.from_detector:
+            break
+    chosen = np.concatenate(kept)[: cfg.from_detector] if kept else np.array([], dtype=object)
+    return sorted(str(i) for i in chosen)
+
+
+def pcor_choice_statement(spec: ReleaseSpec) -> str:
+    """How ``from_detector`` chose its records, as the rule 9 statement (public: from the spec only)."""
+    cfg = spec.steps.pcor
+    condition = extra = ""
+    if cfg.from_detector_own_cell:
+        condition = (f"that the {cfg.verifier} verifier also flags as outliers of {_metric(spec, cfg)} in their "
+                     f"own cell (the context of exactly their own {', '.join(_context_attributes(spec, cfg))} "
+                     "values), a check made on the non-private data like the detector's score")
+        extra = ("Appearing in the list therefore also reveals that the record is such an outlier among the other "
+                 "records of its cell, a fact about those records too.")
+    return detector_choice_not_protected(cfg.from_detector, pcor_source_templates(spec), condition, extra)
 
 
 def check_pcor(spec: ReleaseSpec) -> tuple[list[str], str, dict[str, Any], dict[str, Any], PCORMechanism, ContextSpace]:
@@ -223,19 +290,33 @@ def plan_pcor(
         A roster id whose record is absent or quarantined is planned like any
         other (row ``-1``) and charged; :func:`compute_explanation` gives it
         the data-independent outcome ``no_valid_context``.
+
+    Notes
+    -----
+    ``from_detector`` targets come from :func:`detector_targets` (after the
+    index is built: the own-cell check uses it). When none qualifies and no
+    ``record_ids`` are given the plan has no target: nothing is charged and
+    the report shows an empty table (the count is covered by the
+    not-protected statement of the choice), rather than an abort after the
+    release's earlier steps have charged.
     """
     cfg = spec.steps.pcor
     attrs, metric, mech_params, vparams, mech, space = check_pcor(spec)
     stores = open_stores(settings)
     wh = stores.warehouse
-    ids = _targets(wh, spec, ingested, cfg)
     df = load_columns(wh, spec, ingested, [*attrs, metric])
-    rows = pd.Index(df[spec.dataset.record_id]).get_indexer(ids)  # -1: absent or quarantined (never refused)
     try:
         codes = space.encode(df[attrs])
         index = CellIndex.build(space, codes, df[metric].to_numpy(dtype=float))
     except ValueError as exc:
         raise StepInputError(f"steps.pcor: {exc}") from None
+    record_ids = pd.Index(df[spec.dataset.record_id])
+    ids = list(dict.fromkeys(cfg.record_ids))
+    if cfg.from_detector:
+        chosen = detector_targets(wh, spec, ingested, record_ids, index, make_verifier(cfg.verifier, **vparams))
+        ids += [i for i in chosen if i not in ids]
+    # no target only when from_detector found none: an empty, stated outcome (no abort mid-release)
+    rows = record_ids.get_indexer(ids)  # -1: absent or quarantined (never refused)
     noise = noise_source()
     job = PcorJob(space, index, cfg.verifier, vparams, mech_params, noise_test_seed())
     common = {
@@ -412,6 +493,19 @@ def store_pcor(
     return pcor_output(spec, plan, payloads)
 
 
+def _choice_summary(spec: ReleaseSpec) -> str:
+    cfg = spec.steps.pcor
+    templates = pcor_source_templates(spec)
+    how = ("named in steps.pcor.from_template" if cfg.from_template is not None
+           else f"whose behavioural attribute is the metric {_metric(spec, cfg)}")
+    text = (f"the highest-scoring records flagged by the template{'s' if len(templates) > 1 else ''} "
+            f"{', '.join(templates)} ({how}), ranked by the detector's own score")
+    if cfg.from_detector_own_cell:
+        text += (f", keeping only those the {cfg.verifier} verifier flags in their own cell (exactly their own "
+                 f"{', '.join(_context_attributes(spec, cfg))} values), so each has a valid starting context")
+    return text + ". They are listed in record-id order."
+
+
 def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str, Any]]) -> StepOutput:
     """The released table (record, context, bits, status) and the report section."""
     cfg = spec.steps.pcor
@@ -425,7 +519,7 @@ def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str,
             "bits": payloads[i]["bits"],
         }
         for i, t in enumerate(plan.targets)
-    ])
+    ], columns=["record_id", "status", "context", "bits"])
     if mech.n_exponential_calls() > 1:  # DFS / BFS: n search selections + the final one
         split = (f"{cfg.n_samples} search selections at epsilon {float(mech.selection_epsilon()):.6g} each and the "
                  f"final selection at {float(mech.final_epsilon()):.6g}")
@@ -436,7 +530,7 @@ def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str,
         "",
         f"Each record below is explained by one context over {', '.join(job.space.attributes)} "
         f"(full public domains, t = {job.space.t}) in which it is an outlier of "
-        f"{plan.targets[0].request.params['metric']} under the {cfg.verifier} verifier, chosen by "
+        f"{_metric(spec, cfg)} under the {cfg.verifier} verifier, chosen by "
         f"{cfg.sampler} sampling (n = {cfg.n_samples}) and the exponential mechanism with "
         f"{cfg.utility} utility. Cost per record: epsilon = {cfg.epsilon:g} ({split}), "
         "notion OCDP: the guarantee covers neighbouring datasets (one record added or removed) that leave the "
@@ -445,8 +539,9 @@ def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str,
     ]
     if plan.from_detector:
         lines += [
-            f"The records include the detector's top {plan.from_detector} flagged records: that choice is made by "
-            "the non-private detector, so the list of explained ids is not protected; only the contexts are.",
+            f"The records include up to {plan.from_detector} chosen by the non-private detector: "
+            f"{_choice_summary(spec)} That choice is not protected, so the list of explained ids is not either; "
+            "only the contexts are.",
             "",
         ]
     lines += ["| record | context | status |", "|---|---|---|"]
@@ -471,7 +566,7 @@ def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str,
         "of Shafieinejad et al.): the guarantee holds only for neighbours that keep that set.",
     ]
     if plan.from_detector:
-        not_protected.append(DETECTOR_CHOICE_NOT_PROTECTED)
+        not_protected.append(pcor_choice_statement(spec))
     table["utility_shortfall_bound"] = shortfall
     table["ci_level"] = 1 - spec.accuracy_alpha
     return StepOutput("pcor", {"explanations": table}, "\n".join(lines), keys=[t.request.key for t in plan.targets],

@@ -53,6 +53,14 @@ def _as_batch(index: CellIndex, row, contexts) -> tuple[int, np.ndarray, np.ndar
     return row, ctx, contains
 
 
+def _own_cells(index: CellIndex, rows) -> tuple[np.ndarray, np.ndarray]:
+    """Checked record positions and the position of each record's own cell in ``index.occupied``."""
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+    if rows.size and ((rows < 0).any() or (rows >= index.n_rows).any()):
+        raise IndexError("rows: some record positions are out of range")
+    return rows, np.searchsorted(index.occupied, index.cell_of_row[rows])
+
+
 def grubbs_critical_value(n, alpha: float) -> np.ndarray:
     """Two-sided Grubbs critical value ``G_crit(N, alpha)`` (Grubbs 1969).
 
@@ -316,8 +324,8 @@ class GrubbsVerifier:
 
         Parameters
         ----------
-        x_centred : float
-            ``x_V - centre``.
+        x_centred : float or (B,) float64
+            ``x_V - centre`` (one record, or one per row of ``sums``).
         sums : (B, 3) float64
             Count, sum and sum of squares of ``x - centre`` over each ``D_C``.
         mn, mx : (B,) float64
@@ -334,13 +342,14 @@ class GrubbsVerifier:
         if not ok.any():
             return out
         nn = n[ok].astype(np.float64)
+        x = np.broadcast_to(np.asarray(x_centred, dtype=np.float64), n.shape)[ok]
         s1 = sums[ok, 1]
         s2 = sums[ok, 2]
         mean = s1 / nn
         var = np.maximum(s2 - s1 * mean, 0.0) / (nn - 1.0)
         sd = np.sqrt(var)
         with np.errstate(divide="ignore", invalid="ignore"):
-            g = np.abs(x_centred - mean) / sd
+            g = np.abs(x - mean) / sd
         out[ok] = (sd > 0) & (g > self.critical(n[ok]))
         return out
 
@@ -367,6 +376,29 @@ class GrubbsVerifier:
         mn, mx = index.context_minmax(sub)
         out[contains] = self.decide(index.x_centred(row), sums, mn, mx)
         return out
+
+    def verify_own_cells(self, index: CellIndex, rows) -> np.ndarray:
+        """``f_M(D_C, V)`` with ``C`` each record's own cell, for many records at once.
+
+        The own cell is the context holding exactly the record's values
+        (:meth:`~dpcore.mechanisms.pcor.contexts.ContextSpace.cell_context`);
+        the decision equals :meth:`verify` on that context, vectorised over
+        records from the per-cell sums.
+
+        Parameters
+        ----------
+        index : CellIndex
+        rows : array_like of int
+            Record positions in the indexed data.
+
+        Returns
+        -------
+        (R,) bool
+        """
+        rows, occ = _own_cells(index, rows)
+        sums = np.stack([index.occupied_count[occ].astype(np.float64), index.occupied_sum[occ],
+                         index.occupied_sumsq[occ]], axis=1)
+        return self.decide(index.metric[rows] - index.centre, sums, index.occupied_min[occ], index.occupied_max[occ])
 
     def verify_naive(self, codes, metric, row: int, context, space=None) -> bool:
         """Reference: filter the records of ``D_C`` and run the textbook test.
@@ -563,6 +595,35 @@ class LOFVerifier:
         lof = self.lof(index, row, contexts)
         return np.nan_to_num(lof, nan=-np.inf) > self.threshold
 
+    def verify_own_cells(self, index: CellIndex, rows) -> np.ndarray:
+        """``f_M(D_C, V)`` with ``C`` each record's own cell, for many records.
+
+        Equals :meth:`verify` on each record's cell context. Records of one
+        cell with the same value have the same LOF, so one :meth:`lof_fast`
+        runs per distinct (cell, value) pair among ``rows``: a loop bounded
+        by the number of records asked about (callers pass a bounded batch,
+        e.g. the detector's top-ranked candidates), never by the data size.
+
+        Parameters
+        ----------
+        index : CellIndex
+        rows : array_like of int
+
+        Returns
+        -------
+        (R,) bool
+        """
+        rows, occ = _own_cells(index, rows)
+        pairs, first, inv = np.unique(np.stack([occ, index.row_rank[rows]], axis=1).reshape(-1, 2), axis=0,
+                                      return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)  # first: one representative record per pair
+        lof = np.full(pairs.shape[0], -np.inf)
+        for i, (p, r) in enumerate(zip(pairs[:, 0], rows[first])):
+            n = int(index.occupied_count[p])
+            if n >= 2:
+                lof[i] = self.lof_fast(index, int(r), np.array([p]), n)
+        return lof[inv] > self.threshold
+
     def lof_naive(self, values, x: float) -> float:
         """Reference ``LOF`` of one record with value ``x`` in the population ``values`` (by the definition).
 
@@ -717,6 +778,38 @@ class HistogramVerifier:
         (B,) bool; ``False`` where ``V`` is not in ``D_C``.
         """
         count, n = self.bin_count(index, row, contexts)
+        return (n > 0) & (count < self.min_share * n)
+
+    def verify_own_cells(self, index: CellIndex, rows) -> np.ndarray:
+        """``f_M(D_C, V)`` with ``C`` each record's own cell, for many records at once.
+
+        Equals :meth:`verify` on each record's cell context: the cell's
+        min/max and size, ``V``'s bin by numpy's linspace arithmetic and its
+        count by one ``searchsorted`` per bound, vectorised over records.
+
+        Parameters
+        ----------
+        index : CellIndex
+        rows : array_like of int
+
+        Returns
+        -------
+        (R,) bool
+        """
+        rows, occ = _own_cells(index, rows)
+        n = index.occupied_count[occ]
+        mn, mx = index.occupied_min[occ], index.occupied_max[occ]
+        count = n.copy()  # min == max: every record in V's bin
+        ok = mn < mx
+        if ok.any():
+            nb = _ceil_sqrt(n[ok])
+            i = self.bin_of(index.metric[rows[ok]], mn[ok], mx[ok], nb)
+            e_lo = histogram_edges(mn[ok], mx[ok], nb, i)
+            e_hi = histogram_edges(mn[ok], mx[ok], nb, i + 1)
+            r_lo = np.searchsorted(index.uniq, e_lo, side="left")
+            r_hi = np.where(i == nb - 1, np.searchsorted(index.uniq, e_hi, side="right"),
+                            np.searchsorted(index.uniq, e_hi, side="left"))
+            count[ok] = index.count_in_rank_range(index.occupied[occ[ok]], r_lo, r_hi)
         return (n > 0) & (count < self.min_share * n)
 
     def verify_naive(self, codes, metric, row: int, context, space=None) -> bool:
