@@ -54,7 +54,7 @@ from .params import real_between
 from ..neighbors import ball_counts, multiplicities, pairwise_ball_max
 from ..noise import NoiseSource
 
-__all__ = ["AnomalyIdentification", "ExpErrorProbability", "exp_neg_bounds", "pd_index_positions"]
+__all__ = ["AnomalyIdentification", "ExpErrorProbability", "exp_neg_bounds"]
 
 MECHANISMS = ("sp", "dp", "compiler")
 _HALF = Fraction(1, 2)
@@ -62,13 +62,6 @@ _HALF = Fraction(1, 2)
 #: the wrong-answer probability is already below exp(-SATURATION_EXPONENT);
 #: beyond it the exact count is fetched lazily (see ``answer``).
 SATURATION_EXPONENT = 45
-
-
-def pd_index_positions(data_ids, query_ids) -> np.ndarray:
-    """Row of each query id in ``data_ids`` (distinct), ``-1`` where absent (vectorised)."""
-    import pandas as pd
-
-    return np.asarray(pd.Index(np.asarray(data_ids, dtype=object)).get_indexer(list(query_ids)), dtype=np.int64)
 
 
 # ---------------------------------------------------------------------------
@@ -668,7 +661,10 @@ class AnomalyIdentification:
         D = np.asarray(data, dtype=np.float64)
         if D.ndim == 1:
             D = D.reshape(-1, 1)
-        pos = pd_index_positions(data_ids, query_ids)
+        import pandas as pd
+
+        # row of each queried id, -1 where absent (vectorised)
+        pos = np.asarray(pd.Index(np.asarray(data_ids, dtype=object)).get_indexer(list(query_ids)), dtype=np.int64)
         present = pos >= 0
         queries = np.zeros((len(pos), D.shape[1]), dtype=np.float64)
         queries[present] = D[pos[present]]
