@@ -139,10 +139,10 @@ def test_rejected_fraction_gate_uses_the_noisy_counts_and_keeps_the_charged_coun
     from flows.release_pipeline import release_pipeline
 
     spec = yaml.safe_load(small_spec_path.read_text())
-    # every 10th flight gets a distance outside the public bounds: ~10% quarantined (plus the few cancelled
-    # flights), far above the 5% gate whatever the noise (scale 2/0.1 = 20 on counts of ~300)
+    # every 4th flight gets a distance outside the public bounds: ~25% quarantined (plus the few cancelled
+    # flights), far above the 5% gate whatever the noise (scale 2/0.1 = 20 on counts of ~750)
     flights = pd.read_csv(spec["dataset"]["source"]["path"], dtype=str, keep_default_na=False)
-    flights.loc[::10, "distance"] = "99999"
+    flights.loc[::4, "distance"] = "99999"
     bad_csv = tmp_path / "flights_bad.csv"
     flights.to_csv(bad_csv, index=False)
     spec["dataset"]["source"] = {"kind": "csv", "path": str(bad_csv)}
