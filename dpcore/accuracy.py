@@ -57,7 +57,7 @@ class Accuracy:
 
     Attributes
     ----------
-    bound : float
+    bound : float or None
         ``kind == "interval"`` or ``"measurement"``: the half-width ``t`` with
         ``P(|released - true| > t) <= alpha``; ``"error_probability"``: the
         largest probability that a released answer is wrong;
@@ -71,7 +71,10 @@ class Accuracy:
         a released bit is wrong; ``"utility"``: a public utility guarantee
         (exponential mechanism); ``"measurement"``: the interval of each
         noisy measurement before consistency post-processing (see
-        ``statement``).
+        ``statement``); ``"empirical"``: an estimate from a simulation that
+        uses only the release and public parameters (a parametric bootstrap),
+        not a guarantee; ``"none"``: no figure (``bound`` None, the statement
+        says why).
     statement : str
         Plain words, for the report and the manifest.
     """

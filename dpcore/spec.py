@@ -18,7 +18,7 @@ import math
 import re
 from fractions import Fraction
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import (
@@ -374,6 +374,12 @@ class CocoSpec(_Strict):
     method: Literal[
         "naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2", "bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc"
     ] = "top_down_hc"
+    accuracy_replicates: int = Field(
+        default=20, ge=0, le=1000,
+        description="Replicates of the parametric bootstrap that states each level's empirical accuracy after "
+        "post-processing (dpcore.mechanisms.coco.bootstrap; post-processing of the release, no charge); "
+        "0 states the measurement noise only.",
+    )
     groups_provenance: Literal["public", "derived_from_data"] = Field(
         default="public",
         description="Where groups_file comes from. 'public' (the owner asserts it): a public source such as a "
@@ -766,6 +772,24 @@ def with_step(spec: ReleaseSpec, name: str, section: BaseModel) -> ReleaseSpec:
     data = spec.model_dump(mode="json", by_alias=True)
     data["steps"][name] = section.model_dump(mode="json")
     return parse_spec(data, origin=f"spec with steps.{name} from the flow parameters")
+
+
+def outlier_counts_section(spec: ReleaseSpec, overrides: dict[str, Any]) -> "OutlierCountsSpec":
+    """``steps.outlier_counts`` of ``spec``, enabled, with the operator's non-empty ``overrides``.
+
+    For the operator flow: a parameter left empty (None) keeps the spec's value. A budget given in one form
+    replaces the spec's: ``epsilon_total`` drops the spec's ``epsilon_select``/``epsilon_count``; either of
+    those drops the spec's ``epsilon_total`` (a missing member of the pair keeps the spec's explicit value,
+    else its default). Validated by :func:`with_step` (errors name the key).
+    """
+    given = {k: v for k, v in overrides.items() if v is not None}
+    data = spec.steps.outlier_counts.model_dump(mode="json")
+    if "epsilon_total" in given:
+        data["epsilon_select"] = data["epsilon_count"] = None
+    elif "epsilon_select" in given or "epsilon_count" in given:
+        data["epsilon_total"] = None
+    data.update(given, enabled=True)
+    return OutlierCountsSpec.model_construct(**data)
 
 
 def _hash_json(obj: object) -> str:

@@ -10,7 +10,7 @@ from pydantic import Field
 from dpcore.bundle import StepOutput
 from dpcore.ingest import IngestResult
 from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec, with_step
+from dpcore.spec import ReleaseSpec, outlier_counts_section, with_step
 from tasks.common import Progress, resolve
 from tasks.outlier_counts import (
     outlier_counts_plan_task,
@@ -46,14 +46,14 @@ def run_outlier_counts(spec: ReleaseSpec, settings: Settings, ingested: IngestRe
 
 @flow(name="outlier_counts", log_prints=False, persist_result=False, task_runner=task_runner_from_env())
 def outlier_counts(
-    k: Annotated[int, Field(ge=1, le=10_000)] = 3,
-    r: Annotated[float, Field(gt=0, le=10)] = 0.05,
-    h: Annotated[int, Field(ge=1, le=100)] = 2,
-    subspace_dim: Annotated[int, Field(ge=1, le=10)] = 1,
-    epsilon_select: Annotated[float, Field(gt=0, le=10)] = 0.5,
-    epsilon_count: Annotated[float, Field(gt=0, lt=1)] = 0.5,
-    delta_count: Annotated[float, Field(gt=0, lt=1)] = 1e-6,
-    method: Literal["smooth", "global", "global_laplace", "auto"] = "smooth",
+    k: Annotated[Optional[int], Field(ge=1, le=10_000)] = None,
+    r: Annotated[Optional[float], Field(gt=0, le=10)] = None,
+    h: Annotated[Optional[int], Field(ge=1, le=100)] = None,
+    subspace_dim: Annotated[Optional[int], Field(ge=1, le=10)] = None,
+    epsilon_select: Annotated[Optional[float], Field(gt=0, le=10)] = None,
+    epsilon_count: Annotated[Optional[float], Field(gt=0, le=10)] = None,
+    delta_count: Annotated[Optional[float], Field(gt=0, lt=1)] = None,
+    method: Optional[Literal["smooth", "global", "global_laplace", "auto"]] = None,
     epsilon_total: Annotated[Optional[float], Field(gt=0, le=10)] = None,
     attributes: Optional[list[str]] = None,
     spec_path: SpecPath = DEMO_SPEC,
@@ -61,8 +61,9 @@ def outlier_counts(
 ) -> list[dict[str, Any]]:
     """Which h subspaces hold the most distance-based outliers, and how many each holds.
 
-    Costs epsilon_select once plus (epsilon_count, delta_count) per selected subspace (delta 0 for
-    global_laplace), or epsilon_total in all when it is given.
+    Every parameter left empty takes the spec's ``steps.outlier_counts`` value (the demo: method auto,
+    epsilon_total 1.5). Costs epsilon_select once plus (epsilon_count, delta_count) per selected subspace
+    (delta 0 for global_laplace), or epsilon_total in all when that is the budget form.
     Neighbouring datasets differ in one replaced record (the source paper's convention).
 
     Args:
@@ -70,27 +71,25 @@ def outlier_counts(
         r: Radius in dist_S units (attributes scaled to [0, 1] by their public bounds, divided by sqrt(|S|)).
         h: Number of subspaces to select (at most the number of candidates).
         subspace_dim: Candidates are all subspaces of this many attributes.
-        epsilon_select: Epsilon of the whole top-h selection (exponential mechanism).
-        epsilon_count: Epsilon of each released count, below 1 (Theorems 1-2 of the Gaussian methods need it).
+        epsilon_select: Epsilon of the whole top-h selection (exponential mechanism); give it with epsilon_count.
+        epsilon_count: Epsilon of each released count; below 1 for the Gaussian methods smooth/global
+            (Theorems 1-2 need it).
         delta_count: Delta of each released count, in (0, 1); global_laplace spends none.
         method: smooth = smooth-sensitivity Gaussian; global = global-sensitivity Gaussian; global_laplace =
             discrete Laplace with the public global sensitivity (pure epsilon-DP); auto = the smallest published
             95% interval for these public parameters.
         epsilon_total: One epsilon for the whole step, split between the selection and the counts by the step's
-            public rule; when given, epsilon_select and epsilon_count are ignored.
-        attributes: Numeric attributes to use (default: all numeric attributes of the spec).
+            public rule; excludes epsilon_select and epsilon_count.
+        attributes: Numeric attributes to use (default: the spec's).
         spec_path: Path to the release spec YAML.
         release_id: Overrides the spec's release id.
     """
     spec, settings = resolve(spec_path, release_id)
-    budget = ({"epsilon_total": epsilon_total, "epsilon_select": None, "epsilon_count": None}
-              if epsilon_total is not None else
-              {"epsilon_total": None, "epsilon_select": epsilon_select, "epsilon_count": epsilon_count})
-    section = spec.steps.outlier_counts.model_copy(update={
-        "enabled": True, "k": k, "r": r, "h": h, "subspace_dim": subspace_dim, "delta_count": delta_count,
-        "method": method, "attributes": attributes or spec.steps.outlier_counts.attributes, **budget,
-    })
-    spec = with_step(spec, "outlier_counts", section)
+    spec = with_step(spec, "outlier_counts", outlier_counts_section(spec, {
+        "k": k, "r": r, "h": h, "subspace_dim": subspace_dim, "delta_count": delta_count, "method": method,
+        "attributes": attributes, "epsilon_total": epsilon_total, "epsilon_select": epsilon_select,
+        "epsilon_count": epsilon_count,
+    }))
     ingested = ingest_task(spec, settings)
     validate_task(spec, settings, ingested)
     out = run_outlier_counts(spec, settings, ingested)

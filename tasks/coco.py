@@ -32,5 +32,7 @@ def coco_nodes_task(mechanism: CocoMechanism, chunk: NodeChunk) -> list[NodeEsti
 def coco_finish_task(
     spec: ReleaseSpec, settings: Settings, measured: CocoMeasured, estimates: dict[str, NodeEstimate] | None
 ) -> StepOutput:
-    """Private step, second half: consistency assembly, internal error diagnostic (warehouse), table, plots."""
-    return finish_coco(spec, settings, measured, estimates)
+    """Private step, second half: consistency assembly, internal error diagnostic (warehouse), the bootstrap's
+    accuracy figures, table, plots."""
+    progress = Progress(f"coco-accuracy-{spec.dataset.name}", "coco accuracy replicates", 0)
+    return finish_coco(spec, settings, measured, estimates, progress=progress)

@@ -259,7 +259,15 @@ def test_every_released_number_carries_a_public_accuracy_statement(dpr_home, sma
     counts = pd.read_csv(bundle / "tables" / "record_counts__counts.csv")
     assert (counts["ci_level"] == 0.9).all() and (counts["ci_half_width"] > 0).all()
     assert {"max_error_probability"} <= set(pd.read_csv(bundle / "tables" / "aiq__answers.csv").columns)
-    assert {"ci_level", "measurement_half_width"} <= set(pd.read_csv(bundle / "tables" / "coco__histograms.csv").columns)
+    coco = pd.read_csv(bundle / "tables" / "coco__histograms.csv")
+    assert {"ci_level", "measurement_half_width", "empirical_half_width"} <= set(coco.columns)
+    # every level's released cells carry the bootstrap's empirical figure (also after rounding and matching)
+    assert coco["empirical_half_width"].notna().all() and (coco["empirical_half_width"] >= 0).all()
+    for lv in coco["level"].unique():
+        assert acc["coco"][f"histograms.level{lv}"]["kind"] == "empirical"
+        assert acc["coco"][f"histograms.level{lv}"]["bound"] == coco[coco["level"] == lv]["empirical_half_width"].iloc[0]
+        assert acc["coco"][f"histograms.level{lv}.measurement"]["kind"] == "measurement"
     assert {"utility_shortfall_bound"} <= set(pd.read_csv(bundle / "tables" / "pcor__explanations.csv").columns)
     report = (bundle / "report.md").read_text()
     assert " ± " in report and "(90%)" in report and "wrong with probability at most" in report
+    assert "parametric bootstrap from the release" in report

@@ -347,8 +347,12 @@ CHARGED_REPORT_LINES: dict[str, list[tuple[re.Pattern, str]]] = {
     # public (a function of the spec only) and stays visible: it must be the same on every neighbour
     "## Outlier subspaces and counts": [(re.compile(r"^\| (\d+) \| [^|]+ \| \d+(?:\.\d\d)? ± (\d+) \(95%\) \|$"),
                                          rf"| \1 | {CHARGED} | {CHARGED} ± \2 (95%) |")],
-    # coco: the number of non-zero cells of the released (noisy, post-processed) histograms
-    "## Count-of-counts histograms": [(re.compile(r"\([\d,]+ non-zero cells\)"), f"({CHARGED} non-zero cells)")],
+    # coco: the number of non-zero cells of the released (noisy, post-processed) histograms, and the
+    # empirical accuracy of each level (a parametric bootstrap from the release: post-processing of it)
+    "## Count-of-counts histograms": [
+        (re.compile(r"\([\d,]+ non-zero cells\)"), f"({CHARGED} non-zero cells)"),
+        (re.compile(r"a released cell is within ± \d+ of the truth"), f"a released cell is within ± {CHARGED} of the truth"),
+        (re.compile(r"mean L1 error per node [-+.\de]+\."), f"mean L1 error per node {CHARGED}.")],
     # pcor: the released context of each explained record and its status (released / no valid context)
     "## Private contextual outlier explanations": [
         (re.compile(r"^\| ([^|]+) \| [^|]+ \| (?:released|no_valid_context) \|$"), rf"| \1 | {CHARGED} | {CHARGED} |")],
@@ -381,6 +385,17 @@ def mask_report(md: str) -> str:
     return "\n".join(out) + ("\n" if md.endswith("\n") else "")
 
 
+def mask_manifest(text: str) -> str:
+    """A JSON file of the bundle with the empirical accuracy figures (``kind == "empirical"``: computed from the
+    released, charged values) replaced; every other statement comes from the spec only and stays."""
+    doc = json.loads(text)
+    for prot in doc.get("protection", []) if isinstance(doc, dict) else []:
+        for a in (prot.get("accuracy") or {}).values():
+            if a.get("kind") == "empirical":
+                a["bound"] = a["statement"] = CHARGED
+    return json.dumps(doc, indent=1, sort_keys=True)
+
+
 def mask_table(name: str, text: str) -> str:
     """A released table (CSV text) with its charged columns (:data:`CHARGED_COLUMNS`) replaced."""
     if name not in CHARGED_COLUMNS:
@@ -389,11 +404,13 @@ def mask_table(name: str, text: str) -> str:
     header, body = rows[0], rows[1:]
     cols = CHARGED_COLUMNS[name]
     if cols is None:  # coco: keep (node, level) of each run of cells, in order
-        # the accuracy columns (public: from the spec only) are kept and compared
-        assert header == ["node", "level", "group_size", "groups", "ci_level", "measurement_half_width"], header
+        # the measurement accuracy columns (public: from the spec only) are kept and compared; the
+        # empirical half-width is a bootstrap from the release (post-processing of charged values)
+        assert header == ["node", "level", "group_size", "groups", "ci_level", "measurement_half_width",
+                          "empirical_half_width"], header
         kept = []
         for r in body:
-            r = [r[0], r[1], CHARGED, CHARGED, r[4], r[5]]
+            r = [r[0], r[1], CHARGED, CHARGED, r[4], r[5], CHARGED]
             if not kept or kept[-1] != r:
                 kept.append(r)
         body = kept
@@ -444,7 +461,7 @@ def surfaces(run: Run) -> tuple[dict[str, str], dict[str, str]]:
         if path.suffix == ".md":
             put(f"bundle: {rel}", path.read_text(), mask_report)
         elif path.suffix == ".json":
-            put(f"bundle: {rel}", json.dumps(json.loads(path.read_text()), indent=1, sort_keys=True))
+            put(f"bundle: {rel}", json.dumps(json.loads(path.read_text()), indent=1, sort_keys=True), mask_manifest)
         elif path.suffix == ".csv":
             put(f"bundle: {rel}", path.read_text(), lambda s, t=path.stem: mask_table(t, s))
         elif path.suffix == ".parquet":

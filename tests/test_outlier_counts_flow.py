@@ -72,13 +72,31 @@ def test_operator_flow_and_parameter_errors_before_any_charge(dpr_home, small_sp
         assert len(_charges()) == 2
 
 
-def test_count_epsilon_must_be_below_one(dpr_home, small_spec_path):
-    """Theorems 1-2 of seed 002 are stated for epsilon < 1: the form refuses 1.0 before any charge."""
+def test_count_epsilon_must_be_below_one_for_the_gaussian_methods(dpr_home, small_spec_path):
+    """Theorems 1-2 of seed 002 are stated for epsilon < 1: a Gaussian method with 1.0 is refused before any
+    charge, naming the key."""
     from flows.outlier_counts import outlier_counts
 
-    with pytest.raises(ParameterTypeError, match="epsilon_count"):
-        outlier_counts(spec_path=str(small_spec_path), epsilon_count=1.0)
+    with pytest.raises(Exception, match="epsilon_count"):
+        outlier_counts(spec_path=str(small_spec_path), method="smooth", epsilon_select=0.5, epsilon_count=1.0)
     assert _charges().empty
+
+
+def test_operator_flow_defaults_to_the_spec(dpr_home, small_spec_path, tmp_path):
+    """Issue 16: parameters left empty take the spec's values (here epsilon_total 1.5 and method auto, as in
+    the demo): the charges are the spec's split, pure DP; an explicit pair replaces the spec's total."""
+    from flows.outlier_counts import outlier_counts
+
+    spec = yaml.safe_load(small_spec_path.read_text())
+    spec["steps"]["outlier_counts"].update({"r": 0.02, "epsilon_total": 1.5, "method": "auto"})
+    path = tmp_path / "oc_defaults.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    rows = outlier_counts(spec_path=str(path))
+    ch = _charges()
+    assert ch["epsilon"].round(12).tolist() == [0.345, 0.5775, 0.5775] and (ch["delta"] == 0).all()
+    assert len(rows) == 2 and all(float(r["noisy_count"]).is_integer() for r in rows)
+    outlier_counts(spec_path=str(path), release_id="oc-pair", h=1, epsilon_select=0.25, epsilon_count=0.75)
+    assert _charges()["epsilon"].round(12).tolist()[3:] == [0.25, 0.75]
 
 
 def test_epsilon_total_with_auto_charges_the_total_as_pure_dp_and_publishes_the_interval(dpr_home, small_spec_path,
