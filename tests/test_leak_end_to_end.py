@@ -351,8 +351,7 @@ CHARGED_REPORT_LINES: dict[str, list[tuple[re.Pattern, str]]] = {
     # empirical accuracy of each level (a parametric bootstrap from the release: post-processing of it)
     "## Count-of-counts histograms": [
         (re.compile(r"\([\d,]+ non-zero cells\)"), f"({CHARGED} non-zero cells)"),
-        (re.compile(r"a released cell is within ± \d+ of the truth"), f"a released cell is within ± {CHARGED} of the truth"),
-        (re.compile(r"mean L1 error per node [-+.\de]+\."), f"mean L1 error per node {CHARGED}.")],
+        (re.compile(r"^\| (\d+) \| \d+ \| [-+.\de]+ \| ([^|]+) \|$"), rf"| \1 | {CHARGED} | {CHARGED} | \2 |")],
     # pcor: the released context of each explained record and its status (released / no valid context)
     "## Private contextual outlier explanations": [
         (re.compile(r"^\| ([^|]+) \| [^|]+ \| (?:released|no_valid_context) \|$"), rf"| \1 | {CHARGED} | {CHARGED} |")],
