@@ -53,7 +53,7 @@ def outlier_counts(
     epsilon_select: Annotated[float, Field(gt=0, le=10)] = 0.5,
     epsilon_count: Annotated[float, Field(gt=0, lt=1)] = 0.5,
     delta_count: Annotated[float, Field(gt=0, lt=1)] = 1e-6,
-    method: Literal["smooth", "global", "global_laplace", "auto"] = "smooth",
+    method: Literal["smooth", "global", "global_laplace", "smooth_student_t", "auto"] = "smooth",
     epsilon_total: Annotated[Optional[float], Field(gt=0, le=10)] = None,
     attributes: Optional[list[str]] = None,
     spec_path: SpecPath = DEMO_SPEC,
@@ -62,7 +62,7 @@ def outlier_counts(
     """Which h subspaces hold the most distance-based outliers, and how many each holds.
 
     Costs epsilon_select once plus (epsilon_count, delta_count) per selected subspace (delta 0 for
-    global_laplace), or epsilon_total in all when it is given.
+    global_laplace and smooth_student_t), or epsilon_total in all when it is given.
     Neighbouring datasets differ in one replaced record (the source paper's convention).
 
     Args:
@@ -72,9 +72,10 @@ def outlier_counts(
         subspace_dim: Candidates are all subspaces of this many attributes.
         epsilon_select: Epsilon of the whole top-h selection (exponential mechanism).
         epsilon_count: Epsilon of each released count, below 1 (Theorems 1-2 of the Gaussian methods need it).
-        delta_count: Delta of each released count, in (0, 1); global_laplace spends none.
+        delta_count: Delta of each released count, in (0, 1); global_laplace and smooth_student_t spend none.
         method: smooth = smooth-sensitivity Gaussian; global = global-sensitivity Gaussian; global_laplace =
-            discrete Laplace with the public global sensitivity (pure epsilon-DP); auto = the smallest published
+            discrete Laplace with the public global sensitivity (pure epsilon-DP); smooth_student_t = smooth
+            sensitivity with Student's T noise (Bun & Steinke 2019; pure epsilon-DP); auto = the smallest published
             95% interval for these public parameters.
         epsilon_total: One epsilon for the whole step, split between the selection and the counts by the step's
             public rule; when given, epsilon_select and epsilon_count are ignored.

@@ -184,24 +184,33 @@ def student_t2_integer_from_bits(value: Fraction, scale: Fraction, next_bit: Cal
         read(_STEP_BITS)
 
 
-def student_t2_shift_scale(epsilon_shift) -> float:
-    """The largest float ``s`` with ``s (nu + 1) / (2 sqrt(nu)) <= epsilon_shift`` at ``nu = 2``, exactly.
+def student_t2_shift_scale(epsilon, share=Fraction(1, 2)) -> float:
+    """The largest float ``s`` with ``s (nu + 1) / (2 sqrt(nu)) <= share * epsilon`` at ``nu = 2``, exactly.
 
     Parameters
     ----------
-    epsilon_shift : float, int or Fraction
-        ``> 0``: the part of epsilon spent on the shift term (a float is read
-        at the smaller of its binary and decimal values, as the ledger may
-        charge either).
+    epsilon : float, int or Fraction
+        ``> 0``: the mechanism's epsilon (a float is read at the smaller of
+        its binary and decimal values, as the ledger may charge either).
+    share : Fraction
+        In ``(0, 1]``: the part of epsilon spent on the shift term.
 
     Returns
     -------
     float
-        ``s`` with ``9 s^2 <= 8 epsilon_shift^2`` checked in exact rationals
-        (``3 s / (2 sqrt 2) <= epsilon_shift``): rounded toward less ``s``,
-        i.e. more noise, never less.
+        ``s`` with ``9 s^2 <= 8 (share epsilon)^2`` checked in exact rationals
+        (``3 s / (2 sqrt 2) <= share epsilon``): rounded toward a smaller
+        ``s``, i.e. more noise, never less.
+
+    Raises
+    ------
+    ValueError
+        If ``epsilon`` is not a positive finite number or ``share`` is outside ``(0, 1]``.
     """
-    e = _readings(epsilon_shift, "epsilon_shift", min)
+    sh = _exact_fraction(share, "share")
+    if not 0 < sh <= 1:
+        raise ValueError(f"share must be in (0, 1], got {share!r}")
+    e = _readings(epsilon, "epsilon", min) * sh
     s = float(e) * 2.0 * math.sqrt(2.0) / 3.0
     s = math.nextafter(s * (1.0 + 2.0**-40), math.inf)
     while 9 * Fraction(s) ** 2 > 8 * e * e:
