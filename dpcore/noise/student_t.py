@@ -213,8 +213,10 @@ def student_t2_shift_scale(epsilon, share=Fraction(1, 2)) -> float:
     e = _readings(epsilon, "epsilon", min) * sh
     s = float(e) * 2.0 * math.sqrt(2.0) / 3.0
     s = math.nextafter(s * (1.0 + 2.0**-40), math.inf)
-    while 9 * Fraction(s) ** 2 > 8 * e * e:
+    while 9 * Fraction(s) ** 2 > 8 * e * e:  # from above in steps of a few ulp ...
         s = math.nextafter(s * (1.0 - 2.0**-50), 0.0)
+    while 9 * Fraction(math.nextafter(s, math.inf)) ** 2 <= 8 * e * e:  # ... then up to the largest one, ulp by ulp
+        s = math.nextafter(s, math.inf)
     return s
 
 
