@@ -30,7 +30,7 @@ from dpcore.noise import NoiseSource, student_t2_cdf_compare, student_t2_integer
 from dpcore.noise.student_t import student_t2_integer_from_bits
 from dpcore.spec import OutlierCountsSpec
 from dpcore.steps.outlier_counts import budget_split
-from test_outlier_count_neighbours import _datasets, _neighbours
+from test_outlier_count_neighbours import _datasets, _neighbours, one_of_each_neighbour
 
 EPS = 0.5
 
@@ -158,11 +158,7 @@ def test_smoothness_in_2d_for_add_remove_replace(X, k, new, data):
     m = st_mech(k=k, r=0.1, size_limit=3)
     A = np.array(X, dtype=float)
     S = m.smooth_sensitivity(A)
-    i = data.draw(st.integers(0, len(A) - 1))
-    neighbours = [np.vstack([A, [new]]), np.vstack([np.delete(A, i, axis=0), [new]])]
-    if len(A) > 1:
-        neighbours.append(np.delete(A, i, axis=0))
-    for B in neighbours:
+    for B in one_of_each_neighbour(A, data.draw(st.integers(0, len(A) - 1)), new):
         S2 = m.smooth_sensitivity(B)
         assert S <= math.exp(beta) * S2 and S2 <= math.exp(beta) * S
         assert abs(count_outliers(A, k, 0.1) - count_outliers(B, k, 0.1)) <= min(S, S2) + 1e-12
