@@ -17,33 +17,48 @@ Functions
 ---------
 :func:`discrete_laplace_half_width`
     Exact, for OpenDP's discrete Laplace (geometric) noise of scale ``s``:
-    ``P(|Z| > t) = 2 e^{-(t+1)/s} / (1 + e^{-1/s})``.
+    ``P(|Z| > t) = 2 e^{-(t+1)/s} / (1 + e^{-1/s})`` in 50-digit decimal
+    arithmetic (the one implementation; :mod:`dpcore.mechanisms.outlier_count`
+    uses it too).
 :func:`discrete_laplace_difference_half_width`
     Exact (numerical convolution with the tail mass added), for the
     difference of two independent discrete Laplace draws (a count derived as
     the difference of two noisy counts).
 :func:`gaussian_half_width`
     Exact, ``sigma * z_{1 - alpha/2}``, rounded up.
+:func:`student_t2_half_width`
+    Exact (rational arithmetic), for the integer Student's T (nu = 2) noise of
+    :meth:`dpcore.noise.NoiseSource.student_t_integer`.
+
+Every function takes ``alpha`` (significance, ``1 - level``).
 :func:`interval_text`
     ``"1,204 ± 37 (95%)"`` for reports.
 """
 from __future__ import annotations
 
+import decimal
 import math
 import numbers
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 from scipy import stats
 
+from .noise import upper_float
+from .noise.core import _exact_positive
+from .noise.student_t import student_t2_quantile_sq
+
 __all__ = [
     "Accuracy",
     "check_alpha",
+    "exact_alpha",
     "discrete_laplace_tail",
     "discrete_laplace_half_width",
     "discrete_laplace_difference_half_width",
     "gaussian_half_width",
+    "student_t2_half_width",
     "interval_text",
 ]
 
@@ -96,46 +111,140 @@ def check_alpha(alpha) -> float:
     return float(alpha)
 
 
-def discrete_laplace_tail(scale: float, t: int) -> float:
-    """``P(|Z| > t)`` for ``Z`` discrete Laplace with scale ``s``: ``2 e^{-(t+1)/s} / (1 + e^{-1/s})``.
+#: Decimal digits of the exact-pmf evaluations of the discrete Laplace tail.
+DECIMAL_DIGITS = 50
 
-    The pmf is ``P(Z = z) = (1 - e^{-1/s}) / (1 + e^{-1/s}) e^{-|z|/s}``.
+
+def exact_alpha(alpha) -> Fraction:
+    """``alpha`` as an exact rational in (0, 1): a ``Fraction`` as is, a float through its decimal text.
+
+    Reading a float through ``repr`` makes ``0.05`` exactly ``1/20`` (what the
+    spec says), and ``1 - Fraction("0.95")`` gives the same value for a level.
+
+    Raises
+    ------
+    ValueError
+        Naming ``alpha`` when it is not a number in (0, 1).
     """
-    s = float(scale)
-    if not (math.isfinite(s) and s > 0):
+    check_alpha(alpha)
+    if isinstance(alpha, numbers.Rational):
+        return Fraction(alpha.numerator, alpha.denominator)
+    return Fraction(repr(float(alpha)))
+
+
+def _decimal(q: Fraction) -> decimal.Decimal:
+    return decimal.Decimal(q.numerator) / decimal.Decimal(q.denominator)
+
+
+def _decimal_scale(scale) -> decimal.Decimal:
+    """A positive finite scale as a Decimal (a float converts exactly; a Fraction to 50 digits)."""
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not (
+            math.isfinite(float(scale)) and float(scale) > 0):
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
-    if t < 0:
-        return 1.0
-    return 2.0 * math.exp(-(t + 1) / s) / (1.0 + math.exp(-1.0 / s))
+    if isinstance(scale, numbers.Rational) and not isinstance(scale, numbers.Integral):
+        return _decimal(Fraction(scale.numerator, scale.denominator))
+    return decimal.Decimal(float(scale))
 
 
-def discrete_laplace_half_width(scale: float, alpha: float = DEFAULT_ALPHA) -> int:
-    """Smallest integer ``t >= 0`` with ``P(|Z| > t) <= alpha`` (exact tail formula).
+def _dl_tail(s: decimal.Decimal, t: int) -> decimal.Decimal:
+    return 2 * (-(decimal.Decimal(t) + 1) / s).exp() / (1 + (-1 / s).exp())
+
+
+def discrete_laplace_tail(scale, t: int) -> float:
+    """``P(|Z| > t)`` for ``Z`` discrete Laplace with scale ``s``: ``2 e^{-(t+1)/s} / (1 + e^{-1/s})``.
 
     Parameters
     ----------
-    scale : float
+    scale : float or Fraction
+        ``s > 0`` (a float is taken at its exact binary value).
+    t : int
+        The threshold; ``t < 0`` gives 1.
+
+    Returns
+    -------
+    float
+        With ``a = e^{-1/s}`` the pmf is ``(1 - a) / (1 + a) a^|z|`` and
+        ``P(Z > t) = a^{t+1} / (1 + a)``; evaluated with 50 significant digits,
+        then rounded to a float.
+    """
+    if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+        raise ValueError(f"t must be an integer (got {t!r})")
+    with decimal.localcontext() as ctx:
+        ctx.prec = DECIMAL_DIGITS
+        s = _decimal_scale(scale)
+        return 1.0 if t < 0 else float(_dl_tail(s, int(t)))
+
+
+def discrete_laplace_half_width(scale, alpha=DEFAULT_ALPHA) -> int:
+    """Smallest integer ``t >= 0`` with ``P(|Z| > t) <= alpha`` (exact pmf of the discrete Laplace).
+
+    Parameters
+    ----------
+    scale : float or Fraction
         The discrete Laplace scale actually used (public: sensitivity / epsilon, rounded up).
-    alpha : float
+    alpha : float or Fraction
+        Significance in (0, 1) (:func:`exact_alpha`: a float through its decimal text).
+
+    Returns
+    -------
+    int
+        The exact half-width: ``P(|Z| <= t) >= 1 - alpha`` and
+        ``P(|Z| <= t - 1) < 1 - alpha``.  Compared with 50 significant digits
+        (a tie closer than ``1e-45`` would be the only way to get it wrong).
+    """
+    a_exact = exact_alpha(alpha)
+    with decimal.localcontext() as ctx:
+        ctx.prec = DECIMAL_DIGITS
+        a = _decimal(a_exact)
+        s = _decimal_scale(scale)
+        q = (-1 / s).exp()
+        guess = s * (2 / (a * (1 + q))).ln() - 1  # solves 2 q^(t+1) / (1 + q) = alpha
+        t = max(int(guess.to_integral_value(rounding=decimal.ROUND_CEILING)), 0)
+        while t > 0 and _dl_tail(s, t - 1) <= a:
+            t -= 1
+        while _dl_tail(s, t) > a:
+            t += 1
+        return t
+
+
+def student_t2_half_width(scale, alpha=DEFAULT_ALPHA) -> int:
+    """Smallest integer ``h >= 0`` with ``P(|round(c Z)| <= h) >= 1 - alpha``, ``Z ~ T_2``, exactly.
+
+    The accuracy of :meth:`dpcore.noise.NoiseSource.student_t_integer` around
+    an integer centre ``f``: the release is ``K = floor(f + c Z + 1/2)``, so
+    ``|K - f| <= h`` iff ``-h - 1/2 <= c Z < h + 1/2``, with probability
+    ``y / sqrt(2 + y^2)``, ``y = (h + 1/2) / c`` (T_2 CDF,
+    :mod:`dpcore.noise.student_t`).  That is ``>= 1 - alpha`` iff
+    ``y^2 >= T^2 = 2 (1 - alpha)^2 / (1 - (1 - alpha)^2)``
+    (:func:`dpcore.noise.student_t.student_t2_quantile_sq`), decided in exact
+    rationals: the half-width is ``ceil(c T - 1/2)`` without any rounding error.
+    It is non-decreasing in ``c``, so the figure at an upper bound of ``c`` is
+    valid for every smaller scale.
+
+    Parameters
+    ----------
+    scale : Fraction, int or float
+        ``c > 0``, exact (a float at its binary value).
+    alpha : float or Fraction
         Significance in (0, 1).
 
     Returns
     -------
     int
-        The half-width. A float evaluation near the boundary is resolved
-        toward the larger ``t`` (the statement never claims more accuracy
-        than the distribution gives): the tail at ``t`` is compared with
-        ``alpha`` after a relative margin of ``1e-12``.
     """
-    a = check_alpha(alpha)
-    s = float(scale)
-    # closed form, then a local search that is exact up to the float margin
-    t = max(0, math.ceil(-s * math.log(a * (1.0 + math.exp(-1.0 / s)) / 2.0)) - 1)
-    while t > 0 and discrete_laplace_tail(s, t - 1) * (1 + 1e-12) <= a:
-        t -= 1
-    while discrete_laplace_tail(s, t) * (1 + 1e-12) > a:
-        t += 1
-    return int(t)
+    c = _exact_positive(scale, "scale")
+    T2 = student_t2_quantile_sq(exact_alpha(alpha))
+    bound = c * c * T2  # need (h + 1/2)^2 >= bound
+
+    def ok(h: int) -> bool:
+        return (h + Fraction(1, 2)) ** 2 >= bound
+
+    h = max(0, math.ceil(math.sqrt(float(bound)) - 0.5))
+    while h > 0 and ok(h - 1):
+        h -= 1
+    while not ok(h):
+        h += 1
+    return h
 
 
 def discrete_laplace_difference_half_width(scale: float, alpha: float = DEFAULT_ALPHA) -> int:
@@ -167,13 +276,31 @@ def discrete_laplace_difference_half_width(scale: float, alpha: float = DEFAULT_
     return int(ok[0])
 
 
-def gaussian_half_width(sigma: float, alpha: float = DEFAULT_ALPHA) -> float:
-    """``sigma * z_{1-alpha/2}`` (Gaussian noise), rounded up by a relative ``1e-12``."""
+def gaussian_half_width(sigma, alpha=DEFAULT_ALPHA) -> float:
+    """An upper bound on ``sigma * z_{1 - alpha/2}`` (Gaussian noise ``N(0, sigma^2)``).
+
+    Parameters
+    ----------
+    sigma : float
+        Standard deviation ``> 0`` (the value the sampler uses).
+    alpha : float or Fraction
+        Significance in (0, 1).
+
+    Returns
+    -------
+    float
+        ``t`` with ``P(|N(0, sigma^2)| <= t) >= 1 - alpha``: the quantile
+        (scipy's ``norm.isf``, relative error ~1e-15) and the product are each
+        rounded up by :func:`dpcore.noise.upper_float` (relative ``2**-40``),
+        so the stated half-width is never below the exact one.  Take its
+        ``ceil`` for an integer statement.
+    """
     a = check_alpha(alpha)
-    sg = float(sigma)
+    sg = float(sigma) if isinstance(sigma, numbers.Real) and not isinstance(sigma, bool) else math.nan
     if not (math.isfinite(sg) and sg > 0):
         raise ValueError(f"sigma must be a positive finite number, got {sigma!r}")
-    return math.nextafter(sg * float(stats.norm.isf(a / 2)) * (1 + 1e-12), math.inf)
+    z = upper_float(float(stats.norm.isf(a / 2)))
+    return upper_float(z * sg)
 
 
 def level_text(alpha: float) -> str:

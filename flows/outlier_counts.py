@@ -53,7 +53,7 @@ def outlier_counts(
     epsilon_select: Annotated[Optional[float], Field(gt=0, le=10)] = None,
     epsilon_count: Annotated[Optional[float], Field(gt=0, le=10)] = None,
     delta_count: Annotated[Optional[float], Field(gt=0, lt=1)] = None,
-    method: Optional[Literal["smooth", "global", "global_laplace", "auto"]] = None,
+    method: Optional[Literal["smooth", "global", "global_laplace", "smooth_student_t", "auto"]] = None,
     epsilon_total: Annotated[Optional[float], Field(gt=0, le=10)] = None,
     attributes: Optional[list[str]] = None,
     spec_path: SpecPath = DEMO_SPEC,
@@ -63,7 +63,7 @@ def outlier_counts(
 
     Every parameter left empty takes the spec's ``steps.outlier_counts`` value (the demo: method auto,
     epsilon_total 1.5). Costs epsilon_select once plus (epsilon_count, delta_count) per selected subspace
-    (delta 0 for global_laplace), or epsilon_total in all when that is the budget form.
+    (delta 0 for global_laplace and smooth_student_t), or epsilon_total in all when that is the budget form.
     Neighbouring datasets differ in one replaced record (the source paper's convention).
 
     Args:
@@ -74,9 +74,10 @@ def outlier_counts(
         epsilon_select: Epsilon of the whole top-h selection (exponential mechanism); give it with epsilon_count.
         epsilon_count: Epsilon of each released count; below 1 for the Gaussian methods smooth/global
             (Theorems 1-2 need it).
-        delta_count: Delta of each released count, in (0, 1); global_laplace spends none.
+        delta_count: Delta of each released count, in (0, 1); global_laplace and smooth_student_t spend none.
         method: smooth = smooth-sensitivity Gaussian; global = global-sensitivity Gaussian; global_laplace =
-            discrete Laplace with the public global sensitivity (pure epsilon-DP); auto = the smallest published
+            discrete Laplace with the public global sensitivity (pure epsilon-DP); smooth_student_t = smooth
+            sensitivity with Student's T noise (Bun & Steinke 2019; pure epsilon-DP); auto = the smallest published
             95% interval for these public parameters.
         epsilon_total: One epsilon for the whole step, split between the selection and the counts by the step's
             public rule; excludes epsilon_select and epsilon_count.

@@ -12,8 +12,10 @@ from dpcore.accuracy import (
     discrete_laplace_difference_half_width,
     discrete_laplace_half_width,
     discrete_laplace_tail,
+    exact_alpha,
     gaussian_half_width,
     interval_text,
+    student_t2_half_width,
 )
 from dpcore.noise import NoiseSource
 
@@ -91,3 +93,36 @@ def test_pcor_utility_shortfall_is_the_exponential_mechanism_bound():
         u = rng.integers(0, 3000, size=51).astype(float)
         p = NoiseSource.exponential_mechanism_probabilities(u, eps_f, 1.0)
         assert p[u < u.max() - m.utility_shortfall(0.05)].sum() <= 0.05
+
+
+def test_one_exact_discrete_laplace_implementation_with_the_alpha_convention():
+    """The 50-digit implementation (formerly duplicated in outlier_count with ``level``): alpha read exactly
+    (0.05 is 1/20; a Fraction as is), t < 0 gives tail 1, a float scale at its binary value."""
+    from fractions import Fraction
+
+    assert exact_alpha(0.05) == Fraction(1, 20) and exact_alpha(Fraction(1, 3)) == Fraction(1, 3)
+    assert discrete_laplace_half_width(14.0, 0.05) == discrete_laplace_half_width(14.0, Fraction(1, 20)) == 42
+    assert discrete_laplace_tail(14.0, -1) == 1.0
+    assert discrete_laplace_tail(Fraction(14), 42) == discrete_laplace_tail(14.0, 42) <= 0.05
+    for bad in (0, 1.2, float("nan")):
+        with pytest.raises(ValueError, match="alpha"):
+            discrete_laplace_half_width(14.0, bad)
+    with pytest.raises(ValueError, match="scale"):
+        discrete_laplace_half_width(-1.0, 0.05)
+
+
+def test_student_t2_half_width_is_exact():
+    """Smallest h with P(|round(cZ)| <= h) = y / sqrt(2 + y^2) >= 1 - alpha, y = (h + 1/2) / c (T_2 CDF)."""
+    from fractions import Fraction
+
+    for c in (Fraction(1, 3), Fraction(1), Fraction(297, 10), Fraction(10**6, 7)):
+        for alpha in (0.01, 0.05, 0.2):
+            h = student_t2_half_width(c, alpha)
+
+            def cover(hh):
+                y = (hh + 0.5) / float(c)
+                return y / math.sqrt(2 + y * y)
+
+            assert cover(h) >= 1 - alpha - 1e-12 and (h == 0 or cover(h - 1) < 1 - alpha + 1e-12)
+    with pytest.raises(ValueError, match="scale"):
+        student_t2_half_width(0, 0.05)

@@ -17,14 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dpcore.accuracy import discrete_laplace_half_width, discrete_laplace_tail, gaussian_half_width
 from dpcore.budget import PrivacyCost, exact
 from dpcore.mechanisms.outlier_count import (
     OutlierCountMechanism,
     choose_method,
     count_outliers,
-    discrete_laplace_half_width,
-    discrete_laplace_tail,
-    gaussian_half_width,
     public_global_sensitivity,
 )
 from dpcore.noise import NoiseSource
@@ -181,7 +179,7 @@ def test_discrete_laplace_half_width_is_the_smallest_covering_integer(s, level):
     P(|Z| <= t - 1) < level; OpenDP's accuracy (P(|Z| >= A) = alpha) agrees: t = floor(A)."""
     import opendp.accuracy as acc
 
-    t = discrete_laplace_half_width(s, level)
+    t = discrete_laplace_half_width(s, 1 - Fraction(repr(level)))  # alpha = 1 - level, exactly
     with decimal.localcontext() as ctx:
         ctx.prec = 60
         S = decimal.Decimal(s)
@@ -194,16 +192,16 @@ def test_discrete_laplace_half_width_is_the_smallest_covering_integer(s, level):
         lev = decimal.Decimal(repr(level))
         assert inside(t) >= lev
         assert inside(t - 1) < lev
-        assert abs(decimal.Decimal(1) - inside(t) - decimal.Decimal(discrete_laplace_tail(t, s))) < decimal.Decimal("1e-15")
+        assert abs(decimal.Decimal(1) - inside(t) - decimal.Decimal(discrete_laplace_tail(s, t))) < decimal.Decimal("1e-15")
     A = acc.discrete_laplacian_scale_to_accuracy(s, 1 - level)
     assert t == math.floor(A) or abs(t - A) < 1e-9
 
 
 def test_gaussian_half_width_rounds_up():
     for sigma in (0.1, 1.0, 19.79, 375.04, 1e4):
-        t = gaussian_half_width(sigma)
+        t = math.ceil(gaussian_half_width(sigma))
         assert sigma * 1.959963984540054 <= t < sigma * 1.959963984540054 + 1
-    assert gaussian_half_width(1.0, 0.5) == 1  # 0.674...
+    assert math.ceil(gaussian_half_width(1.0, 0.5)) == 1  # 0.674...
 
 
 def test_published_half_width_is_public_and_bounds_the_smooth_noise():
@@ -214,10 +212,10 @@ def test_published_half_width_is_public_and_bounds_the_smooth_noise():
     gl = OutlierCountMechanism(3, 0.2, 0.5, 1e-6, method="global")
     la = laplace(3, 0.5, 0.2)
     assert la.ci_half_width(1) == 42  # s = 14: the demo's old per-count epsilon
-    assert gl.ci_half_width(1) == gaussian_half_width(gl.global_sigma(1))
+    assert gl.ci_half_width(1) == math.ceil(gaussian_half_width(gl.global_sigma(1)))
     for _ in range(5):
         X = rng.uniform(0, 1, (int(rng.integers(5, 40)), 2))
-        assert gaussian_half_width(sm.noise_sigma(X)) <= sm.ci_half_width(2)
+        assert math.ceil(gaussian_half_width(sm.noise_sigma(X))) <= sm.ci_half_width(2)
         assert sm.smooth_sensitivity(X) >= sm.smooth_sensitivity_floor(2) - 1e-12
 
 

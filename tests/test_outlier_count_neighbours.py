@@ -217,6 +217,14 @@ def test_exhaustive_replace_add_remove_bounds_smoothness_and_exact_delta(k):
 
 # --------------------------------------------------------------------------- property test, 2-D
 
+def one_of_each_neighbour(A: np.ndarray, i: int, new) -> list[np.ndarray]:
+    """``A`` with ``new`` added, with record ``i`` replaced by ``new`` and (if not the last) with ``i`` removed."""
+    out = [np.vstack([A, [new]]), np.vstack([np.delete(A, i, axis=0), [new]])]
+    if len(A) > 1:
+        out.append(np.delete(A, i, axis=0))
+    return out
+
+
 coord = st.sampled_from([0.0, 0.05, 0.1, 0.15, 0.2, 0.3])
 point = st.tuples(coord, coord)
 GRID = [(a, b) for a in (-0.05, 0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35) for b in (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)]
@@ -245,11 +253,7 @@ def test_smooth_bound_dominates_union_local_sensitivity_and_is_smooth_in_2d(X, k
     assert ls <= U0 <= public_global_sensitivity(2, k)
     S = m.smooth_sensitivity(A)
     beta_exact = EPS / (4 * (1 + math.log(2 / DELTA)))
-    i = data.draw(st.integers(0, len(A) - 1))
-    neighbours = [np.vstack([A, [new]]), np.vstack([np.delete(A, i, axis=0), [new]])]
-    if len(A) > 1:
-        neighbours.append(np.delete(A, i, axis=0))
-    for B in neighbours:
+    for B in one_of_each_neighbour(A, data.draw(st.integers(0, len(A) - 1)), new):
         S2 = m.smooth_sensitivity(B)
         assert S <= math.exp(beta_exact) * S2 and S2 <= math.exp(beta_exact) * S
 

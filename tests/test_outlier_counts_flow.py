@@ -27,7 +27,8 @@ def test_pipeline_selects_h_subspaces_and_charges_each_release(dpr_home, small_s
 
     spec = yaml.safe_load(small_spec_path.read_text())
     spec["steps"]["outlier_counts"] = {"enabled": True, "k": 3, "r": 0.02, "h": 2, "subspace_dim": 1,
-                                       "epsilon_select": 0.4, "epsilon_count": 0.3, "delta_count": 1e-6}
+                                       "epsilon_select": 0.4, "epsilon_count": 0.3, "delta_count": 1e-6,
+                                       "method": "smooth"}
     path = tmp_path / "oc.yaml"
     path.write_text(yaml.safe_dump(spec))
     out = release_pipeline(spec_path=str(path))
@@ -142,3 +143,33 @@ def test_epsilon_total_and_an_explicit_epsilon_are_refused_before_any_charge(dpr
     path.write_text(yaml.safe_dump(spec))
     with pytest.raises(SpecError, match="either epsilon_total"):
         load_spec(path)
+
+
+def test_smooth_student_t_charges_pure_dp_and_publishes_integer_counts_with_the_public_interval(dpr_home,
+                                                                                               small_spec_path,
+                                                                                               tmp_path):
+    """Issue 16 part 2: method smooth_student_t through the whole pipeline: every count charge is (epsilon, 0)
+    whatever delta_count says, the counts are integers, the 95% half-width is the public one (S = G), and
+    neither the true count nor the data-dependent scale reaches the bundle."""
+    from dpcore.mechanisms.outlier_count import OutlierCountMechanism
+    from flows.release_pipeline import release_pipeline
+
+    spec = yaml.safe_load(small_spec_path.read_text())
+    spec["steps"]["outlier_counts"] = {"enabled": True, "k": 3, "r": 0.02, "h": 2, "subspace_dim": 1,
+                                       "epsilon_select": 0.4, "epsilon_count": 1.5, "delta_count": 1e-6,
+                                       "method": "smooth_student_t"}
+    path = tmp_path / "oc_t.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = release_pipeline(spec_path=str(path))
+    ch = _charges()
+    assert list(ch["step"]) == ["outlier_subspaces", "outlier_count", "outlier_count"]
+    assert ch["epsilon"].round(12).tolist() == [0.4, 1.5, 1.5] and (ch["delta"] == 0).all()
+    t = pd.read_csv(Path(out["bundle"]) / "tables" / "outlier_counts__counts.csv")
+    hw = OutlierCountMechanism(3, 0.02, 1.5, 0, method="smooth_student_t").ci_half_width(1)
+    assert (t["ci_half_width"] == hw).all()
+    assert (t["noisy_count"] >= 0).all() and (t["noisy_count"] == t["noisy_count"].round()).all()
+    report = (Path(out["bundle"]) / "report.md").read_text()
+    assert "Student's T" in report
+    public = "".join(p.read_text(errors="ignore") for p in Path(out["bundle"]).rglob("*")
+                     if p.suffix in {".csv", ".md", ".json"} and "owner" not in p.parts)
+    assert "true_count" not in public and "sigma" not in public

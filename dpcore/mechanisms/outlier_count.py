@@ -68,6 +68,63 @@ Mechanisms
   Ghosh, Roughgarden & Sundararajan 2009, which is the discrete analogue of the
   Laplace mechanism of Dwork et al. 2006 that Section 2.1.1 builds on).  The
   output is an integer.  No data-dependent quantity enters the noise.
+* ``method="smooth_student_t"`` (issue 16 part 2): the same beta-smooth bound
+  ``S(X)`` as ``smooth`` (with its own ``beta``) and Student's T noise,
+  pure epsilon-DP, **delta = 0** (Bun & Steinke 2019, Section 3; next section).
+  The output is an integer.
+
+The smooth-sensitivity Student's T mechanism (``smooth_student_t``)
+--------------------------------------------------------------------
+Bun & Steinke, "Average-Case Averages: Private Algorithms for Smooth
+Sensitivity and Mean Estimation" (NeurIPS 2019), Section 3.  Let ``Z ~ T_nu``
+(density ``p(z) ∝ (1 + z^2/nu)^{-(nu+1)/2}``, ``g(z) = -ln p(z) = (nu+1)/2
+ln(1 + z^2/nu) + const``).  If ``|f(x) - f(y)| <= S(x)`` and ``S(x) <=
+e^beta S(y)`` for all neighbours ``x ~ y``, then
+
+    M(x) = f(x) + (S(x) / s) Z   is epsilon-DP,   epsilon = s (nu+1)/(2 sqrt(nu)) + (nu+1) beta.
+
+*Derivation.*  ``M(x)`` has density ``(1/c) p((m - f)/c)`` at ``m``,
+``c = S(x)/s``.  Go from ``(f(x), c(x))`` to ``(f(y), c(y))`` in two steps.
+(i) Shift: ``|g'(z)| = (nu+1) |z| / (nu + z^2) <= (nu+1)/(2 sqrt(nu))``
+(maximum at ``|z| = sqrt(nu)``), and the centre moves by
+``|f(x) - f(y)| / c(x) <= S(x) / c(x) = s`` in ``z`` units, so the log-density
+changes by at most ``s (nu+1)/(2 sqrt(nu))``.  (ii) Dilation: with
+``c' = c e^tau``, ``|tau| = |ln(S(y)/S(x))| <= beta``, the log-density is
+``-ln c - tau - g(w)``, ``w = (m - f) e^{-tau} / c``, whose ``tau``-derivative
+is ``-1 + w g'(w)`` with ``w g'(w) = (nu+1) w^2 / (nu + w^2)`` in ``[0, nu+1)``;
+so it changes by at most ``max(1, nu) |tau| <= (nu+1) beta`` (the charge uses
+the paper's ``(nu+1) beta``; the tighter ``nu beta`` is not claimed).  The two
+bounds add (triangle inequality), for both directions.  Here ``f = q_count``,
+``S`` is the bound of "The smooth upper bound" below (``S >= LS`` for all three
+kinds of neighbour, and ``S(X) <= e^beta S(X')``), so the release is epsilon-DP
+for the union relation.  **Rounding** to the nearest integer is
+post-processing; it makes exact sampling possible
+(:meth:`dpcore.noise.NoiseSource.student_t_integer`: inverse-CDF sampling of a
+lazily read uniform against the algebraic T_2 CDF, rational arithmetic only).
+
+*Parameters (public rule).*  ``nu = 2``: its CDF ``F(x) = 1/2 + x / (2 sqrt(2 + x^2))``
+is algebraic, so every sampling decision and the published half-width are
+exact rationals (another ``nu`` would need a transcendental CDF).  Its variance
+is infinite, which does not matter: the product states accuracy as interval
+half-widths, which are finite (95%: ``T = 4.3027``).  Then
+``epsilon = 3 s / (2 sqrt 2) + 3 beta``, and half of epsilon goes to each term
+(``STUDENT_T_SHIFT_SHARE``): ``s = sqrt(2) epsilon / 3`` (the largest float
+with ``9 s^2 <= 2 epsilon^2`` exactly), ``beta = epsilon / 6``.  Why half: the
+published half-width is ``~ T G / s`` (at ``S = G``; any split with more to
+``s`` would narrow it, but only by a factor below 2), while on data the noise
+is ``T S(X) / s`` and ``S(X) >= S_floor ~ 1 / (e beta)`` for ``G >> 1/beta``
+(:meth:`OutlierCountMechanism.smooth_sensitivity_floor`), so the floor's
+half-width is ``~ T / (e beta s)``, smallest when ``beta s`` is largest under
+``3 s / (2 sqrt 2) + 3 beta = epsilon``: exactly when both terms get
+``epsilon / 2``.  At ``epsilon = 0.5`` and ``k = 3``: ``s = 0.2357``,
+``beta = 1/12``; published 95% half-width 128 (``d = 1``, ``G = 7``) and 347
+(``d = 2``, ``G = 19``) against the discrete Laplace's 42 and 114 and the
+smooth Gaussian bound's 740 and 2006; at its public floor (``S = 4.25`` resp.
+``4.80``) about 78 and 88.  So it never beats ``global_laplace`` in what can be
+published (about 3 x wider at ``S = G``: ``T 3/sqrt(2) = 9.13`` against
+``ln 20 = 3.0`` units of ``G / epsilon``) but, unlike the smooth Gaussian, it
+can beat it *on the data* whenever ``S(X)`` is small against ``G``
+(BENCHMARKS.md, "Choosing the count method").
 
 Accuracy statements (public parameters only)
 --------------------------------------------
@@ -83,6 +140,12 @@ next to the count:
 * smooth Gaussian: ``sigma = S(X) / alpha`` is data-dependent and must never
   be stated; the published figure is the **bound** with ``S`` replaced by its
   public maximum ``G`` (``S <= G`` always), ``ceil(G z / alpha)``.
+* smooth Student's T: likewise at ``S = G``: the exact smallest integer ``h``
+  with ``P(|round((G/s) Z)| <= h) >= level`` (rational arithmetic,
+  :func:`dpcore.accuracy.student_t2_half_width`; the rounding's half unit is
+  part of it).
+
+All half-widths come from :mod:`dpcore.accuracy` (one implementation each).
 
 Clamping the released count at 0 (post-processing) keeps the statement, since
 ``q_count >= 0``.
@@ -103,7 +166,11 @@ grid with ``d <= 4`` (``k`` in {1, 3, 10}, ``epsilon`` in {0.1, 0.5, 0.95},
 synthetic data it lost everywhere but at ``d >= 8, k = 10, epsilon >= 0.5``.
 The global Gaussian (Theorem 1, ``sigma = sqrt(2 ln(2/delta)) G / epsilon``)
 beats the discrete Laplace's half-width only for ``delta`` above about 0.62
-(measured by bisection there).
+(measured by bisection there).  ``smooth_student_t`` is not compared: its
+publishable half-width (``S = G``) is about 3 x the discrete Laplace's
+(``9.13`` against ``<= ln 40 = 3.69`` units of ``G / epsilon`` at 95%, plus at
+most one unit of rounding; a test checks it over a grid of ``epsilon``, ``k``,
+``d`` and levels), so it could never be the smallest.
 
 The smooth upper bound implemented here
 ---------------------------------------
@@ -212,20 +279,20 @@ warehouse (DESIGN.md rule 6).
 """
 from __future__ import annotations
 
-import decimal
 import math
 import numbers
+from fractions import Fraction
 
 import numpy as np
-from scipy.special import ndtri
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
+from ..accuracy import discrete_laplace_half_width, gaussian_half_width, student_t2_half_width
 from ..budget import PrivacyCost
 from .params import real_between
 from ..neighbors import _as_matrix, ball_counts
-from ..noise import NoiseSource, conservative_scale, lower_float, upper_float
+from ..noise import NoiseSource, conservative_scale, lower_float, student_t2_shift_scale, upper_float
 from .kissing import KISSING_NUMBER_BOUNDS, kissing_lower, kissing_upper
 
 __all__ = [
@@ -246,17 +313,21 @@ __all__ = [
     "METHODS",
     "SPEC_METHODS",
     "choose_method",
-    "discrete_laplace_tail",
-    "discrete_laplace_half_width",
-    "gaussian_half_width",
 ]
 
-#: Concrete count mechanisms: smooth / global Gaussian (Theorems 2 / 1) and the global discrete Laplace.
-METHODS = ("smooth", "global", "global_laplace")
+#: Concrete count mechanisms: smooth / global Gaussian (Theorems 2 / 1), the global discrete Laplace and the
+#: smooth-sensitivity Student's T (Bun & Steinke 2019, Section 3).
+METHODS = ("smooth", "global", "global_laplace", "smooth_student_t")
 #: Methods the spec accepts: the concrete ones plus ``auto`` (:func:`choose_method`).
 SPEC_METHODS = METHODS + ("auto",)
 #: Methods whose privacy proof (Theorems 1-2, classical Gaussian analysis) needs 0 < epsilon < 1 and delta > 0.
 GAUSSIAN_METHODS = ("smooth", "global")
+#: Pure epsilon-DP methods (delta = 0, integer output, any finite epsilon > 0).
+PURE_METHODS = ("global_laplace", "smooth_student_t")
+#: Methods whose noise scales with the beta-smooth bound S(X) (each with its own beta).
+SMOOTH_METHODS = ("smooth", "smooth_student_t")
+#: Share of epsilon that smooth_student_t spends on the shift term (the rest on the dilation term 3 beta).
+STUDENT_T_SHIFT_SHARE = Fraction(1, 2)
 #: Default confidence level of the published accuracy statement.
 CI_LEVEL = 0.95
 #: Absolute amount by which the smoothness parameter used is below Theorem 2's
@@ -681,106 +752,11 @@ def relaxed_enclosable_bound(P, r, size_limit: int, node_limit: int = DEFAULT_NO
 # accuracy statements (public: noise distributions only, no data)
 # ---------------------------------------------------------------------------
 
-#: Decimal digits used for the exact-pmf tail of the discrete Laplace.
-_DECIMAL_DIGITS = 50
-
-
-def _check_level(level) -> decimal.Decimal:
-    """``1 - level`` as an exact decimal (``level`` read through its decimal text)."""
+def _alpha_of_level(level) -> Fraction:
+    """``1 - level`` as an exact rational (``level`` read through its decimal text: 0.95 gives 1/20)."""
     if not real_between(level, 0, 1):
         raise ValueError(f"level must be a number with 0 < level < 1 (got {level!r}), e.g. level=0.95")
-    return decimal.Decimal(1) - decimal.Decimal(repr(float(level)))
-
-
-def _decimal_scale(scale) -> decimal.Decimal:
-    if not real_between(scale, 0):
-        raise ValueError(f"scale must be a finite number > 0 (got {scale!r})")
-    if isinstance(scale, numbers.Rational) and not isinstance(scale, numbers.Integral):
-        return decimal.Decimal(scale.numerator) / decimal.Decimal(scale.denominator)
-    return decimal.Decimal(float(scale))  # a float converts exactly
-
-
-def _tail(t: int, s: decimal.Decimal) -> decimal.Decimal:
-    return 2 * (-(decimal.Decimal(t) + 1) / s).exp() / (1 + (-1 / s).exp())
-
-
-def discrete_laplace_tail(t: int, scale) -> float:
-    """``P(|Z| > t)`` for the discrete Laplace ``P(Z = z) ∝ exp(-|z| / s)`` on the integers.
-
-    Parameters
-    ----------
-    t : int
-        ``>= 0``.
-    scale : float or Fraction
-        ``s > 0`` (a float is taken at its exact binary value).
-
-    Returns
-    -------
-    float
-        ``2 e^{-(t+1)/s} / (1 + e^{-1/s})``: with ``a = e^{-1/s}`` the pmf is
-        ``(1 - a) / (1 + a) a^|z|`` and ``P(Z > t) = a^{t+1} / (1 + a)``.
-        Evaluated with 50 significant digits, then rounded to a float.
-    """
-    if isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 0:
-        raise ValueError(f"t must be an integer >= 0 (got {t!r})")
-    with decimal.localcontext() as ctx:
-        ctx.prec = _DECIMAL_DIGITS
-        return float(_tail(int(t), _decimal_scale(scale)))
-
-
-def discrete_laplace_half_width(scale, level=CI_LEVEL) -> int:
-    """Smallest integer ``t >= 0`` with ``P(|Z| > t) <= 1 - level`` (exact pmf of the discrete Laplace).
-
-    Parameters
-    ----------
-    scale : float or Fraction
-        The noise scale ``s > 0`` actually used by the sampler.
-    level : float
-        Coverage, ``0 < level < 1`` (default 0.95), read through its decimal text.
-
-    Returns
-    -------
-    int
-        The exact half-width: ``P(|Z| <= t) >= level`` and ``P(|Z| <= t - 1) < level``.
-        The comparison is made with 50 significant digits (a tie closer than
-        ``1e-45`` would be the only way to get it wrong).
-    """
-    with decimal.localcontext() as ctx:
-        ctx.prec = _DECIMAL_DIGITS
-        alpha = _check_level(level)
-        s = _decimal_scale(scale)
-        a = (-1 / s).exp()
-        guess = s * (2 / (alpha * (1 + a))).ln() - 1  # solves 2 a^(t+1) / (1 + a) = alpha
-        t = max(int(guess.to_integral_value(rounding=decimal.ROUND_CEILING)), 0)
-        while t > 0 and _tail(t - 1, s) <= alpha:
-            t -= 1
-        while _tail(t, s) > alpha:
-            t += 1
-        return t
-
-
-def gaussian_half_width(sigma, level=CI_LEVEL) -> int:
-    """``ceil(sigma z_{(1 + level)/2})``: an integer ``t`` with ``P(|N(0, sigma^2)| <= t) >= level``.
-
-    Parameters
-    ----------
-    sigma : float
-        Standard deviation ``> 0`` (the value the sampler uses).
-    level : float
-        Coverage, ``0 < level < 1``.
-
-    Returns
-    -------
-    int
-        The quantile ``z`` (scipy's ``ndtri``, relative error ~1e-15) and the
-        product are rounded up by :func:`dpcore.noise.upper_float` before the
-        ceiling, so the stated half-width is never below the exact one.
-    """
-    _check_level(level)
-    if not real_between(sigma, 0):
-        raise ValueError(f"sigma must be a finite number > 0 (got {sigma!r})")
-    z = upper_float(float(ndtri((1.0 + float(level)) / 2.0)))
-    return int(math.ceil(upper_float(z * float(sigma))))
+    return 1 - Fraction(repr(float(level)))
 
 
 # ---------------------------------------------------------------------------
@@ -800,14 +776,18 @@ class OutlierCountMechanism:
     epsilon : float, int or Fraction
         Gaussian methods: ``0 < epsilon < 1`` (Theorems 1 and 2 rest on the
         classical Gaussian analysis, stated for epsilon < 1).
-        ``global_laplace``: any finite ``epsilon > 0``.
+        ``global_laplace``, ``smooth_student_t``: any finite ``epsilon > 0``.
     delta : float
-        Gaussian methods: ``0 < delta < 1``.  ``global_laplace``: ``0`` (pure DP).
-    method : {"smooth", "global", "global_laplace"}
+        Gaussian methods: ``0 < delta < 1``.  ``global_laplace``,
+        ``smooth_student_t``: ``0`` (pure DP).
+    method : {"smooth", "global", "global_laplace", "smooth_student_t"}
         ``"smooth"``: Theorem 2 with the beta-smooth bound of Sections 4.2-4.3
         (module docstring).  ``"global"``: Theorem 1 with ``GS`` upper bound of
         Theorem 4 (the Gaussian baseline).  ``"global_laplace"``: discrete
         Laplace with scale ``G / epsilon`` (pure epsilon-DP, integer output).
+        ``"smooth_student_t"``: Bun & Steinke's Student's T (``nu = 2``) with
+        the beta-smooth bound, ``beta = epsilon / 6``, ``s = sqrt(2) epsilon / 3``
+        (pure epsilon-DP, integer output; module docstring).
         ``"auto"`` is resolved from public parameters by
         :meth:`for_dimension` / :func:`choose_method` before a mechanism is built.
     size_limit : int, default 12
@@ -821,11 +801,12 @@ class OutlierCountMechanism:
     * Input: ``XS`` = the records in subspace coordinates
       (:func:`subspace_view`); ``d = XS.shape[1] = |S|``.
     * Output: one real number, ``q_count + N(0, sigma^2)`` (Gaussian methods),
-      or one integer ``q_count + Z``, ``Z`` discrete Laplace (``global_laplace``).
+      or one integer ``q_count + Z``, ``Z`` discrete Laplace (``global_laplace``),
+      or one integer ``round(q_count + (S(X)/s) Z)``, ``Z ~ T_2`` (``smooth_student_t``).
     * Neighbour relation: one record replaced, added or removed (module
       docstring; ``N`` is never used); charged as ``neighbour = "replace-one"``;
       notion ``dp``; cost of one release ``(epsilon, delta)``, ``(epsilon, 0)``
-      for ``global_laplace``.
+      for ``global_laplace`` and ``smooth_student_t``.
     * ``sigma``: smooth: ``S_beta(X) / alpha`` with
       ``alpha = epsilon / (5 sqrt(2 ln(2/delta)))``,
       ``beta = epsilon / (4 (p + ln(2/delta)))``, ``p = 1`` (Theorem 2, eq. 9).
@@ -833,7 +814,8 @@ class OutlierCountMechanism:
       Note ``sigma`` itself depends on the data in the smooth method and must
       not be published separately from the noisy count (it is not private).
       Discrete Laplace: scale ``s = G / epsilon`` rounded up
-      (:meth:`laplace_scale`), public.
+      (:meth:`laplace_scale`), public.  Student's T: scale
+      ``S_beta(X) / s`` (:meth:`student_t_scale`), data-dependent, internal.
     * Accuracy: :meth:`ci_half_width` (public parameters only).
     * The constructor only stores; :meth:`validate` checks.
     """
@@ -869,15 +851,15 @@ class OutlierCountMechanism:
             raise ValueError(f"method must be one of {METHODS} (got {self.method!r}){hint}")
         e = self.epsilon
         dl = self.delta
-        if self.method == "global_laplace":
+        if self.method in PURE_METHODS:
             if not real_between(e, 0):
                 raise ValueError(
-                    f"epsilon must be a finite number > 0 (got {e!r}) for method='global_laplace'; pass e.g. epsilon=0.5"
+                    f"epsilon must be a finite number > 0 (got {e!r}) for method={self.method!r}; pass e.g. epsilon=0.5"
                 )
             if isinstance(dl, bool) or not isinstance(dl, numbers.Real) or dl != 0:
                 raise ValueError(
-                    f"delta must be 0 for method='global_laplace' (got {dl!r}): the discrete Laplace mechanism is "
-                    "pure epsilon-DP; pass delta=0"
+                    f"delta must be 0 for method={self.method!r} (got {dl!r}): the mechanism is pure epsilon-DP; "
+                    "pass delta=0"
                 )
         else:
             if not real_between(e, 0, 1):
@@ -900,9 +882,9 @@ class OutlierCountMechanism:
         nl = self.node_limit
         if isinstance(nl, bool) or not isinstance(nl, numbers.Integral) or nl < 1:
             raise ValueError(f"node_limit must be an integer >= 1 (got {nl!r})")
-        if self.method == "smooth" and not self._beta_float() > 4 * BETA_SLACK:
+        if self.method in SMOOTH_METHODS and not self._beta_float() > 4 * BETA_SLACK:
             raise ValueError(
-                f"epsilon={e!r} is too small for the smooth method with delta={dl!r} (its smoothness parameter "
+                f"epsilon={e!r} is too small for method={self.method!r} with delta={dl!r} (its smoothness parameter "
                 "beta would fall below 2**-38); use a larger epsilon or method='global_laplace'"
             )
 
@@ -921,10 +903,10 @@ class OutlierCountMechanism:
             Epsilon of this count.
         delta : float
             The delta the owner allows for this count (``> 0`` lets ``auto``
-            consider the Gaussian methods; ``0`` restricts it to
-            ``global_laplace``).  A ``global_laplace`` mechanism is built with
-            ``delta = 0`` whatever is passed: it spends none.
-        method : {"auto", "smooth", "global", "global_laplace"}
+            consider the Gaussian methods; ``0`` restricts it to the pure ones,
+            ``global_laplace``).  A ``global_laplace`` or ``smooth_student_t``
+            mechanism is built with ``delta = 0`` whatever is passed: it spends none.
+        method : {"auto", "smooth", "global", "global_laplace", "smooth_student_t"}
             ``auto``: :func:`choose_method` (public parameters only).
 
         Returns
@@ -934,18 +916,18 @@ class OutlierCountMechanism:
         """
         if method == "auto":
             method = choose_method(epsilon, delta, k, d)
-        return cls(k, r, epsilon, 0 if method == "global_laplace" else delta, method=method, size_limit=size_limit,
+        return cls(k, r, epsilon, 0 if method in PURE_METHODS else delta, method=method, size_limit=size_limit,
                    node_limit=node_limit)
 
     @property
     def name(self) -> str:
-        """str: ``outlier-count-smooth``, ``outlier-count-global`` or ``outlier-count-global-laplace``."""
+        """str: ``outlier-count-`` + the method with ``-`` for ``_`` (e.g. ``outlier-count-smooth-student-t``)."""
         return f"outlier-count-{str(self.method).replace('_', '-')}"
 
     @property
     def integer_output(self) -> bool:
-        """bool: whether the release is an integer (``global_laplace``)."""
-        return self.method == "global_laplace"
+        """bool: whether the release is an integer (``global_laplace``, ``smooth_student_t``)."""
+        return self.method in PURE_METHODS
 
     def privacy_map(self) -> PrivacyCost:
         """Cost of one release, notion ``dp``.
@@ -956,10 +938,11 @@ class OutlierCountMechanism:
             Exact ``(epsilon, delta)`` for one record replaced, added or
             removed (Theorems 1 and 2); ``(epsilon, 0)`` for
             ``global_laplace`` (module docstring: pmf ratio ``<= e^{G/s}``,
-            ``s >= G / epsilon``).
+            ``s >= G / epsilon``) and ``smooth_student_t`` (module docstring:
+            ``3 s / (2 sqrt 2) + 3 beta <= epsilon``).
         """
         self.validate()
-        if self.method == "global_laplace":
+        if self.method in PURE_METHODS:
             return PrivacyCost(self.epsilon, 0)
         return PrivacyCost(self.epsilon, self.delta)
 
@@ -968,6 +951,17 @@ class OutlierCountMechanism:
         return math.log(2.0 / float(self.delta))
 
     def _beta_float(self) -> float:
+        """The method's smoothness parameter in floating point (before :attr:`beta` lowers it).
+
+        ``smooth``: ``epsilon / (4 (p + ln(2/delta)))``, ``p = 1`` (Theorem 2,
+        eq. 9).  ``smooth_student_t``: ``(1 - STUDENT_T_SHIFT_SHARE) epsilon / 3``
+        = ``epsilon / 6`` (the dilation term ``(nu + 1) beta`` with ``nu = 2``
+        gets half of epsilon; module docstring).  Other methods have none.
+        """
+        if self.method == "smooth_student_t":
+            return float(self.epsilon) * float(1 - STUDENT_T_SHIFT_SHARE) / 3.0
+        if self.method != "smooth":
+            raise ValueError(f"beta is defined for the smooth methods {SMOOTH_METHODS} only (method={self.method!r})")
         return float(self.epsilon) / (4.0 * (self.output_dimension + self._ln2d))
 
     @property
@@ -983,15 +977,19 @@ class OutlierCountMechanism:
 
     @property
     def beta(self) -> float:
-        """float: the smoothness parameter used, ``beta_used < epsilon / (4 (p + ln(2/delta)))``, ``p = 1``.
+        """float: the smoothness parameter used, below the method's exact beta (:meth:`_beta_float`).
 
+        ``smooth``: ``beta = epsilon / (4 (p + ln(2/delta)))``, ``p = 1``;
+        ``smooth_student_t``: ``beta = epsilon / 6`` (a float epsilon read at
+        either of its binary or decimal values: they differ by less than
+        ``2**-53`` relative, far inside the ``2**-40`` margin below).
         ``beta_used = lower_float(beta) - BETA_SLACK`` (``BETA_SLACK = 2**-40``,
         absolute).  A smaller beta gives a larger (still valid) bound, and the
         slack ``e^(beta - beta_used) >= 1 + 2**-40`` absorbs the relative
         floating-point error of ``S(X)`` (``< 1e-13``: at most ``~ln(G) + 10``
         ulp from ``exp(-t beta)``, the product with ``U(t)`` and the max), so
         the float ``S`` actually used satisfies ``S(X) <= e^beta S(X')`` for the
-        exact Theorem 2 ``beta`` (module docstring, "Floating point").
+        exact ``beta`` the privacy proof charges (module docstring, "Floating point").
         """
         self.validate()
         return lower_float(self._beta_float()) - BETA_SLACK
@@ -1171,8 +1169,9 @@ class OutlierCountMechanism:
         Returns
         -------
         float
-            ``max_t exp(-t beta) U(t)`` (module docstring), with
-            ``beta = epsilon / (4 (1 + ln(2/delta)))``; ``>= LS(X)`` and
+            ``max_t exp(-t beta) U(t)`` (module docstring), with the
+            method's :attr:`beta` (``epsilon / (4 (1 + ln(2/delta)))`` for
+            ``smooth``, ``epsilon / 6`` for ``smooth_student_t``); ``>= LS(X)`` and
             ``S(X) <= e^beta S(X')`` for every neighbour ``X'`` (one record
             replaced, added or removed).
 
@@ -1197,6 +1196,9 @@ class OutlierCountMechanism:
             smooth case: internal only.  ``global_laplace``: the standard
             deviation ``sqrt(2 a) / (1 - a)``, ``a = e^{-1/s}``, of the discrete
             Laplace with the scale :meth:`laplace_scale` (public).
+            ``smooth_student_t``: the **scale** ``c = S(X) / s`` of the T_2
+            noise (:meth:`student_t_scale`; its variance is infinite for
+            ``nu = 2``), data-dependent: internal only.
         """
         self.validate()
         d = _as_points(XS).shape[1]
@@ -1204,6 +1206,8 @@ class OutlierCountMechanism:
             return self.global_sigma(d)
         if self.method == "global_laplace":
             return self.laplace_sd(d)
+        if self.method == "smooth_student_t":
+            return float(self.student_t_scale(self.smooth_sensitivity(XS)))
         return self._smooth_sigma(self.smooth_sensitivity(XS))
 
     def global_sigma(self, d: int) -> float:
@@ -1231,13 +1235,38 @@ class OutlierCountMechanism:
             raise ValueError(f"laplace_scale is defined for method='global_laplace' only (method={self.method!r})")
         return conservative_scale(self.global_sensitivity_upper(int(d)), self.epsilon)
 
+    @property
+    def student_t_s(self) -> float:
+        """float: ``s`` of ``smooth_student_t``: the largest float with ``3 s / (2 sqrt 2) <= epsilon / 2``.
+
+        Exact rational check (:func:`dpcore.noise.student_t2_shift_scale` with
+        ``STUDENT_T_SHIFT_SHARE = 1/2``), so the shift term never exceeds its
+        half of epsilon.  Public.
+        """
+        self.validate()
+        if self.method != "smooth_student_t":
+            raise ValueError(f"student_t_s is defined for method='smooth_student_t' only (method={self.method!r})")
+        return student_t2_shift_scale(self.epsilon, STUDENT_T_SHIFT_SHARE)
+
+    def student_t_scale(self, S) -> Fraction:
+        """The exact scale ``c = S / s`` of the T_2 noise for a smooth bound ``S`` (a float: the one computed).
+
+        Returns
+        -------
+        Fraction
+            ``Fraction(S) / Fraction(s)``: the sampler uses this rational
+            exactly (no rounding between the privacy analysis and the draw).
+            Data-dependent when ``S = S(X)``: internal only.
+        """
+        return Fraction(float(S)) / Fraction(self.student_t_s)
+
     def laplace_sd(self, d: int) -> float:
         """Standard deviation ``sqrt(2 a) / (1 - a)`` of the discrete Laplace with scale :meth:`laplace_scale`."""
         a = math.exp(-1.0 / self.laplace_scale(d))
         return math.sqrt(2.0 * a) / (1.0 - a)
 
     def smooth_sensitivity_floor(self, d: int) -> float:
-        """Public lower bound on ``S(X)`` for every non-empty ``X`` in dimension ``d`` (smooth method).
+        """Public lower bound on ``S(X)`` for every non-empty ``X`` in dimension ``d`` (smooth methods).
 
         ``U(t) = min(G, max(f_t(P_hi), f_t(P_lo)) + t + 1) >= min(G, t + 1)``
         because ``f_t >= 0``, hence ``S(X) = max_t e^{-t beta} U(t) >=
@@ -1245,8 +1274,10 @@ class OutlierCountMechanism:
         :meth:`smooth_sensitivity`.  For the benchmark and :func:`choose_method`'s
         documentation; it is not a privacy quantity.
         """
-        if self.method != "smooth":
-            raise ValueError(f"smooth_sensitivity_floor is defined for method='smooth' only (method={self.method!r})")
+        if self.method not in SMOOTH_METHODS:
+            raise ValueError(
+                f"smooth_sensitivity_floor is defined for the smooth methods {SMOOTH_METHODS} only (method={self.method!r})"
+            )
         G = public_global_sensitivity(int(d), int(self.k))
         beta = self.beta
         t = np.arange(0, min(G - 1, int(math.ceil(1.0 / beta)) + 1) + 1)
@@ -1269,18 +1300,27 @@ class OutlierCountMechanism:
             dataset (also after clamping the release at 0).
             ``global_laplace``: the exact smallest such integer
             (:func:`discrete_laplace_half_width`).  ``global``:
-            ``ceil(sigma z)`` (:func:`gaussian_half_width`).  ``smooth``: the
+            ``ceil(sigma z)`` (:func:`dpcore.accuracy.gaussian_half_width`).  ``smooth``: the
             **bound** with ``S(X)`` replaced by its public maximum ``G``
             (``ceil(G z / alpha)``); the data-dependent sigma is never used, so
             the figure is identical on neighbouring datasets.
+            ``smooth_student_t``: likewise at ``S = G``: the exact smallest
+            integer ``h`` with ``P(|round(c_G Z)| <= h) >= level``,
+            ``c_G = G / s``, ``Z ~ T_2`` (:func:`dpcore.accuracy.student_t2_half_width`,
+            exact rationals; the half unit of the rounding is included).  It is
+            non-decreasing in ``c`` and ``S(X) <= G``, so it covers every dataset.
         """
         self.validate()
         d = int(d)
+        alpha = _alpha_of_level(level)
+        G = self.global_sensitivity_upper(d)
         if self.method == "global_laplace":
-            return discrete_laplace_half_width(self.laplace_scale(d), level)
+            return discrete_laplace_half_width(self.laplace_scale(d), alpha)
         if self.method == "global":
-            return gaussian_half_width(self.global_sigma(d), level)
-        return gaussian_half_width(self._smooth_sigma(float(self.global_sensitivity_upper(d))), level)
+            return int(math.ceil(gaussian_half_width(self.global_sigma(d), alpha)))
+        if self.method == "smooth_student_t":
+            return student_t2_half_width(self.student_t_scale(G), alpha)
+        return int(math.ceil(gaussian_half_width(self._smooth_sigma(float(G)), alpha)))
 
     def _smooth_sigma(self, S: float) -> float:
         """``S / alpha`` rounded up (``alpha`` is itself rounded down)."""
@@ -1301,7 +1341,9 @@ class OutlierCountMechanism:
         float
             The private count: ``q_count + N(0, noise_sigma(X)^2)``
             (``(epsilon, delta)``-DP), or for ``global_laplace`` the integer
-            ``q_count + Z`` as a float (``epsilon``-DP), for one record
+            ``q_count + Z`` as a float (``epsilon``-DP), or for
+            ``smooth_student_t`` the integer ``round(q_count + (S(X)/s) Z)``,
+            ``Z ~ T_2``, as a float (``epsilon``-DP), for one record
             replaced, added or removed.  Charge :meth:`privacy_map` before calling.
 
         Notes
@@ -1320,7 +1362,8 @@ class OutlierCountMechanism:
         tuple of (float, int, float)
             ``(private count, q_count, sigma)``. Only the first is private;
             ``q_count`` and ``sigma`` (the noise's standard deviation,
-            data-dependent for the smooth method) are for the warehouse's
+            data-dependent for the smooth method; for ``smooth_student_t`` the
+            T_2 scale ``S(X) / s``) are for the warehouse's
             ``internal`` schema. One degree pass, so a caller that wants the
             diagnostics does not count a second time.
         """
@@ -1330,6 +1373,10 @@ class OutlierCountMechanism:
             q = count_outliers(P, self.k, self.r)
             noisy = int(noise.discrete_laplace(np.int64(q), self.laplace_scale(P.shape[1])))
             return float(noisy), int(q), self.laplace_sd(P.shape[1])
+        if self.method == "smooth_student_t":  # one degree pass, exact scale S(X) / s, exact T_2 integer
+            S, _, _, q = self._terms(XS)
+            c = self.student_t_scale(S)
+            return float(noise.student_t_integer(int(q), c)), int(q), float(c)
         if self.method == "global":
             sigma = self.noise_sigma(XS)
             q = count_outliers(XS, self.k, self.r)
@@ -1360,7 +1407,9 @@ def choose_method(epsilon, delta, k: int, d: int, level=CI_LEVEL) -> str:
     str
         ``"global_laplace"`` unless the global Gaussian's half-width
         (Theorem 1) is strictly smaller, which needs ``0 < epsilon < 1``,
-        ``delta > 0`` and, in practice, ``delta`` above about 0.62.  The smooth
+        ``delta > 0`` and, in practice, ``delta`` above about 0.62.  ``smooth_student_t``
+        is not a candidate: its publishable half-width (``S = G``) is about 3 x
+        the discrete Laplace's (module docstring).  The smooth
         method is never returned: its publishable half-width (the bound with
         ``S = G``, :meth:`OutlierCountMechanism.ci_half_width`) is 5 times the
         global Gaussian's, and where it might be smaller *on the data* is a

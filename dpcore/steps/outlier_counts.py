@@ -4,7 +4,8 @@ Scenario 2 of seed 002 (Okada et al.): first discover the h subspaces holding
 the most distance-based outliers (Algorithm 3, exponential mechanism), then
 release the number of outliers in each: with the global discrete Laplace
 (pure epsilon-DP, issue 16), the Gaussian mechanism with the smooth upper
-bound of Sections 4.2-4.3, or the global-sensitivity Gaussian (Theorem 1);
+bound of Sections 4.2-4.3, the same bound with Student's T noise (Bun &
+Steinke 2019, pure epsilon-DP), or the global-sensitivity Gaussian (Theorem 1);
 ``method: auto`` picks one from public parameters only
 (:func:`dpcore.mechanisms.outlier_count.choose_method`, per subspace
 dimension). No outlier is released: only which subspaces, how many, and a
@@ -17,7 +18,7 @@ public parameters only (h, the number of candidates, the method).
 
 Ledger: one charge for the selection (pure DP), then one charge per selected
 subspace (the count mechanism's ``privacy_map``: ``(epsilon_count, 0)`` for
-``global_laplace``, ``(epsilon_count, delta_count)`` for the Gaussian
+``global_laplace`` and ``smooth_student_t``, ``(epsilon_count, delta_count)`` for the Gaussian
 methods), recorded under the budget relation *replace one raw row* (DESIGN.md
 rule 5). The true counts and the noise scale (the smooth sensitivity is
 itself a function of the data) stay in ``internal.outlier_count_diagnostics``.
@@ -149,7 +150,7 @@ def budget_split(epsilon_total, h: int, n_candidates: int, method: str, level: f
     n_candidates : int
         Number of candidate subspaces ``m``.
     method : str
-        The spec's count method (``smooth``, ``global``, ``global_laplace`` or ``auto``).
+        The spec's count method (``smooth``, ``global``, ``global_laplace``, ``smooth_student_t`` or ``auto``).
     level : float
         Level of the published intervals (0.95).
 
@@ -400,6 +401,11 @@ def _describe_count(count: OutlierCountMechanism, d: int) -> str:
     if count.method == "global":
         return (f"Gaussian mechanism with the public global sensitivity G = {G} (Theorem 1; epsilon = {e:g}, "
                 f"delta = {float(count.delta):.2g} each)")
+    if count.method == "smooth_student_t":
+        return (f"smooth-sensitivity Student's T mechanism (Bun & Steinke 2019, Section 3, 2 degrees of freedom; "
+                f"epsilon = {e:g} each, pure epsilon-DP: delta = 0; integer counts); its stated half-width is a "
+                f"public upper bound (the smooth sensitivity, which depends on the data, replaced by its maximum "
+                f"G = {G}): the actual noise may be smaller and its scale is not published")
     return (f"Gaussian mechanism with smooth sensitivity (Theorem 2; epsilon = {e:g}, delta = {float(count.delta):.2g} "
             f"each); its stated half-width is a public upper bound (the smooth sensitivity, which depends on the data, "
             f"replaced by its maximum G = {G}): the actual noise may be smaller and its scale is not published")

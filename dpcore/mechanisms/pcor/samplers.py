@@ -167,7 +167,7 @@ class NoiseChooser:
     def exponential(self, utilities, epsilon_step: float) -> int:
         """Exponential-mechanism index; see :class:`Chooser`."""
         u = np.asarray(utilities, dtype=np.float64)
-        return int(self.noise.exponential_mechanism(u, epsilon_step, EM_SENSITIVITY))  # exact: the scale is rounded up in noise.py
+        return int(self.noise.exponential_mechanism(u, epsilon_step, EM_SENSITIVITY))  # exact: the scale is rounded up in dpcore.noise
 
 
 # ---------------------------------------------------------------------------

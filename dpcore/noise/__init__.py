@@ -1,0 +1,80 @@
+"""The single source of randomness for every privacy-protected release.
+
+Every random draw that a differentially private mechanism in this project
+makes goes through :class:`NoiseSource`.  The rules it implements are:
+
+* **Vetted, floating-point-safe samplers.**  Additive noise and noisy-max
+  selection use OpenDP's samplers (``make_laplace`` on integers = discrete
+  Laplace, ``make_gaussian``, ``make_noisy_max`` with Gumbel noise).  These are
+  exact samplers that draw from the operating system's CSPRNG and do not
+  suffer from the floating-point attacks on textbook samplers (Mironov 2012,
+  "On significance of the least significant bits for differential privacy").
+  ``numpy.random.laplace`` on floats is never used for a release.
+* **Exact tiny probabilities.**  Bernoulli trials are sampled *exactly* for any
+  rational ``p`` (a float is converted exactly with ``Fraction(float)``), by
+  lazily comparing uniform random bits with the binary expansion of ``p``.
+  A probability such as ``1e-21`` -- far below ``2**-53`` -- is therefore
+  honoured exactly instead of being rounded to zero.  ``Bernoulli(exp(-x))`` is
+  sampled exactly with Canonne, Kamath & Steinke (2020), Algorithm 1.
+* **Exact Student's T (nu = 2) integers.**  :meth:`NoiseSource.student_t_integer`
+  releases ``round(value + scale * Z)``, ``Z ~ T_2``, exactly: a uniform is
+  drawn lazily as a dyadic interval and compared with the algebraic CDF
+  ``F(x) = 1/2 + x / (2 sqrt(2 + x^2))`` in rational arithmetic
+  (:mod:`dpcore.noise.student_t`; Bun & Steinke 2019, Section 3).
+* **Production versus tests.**  ``NoiseSource()`` (no seed) is the production
+  source: OpenDP samplers plus ``os.urandom``/``secrets`` bits.  Its releases are
+  publishable.  ``NoiseSource(seed=...)`` is a deterministic
+  ``numpy.random.Generator(PCG64(seed))`` for tests only; it reports
+  ``publishable = False`` and :meth:`NoiseSource.require_publishable` raises
+  :class:`NotForPublicationError`, so a release produced with it can be marked
+  not-for-publication and refused by the publishing step.
+
+Layout
+------
+``core``: argument checks, conservative rounding of scales, exact Bernoulli
+samplers and OS bit sources (pure functions of a bit stream).  ``source``:
+:class:`NoiseSource` (importing it calls ``opendp.prelude.enable_features("contrib")``,
+which OpenDP requires before its measurement constructors can be used).
+``student_t``: the exact integer Student's T (nu = 2) sampler and its CDF.
+Everything public (and the private helpers the tests use) is re-exported here,
+so ``from dpcore.noise import NoiseSource, conservative_scale`` keeps working.
+"""
+
+from __future__ import annotations
+
+from .core import (
+    FLOAT_EVAL_MARGIN,
+    NotForPublicationError,
+    _bernoulli_exp_neg_from,
+    _bernoulli_from_bits,
+    _exact_fraction,
+    _readings,
+    _urandom_bit_source,
+    conservative_scale,
+    lower_float,
+    round_down,
+    round_up,
+    upper_float,
+)
+from .source import NoiseSource
+from .student_t import (
+    student_t2_cdf_compare,
+    student_t2_integer_from_bits,
+    student_t2_integer_pmf,
+    student_t2_shift_scale,
+)
+
+__all__ = [
+    "NotForPublicationError",
+    "NoiseSource",
+    "FLOAT_EVAL_MARGIN",
+    "conservative_scale",
+    "round_up",
+    "round_down",
+    "upper_float",
+    "lower_float",
+    "student_t2_cdf_compare",
+    "student_t2_integer_from_bits",
+    "student_t2_integer_pmf",
+    "student_t2_shift_scale",
+]
