@@ -126,3 +126,4 @@ def test_student_t2_half_width_is_exact():
             assert cover(h) >= 1 - alpha - 1e-12 and (h == 0 or cover(h - 1) < 1 - alpha + 1e-12)
     with pytest.raises(ValueError, match="scale"):
         student_t2_half_width(0, 0.05)
+

@@ -173,3 +173,47 @@ def test_smooth_student_t_charges_pure_dp_and_publishes_integer_counts_with_the_
     public = "".join(p.read_text(errors="ignore") for p in Path(out["bundle"]).rglob("*")
                      if p.suffix in {".csv", ".md", ".json"} and "owner" not in p.parts)
     assert "true_count" not in public and "sigma" not in public
+
+
+@pytest.mark.parametrize("method", ["smooth", "smooth_student_t"])
+def test_published_accuracy_of_a_smooth_release_is_identical_on_neighbouring_inputs(dpr_home, small_spec_path,
+                                                                                   tmp_path, method):
+    """Issue 16: the smooth methods' noise scale S(X)/alpha is a function of the data; their published accuracy
+    (table column, manifest statement, report) must not be. D and D + one added flight (a new id, a
+    dep_delay of 110 minutes, where the first 300 delays are sparse): the internal noise scales differ, every
+    published accuracy figure and statement is the same."""
+    import json
+
+    from flows.release_pipeline import release_pipeline
+
+    spec = yaml.safe_load(small_spec_path.read_text())
+    rows = Path(spec["dataset"]["source"]["path"]).read_text().splitlines()[:301]  # 300 flights: S(X) < G
+    src = tmp_path / "flights_300.csv"
+    src.write_text("\n".join(rows) + "\n")
+    header = rows[0].split(",")
+    extra = rows[1].split(",")
+    extra[header.index("flight_id")] = "F999990"
+    extra[header.index("dep_delay")] = "110"  # near the sparse part of the first 300 delays: S(X) moves
+    neighbour = tmp_path / "flights_plus_one.csv"
+    neighbour.write_text("\n".join([*rows, ",".join(extra)]) + "\n")
+    spec["dataset"]["roster"]["ids"].append("F999990")
+    spec["steps"]["outlier_counts"] = {"enabled": True, "k": 3, "r": 0.02, "h": 1, "candidates": [["dep_delay"]],
+                                       "epsilon_select": 0.2, "epsilon_count": 0.5, "delta_count": 1e-6,
+                                       "method": method}
+    published, sigmas = [], []
+    for i, csv in enumerate([src, neighbour]):
+        spec["dataset"]["source"]["path"] = str(csv)
+        path = tmp_path / f"n{i}.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        out = release_pipeline(spec_path=str(path), release_id=f"nb-{method}-{i}")
+        bundle = Path(out["bundle"])
+        t = pd.read_csv(bundle / "tables" / "outlier_counts__counts.csv")
+        (prot,) = [p for p in json.loads((bundle / "manifest.json").read_text())["protection"]
+                   if p["step"] == "outlier_counts"]
+        report = (bundle / "report.md").read_text()
+        published.append((t[["ci_level", "ci_half_width"]].to_dict("records"), prot["accuracy"],
+                          [line.split("±", 1)[1] for line in report.splitlines() if line.startswith("| 1 | dep_delay")]))
+        sigmas.append(Warehouse(Settings.from_env().warehouse).query(
+            "SELECT sigma FROM internal.outlier_count_diagnostics ORDER BY rowid DESC LIMIT 1")[0][0])
+    assert published[0] == published[1] and published[0][2]
+    assert sigmas[0] != sigmas[1], sigmas  # the data-dependent scale really moved
