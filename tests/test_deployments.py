@@ -87,7 +87,11 @@ def test_deployments_registered_with_schedule_pool_and_constraints(stack):
     assert p["beta"]["minimum"] == 1 and p["k"]["minimum"] == 1 and p["r"]["minimum"] == 0
     assert p["mechanism"]["enum"] == ["sp", "dp"]
     oc = deployment(ops, "outlier_counts", "outlier-counts")["parameter_openapi_schema"]["properties"]
-    assert oc["delta_count"]["exclusiveMinimum"] == 0 and oc["delta_count"]["exclusiveMaximum"] == 1
+    # every outlier_counts parameter is optional (empty = the spec's value): the bound sits in the non-null branch
+    (dc,) = [b for b in oc["delta_count"]["anyOf"] if b.get("type") != "null"]
+    assert dc["exclusiveMinimum"] == 0 and dc["exclusiveMaximum"] == 1
+    (method,) = [b for b in oc["method"]["anyOf"] if b.get("type") != "null"]
+    assert set(method["enum"]) == {"smooth", "global", "global_laplace", "smooth_student_t", "auto"}
     coco = deployment(ops, "coco_publish", "coco-publish")["parameter_openapi_schema"]["properties"]
     assert coco["epsilon_per_level"]["exclusiveMinimum"] == 0 and "top_down_hc" in coco["method"]["enum"]
     explain = deployment(ops, "explain_outlier", "explain-outlier")["parameter_openapi_schema"]
