@@ -88,10 +88,8 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[list[dict], st
     return results, out + err
 
 
-async def prefect_texts(run_ids: list[str], progress: dict | None = None) -> list[str]:
-    """Every text the API holds about these flow runs: logs, artifacts, state messages, parameters,
-    task-run names and messages. ``progress`` receives ``{key: (data, description)}`` of the
-    progress artifacts."""
+async def read_runs(run_ids: list[str]) -> tuple[list, list, list, list]:
+    """What the Prefect API holds about these flow runs: (logs, artifacts, flow runs, task runs)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         ArtifactFilter,
@@ -105,24 +103,33 @@ async def prefect_texts(run_ids: list[str], progress: dict | None = None) -> lis
     )
 
     ids = [uuid.UUID(r) for r in run_ids]
-    texts: list[str] = []
+    logs: list = []
     async with get_client() as client:
         offset = 0
         while True:
-            logs = await client.read_logs(
+            batch = await client.read_logs(
                 log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=ids)), limit=200, offset=offset
             )
-            texts += [log.message for log in logs]
-            if len(logs) < 200:
+            logs += batch
+            if len(batch) < 200:
                 break
             offset += 200
         arts = await client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=ids)))
-        texts += [json.dumps(a.data, default=str) + str(a.description or "") + str(a.key) for a in arts]
-        if progress is not None:
-            progress.update({a.key: (a.data, a.description) for a in arts if a.type == "progress"})
         runs = await client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)))
-        texts += [f"{r.state.message} {r.parameters}" for r in runs if r.state]
         task_runs = await client.read_task_runs(task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=ids)))
-        texts += [f"{t.name} {t.state.message}" for t in task_runs if t.state]
-    assert arts and len(runs) == len(ids)
+    return logs, arts, runs, task_runs
+
+
+async def prefect_texts(run_ids: list[str], progress: dict | None = None) -> list[str]:
+    """Every text the API holds about these flow runs: logs, artifacts, state messages, parameters,
+    task-run names and messages. ``progress`` receives ``{key: (data, description)}`` of the
+    progress artifacts."""
+    logs, arts, runs, task_runs = await read_runs(run_ids)
+    texts = [log.message for log in logs]
+    texts += [json.dumps(a.data, default=str) + str(a.description or "") + str(a.key) for a in arts]
+    if progress is not None:
+        progress.update({a.key: (a.data, a.description) for a in arts if a.type == "progress"})
+    texts += [f"{r.state.message} {r.parameters}" for r in runs if r.state]
+    texts += [f"{t.name} {t.state.message}" for t in task_runs if t.state]
+    assert arts and len(runs) == len(run_ids)
     return texts

@@ -13,7 +13,6 @@ import asyncio
 import json
 import logging
 import re
-import uuid
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,6 +22,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from child_runs import read_runs
 from dpcore.detect.combine import fit_template
 from dpcore.ingest import IngestResult
 from dpcore.settings import Settings
@@ -187,32 +187,9 @@ def test_bad_values_errors_state_no_counts_or_positions():
 # ----------------------------------------------------------------------------- real Prefect flow run
 async def _flow_run_texts(run_id: str) -> tuple[list[str], list[str]]:
     """Log messages of the flow run and its task runs, and the run/task-run state messages (Prefect API)."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (
-        FlowRunFilter,
-        FlowRunFilterId,
-        LogFilter,
-        LogFilterFlowRunId,
-        TaskRunFilter,
-        TaskRunFilterFlowRunId,
-    )
-
-    rid = uuid.UUID(run_id)
-    logs: list[str] = []
-    async with get_client() as client:
-        offset = 0
-        while True:
-            batch = await client.read_logs(
-                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[rid])), limit=200, offset=offset
-            )
-            logs += [f"{log.name} {log.message}" for log in batch]
-            if len(batch) < 200:
-                break
-            offset += 200
-        runs = await client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[rid])))
-        tasks = await client.read_task_runs(task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=[rid])))
+    logs, _arts, runs, tasks = await read_runs([run_id])
     states = [str(r.state.message) for r in runs if r.state] + [f"{t.name} {t.state.message}" for t in tasks if t.state]
-    return logs, states
+    return [f"{log.name} {log.message}" for log in logs], states
 
 
 def _flushed_texts(run_id: str, expect: str, timeout: float = 20.0) -> tuple[list[str], list[str]]:
