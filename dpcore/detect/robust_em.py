@@ -204,9 +204,14 @@ import math
 import numbers
 
 import numpy as np
-from scipy.special import expit
+from scipy.special import expit, ndtri
 
 __all__ = ["RobustRegressionDetector"]
+
+#: Constructor parameters, in order (``get_params``).
+_PARAMS = ("max_iter", "tol", "n_starts", "random_state", "p_init", "sigma2_floor", "start", "n_subsets")
+#: Values of ``start``.
+_STARTS = ("auto", "lts", "ols", "legacy")
 
 _LOG_PI = math.log(math.pi)
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -234,6 +239,17 @@ _N_ELEMENTAL = 300
 #: Concentration steps applied to every elemental start / to the kept ones.
 _C_STEPS_ALL = 2
 _C_STEPS_KEPT = 30
+#: C-steps to convergence on the kept FAST-LTS candidates: at most this many.
+_C_STEPS_MAX = 100
+#: C-steps on all rows after FAST-LTS on the start subsample (large tables).
+_C_STEPS_FINAL = 5
+#: Share of the Cauchy weights t_i * tau_bar_i kept in the coefficient step of start="lts"/"auto"
+#: (module docstring, "Masking"): small enough that no leverage cluster pulls the fit, positive so
+#: that a one-hot level whose rows the Cauchy holds keeps its own weighted mean.
+_OUTLIER_WEIGHT = 1e-3
+#: Reweighting of the LTS fit: rows with |r| <= _RW_CUT * s (the 97.5% quantile of |N(0, 1)|).
+_RW_COVER = 0.975
+_RW_CUT = 2.241402727604947
 #: Consistency factor of the MAD for the normal distribution.
 _MAD_TO_SD = 1.482602218505602
 
@@ -368,13 +384,19 @@ def _estep(r: np.ndarray, s2: float, p: float, b: float):
     return t, etau, ll
 
 
-def _mstep(Z, y, t, etau, s2, b, floor: float = _SIGMA2_FLOOR):
-    """One ECM sweep: p, then (w, b0), then (sigma^2, b) jointly (see the module docstring)."""
+def _mstep(Z, y, t, etau, s2, b, floor: float = _SIGMA2_FLOOR, outlier_weight: float = 1.0):
+    """One ECM sweep: p, then (w, b0), then (sigma^2, b) jointly (see the module docstring).
+
+    ``outlier_weight`` scales the Cauchy part ``t_i tau_bar_i`` of the
+    coefficient step's weights: 1 is the exact ECM step (``start="legacy"``,
+    ``"ols"``); ``_OUTLIER_WEIGHT`` (``start="lts"``) is the inlier-driven step
+    of the module docstring, section "Masking".
+    """
     n = y.shape[0]
     st = float(t.sum())
     p = min(max(st / n, _P_FLOOR), 1.0 - _P_FLOOR)
     u = 1.0 - t
-    w = u * (1.0 / s2) + t * etau
+    w = u * (1.0 / s2) + (t * etau if outlier_weight == 1.0 else outlier_weight * (t * etau))
     Zw = Z * w[:, None]
     beta = _solve_exact_or_ridge(Zw.T @ Z, Zw.T @ y)
     r = y - Z @ beta
@@ -409,7 +431,10 @@ def _noise_step(
     return s2, max(b, s2)
 
 
-def _em(Z, y, beta, s2, p, b, max_iter: int, tol: float, accelerate: bool = True, floor: float = _SIGMA2_FLOOR):
+def _em(
+    Z, y, beta, s2, p, b, max_iter: int, tol: float, accelerate: bool = True, floor: float = _SIGMA2_FLOOR,
+    outlier_weight: float = 1.0,
+):
     """Run EM from the given parameters; returns a dict with the final state.
 
     With ``accelerate`` the EM map is extrapolated by SQUAREM (Varadhan and
@@ -419,7 +444,8 @@ def _em(Z, y, beta, s2, p, b, max_iter: int, tol: float, accelerate: bool = True
     only if its log-likelihood is at least that of the two plain steps, so
     :math:`\\ell` still never decreases. ``n_iter`` counts M-steps (EM-map
     evaluations, 3 per accelerated cycle); plain steps finish the budget.
-    ``floor``: lower bound of sigma^2 in standardised units (>= ``_SIGMA2_FLOOR``).
+    ``floor``: lower bound of sigma^2 in standardised units (>= ``_SIGMA2_FLOOR``);
+    ``outlier_weight``: see :func:`_mstep` (1 = the exact ECM).
     """
     n = y.shape[0]
     r = y - Z @ beta
@@ -427,7 +453,7 @@ def _em(Z, y, beta, s2, p, b, max_iter: int, tol: float, accelerate: bool = True
     state = (beta, s2, p, b, r, t, etau, ll)
 
     def step(st):
-        beta, s2, p, b, r = _mstep(Z, y, st[5], st[6], st[1], st[3], floor)
+        beta, s2, p, b, r = _mstep(Z, y, st[5], st[6], st[1], st[3], floor, outlier_weight)
         t, etau, ll = _estep(r, s2, p, b)
         return (beta, s2, p, b, r, t, etau, ll)
 
@@ -523,7 +549,162 @@ def _lts_starts(Z: np.ndarray, y: np.ndarray, rng: np.random.Generator, n_keep: 
     return [Bk[i] for i in range(Bk.shape[0])]
 
 
-def _level_medians(Z: np.ndarray, y: np.ndarray, beta: np.ndarray, cols: np.ndarray, passes: int = 2) -> np.ndarray:
+# --------------------------------------------------------------------------- FAST-LTS (start="lts"/"auto")
+def _lts_h(m: int, q: int) -> int:
+    """Coverage of the LTS fit: ``h = floor((m + q + 1) / 2)`` rows (Rousseeuw and Van Driessen 2006), at most ``m``."""
+    return min(m, (m + q + 1) // 2)
+
+
+def _subset_ls(Z: np.ndarray, y: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Least squares on each row subset ``idx[k]`` (shape (k, h)), batched; returns (k, q) coefficients.
+
+    Chunked over subsets so the gathered ``Z[idx]`` stays below ~2e7 floats
+    (wide one-hot designs); the tiny relative ridge of :func:`_solve` keeps
+    singular subsets (an elemental set holding two rows of one level) finite.
+    """
+    k, h = idx.shape
+    q = Z.shape[1]
+    out = np.empty((k, q))
+    step = max(1, int(2e7 // max(1, h * q)))
+    for a in range(0, k, step):
+        ii = idx[a:a + step]
+        A = Z[ii]  # (c, h, q)
+        At = np.swapaxes(A, 1, 2)
+        out[a:a + step] = _solve(At @ A, (At @ y[ii][..., None])[..., 0])
+    return out
+
+
+def _lts_objective(Z: np.ndarray, y: np.ndarray, B: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
+    """Trimmed objective of each row of ``B``: the sum of the ``h`` smallest squared residuals, and those rows.
+
+    Returns ``obj`` (k,) and ``idx`` (k, h): for each candidate exactly ``h``
+    row positions (``argpartition``; ties broken arbitrarily but the count is
+    always ``h``, which the C-step theorem needs).
+    """
+    R2 = np.square(y[None, :] - B @ Z.T)  # (k, m)
+    idx = np.argpartition(R2, h - 1, axis=1)[:, :h]
+    return np.take_along_axis(R2, idx, axis=1).sum(axis=1), idx
+
+
+def _c_step(Z: np.ndarray, y: np.ndarray, B: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One concentration step for every candidate (rows of ``B``).
+
+    Rousseeuw and Van Driessen (2006), Theorem 1: refit least squares on the
+    ``h`` rows with the smallest squared residuals; the trimmed objective of
+    the new fit is at most that of the old one (the new fit minimises the sum
+    of squares over those ``h`` rows, and the ``h`` smallest of its own squared
+    residuals sum to no more than that). Returns the new coefficients, the
+    objective of the *old* ones and the old h-subsets.
+    """
+    obj, idx = _lts_objective(Z, y, B, h)
+    return _subset_ls(Z, y, idx), obj, idx
+
+
+def _concentrate(Z, y, B, h: int, max_steps: int):
+    """C-steps until no candidate's objective drops by more than a relative 1e-12 (or ``max_steps``).
+
+    Returns the coefficients and their objectives, both sorted by objective. A
+    step is accepted per candidate only when it lowers the objective, so the
+    returned objective is the smallest one seen (round-off of the ridge cannot
+    make it increase).
+    """
+    obj, _ = _lts_objective(Z, y, B, h)
+    for _ in range(max_steps):
+        Bn, _, _ = _c_step(Z, y, B, h)
+        on, _ = _lts_objective(Z, y, Bn, h)
+        better = on < obj * (1.0 - 1e-12)
+        if not better.any():
+            break
+        B = np.where(better[:, None], Bn, B)
+        obj = np.where(better, on, obj)
+    order = np.argsort(obj, kind="stable")
+    return B[order], obj[order]
+
+
+def _n_subsets_auto(q: int) -> int:
+    """Elemental subsets for a 99% chance of at least one clean one at 40% contamination (at least 500).
+
+    With a fraction ``eps`` of outliers a random ``q``-row subset is clean with
+    probability ``(1 - eps)**q``; ``N`` subsets contain a clean one with
+    probability ``1 - (1 - (1 - eps)**q)**N`` (Rousseeuw and Leroy 1987,
+    Sec. 5.1; Rousseeuw and Van Driessen 2006). For ``eps = 0.4`` and 99%:
+    ``N = log(0.01) / log(1 - 0.6**q)``: 500 cover ``q <= 9`` (8 contextual
+    attributes), ``q = 11`` (p = 10) needs 1,266, capped at 3,000.
+    """
+    pc = 0.6 ** q
+    need = math.log(0.01) / math.log1p(-pc) if pc > 1e-300 else math.inf
+    return int(min(max(500, math.ceil(need)), 3000))
+
+
+def _fast_lts(Z: np.ndarray, y: np.ndarray, rng: np.random.Generator, n_subsets: int, n_keep: int):
+    """FAST-LTS (Rousseeuw and Van Driessen 2006) on ``(Z, y)``, vectorised over the subsets.
+
+    ``n_subsets`` random elemental subsets (``q`` distinct rows each, the exact
+    fit through them; fewer for wide designs, see ``_ELEMENTAL_WORK``), two
+    C-steps on all of them, then the ``max(10, n_keep)`` best distinct ones
+    concentrated to convergence (at most ``_C_STEPS_MAX`` steps). Returns the
+    converged coefficients sorted by trimmed objective (best first) and the
+    objectives, with ``h = floor((m + q + 1) / 2)``.
+    """
+    m, q = Z.shape
+    h = _lts_h(m, q)
+    n_el = max(min(n_subsets, int(_ELEMENTAL_WORK // (m * q * q))), 4 * n_keep)
+    idx = np.argpartition(rng.random((n_el, m)), q - 1, axis=1)[:, :q]
+    B = _subset_ls(Z, y, idx)
+    for _ in range(_C_STEPS_ALL):
+        B, _, _ = _c_step(Z, y, B, h)
+    obj, _ = _lts_objective(Z, y, B, h)
+    order = np.argsort(obj, kind="stable")
+    # distinct candidates: identical converged fits are kept once (vectorised over candidates)
+    Bo = B[order]
+    key = np.round(Bo / np.maximum(np.abs(Bo).max(axis=0), 1e-12), 9)
+    _, first = np.unique(key, axis=0, return_index=True)
+    keep = np.sort(first)[: max(10, n_keep)]
+    return _concentrate(Z, y, Bo[keep], h, _C_STEPS_MAX)
+
+
+def _trimmed_variance_factor(alpha: float) -> float:
+    r"""``E[X^2 | |X| <= z]`` for standard normal ``X`` and ``P(|X| <= z) = alpha``.
+
+    ``= 1 - 2 z \phi(z) / alpha`` with ``z = \Phi^{-1}((1 + alpha) / 2)``; the
+    consistency factor of a trimmed sum of squares (Croux and Rousseeuw 1992;
+    Rousseeuw and Leroy 1987, Sec. 5.1 for the LTS scale).
+    """
+    if alpha >= 1.0:
+        return 1.0
+    z = float(ndtri(0.5 * (1.0 + alpha)))
+    return 1.0 - 2.0 * z * math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi) / alpha
+
+
+def _lts_scale(Z: np.ndarray, y: np.ndarray, beta: np.ndarray, h: int, floor: float) -> tuple[np.ndarray, float]:
+    """Reweighted LTS fit and scale: the high-breakdown inlier scale that caps sigma^2 in the EM.
+
+    Raw scale: the mean of the ``h`` smallest squared residuals divided by the
+    consistency factor :func:`_trimmed_variance_factor` ``(h / m)``. Reweighting
+    (Rousseeuw and Van Driessen 2006, Sec. 4; Rousseeuw and Leroy 1987):
+    least squares on the rows with ``|r| <= 2.2414 s`` (the 97.5% normal
+    quantile of ``|X|``) and the scale of that fit over the same rows,
+    corrected by the factor for 97.5%. Both scales keep the 50% breakdown of
+    the LTS fit. Returns the reweighted coefficients and ``s^2 >= floor``.
+    """
+    m, q = Z.shape
+    r2 = np.square(y - Z @ beta)
+    s2 = float(np.partition(r2, h - 1)[:h].mean()) / _trimmed_variance_factor(h / m)
+    if not s2 > floor:
+        return beta, floor
+    ok = r2 <= _RW_CUT * _RW_CUT * s2
+    if ok.sum() <= q:
+        return beta, max(s2, floor)
+    Zk = Z[ok]
+    beta_rw = _solve(Zk.T @ Zk, Zk.T @ y[ok])
+    r2k = np.square(y[ok] - Zk @ beta_rw)
+    s2_rw = float(r2k.sum()) / max(int(ok.sum()) - q, 1) / _trimmed_variance_factor(_RW_COVER)
+    return beta_rw, max(s2_rw, floor)
+
+
+def _level_medians(
+    Z: np.ndarray, y: np.ndarray, beta: np.ndarray, cols: np.ndarray, passes: int = 2, reference: bool = False
+) -> np.ndarray:
     """Level-wise median correction of a start: a least-absolute-deviations coordinate step per 0/1 column.
 
     For each indicator column ``j`` (a one-hot level) shift its coefficient by
@@ -535,11 +716,21 @@ def _level_medians(Z: np.ndarray, y: np.ndarray, beta: np.ndarray, cols: np.ndar
     keep an arbitrary coefficient; EM then cannot recover, because a single
     injected record that happens to lie on the wrong fit becomes the level's
     "inlier" with weight 1/sigma^2 while its genuine rows are Cauchy-weighted.
+
+    ``reference`` (``start="lts"``): the intercept (column 0) joins the sweep
+    with the rows whose indicator columns are all 0 -- the reference level(s),
+    which no level column reaches; the level steps that follow in the same
+    sweep re-centre the other levels. The inlier-driven EM step
+    (``_OUTLIER_WEIGHT``) cannot move a level the start left wholly outside the
+    Gaussian, so the start must fit it.
     """
     if cols.size == 0:
         return beta
     beta = beta.copy()
     members = [np.flatnonzero(Z[:, j] == 1.0) for j in cols]
+    if reference:
+        cols = np.r_[0, cols]
+        members = [np.flatnonzero(~(Z[:, cols[1:]] == 1.0).any(axis=1)), *members]
     r = y - Z @ beta
     for _ in range(passes):
         for j, rows in zip(cols, members):
@@ -666,6 +857,8 @@ class RobustRegressionDetector:
         random_state=None,
         p_init: float = 0.1,
         sigma2_floor: float | None = None,
+        start: str = "auto",
+        n_subsets: int | None = None,
     ) -> None:
         self.max_iter = max_iter
         self.tol = tol
@@ -673,11 +866,13 @@ class RobustRegressionDetector:
         self.random_state = random_state
         self.p_init = p_init
         self.sigma2_floor = sigma2_floor
+        self.start = start
+        self.n_subsets = n_subsets
 
     # ------------------------------------------------------------ sklearn-ish
     def get_params(self, deep: bool = True) -> dict:
         """Constructor parameters (scikit-learn convention)."""
-        return {k: getattr(self, k) for k in ("max_iter", "tol", "n_starts", "random_state", "p_init", "sigma2_floor")}
+        return {k: getattr(self, k) for k in _PARAMS}
 
     def set_params(self, **params) -> "RobustRegressionDetector":
         """Set constructor parameters (validated at ``fit``)."""
@@ -715,6 +910,13 @@ class RobustRegressionDetector:
         )
         if not ok:
             raise ValueError(f"random_state must be None, an integer >= 0 or a numpy Generator, got {rs!r}")
+        if not isinstance(self.start, str) or self.start not in _STARTS:
+            raise ValueError(f"start must be one of {list(_STARTS)}, got {self.start!r}")
+        nsub = self.n_subsets
+        if nsub is not None and (
+            isinstance(nsub, bool) or not isinstance(nsub, numbers.Integral) or not (1 <= nsub <= 100_000)
+        ):
+            raise ValueError(f"n_subsets must be None or an integer with 1 <= n_subsets <= 100000, got {nsub!r}")
 
     # ------------------------------------------------------------ transforms
     def _design(self, X: np.ndarray) -> np.ndarray:
@@ -824,18 +1026,36 @@ class RobustRegressionDetector:
         sub = np.arange(n) if m == n else np.sort(rng.choice(n, size=m, replace=False))
         Zs, ys_s = Z[sub], ys[sub]
         max_iter, tol = int(self.max_iter), float(self.tol)
+        n_starts = int(self.n_starts)
+        start = "lts" if self.start == "auto" else self.start
+        ow = 1.0
+        if start == "legacy":
+            cands = _lts_starts(Zs, ys_s, rng, n_starts)
+        elif start == "ols":
+            cands = [_solve(Zs.T @ Zs, Zs.T @ ys_s)]
+        else:
+            n_sub = _n_subsets_auto(q) if self.n_subsets is None else int(self.n_subsets)
+            B, _obj = _fast_lts(Zs, ys_s, rng, n_sub, n_starts)
+            if m < n:  # the sample's best fit, concentrated on all rows (module docstring, "Scale")
+                B, _obj = _concentrate(Z, ys, B[:1], _lts_h(n, q), _C_STEPS_FINAL)
+                beta_rw, self._lts_s2 = _lts_scale(Z, ys, B[0], _lts_h(n, q), floor)
+            else:
+                beta_rw, self._lts_s2 = _lts_scale(Zs, ys_s, B[0], _lts_h(m, q), floor)
+            self._lts_beta = B[0]
+            cands = [beta_rw]
+            ow = _OUTLIER_WEIGHT
         best = None
-        for beta0 in _lts_starts(Zs, ys_s, rng, int(self.n_starts)):
-            beta0 = _level_medians(Zs, ys_s, beta0, levels)
+        for beta0 in cands:
+            beta0 = _level_medians(Zs, ys_s, beta0, levels, reference=start == "lts")
             s2, p, b = _start_params(Zs, ys_s, beta0, float(self.p_init), floor)
-            res = _em(Zs, ys_s, beta0, s2, p, b, max_iter, tol, floor=floor)
+            res = _em(Zs, ys_s, beta0, s2, p, b, max_iter, tol, floor=floor, outlier_weight=ow)
             if best is None or res["ll"] > best["ll"]:
                 best = res
         self.start_log_likelihood_ = best["ll"]
 
         # ---- EM on all rows (levels absent from the subsample get their median first)
-        beta0 = _level_medians(Z, ys, best["beta"], levels)
-        res = _em(Z, ys, beta0, best["s2"], best["p"], best["b"], max_iter, tol, floor=floor)
+        beta0 = _level_medians(Z, ys, best["beta"], levels, reference=start == "lts")
+        res = _em(Z, ys, beta0, best["s2"], best["p"], best["b"], max_iter, tol, floor=floor, outlier_weight=ow)
         self.n_iter_ = int(res["n_iter"])
         self.converged_ = bool(res["converged"])
         self.last_relative_change_ = float(res["rel"])
