@@ -186,7 +186,8 @@ def test_spec_exposes_start_and_n_subsets_and_the_step_passes_them(monkeypatch):
     with pytest.raises(ValidationError, match="n_subsets"):
         DetectSpec(n_subsets=0)
     spec = load_spec(Path(__file__).resolve().parents[1] / "specs" / "demo.yaml")
-    spec.steps.detect.start, spec.steps.detect.n_subsets = "legacy", 777
+    detect = spec.steps.detect.model_copy(update={"start": "legacy", "n_subsets": 777})
+    spec = spec.model_copy(update={"steps": spec.steps.model_copy(update={"detect": detect})})
     seen = {}
     monkeypatch.setattr(step, "fit_template", lambda *a, **kw: seen.update(kw))
     step.fit_one(None, step.templates_of(spec)[0], spec)
