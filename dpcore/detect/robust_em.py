@@ -487,7 +487,7 @@ def _mstep(Z, y, t, etau, s2, b, floor: float = _SIGMA2_FLOOR, outlier_weight: f
     st = float(t.sum())
     p = min(max(st / n, _P_FLOOR), 1.0 - _P_FLOOR)
     u = 1.0 - t
-    w = u * (1.0 / s2) + (t * etau if outlier_weight == 1.0 else outlier_weight * (t * etau))
+    w = u * (1.0 / s2) + outlier_weight * (t * etau)  # 1.0 * x == x exactly: the exact step is unchanged
     Zw = Z * w[:, None]
     beta = _solve_exact_or_ridge(Zw.T @ Z, Zw.T @ y)
     r = y - Z @ beta
@@ -593,7 +593,7 @@ def _em(
 
 
 def _lts_starts(Z: np.ndarray, y: np.ndarray, rng: np.random.Generator, n_keep: int) -> list[np.ndarray]:
-    """FAST-LTS-like robust starts on a (sub)sample: the ``n_keep`` best coefficient vectors."""
+    """``start="legacy"``: FAST-LTS-like robust starts on a (sub)sample, the ``n_keep`` best coefficient vectors."""
     m, q = Z.shape
     h = min(m, (m + q + 2) // 2)
     n_el = max(min(_N_ELEMENTAL, int(_ELEMENTAL_WORK // (m * q * q))), 4 * n_keep)
@@ -1140,9 +1140,9 @@ class RobustRegressionDetector:
             cands = [_solve(Zs.T @ Zs, Zs.T @ ys_s)]
         else:
             n_sub = _n_subsets_auto(q) if self.n_subsets is None else int(self.n_subsets)
-            B, _obj = _fast_lts(Zs, ys_s, rng, n_sub, n_starts)
-            if m < n:  # the sample's best fit, concentrated on all rows (module docstring, "Scale")
-                B, _obj = _concentrate(Z, ys, B[:1], _lts_h(n, q), _C_STEPS_FINAL)
+            B, _ = _fast_lts(Zs, ys_s, rng, n_sub, n_starts)
+            if m < n:  # the sample's best fit, concentrated on all rows (module docstring, "Robust start", 4.)
+                B, _ = _concentrate(Z, ys, B[:1], _lts_h(n, q), _C_STEPS_FINAL)
                 beta_rw = _lts_reweight(Z, ys, B[0], _lts_h(n, q), floor)
             else:
                 beta_rw = _lts_reweight(Zs, ys_s, B[0], _lts_h(m, q), floor)
