@@ -316,6 +316,17 @@ class DetectSpec(_Strict):
     max_iter: int = Field(default=200, ge=1, le=100_000, description="EM iteration guard per template.")
     tol: float = Field(default=1e-6, gt=0, lt=1, description="Stop when the relative log-likelihood change is below tol.")
     random_state: int = Field(default=0, ge=0, description="Seed of the robust start (the detector is not a privacy mechanism).")
+    start: Literal["auto", "lts", "ols", "legacy"] = Field(
+        default="auto",
+        description="Robust start of the detector (issue 22): auto = lts, FAST-LTS with the inlier-driven EM, so "
+        "clusters of bad leverage points below ~50% of the rows cannot mask themselves; legacy = the start before "
+        "issue 22; ols = least squares (non-robust, for comparison).",
+    )
+    n_subsets: int | None = Field(
+        default=None, ge=1, le=100_000,
+        description="FAST-LTS elemental subsets; None = enough for a 99% chance of a clean one at 40% "
+        "contamination (at least 500).",
+    )
 
     @model_validator(mode="after")
     def _names(self) -> "DetectSpec":

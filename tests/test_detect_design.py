@@ -326,7 +326,8 @@ def test_sigma2_floor_derived_from_the_spec_reaches_the_params():
     assert abs(fit.labels.mean() - out.mean()) < 0.01 and fit.labels[out].all()
     json.dumps(fit.params, allow_nan=False)
     # the same values declared non-integer: no floor, the fit collapses (what the floor prevents)
-    bare = fit_template(df, Template("route_c", "carat", ("dest",)), schema, random_state=0)
+    # (with the start the collapse was found with; the FAST-LTS default avoids it on this seed, not on all)
+    bare = fit_template(df, Template("route_c", "carat", ("dest",)), schema, random_state=0, start="legacy")
     assert bare.params["sigma2_floor"] is None and bare.params["sigma2"] < 1e-4
     assert bare.labels.mean() > 2 * out.mean()
     # explicit override and its validation

@@ -501,7 +501,9 @@ def test_measurement_floor_prevents_sigma_collapse_on_integer_y(seed):
     X, y, out = quantised(seed=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the detector never warns (issue 15, hole 12)
-        bare = RobustRegressionDetector(random_state=0).fit(X, y)
+        # the collapse is a local optimum: the FAST-LTS start of issue 22 avoids it on seed 0
+        # (not on seed 1), so the phenomenon is pinned with the start it was found with
+        bare = RobustRegressionDetector(random_state=0, start="legacy").fit(X, y)
         floored = RobustRegressionDetector(random_state=0, sigma2_floor=1 / 12).fit(X, y)
     # without the floor the Gaussian fits the exactly reproduced rows: sigma collapses, the
     # rounding residuals of the other groups become "outliers" with astronomic log-odds

@@ -157,6 +157,8 @@ def fit_template(
     max_iter: int = 200,
     tol: float = 1e-6,
     sigma2_floor="auto",
+    start: str = "auto",
+    n_subsets: int | None = None,
 ) -> TemplateFit:
     """Fit one filter: :class:`RobustRegressionDetector` of ``df[behavioural]`` on the encoded contexts.
 
@@ -167,8 +169,10 @@ def fit_template(
     template : Template
     schema : dpcore.spec.PublicSchema
         Public bounds and domains used by :func:`~dpcore.detect.design.design_matrix`.
-    random_state, max_iter, tol
-        Passed to the detector.
+    random_state, max_iter, tol, start, n_subsets
+        Passed to the detector (``start``: its robust start, ``"auto"`` = FAST-LTS
+        with the inlier-driven EM of issue 22, ``"legacy"`` the start before it;
+        ``n_subsets``: FAST-LTS elemental subsets, None = its default).
     sigma2_floor : "auto", float or None
         The detector's ``sigma2_floor``; ``"auto"`` (default) derives it from
         the schema for the behavioural attribute (:func:`~dpcore.detect.design.sigma2_floor_of`:
@@ -202,7 +206,9 @@ def fit_template(
         if sigma2_floor != "auto":
             raise ValueError(f"sigma2_floor must be 'auto', None or a number >= 0, got {sigma2_floor!r}")
         sigma2_floor = sigma2_floor_of(j, schema, template.transform_of.get(j))
-    det = RobustRegressionDetector(max_iter=max_iter, tol=tol, random_state=random_state, sigma2_floor=sigma2_floor)
+    det = RobustRegressionDetector(
+        max_iter=max_iter, tol=tol, random_state=random_state, sigma2_floor=sigma2_floor, start=start, n_subsets=n_subsets
+    )
     try:
         det.fit(X, y)
     except ValueError as exc:  # the detector's messages are generic; name the template

@@ -102,7 +102,7 @@ def fit_one(df: pd.DataFrame, template: Template, spec: ReleaseSpec) -> Template
     )
     return fit_template(
         df, template, spec.public_schema, random_state=cfg.random_state, max_iter=cfg.max_iter, tol=cfg.tol,
-        sigma2_floor=floor,
+        sigma2_floor=floor, start=cfg.start, n_subsets=cfg.n_subsets,
     )
 
 
