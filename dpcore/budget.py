@@ -111,19 +111,33 @@ class PrivacyCost:
 
 
 class BudgetExceededError(RuntimeError):
-    """A charge would take the dataset over its cap; nothing was charged or released."""
+    """A charge would take the dataset over its cap; that charge is not made and nothing is released for it.
+
+    ``release`` = (release id, what that release has already charged, its charged steps) when known: the
+    message says what the release spent before this refusal (earlier steps keep their charges).
+    """
 
     def __init__(
         self, dataset: str, requested: PrivacyCost, spent: PrivacyCost, cap: PrivacyCost,
         stated: tuple[PrivacyCost, str, str] | None = None,
+        release: tuple[str, PrivacyCost, list[str]] | None = None,
     ):
         self.dataset, self.requested, self.spent, self.cap = dataset, requested, spent, cap
         self.remaining = cap - spent
+        self.release = release
         how = (f" ({stated[0]} stated under {stated[1]} neighbours, converted to the budget's {stated[2]})"
                if stated else "")
+        if release is None:
+            so_far = "This charge was not made and nothing was released for it."
+        elif release[2]:
+            so_far = (f"This charge was not made and nothing was released for it; release {release[0]!r} has already "
+                      f"charged {release[1]} for its steps {', '.join(release[2])} (kept in the ledger; a re-run of "
+                      "the same release id does not charge them again).")
+        else:
+            so_far = f"Nothing was charged or released: release {release[0]!r} has charged nothing so far."
         super().__init__(
             f"privacy budget exceeded for dataset {dataset!r}: requested {requested}{how}, "
-            f"remaining {self.remaining} (spent {spent} of cap {cap}). Nothing was charged or released. "
+            f"remaining {self.remaining} (spent {spent} of cap {cap}). {so_far} "
             "Lower the step's epsilon/delta, drop a step, or raise the dataset's cap (budget in the spec) "
             "if the data owner approves."
         )

@@ -479,9 +479,15 @@ class PrivacyLedger:
                 ) from None
             eps_u, delta_u = charged.units
             if es + eps_u > ec or ds + delta_u > dc:
+                done = con.execute(
+                    "SELECT step, eps_units, delta_units FROM ledger.charges WHERE dataset = ? AND release_id = ? "
+                    "ORDER BY reserved_at", [req.dataset, req.release_id],
+                ).fetchall()
+                so_far = PrivacyCost.from_units(sum(int(r[1]) for r in done), sum(int(r[2]) for r in done))
                 raise BudgetExceededError(
                     req.dataset, charged, PrivacyCost.from_units(es, ds), PrivacyCost.from_units(ec, dc),
                     stated=None if charged == req.cost else (req.cost, req.neighbour, row[4]),
+                    release=(req.release_id, so_far, list(dict.fromkeys(r[0] for r in done))),
                 )
             con.execute(
                 "UPDATE ledger.budgets SET eps_spent = eps_spent + ?, delta_spent = delta_spent + ? WHERE dataset = ?",

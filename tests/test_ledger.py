@@ -50,6 +50,18 @@ def test_refusal_over_cap_reports_requested_and_remaining_and_changes_nothing(le
     after = ledger.charges("ds")
     assert len(after) == len(before) == 1
     assert ledger.status("ds").spent.epsilon == Fraction(7, 10)
+    # the refusal says what this release (r1) charged before it, not "nothing was charged" (issue 20)
+    assert "release 'r1' has already charged (epsilon=0.7" in msg and "steps a " in msg
+    assert "Nothing was charged" not in msg
+    assert err.value.release == ("r1", PrivacyCost(Fraction(7, 10), 0), ["a"])
+
+
+def test_refusal_of_a_release_that_charged_nothing_says_so(ledger):
+    ledger.reserve(_req(step="a", eps=0.7, release="r1"))
+    with pytest.raises(BudgetExceededError) as err:
+        ledger.reserve(_req(step="b", eps=0.5, release="r2"))
+    assert "Nothing was charged or released: release 'r2' has charged nothing so far." in str(err.value)
+    assert err.value.release == ("r2", PrivacyCost(0, 0), [])
 
 
 def test_delta_cap_is_enforced(ledger):
