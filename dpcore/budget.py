@@ -115,24 +115,32 @@ class BudgetExceededError(RuntimeError):
 
     ``release`` = (release id, what that release has already charged, its charged steps) when known: the
     message says what the release spent before this refusal (earlier steps keep their charges).
+    ``planned=True``: raised by the release preflight (:func:`dpcore.pipeline.cost_preflight`) for the whole
+    release's new charges before the first of them; ``requested`` is their total.
     """
 
     def __init__(
         self, dataset: str, requested: PrivacyCost, spent: PrivacyCost, cap: PrivacyCost,
         stated: tuple[PrivacyCost, str, str] | None = None,
         release: tuple[str, PrivacyCost, list[str]] | None = None,
+        planned: bool = False,
     ):
         self.dataset, self.requested, self.spent, self.cap = dataset, requested, spent, cap
         self.remaining = cap - spent
         self.release = release
         how = (f" ({stated[0]} stated under {stated[1]} neighbours, converted to the budget's {stated[2]})"
                if stated else "")
+        if planned:  # the release preflight: the whole release's new charges, before any of them
+            how += " for the whole release (checked before its first charge)"
+            refused = "None of this release's new charges was made"
+        else:
+            refused = "This charge was not made and nothing was released for it"
         if release is None:
-            so_far = "This charge was not made and nothing was released for it."
+            so_far = f"{refused}."
         elif release[2]:
-            so_far = (f"This charge was not made and nothing was released for it; release {release[0]!r} has already "
-                      f"charged {release[1]} for its steps {', '.join(release[2])} (kept in the ledger; a re-run of "
-                      "the same release id does not charge them again).")
+            so_far = (f"{refused}; release {release[0]!r} has already charged {release[1]} for its steps "
+                      f"{', '.join(release[2])} (kept in the ledger; a re-run of the same release id does not charge "
+                      "them again).")
         else:
             so_far = f"Nothing was charged or released: release {release[0]!r} has charged nothing so far."
         super().__init__(

@@ -10,47 +10,91 @@ from __future__ import annotations
 
 from typing import Any
 
-from .budget import PrivacyCost
+from .budget import BudgetExceededError, PrivacyCost
 from .bundle import BundleResult, StepOutput, write_bundle
+from .cost_plan import CostPlan
 from .ingest import IngestResult, ingest, load_raw
 from .settings import Settings
 from .spec import ReleaseSpec
-from .steps.common import open_stores
+from .steps.common import StepInputError, noise_test_seed, open_stores
 from .validation import (
     ValidationDone, enforce, latest_passing_summary, owner_summary, store_outcome, validate, validated_table_name,
 )
 
 
-def preflight(spec: ReleaseSpec) -> None:
+class PreflightError(StepInputError):
+    """A release has public problems; nothing was charged. ``problems`` lists every one."""
+
+    def __init__(self, problems: list[str], charged: str = "nothing was charged or released"):
+        self.problems = list(problems)
+        super().__init__(
+            f"the release cannot run ({len(problems)} problem{'s' if len(problems) != 1 else ''}; {charged}):\n"
+            + "\n".join(f"  - {p}" for p in problems)
+        )
+
+
+def preflight(spec: ReleaseSpec, steps: list[str] | None = None) -> None:
     """Every public check of every enabled step, before the release's first charge (DESIGN.md rule 8).
 
-    Touches no data: parameters, roster and record-id form, the noise mode.
+    Touches no data: parameters, roster and record-id form, the noise mode,
+    for ``steps`` (the sections the flow runs; default every enabled step).
     A release that would fail on a public fact fails here, so bad input never
     leaves half a release (e.g. ``record_counts`` charged, then an AIQ request
-    refused).
+    refused). The cost against the remaining budget is checked after ingest
+    (:func:`cost_preflight`: ingest links the input to its budget).
 
     Raises
     ------
-    StepInputError
-        A step's parameters or requests are invalid (the message names the key).
+    PreflightError
+        Listing every problem of every step (each names its spec key).
     SeededNoiseRefusedError
         ``DPR_TEST_NOISE_SEED`` is set outside a test.
     """
-    from .steps.aiq import check_aiq
-    from .steps.coco import check_coco
-    from .steps.common import noise_test_seed
-    from .steps.outlier_counts import check_outlier_counts
-    from .steps.pcor import check_pcor
+    from .cost_plan import plan_release
 
     noise_test_seed()
-    if spec.steps.aiq.enabled:
-        check_aiq(spec)
-    if spec.steps.coco.enabled:
-        check_coco(spec)
-    if spec.steps.outlier_counts.enabled:
-        check_outlier_counts(spec)
-    if spec.steps.pcor.enabled:
-        check_pcor(spec)
+    problems = plan_release(spec, steps=steps).problems  # every enabled step's public checks, all problems at once
+    problems = [p for p in problems if not p.startswith("budget:")]  # the budget is checked after ingest
+    if problems:
+        raise PreflightError(problems)
+
+
+def cost_preflight(spec: ReleaseSpec, settings: Settings, steps: list[str] | None = None) -> CostPlan:
+    """The release's whole cost against the remaining budget, before its first charge (issue 20).
+
+    Runs after ingest (which links the input to its budget). Charges nothing,
+    reads no data: :func:`dpcore.cost_plan.plan_release` on the ledger, for
+    ``steps`` (the sections the flow runs; default every enabled step).
+
+    Returns
+    -------
+    CostPlan
+        The plan (every step's charges, what this release id already charged).
+
+    Raises
+    ------
+    BudgetExceededError
+        The release's new charges do not fit the remaining budget (the only
+        problem); nothing was charged by this run.
+    PreflightError
+        Any other problem, with every problem listed.
+    """
+    from .cost_plan import plan_release
+
+    stores = open_stores(settings)
+    plan = plan_release(spec, stores.ledger, steps)
+    others = [p for p in plan.problems if not p.startswith("budget:")]
+    if others:
+        raise PreflightError(plan.problems)
+    if plan.problems:
+        done = [ln for ln in plan.lines if ln.already]
+        so_far = sum((ln.charged_each * ln.already for ln in done if ln.charged_each), PrivacyCost(0))
+        raise BudgetExceededError(
+            spec.dataset.name, plan.new, plan.spent, plan.cap,
+            release=(spec.release_id, so_far, list(dict.fromkeys(ln.charge.step for ln in done))),
+            planned=True,
+        )
+    return plan
 
 
 def ingest_stage(spec: ReleaseSpec, settings: Settings) -> IngestResult:

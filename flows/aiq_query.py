@@ -8,7 +8,7 @@ from pydantic import Field
 
 from dpcore.spec import AiqSpec, with_step
 from tasks.common import resolve
-from tasks.stages import aiq_task, bundle_task, ingest_task, preflight_task, validate_task
+from tasks.stages import aiq_task, bundle_task, cost_preflight_task, ingest_task, preflight_task, validate_task
 
 from .params import DEMO_SPEC, ReleaseId, SpecPath
 
@@ -47,8 +47,9 @@ def aiq_query(
         AiqSpec(enabled=True, mechanism=mechanism, epsilon=epsilon, beta=beta, r=r, k=k,
                 attributes=base.attributes, record_ids=list(record_ids)),
     )
-    preflight_task(spec)  # public checks (roster, parameters) before the input is even read
+    preflight_task(spec, ["aiq"])  # public checks (roster, parameters) before the input is even read
     ingested = ingest_task(spec, settings)
+    cost_preflight_task(spec, settings, ["aiq"])  # the whole cost against the budget, before any charge
     validate_task(spec, settings, ingested)
     out = aiq_task(spec, settings, ingested)
     bundle_task(spec, settings, ingested, [out], subfolder_prefix="aiq")

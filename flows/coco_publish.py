@@ -14,7 +14,7 @@ from dpcore.spec import ReleaseSpec, with_step
 from dpcore.steps.coco import coco_payload_summary
 from tasks.coco import coco_finish_task, coco_measure_task, coco_nodes_task
 from tasks.common import Progress, resolve
-from tasks.stages import bundle_task, ingest_task, validate_task
+from tasks.stages import bundle_task, cost_preflight_task, ingest_task, validate_task
 
 from .params import DEMO_SPEC, ReleaseId, SpecPath
 from .runner import task_runner_from_env
@@ -74,6 +74,7 @@ def coco_publish(
     )
     spec = with_step(spec, "coco", section)
     ingested = ingest_task(spec, settings)
+    cost_preflight_task(spec, settings, ["coco"])  # the whole cost against the budget, before any charge
     validate_task(spec, settings, ingested)
     out = run_coco(spec, settings, ingested)
     bundle = bundle_task(spec, settings, ingested, [out], subfolder_prefix="coco")

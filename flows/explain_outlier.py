@@ -9,7 +9,7 @@ from pydantic import Field
 from dpcore.spec import with_step
 from dpcore.steps.pcor import NoValidContextError
 from tasks.common import resolve
-from tasks.stages import bundle_task, ingest_task, preflight_task, validate_task
+from tasks.stages import bundle_task, cost_preflight_task, ingest_task, preflight_task, validate_task
 
 from .params import DEMO_SPEC, ReleaseId, SpecPath
 from .pcor import run_pcor
@@ -64,8 +64,9 @@ def explain_outlier(
         "metric": metric or cfg.metric, "attributes": attributes or cfg.attributes,
     })
     spec = with_step(spec, "pcor", section)
-    preflight_task(spec)  # public checks (roster, parameters) before the input is even read
+    preflight_task(spec, ["pcor"])  # public checks (roster, parameters) before the input is even read
     ingested = ingest_task(spec, settings)
+    cost_preflight_task(spec, settings, ["pcor"])  # the whole cost against the budget, before any charge
     validate_task(spec, settings, ingested)
     out = run_pcor(spec, settings, ingested)
     bundle_task(spec, settings, ingested, [out], subfolder_prefix="explain")

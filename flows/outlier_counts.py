@@ -18,7 +18,7 @@ from tasks.outlier_counts import (
     outlier_counts_stored_task,
     subspace_utility_task,
 )
-from tasks.stages import bundle_task, ingest_task, validate_task
+from tasks.stages import bundle_task, cost_preflight_task, ingest_task, validate_task
 
 from .params import DEMO_SPEC, ReleaseId, SpecPath
 from .runner import task_runner_from_env
@@ -92,6 +92,7 @@ def outlier_counts(
         "epsilon_count": epsilon_count,
     }))
     ingested = ingest_task(spec, settings)
+    cost_preflight_task(spec, settings, ["outlier_counts"])  # the whole cost against the budget, before any charge
     validate_task(spec, settings, ingested)
     out = run_outlier_counts(spec, settings, ingested)
     bundle_task(spec, settings, ingested, [out], subfolder_prefix="outlier-counts")

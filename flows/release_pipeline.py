@@ -10,6 +10,7 @@ from tasks.common import resolve
 from tasks.stages import (
     aiq_task,
     bundle_task,
+    cost_preflight_task,
     gate_task,
     ingest_task,
     preflight_task,
@@ -40,6 +41,7 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
     spec, settings = resolve(spec_path, release_id)
     preflight_task(spec)  # every step's public checks before the first charge (no half release on bad input)
     ingested = ingest_task(spec, settings)
+    cost_preflight_task(spec, settings)  # the whole cost against the budget, before any charge
     validate_task(spec, settings, ingested)
     outputs = []
     if spec.steps.record_counts.enabled:

@@ -22,9 +22,9 @@ from .common import NOISE_RETRIES, artifact_key, flow_run_id, private_task
 
 
 @private_task(name="preflight")
-def preflight_task(spec: ReleaseSpec) -> None:
-    """Public checks of every enabled step before the first charge (no data touched)."""
-    pipeline.preflight(spec)
+def preflight_task(spec: ReleaseSpec, steps: list[str] | None = None) -> None:
+    """Public checks of the flow's steps (default: every enabled step) before the first charge (no data touched)."""
+    pipeline.preflight(spec, steps)
 
 
 @private_task(name="ingest")
@@ -34,6 +34,16 @@ def ingest_task(spec: ReleaseSpec, settings: Settings) -> IngestResult:
     # no row count, no content hash, not even whether the input was seen before: all private (rules 6-7)
     get_run_logger().info("ingested %s as input %s (a random ingest id)", res.dataset, res.ingest_id)
     return res
+
+
+@private_task(name="cost-preflight")
+def cost_preflight_task(spec: ReleaseSpec, settings: Settings, steps: list[str] | None = None) -> None:
+    """The release's whole cost against the remaining budget, before its first charge (public facts only)."""
+    plan = pipeline.cost_preflight(spec, settings, steps)
+    get_run_logger().info(
+        "cost plan: this run charges %s%s of the %s left on dataset %s (%s neighbours)",
+        plan.new, " at most" if plan.upper_bound else "", plan.remaining, plan.dataset, plan.neighbour,
+    )
 
 
 @private_task(name="validate")

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from ..accuracy import Accuracy
+from ..budget import PrivacyCost
 from ..bundle import StepOutput
 from ..ingest import IngestResult
 from ..mechanisms.aiq import AnomalyIdentification
@@ -44,7 +45,7 @@ from ..settings import Settings
 from ..spec import AiqSpec, ReleaseSpec
 from .detect import DETECTOR_CHOICE_NOT_PROTECTED, flagged_records
 from .common import (
-    StepInputError, charge_request, check_record_ids, load_columns, noise_source, open_stores,
+    PlannedCharge, StepInputError, charge_request, check_record_ids, load_columns, noise_source, open_stores,
     require_public_completeness,
 )
 
@@ -86,6 +87,45 @@ def check_aiq(spec: ReleaseSpec) -> AnomalyIdentification:
         raise StepInputError(f"steps.aiq: {exc}") from None
     _check_queries(spec, cfg, list(cfg.attributes or spec.public_schema.numeric), list(cfg.record_ids))
     return mech
+
+
+def aiq_cost(spec: ReleaseSpec, mech: AnomalyIdentification) -> PrivacyCost:
+    """The batch's charge, from the spec alone (Section 3.1).
+
+    Record-id queries compose sequentially, ``(len(record_ids) + from_detector) * epsilon``: the number
+    of detector-chosen ids is data-dependent, so the batch is charged for the public bound
+    ``from_detector``; public points may use Claim 5 (``m * epsilon``, m from their public positions).
+    """
+    cfg = spec.steps.aiq
+    attrs = list(cfg.attributes or spec.public_schema.numeric)
+    n_charged = len(cfg.record_ids) + cfg.from_detector
+    cost = mech.batch_cost(n_charged, None) if n_charged else PrivacyCost(0)
+    if cfg.points:
+        lows = np.array([spec.public_schema.numeric[a].min for a in attrs])
+        highs = np.array([spec.public_schema.numeric[a].max for a in attrs])
+        points = np.array([[p[a] for a in attrs] for p in cfg.points], dtype=float).reshape(-1, len(attrs))
+        cost = cost + mech.batch_cost(
+            len(points), AnomalyIdentification.batch_m(scale_by_bounds(points, lows, highs), cfg.r))
+    return cost
+
+
+def _public_params(spec: ReleaseSpec) -> dict[str, Any]:
+    """The batch's idempotency parameters except the queried ids (which the detector may extend)."""
+    cfg = spec.steps.aiq
+    return {
+        "mechanism": cfg.mechanism, "epsilon": cfg.epsilon, "beta": cfg.beta, "r": cfg.r, "k": cfg.k,
+        "attributes": list(cfg.attributes or spec.public_schema.numeric), "from_detector": cfg.from_detector,
+        "points": [dict(p) for p in cfg.points],
+    }
+
+
+def aiq_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
+    """The batch's one charge, from the spec alone (:mod:`dpcore.cost_plan`); checks the step first."""
+    mech = check_aiq(spec)
+    match = _public_params(spec)
+    if not spec.steps.aiq.from_detector:
+        match["record_ids"] = list(spec.steps.aiq.record_ids)
+    return [PlannedCharge.of("aiq", mech, aiq_cost(spec, mech), match)]
 
 
 def _store_diagnostics(wh, diag: pd.DataFrame) -> None:
@@ -142,18 +182,9 @@ def aiq_step(
     highs = np.array([spec.public_schema.numeric[a].max for a in attrs])
 
     points = np.array([[p[a] for a in attrs] for p in cfg.points], dtype=float).reshape(-1, len(attrs))
-    # the number of detector-chosen ids is data-dependent: charge for the public bound from_detector
-    n_charged = len(cfg.record_ids) + cfg.from_detector
-    cost = mech.batch_cost(n_charged, None) if n_charged else None
-    if len(points):
-        pc = mech.batch_cost(len(points), AnomalyIdentification.batch_m(scale_by_bounds(points, lows, highs), cfg.r))
-        cost = pc if cost is None else cost + pc
+    cost = aiq_cost(spec, mech)
     noise = noise_source()
-    params = {
-        "mechanism": cfg.mechanism, "epsilon": cfg.epsilon, "beta": cfg.beta, "r": cfg.r, "k": cfg.k,
-        "attributes": attrs, "record_ids": record_ids, "from_detector": cfg.from_detector,
-        "points": [dict(p) for p in cfg.points],
-    }
+    params = {**_public_params(spec), "record_ids": record_ids}
     req = charge_request(spec, ingested, "aiq", mech, cost, params, noise, flow_run_id)
     labels = [f"record:{i}" for i in record_ids] + [f"point:{json.dumps(p, sort_keys=True)}" for p in cfg.points]
 

@@ -46,7 +46,7 @@ from ..mechanisms.coco import (CocoMechanism, Hierarchy, NodeChunk, NodeEstimate
 from ..plots import coco_plots
 from ..settings import Settings
 from ..spec import ReleaseSpec
-from .common import StepInputError, charge_request, load_columns, noise_source, open_stores
+from .common import PlannedCharge, StepInputError, charge_request, load_columns, noise_source, open_stores
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,23 @@ DERIVED_GROUPS_NOT_PROTECTED = (
 )
 
 
+def _level_params(spec: ReleaseSpec, inputs: CocoInputs) -> dict[str, Any]:
+    """Every level's idempotency parameters except the level itself."""
+    cfg = spec.steps.coco
+    return {
+        "method": cfg.method, "epsilon_per_level": cfg.epsilon_per_level, "K": cfg.max_group_size,
+        "levels": list(cfg.levels), "groups_file": inputs.file_hash, "group_column": cfg.group_column,
+    }
+
+
+def coco_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
+    """One charge per measured level, from the spec and its public groups file (:mod:`dpcore.cost_plan`)."""
+    inputs, mech = check_coco(spec)
+    base = _level_params(spec, inputs)
+    return [PlannedCharge.of(f"coco_level{level}", mech, mech.level_cost(level), {**base, "level": level})
+            for level in mech.levels_measured(inputs.hierarchy)]
+
+
 def not_protected(spec: ReleaseSpec) -> list[str]:
     """What the coco release does not protect, from the spec alone (rule 9)."""
     cfg = spec.steps.coco
@@ -203,10 +220,7 @@ def measure_coco(
     items = load_columns(stores.warehouse, spec, ingested, [cfg.group_column])[cfg.group_column]
     items = items[items.notna()].astype(str).to_numpy()
     sizes = group_sizes_by_leaf(items, inputs.group_leaf, cfg.max_group_size)
-    base = {
-        "method": cfg.method, "epsilon_per_level": cfg.epsilon_per_level, "K": cfg.max_group_size,
-        "levels": list(cfg.levels), "groups_file": inputs.file_hash, "group_column": cfg.group_column,
-    }
+    base = _level_params(spec, inputs)
     measurements: dict[int, dict[str, list[int]]] = {}
     keys = []
     levels = mech.levels_measured(h)
@@ -279,7 +293,7 @@ def finish_coco(
            else "(per-node method) parents are not forced to equal the sum of their children.")
         + f" Table: `tables/coco__histograms.csv` ({len(table):,} non-zero cells)."
     )
-    md += "\n\n" + coco_accuracy_markdown(spec, mech, h, boot)
+    md += "\n\n" + coco_accuracy_markdown(spec, h, accuracy, boot)
     if cfg.groups_provenance == "derived_from_data":
         md += "\n\n**Not public:** " + DERIVED_GROUPS_NOT_PROTECTED
     return StepOutput("coco", {"histograms": table}, md, images=images, keys=list(measured.keys),
@@ -335,11 +349,11 @@ def coco_accuracy(spec: ReleaseSpec, mech: CocoMechanism, h: Hierarchy,
     return out
 
 
-def coco_accuracy_markdown(spec: ReleaseSpec, mech: CocoMechanism, h: Hierarchy,
+def coco_accuracy_markdown(spec: ReleaseSpec, h: Hierarchy, accuracy: Mapping[str, dict[str, Any]],
                            boot: Mapping[int, BootstrapError]) -> str:
-    """The report's accuracy paragraph and per-level table (the same figures as :func:`coco_accuracy`)."""
-    alpha, lv_text = spec.accuracy_alpha, level_text(spec.accuracy_alpha)
-    measured = set(mech.levels_measured(h))
+    """The report's accuracy paragraph and per-level table, from :func:`coco_accuracy`'s statements (and the
+    bootstrap's mean L1 error per node)."""
+    lv_text = level_text(spec.accuracy_alpha)
     head = (f"Accuracy ({lv_text}). Released cells: an **empirical** half-width, the {lv_text} quantile of the cell "
             "errors of a parametric bootstrap from the release (the release taken as the truth, measured and "
             f"post-processed again {spec.steps.coco.accuracy_replicates} times with the same mechanism, public "
@@ -352,8 +366,8 @@ def coco_accuracy_markdown(spec: ReleaseSpec, mech: CocoMechanism, h: Hierarchy,
     for lv in range(h.levels):
         b = boot.get(lv)
         emp = (str(b.cell_half_width), f"{b.mean_node_l1:.3g}") if b else ("not computed", "not computed")
-        meas = str(discrete_laplace_half_width(mech.noise_scale(lv), alpha)) if lv in measured else "not measured"
-        rows.append(f"| {lv} | {emp[0]} | {emp[1]} | {meas} |")
+        m = accuracy.get(f"histograms.level{lv}.measurement")
+        rows.append(f"| {lv} | {emp[0]} | {emp[1]} | {m['bound'] if m else 'not measured'} |")
     return head + "\n".join(rows)
 
 

@@ -3,7 +3,7 @@ and reading the validated table."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -20,6 +20,48 @@ from ..warehouse import Warehouse
 
 class StepInputError(ValueError):
     """A private step was called with bad parameters; nothing was charged."""
+
+
+@dataclass(frozen=True)
+class PlannedCharge:
+    """One kind of ledger charge a step will make, known from the spec alone (the cost plan).
+
+    Parameters
+    ----------
+    step : str
+        The ledger's step label (``record_counts``, ``aiq``, ``coco_level1``, ...).
+    mechanism : str
+        The mechanism's name, as the ledger records it.
+    notion : {"dp", "ocdp", "sp"}
+    neighbour : {"add-remove", "replace-one"}
+        The relation ``cost`` is stated under.
+    cost : PrivacyCost
+        The stated cost of one charge (the mechanism's privacy map).
+    count : int
+        How many such charges (PCOR: one per explained record).
+    upper_bound : bool
+        ``count`` is a public upper bound, not the exact number: the number of
+        detector-chosen targets is data-dependent (at most ``from_detector``).
+    match : dict
+        Parameters (spec-derived only) that a charge already in the ledger
+        under the same release id must carry to count as this charge
+        (:func:`dpcore.cost_plan.already_charged`).
+    """
+
+    step: str
+    mechanism: str
+    notion: str
+    neighbour: str
+    cost: PrivacyCost
+    count: int = 1
+    upper_bound: bool = False
+    match: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, step: str, mechanism: Any, cost: PrivacyCost, match: dict[str, Any], count: int = 1,
+           upper_bound: bool = False) -> "PlannedCharge":
+        """The planned charge of ``mechanism`` (which supplies name, notion and neighbour)."""
+        return cls(step, mechanism.name, mechanism.notion, mechanism.neighbour, cost, count, upper_bound, match)
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ from ..neighbors import scale_by_bounds
 from ..settings import Settings
 from ..spec import ReleaseSpec
 from .common import (
-    StepInputError, charge_request, load_columns, noise_source, open_stores, require_public_completeness,
+    PlannedCharge, StepInputError, charge_request, load_columns, noise_source, open_stores, require_public_completeness,
 )
 
 
@@ -361,33 +361,62 @@ def selection_stored(spec: ReleaseSpec, settings: Settings, ingested: IngestResu
     return open_stores(settings).ledger.lookup(req.key) is not None
 
 
-def _base(spec: ReleaseSpec, plan: OutlierCountsPlan) -> dict[str, Any]:
+def _base(spec: ReleaseSpec, attrs: list[str], cands: list[tuple[int, ...]]) -> dict[str, Any]:
     cfg = spec.steps.outlier_counts
-    return {"attributes": plan.attrs, "k": cfg.k, "r": cfg.r, "candidates": [list(c) for c in plan.candidates]}
+    return {"attributes": attrs, "k": cfg.k, "r": cfg.r, "candidates": [list(c) for c in cands]}
+
+
+def _selection_params(spec: ReleaseSpec, attrs: list[str], cands: list[tuple[int, ...]],
+                      split: BudgetSplit) -> dict[str, Any]:
+    cfg = spec.steps.outlier_counts
+    if cfg.epsilon_total is None:  # the explicit form: the same key as before issue 16
+        return {**_base(spec, attrs, cands), "h": cfg.h, "epsilon": cfg.epsilon_select}
+    return {**_base(spec, attrs, cands), "h": cfg.h, "epsilon": str(split.epsilon_select),
+            "epsilon_total": cfg.epsilon_total, "split": split.rule}
 
 
 def _selection_request(spec, ingested, plan, noise, flow_run_id):
-    cfg = spec.steps.outlier_counts
-    if cfg.epsilon_total is None:  # the explicit form: the same key as before issue 16
-        params = {**_base(spec, plan), "h": cfg.h, "epsilon": cfg.epsilon_select}
-    else:
-        params = {**_base(spec, plan), "h": cfg.h, "epsilon": str(plan.split.epsilon_select),
-                  "epsilon_total": cfg.epsilon_total, "split": plan.split.rule}
+    params = _selection_params(spec, plan.attrs, plan.candidates, plan.split)
     return charge_request(spec, ingested, "outlier_subspaces", plan.select, plan.select.privacy_map(), params,
                           noise, flow_run_id)
 
 
-def _count_params(spec: ReleaseSpec, plan: OutlierCountsPlan, count: OutlierCountMechanism,
-                  sub_names: list[str]) -> dict[str, Any]:
-    """The count's idempotency parameters; unchanged (same keys) for the explicit smooth/global forms."""
+def _count_params(spec: ReleaseSpec, attrs: list[str], cands: list[tuple[int, ...]], split: BudgetSplit,
+                  count: OutlierCountMechanism, sub_names: list[str] | None) -> dict[str, Any]:
+    """The count's idempotency parameters; unchanged (same keys) for the explicit smooth/global forms.
+
+    ``sub_names=None`` leaves the subspace out (the cost plan's match: the selection decides it).
+    """
     cfg = spec.steps.outlier_counts
-    params = {**_base(spec, plan), "subspace": sub_names, "method": cfg.method, "epsilon": cfg.epsilon_count,
+    params = {**_base(spec, attrs, cands), "subspace": sub_names, "method": cfg.method, "epsilon": cfg.epsilon_count,
               "delta": cfg.delta_count, "size_limit": cfg.size_limit}
+    if sub_names is None:
+        del params["subspace"]
     if cfg.epsilon_total is not None:
-        params.update(epsilon=str(plan.split.epsilon_count), epsilon_total=cfg.epsilon_total, split=plan.split.rule)
+        params.update(epsilon=str(split.epsilon_count), epsilon_total=cfg.epsilon_total, split=split.rule)
     if cfg.method not in GAUSSIAN_METHODS:
         params.update(resolved_method=count.method, delta=float(count.delta))
     return params
+
+
+def outlier_counts_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
+    """The selection's charge and ``h`` count charges, from the spec alone (:mod:`dpcore.cost_plan`).
+
+    Each count is planned at the largest cost among the candidate dimensions' mechanisms (``auto`` may
+    resolve differently per dimension; the selection decides which are used).
+    """
+    attrs, cands, select, counts, split = _checked(spec)
+    mechs = sorted(counts.values(), key=lambda c: (c.privacy_map().epsilon, c.privacy_map().delta))
+    top = mechs[-1]
+    match = _count_params(spec, attrs, cands, split, top, None)
+    if len({(c.method, c.privacy_map()) for c in mechs}) > 1:
+        match.pop("resolved_method", None)
+        match.pop("delta", None)
+    return [
+        PlannedCharge.of("outlier_subspaces", select, select.privacy_map(),
+                         _selection_params(spec, attrs, cands, split)),
+        PlannedCharge.of("outlier_count", top, top.privacy_map(), match, count=spec.steps.outlier_counts.h),
+    ]
 
 
 def _describe_count(count: OutlierCountMechanism, d: int) -> str:
@@ -463,7 +492,7 @@ def release_outlier_counts(
         count = plan.count_for(sub)
         used[len(sub)] = count
         req = charge_request(spec, ingested, "outlier_count", count, count.privacy_map(),
-                             _count_params(spec, plan, count, sub_names), noise, flow_run_id)
+                             _count_params(spec, plan.attrs, plan.candidates, plan.split, count, sub_names), noise, flow_run_id)
 
         def compute(sub: tuple[int, ...] = sub, count: OutlierCountMechanism = count) -> dict[str, Any]:
             noisy, true_count, sigma = count.release_with_diagnostics(subspace_view(X, sub), noise)

@@ -52,7 +52,7 @@ from ..noise import NoiseSource
 from ..settings import Settings
 from ..spec import PcorSpec, ReleaseSpec, pcor_source_templates
 from .common import (
-    StepInputError, charge_request, check_record_ids, load_columns, noise_source, noise_test_seed, open_stores,
+    PlannedCharge, StepInputError, charge_request, check_record_ids, load_columns, noise_source, noise_test_seed, open_stores,
     require_public_completeness,
 )
 from .detect import detector_choice_not_protected, flagged_by_score, flagged_records
@@ -264,6 +264,26 @@ def check_pcor(spec: ReleaseSpec) -> tuple[list[str], str, dict[str, Any], dict[
     return attrs, metric, mech_params, vparams, mech, space
 
 
+def _common_params(attrs: list[str], metric: str, verifier: str, vparams: dict[str, Any],
+                   mech_params: dict[str, Any]) -> dict[str, Any]:
+    """Every target's idempotency parameters except its record id."""
+    return {"attributes": attrs, "metric": metric, "verifier": verifier, "verifier_params": vparams, **mech_params}
+
+
+def pcor_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
+    """One charge per explained record, from the spec alone (:mod:`dpcore.cost_plan`).
+
+    Listed ``record_ids`` are exact; detector-chosen targets are at most ``from_detector`` (how many qualify is
+    data-dependent), so that count is a public upper bound.
+    """
+    cfg = spec.steps.pcor
+    attrs, metric, mech_params, vparams, mech, _ = check_pcor(spec)
+    common = _common_params(attrs, metric, cfg.verifier, vparams, mech_params)
+    ids = list(dict.fromkeys(cfg.record_ids))
+    return [PlannedCharge.of("pcor", mech, mech.cost(), common, count=len(ids) + cfg.from_detector,
+                             upper_bound=bool(cfg.from_detector))]
+
+
 def plan_pcor(
     spec: ReleaseSpec, settings: Settings, ingested: IngestResult, flow_run_id: str | None = None
 ) -> PcorPlan:
@@ -319,10 +339,7 @@ def plan_pcor(
     rows = record_ids.get_indexer(ids)  # -1: absent or quarantined (never refused)
     noise = noise_source()
     job = PcorJob(space, index, cfg.verifier, vparams, mech_params, noise_test_seed())
-    common = {
-        "attributes": attrs, "metric": metric, "verifier": cfg.verifier, "verifier_params": vparams,
-        **{k: v for k, v in mech_params.items()},
-    }
+    common = _common_params(attrs, metric, cfg.verifier, vparams, mech_params)
     targets = tuple(
         PcorTarget(
             rid, int(row),

@@ -18,7 +18,7 @@ from ..ingest import IngestResult
 from ..mechanisms.row_counts import InputRowCounts
 from ..settings import Settings
 from ..spec import ReleaseSpec
-from .common import charge_request, noise_source, open_stores, validated_table
+from .common import PlannedCharge, charge_request, noise_source, open_stores, validated_table
 
 
 def record_counts_step(
@@ -34,10 +34,7 @@ def record_counts_step(
     mech = InputRowCounts(cfg.epsilon)
     stores = open_stores(settings)
     noise = noise_source()
-    req = charge_request(
-        spec, ingested, "record_counts", mech, mech.privacy_map(1), {"epsilon": cfg.epsilon, "cells": "accepted+input"},
-        noise, flow_run_id,
-    )
+    req = charge_request(spec, ingested, "record_counts", mech, mech.privacy_map(1), _params(spec), noise, flow_run_id)
 
     def compute() -> dict[str, Any]:
         wh = stores.warehouse
@@ -64,6 +61,16 @@ def record_counts_step(
     )
     return StepOutput("record_counts", {"counts": table}, md, keys=[released.key],
                       accuracy={f"counts.{c}": a.as_dict() for c, a in acc.items()})
+
+
+def _params(spec: ReleaseSpec) -> dict[str, Any]:
+    return {"epsilon": spec.steps.record_counts.epsilon, "cells": "accepted+input"}
+
+
+def record_counts_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
+    """The step's one charge, from the spec alone (:mod:`dpcore.cost_plan`)."""
+    mech = InputRowCounts(spec.steps.record_counts.epsilon)
+    return [PlannedCharge.of("record_counts", mech, mech.privacy_map(1), _params(spec))]
 
 
 def record_counts_accuracy(mech: InputRowCounts, alpha: float) -> dict[str, Accuracy]:

@@ -1,0 +1,269 @@
+"""The cost plan of a release: every charge it will make, from the spec alone (issue 20).
+
+A release's charges are known before any data is read: each private step
+states its charges as :class:`~dpcore.steps.common.PlannedCharge` values
+(``<step>_planned_charges(spec)`` next to the step's own checks, built from
+the same functions the step charges with). This module adds them up, converts
+each to the budget's neighbour relation (:func:`dpcore.budget.charge_under`,
+the ledger's own conversion), subtracts what the same release id has already
+charged (a re-run spends nothing again) and says whether the rest fits.
+
+Two users:
+
+* the release preflight (:func:`dpcore.pipeline.cost_preflight`): a release
+  whose total does not fit the remaining budget, or whose steps have any
+  public problem, stops before its first charge, listing every problem
+  (all-or-nothing; DESIGN.md rule 8);
+* ``dpr plan``: the same plan printed for the data owner, charging nothing
+  and drawing no noise.
+
+Privacy: the plan is a function of the spec, the public groups file and the
+ledger's public charge records only; it never reads the data. Where the
+number of charges depends on the data (targets chosen by the detector), the
+plan uses the public upper bound (``from_detector``) and says so, so a
+release refused by the plan would also be refused on the neighbouring data.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from .budget import NeighbourConversionError, PrivacyCost, charge_under
+from .ledger import LedgerError, PrivacyLedger
+from .spec import ReleaseSpec
+from .steps.common import PlannedCharge, StepInputError
+
+
+def _planners() -> list[tuple[str, Callable[[ReleaseSpec], list[PlannedCharge]]]]:
+    from .steps.aiq import aiq_planned_charges
+    from .steps.coco import coco_planned_charges
+    from .steps.outlier_counts import outlier_counts_planned_charges
+    from .steps.pcor import pcor_planned_charges
+    from .steps.record_counts import record_counts_planned_charges
+
+    # release order (flows/release_pipeline.py)
+    return [
+        ("record_counts", record_counts_planned_charges),
+        ("aiq", aiq_planned_charges),
+        ("outlier_counts", outlier_counts_planned_charges),
+        ("coco", coco_planned_charges),
+        ("pcor", pcor_planned_charges),
+    ]
+
+
+@dataclass(frozen=True)
+class PlanLine:
+    """One planned charge kind of a step, with its cost under the budget and what is already charged.
+
+    Attributes
+    ----------
+    section : str
+        The spec section (``steps.aiq``).
+    charge : PlannedCharge
+    charged_each : PrivacyCost or None
+        One charge converted to the budget's relation; None when it cannot be
+        converted (the problem is in :attr:`CostPlan.problems`).
+    already : int
+        How many of :attr:`PlannedCharge.count` this release id has already
+        charged (same step and parameters): not charged again.
+    """
+
+    section: str
+    charge: PlannedCharge
+    charged_each: PrivacyCost | None
+    already: int = 0
+
+    @property
+    def stated_total(self) -> PrivacyCost:
+        """The stated cost of all the line's charges (its own neighbour relation)."""
+        return self.charge.cost * self.charge.count
+
+    @property
+    def charged_total(self) -> PrivacyCost | None:
+        """All the line's charges under the budget's relation."""
+        return None if self.charged_each is None else self.charged_each * self.charge.count
+
+    @property
+    def new_count(self) -> int:
+        """Charges this run would make (not already in the ledger)."""
+        return max(self.charge.count - self.already, 0)
+
+    @property
+    def new_cost(self) -> PrivacyCost:
+        """What this run would add to the budget for the line."""
+        return PrivacyCost(0) if self.charged_each is None else self.charged_each * self.new_count
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (exact values as decimal strings of the fractions' floats)."""
+        c = self.charge
+        return {
+            "section": self.section, "step": c.step, "mechanism": c.mechanism, "notion": c.notion,
+            "neighbour": c.neighbour, "count": c.count, "count_is_upper_bound": c.upper_bound,
+            "stated_epsilon_each": float(c.cost.epsilon), "stated_delta_each": float(c.cost.delta),
+            "charged_epsilon": None if self.charged_total is None else float(self.charged_total.epsilon),
+            "charged_delta": None if self.charged_total is None else float(self.charged_total.delta),
+            "already_charged": self.already, "new_epsilon": float(self.new_cost.epsilon),
+            "new_delta": float(self.new_cost.delta),
+        }
+
+
+@dataclass(frozen=True)
+class CostPlan:
+    """Every charge a release would make, the budget it would be charged to, and whether it fits.
+
+    Attributes
+    ----------
+    dataset, release_id : str
+    neighbour : str
+        The budget's neighbour relation (the ledger's, or the spec's for a new budget).
+    cap, spent : PrivacyCost
+        The budget's cap and what it has spent (for a budget not yet in the
+        ledger: the spec's cap and nothing).
+    budget_known : bool
+        Whether the ledger already holds the budget.
+    lines : list of PlanLine
+    problems : list of str
+        Every public problem found (a step's bad parameters, a cost that
+        cannot be charged under the budget's relation, the total over the
+        remaining budget); empty when the release may run.
+    """
+
+    dataset: str
+    release_id: str
+    neighbour: str
+    cap: PrivacyCost
+    spent: PrivacyCost
+    budget_known: bool
+    lines: list[PlanLine] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> PrivacyCost:
+        """All planned charges under the budget's relation (including those already charged)."""
+        return sum((ln.charged_total or PrivacyCost(0) for ln in self.lines), PrivacyCost(0))
+
+    @property
+    def new(self) -> PrivacyCost:
+        """What this run would charge (the total minus what this release id already charged)."""
+        return sum((ln.new_cost for ln in self.lines), PrivacyCost(0))
+
+    @property
+    def remaining(self) -> PrivacyCost:
+        """The budget left before this run."""
+        return self.cap - self.spent
+
+    @property
+    def left_after(self) -> PrivacyCost:
+        """The budget left after this run (if it fits)."""
+        return self.remaining - self.new
+
+    @property
+    def fits(self) -> bool:
+        """Whether this run's new charges fit the remaining budget."""
+        return self.new.fits_within(self.remaining)
+
+    @property
+    def upper_bound(self) -> bool:
+        """Whether some count is a public upper bound (detector-chosen targets)."""
+        return any(ln.charge.upper_bound for ln in self.lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form of the plan (``dpr plan --json``)."""
+        def pair(c: PrivacyCost) -> dict[str, float]:
+            return {"epsilon": float(c.epsilon), "delta": float(c.delta)}
+
+        return {
+            "dataset": self.dataset, "release_id": self.release_id, "neighbour": self.neighbour,
+            "budget_known": self.budget_known, "cap": pair(self.cap), "spent": pair(self.spent),
+            "remaining": pair(self.remaining), "total": pair(self.total), "new": pair(self.new),
+            "left_after": pair(self.left_after), "fits": self.fits and not self.problems,
+            "counts_are_upper_bounds": self.upper_bound, "lines": [ln.as_dict() for ln in self.lines],
+            "problems": list(self.problems),
+        }
+
+
+def _jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, sort_keys=True, default=str))
+
+
+def already_charged(existing: list[tuple[str, dict[str, Any]]], charge: PlannedCharge, validation: str) -> int:
+    """How many of ``charge``'s charges are among ``existing`` (step, stored params) of the same release id.
+
+    A stored charge counts when its step is the planned one and its stored
+    parameters contain every entry of :attr:`PlannedCharge.match` and the
+    spec's validation hash (the parameters the step's idempotency key is built
+    from). At most ``charge.count``.
+    """
+    want = _jsonable({**charge.match, "validation": validation})
+    n = sum(1 for step, params in existing
+            if step == charge.step and all(params.get(k) == v for k, v in want.items()))
+    return min(n, charge.count)
+
+
+def plan_release(spec: ReleaseSpec, ledger: PrivacyLedger | None = None,
+                 steps: list[str] | None = None) -> CostPlan:
+    """The cost plan of ``spec``'s enabled steps against the dataset's budget in ``ledger``.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+    ledger : PrivacyLedger, optional
+        Where the budget and earlier charges are; None (or a dataset the
+        ledger does not know yet) plans against a new budget with the spec's
+        cap. The budget is looked up by ``spec.dataset.name``; a renamed copy
+        of a dataset is linked to its budget only at ingest (record-id
+        fingerprints), so the release preflight, which runs after ingest,
+        has the final word.
+    steps : list of str, optional
+        The step sections a flow runs (an operator flow runs one); default
+        every enabled step of the spec.
+
+    Returns
+    -------
+    CostPlan
+        Never raises for a step's bad parameters: they are listed in
+        :attr:`CostPlan.problems` with the other problems.
+    """
+    name = spec.dataset.name
+    status = None
+    if ledger is not None:
+        try:
+            status = ledger.status(name)
+        except LedgerError:
+            status = None
+    if status is None:
+        cap = PrivacyCost(spec.budget.epsilon_exact, spec.budget.delta_exact)
+        neighbour, spent, known = spec.budget.neighbour, PrivacyCost(0), False
+        existing: list[tuple[str, dict[str, Any]]] = []
+    else:
+        cap, neighbour, spent, known = status.cap, status.neighbour, status.spent, True
+        df = ledger.charges(name)
+        df = df[df["release_id"] == spec.release_id]
+        existing = [(s, json.loads(p)) for s, p in zip(df["step"], df["params"])]
+    problems: list[str] = []
+    lines: list[PlanLine] = []
+    validation = spec.validation_hash()
+    for section, planner in _planners():
+        if not getattr(spec.steps, section).enabled or (steps is not None and section not in steps):
+            continue
+        try:
+            planned = planner(spec)
+        except (StepInputError, ValueError) as exc:
+            problems.append(str(exc) if str(exc).startswith("steps.") else f"steps.{section}: {exc}")
+            continue
+        for charge in planned:
+            try:
+                each = charge_under(charge.cost, charge.neighbour, neighbour)
+            except NeighbourConversionError as exc:
+                problems.append(f"steps.{section} ({charge.step}, {charge.mechanism}): {exc}")
+                each = None
+            lines.append(PlanLine(f"steps.{section}", charge, each, already_charged(existing, charge, validation)))
+    plan = CostPlan(name, spec.release_id, neighbour, cap, spent, known, lines, [])
+    if not plan.fits:
+        problems.append(
+            f"budget: this release would charge {plan.new}{' at most' if plan.upper_bound else ''} but dataset "
+            f"{name!r} has {plan.remaining} left (spent {spent} of cap {cap}, {neighbour} neighbours). Lower a "
+            "step's epsilon/delta, disable a step, or raise the cap (budget in the spec, if the data owner approves)"
+        )
+    return replace(plan, problems=problems)
