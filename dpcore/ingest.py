@@ -125,6 +125,38 @@ def _read_parquet(path: Path) -> pd.DataFrame:
         raise IngestError(f"input file {path} is not a readable Parquet file ({type(exc).__name__})") from None
 
 
+def source_path(spec: ReleaseSpec, data_dir: Path) -> Path:
+    """The input file of ``spec`` (the demo materialised under ``data_dir``); refused if missing."""
+    src = spec.dataset.source
+    path = materialise_demo(src, data_dir) if isinstance(src, DemoSource) else Path(src.path)
+    if not path.exists():
+        raise IngestError(f"input file not found: {path} (dataset.source.path in the spec)")
+    return path
+
+
+def _frame(path: Path, data: bytes, kind: str) -> pd.DataFrame:
+    df = _read_parquet(path) if kind == "parquet" else _read_csv(path, data)
+    if ROW in df.columns:
+        raise IngestError(f"input file {path} has a column named {ROW!r}, which is reserved for row numbers")
+    df.insert(0, ROW, range(1, len(df) + 1))
+    return df
+
+
+def read_input(spec: ReleaseSpec, data_dir: Path) -> pd.DataFrame:
+    """The spec's input as ingest reads it (text cells, a ``_row`` number column), without storing it.
+
+    For the data owner's own checks (``dpr spec check --data``); the frame
+    equals the raw table :func:`ingest` would store.
+
+    Raises
+    ------
+    IngestError
+        Missing, empty, non-UTF-8 or malformed input.
+    """
+    path = source_path(spec, data_dir)
+    return _frame(path, path.read_bytes(), spec.dataset.source.kind)
+
+
 def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
     """Store the spec's input in ``raw`` (once per distinct content) and catalogue it.
 
@@ -147,9 +179,7 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
         Missing, empty, non-UTF-8 or malformed input.
     """
     src = spec.dataset.source
-    path = materialise_demo(src, data_dir) if isinstance(src, DemoSource) else Path(src.path)
-    if not path.exists():
-        raise IngestError(f"input file not found: {path} (dataset.source.path in the spec)")
+    path = source_path(spec, data_dir)
     data = path.read_bytes()
     content_hash = hashlib.sha256(data).hexdigest()
     _ensure_catalog(wh)
@@ -161,10 +191,7 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
         return IngestResult(spec.dataset.name, known[0][0], known[0][1], content_hash)
     ingest_id = new_nonce(8)
     table = f"{spec.dataset.name}__{ingest_id}"
-    df = _read_parquet(path) if src.kind == "parquet" else _read_csv(path, data)
-    if ROW in df.columns:
-        raise IngestError(f"input file {path} has a column named {ROW!r}, which is reserved for row numbers")
-    df.insert(0, ROW, range(1, len(df) + 1))
+    df = _frame(path, data, src.kind)
 
     def op(con):
         # check again inside the write transaction: a concurrent run may have stored the same input

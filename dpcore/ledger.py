@@ -441,6 +441,14 @@ class PrivacyLedger:
         ec, dc, es, ds, nb = row
         return BudgetStatus(dataset, PrivacyCost.from_units(ec, dc), PrivacyCost.from_units(es, ds), nb, budget)
 
+    def budgets(self) -> list[BudgetStatus]:
+        """Every budget in the ledger (``dpr budget``), by name."""
+        rows = self.wh.query(
+            "SELECT dataset, eps_cap, delta_cap, eps_spent, delta_spent, neighbour FROM ledger.budgets ORDER BY dataset"
+        )
+        return [BudgetStatus(d, PrivacyCost.from_units(ec, dc), PrivacyCost.from_units(es, ds), nb, d)
+                for d, ec, dc, es, ds, nb in rows]
+
     # ------------------------------------------------------------------ charges
     def reserve(self, req: ChargeRequest) -> bool:
         """Charge ``req.cost``, converted to the budget's neighbour relation, atomically.

@@ -53,6 +53,11 @@ class SpecError(ValueError):
     """A release spec is missing, unreadable or invalid; the message names the key."""
 
 
+#: Ends every line of a drafted spec that holds a value read from the data (:mod:`dpcore.spec_draft`);
+#: :func:`load_spec` refuses a spec that still carries it.
+DATA_MARKER = "# from the data: replace with public knowledge before publishing"
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -694,64 +699,66 @@ class ReleaseSpec(_Strict):
 
     @model_validator(mode="after")
     def _id_not_attribute(self) -> "ReleaseSpec":
+        """Cross-key rules; every broken one is reported (one line each, naming its spec path)."""
+        problems: list[str] = []
         if self.dataset.record_id in self.public_schema.columns:
-            raise ValueError(
+            problems.append(
                 f"dataset.record_id {self.dataset.record_id!r} is also declared as an attribute in schema"
             )
         unknown = [a for a in (self.steps.aiq.attributes or []) if a not in self.public_schema.numeric]
         if unknown:
-            raise ValueError(f"steps.aiq.attributes {unknown} are not numeric attributes of schema.numeric")
+            problems.append(f"steps.aiq.attributes {unknown} are not numeric attributes of schema.numeric")
         for n, t in enumerate(self.steps.detect.templates):
             if t.behavioural not in self.public_schema.numeric:
-                raise ValueError(f"steps.detect.templates[{n}].behavioural {t.behavioural!r} is not in schema.numeric")
+                problems.append(f"steps.detect.templates[{n}].behavioural {t.behavioural!r} is not in schema.numeric")
             bad = [c for c in t.contextual if c not in self.public_schema.columns or c == t.behavioural]
             if bad:
-                raise ValueError(
+                problems.append(
                     f"steps.detect.templates[{n}].contextual {bad} must be other attributes declared in schema"
                 )
         oc = self.steps.outlier_counts
         names = [a for sub in (oc.candidates or []) for a in sub] + list(oc.attributes or [])
         unknown = sorted({a for a in names if a not in self.public_schema.numeric})
         if unknown:
-            raise ValueError(f"steps.outlier_counts attributes {unknown} are not numeric attributes of schema.numeric")
+            problems.append(f"steps.outlier_counts attributes {unknown} are not numeric attributes of schema.numeric")
         coco = self.steps.coco
         if coco.enabled and coco.group_column not in self.public_schema.categorical:
-            raise ValueError(
+            problems.append(
                 f"steps.coco.group_column {coco.group_column!r} must be a categorical attribute of schema "
                 "(its domain is the public list of groups, e.g. domain_from the groups file)"
             )
         pc = self.steps.pcor
         bad = [a for a in (pc.attributes or []) if a not in self.public_schema.categorical]
         if bad:
-            raise ValueError(f"steps.pcor.attributes {bad} are not categorical attributes of schema.categorical")
+            problems.append(f"steps.pcor.attributes {bad} are not categorical attributes of schema.categorical")
         if pc.metric is not None and pc.metric not in self.public_schema.numeric:
-            raise ValueError(f"steps.pcor.metric {pc.metric!r} is not a numeric attribute of schema.numeric")
+            problems.append(f"steps.pcor.metric {pc.metric!r} is not a numeric attribute of schema.numeric")
         if pc.enabled and pc.from_detector and not self.steps.detect.enabled:
-            raise ValueError("steps.pcor.from_detector needs steps.detect.enabled: true")
+            problems.append("steps.pcor.from_detector needs steps.detect.enabled: true")
         names = [t.name for t in self.steps.detect.templates]
         if pc.from_template is not None and pc.from_template not in names:
-            raise ValueError(
+            problems.append(
                 f"steps.pcor.from_template {pc.from_template!r} is not a template of steps.detect.templates {names}"
             )
         if pc.enabled and pc.from_detector and pc.from_template is None and not pcor_source_templates(self):
             metric = pc.metric or next(iter(self.public_schema.numeric), None)
-            raise ValueError(
+            problems.append(
                 f"steps.pcor.from_detector: no template of steps.detect.templates has the PCOR metric {metric!r} as "
                 "its behavioural attribute; add one, or name the template to choose from in steps.pcor.from_template"
             )
         if self.steps.aiq.enabled and self.steps.aiq.from_detector and not self.steps.detect.enabled:
-            raise ValueError("steps.aiq.from_detector needs steps.detect.enabled: true")
-        problems = public_completeness_problems(self)
-        if problems:
-            raise ValueError("; ".join(problems))
+            problems.append("steps.aiq.from_detector needs steps.detect.enabled: true")
+        problems += public_completeness_problems(self)
         if self.budget.neighbour == "add-remove":
             for name in REPLACE_ONE_STEPS:
                 if getattr(self.steps, name).enabled:
-                    raise ValueError(
+                    problems.append(
                         f"steps.{name} is differentially private only under replace-one neighbours (N fixed), "
                         "which an add/remove budget cannot be charged for: set budget.neighbour: replace-one "
                         f"(add/remove steps then count twice their epsilon) or steps.{name}.enabled: false"
                     )
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
     def content_hash(self) -> str:
@@ -819,7 +826,8 @@ def _format_errors(err: ValidationError) -> str:
             msg = "unknown key (check the spelling; see the spec reference in README.md)"
         elif e["type"] == "missing":
             msg = "required key is missing"
-        lines.append(f"  - {loc or '<top level>'}: {msg}")
+        for part in msg.split("\n"):  # a cross-key validator reports each problem on its own line
+            lines.append(f"  - {loc or '<top level>'}: {part}" if loc else f"  - {part}")
     return "\n".join(lines)
 
 
@@ -908,7 +916,8 @@ def load_spec(path: str | Path, **overrides: object) -> ReleaseSpec:
     Raises
     ------
     SpecError
-        The file is missing or not YAML, or a key is invalid (the message names it).
+        The file is missing or not YAML, a key is invalid (the message names it), or a line still carries
+        :data:`DATA_MARKER` (a drafted value read from the data).
     """
     path = Path(path)
     try:
@@ -917,6 +926,14 @@ def load_spec(path: str | Path, **overrides: object) -> ReleaseSpec:
         raise SpecError(f"spec file not found: {path}") from None
     except UnicodeDecodeError as exc:
         raise SpecError(f"spec file {path} is not UTF-8 text (byte {exc.start})") from None
+    marked = [n for n, line in enumerate(text.splitlines(), start=1) if DATA_MARKER in line]
+    if marked:
+        raise SpecError(
+            f"spec file {path} still holds values read from the data on line(s) {', '.join(map(str, marked))} "
+            f"(marked '{DATA_MARKER}'): public metadata must not come from the data. Replace each with public "
+            "knowledge (a published code list, a physical or legal limit) or confirm it is public, then delete the "
+            "marker."
+        )
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -14,7 +14,6 @@ from ..ledger import ChargeRequest, PrivacyLedger
 from ..noise import NoiseSource
 from ..settings import Settings
 from ..spec import ReleaseSpec, public_completeness_problems
-from ..validation import validated_table_name
 from ..warehouse import Warehouse
 
 
@@ -230,11 +229,15 @@ def charge_request(
 
 def validated_table(spec: ReleaseSpec, ingested: IngestResult) -> str:
     """Qualified name of the validated table of an input under a spec."""
+    from ..validation import validated_table_name  # great-expectations loads in ~2 s: only when data is read
+
     return f'validated."{validated_table_name(ingested, spec)}"'
 
 
 def quarantine_table(spec: ReleaseSpec, ingested: IngestResult) -> str:
     """Qualified name of the quarantine table of an input under a spec."""
+    from ..validation import validated_table_name
+
     return f'quarantine."{validated_table_name(ingested, spec)}"'
 
 

@@ -1,0 +1,73 @@
+"""Shared output and error handling of the ``dpr`` commands (rich tables, exit codes)."""
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from fractions import Fraction
+from typing import Any, Iterator
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+#: Exit code of a refused command (see :mod:`dpr`).
+REFUSED = 2
+
+import sys
+
+# a pipe or a file gets wide tables (rich's default there is 80 columns, which folds every cell)
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def eps(x: Fraction | float) -> str:
+    """An epsilon or delta for display (exact values stay in the ledger)."""
+    return f"{float(x):.6g}"
+
+
+def cost(c: Any) -> str:
+    """A :class:`~dpcore.budget.PrivacyCost` as ``ε=… δ=…``."""
+    return f"ε={eps(c.epsilon)} δ={float(c.delta):.3g}"
+
+
+def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
+    """A rich table with ``columns`` and ``rows`` (cells shown as text, never markup)."""
+    t = Table(title=title, title_justify="left", show_lines=False)
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(*[str(v) for v in r])
+    return t
+
+
+def print_json(obj: Any) -> None:
+    """JSON on stdout (``--json``)."""
+    click.echo(json.dumps(obj, indent=2, sort_keys=False, default=str, ensure_ascii=False))
+
+
+def refuse(message: str) -> None:
+    """Print ``message`` as an error and exit with :data:`REFUSED`."""
+    err.print("error: " + message, markup=False)
+    raise SystemExit(REFUSED)
+
+
+@contextmanager
+def refusals() -> Iterator[None]:
+    """Turn the pipeline's expected errors (bad spec, input, request, budget) into exit code 2."""
+    from dpcore.errors import expected_errors
+
+    try:
+        yield
+    except expected_errors() as exc:
+        refuse(str(exc))
+
+
+def prefect_environment() -> None:
+    """The environment the demo script sets for a local flow run (unless the caller set it)."""
+    home = os.environ.get("DPR_HOME", "var")
+    os.environ.setdefault("PREFECT_HOME", os.path.join(home, "prefect"))
+    os.makedirs(os.environ["PREFECT_HOME"], exist_ok=True)
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")

@@ -1,0 +1,60 @@
+"""The ``dpr`` console command (installed by ``pip install -e .`` as a project script)."""
+from __future__ import annotations
+
+import os
+
+import click
+
+from .budget_cmd import budget
+from .plan_cmd import plan
+from .run_cmd import OPERATOR_FLOWS, operator_command, run
+from .spec_cmd import spec_group
+
+
+class _Lazy(click.Group):
+    """Builds the operator subcommands (which import Prefect flows) only when one is asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*super().list_commands(ctx), *OPERATOR_FLOWS]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in OPERATOR_FLOWS:
+            return operator_command(name)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_Lazy, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.option("--home", type=click.Path(file_okay=False), envvar="DPR_HOME",
+              help="Where the warehouse, ledger and bundles live (default: $DPR_HOME, else ./var).")
+def cli(home: str | None) -> None:
+    """The data owner's command line: from a CSV to a private release.
+
+    \b
+    Typical session:
+      dpr spec draft mydata.csv --id person_id -o my.yaml   # then edit the marked lines
+      dpr spec check my.yaml --data
+      dpr plan my.yaml
+      dpr run my.yaml
+      dpr budget
+
+    \b
+    Exit codes: 0 success; 2 refused (bad spec, input, flag or request, or over the budget:
+    nothing charged unless the message says so); 1 unexpected error.
+    """
+    if home:
+        os.environ["DPR_HOME"] = home
+
+
+cli.add_command(spec_group)
+cli.add_command(plan)
+cli.add_command(run)
+cli.add_command(budget)
+
+
+def main() -> None:
+    """Console entry point."""
+    cli(prog_name="dpr")
+
+
+if __name__ == "__main__":
+    main()

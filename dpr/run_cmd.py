@@ -1,0 +1,162 @@
+"""``dpr run`` and the operator queries (``aiq``, ``explain``, ``counts``, ``coco``) as real Prefect flow runs.
+
+Each operator subcommand is built from its flow's typed parameters: an
+option per parameter (``--record-id`` for ``record_ids``, repeatable for
+lists, choices for literals), with the flow's own ``Args:`` text as help, so
+the command line and the Prefect UI's form can never disagree. Prefect
+validates the values (ranges, patterns) exactly as for a UI run, and every
+charge goes through the ledger like the flows' do.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from typing import Any, Callable
+
+import click
+
+from .console import out, prefect_environment, print_json, refusals, refuse
+
+#: subcommand -> (flow module, flow function name, one-line summary)
+OPERATOR_FLOWS = {
+    "aiq": ("flows.aiq_query", "aiq_query", "Ask privately whether records are (β, r)-anomalies (seed 001)."),
+    "explain": ("flows.explain_outlier", "explain_outlier",
+                "Release a private context in which a record is an outlier (PCOR, seed 003)."),
+    "counts": ("flows.outlier_counts", "outlier_counts",
+               "Top-h outlier subspaces and their noisy outlier counts (seed 002)."),
+    "coco": ("flows.coco_publish", "coco_publish", "Publish the count-of-counts histograms of the hierarchy (seed 004)."),
+}
+#: flow parameter -> option name, where the plain name reads badly on a command line
+RENAMED = {"record_ids": "record-id", "spec_path": "spec", "attributes": "attribute"}
+
+
+@click.command("run")
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--release-id", help="Override the spec's release id (the same id again spends nothing new).")
+def run(spec, release_id) -> None:
+    """Run the whole release of SPEC (the demo's path) and print where the bundle is and the budget.
+
+    The release is checked first as `dpr plan` does (every step's parameters, the whole cost against
+    the remaining budget) and stops before its first charge on any problem. Progress is logged by
+    Prefect as the steps run.
+    """
+    from dpcore.spec import load_spec
+
+    with refusals():
+        load_spec(spec, release_id=release_id)  # fail fast, before Prefect starts a server
+    prefect_environment()
+    from flows.release_pipeline import main as release_main
+
+    raise SystemExit(release_main(["--spec", spec] + (["--release-id", release_id] if release_id else [])))
+
+
+def _arg_help(doc: str) -> dict[str, str]:
+    """The ``Args:`` entries of a Google-style docstring (name -> text, continuation lines joined)."""
+    found: dict[str, str] = {}
+    lines = doc.split("Args:", 1)[1].splitlines() if "Args:" in doc else []
+    entries = [ln for ln in lines if ln.strip()]
+    if not entries:
+        return found
+    indent = len(entries[0]) - len(entries[0].lstrip())
+    current = None
+    for line in lines:
+        if not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip())
+        m = re.match(r"^(\w+): (.*)$", line.strip())
+        if depth == indent and m:
+            current = m.group(1)
+            found[current] = m.group(2).strip()
+        elif depth > indent and current:
+            found[current] += " " + line.strip()
+        else:
+            break
+    return found
+
+
+def _option_type(annotation: Any) -> tuple[Any, bool]:
+    """The click type of a flow parameter annotation, and whether it is a list (repeatable option)."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and args:
+        return _option_type(args[0])
+    if typing.get_origin(annotation) is typing.Literal:
+        return click.Choice([str(a) for a in typing.get_args(annotation)]), False
+    if typing.get_origin(annotation) is list:
+        inner, _ = _option_type(typing.get_args(annotation)[0])
+        return inner, True
+    return {int: int, float: float, bool: bool, str: str}.get(annotation, str), False
+
+
+def _build(name: str) -> click.Command:
+    """The click command of one operator flow, options from the flow's signature (imports the flow)."""
+    import importlib
+
+    module, func, summary = OPERATOR_FLOWS[name]
+    prefect_environment()
+    flow = getattr(importlib.import_module(module), func)
+    fn = flow.fn
+    hints = typing.get_type_hints(fn, include_extras=True)
+    helps = _arg_help(inspect.getdoc(fn) or "")
+    params: list[click.Parameter] = []
+    for p in inspect.signature(fn).parameters.values():
+        ctype, multiple = _option_type(hints[p.name])
+        opt = "--" + RENAMED.get(p.name, p.name.replace("_", "-"))
+        required = p.default is inspect.Parameter.empty
+        kw: dict[str, Any] = {"type": ctype, "multiple": multiple, "required": required,
+                              "help": helps.get(p.name, ""), "show_default": not multiple and not required}
+        if not required and p.default is not None and not multiple:
+            kw["default"] = p.default
+        params.append(click.Option([opt, p.name], **kw))
+    params.append(click.Option(["--json", "as_json"], is_flag=True, help="Print the flow's result as JSON."))
+
+    def callback(as_json: bool, **kwargs: Any) -> None:
+        from dpcore.spec import load_spec
+
+        values = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kwargs.items()}
+        values = {k: v for k, v in values.items() if v is not None and v != []}
+        with refusals():
+            load_spec(values["spec_path"], release_id=values.get("release_id"))  # before Prefect starts a server
+            try:
+                result = flow(**values)
+            except Exception as exc:  # Prefect's parameter validation names the parameter and the rule
+                if type(exc).__name__ == "ParameterTypeError":
+                    refuse(str(exc))
+                raise
+        if as_json:
+            print_json(result)
+        else:
+            out.print(result)
+
+    doc = (inspect.getdoc(fn) or "").split("Args:")[0].strip()
+    return click.Command(name, params=params, callback=callback, help=f"{summary}\n\n{doc}", short_help=summary)
+
+
+class OperatorCommand(click.Command):
+    """An operator subcommand that imports its flow (and Prefect) only when it runs or shows its help."""
+
+    def __init__(self, name: str):
+        summary = OPERATOR_FLOWS[name][2]
+        super().__init__(name, help=summary, short_help=summary)
+        self._loaded = False
+
+    def _load(self) -> None:
+        if not self._loaded:
+            real = _build(self.name)
+            self.params, self.callback, self.help = real.params, real.callback, real.help
+            self._loaded = True
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        self._load()
+        return super().parse_args(ctx, args)
+
+    def get_help(self, ctx: click.Context) -> str:
+        self._load()
+        return super().get_help(ctx)
+
+
+def operator_command(name: str) -> click.Command:
+    """The (lazily built) command of the operator flow ``name`` (see :data:`OPERATOR_FLOWS`)."""
+    return OperatorCommand(name)

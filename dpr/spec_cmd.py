@@ -1,0 +1,119 @@
+"""``dpr spec draft`` and ``dpr spec check``."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .console import REFUSED, err, out, refusals, refuse
+
+
+@click.group("spec")
+def spec_group() -> None:
+    """Draft a release spec from a CSV, and check a spec (and its data)."""
+
+
+def _pairs(values: tuple[str, ...], flag: str, sep: str) -> dict[str, str]:
+    pairs = {}
+    for v in values:
+        name, eq, rest = v.partition("=")
+        if not eq or not name or not rest or sep not in rest:
+            refuse(f"{flag} {v!r}: expected COLUMN=A{sep}B")
+        pairs[name] = rest
+    return pairs
+
+
+@spec_group.command("draft")
+@click.argument("data", type=click.Path(dir_okay=False))
+@click.option("--id", "id_column", help="The record id column (default: the first column with distinct, non-empty cells).")
+@click.option("--name", help="Dataset name (default: the file name). The budget is kept per dataset.")
+@click.option("--bounds", multiple=True, metavar="COL=MIN:MAX",
+              help="Public bounds of a numeric column (repeatable). Written as public, without the marker.")
+@click.option("--domain-from", multiple=True, metavar="COL=FILE:COLUMN",
+              help="Public domain of a categorical column from a column of a public CSV (repeatable).")
+@click.option("--numeric", multiple=True, metavar="COL", help="Treat COL as numeric (repeatable).")
+@click.option("--categorical", multiple=True, metavar="COL", help="Treat COL as categorical (repeatable).")
+@click.option("--ignore", multiple=True, metavar="COL", help="Leave COL undeclared (kept in raw only; repeatable).")
+@click.option("--nullable", multiple=True, metavar="COL", help="COL may be empty (a public fact; repeatable).")
+@click.option("--epsilon", type=float, default=1.0, show_default=True, help="The dataset's total epsilon.")
+@click.option("--delta", type=float, default=1e-6, show_default=True, help="The dataset's total delta.")
+@click.option("--neighbour", type=click.Choice(["add-remove", "replace-one"]), default="add-remove",
+              show_default=True, help="Neighbour relation the budget is stated under.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the draft here (default: stdout).")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+def draft(data, id_column, name, bounds, domain_from, numeric, categorical, ignore, nullable, epsilon, delta,
+          neighbour, output, force) -> None:
+    """Write a starting spec for the CSV DATA.
+
+    Every value read from the data (a domain, a bound, nullability) is written on a line marked
+    '# from the data: replace with public knowledge before publishing'; the spec is refused by
+    `dpr spec check`, `dpr plan` and `dpr run` until each marked line is replaced with public knowledge
+    (or confirmed public) and its marker deleted. Bounds and domains given with --bounds and
+    --domain-from are public and not marked.
+    """
+    from dpcore.spec_draft import draft_spec, marked_lines
+
+    parsed_bounds = {}
+    for col, rest in _pairs(bounds, "--bounds", ":").items():
+        lo, _, hi = rest.partition(":")
+        try:
+            parsed_bounds[col] = (float(lo), float(hi))
+        except ValueError:
+            refuse(f"--bounds {col}={rest}: MIN and MAX must be numbers")
+    domains = {c: tuple(r.rsplit(":", 1)) for c, r in _pairs(domain_from, "--domain-from", ":").items()}
+    kinds = {**{c: "numeric" for c in numeric}, **{c: "categorical" for c in categorical},
+             **{c: "undeclared" for c in ignore}}
+    if output and Path(output).exists() and not force:
+        refuse(f"{output} exists; pass --force to overwrite it")
+    with refusals():
+        try:
+            text = draft_spec(data, id_column=id_column, name=name, bounds=parsed_bounds, domain_files=domains,
+                              kinds=kinds, nullable=list(nullable), epsilon=epsilon, delta=delta, neighbour=neighbour,
+                              spec_dir=Path(output).parent if output else Path.cwd())
+        except ValueError as exc:
+            refuse(str(exc))
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+        n = len(marked_lines(text))
+        err.print(f"wrote {output}: {n} line(s) hold values read from the data; replace them with public knowledge "
+                  "and delete their markers, then run: dpr spec check " + str(output), markup=False)
+    else:
+        click.echo(text, nl=False)
+
+
+@spec_group.command("check")
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--release-id", help="Override the spec's release id.")
+@click.option("--data", "with_data", is_flag=True,
+              help="Also validate the spec's input against it (on this machine; nothing stored or charged) and "
+                   "print the data owner's validation summary.")
+def check(spec, release_id, with_data) -> None:
+    """Check SPEC and print every problem at once, each with its spec path.
+
+    Checks the keys and values, the rules between them, and every enabled step's public parameters
+    (roster ids, attributes, hierarchy, mechanism parameters). Reads no data unless --data is given.
+    Exit code 0 when there is no problem, 2 otherwise.
+    """
+    from dpcore.spec import SpecError, load_spec
+    from dpcore.cost_plan import plan_release
+
+    try:
+        loaded = load_spec(spec, release_id=release_id)
+    except SpecError as exc:
+        refuse(str(exc))
+    problems = [p for p in plan_release(loaded).problems if not p.startswith("budget:")]
+    if problems:
+        refuse(f"{spec}: {len(problems)} problem(s):\n" + "\n".join(f"  - {p}" for p in problems))
+    out.print(f"{spec}: the spec is valid (dataset {loaded.dataset.name}, release {loaded.release_id})", markup=False)
+    if with_data:
+        from dpcore.ingest import read_input
+        from dpcore.settings import Settings
+        from dpcore.validation import validate
+
+        with refusals():
+            outcome = validate(read_input(loaded, Settings.from_env().data), loaded)
+        out.print(outcome.summary_text(), markup=False)
+        out.print("(the data owner's summary: exact counts and row numbers of your data; do not publish it)",
+                  markup=False)
+        if outcome.table_failures:
+            raise SystemExit(REFUSED)
