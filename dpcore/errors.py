@@ -19,12 +19,13 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from .spec import SpecError
     from .lineage import OwnerKeyError
     from .steps.common import SeededNoiseRefusedError, StepInputError
+    from .steps.pcor import NoValidContextError
     from .validation import ValidationFailed
     from .warehouse import WarehouseBusyError
 
     return (
         SpecError, IngestError, ValidationFailed, StepInputError, BudgetExceededError, LedgerError, WarehouseBusyError,
-        SeededNoiseRefusedError, OwnerKeyError,
+        SeededNoiseRefusedError, OwnerKeyError, NoValidContextError,
     )
 
 
