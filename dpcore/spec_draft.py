@@ -256,7 +256,7 @@ def draft_spec(
         "budget:",
         "  # the data owner's decision: total privacy loss allowed for this dataset over all releases",
         f"  epsilon: {_num(epsilon)}",
-        f"  delta: {delta!r}",
+        f"  delta: {delta:.1e}",  # PyYAML reads 1e-06 (no dot) as text
         f"  neighbour: {neighbour}",
         "steps:",
         "  validation:",
