@@ -664,3 +664,15 @@ def test_groups_file_with_awkward_text_loads_and_plots(tmp_path):
     files = coco_plots(est, h, tmp_path / "plots", 5, bins=6)
     assert len(files) == 1 + len(h.nodes_at(1)) and len({f.name for f in files}) == len(files)
     assert all(f.is_file() and re.fullmatch(r"coco_[A-Za-z0-9_.+-]+\.png", f.name) for f in files)
+
+
+def test_plot_files_of_lookalike_nodes_do_not_overwrite_each_other(tmp_path):
+    from dpcore.plots import coco_plots
+
+    # before: 'r=a=b' and 'r=a-b' both became coco_r-a-b.png; plain ids keep their old readable names
+    h = Hierarchy.from_leaf_paths(pd.DataFrame({"r": ["a=b", "a-b", "AA", "$x$"]}), ["r"])
+    est = {n: np.eye(4, dtype=np.int64)[1] for n in h.nodes}
+    files = coco_plots(est, h, tmp_path, 3, bins=4)
+    names = [f.name for f in files]
+    assert len(set(names)) == len(names) == 5
+    assert "coco_r-a-b.png" in names and "coco_r-AA.png" in names
