@@ -21,6 +21,7 @@ and renamed into place, so a crash never leaves a half-written bundle.
 """
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import subprocess
@@ -138,9 +139,26 @@ class BundleResult:
     manifest: dict[str, Any]
 
 
+def _has_carriage_return(df: pd.DataFrame) -> bool:
+    for col in df.columns:
+        s = df[col]
+        if s.dtype == object or pd.api.types.is_string_dtype(s.dtype):
+            if s.astype("string").str.contains("\r", regex=False).fillna(False).any():
+                return True
+    return False
+
+
 def _write_table(df: pd.DataFrame, folder: Path, name: str) -> list[str]:
+    """Write a released table as CSV and Parquet; text cells come back exactly (any category text).
+
+    The CSV quotes, as usual, the cells holding a comma, a quote or a line
+    feed. Python's ``csv`` does not quote a lone carriage return, which
+    readers take for a line break, so a table holding one is written with
+    every field quoted.
+    """
     folder.mkdir(parents=True, exist_ok=True)
-    df.to_csv(folder / f"{name}.csv", index=False)
+    quoting = csv.QUOTE_ALL if _has_carriage_return(df) else csv.QUOTE_MINIMAL
+    df.to_csv(folder / f"{name}.csv", index=False, quoting=quoting)
     df.to_parquet(folder / f"{name}.parquet", index=False)
     return [f"tables/{name}.csv", f"tables/{name}.parquet"]
 

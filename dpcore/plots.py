@@ -5,6 +5,8 @@ charges are data-independent; private tables are noisy outputs.
 """
 from __future__ import annotations
 
+import hashlib
+import re
 from pathlib import Path
 
 import matplotlib
@@ -48,6 +50,39 @@ def budget_plot(charges: pd.DataFrame, cap_epsilon: float, path: Path, title: st
     return path
 
 
+def _label(text: str) -> str:
+    """Text shown as is by matplotlib: ``$`` would start math mode, so it is escaped."""
+    return str(text).replace("$", r"\$")
+
+
+_PLAIN_NODE = re.compile(r"[A-Za-z0-9_.+-]+=[A-Za-z0-9_.+-]+")
+
+
+def _node_file_names(nodes: list[str]) -> list[str]:
+    """A distinct, portable PNG file name per top-level node id.
+
+    A plain id (``carrier=AA``) keeps its readable name (``coco_carrier-AA.png``);
+    any other (a value with spaces, commas, quotes, slashes, unicode, ...) gets
+    a slug of its letters and digits plus a short digest of the id (a public
+    node id, not data), so no two nodes share a file and a Markdown link to it
+    needs no escaping.
+    """
+    names, used = [], set()
+    for node in nodes:
+        if _PLAIN_NODE.fullmatch(node):
+            name = f"coco_{node.replace('=', '-')}"
+        else:
+            slug = re.sub(r"[^A-Za-z0-9]+", "-", node).strip("-")[:40]
+            name = f"coco_{slug}-{hashlib.sha256(node.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+        base, k = name, 1
+        while name in used:
+            k += 1
+            name = f"{base}-{k}"
+        used.add(name)
+        names.append(name + ".png")
+    return names
+
+
 def _binned(h: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
     """Sum a count-of-counts histogram into ``bins`` equal-width bins of group size."""
     edges = np.linspace(0, len(h), bins + 1).astype(int)
@@ -87,7 +122,7 @@ def coco_plots(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> l
     for ax, node in zip(axes.ravel(), top):
         x, y = _binned(est[node], bins)
         ax.bar(x, y, width=width, align="edge", color="#4c72b0")
-        ax.set_title(node, fontsize=8)
+        ax.set_title(_label(node), fontsize=8)
         ax.tick_params(labelsize=6)
     for ax in axes.ravel()[len(top):]:
         ax.axis("off")
@@ -98,21 +133,22 @@ def coco_plots(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> l
     plt.close(fig)
     paths.append(overview)
     cmap = plt.get_cmap("tab20")
-    for node in top:
+    for node, file_name in zip(top, _node_file_names(top)):
         fig, ax = plt.subplots(figsize=(6, 3.4), dpi=100)
         bottom = None
         children = hierarchy.children(node) if hierarchy.levels > 2 else []
         for i, child in enumerate(children or [node]):
             x, y = _binned(est[child], bins)
-            ax.bar(x, y, width=width, align="edge", bottom=bottom, color=cmap(i % 20), label=child.split("/")[-1])
+            ax.bar(x, y, width=width, align="edge", bottom=bottom, color=cmap(i % 20),
+                   label=_label(child[len(node) + 1:] if children else node))
             bottom = y if bottom is None else bottom + y
         ax.set_xlabel("group size (binned)")
         ax.set_ylabel("number of groups")
-        ax.set_title(f"{node}: released histogram", fontsize=9)
+        ax.set_title(_label(f"{node}: released histogram"), fontsize=9)
         if children:
             ax.legend(fontsize=6, ncol=2)
         fig.tight_layout()
-        path = out_dir / f"coco_{node.replace('=', '-').replace('/', '_')}.png"
+        path = out_dir / file_name
         fig.savefig(path)
         plt.close(fig)
         paths.append(path)

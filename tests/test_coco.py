@@ -2,6 +2,8 @@
 matching, merging, invariants on random hierarchies, utility sanity, bad inputs."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -592,3 +594,85 @@ def test_sizes_above_K_are_rejected_by_the_mechanism():
     h = Hierarchy.from_edges([("*", "a")])
     with pytest.raises(ValueError, match=r"\[0, K=3\]"):
         CocoMechanism("hc_l2", 1.0, 3).measure_level({"a": np.array([5])}, h, 0, NoiseSource(seed=0))
+
+
+# ---------------------------------------------------------------- any category text (issue 20, item 3)
+AWKWARD_LEVELS = pd.DataFrame({
+    "region": ["North/East", "North", "North", "Washington, D.C.", " lead", "lead", '"q"/x', "Zürich ∧ ∈"],
+    "city": ["York", "East/York", "East", "a=b/c=d", "trail ", "trail", "pipe|bar", "line\nbreak"],
+})
+
+
+def test_node_ids_are_unambiguous_with_separators_in_values():
+    cols = ["region", "city"]
+    ids = Hierarchy.node_ids(AWKWARD_LEVELS, cols)
+    # 'North/East' + 'York' and 'North' + 'East/York' would both be region=North/East/city=York unquoted
+    assert ids["city"].iloc[0] == 'region="North/East"/city=York'
+    assert ids["city"].iloc[1] == 'region=North/city="East/York"'
+    assert ids["region"].iloc[4] == 'region=" lead"' and ids["region"].iloc[5] == "region=lead"
+    assert ids["city"].iloc[3] == 'region=Washington, D.C./city="a=b/c=d"'  # a comma or '=' needs no quotes here
+    assert ids["region"].nunique() == AWKWARD_LEVELS["region"].nunique()
+    assert ids["city"].nunique() == len(AWKWARD_LEVELS)
+    # plain values give the ids they always had
+    assert Hierarchy.node_ids(pd.DataFrame({"carrier": ["AA"], "origin": ["JFK"]}), ["carrier", "origin"]).iloc[0].tolist() \
+        == ["carrier=AA", "carrier=AA/origin=JFK"]
+    for i, row in AWKWARD_LEVELS.iterrows():
+        assert Hierarchy.split_node_id(ids["city"].iloc[i], cols) == row.tolist()
+        assert Hierarchy.split_node_id(ids["region"].iloc[i], cols) == [row["region"]]
+    h = Hierarchy.from_leaf_paths(AWKWARD_LEVELS, cols)
+    assert len(h.leaves) == len(AWKWARD_LEVELS) and len(h.nodes_at(1)) == AWKWARD_LEVELS["region"].nunique()
+    for bad in ("city=York", 'region="North/East"/city=York/x=1', 'region="North', "region=North/"):
+        with pytest.raises(ValueError):
+            Hierarchy.split_node_id(bad, cols)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=6), st.text(min_size=1, max_size=6)), min_size=1,
+                max_size=8, unique=True))
+def test_node_ids_are_injective_for_any_text(pairs):
+    paths = pd.DataFrame(pairs, columns=["a", "b"])
+    ids = Hierarchy.node_ids(paths, ["a", "b"])
+    assert ids["b"].nunique() == len(paths) and ids["a"].nunique() == paths["a"].nunique()
+    assert not set(ids["a"]) & set(ids["b"])
+    for i in range(len(paths)):
+        assert Hierarchy.split_node_id(ids["b"].iloc[i], ["a", "b"]) == list(pairs[i])
+    Hierarchy.from_leaf_paths(paths, ["a", "b"])  # a valid tree: no node with two parents
+
+
+def test_groups_file_with_awkward_text_loads_and_plots(tmp_path):
+    from dpcore.plots import coco_plots
+    from dpcore.spec import parse_spec
+    from dpcore.steps.coco import coco_inputs
+
+    groups = AWKWARD_LEVELS.assign(household=[f"h {i}, \"x\"" for i in range(len(AWKWARD_LEVELS))])
+    path = tmp_path / "groups.csv"
+    groups.to_csv(path, index=False)
+    spec = parse_spec({
+        "release_id": "r1",
+        "dataset": {"name": "unit", "source": {"kind": "csv", "path": str(tmp_path / "x.csv")}, "record_id": "id"},
+        "schema": {"categorical": {"household": {"domain": groups["household"].tolist()}}},
+        "budget": {"epsilon": 1.0},
+        "steps": {"coco": {"enabled": True, "group_column": "household", "groups_file": str(path),
+                           "levels": ["region", "city"], "max_group_size": 5}},
+    })
+    inputs = coco_inputs(spec)
+    assert inputs.group_leaf.index.tolist() == groups["household"].tolist()
+    assert [Hierarchy.split_node_id(n, ["region", "city"]) for n in inputs.group_leaf] == \
+        groups[["region", "city"]].values.tolist()
+    h = inputs.hierarchy
+    est = {n: np.eye(6, dtype=np.int64)[1] for n in h.nodes}
+    files = coco_plots(est, h, tmp_path / "plots", 5, bins=6)
+    assert len(files) == 1 + len(h.nodes_at(1)) and len({f.name for f in files}) == len(files)
+    assert all(f.is_file() and re.fullmatch(r"coco_[A-Za-z0-9_.+-]+\.png", f.name) for f in files)
+
+
+def test_plot_files_of_lookalike_nodes_do_not_overwrite_each_other(tmp_path):
+    from dpcore.plots import coco_plots
+
+    # before: 'r=a=b' and 'r=a-b' both became coco_r-a-b.png; plain ids keep their old readable names
+    h = Hierarchy.from_leaf_paths(pd.DataFrame({"r": ["a=b", "a-b", "AA", "$x$"]}), ["r"])
+    est = {n: np.eye(4, dtype=np.int64)[1] for n in h.nodes}
+    files = coco_plots(est, h, tmp_path, 3, bins=4)
+    names = [f.name for f in files]
+    assert len(set(names)) == len(names) == 5
+    assert "coco_r-a-b.png" in names and "coco_r-AA.png" in names

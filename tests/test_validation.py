@@ -422,3 +422,73 @@ def test_id_pattern_is_anchored_at_the_very_end():
     """Python's ``$`` also matches before a trailing newline; the id rule must not."""
     out = validate(frame({"id": "abc\n"}, n_good=3), make_spec())
     assert (4, "id_pattern", "id") in rules_of(out)
+
+
+# --------------------------------------------------------------------------- any category text (issue 20, item 3)
+
+AWKWARD = ["Unemployed, Laid Off", " Washington, D.C.", "trail space ", "a=b", "{brace}", 'quote"d', "pipe|bar",
+           "Zürich ∧ ∈", "line\nbreak", "=SUM(A1)", "any", "∅", "\u00a0nbsp"]
+# variants that are NOT in the domain: each must be quarantined as it is, never fixed
+NEAR_MISSES = ["Washington, D.C.", " Washington, D.C. ", "trail space", "Unemployed,Laid Off", "Zu\u0308rich ∧ ∈",
+               "quote'd", "pipe | bar", "nbsp", " any"]
+
+
+def _awkward_spec(path: Path, kind: str) -> object:
+    return make_spec(
+        dataset={"name": "unit", "source": {"kind": kind, "path": str(path)}, "record_id": "id"},
+        schema={"categorical": {"status": {"domain": ["Employed", *AWKWARD]}}, "numeric": {}},
+    )
+
+
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+def test_awkward_category_text_is_validated_exactly_and_never_modified(tmp_path: Path, kind: str):
+    values = [*AWKWARD, *NEAR_MISSES]
+    df = pd.DataFrame({"id": [f"r{i}" for i in range(len(values))], "status": values})
+    path = tmp_path / f"in.{kind}"
+    if kind == "csv":
+        df.to_csv(path, index=False)  # pandas quotes the cells with commas, quotes and line breaks
+        text = path.read_text(encoding="utf-8")
+        assert '"Unemployed, Laid Off"' in text and '" Washington, D.C."' in text and '"quote""d"' in text
+    else:
+        df.to_parquet(path, index=False)
+    spec = _awkward_spec(path, kind)
+    wh = Warehouse(tmp_path / "w.duckdb")
+    res = ingest(spec, wh, tmp_path)
+    raw = load_raw(wh, res)
+    assert raw["status"].tolist() == values  # ingest keeps every cell's exact text
+    before = raw_digest(wh, res.table)
+    out = validate(raw, spec)
+    # every domain value passes, with its spaces, quotes and unicode as they are
+    assert out.validated["status"].tolist() == AWKWARD
+    # every near miss breaks the in-domain rule: nothing was stripped, normalised or otherwise fixed
+    n = len(AWKWARD)
+    assert rules_of(out) == {(n + 1 + j, "in_domain", "status") for j in range(len(NEAR_MISSES))}
+    cells = [json.loads(c)["status"] for c in out.quarantine.sort_values("_row")["cells"]]
+    assert cells == NEAR_MISSES
+    store_outcome(wh, res, spec, out)
+    v = wh.query_df(f'SELECT status FROM validated."{validated_table_name(res, spec)}" ORDER BY _row')
+    assert v["status"].tolist() == AWKWARD
+    assert raw_digest(wh, res.table) == before
+    assert load_raw(wh, res)["status"].tolist() == values
+    # the outcome's public summary names the rule and the column, never a value
+    summary = json.dumps(out.summary())
+    assert "in_domain" in summary and not any(v.strip() and v.strip() in summary for v in NEAR_MISSES)
+
+
+def test_quoted_csv_cell_with_a_leading_space_is_read_as_written(tmp_path: Path):
+    """A CSV written by hand: a quoted cell with a leading space, a doubled quote, a line break in quotes."""
+    path = tmp_path / "in.csv"
+    path.write_text('id,status\nr1," Washington, D.C."\nr2,"quote""d"\nr3,"line\nbreak"\nr4, Washington, D.C.\n',
+                    encoding="utf-8")
+    spec = _awkward_spec(path, "csv")
+    wh = Warehouse(tmp_path / "w.duckdb")
+    with pytest.raises(Exception, match="not a well-formed CSV"):  # r4: an unquoted comma makes a third field
+        ingest(spec, wh, tmp_path)
+    path.write_text('id,status\nr1," Washington, D.C."\nr2,"quote""d"\nr3,"line\nbreak"\nr4, Washington\n',
+                    encoding="utf-8")
+    res = ingest(spec, wh, tmp_path)
+    raw = load_raw(wh, res)
+    assert raw["status"].tolist() == [" Washington, D.C.", 'quote"d', "line\nbreak", " Washington"]
+    out = validate(raw, spec)
+    assert out.validated["status"].tolist() == [" Washington, D.C.", 'quote"d', "line\nbreak"]
+    assert rules_of(out) == {(4, "in_domain", "status")}

@@ -41,6 +41,7 @@ from ..bundle import StepOutput
 from ..ingest import IngestResult
 from ..mechanisms.aiq import AnomalyIdentification
 from ..neighbors import ball_counts, scale_by_bounds
+from ..quoting import md_cell
 from ..settings import Settings
 from ..spec import AiqSpec, ReleaseSpec
 from .detect import DETECTOR_CHOICE_NOT_PROTECTED, flagged_records
@@ -233,7 +234,7 @@ def aiq_step(
         )
         + f"Accuracy: {accuracy.statement}.\n\n"
         + "| query | anomaly? | wrong with probability at most |\n|---|---|---|\n"
-        + "\n".join(f"| {r['query']} | {'yes' if r['anomaly'] else 'no'} | {p_err:.3g} |"
+        + "\n".join(f"| {md_cell(r['query'])} | {'yes' if r['anomaly'] else 'no'} | {p_err:.3g} |"
                     for r in released.payload["answers"])
     )
     not_protected = []

@@ -49,6 +49,7 @@ from ..mechanisms.pcor.index import CellIndex
 from ..mechanisms.pcor.mechanism import PCORMechanism
 from ..mechanisms.pcor.verifiers import make_verifier
 from ..noise import NoiseSource
+from ..quoting import md_cell
 from ..settings import Settings
 from ..spec import PcorSpec, ReleaseSpec, pcor_source_templates
 from .common import (
@@ -563,7 +564,7 @@ def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str,
         ]
     lines += ["| record | context | status |", "|---|---|---|"]
     lines += [
-        f"| {r.record_id} | {r.context if isinstance(r.context, str) else '(none)'} | {r.status} |"
+        f"| {md_cell(r.record_id)} | {md_cell(r.context) if isinstance(r.context, str) else '(none)'} | {r.status} |"
         for r in table.itertuples()
     ]
     shortfall = mech.utility_shortfall(spec.accuracy_alpha)

@@ -16,10 +16,37 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-__all__ = ["ROOT", "Hierarchy"]
+from ...quoting import needs_quotes, quote, read_quoted
+
+__all__ = ["ROOT", "Hierarchy", "node_segment"]
 
 #: Node id of the root (level 0).
 ROOT = "*"
+#: The separator of node-id segments: a value holding it is quoted.
+_NODE_SPECIALS = "/"
+
+
+def node_segment(column: str, value: object) -> str:
+    """One segment ``column=value`` of a node id, the value quoted when it needs it.
+
+    Parameters
+    ----------
+    column : str
+        The level column.
+    value : object
+        The node's value in that column (converted with ``str``, never
+        stripped or otherwise changed).
+
+    Returns
+    -------
+    str
+        ``column=text`` for a plain text; ``column="..."`` (a JSON string
+        literal, :func:`dpcore.quoting.quote`) when the text holds ``/``,
+        starts with ``"``, has leading or trailing whitespace or a character
+        that is not printable.
+    """
+    text = str(value)
+    return f"{column}={quote(text) if needs_quotes(text, _NODE_SPECIALS) else text}"
 
 
 @dataclass(frozen=True)
@@ -43,7 +70,13 @@ class Hierarchy:
     ``ValueError`` that names the offending node.
 
     Node ids from :meth:`from_leaf_paths` are ``"*"`` for the root and
-    ``"col1=v1"``, ``"col1=v1/col2=v2"``, ... for deeper levels.
+    ``"col1=v1"``, ``"col1=v1/col2=v2"``, ... for deeper levels. A value is
+    written as its text, or as a JSON string literal when it holds ``/``,
+    starts with ``"``, has leading or trailing whitespace or a character that
+    is not printable (:func:`node_segment`): ``region="North/East"/city=York``.
+    So the ids of different paths never collide, whatever the values
+    (:meth:`split_node_id` reads one back), and plain values give the same
+    ids as always.
     """
 
     edges: tuple[tuple[str, str], ...]
@@ -142,10 +175,56 @@ class Hierarchy:
             if bad.any():
                 row = bad[bad].index[0]
                 raise ValueError(f"hierarchy column {col!r} has a missing or empty value in row {row!r}")
-            part = col + "=" + vals.astype(str)
+            codes, uniques = pd.factorize(vals.astype(str))
+            part = pd.Series(np.array([node_segment(col, u) for u in uniques], dtype=object)[codes],
+                             index=paths.index, dtype=object)
             prefix = part if prefix is None else prefix + "/" + part
             out[col] = prefix
         return pd.DataFrame(out, index=paths.index)
+
+    @staticmethod
+    def split_node_id(node: str, level_columns: list[str]) -> list[str]:
+        """The values of a node id made by :meth:`node_ids` (inverse of it).
+
+        Parameters
+        ----------
+        node : str
+            A node id below the root, e.g. ``'carrier=AA/origin=JFK'``.
+        level_columns : list of str
+            The level columns it was built from, top to bottom (the id may
+            stop at any level).
+
+        Returns
+        -------
+        list of str
+            The value text of each level the id covers, exactly as in the
+            groups file (quoted values decoded).
+
+        Raises
+        ------
+        ValueError
+            ``node`` is not an id over these level columns.
+        """
+        values: list[str] = []
+        pos = 0
+        for i, col in enumerate(level_columns):
+            head = f"{col}="
+            if not node.startswith(head, pos):
+                break
+            pos += len(head)
+            if node.startswith('"', pos):
+                value, pos = read_quoted(node, pos)
+            else:
+                end = node.find("/", pos)
+                end = len(node) if end < 0 else end
+                value, pos = node[pos:end], end
+            values.append(value)
+            if pos == len(node):
+                return values
+            if node[pos] != "/" or i == len(level_columns) - 1:
+                break
+            pos += 1
+        raise ValueError(f"{node!r} is not a node id over the level columns {list(level_columns)}")
 
     # --------------------------------------------------------------- validate
     def validate(self) -> None:

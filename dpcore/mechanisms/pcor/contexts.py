@@ -24,22 +24,34 @@ Conventions fixed by this module (shared by the whole ``pcor`` package)
   - several (not all) values set: ``carrier ∈ {AA, UA}`` (domain order)
   - every value of a domain with more than one value set: ``month: any``
     (the attribute does not restrict the population; writing out a
-    105-value domain helps nobody, and ``any`` cannot be confused with a
-    value because values are only ever written after ``=`` or inside braces)
+    105-value domain helps nobody)
   - no value set: ``carrier ∈ ∅`` (the population is empty)
 
-  Values are written as ``str(value)``; :meth:`ContextSpace.from_domains`
-  rejects domains whose string forms collide or contain the separators, so
-  ``parse(render(c)) == c`` holds exactly for every context ``c``.
+  Values are written as ``str(value)``, bare when that text cannot be
+  mistaken for the syntax and otherwise as a JSON string literal
+  (:func:`dpcore.quoting.quote`): ``status = "Unemployed, Laid Off"``,
+  ``city ∈ {"Washington, D.C.", " lead space", Zürich}``. A value is quoted
+  when it is empty, has leading or trailing whitespace, starts with ``"``,
+  holds a character that is not printable (line break, tab, no-break space,
+  ...) or one of ``, { } ∧ ∈ ∅``, or is the word ``any``. Attribute names
+  follow the same rule and are also quoted when they hold ``=`` or ``:``.
+  Plain values (``AA``, ``JFK``, ``12``, ``a b``, ``x-y``, ``a=b``) render
+  exactly as they always did, so stored releases read the same; ``parse``
+  reads both forms (also a bare ``any`` after ``=`` or inside braces, as
+  releases made before quoting wrote it). Any text is allowed in a domain:
+  :meth:`ContextSpace.from_domains` only rejects domains whose string forms
+  collide, so ``parse(render(c)) == c`` holds exactly for every context
+  ``c``.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 import pandas as pd
+
+from ...quoting import needs_quotes, quote, read_quoted
 
 __all__ = ["ContextSpace", "MAX_BITS"]
 
@@ -47,19 +59,35 @@ MAX_BITS = 64
 _AND = " ∧ "
 _ANY = "any"
 _EMPTY = "∅"
-# characters a rendered value / attribute name must not contain, so that parsing is unambiguous
-_FORBIDDEN_VALUE = (",", "{", "}", "∧", "∈", "∅", "\n")
-_FORBIDDEN_NAME = (",", "{", "}", "∧", "∈", "∅", "=", ":", "\n")
-_CLAUSE = re.compile(r"^(?P<name>.+?)(?: (?P<op>∈|=) (?P<rhs>.*)|: (?P<any>any))$", re.S)
+# characters of the syntax: a value (name) holding one of them is written quoted (dpcore.quoting)
+_VALUE_SPECIALS = ",{}∧∈∅"
+_NAME_SPECIALS = ",{}∧∈∅=:"
+_RESERVED = (_ANY,)
 
 
-def _check_text(text: str, forbidden: tuple[str, ...], what: str) -> None:
-    if text == "" or text != text.strip():
-        raise ValueError(f"{what} {text!r} must be non-empty without leading/trailing whitespace "
-                         "(contexts are rendered as text and parsed back)")
-    bad = [c for c in forbidden if c in text]
-    if bad:
-        raise ValueError(f"{what} {text!r} contains {bad[0]!r}, which the context rendering uses as a separator")
+def _text(text: str, specials: str) -> str:
+    """``text`` bare when it cannot be mistaken for the syntax, else as a JSON string literal."""
+    return quote(text) if needs_quotes(text, specials, _RESERVED) else text
+
+
+def _skip_spaces(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    return pos
+
+
+def _read_token(text: str, pos: int, stops: str) -> tuple[str | None, int]:
+    """A quoted value, or bare text up to the first of ``stops`` (stripped), starting at ``pos``.
+
+    Returns ``(value, end)``; ``value`` is None when there is neither (empty bare text).
+    """
+    if text.startswith('"', pos):
+        return read_quoted(text, pos)
+    end = pos
+    while end < len(text) and text[end] not in stops:
+        end += 1
+    bare = text[pos:end].strip()
+    return (bare or None), end
 
 
 @dataclass(frozen=True)
@@ -104,9 +132,11 @@ class ContextSpace:
         Raises
         ------
         ValueError
-            Empty or duplicated attributes/values, values whose ``str`` forms
-            collide or contain a rendering separator, or ``t > 64`` (packed
-            keys are ``np.uint64``).
+            No attribute, duplicated attribute names, an empty domain,
+            repeated values, two values of a domain with the same ``str``
+            form (a rendered context could not be parsed back), or ``t > 64``
+            (packed keys are ``np.uint64``). Any text is allowed in names and
+            values: the rendering quotes what needs it.
         """
         attributes = tuple(str(a) for a in attributes)
         domains = tuple(tuple(d) for d in domains)
@@ -117,7 +147,6 @@ class ContextSpace:
         if len(set(attributes)) != len(attributes):
             raise ValueError(f"attribute names must be distinct, got {list(attributes)}")
         for name, dom in zip(attributes, domains):
-            _check_text(name, _FORBIDDEN_NAME, "attribute name")
             if len(dom) == 0:
                 raise ValueError(f"attribute {name!r}: the public domain is empty")
             if len(set(dom)) != len(dom):
@@ -126,9 +155,6 @@ class ContextSpace:
             if len(set(texts)) != len(texts):
                 raise ValueError(f"attribute {name!r}: two domain values have the same text form, "
                                  "so a rendered context could not be parsed back")
-            for tx in texts:
-                # a value may be the text 'any': it only ever follows '=' or sits in braces
-                _check_text(tx, _FORBIDDEN_VALUE, f"attribute {name!r}: domain value")
         t = sum(len(d) for d in domains)
         if t > MAX_BITS:
             raise ValueError(f"the context space has t = {t} attribute values; at most {MAX_BITS} are supported "
@@ -161,6 +187,11 @@ class ContextSpace:
     def attribute_of_bit(self) -> np.ndarray:
         """``(t,)`` int64: the attribute index of each bit."""
         return np.repeat(np.arange(self.m), self.sizes)
+
+    @cached_property
+    def _rendered_values(self) -> tuple:
+        """Each domain's values as :meth:`render` writes them (bare or quoted)."""
+        return tuple(tuple(_text(str(v), _VALUE_SPECIALS) for v in dom) for dom in self.domains)
 
     @cached_property
     def _text_maps(self) -> tuple:
@@ -351,13 +382,15 @@ class ContextSpace:
     def render(self, context) -> str:
         """Readable predicate form of a context (see the module docstring for the grammar).
 
-        Example: ``"carrier ∈ {AA, UA} ∧ origin = JFK ∧ month: any"``.
+        Example: ``"carrier ∈ {AA, UA} ∧ origin = JFK ∧ month: any"``; a value
+        that needs it is quoted: ``status = "Unemployed, Laid Off"``.
         """
         c = self._as_single(context)
         parts = []
-        for name, dom, off in zip(self.attributes, self.domains, self.offsets):
+        for name, dom, off, texts in zip(self.attributes, self.domains, self.offsets, self._rendered_values):
             bits = c[off: off + len(dom)]
-            chosen = [str(v) for v, b in zip(dom, bits) if b]
+            chosen = [tx for tx, b in zip(texts, bits) if b]
+            name = _text(name, _NAME_SPECIALS)
             if len(chosen) == 0:
                 parts.append(f"{name} ∈ {_EMPTY}")
             elif len(chosen) == 1:
@@ -372,51 +405,106 @@ class ContextSpace:
         """Inverse of :meth:`render`: ``parse(render(c)) == c`` for every context.
 
         Clauses may come in any order but each attribute must appear exactly
-        once; values are matched on their text form and mapped back to the
-        domain's own values (so ``month = 3`` means the int ``3`` when the
-        domain holds ints).
+        once; spaces around the operators, commas and braces are optional.
+        Names and values are either quoted (a JSON string literal, taken
+        exactly) or bare (taken up to the next delimiter, surrounding spaces
+        removed). Values are matched on their text form and mapped back to
+        the domain's own values (so ``month = 3`` means the int ``3`` when
+        the domain holds ints).
+
+        Parameters
+        ----------
+        text : str
+            A rendered context.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(t,)`` bool.
 
         Raises
         ------
         ValueError
-            Unknown or repeated attribute, unknown value, or malformed clause.
+            Unknown or repeated attribute, unknown or repeated value, or a
+            malformed clause (the message quotes the offending text).
         """
+        text = str(text)
         c = np.zeros(self.t, dtype=bool)
         seen = set()
         index = {a: i for i, a in enumerate(self.attributes)}
-        for clause in str(text).split(_AND):
-            mt = _CLAUSE.match(clause.strip())
-            if mt is None:
-                raise ValueError(f"cannot parse the clause {clause!r} (expected 'attr = v', 'attr ∈ {{v, w}}', "
-                                 f"'attr ∈ {_EMPTY}' or 'attr: {_ANY}')")
-            name = mt.group("name")
+        expected = (f"expected 'attr = v', 'attr ∈ {{v, w}}', 'attr ∈ {_EMPTY}' or 'attr: {_ANY}', "
+                    "with a value quoted as \"...\" when it holds one of , { } ∧ ∈ ∅")
+        pos = _skip_spaces(text, 0)
+        while True:
+            start = pos
+            name, pos = _read_token(text, pos, "=∈:∧")
+            pos = _skip_spaces(text, pos)
+            op = text[pos] if pos < len(text) else ""
+            if op not in ("=", "∈", ":") or name is None:
+                raise ValueError(f"cannot parse the clause {self._clause_at(text, start)!r} ({expected})")
             if name not in index:
-                raise ValueError(f"unknown attribute {name!r} in {clause!r}")
+                raise ValueError(f"unknown attribute {name!r} in {self._clause_at(text, start)!r}")
             if name in seen:
                 raise ValueError(f"attribute {name!r} appears twice")
             seen.add(name)
             i = index[name]
             off = int(self.offsets[i])
             tmap = self._text_maps[i]
-            if mt.group("any") is not None:
+            pos = _skip_spaces(text, pos + 1)
+            if op == ":":
+                if not text.startswith(_ANY, pos):
+                    raise ValueError(f"cannot parse the clause {self._clause_at(text, start)!r} ({expected})")
                 c[off: off + len(self.domains[i])] = True
-                continue
-            op, rhs = mt.group("op"), mt.group("rhs")
-            if op == "=":
-                values = [rhs]
-            elif rhs == _EMPTY:
+                pos += len(_ANY)
                 values = []
-            elif rhs.startswith("{") and rhs.endswith("}") and len(rhs) > 2:
-                values = rhs[1:-1].split(", ")
+            elif op == "=":
+                v, pos = _read_token(text, pos, "∧")
+                if v is None:
+                    raise ValueError(f"cannot parse the clause {self._clause_at(text, start)!r} ({expected})")
+                values = [v]
+            elif text.startswith(_EMPTY, pos):
+                pos += len(_EMPTY)
+                values = []
+            elif text.startswith("{", pos):
+                values = []
+                pos = _skip_spaces(text, pos + 1)
+                while True:
+                    v, pos = _read_token(text, pos, ",}∧")
+                    if v is None:
+                        raise ValueError(f"cannot parse the value set of attribute {name!r} in "
+                                         f"{self._clause_at(text, start)!r} (an empty item; {expected})")
+                    values.append(v)
+                    pos = _skip_spaces(text, pos)
+                    if text.startswith("}", pos):
+                        pos += 1
+                        break
+                    if not text.startswith(",", pos):
+                        raise ValueError(f"cannot parse the value set of attribute {name!r} in "
+                                         f"{self._clause_at(text, start)!r} (expected ',' or '}}')")
+                    pos = _skip_spaces(text, pos + 1)
             else:
-                raise ValueError(f"cannot parse the value set {rhs!r} of attribute {name!r}")
+                raise ValueError(f"cannot parse the value set of attribute {name!r} in "
+                                 f"{self._clause_at(text, start)!r} ({expected})")
             for v in values:
                 if v not in tmap:
                     raise ValueError(f"attribute {name!r}: {v!r} is not in its public domain")
                 if c[off + tmap[v]]:
                     raise ValueError(f"attribute {name!r}: value {v!r} listed twice")
                 c[off + tmap[v]] = True
+            pos = _skip_spaces(text, pos)
+            if pos == len(text):
+                break
+            if text[pos] != "∧":
+                raise ValueError(f"cannot parse the clause {self._clause_at(text, start)!r}: unexpected "
+                                 f"{text[pos:pos + 20]!r} after it ({expected})")
+            pos = _skip_spaces(text, pos + 1)
         if len(seen) != self.m:
             missing = [a for a in self.attributes if a not in seen]
             raise ValueError(f"the context text has no clause for attribute {missing[0]!r}")
         return c
+
+    @staticmethod
+    def _clause_at(text: str, start: int) -> str:
+        """The clause starting at ``start`` as far as the next ``∧`` (for error messages)."""
+        end = text.find("∧", start)
+        return text[start: end if end >= 0 else len(text)].strip()
