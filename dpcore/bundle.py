@@ -148,6 +148,18 @@ def _has_carriage_return(df: pd.DataFrame) -> bool:
     return False
 
 
+#: What the public report says about each owner-only table (a fixed text: it depends on the spec alone).
+OWNER_NOTES = {
+    "outlier_rules": (
+        "## Outlier rules (data owner only)\n\n"
+        "Rules that explain the detector's outliers with unit-respecting combinations of attributes (seed 004, "
+        "\"Outlier Rules Discovery\") are in `owner/outlier_rules.csv`. They are exact functions of the private "
+        "data and of the non-private detector: not privacy-protected, never part of the release. Do not publish "
+        "the `owner/` folder."
+    ),
+}
+
+
 def _write_table(df: pd.DataFrame, folder: Path, name: str) -> list[str]:
     """Write a released table as CSV and Parquet; text cells come back exactly (any category text).
 
@@ -174,6 +186,7 @@ def write_bundle(
     *,
     owner_key: bytes,
     stopped: str | None = None,
+    owner_tables: dict[str, Any] | None = None,
 ) -> BundleResult:
     """Assemble the release bundle for ``spec.release_id``.
 
@@ -199,6 +212,9 @@ def write_bundle(
         The data owner's HMAC key (the spec fingerprint).
     stopped : str, optional
         Public reason the release stopped early (noisy rejected-fraction gate).
+    owner_tables : dict of str to DataFrame, optional
+        Owner-only tables (e.g. ``outlier_rules``), written as ``owner/<name>.csv``; the public report only
+        names the files (whether they exist depends on the spec alone).
 
     Returns
     -------
@@ -237,6 +253,11 @@ def write_bundle(
         (tmp / "owner").mkdir()
         (tmp / "owner" / "validation_summary.json").write_text(json.dumps(validation_summary, indent=2, default=str))
         files.append("owner/validation_summary.json")
+    owner_notes = [OWNER_NOTES[name] for name in (owner_tables or {}) if name in OWNER_NOTES]
+    for name, table in (owner_tables or {}).items():
+        (tmp / "owner").mkdir(exist_ok=True)
+        table.to_csv(tmp / "owner" / f"{name}.csv", index=False)
+        files.append(f"owner/{name}.csv")
 
     notions = sorted(set(mine["notion"]), key=list(NOTION_LABELS).index)
     weakest = ledger.weakest_notion(ds)
@@ -273,7 +294,7 @@ def write_bundle(
         },
         "files": sorted(files + ["report.md", "manifest.json"]),
     }
-    (tmp / "report.md").write_text(render_report(manifest, public, steps, validation_summary))
+    (tmp / "report.md").write_text(render_report(manifest, public, steps, validation_summary, owner_notes))
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
     if final.exists():
         # keep operator sub-bundles that live inside a release's folder
@@ -286,7 +307,8 @@ def write_bundle(
 
 
 def render_report(
-    manifest: dict[str, Any], charges: pd.DataFrame, steps: list[StepOutput], validation_summary: dict | None
+    manifest: dict[str, Any], charges: pd.DataFrame, steps: list[StepOutput], validation_summary: dict | None,
+    owner_notes: list[str] | None = None,
 ) -> str:
     """The human report (Markdown). Only public or privacy-protected figures."""
     b = manifest["budget"]
@@ -370,4 +392,6 @@ def render_report(
             "Counts and input row numbers of rejected rows are in `owner/validation_summary.json`. "
             "They are not privacy-protected: do not publish the `owner/` folder.",
         ]
+    for note in owner_notes or []:
+        lines += ["", note]
     return "\n".join(lines) + "\n"

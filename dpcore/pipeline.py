@@ -17,6 +17,7 @@ from .ingest import IngestResult, ingest, load_raw
 from .settings import Settings
 from .spec import ReleaseSpec
 from .steps.common import StepInputError, noise_test_seed, open_stores
+from .steps.rules import RulesDone
 from .validation import (
     ValidationDone, enforce, latest_passing_summary, owner_summary, store_outcome, validate, validated_table_name,
 )
@@ -155,6 +156,7 @@ def bundle_stage(
     outputs: list[StepOutput],
     subfolder_prefix: str | None = None,
     stopped: str | None = None,
+    rules: "RulesDone | None" = None,
 ) -> BundleResult:
     """Write the release bundle (see :mod:`dpcore.bundle`).
 
@@ -164,10 +166,15 @@ def bundle_stage(
         Operator runs write ``<release_id>/<prefix>-<public ref of their first charge>``.
     stopped : str, optional
         The public reason a release stopped early (the rejected-fraction gate).
+    rules : RulesDone, optional
+        The owner-only rules step's handle: its rules go to ``owner/outlier_rules.csv``.
     """
+    from .steps.rules import owner_rules
+
     stores = open_stores(settings)
     summary = owner_summary(stores.warehouse, ingested, spec)
+    owner = {"outlier_rules": owner_rules(settings, rules)} if rules is not None else None
     return write_bundle(
         settings.bundles, spec, stores.ledger, ingested.ingest_id, summary, outputs, subfolder_prefix,
-        owner_key=settings.owner_secret(), stopped=stopped,
+        owner_key=settings.owner_secret(), stopped=stopped, owner_tables=owner,
     )

@@ -166,6 +166,14 @@ class CategoricalAttribute(_Strict):
     domain: list[CategoryValue] = Field(min_length=1, description="Every value the attribute may take.")
     nullable: bool = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unit(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "unit" in data:
+            raise ValueError("a unit applies to numeric attributes only (schema.numeric.<name>.unit); "
+                             "remove it from this categorical attribute")
+        return data
+
     @field_validator("domain")
     @classmethod
     def _unique(cls, v: list[CategoryValue]) -> list[CategoryValue]:
@@ -188,6 +196,21 @@ class NumericAttribute(_Strict):
     max: float
     nullable: bool = False
     integer: bool = Field(default=False, description="Values must be whole numbers.")
+    unit: str | None = Field(
+        default=None,
+        description="Physical or monetary unit of the values (a pint unit: mile, minute, second, hour, degC, "
+        "volt, usd, or 1 for dimensionless); the outlier rules (steps.rules) combine attributes only in ways "
+        "their units allow.",
+    )
+
+    @field_validator("unit")
+    @classmethod
+    def _known_unit(cls, v: str | None) -> str | None:
+        if v is not None:
+            from .explain.units import check_unit  # pint loads only for specs that declare units
+
+            check_unit(v)
+        return v
 
     @model_validator(mode="after")
     def _bounds(self) -> "NumericAttribute":
@@ -556,6 +579,30 @@ class PcorSpec(_Strict):
     )
 
 
+class RulesSpec(_Strict):
+    """The owner-only ``rules`` step (seed 004, "Outlier Rules Discovery"): unit-respecting rules that explain
+    the detector's outliers.
+
+    Not a release: rule thresholds, precision and recall are exact functions of the private data and of the
+    non-private detector's labels, so they go to the warehouse's ``internal`` schema and the bundle's
+    ``owner/`` folder only (never to public files, artifacts or logs).
+    """
+
+    enabled: bool = False
+    templates: list[Slug] | None = Field(
+        default=None, description="Detector templates whose outliers to explain (default: every template)."
+    )
+    attributes: list[str] | None = Field(
+        default=None, description="Numeric attributes to combine (default: every numeric attribute with a unit).",
+    )
+    categorical: list[str] | None = Field(
+        default=None,
+        description="Categorical attributes for categorical rules (default: those with at most 50 domain values).",
+    )
+    max_depth: int = Field(default=2, ge=1, le=3, description="Depth of the operation trees (1 = single attributes).")
+    max_rules: int = Field(default=10, ge=1, le=100, description="Rules kept per template, best F1 first.")
+
+
 class StepsSpec(_Strict):
     """Per-step settings. Each private step adds its section here."""
 
@@ -566,6 +613,7 @@ class StepsSpec(_Strict):
     coco: CocoSpec = Field(default_factory=CocoSpec)
     outlier_counts: OutlierCountsSpec = Field(default_factory=OutlierCountsSpec)
     pcor: PcorSpec = Field(default_factory=PcorSpec)
+    rules: RulesSpec = Field(default_factory=RulesSpec)
 
 
 #: Steps whose mechanisms are private only under replace-one neighbours (their
@@ -746,6 +794,25 @@ class ReleaseSpec(_Strict):
                 f"steps.pcor.from_detector: no template of steps.detect.templates has the PCOR metric {metric!r} as "
                 "its behavioural attribute; add one, or name the template to choose from in steps.pcor.from_template"
             )
+        ru = self.steps.rules
+        if ru.enabled:
+            if not self.steps.detect.enabled:
+                problems.append("steps.rules explains the detector's outliers: it needs steps.detect.enabled: true")
+            names = [t.name for t in self.steps.detect.templates]
+            bad = [t for t in (ru.templates or []) if t not in names]
+            if bad:
+                problems.append(f"steps.rules.templates {bad} are not templates of steps.detect.templates {names}")
+            num = self.public_schema.numeric
+            attrs = ru.attributes if ru.attributes is not None else [a for a, v in num.items() if v.unit]
+            bad = [a for a in attrs if a not in num or not num[a].unit]
+            if bad:
+                problems.append(f"steps.rules.attributes {bad} must be numeric attributes of schema.numeric that "
+                                "declare a unit (schema.numeric.<name>.unit; 1 for dimensionless)")
+            if not attrs:
+                problems.append("steps.rules: no numeric attribute declares a unit; give schema.numeric.<name>.unit")
+            bad = [a for a in (ru.categorical or []) if a not in self.public_schema.categorical]
+            if bad:
+                problems.append(f"steps.rules.categorical {bad} are not categorical attributes of schema.categorical")
         if self.steps.aiq.enabled and self.steps.aiq.from_detector and not self.steps.detect.enabled:
             problems.append("steps.aiq.from_detector needs steps.detect.enabled: true")
         problems += public_completeness_problems(self)

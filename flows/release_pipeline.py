@@ -7,6 +7,7 @@ from typing import Any
 from prefect import flow
 
 from tasks.common import resolve
+from tasks.rules import rules_task
 from tasks.stages import (
     aiq_task,
     bundle_task,
@@ -50,8 +51,11 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
         if stop:
             bundle_task(spec, settings, ingested, outputs, stopped=stop)
             stop_release(stop)
+    rules = None
     if spec.steps.detect.enabled:
         run_detection(spec, settings, ingested)
+        if spec.steps.rules.enabled:  # owner-only: internal.outlier_rules and the bundle's owner/ folder
+            rules = rules_task(spec, settings, ingested)
     if spec.steps.aiq.enabled:
         outputs.append(aiq_task(spec, settings, ingested))
     if spec.steps.outlier_counts.enabled:
@@ -60,7 +64,7 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
         outputs.append(run_coco(spec, settings, ingested))
     if spec.steps.pcor.enabled:
         outputs.append(run_pcor(spec, settings, ingested))
-    bundle = bundle_task(spec, settings, ingested, outputs)
+    bundle = bundle_task(spec, settings, ingested, outputs, rules=rules)
     b = bundle.manifest["budget"]
     return {
         "bundle": str(bundle.path),

@@ -15,6 +15,7 @@ from dpcore.ingest import IngestResult
 from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec
 from dpcore.steps.aiq import aiq_step
+from dpcore.steps.rules import RulesDone
 from dpcore.steps.record_counts import record_counts_step, rejected_fraction_gate
 from dpcore.validation import ValidationDone, ValidationFailed, public_rule_set
 
@@ -88,9 +89,10 @@ def bundle_task(
     outputs: list[StepOutput],
     subfolder_prefix: str | None = None,
     stopped: str | None = None,
+    rules: RulesDone | None = None,
 ) -> BundleResult:
-    """Write the release bundle and attach its summary as artifacts."""
-    res = pipeline.bundle_stage(spec, settings, ingested, outputs, subfolder_prefix, stopped)
+    """Write the release bundle and attach its summary as artifacts (owner-only rules: files only)."""
+    res = pipeline.bundle_stage(spec, settings, ingested, outputs, subfolder_prefix, stopped, rules)
     m = res.manifest
     b = m["budget"]
     create_markdown_artifact(

@@ -133,3 +133,27 @@ async def prefect_texts(run_ids: list[str], progress: dict | None = None) -> lis
     texts += [f"{t.name} {t.state.message}" for t in task_runs if t.state]
     assert arts and len(runs) == len(run_ids)
     return texts
+
+
+async def _flow_run_texts(run_id: str) -> tuple[list[str], list[str]]:
+    """Log messages of the flow run and its task runs, and the run/task-run state messages (Prefect API)."""
+    logs, _arts, runs, tasks = await read_runs([run_id])
+    states = [str(r.state.message) for r in runs if r.state] + [f"{t.name} {t.state.message}" for t in tasks if t.state]
+    return [f"{log.name} {log.message}" for log in logs], states
+
+
+def flushed_texts(run_id: str, expect: str, timeout: float = 20.0) -> tuple[list[str], list[str]]:
+    """:func:`_flow_run_texts` of an in-process flow run after sending the queued API logs, polling until
+    ``expect`` is among them."""
+    import asyncio
+    import time
+
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()
+    deadline = time.monotonic() + timeout
+    while True:
+        logs, states = asyncio.run(_flow_run_texts(run_id))
+        if any(expect in m for m in logs) or time.monotonic() > deadline:
+            return logs, states
+        time.sleep(0.5)

@@ -69,7 +69,7 @@ def test_deployments_registered_with_schedule_pool_and_constraints(stack):
     assert sched["active"] and sched["schedule"]["cron"] == "0 3 1 * *"
     assert release["parameters"] == {"spec_path": "specs/demo.yaml"}
     for flow_name, name in [("aiq_query", "aiq-query"), ("outlier_counts", "outlier-counts"),
-                            ("coco_publish", "coco-publish"), ("explain_outlier", "explain-outlier"),
+                            ("coco_publish", "coco-publish"), ("explain_outlier", "explain-outlier"), ("explain_rules", "explain-rules"),
                             ("release_pipeline", "monthly-release")]:
         dep = deployment(ops, flow_name, name)
         assert dep["work_pool_name"] == "release-pool"

@@ -9,7 +9,6 @@ row counts ("fewer rows than parameters: 19 rows ...").
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
@@ -22,7 +21,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from child_runs import read_runs
+from child_runs import flushed_texts
 from dpcore.detect.combine import fit_template
 from dpcore.ingest import IngestResult
 from dpcore.settings import Settings
@@ -185,28 +184,6 @@ def test_bad_values_errors_state_no_counts_or_positions():
 
 
 # ----------------------------------------------------------------------------- real Prefect flow run
-async def _flow_run_texts(run_id: str) -> tuple[list[str], list[str]]:
-    """Log messages of the flow run and its task runs, and the run/task-run state messages (Prefect API)."""
-    logs, _arts, runs, tasks = await read_runs([run_id])
-    states = [str(r.state.message) for r in runs if r.state] + [f"{t.name} {t.state.message}" for t in tasks if t.state]
-    return [f"{log.name} {log.message}" for log in logs], states
-
-
-def _flushed_texts(run_id: str, expect: str, timeout: float = 20.0) -> tuple[list[str], list[str]]:
-    """:func:`_flow_run_texts` after sending the queued API logs, polling until ``expect`` is among them."""
-    import time
-
-    from prefect.logging.handlers import APILogHandler
-
-    APILogHandler().flush()
-    deadline = time.monotonic() + timeout
-    while True:
-        logs, states = asyncio.run(_flow_run_texts(run_id))
-        if any(expect in m for m in logs) or time.monotonic() > deadline:
-            return logs, states
-        time.sleep(0.5)
-
-
 @pytest.mark.usefixtures("prefect_harness")
 def test_detect_flow_on_non_converging_config_logs_no_warning(dpr_home, small_spec_path, tmp_path, capfd):
     """A real detect flow run (fits mapped on Prefect's thread pool) with max_iter=1: the run's logs in the
@@ -222,7 +199,7 @@ def test_detect_flow_on_non_converging_config_logs_no_warning(dpr_home, small_sp
     assert state.is_completed()
     names = state.result()
     assert names == ["air_time_by_distance_origin", "arr_delay_by_dep_delay_carrier"]
-    logs, states = _flushed_texts(str(state.state_details.flow_run_id), "fitted (diagnostics in internal.detect_models)")
+    logs, states = flushed_texts(str(state.state_details.flow_run_id), "fitted (diagnostics in internal.detect_models)")
     assert sum("fitted (diagnostics in internal.detect_models)" in m for m in logs) == 2  # the fits' logs were read
     assert [m for m in logs + states if WARNING_TEXT.search(m)] == []
     console = capfd.readouterr()
@@ -259,7 +236,7 @@ def test_detect_flow_too_few_rows_fails_with_a_generic_message(dpr_home, small_s
     vt = next(r[0] for r in wh.query("SELECT table_name FROM information_schema.tables WHERE table_schema = 'validated'"))
     n_valid = wh.query(f'SELECT count(*) FROM validated."{vt}"')[0][0]
     assert 0 < n_valid <= 5
-    logs, states = _flushed_texts(str(state.state_details.flow_run_id), "Finished in state Failed")
+    logs, states = flushed_texts(str(state.state_details.flow_run_id), "Finished in state Failed")
     assert any("Finished in state Failed" in m for m in logs)
     for text in [str(exc.value)] + states + logs:
         assert not re.search(rf"(?<![0-9.]){n_valid} rows", text), text
