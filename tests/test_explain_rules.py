@@ -12,7 +12,6 @@ import math
 
 import numpy as np
 import pandas as pd
-import pint
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
