@@ -1,0 +1,253 @@
+"""RuleMiner: outlier rules that respect units (seed 004, "Outlier Rules Discovery").
+
+The explainer of seed 004 "will search for rules that combine features in ways
+that respect units" (slide "Outlier Rules Discovery"): given a table and labels
+marking its outliers (from the detector, :mod:`dpcore.detect`), find short,
+readable rules such as ``D / (dtime - ptime) < 3.46 mph`` that cover the outliers
+with high precision and recall.
+
+Pipeline of :meth:`RuleMiner.fit` (slides "Search Space Generation" and "Rule
+Selection Phase"):
+
+1. **Operation trees** over the numeric attributes (the keys of ``units``) up to
+   ``max_depth``, typed by their units, with equivalent and constant trees
+   pruned (:mod:`.trees`).
+2. **Numeric rules**: every tree's best ``<``, ``≥`` and two-sided range by F1
+   (:mod:`.ranges`; exact for one-sided, grid of ``n_thresholds`` cuts plus
+   exact refinement for ranges).
+3. **Categorical rules**: values (and one value set) per categorical attribute
+   with precision above the base rate, the best ``max_categories`` by F1
+   (:mod:`.categories`).
+4. **Conjunctions**: each tree's range search is repeated within the rows of
+   each categorical rule (one sort per tree; the subset keeps the sorted order);
+   a conjunction is a candidate only when its F1 beats both the tree's best
+   rule on all rows and the categorical rule alone ("combine numeric rules and
+   categorical rules to improve the precision and/or recall").
+5. **Selection**: near-duplicates (Jaccard ≥ 0.9 of covered rows) grouped, the
+   rest ranked by F1, the top ``max_rules`` kept (:mod:`.select`).
+
+Missing values: rows with a missing value in a tree's inputs (or a value that
+is undefined, such as a division by zero) are not covered by that tree's rules,
+and rows with a missing categorical value are not covered by that attribute's
+predicates; they are never dropped from the label counts, so a missed outlier
+there lowers recall.
+
+Cost: one sort per tree plus linear passes per (tree, categorical rule);
+depth 2 over 6 numeric and 3 categorical attributes of the 336,776 NYC flights
+runs in seconds (``benchmarks/rules.py``, BENCHMARKS.md).
+
+The rules, like the labels and scores they explain, are internal (non-private)
+and leave the warehouse only through a differentially private mechanism
+(DESIGN.md, privacy rule 6). Exception messages name parameters and columns,
+never data values or row counts.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+import pandas as pd
+
+from .ranges import sort_finite
+from .rules import Rule, categorical_rules, numeric_rules, select_rules
+from .trees import Tree, iter_trees
+from .units import parse_unit
+
+__all__ = ["RuleMiner"]
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))
+
+
+class RuleMiner:
+    """Mine readable, unit-respecting rules that explain labelled outliers.
+
+    Parameters
+    ----------
+    max_depth : {1, 2, 3}, default 2
+        Depth of the operation trees (1: single attributes; 2: one operation on
+        two attributes; 3: a depth-2 tree combined with one more attribute --
+        about 35 x the trees of depth 2 for 6 attributes, meant for small tables).
+    max_rules : int ≥ 1, default 10
+        Rules returned.
+    min_support : int ≥ 1 or float in (0, 1), default 10
+        Fewest training rows a rule must cover: a count, or a fraction of the rows.
+    max_categories : int ≥ 1, default 5
+        Values kept per categorical attribute as categorical rules (best F1
+        first; one value set on top), each also tried in conjunctions.
+    n_thresholds : int in [2, 1024], default 32
+        Grid size of the two-sided range search (:mod:`.ranges`); one-sided
+        thresholds are always exact.
+    random_state : None, int or numpy.random.Generator, default None
+        Validated and stored for API compatibility; the search is deterministic
+        and draws no random numbers.
+
+    Attributes
+    ----------
+    rules_ : list of Rule
+        At most ``max_rules`` rules, by decreasing F1.
+    trees_ : list of Tree
+        The generated (pruned) operation trees.
+    n_candidates_ : int
+        Candidate rules that entered selection (numeric, categorical and conjunctions).
+    units_ : dict
+        Numeric attribute -> parsed :class:`pint.Unit`.
+    n_outliers_ : int
+        Labelled outliers in the training table.
+
+    Examples
+    --------
+    >>> miner = RuleMiner(max_rules=5).fit(flights, labels,
+    ...     units={"distance": "mile", "air_time": "minute"}, categorical=["carrier"])  # doctest: +SKIP
+    >>> print(miner.rules_[0].text)  # doctest: +SKIP
+    distance / air_time < 240 mph ∧ carrier = 9E
+    """
+
+    def __init__(self, max_depth=2, max_rules=10, min_support=10, max_categories=5, n_thresholds=32,
+                 random_state=None):
+        self.max_depth = max_depth
+        self.max_rules = max_rules
+        self.min_support = min_support
+        self.max_categories = max_categories
+        self.n_thresholds = n_thresholds
+        self.random_state = random_state
+
+    def _validate_params(self) -> None:
+        if not _is_int(self.max_depth) or self.max_depth not in (1, 2, 3):
+            raise ValueError(f"max_depth must be 1, 2 or 3, got {self.max_depth!r}")
+        if not _is_int(self.max_rules) or self.max_rules < 1:
+            raise ValueError(f"max_rules must be an integer ≥ 1, got {self.max_rules!r}")
+        ms = self.min_support
+        if _is_int(ms):
+            if ms < 1:
+                raise ValueError(f"min_support must be an integer ≥ 1 or a float in (0, 1), got {ms!r}")
+        elif isinstance(ms, numbers.Real) and not isinstance(ms, (bool, np.bool_)):
+            if not (0.0 < float(ms) < 1.0):
+                raise ValueError(f"min_support must be an integer ≥ 1 or a float in (0, 1), got {ms!r}")
+        else:
+            raise ValueError(f"min_support must be an integer ≥ 1 or a float in (0, 1), got {ms!r}")
+        if not _is_int(self.max_categories) or self.max_categories < 1:
+            raise ValueError(f"max_categories must be an integer ≥ 1, got {self.max_categories!r}")
+        if not _is_int(self.n_thresholds) or not 2 <= self.n_thresholds <= 1024:
+            raise ValueError(f"n_thresholds must be an integer in [2, 1024], got {self.n_thresholds!r}")
+        rs = self.random_state
+        if not (rs is None or _is_int(rs) or isinstance(rs, np.random.Generator)):
+            raise ValueError(f"random_state must be None, an integer ≥ 0 or a numpy Generator, got {rs!r}")
+        if _is_int(rs) and rs < 0:
+            raise ValueError(f"random_state must be None, an integer ≥ 0 or a numpy Generator, got {rs!r}")
+
+    @staticmethod
+    def _check_inputs(frame, labels, units, categorical):
+        if not isinstance(frame, pd.DataFrame):
+            raise TypeError(f"frame must be a pandas DataFrame, got {type(frame).__name__}")
+        if units is None:
+            units = {}
+        if not isinstance(units, dict):
+            raise ValueError(f"units must be a dict mapping numeric attributes to units, got {type(units).__name__}")
+        if categorical is None:
+            categorical = []
+        if isinstance(categorical, str):
+            raise ValueError("categorical must be a list of column names, not a string")
+        categorical = list(categorical)
+        if not units and not categorical:
+            raise ValueError("nothing to mine: give numeric attributes (units) and/or categorical attributes")
+        dup = sorted({c for c in categorical if categorical.count(c) > 1})
+        if dup:
+            raise ValueError(f"categorical lists {dup} more than once")
+        both = [c for c in categorical if c in units]
+        if both:
+            raise ValueError(f"attribute {both[0]!r} is categorical and cannot have a unit; "
+                             "drop it from units or from categorical")
+        missing = [c for c in list(units) + categorical if c not in frame.columns]
+        if missing:
+            raise ValueError(f"column(s) {missing} missing from the frame")
+        parsed = {}
+        for col, u in units.items():
+            parsed[col] = parse_unit(u, col)  # UnitError (a ValueError) names the unit and the attribute
+            s = frame[col]
+            if not (pd.api.types.is_numeric_dtype(s.dtype) or pd.api.types.is_bool_dtype(s.dtype)):
+                raise ValueError(f"numeric attribute {col!r} has non-numeric data (dtype {s.dtype}); "
+                                 "convert it to numbers or list it as categorical")
+        y = np.asarray(labels)
+        if y.ndim != 1 or y.shape[0] != len(frame):
+            raise ValueError("labels must be one-dimensional with one entry per row of frame")
+        if y.dtype != bool:
+            if not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.floating)):
+                raise ValueError(f"labels must be booleans or 0/1 numbers, got dtype {y.dtype}")
+            if not np.isin(y, (0, 1)).all():
+                raise ValueError("labels must be booleans or 0/1 numbers (found other values or NaN)")
+            y = y.astype(bool)
+        n_pos = int(y.sum())
+        if n_pos == 0:
+            raise ValueError("labels mark no outlier: there is nothing to explain")
+        if n_pos == y.size:
+            raise ValueError("labels mark every row as an outlier: there is nothing to separate")
+        return parsed, categorical, y.copy(), n_pos
+
+    def fit(self, frame: pd.DataFrame, labels, units: dict[str, str] | None = None,
+            categorical: list[str] | None = None) -> "RuleMiner":
+        """Mine the rules explaining ``labels`` on ``frame``.
+
+        Parameters
+        ----------
+        frame : pandas.DataFrame
+            The table (not modified).
+        labels : array-like of bool (or 0/1), one per row
+            True for the outliers to explain.
+        units : dict, optional
+            Numeric attribute -> unit text understood by :mod:`pint` (``"mile"``,
+            ``"minute"``, ``"degC"``, ``"usd"``; ``"1"`` for dimensionless). Its keys
+            are the numeric attributes; every numeric attribute used needs a unit.
+        categorical : list of str, optional
+            Categorical attributes (no unit).
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ValueError
+            A bad parameter (named, with its allowed range); labels of the wrong
+            length or type, or marking no row or every row; a missing column; an
+            unknown unit (:class:`~dpcore.explain.units.UnitError`, naming unit and
+            attribute); a unit on a categorical attribute; a numeric attribute with
+            non-numeric data (naming the column).
+        TypeError
+            ``frame`` is not a DataFrame.
+        """
+        self._validate_params()
+        units_, categorical, y, n_pos = self._check_inputs(frame, labels, units, categorical)
+        n = y.size
+        ms = self.min_support
+        min_support = int(ms) if _is_int(ms) else max(1, math.ceil(float(ms) * n))
+
+        cat = categorical_rules(frame, y, categorical, n_pos, min_support, self.max_categories)
+        cond_masks = [r.covers(frame) for r in cat]
+        candidates: list[Rule] = list(cat)
+        trees: list[Tree] = []
+        for tree, values in iter_trees(frame, units_, self.max_depth):
+            trees.append(tree)
+            order = sort_finite(values)
+            base = numeric_rules(tree, values, order, y, n_pos, min_support, self.n_thresholds)
+            candidates.extend(base)
+            best = max((r.f1 for r in base), default=0.0)
+            for cond, mask in zip(cat, cond_masks):
+                floor = max(best, cond.f1)
+                sub = order[mask[order]]
+                for r in numeric_rules(tree, values, sub, y, n_pos, min_support, self.n_thresholds, cond):
+                    if r.f1 > floor:
+                        candidates.append(r)
+        self.units_ = units_
+        self.n_outliers_ = n_pos
+        self.trees_ = trees
+        self.n_candidates_ = len(candidates)
+        self.rules_ = select_rules(candidates, frame, self.max_rules)
+        return self
+
+    def __repr__(self) -> str:
+        return (f"RuleMiner(max_depth={self.max_depth!r}, max_rules={self.max_rules!r}, "
+                f"min_support={self.min_support!r}, max_categories={self.max_categories!r}, "
+                f"n_thresholds={self.n_thresholds!r}, random_state={self.random_state!r})")
