@@ -88,11 +88,12 @@ def test_private_tasks_never_persist_or_cache_and_noise_tasks_retry_once():
     from dpcore.steps.common import StepInputError
     from prefect import Task
 
-    from tasks import coco, detect, outlier_counts, pcor, stages
+    from tasks import coco, detect, outlier_counts, pcor, rules, stages
     from tasks.common import _no_retry_for_user_errors
 
-    every = [t for m in (stages, detect, pcor, outlier_counts, coco) for t in vars(m).values() if isinstance(t, Task)]
-    assert len(every) == 21  # every task of the project: a new one must be declared with private_task
+    every = [t for m in (stages, detect, pcor, outlier_counts, coco, rules) for t in vars(m).values()
+             if isinstance(t, Task)]
+    assert len(every) == 23  # every task of the project: a new one must be declared with private_task
     for t in every:
         assert t.persist_result is False and t.cache_policy is NO_CACHE, t.name
     noise = {stages.record_counts_task, stages.aiq_task, coco.coco_measure_task, outlier_counts.outlier_counts_release_task}
