@@ -119,7 +119,7 @@ def _spec_text(small_spec_path: Path) -> str:
     steps["coco"].update({"enabled": True, "max_group_size": 60})
     steps["pcor"].update({"enabled": True, "record_ids": ["F000001"], "from_detector": 2, "n_samples": 10,
                           "epsilon": 0.1})
-    assert all(steps[s]["enabled"] for s in ("detect", "aiq", "outlier_counts", "coco", "pcor"))
+    assert all(steps[s]["enabled"] for s in ("detect", "aiq", "outlier_counts", "coco", "pcor", "rules"))
     assert steps["aiq"]["points"] and spec["dataset"]["roster"]
     return yaml.safe_dump(spec)
 
@@ -543,6 +543,8 @@ def _warehouse_facts(run: Run) -> dict[str, Any]:
         "scores": wh.query_df(f'SELECT flight_id, template, score FROM internal."detect_scores__{vt}" ORDER BY ALL'),
         "top2": sorted(r[0] for r in top),
         "outlier_true_counts": dict(wh.query("SELECT subspace, true_count FROM internal.outlier_count_diagnostics")),
+        # the owner-only outlier rules (issue 18): texts and scores that must reach no public surface
+        "rules": wh.query_df("SELECT rule, precision, recall, f1 FROM internal.outlier_rules WHERE rule IS NOT NULL"),
     }
 
 
@@ -605,6 +607,16 @@ def test_neighbouring_inputs_leave_identical_public_traces_except_charged_noise(
     # the masks matter: the released counts differ between D and D2 before masking, not after
     if "D2" in ok:
         assert found["D"][1]["bundle: tables/record_counts__counts.csv"] != found["D2"][1]["bundle: tables/record_counts__counts.csv"]
+
+    # the owner-only outlier rules reach no public surface: neither a rule's text nor its thresholds or scores
+    rules = d["rules"]
+    assert len(rules) > 0
+    secrets = set(rules["rule"]) | {n for r in rules["rule"] for n in re.findall(r"\d+\.\d+", r)}
+    secrets |= {f"{v:.6f}" for col in ("precision", "recall", "f1") for v in rules[col] if 0 < v < 1}
+    for surface, text in found["D"][1].items():
+        hit = sorted(x for x in secrets if len(x) >= 5 and x in text)
+        if hit:
+            problems.append(f"--- D: owner-only rule text or score in {surface}: {hit[:5]}")
 
     # every fit warned (max_iter = 3); such a warning carries data-derived numbers and whether it fires is
     # private: none may reach a handler (the detector keeps them in internal.detect_models)
