@@ -220,6 +220,7 @@ def test_coco_derived_groups_file_is_stated_as_not_protected(dpr_home, small_spe
     assert spec["steps"]["coco"]["groups_provenance"] == "derived_from_data"  # the demo spec says so
     spec["steps"]["coco"].update({"enabled": True, "max_group_size": 60})
     spec["steps"]["detect"]["enabled"] = False
+    spec["steps"]["rules"]["enabled"] = False  # the owner-only rules explain the detector's flags
     spec["steps"]["pcor"]["enabled"] = spec["steps"]["aiq"]["enabled"] = False
     for provenance, release in (("derived_from_data", "r-derived"), ("public", "r-public")):
         spec["steps"]["coco"]["groups_provenance"] = provenance
@@ -244,6 +245,7 @@ def test_every_released_number_carries_a_public_accuracy_statement(dpr_home, sma
     spec = yaml.safe_load(small_spec_path.read_text())
     spec["accuracy_alpha"] = 0.1
     spec["steps"]["detect"]["enabled"] = False
+    spec["steps"]["rules"]["enabled"] = False  # the owner-only rules explain the detector's flags
     spec["steps"]["aiq"].update({"enabled": True, "record_ids": ["F000001", "F900000"], "from_detector": 0})
     spec["steps"]["coco"].update({"enabled": True, "max_group_size": 60})
     spec["steps"]["pcor"].update({"enabled": True, "record_ids": ["F000003"], "from_detector": 0, "n_samples": 10})

@@ -61,6 +61,7 @@ def _nullable_aiq(s):
 
 def _nullable_outlier_counts(s):
     s["steps"]["detect"]["enabled"] = False
+    s["steps"]["rules"]["enabled"] = False  # the owner-only rules explain the detector's flags
     s["steps"]["aiq"]["enabled"] = False
     s["steps"]["pcor"]["enabled"] = False
     s["steps"]["outlier_counts"]["enabled"] = True
@@ -92,6 +93,7 @@ def test_a_log_with_a_positive_public_min_and_disabled_steps_are_fine(tmp_path):
         s["steps"]["pcor"]["metric"] = "arr_delay"
         s["schema"]["numeric"]["arr_delay"]["nullable"] = True
         s["steps"]["detect"]["enabled"] = False
+        s["steps"]["rules"]["enabled"] = False
         s["steps"]["outlier_counts"]["enabled"] = False
 
     load_spec(_spec(tmp_path, nullable_but_disabled))
