@@ -354,7 +354,7 @@ def test_logs_carry_no_cell_values(caplog):
 
 def test_enforce_never_stops_on_exact_rejected_fraction():
     """Hole 8 (issue 15): a stop decided on exact counts publishes them; the gate runs on the noisy
-    record counts instead (tests/test_release_path.py), so enforce() ignores the rejected fraction."""
+    record counts instead (tests/test_flows.py::test_rejected_fraction_gate_uses_the_noisy_counts_and_keeps_the_charged_counts), so enforce() ignores the rejected fraction."""
     spec = make_spec()  # max_rejected_fraction 0.25
     above = validate(frame({"carrier": "ZZ"}, {"month": "7"}, n_good=4), spec)  # 2/6 exactly
     assert above.rejected_fraction > 0.25
