@@ -411,7 +411,8 @@ class CocoSpec(_Strict):
     max_group_size: int = Field(default=1000, ge=1, description="Public maximum group size K (larger groups are clamped).")
     epsilon_per_level: float | list[float] = Field(default=0.5, description="Epsilon of each level (> 0); one charge per level.")
     method: Literal[
-        "naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2", "bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc"
+        "naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2", "bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc",
+        "consistent_hc",
     ] = "top_down_hc"
     accuracy_replicates: int = Field(
         default=20, ge=0, le=1000,

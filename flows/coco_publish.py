@@ -19,7 +19,7 @@ from tasks.stages import bundle_task, cost_preflight_task, ingest_task, validate
 from .params import DEMO_SPEC, ReleaseId, SpecPath
 from .runner import task_runner_from_env
 
-Method = Literal["naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2", "bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc"]
+Method = Literal["naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2", "bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc", "consistent_hc"]
 
 COCO_CHUNK_NODES = 256
 """At most this many nodes of one level per mapped estimate task (the demo: 3 tasks, one per level;

@@ -18,7 +18,7 @@ from dpcore.mechanisms.coco import (CocoMechanism, Hierarchy, coco_histograms, e
                                     project_simplex, to_hc, to_hg, top_down)
 from dpcore.noise import NoiseSource
 
-HIER_METHODS = ("bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc")
+HIER_METHODS = ("bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc", "consistent_hc")
 
 
 # ----------------------------------------------------------------- helpers
@@ -570,7 +570,8 @@ def test_chunked_node_estimates_assemble_to_postprocess(method):
         direct = mech.estimate_nodes([meas[str(lv)][n] for n in nodes], [counts[n] for n in nodes], eps[lv])
         for node, e in zip(nodes, direct):
             assert np.array_equal(e.H, estimates[node].H)
-            assert (e.Hg is None) == (method == "naive") == (e.V is None)
+            assert (e.Hg is None) == (method in ("naive", "consistent_hc")) == (e.V is None)
+            assert (e.Hc_noisy is not None) == (method == "consistent_hc")
 
 
 def test_chunk_and_assemble_input_errors():

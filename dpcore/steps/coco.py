@@ -289,7 +289,7 @@ def finish_coco(
         f"Group sizes above the public maximum K = {cfg.max_group_size} are counted as K; items without a group "
         f"(an empty {cfg.group_column}) belong to no group and are not counted. "
         "Every histogram is non-negative and integral, sums to the node's public number of groups, and "
-        + ("every parent equals the sum of its children." if cfg.method.startswith(("top_down", "bottom_up"))
+        + ("every parent equals the sum of its children." if cfg.method.startswith(("top_down", "bottom_up", "consistent"))
            else "(per-node method) parents are not forced to equal the sum of their children.")
         + f" Table: `tables/coco__histograms.csv` ({len(table):,} non-zero cells)."
     )

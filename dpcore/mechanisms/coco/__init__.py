@@ -6,11 +6,12 @@ Kuo et al., PVLDB 2018 (seed 004, part 2).  Modules:
 * :mod:`.representations` — H, H_g, H_c, group sizes, earthmover's distance.
 * :mod:`.isotonic` — L1 (median PAV) and L2 isotonic regression.
 * :mod:`.consistency` — per-node estimators, optimal matching, merging,
-  top-down consistency, bottom-up aggregation (post-processing only).
+  top-down consistency, bottom-up aggregation, tree-wide least squares
+  with a consistent integer projection (post-processing only).
 * :mod:`.mechanism` — :class:`CocoMechanism` (measurement = the only
   privacy-critical step, then post-processing).
 """
-from .consistency import (aggregate_up, hc_estimate, hc_variances, hg_estimate, hg_variances,
+from .consistency import (aggregate_up, consistent_hc, distribute_to_children, gls_tree, hc_estimate, hc_variances, hg_estimate, hg_variances,
                           largest_remainder_round, match_level, merge_estimates, naive_estimate,
                           project_simplex, top_down)
 from .hierarchy import ROOT, Hierarchy
@@ -26,5 +27,5 @@ __all__ = [
     "isotonic", "isotonic_l1", "isotonic_l2",
     "naive_estimate", "hg_estimate", "hc_estimate", "hg_variances", "hc_variances",
     "project_simplex", "largest_remainder_round", "match_level", "merge_estimates",
-    "top_down", "aggregate_up",
+    "top_down", "aggregate_up", "consistent_hc", "gls_tree", "distribute_to_children",
 ]
