@@ -511,6 +511,12 @@ def _postprocess_before_the_split(mech, measurements, h, counts):
         rows = [mech._node_estimate(np.asarray(measurements[leaf_level][leaf], dtype=np.float64), G[leaf], eps)[0]
                 for leaf in h.leaves]
         return aggregate_up(np.vstack(rows), h)
+    if mech.method == "consistent_hc":  # (new in issue 19) the tree-wide function on the stacked cells
+        from dpcore.mechanisms.coco import consistent_hc
+        Y = [np.array([measurements[lv][n] for n in h.nodes_at(lv)], dtype=np.float64) for lv in range(h.levels)]
+        Gl = [np.array([G[n] for n in h.nodes_at(lv)]) for lv in range(h.levels)]
+        Hl, _ = consistent_hc(Y, [mech.level_variance(lv) for lv in range(h.levels)], Gl, h)
+        return {n: Hl[lv][i] for lv in range(h.levels) for i, n in enumerate(h.nodes_at(lv))}
     if not mech.method.startswith("top_down"):
         return {node: mech._node_estimate(np.asarray(measurements[lv][node], dtype=np.float64), G[node],
                                           mech.epsilon(lv))[0]
