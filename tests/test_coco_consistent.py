@@ -128,7 +128,7 @@ def test_invariants_of_every_method(seed, depth, K, mean_groups, eps, method):
 
 
 @given(seed=st.integers(0, 10**6), depth=st.integers(1, 4), K=st.integers(1, 30))
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=90, deadline=None)
 def test_consistent_projection_on_arbitrary_noise(seed, depth, K):
     """The integer step holds its invariants for any real input (wild noise, per-level eps)."""
     rng = np.random.default_rng(seed)
@@ -137,7 +137,8 @@ def test_consistent_projection_on_arbitrary_noise(seed, depth, K):
     G = [np.bincount(h.ancestor_index(lv), weights=leaf_G, minlength=len(h.nodes_at(lv))).astype(np.int64)
          for lv in range(h.levels)]
     Y = [rng.normal(0, rng.uniform(0.1, 100), (len(h.nodes_at(lv)), K + 1)) for lv in range(h.levels)]
-    H, X = consistent_hc(Y, list(rng.uniform(0.01, 50, h.levels)), G, h)
+    anchor = ["root", "leaves", int(rng.integers(0, h.levels))][seed % 3]
+    H, X = consistent_hc(Y, list(rng.uniform(0.01, 50, h.levels)), G, h, anchor)
     for lv in range(h.levels):
         assert H[lv].dtype == np.int64 and H[lv].min() >= 0
         assert np.array_equal(H[lv].sum(axis=1), G[lv])
@@ -180,3 +181,105 @@ def test_consistent_beats_own_estimates_on_a_dense_tree():
             e += np.mean([emd(true[n], out[n]) for n in h.nodes_at(1)])
         err[m] = e
     assert err["consistent_hc"] < err["hc_l2"]
+
+
+# ------------------------------------------------- issue 19 item 3: leaves-first integer step, budget split
+@pytest.mark.parametrize("seed", range(15))
+def test_posterior_variances_equal_the_dense_covariance(seed):
+    """gls_tree_variances = diagonal of the dense (A^T W A)^-1 (mapped to every node), incl. empty nodes."""
+    from dpcore.mechanisms.coco import gls_tree_variances
+    rng = np.random.default_rng(100 + seed)
+    h = random_hierarchy(rng, int(rng.integers(1, 4)), max_children=4)
+    leaf_G = rng.integers(0, 4, len(h.leaves)) * (rng.random(len(h.leaves)) < 0.7)
+    G = [np.bincount(h.ancestor_index(lv), weights=leaf_G, minlength=len(h.nodes_at(lv))).astype(np.int64)
+         for lv in range(h.levels)]
+    var = list(rng.uniform(0.1, 10.0, h.levels))
+    P = gls_tree_variances(var, G, h)
+    M = _leaf_matrix(h)
+    free = G[-1] > 0
+    if not free.any():
+        assert all(np.all(p == 0) for p in P)
+        return
+    A = np.vstack([M[lv][:, free] / np.sqrt(var[lv]) for lv in range(h.levels)])
+    C = np.linalg.inv(A.T @ A)
+    for lv in range(h.levels):
+        Mf = M[lv][:, free]
+        np.testing.assert_allclose(P[lv], np.einsum("ij,jk,ik->i", Mf, C, Mf), rtol=1e-9, atol=1e-12)
+
+
+def test_leaf_anchor_keeps_rounded_leaves_and_sums_up():
+    """anchor='leaves': every leaf is its own isotonic + rounded least-squares estimate; parents are sums."""
+    from dpcore.mechanisms.coco.consistency import round_half_up
+    rng = np.random.default_rng(4)
+    h = random_hierarchy(rng, 2, max_children=4)
+    leaf_G = rng.integers(1, 6, len(h.leaves))
+    G = [np.bincount(h.ancestor_index(lv), weights=leaf_G, minlength=len(h.nodes_at(lv))).astype(np.int64)
+         for lv in range(h.levels)]
+    Y = [rng.normal(0, 2, (len(h.nodes_at(lv)), 8)) + np.linspace(0, 1, 8) * G[lv][:, None] for lv in range(h.levels)]
+    H, X = consistent_hc(Y, [4.0, 2.0, 1.0], G, h, "leaves")
+    L = h.levels - 1
+    R = np.concatenate([round_half_up(isotonic_rows(X[L][:, :-1], G[L])), G[L][:, None]], axis=1)
+    assert np.array_equal(np.cumsum(H[L], axis=1), R)
+    with pytest.raises(ValueError, match="anchor"):
+        consistent_hc(Y, [4.0, 2.0, 1.0], G, h, "middle")
+
+
+def _public_counts(h, leaf_G):
+    return {n: int(g) for lv in range(h.levels)
+            for n, g in zip(h.nodes_at(lv), np.bincount(h.ancestor_index(lv), weights=leaf_G,
+                                                          minlength=len(h.nodes_at(lv))).astype(np.int64))}
+
+
+@pytest.mark.parametrize("method", ["consistent_hc", "consistent_hc_leaf", "top_down_hc", "hg_l2"])
+def test_split_is_a_function_of_public_parameters_only(method):
+    """Two data sets with the same public parameters (tree, G per node, K, total) get the identical split;
+    it is exact (Fractions) and sums exactly to the total; the charged total equals it."""
+    from fractions import Fraction
+    from dpcore.mechanisms.coco import choose_split
+    rng = np.random.default_rng(8)
+    h = random_hierarchy(rng, 3, max_children=4)
+    leaf_G = rng.integers(0, 30, len(h.leaves))
+    counts = _public_counts(h, leaf_G)
+    # two different private data sets with the same public group counts per leaf
+    a = {leaf: rng.integers(1, 50, g) for leaf, g in zip(h.leaves, leaf_G)}
+    b = {leaf: np.full(g, 7) for leaf, g in zip(h.leaves, leaf_G)}
+    assert group_counts_of(a, h) == group_counts_of(b, h) == counts
+    s1 = choose_split(h, counts, 50, "0.9", method)
+    s2 = choose_split(h, dict(reversed(list(counts.items()))), 50, 0.9, method)
+    assert s1 == s2 and all(isinstance(e, Fraction) and e > 0 for e in s1)
+    assert sum(s1) == Fraction(9, 10) and len(s1) == h.levels
+    assert CocoMechanism(method, s1, 50).total_cost(h).epsilon == Fraction(9, 10)
+
+
+def group_counts_of(sizes, h):
+    leaf_G = np.array([len(sizes[leaf]) for leaf in h.leaves])
+    return _public_counts(h, leaf_G)
+
+
+def test_split_model_and_refusals():
+    from dpcore.mechanisms.coco import choose_split, split_errors
+    h = Hierarchy.from_edges([("*", "a"), ("*", "b")] + [(p, f"{p}{i}") for p in "ab" for i in range(20)])
+    counts = _public_counts(h, np.full(40, 5))
+    s = choose_split(h, counts, 10, 3, "consistent_hc")
+    # no other grid split has a smaller worst-level ratio
+    e = split_errors(h, counts, [float(x) / 3 for x in s], 3)
+    assert e.shape == (3,) and np.all(e > 0)
+    leaf = choose_split(h, counts, 10, 3, "consistent_hc_leaf")
+    assert leaf[-1] == 3 - 2 * leaf[0] and leaf[0] == leaf[1] > 0
+    with pytest.raises(ValueError, match="leaves only"):
+        choose_split(h, counts, 10, 3, "bottom_up_hc")
+    with pytest.raises(ValueError, match="epsilon_total"):
+        choose_split(h, counts, 10, 0, "consistent_hc")
+
+
+def test_spec_auto_split_needs_a_total():
+    from pydantic import ValidationError
+    from dpcore.spec import CocoSpec
+    ok = CocoSpec(epsilon_per_level="auto", epsilon_total=1.5, method="consistent_hc_leaf")
+    assert ok.epsilon_per_level == "auto"
+    with pytest.raises(ValidationError, match="epsilon_total"):
+        CocoSpec(epsilon_per_level="auto", method="consistent_hc")
+    with pytest.raises(ValidationError, match="only read"):
+        CocoSpec(epsilon_per_level=0.5, epsilon_total=1.5)
+    with pytest.raises(ValidationError, match="leaves"):
+        CocoSpec(epsilon_per_level="auto", epsilon_total=1.5, method="bottom_up_hc")

@@ -26,7 +26,7 @@ __all__ = [
     "project_simplex", "largest_remainder_round", "naive_estimate", "hg_estimate", "hc_estimate",
     "hg_variances", "hc_variances", "HC_VARIANCE_RULES", "match_level", "merge_estimates", "top_down", "aggregate_up",
     "round_half_up", "discrete_laplace_variance", "gls_tree", "isotonic_rows", "distribute_to_children",
-    "consistent_hc",
+    "consistent_hc", "gls_tree_variances", "CONSISTENT_ANCHORS",
 ]
 
 
@@ -460,6 +460,46 @@ def gls_tree(Y: list[np.ndarray], level_variance, G: list[np.ndarray], hierarchy
     return (X, float(V[0][0])) if return_root_variance else X
 
 
+def gls_tree_variances(level_variance, G: list[np.ndarray], hierarchy: Hierarchy) -> list[np.ndarray]:
+    """Error variance of :func:`gls_tree`'s estimate of every node (per cell), from public parameters only.
+
+    The estimate is linear in the measurements, so its error variance depends
+    only on the per-level noise variances, the tree and which nodes are empty
+    (public ``G``) — never on the data.  Same two passes as :func:`gls_tree`:
+    bottom-up ``V_v = (1/σ²_v + 1/Σ_c V_c)^-1`` (``V_leaf = σ²_leaf``), then
+    top-down (the Rauch-Tung-Striebel smoother form of the residual split
+    ``x_c = z_c + V_c/V_S (x_v - S_v)``)::
+
+        P_root = V_root,   P_c = V_c - V_c²/V_S + (V_c/V_S)² P_v.
+
+    Checked against the diagonal of the dense ``(AᵀWA)^-1`` in
+    ``tests/test_coco_consistent.py``.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        Per level, the posterior variance of every node (0 for empty nodes).
+    """
+    L = hierarchy.levels
+    empty = [np.asarray(g) == 0 for g in G]
+    V: list[np.ndarray] = [None] * L  # type: ignore[list-item]
+    V[L - 1] = np.where(empty[L - 1], 0.0, float(level_variance[L - 1]))
+    for lv in range(L - 2, -1, -1):
+        n = len(empty[lv])
+        VS = _sum_children(V[lv + 1], hierarchy.parent_index(lv + 1), n)
+        s = float(level_variance[lv])
+        ok = ~empty[lv]
+        inv = 1.0 / s + np.divide(1.0, VS, out=np.zeros_like(VS), where=VS > 0)
+        V[lv] = np.where(ok, 1.0 / inv, 0.0)
+    P = [V[0]]
+    for lv in range(1, L):
+        pidx = hierarchy.parent_index(lv)
+        VS = _sum_children(V[lv], pidx, len(P[lv - 1]))[pidx]
+        k = np.divide(V[lv], VS, out=np.zeros_like(V[lv]), where=VS > 0)
+        P.append(np.maximum(V[lv] - k * V[lv] + k * k * P[lv - 1][pidx], 0.0))
+    return P
+
+
 def isotonic_rows(X: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Row-wise L2 isotonic (non-decreasing) fit clipped to ``[0, hi_row]``, one PAV call for all rows.
 
@@ -544,8 +584,13 @@ def distribute_to_children(P: np.ndarray, R: np.ndarray, pidx: np.ndarray) -> np
     return np.rint(out).astype(np.int64).reshape(n_c, B)
 
 
+#: Where :func:`consistent_hc`'s integer step starts: ``"root"`` (top-down
+#: distribution from the root) or ``"leaves"`` (integer leaves, parents = sums).
+CONSISTENT_ANCHORS = ("root", "leaves")
+
+
 def consistent_hc(Y: list[np.ndarray], level_variance, G: list[np.ndarray],
-                  hierarchy: Hierarchy) -> tuple[list[np.ndarray], list[np.ndarray]]:
+                  hierarchy: Hierarchy, anchor="root") -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Tree-wide least squares on the noisy H_c of every node, then a consistent integer projection.
 
     1. **Least squares** (:func:`gls_tree`) on cells ``0..K-1`` of the noisy
@@ -567,6 +612,19 @@ def consistent_hc(Y: list[np.ndarray], level_variance, G: list[np.ndarray],
          to the children by sorted matching (:func:`distribute_to_children`),
          which makes the children sum to the parent exactly.
 
+    With ``anchor="leaves"`` (method ``consistent_hc_leaf``) the integer
+    step starts at the leaves instead: every leaf's least-squares estimate is
+    projected and rounded on its own (isotonic, clipped to ``[0, G]``, rounded
+    half up, last cell ``G``), and every parent is the exact sum of its
+    children's integer histograms (as bottom-up aggregation, but from the
+    tree-wide least-squares leaves).  Precise leaves then keep the gain of
+    rounding (an integer truth is recovered exactly when the error is below
+    1/2) instead of absorbing a noisy parent's rounding; the upper levels
+    carry the sum of the leaves' rounding errors.  An integer ``anchor`` =
+    level ``a`` does both: level ``a`` is rounded on its own, the levels above
+    are sums, the levels below are distributed top-down from it (``"root"``
+    is ``0``, ``"leaves"`` is ``levels - 1``).
+
     Parameters
     ----------
     Y : list of numpy.ndarray
@@ -576,6 +634,8 @@ def consistent_hc(Y: list[np.ndarray], level_variance, G: list[np.ndarray],
     G : list of numpy.ndarray
         Per level, public group counts.
     hierarchy : Hierarchy
+    anchor : {"root", "leaves"} or int
+        Level whose rounded estimate every other level is made consistent with.
 
     Returns
     -------
@@ -591,15 +651,25 @@ def consistent_hc(Y: list[np.ndarray], level_variance, G: list[np.ndarray],
     Kp1 = np.asarray(Y[0]).shape[1]
     X = gls_tree([np.asarray(y, dtype=np.float64)[:, :Kp1 - 1] for y in Y], level_variance, G, hierarchy)
     X = [np.concatenate([x, g[:, None].astype(np.float64)], axis=1) for x, g in zip(X, G)]
-    H: list[np.ndarray] = []
-    P = None
-    for lv in range(L):
+    if anchor == "root":
+        a = 0
+    elif anchor == "leaves":
+        a = L - 1
+    elif isinstance(anchor, (int, np.integer)) and not isinstance(anchor, bool) and 0 <= int(anchor) < L:
+        a = int(anchor)
+    else:
+        raise ValueError(f"anchor must be one of {CONSISTENT_ANCHORS} or a level in [0, {L - 1}], got {anchor!r}")
+
+    def rounded(lv: int) -> np.ndarray:
         fit = isotonic_rows(X[lv][:, :-1], G[lv])
-        R = np.concatenate([round_half_up(fit), G[lv][:, None]], axis=1)
-        if lv == 0:
-            Hl = np.diff(R, axis=1, prepend=0)
-        else:
-            Hl = distribute_to_children(P, R, hierarchy.parent_index(lv))
-        H.append(Hl)
-        P = np.cumsum(Hl, axis=1)
+        return np.concatenate([round_half_up(fit), G[lv][:, None]], axis=1)
+
+    H: list[np.ndarray] = [None] * L  # type: ignore[list-item]
+    H[a] = np.diff(rounded(a), axis=1, prepend=0)
+    for lv in range(a - 1, -1, -1):  # above the anchor: parent = sum of children
+        H[lv] = _sum_children(H[lv + 1], hierarchy.parent_index(lv + 1), len(G[lv]))
+    P = np.cumsum(H[a], axis=1)
+    for lv in range(a + 1, L):  # below the anchor: distribute the parent's groups
+        H[lv] = distribute_to_children(P, rounded(lv), hierarchy.parent_index(lv))
+        P = np.cumsum(H[lv], axis=1)
     return H, X

@@ -45,6 +45,7 @@ __all__ = ["CocoMechanism", "NodeChunk", "NodeEstimate"]
 _REPR = {
     "naive": "H", "hg_l1": "Hg", "hg_l2": "Hg", "hc_l1": "Hc", "hc_l2": "Hc",
     "bottom_up_hg": "Hg", "bottom_up_hc": "Hc", "top_down_hg": "Hg", "top_down_hc": "Hc", "consistent_hc": "Hc",
+    "consistent_hc_leaf": "Hc",
 }
 
 
@@ -110,6 +111,11 @@ class CocoMechanism:
           tree (Hay et al., PVLDB 2010, Section 4), then a top-down integer,
           monotone, non-negative projection that keeps parent = sum of
           children exactly (:func:`~dpcore.mechanisms.coco.consistency.consistent_hc`).
+        * ``consistent_hc_leaf`` — the same measurements and least squares,
+          but the integer step is anchored at the leaves: each leaf is made
+          integer on its own (isotonic + rounding to its G) and every parent
+          is the exact sum of its children (``anchor="leaves"``), which keeps
+          the rounding gain of precise leaves.
 
         The per-node methods (naive, hg_*, hc_*) measure every level and do
         **not** enforce parent = sum of children (slide "Non-hierarchical
@@ -142,7 +148,7 @@ class CocoMechanism:
     """
 
     METHODS = ("naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2", "bottom_up_hg", "bottom_up_hc",
-               "top_down_hg", "top_down_hc", "consistent_hc")
+               "top_down_hg", "top_down_hc", "consistent_hc", "consistent_hc_leaf")
     notion = "dp"
     neighbour = "add-remove"
 
@@ -406,7 +412,7 @@ class CocoMechanism:
             H, Hg, bsz = hg_estimate(y, K, self._loss)
             return H, Hg, hg_variances(bsz, float(eps))
         H = hc_estimate(y, G, self._loss)
-        if self.method == "consistent_hc":
+        if self.method.startswith("consistent_hc"):
             return H, None, None, y
         return H, np.repeat(np.arange(K + 1), H), hc_variances(H, float(eps), self.hc_variance)
 
@@ -520,7 +526,7 @@ class CocoMechanism:
         if self.method.startswith("bottom_up"):
             rows = [estimates[leaf][0] for leaf in hierarchy.leaves]
             return aggregate_up(np.vstack(rows) if rows else np.zeros((0, K + 1), np.int64), hierarchy)
-        if self.method == "consistent_hc":
+        if self.method.startswith("consistent_hc"):
             return self._assemble_consistent(estimates, hierarchy)
         if not self.method.startswith("top_down"):
             return {node: estimates[node][0]
@@ -551,7 +557,8 @@ class CocoMechanism:
             nodes = hierarchy.nodes_at(level)
             Y.append(np.stack([np.asarray(estimates[n].Hc_noisy, dtype=np.float64) for n in nodes]))
             G.append(np.array([int(estimates[n].H.sum()) for n in nodes], dtype=np.int64))
-        H, _ = consistent_hc(Y, [self.level_variance(lv) for lv in range(hierarchy.levels)], G, hierarchy)
+        anchor = "leaves" if self.method == "consistent_hc_leaf" else "root"
+        H, _ = consistent_hc(Y, [self.level_variance(lv) for lv in range(hierarchy.levels)], G, hierarchy, anchor)
         return {n: row for level in range(hierarchy.levels) for n, row in zip(hierarchy.nodes_at(level), H[level])}
 
     def postprocess(self, measurements: Mapping[int, Mapping[str, Sequence[int]]], hierarchy: Hierarchy,
