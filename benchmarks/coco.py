@@ -57,8 +57,18 @@ from dpcore.noise import NoiseSource
 EPSILONS = (0.1, 0.5, 1.0)
 METHODS = (
     "naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2",
-    "bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc", "top_down_hc_slidesvar",
+    "bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc", "top_down_hc_slidesvar", "consistent_hc",
+    "consistent_hc_auto", "consistent_hc_leaf_auto",
 )
+#: The consistent variants checked against the issue-19 goal; ``*_auto`` = the same method with the per-level
+#: split of the same total (eps x levels) chosen by ``coco.choose_split`` from public parameters only.
+NEW = ("consistent_hc", "consistent_hc_auto", "consistent_hc_leaf_auto")
+#: Per-node L1 methods (pure-Python median PAV, 10-20 s per run on the larger data sets): run with at most
+#: SLOW_SEEDS seeds so the default run stays under ~10 minutes; they do not enter the issue-19 goal.
+SLOW = ("hg_l1", "hc_l1")
+SLOW_SEEDS = 2
+#: The hierarchical baselines consistent_hc must match or beat at every level (issue 19 accuracy goal).
+BASELINES = ("bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc")
 LABEL = {
     "naive": "Naive (H, 2/eps)",
     "hg_l1": "H_g L1", "hg_l2": "H_g L2",
@@ -66,6 +76,9 @@ LABEL = {
     "bottom_up_hg": "Bottom-up H_g", "bottom_up_hc": "Bottom-up H_c",
     "top_down_hg": "Top-down H_g x H_g x H_g", "top_down_hc": "Top-down H_c x H_c x H_c",
     "top_down_hc_slidesvar": "Top-down H_c, slides' literal H_c variance",
+    "consistent_hc": "Consistent H_c (tree-wide least squares)",
+    "consistent_hc_auto": "Consistent H_c, auto split",
+    "consistent_hc_leaf_auto": "Consistent H_c leaves-first, auto split",
 }
 NON_HIER = ("naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2")
 
@@ -265,6 +278,24 @@ def _mech(method: str, eps, K: int):
     return coco.CocoMechanism(method, eps, K)
 
 
+_SPLITS: dict = {}
+
+
+def auto_split(ds: Dataset, method: str, eps_level: float) -> list:
+    """``coco.choose_split`` of the total eps_level x levels for ``method`` (without ``_auto``), from the public
+    hierarchy and group counts of ``ds`` only (cached; recorded in BENCHMARKS.md)."""
+    from fractions import Fraction
+    coco = _coco()
+    key = (ds.key, method, eps_level)
+    if key not in _SPLITS:
+        L = len(_levels(ds.h))
+        leaf_counts = np.array([len(ds.sizes.get(leaf, ())) for leaf in ds.h.leaves], dtype=np.int64)
+        from dpcore.mechanisms.coco.representations import counts_from_leaf_counts
+        counts = counts_from_leaf_counts(leaf_counts, ds.h)
+        _SPLITS[key] = coco.choose_split(ds.h, counts, ds.K, Fraction(repr(eps_level)) * L, method[:-len("_auto")])
+    return _SPLITS[key]
+
+
 def run(method: str, eps_level: float, ds: Dataset, true_H: dict, seed: int, bottom_up_total: bool = True):
     """EMD per level of one publication.
 
@@ -274,14 +305,19 @@ def run(method: str, eps_level: float, ds: Dataset, true_H: dict, seed: int, bot
     coco = _coco()
     L = len(_levels(ds.h))
     eps = eps_level * L if (method.startswith("bottom_up") and bottom_up_total) else eps_level
-    mech = _mech(method, eps, ds.K)
+    if method.endswith("_auto"):
+        split = auto_split(ds, method, eps_level)
+        mech = coco.CocoMechanism(method[:-len("_auto")], split, ds.K)
+    else:
+        mech = _mech(method, eps, ds.K)
     t = time.perf_counter()
     est = mech.publish(ds.sizes, ds.h, NoiseSource(seed=seed))
     dt = time.perf_counter() - t
     return level_emd(true_H, est, ds.h), dt
 
 
-def compare(ds: Dataset, seeds: int, methods=METHODS, epsilons=EPSILONS) -> tuple[dict, dict]:
+def compare(ds: Dataset, seeds: int, methods=METHODS, epsilons=EPSILONS, per_seed: dict | None = None) -> tuple[dict, dict]:
+    """Mean EMD per level of every (eps, method); ``per_seed`` (if given) receives the per-seed rows."""
     coco = _coco()
     true_H = coco.coco_histograms(ds.sizes, ds.h, ds.K)
     res, times = {}, {}
@@ -289,13 +325,50 @@ def compare(ds: Dataset, seeds: int, methods=METHODS, epsilons=EPSILONS) -> tupl
         for m in methods:
             t0 = time.perf_counter()
             acc = []
-            for s in range(seeds):
+            n = min(seeds, SLOW_SEEDS) if m in SLOW else seeds
+            for s in range(n):
                 lv, _ = run(m, e, ds, true_H, seed=1000 * s + 17)
                 acc.append([lv[l] for l in _levels(ds.h)])
             res[(e, m)] = np.mean(acc, axis=0)
-            times[(e, m)] = (time.perf_counter() - t0) / seeds
+            if per_seed is not None:
+                per_seed[(e, m)] = np.asarray(acc)
+            times[(e, m)] = (time.perf_counter() - t0) / n
             log(f"  [{ds.key}] eps={e} {m:13s} " + " ".join(fmt(x) for x in res[(e, m)]) + f"  ({times[(e, m)]:.2f} s/run)")
     return res, times
+
+
+def goal_check(ds: Dataset, per_seed: dict, epsilons=EPSILONS, new: str = "consistent_hc") -> tuple[str, dict]:
+    """Issue 19 accuracy goal: ``new``'s mean EMD <= the best of BASELINES at every level, within the 95% CI.
+
+    Per (eps, level): ratio = mean(new) / mean(best baseline); met when
+    ``mean(new) - mean(best) <= 1.96 * SE`` (SE of the difference of the two
+    means over the seeds, independent-sample approximation).
+    """
+    levels = _levels(ds.h)
+    cells, met, misses = [], 0, []
+    for e in epsilons:
+        row = []
+        for i, l in enumerate(levels):
+            means = {m: per_seed[(e, m)][:, i].mean() for m in BASELINES}
+            b = min(means, key=means.get)
+            x, y = per_seed[(e, new)][:, i], per_seed[(e, b)][:, i]
+            se = math.sqrt(x.var(ddof=1) / len(x) + y.var(ddof=1) / len(y)) if len(x) > 1 else 0.0
+            ok = x.mean() - y.mean() <= 1.96 * se
+            met += ok
+            if not ok:
+                misses.append((e, l, b, x.mean() / y.mean()))
+            row.append(f"{x.mean() / y.mean():.2f} {'ok' if ok else 'NO'} ({LABEL[b]})")
+        cells.append(f"| {e} | " + " | ".join(row) + " |")
+    md = [
+        f"Goal check (issue 19): `{new}` mean EMD / best of bottom-up and top-down (H_g and H_c) at each level; "
+        f"'ok' = not worse within the 95% CI of the difference ({len(per_seed[(epsilons[0], new)])} seeds); the best "
+        f"baseline in brackets. Met in {met}/{len(epsilons) * len(levels)} cells.\n",
+        "| eps per level | " + " | ".join(f"L{l}" for l in levels) + " |",
+        "|---|" + "---|" * len(levels),
+        *cells,
+        "",
+    ]
+    return "\n".join(md), {"met": met, "cells": len(epsilons) * len(levels), "misses": misses}
 
 
 def table(ds: Dataset, res: dict, times: dict, epsilons=EPSILONS, methods=METHODS) -> str:
@@ -385,7 +458,7 @@ def bu_replay(dsets: list[Dataset], seeds: int) -> str:
     for d in dsets:
         true_H = coco.coco_histograms(d.sizes, d.h, d.K)
         L = len(_levels(d.h))
-        for m in ("bottom_up_hc", "top_down_hc", "top_down_hc_slidesvar"):
+        for m in ("bottom_up_hc", "top_down_hc", "top_down_hc_slidesvar", "consistent_hc"):
             acc = []
             for s in range(seeds):
                 lv, _ = run(m, 1.0 / L, d, true_H, seed=1000 * s + 29)
@@ -394,13 +467,131 @@ def bu_replay(dsets: list[Dataset], seeds: int) -> str:
             log(f"  [replay {d.key}] {m}: " + " ".join(fmt(x) for x in vals[(d.key, m)]))
     for l in range(3):
         for j, (m, name) in enumerate((("bottom_up_hc", "BU"), ("top_down_hc", "H_c"),
-                                       ("top_down_hc_slidesvar", "H_c, slides' literal variance"))):
+                                       ("top_down_hc_slidesvar", "H_c, slides' literal variance"),
+                                       ("consistent_hc", "consistent H_c (same split)"))):
             ours = " | ".join(fmt(vals[(d.key, m)][l]) if l < len(vals[(d.key, m)]) else "-" for d in dsets)
             pap = " | ".join(f"{PAPER['bu'][l][k][min(j, 1)]:,.1f}" if j < 2 else "-"
                              for k in ("Synthetic", "White", "Hawaiian", "Taxi"))
             out.append(f"| {l} | {name} | {ours} | {pap} |")
     out.append("")
     return "\n".join(out), vals
+
+
+# ---------------------------------------------------------------------------
+# merge diagnosis (issue 19, item 1)
+# ---------------------------------------------------------------------------
+
+
+def _round_H(vals, node, n_nodes, K):
+    """Per-node H from real group sizes (rounded half up, clipped to [0, K])."""
+    coco = _coco()
+    s = np.clip(coco.consistency.round_half_up(vals), 0, K)
+    return np.bincount(node * (K + 1) + s, minlength=n_nodes * (K + 1)).reshape(n_nodes, K + 1)
+
+
+def merge_one(ds: Dataset, eps: float, seed: int, true_H: dict) -> dict:
+    """One publication of top-down H_c taken apart at its first merge (root <-> level 1), plus consistent_hc.
+
+    Returns EMD at levels 0 and 1 of: the nodes' own estimates (before any
+    merge); the estimates right after the root/level-1 merge; the final
+    top-down release; consistent_hc from the same noisy measurements; and, for
+    the matched (root group, level-1 group) pairs of the first merge, the
+    realised squared errors of both sides against the true root sizes next to
+    the variances the merge assumed, and the systematic (mean) error.
+    """
+    coco = _coco()
+    K, h = ds.K, ds.h
+    mech = coco.CocoMechanism("top_down_hc", eps, K)
+    counts = {n: int(np.sum(true_H[n])) for n in h.nodes}
+    meas = {}
+    noise = NoiseSource(seed=seed)
+    for lv in range(h.levels):
+        nodes, bounds, noisy = mech._measure_level_array(ds.sizes, h, lv, noise)
+        meas[lv] = {n: noisy[bounds[i]:bounds[i + 1]] for i, n in enumerate(nodes)}
+    est = {}
+    for ch in mech.node_chunks(meas, h, counts):
+        est.update(zip(ch.nodes, mech.estimate_chunk(ch)))
+    final = mech.assemble(est, h)
+    cmech = coco.CocoMechanism("consistent_hc", eps, K)
+    cest = {}
+    for ch in cmech.node_chunks(meas, h, counts):
+        cest.update(zip(ch.nodes, cmech.estimate_chunk(ch)))
+    cons = cmech.assemble(cest, h)
+    n1 = h.nodes_at(1)
+    root = h.nodes_at(0)[0]
+    own = {n: est[n].H for n in [root] + n1}
+    # the first merge, exactly as consistency.top_down does it
+    pv, pvar = est[root].Hg.astype(float), est[root].V
+    cv = np.concatenate([est[n].Hg for n in n1]).astype(float)
+    cvar = np.concatenate([est[n].V for n in n1])
+    cnode = np.concatenate([np.full(len(est[n].Hg), i) for i, n in enumerate(n1)])
+    p_idx, c_idx = coco.match_level(pv, np.zeros(pv.size, np.int64), cv, np.zeros(cv.size, np.int64))
+    merged, _ = coco.merge_estimates(pv[p_idx], pvar[p_idx], cv[c_idx], cvar[c_idx])
+    new = np.empty_like(cv)
+    new[c_idx] = merged
+    after = dict(zip(n1, _round_H(new, cnode, len(n1), K)))
+    after[root] = _round_H(new, np.zeros(new.size, np.int64), 1, K)[0]
+    truth = coco.to_hg(true_H[root]).astype(float)  # k-th smallest true root size
+    ep = pv[p_idx] - truth
+    ec = cv[c_idx] - truth
+    em = merged - truth
+    out = {}
+    for name, H in (("own", own), ("after", after), ("final", final), ("consistent", cons)):
+        out[name] = (coco.emd(true_H[root], H[root]), float(np.mean([coco.emd(true_H[n], H[n]) for n in n1])))
+    out["stats"] = np.array([
+        np.mean(ep ** 2 / pvar[p_idx]), np.mean(ep),
+        np.mean(ec ** 2 / cvar[c_idx]), np.mean(ec), np.mean(em ** 2) / min(np.mean(ep ** 2), np.mean(ec ** 2)),
+    ])
+    return out
+
+
+def merge_diagnosis(dsets: list[Dataset], seeds: int, epsilons=EPSILONS) -> tuple[str, dict]:
+    """Issue 19 item 1: why the top-down merge does not help, measured (Markdown + figures)."""
+    coco = _coco()
+    rows, vals = [], {}
+    for ds in dsets:
+        true_H = coco.coco_histograms(ds.sizes, ds.h, ds.K)
+        for e in epsilons:
+            acc = [merge_one(ds, e, 1000 * s + 41, true_H) for s in range(seeds)]
+            v = {k: np.mean([a[k] for a in acc], axis=0) for k in acc[0]}
+            vals[(ds.key, e)] = v
+            log(f"  [merge {ds.key}] eps={e} own {fmt(v['own'][0])}/{fmt(v['own'][1])} after {fmt(v['after'][0])}/"
+                f"{fmt(v['after'][1])} final {fmt(v['final'][0])}/{fmt(v['final'][1])} consistent "
+                f"{fmt(v['consistent'][0])}/{fmt(v['consistent'][1])}")
+            st = v["stats"]
+            G = [np.array([int(np.sum(true_H[n])) for n in ds.h.nodes_at(l)]) for l in _levels(ds.h)]
+            mech = coco.CocoMechanism("consistent_hc", e, ds.K)
+            var = [mech.level_variance(l) for l in _levels(ds.h)]
+            _, vroot = coco.gls_tree([np.zeros((len(g), 1)) for g in G], var, G, ds.h, return_root_variance=True)
+            v["root_var_ratio"] = vroot / var[0]
+            rows.append(
+                f"| {ds.key} | {e} | {fmt(v['own'][0])} | {fmt(v['after'][0])} | {fmt(v['final'][0])} | "
+                f"**{fmt(v['consistent'][0])}** | {fmt(v['own'][1])} | {fmt(v['after'][1])} | {fmt(v['final'][1])} | "
+                f"**{fmt(v['consistent'][1])}** | {st[0]:.1f} ({st[1]:+.2f}) | {st[2]:.1f} ({st[3]:+.2f}) "
+                f"| {st[4]:.2f} | {v['root_var_ratio']:.3f} |"
+            )
+    md = [
+        "### Why the top-down merge does not help (issue 19, item 1)\n",
+        f"Top-down H_c taken apart on the same noisy measurements (eps per level, {seeds} seeds, mean EMD): "
+        "**own** = each node's own H_c estimate (isotonic L2 + rounding, no merge); **after merge** = the root's and "
+        "level-1 groups right after the first merge (root <-> level 1, matched and inverse-variance averaged, rounded); "
+        "**final** = the released top-down H_c (after the level 1 <-> 2 merge and back-substitution from the leaves); "
+        "**consistent** = `consistent_hc` from the *same* measurements (tree-wide least squares on the raw noisy H_c, "
+        "then the integer projection). The last three columns look inside the first merge, over the matched pairs "
+        "(k-th smallest root group): mean of (error of each side against the true k-th root size)^2 / the variance the "
+        "merge assumed for it (1 = calibrated; > 1 = over-trusted), with the mean signed error in brackets (a bias: "
+        "noise alone would average ~0), and the merged pairs' mean squared error over the better side's alone "
+        "(< 1 = the average helped the group sizes). **LS bound** = variance of the least-squares root estimate / "
+        "variance of the root's own measurement, per H_c cell, from the public fan-outs and eps alone "
+        "(`gls_tree(..., return_root_variance=True)`): the most any unbiased merge of the tree's measurements can "
+        "gain at the root under this budget split.\n",
+        "| data | eps | L0 own | L0 after merge | L0 final | L0 consistent | L1 own | L1 after merge | L1 final | "
+        "L1 consistent | root side: err^2/assumed var (bias) | level-1 side: err^2/assumed var (bias) | merged MSE / better side's | LS bound |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+    return "\n".join(md), vals
 
 
 # ---------------------------------------------------------------------------
@@ -544,13 +735,22 @@ def main(argv=None) -> None:
     parts, all_flags = [], {}
     for ds in dsets:
         log(f"method comparison: {ds.key}")
-        res, times = compare(ds, seeds)
+        per_seed: dict = {}
+        res, times = compare(ds, seeds, per_seed=per_seed)
         lines, flags = checks(ds, res)
         all_flags[ds.key] = flags
         parts.append(f"### {ds.title}\n")
         parts.append(ds.note + "\n")
         parts.append(table(ds, res, times))
         parts.append("")
+        parts.append("Splits chosen by `choose_split` (public parameters only; share of the total eps x levels, root first): "
+                     + "; ".join(f"{m[:-5]} eps={e}: " + " / ".join(f"{float(x / sum(auto_split(ds, m, e))):.3f}"
+                                                                 for x in auto_split(ds, m, e))
+                                 for m in NEW if m.endswith("_auto") for e in EPSILONS) + ".\n")
+        flags["goal"] = {}
+        for m in NEW:
+            gmd, flags["goal"][m] = goal_check(ds, per_seed, new=m)
+            parts.append(gmd)
         parts.extend(f"- {x}" for x in lines)
         if ds.key == "housing":
             p = PAPER["naive_top"]["Synthetic"]
@@ -571,6 +771,9 @@ def main(argv=None) -> None:
 
     log("replaying the slides' bottom-up table ...")
     replay, rvals = bu_replay(dsets, seeds)
+
+    log("merge diagnosis ...")
+    merge_md, _ = merge_diagnosis(dsets, min(seeds, 3))
 
     if args.skip_scale:
         sc = "### Scale\n\n(skipped in this development run)\n"
@@ -601,6 +804,15 @@ def main(argv=None) -> None:
         "- Top-down beats bottom-up at levels 0-1 (equal total budget, eps per level in {0.1, 0.5, 1.0}, H_g and H_c families): "
         + ", ".join(f"{k}: {v['td'][0]}/{v['td'][1]}" for k, v in f.items()) + "."
     )
+    for m in NEW:
+        summary.append(
+            f"- Issue 19 goal, `{m}` <= best of bottom-up / top-down at every level within the 95% CI: "
+            + ", ".join(f"{k}: {v['goal'][m]['met']}/{v['goal'][m]['cells']}" for k, v in f.items())
+            + f" (total {sum(v['goal'][m]['met'] for v in f.values())}/{sum(v['goal'][m]['cells'] for v in f.values())})"
+            + ". Cells missed: " + ("; ".join(
+                f"{k} eps={e} L{l} x{r:.2f} vs {LABEL[b]}" for k, v in f.items() for e, l, b, r in v["goal"][m]["misses"])
+                or "none") + "."
+        )
     rp = []
     for d in dsets:
         bu, td = rvals[(d.key, "bottom_up_hc")], rvals[(d.key, "top_down_hc")]
@@ -619,15 +831,21 @@ def main(argv=None) -> None:
         "## Count-of-counts histograms: hierarchical publishing (seed 004 part 2, Kuo et al. PVLDB 2018)\n",
         f"`benchmarks/coco.py{' --quick' if args.quick else ''}`; {machine()}; whole run {total:.0f} s.\n",
         f"Error = earthmover's distance ||H_c - H_c_hat||_1 per node, averaged over the nodes of a level (L0 = root) "
-        f"and over {seeds} seeded noise draws. eps is per level; non-hierarchical methods estimate every node "
+        f"and over {seeds} seeded noise draws ({', '.join(LABEL[m] for m in SLOW)}: {min(seeds, SLOW_SEEDS)} draws, they are "
+        f"slow and outside the issue-19 goal). eps is per level; non-hierarchical methods estimate every node "
         f"independently (not consistent); bottom-up methods get the same total budget, all on the leaves "
         f"(eps x levels, as in the slides' bottom-up comparison); top-down spends eps on every level. "
         f"Top-down H_c merges with the H_c variance 'slides' rule 4/(eps^2 n_s) + positional term' "
         f"(`consistency.hc_variances`, default); the row \"slides' literal H_c variance\" uses the slides' rule alone. "
+        f"`consistent_hc` spends eps on every level (the equal split, as top-down); the `auto split` rows spend the same "
+        f"total (eps x levels) split by `coco.choose_split` from public parameters only (the GLS error model's minimax "
+        f"ratio for `consistent_hc`; for the leaves-first integer step `consistent_hc_leaf` all but 1/24 per upper level "
+        f"on the leaves). "
         f"Bold = best in its column. 1-minute load average at the start / end of the whole run: "
         f"{load_start:.1f} / {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.\n",
         *parts,
         replay,
+        merge_md,
         sc,
         *summary,
     ]

@@ -18,7 +18,7 @@ import math
 import re
 from fractions import Fraction
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
 from pydantic import (
@@ -409,9 +409,20 @@ class CocoSpec(_Strict):
     group_id: str = Field(default="", description="Group id column in groups_file (default: group_column).")
     levels: list[str] = Field(default_factory=list, description="Level columns of groups_file, top to bottom.")
     max_group_size: int = Field(default=1000, ge=1, description="Public maximum group size K (larger groups are clamped).")
-    epsilon_per_level: float | list[float] = Field(default=0.5, description="Epsilon of each level (> 0); one charge per level.")
+    epsilon_per_level: float | list[float] | Literal["auto"] = Field(
+        default=0.5,
+        description="Epsilon of each level (> 0); one charge per level. 'auto': split epsilon_total across the "
+        "levels from public parameters only (dpcore.mechanisms.coco.split.choose_split; the split is stated in "
+        "the report and the manifest).",
+    )
+    epsilon_total: Optional[float] = Field(
+        default=None, gt=0,
+        description="With epsilon_per_level: auto, the total epsilon split across the levels (the charges sum to it "
+        "exactly). Only with auto.",
+    )
     method: Literal[
-        "naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2", "bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc"
+        "naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2", "bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc",
+        "consistent_hc", "consistent_hc_leaf",
     ] = "top_down_hc"
     accuracy_replicates: int = Field(
         default=20, ge=0, le=1000,
@@ -433,6 +444,16 @@ class CocoSpec(_Strict):
             missing = [k for k in ("group_column", "groups_file") if not getattr(self, k)]
             if missing or not self.levels:
                 raise ValueError(f"enabled coco needs group_column, groups_file and levels (missing: {missing or ['levels']})")
+        if self.epsilon_per_level == "auto":
+            if self.epsilon_total is None or not math.isfinite(self.epsilon_total):
+                raise ValueError("epsilon_per_level: auto needs epsilon_total (> 0), the total split across the levels")
+            if self.method.startswith("bottom_up"):
+                raise ValueError(f"epsilon_per_level: auto is for methods that measure every level; {self.method} "
+                                 "spends everything on the leaves: give epsilon_per_level = the total")
+            return self
+        if self.epsilon_total is not None:
+            raise ValueError("epsilon_total is only read with epsilon_per_level: auto (otherwise the total is the sum "
+                             "of epsilon_per_level over the measured levels)")
         eps = self.epsilon_per_level if isinstance(self.epsilon_per_level, list) else [self.epsilon_per_level]
         if not eps or any(not (math.isfinite(e) and e > 0) for e in eps):
             raise ValueError("epsilon_per_level must be > 0 (a number, or one number per level including the root)")

@@ -19,7 +19,8 @@ from tasks.stages import bundle_task, cost_preflight_task, ingest_task, validate
 from .params import DEMO_SPEC, ReleaseId, SpecPath
 from .runner import task_runner_from_env
 
-Method = Literal["naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2", "bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc"]
+Method = Literal["naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2", "bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc", "consistent_hc",
+                 "consistent_hc_leaf"]
 
 COCO_CHUNK_NODES = 256
 """At most this many nodes of one level per mapped estimate task (the demo: 3 tasks, one per level;
@@ -70,7 +71,7 @@ def coco_publish(
     """
     spec, settings = resolve(spec_path, release_id)
     section = spec.steps.coco.model_copy(
-        update={"enabled": True, "epsilon_per_level": epsilon_per_level, "max_group_size": max_group_size, "method": method}
+        update={"enabled": True, "epsilon_per_level": epsilon_per_level, "epsilon_total": None, "max_group_size": max_group_size, "method": method}
     )
     spec = with_step(spec, "coco", section)
     ingested = ingest_task(spec, settings)

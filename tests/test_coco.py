@@ -18,7 +18,7 @@ from dpcore.mechanisms.coco import (CocoMechanism, Hierarchy, coco_histograms, e
                                     project_simplex, to_hc, to_hg, top_down)
 from dpcore.noise import NoiseSource
 
-HIER_METHODS = ("bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc")
+HIER_METHODS = ("bottom_up_hg", "bottom_up_hc", "top_down_hg", "top_down_hc", "consistent_hc", "consistent_hc_leaf")
 
 
 # ----------------------------------------------------------------- helpers
@@ -511,6 +511,13 @@ def _postprocess_before_the_split(mech, measurements, h, counts):
         rows = [mech._node_estimate(np.asarray(measurements[leaf_level][leaf], dtype=np.float64), G[leaf], eps)[0]
                 for leaf in h.leaves]
         return aggregate_up(np.vstack(rows), h)
+    if mech.method.startswith("consistent_hc"):  # (new in issue 19) the tree-wide function on the stacked cells
+        from dpcore.mechanisms.coco import consistent_hc
+        Y = [np.array([measurements[lv][n] for n in h.nodes_at(lv)], dtype=np.float64) for lv in range(h.levels)]
+        Gl = [np.array([G[n] for n in h.nodes_at(lv)]) for lv in range(h.levels)]
+        anchor = "leaves" if mech.method == "consistent_hc_leaf" else "root"
+        Hl, _ = consistent_hc(Y, [mech.level_variance(lv) for lv in range(h.levels)], Gl, h, anchor)
+        return {n: Hl[lv][i] for lv in range(h.levels) for i, n in enumerate(h.nodes_at(lv))}
     if not mech.method.startswith("top_down"):
         return {node: mech._node_estimate(np.asarray(measurements[lv][node], dtype=np.float64), G[node],
                                           mech.epsilon(lv))[0]
@@ -570,7 +577,8 @@ def test_chunked_node_estimates_assemble_to_postprocess(method):
         direct = mech.estimate_nodes([meas[str(lv)][n] for n in nodes], [counts[n] for n in nodes], eps[lv])
         for node, e in zip(nodes, direct):
             assert np.array_equal(e.H, estimates[node].H)
-            assert (e.Hg is None) == (method == "naive") == (e.V is None)
+            assert (e.Hg is None) == (method in ("naive", "consistent_hc", "consistent_hc_leaf")) == (e.V is None)
+            assert (e.Hc_noisy is not None) == method.startswith("consistent_hc")
 
 
 def test_chunk_and_assemble_input_errors():

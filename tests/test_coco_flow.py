@@ -99,3 +99,23 @@ def test_bad_public_inputs_fail_before_any_charge(dpr_home, coco_spec, tmp_path)
             release_pipeline(spec_path=str(coco_spec(**coco)))
         assert _coco_charges().empty
         coco_spec(groups_file=fleet_path, levels=["carrier", "origin"])  # restore for the next case
+
+
+def test_auto_split_is_planned_from_the_public_groups_file(dpr_home, coco_spec):
+    """epsilon_per_level: auto + epsilon_total: one charge per level, the levels' costs sum exactly to the total,
+    and the split (chosen by choose_split from the groups file, K and the method) is in the charges' parameters."""
+    from fractions import Fraction
+    from dpcore.mechanisms.coco import choose_split
+    from dpcore.spec import load_spec
+    from dpcore.steps.coco import check_coco, coco_planned_charges
+
+    for method in ("consistent_hc", "consistent_hc_leaf"):
+        spec = load_spec(coco_spec(method=method, epsilon_per_level="auto", epsilon_total=0.9))
+        inputs, mech = check_coco(spec)
+        split = choose_split(inputs.hierarchy, inputs.group_counts, spec.steps.coco.max_group_size, 0.9, method)
+        assert [mech.epsilon(lv) for lv in range(inputs.hierarchy.levels)] == split
+        plan = coco_planned_charges(spec)
+        assert sum((p.cost.epsilon for p in plan), Fraction(0)) == Fraction(9, 10) == mech.total_cost(inputs.hierarchy).epsilon
+        assert all(p.match["epsilon_per_level"] == {"auto": [str(e) for e in split], "epsilon_total": 0.9} for p in plan)
+    with pytest.raises(StepInputError, match="one epsilon per level"):  # explicit lists are checked as before
+        check_coco(load_spec(coco_spec(method="consistent_hc", epsilon_per_level=[0.1, 0.2], epsilon_total=None)))

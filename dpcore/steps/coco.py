@@ -41,6 +41,7 @@ from ..accuracy import Accuracy, discrete_laplace_half_width, level_text
 from ..bundle import StepOutput
 from ..ingest import IngestResult
 from ..mechanisms.coco.bootstrap import BootstrapError, bootstrap_level_errors
+from ..mechanisms.coco.split import SPLIT_GRID, SPLIT_OBJECTIVE, choose_split
 from ..mechanisms.coco import (CocoMechanism, Hierarchy, NodeChunk, NodeEstimate, coco_histograms, emd, group_counts,
                                group_sizes_by_leaf)
 from ..plots import coco_plots
@@ -113,6 +114,16 @@ def coco_inputs(spec: ReleaseSpec) -> CocoInputs:
     return CocoInputs(hierarchy, group_leaf, group_counts(group_leaf, hierarchy), hashlib.sha256(raw).hexdigest())
 
 
+def level_epsilons(spec: ReleaseSpec, inputs: CocoInputs):
+    """The spec's ε per level; with ``epsilon_per_level: auto`` the split of ``epsilon_total`` chosen from the
+    public hierarchy, public G_τ and K only (:func:`~dpcore.mechanisms.coco.split.choose_split`; exact
+    fractions summing to the total, identical for any data with the same public parameters)."""
+    cfg = spec.steps.coco
+    if cfg.epsilon_per_level != "auto":
+        return cfg.epsilon_per_level
+    return choose_split(inputs.hierarchy, inputs.group_counts, cfg.max_group_size, cfg.epsilon_total, cfg.method)
+
+
 def check_coco(spec: ReleaseSpec) -> tuple[CocoInputs, CocoMechanism]:
     """Every public check of ``steps.coco``; reads only the spec and its public groups file (the release's preflight).
 
@@ -131,8 +142,9 @@ def check_coco(spec: ReleaseSpec) -> tuple[CocoInputs, CocoMechanism]:
     """
     inputs = coco_inputs(spec)
     cfg = spec.steps.coco
-    mech = CocoMechanism(cfg.method, cfg.epsilon_per_level, cfg.max_group_size)
     try:
+        eps = level_epsilons(spec, inputs)
+        mech = CocoMechanism(cfg.method, eps, cfg.max_group_size)
         mech.validate(inputs.hierarchy)
     except ValueError as exc:
         raise StepInputError(f"steps.coco: {exc}") from None
@@ -151,8 +163,11 @@ DERIVED_GROUPS_NOT_PROTECTED = (
 def _level_params(spec: ReleaseSpec, inputs: CocoInputs) -> dict[str, Any]:
     """Every level's idempotency parameters except the level itself."""
     cfg = spec.steps.coco
+    eps = level_epsilons(spec, inputs)
+    if cfg.epsilon_per_level == "auto":  # the chosen split, exactly, and what it was chosen from
+        eps = {"auto": [str(e) for e in eps], "epsilon_total": cfg.epsilon_total}
     return {
-        "method": cfg.method, "epsilon_per_level": cfg.epsilon_per_level, "K": cfg.max_group_size,
+        "method": cfg.method, "epsilon_per_level": eps, "K": cfg.max_group_size,
         "levels": list(cfg.levels), "groups_file": inputs.file_hash, "group_column": cfg.group_column,
     }
 
@@ -280,16 +295,26 @@ def finish_coco(
     table["empirical_half_width"] = table["level"].map(
         lambda lv: boot[lv].cell_half_width if lv in boot else None).astype(float)
     images = coco_plots(est, h, plot_dir or settings.data / "plots" / spec.release_id, cfg.max_group_size)
-    eps = cfg.epsilon_per_level if isinstance(cfg.epsilon_per_level, list) else [cfg.epsilon_per_level] * h.levels
+    eps = [float(mech.epsilon(lv)) for lv in range(h.levels)]
+    split_note = ""
+    if cfg.epsilon_per_level == "auto":
+        split_note = (
+            f" The split of epsilon_total = {cfg.epsilon_total:g} across the levels "
+            f"({', '.join(str(mech.epsilon(lv)) for lv in range(h.levels))}) was chosen from public parameters only "
+            f"(hierarchy, public group counts, K, method; `dpcore.mechanisms.coco.split.choose_split`): "
+            + (SPLIT_OBJECTIVE.format(grid=SPLIT_GRID) if cfg.method == "consistent_hc" else
+               "leaves-first rounding: all but 1/24 per upper level on the leaves" if cfg.method == "consistent_hc_leaf"
+               else "equal split") + "."
+        )
     md = (
         "## Count-of-counts histograms (differentially private)\n\n"
         f"For each node of {' → '.join(['all', *cfg.levels])}: how many groups ({cfg.group_column}) have each "
         f"size. Method `{cfg.method}`, epsilon per level {', '.join(f'{e:g}' for e in eps)} "
-        f"(levels measured: {mech.levels_measured(h)}), add/remove-one-item neighbours. "
+        f"(levels measured: {mech.levels_measured(h)}), add/remove-one-item neighbours.{split_note} "
         f"Group sizes above the public maximum K = {cfg.max_group_size} are counted as K; items without a group "
         f"(an empty {cfg.group_column}) belong to no group and are not counted. "
         "Every histogram is non-negative and integral, sums to the node's public number of groups, and "
-        + ("every parent equals the sum of its children." if cfg.method.startswith(("top_down", "bottom_up"))
+        + ("every parent equals the sum of its children." if cfg.method.startswith(("top_down", "bottom_up", "consistent"))
            else "(per-node method) parents are not forced to equal the sum of their children.")
         + f" Table: `tables/coco__histograms.csv` ({len(table):,} non-zero cells)."
     )

@@ -6,16 +6,20 @@ Kuo et al., PVLDB 2018 (seed 004, part 2).  Modules:
 * :mod:`.representations` — H, H_g, H_c, group sizes, earthmover's distance.
 * :mod:`.isotonic` — L1 (median PAV) and L2 isotonic regression.
 * :mod:`.consistency` — per-node estimators, optimal matching, merging,
-  top-down consistency, bottom-up aggregation (post-processing only).
+  top-down consistency, bottom-up aggregation, tree-wide least squares
+  with a consistent integer projection (post-processing only).
+* :mod:`.split` — the per-level ε split from public parameters only.
 * :mod:`.mechanism` — :class:`CocoMechanism` (measurement = the only
   privacy-critical step, then post-processing).
 """
-from .consistency import (aggregate_up, hc_estimate, hc_variances, hg_estimate, hg_variances,
+from .consistency import (CONSISTENT_ANCHORS, aggregate_up, consistent_hc, distribute_to_children, gls_tree,
+                          gls_tree_variances, hc_estimate, hc_variances, hg_estimate, hg_variances,
                           largest_remainder_round, match_level, merge_estimates, naive_estimate,
                           project_simplex, top_down)
 from .hierarchy import ROOT, Hierarchy
 from .isotonic import isotonic, isotonic_l1, isotonic_l2
 from .mechanism import CocoMechanism, NodeChunk, NodeEstimate
+from .split import SPLIT_GRID, SPLIT_OBJECTIVE, choose_split, split_errors
 from .representations import (coco_histograms, emd, from_hc, from_hg, group_counts,
                               group_sizes_by_leaf, to_hc, to_hg)
 
@@ -26,5 +30,6 @@ __all__ = [
     "isotonic", "isotonic_l1", "isotonic_l2",
     "naive_estimate", "hg_estimate", "hc_estimate", "hg_variances", "hc_variances",
     "project_simplex", "largest_remainder_round", "match_level", "merge_estimates",
-    "top_down", "aggregate_up",
+    "top_down", "aggregate_up", "consistent_hc", "gls_tree", "distribute_to_children",
+    "gls_tree_variances", "CONSISTENT_ANCHORS", "choose_split", "split_errors", "SPLIT_GRID", "SPLIT_OBJECTIVE",
 ]

@@ -35,8 +35,8 @@ import numpy as np
 
 from ...budget import PrivacyCost, exact
 from ...noise import NoiseSource, conservative_scale
-from .consistency import (HC_VARIANCE_RULES, aggregate_up, hc_estimate, hc_variances, hg_estimate,
-                          hg_variances, naive_estimate, top_down)
+from .consistency import (HC_VARIANCE_RULES, aggregate_up, consistent_hc, discrete_laplace_variance,
+                          hc_estimate, hc_variances, hg_estimate, hg_variances, naive_estimate, top_down)
 from .hierarchy import Hierarchy
 from .representations import _check_K, counts_from_leaf_counts, level_H_matrix, level_Hg
 
@@ -44,7 +44,8 @@ __all__ = ["CocoMechanism", "NodeChunk", "NodeEstimate"]
 
 _REPR = {
     "naive": "H", "hg_l1": "Hg", "hg_l2": "Hg", "hc_l1": "Hc", "hc_l2": "Hc",
-    "bottom_up_hg": "Hg", "bottom_up_hc": "Hc", "top_down_hg": "Hg", "top_down_hc": "Hc",
+    "bottom_up_hg": "Hg", "bottom_up_hc": "Hc", "top_down_hg": "Hg", "top_down_hc": "Hc", "consistent_hc": "Hc",
+    "consistent_hc_leaf": "Hc",
 }
 
 
@@ -57,6 +58,10 @@ class NodeEstimate(NamedTuple):
     """Sorted estimated group sizes (None for ``naive``)."""
     V: Optional[np.ndarray]
     """Variance of each entry of ``Hg`` (None for ``naive``)."""
+    Hc_noisy: Optional[np.ndarray] = None
+    """``consistent_hc`` only: the node's noisy H_c measurement (float64,
+    length K + 1), which the tree-wide least squares of :meth:`assemble`
+    reads (the per-node ``H`` is then the node's own H_c estimate)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,18 @@ class CocoMechanism:
           method (the slides' "H_g × H_g × H_g" / "H_c × H_c × H_c"), then
           top-down optimal matching + inverse-variance merging and
           back-substitution at the leaves.
+        * ``consistent_hc`` — every level measured like ``top_down_hc`` (H_c
+          + noise ``1/ε_ℓ``), then the generalised least-squares estimate of
+          every node's H_c under parent = sum of children, weighted by the
+          exact noise variance of each level, in two passes linear in the
+          tree (Hay et al., PVLDB 2010, Section 4), then a top-down integer,
+          monotone, non-negative projection that keeps parent = sum of
+          children exactly (:func:`~dpcore.mechanisms.coco.consistency.consistent_hc`).
+        * ``consistent_hc_leaf`` — the same measurements and least squares,
+          but the integer step is anchored at the leaves: each leaf is made
+          integer on its own (isotonic + rounding to its G) and every parent
+          is the exact sum of its children (``anchor="leaves"``), which keeps
+          the rounding gain of precise leaves.
 
         The per-node methods (naive, hg_*, hc_*) measure every level and do
         **not** enforce parent = sum of children (slide "Non-hierarchical
@@ -131,7 +148,7 @@ class CocoMechanism:
     """
 
     METHODS = ("naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2", "bottom_up_hg", "bottom_up_hc",
-               "top_down_hg", "top_down_hc")
+               "top_down_hg", "top_down_hc", "consistent_hc", "consistent_hc_leaf")
     notion = "dp"
     neighbour = "add-remove"
 
@@ -385,7 +402,7 @@ class CocoMechanism:
         return G
 
     def _node_estimate(self, y: np.ndarray, G: int, eps: Fraction):
-        """Per-node estimate: (H, sorted sizes Ĥ_g, variances V_g or None)."""
+        """Per-node estimate: (H, sorted sizes Ĥ_g, variances V_g or None[, noisy H_c])."""
         K = int(self.K)
         rep = self.representation
         if rep == "H":
@@ -395,6 +412,8 @@ class CocoMechanism:
             H, Hg, bsz = hg_estimate(y, K, self._loss)
             return H, Hg, hg_variances(bsz, float(eps))
         H = hc_estimate(y, G, self._loss)
+        if self.method.startswith("consistent_hc"):
+            return H, None, None, y
         return H, np.repeat(np.arange(K + 1), H), hc_variances(H, float(eps), self.hc_variance)
 
     def estimate_nodes(self, measurements: Sequence[Sequence[int]], group_counts: Sequence[int],
@@ -417,9 +436,11 @@ class CocoMechanism:
         Returns
         -------
         list of NodeEstimate
-            Per node ``(H, Hg, V)``: int64 H of length K + 1; the sorted
-            group sizes Ĥ_g and their variances (float64), or None for the
-            naive method. Plain NumPy arrays (picklable).
+            Per node ``(H, Hg, V, Hc_noisy)``: int64 H of length K + 1; the
+            sorted group sizes Ĥ_g and their variances (float64), or None for
+            the naive method and ``consistent_hc``; for ``consistent_hc`` the
+            noisy H_c itself (the least squares is tree-wide, in
+            :meth:`assemble`). Plain NumPy arrays (picklable).
         """
         self._check_method()
         if len(measurements) != len(group_counts):
@@ -505,6 +526,8 @@ class CocoMechanism:
         if self.method.startswith("bottom_up"):
             rows = [estimates[leaf][0] for leaf in hierarchy.leaves]
             return aggregate_up(np.vstack(rows) if rows else np.zeros((0, K + 1), np.int64), hierarchy)
+        if self.method.startswith("consistent_hc"):
+            return self._assemble_consistent(estimates, hierarchy)
         if not self.method.startswith("top_down"):
             return {node: estimates[node][0]
                     for level in range(hierarchy.levels) for node in hierarchy.nodes_at(level)}
@@ -512,7 +535,7 @@ class CocoMechanism:
         for level in range(hierarchy.levels):
             lv, lvar, lidx = [], [], []
             for i, node in enumerate(hierarchy.nodes_at(level)):
-                _, Hg, V = estimates[node]
+                Hg, V = estimates[node].Hg, estimates[node].V
                 lv.append(Hg)
                 lvar.append(V)
                 lidx.append(np.full(len(Hg), i, dtype=np.int64))
@@ -520,6 +543,23 @@ class CocoMechanism:
             vars_.append(np.concatenate(lvar))
             idx.append(np.concatenate(lidx))
         return top_down(vals, vars_, idx, hierarchy, K)
+
+    def level_variance(self, level: int) -> float:
+        """Variance of the noise of one measured cell of ``level``: the
+        discrete Laplace of scale :meth:`noise_scale` (public parameters only)."""
+        return discrete_laplace_variance(self.noise_scale(level))
+
+    def _assemble_consistent(self, estimates: Mapping[str, NodeEstimate], hierarchy: Hierarchy):
+        """``consistent_hc``: tree-wide least squares + integer projection
+        (:func:`~dpcore.mechanisms.coco.consistency.consistent_hc`)."""
+        Y, G = [], []
+        for level in range(hierarchy.levels):
+            nodes = hierarchy.nodes_at(level)
+            Y.append(np.stack([np.asarray(estimates[n].Hc_noisy, dtype=np.float64) for n in nodes]))
+            G.append(np.array([int(estimates[n].H.sum()) for n in nodes], dtype=np.int64))
+        anchor = "leaves" if self.method == "consistent_hc_leaf" else "root"
+        H, _ = consistent_hc(Y, [self.level_variance(lv) for lv in range(hierarchy.levels)], G, hierarchy, anchor)
+        return {n: row for level in range(hierarchy.levels) for n, row in zip(hierarchy.nodes_at(level), H[level])}
 
     def postprocess(self, measurements: Mapping[int, Mapping[str, Sequence[int]]], hierarchy: Hierarchy,
                     group_counts: Mapping[str, int]) -> dict[str, np.ndarray]:
@@ -544,8 +584,8 @@ class CocoMechanism:
         -------
         dict[str, numpy.ndarray]
             Node id -> int64 H of length K + 1, non-negative, ``sum = G_τ``.
-            Bottom-up and top-down: every node, and every parent equals the
-            sum of its children exactly.  Per-node methods (naive, hg_*,
+            Bottom-up, top-down and ``consistent_hc``: every node, and every
+            parent equals the sum of its children exactly.  Per-node methods (naive, hg_*,
             hc_*): every node, estimated independently — consistency between
             levels is **not** enforced.
 
