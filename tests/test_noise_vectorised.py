@@ -616,3 +616,11 @@ def test_tiny_and_huge_denominators():
     for scale in (2.0**-60, 1e-300):
         out = NoiseSource().discrete_laplace(np.arange(1000, dtype=np.int64), scale)
         assert np.array_equal(out, np.arange(1000))
+
+
+@pytest.mark.parametrize("scale", [3.0, 2.0**64])
+@pytest.mark.parametrize("seed", [None, 1])
+def test_int64_input_is_not_copied_or_modified_and_the_output_is_fresh(seed, scale):
+    v = np.arange(-5, 5, dtype=np.int64)
+    out = NoiseSource(seed=seed).discrete_laplace(v, scale)
+    assert v.tolist() == list(range(-5, 5)) and not np.shares_memory(out, v)

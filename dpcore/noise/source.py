@@ -246,38 +246,38 @@ class NoiseSource:
 
         Scale: a ``Fraction`` (or any non-float) scale is rounded *up* to a
         float (:func:`round_up`: more noise, never less); a float is used as
-        is.  The float's exact binary value ``t / s`` (lowest terms) is the
-        scale every sampler below uses, with no further rounding.
+        is.  The float's exact binary value, a fraction ``n / d`` in lowest
+        terms, is the scale the samplers below use, with no further rounding.
 
         Sampler (production): the vectorised exact discrete Laplace sampler of
         :mod:`dpcore.noise.dlaplace` -- Canonne, Kamath & Steinke (2020),
-        Algorithm 2 (scale ``t / s``) with their Algorithm 1 for
-        ``Bernoulli(exp(-U / t))`` and ``Bernoulli(exp(-1))``, run for all
-        cells at once with numpy index arrays (each loop works only on the
-        still-active draws; rejected draws are re-run with fresh randomness).
-        It is exact because every random choice is a ``Bernoulli(a / b)`` with
-        integers ``a <= b``, drawn as ``W < a`` for ``W`` exactly uniform on
-        ``{0, ..., b - 1}`` from ``os.urandom`` words (rejection sampling, no
-        modulo bias), or a fair bit; all arithmetic is on integers (``uint64``
-        where the module docstring proves it cannot overflow, Python ints
-        otherwise), so ``P(Z = z) = (1 - e^{-1/s}) / (1 + e^{-1/s})
-        e^{-|z|/s}`` holds exactly, with no floating point anywhere.  About
-        20-30x OpenDP's draws per second (``benchmarks/noise.py``,
-        BENCHMARKS.md).  Scales of
-        ``2**64`` and above (numerator ``t > 2**64 - 1``, beyond one word) go
-        to OpenDP's exact discrete Laplace sampler (``make_laplace`` on
-        ``vector_domain(atom_domain(T=i64))``), the previous production
-        path, which has the same distribution.
+        Algorithm 2 with the rational scale ``n / d``, and their Algorithm 1
+        for ``Bernoulli(exp(-U / n))`` and ``Bernoulli(exp(-1))`` -- run for
+        all cells at once with numpy index arrays (each loop works only on
+        the still-active draws; rejected draws are re-run with fresh
+        randomness).  It is exact because every random choice is a
+        ``Bernoulli(a / b)`` with integers ``a <= b``, drawn as ``W < a`` for
+        ``W`` exactly uniform on ``{0, ..., b - 1}`` from ``os.urandom`` words
+        (rejection sampling, no modulo bias), or a fair bit from
+        ``os.urandom``, and all arithmetic is on integers, so
+        ``P(Z = z) = (1 - e^{-1/s}) / (1 + e^{-1/s}) e^{-|z|/s}`` holds
+        exactly, with no floating point anywhere.  No intermediate overflows
+        for any scale below ``2**64`` (``n <= 2**64 - 1``): ``uint64`` is used
+        only where the module docstring proves the values fit, Python ints
+        otherwise.  About 20-30x OpenDP's draws per second
+        (``benchmarks/noise.py``, BENCHMARKS.md).  Scales of ``2**64`` and
+        above go to OpenDP's exact discrete Laplace sampler (``make_laplace``
+        on ``vector_domain(atom_domain(T=i64))``, the previous production
+        path, same distribution).
 
         Saturation: the sum ``values + Z`` is clipped to the int64 bounds
         (as OpenDP does): a cell whose sum would leave
-        ``[-2**63, 2**63 - 1]`` gets the bound.  At sensible scales this has
-        probability ~0.
+        ``[-2**63, 2**63 - 1]`` gets the bound (this matters only for values
+        within a few scales of the bounds, or scales near ``2**63``).
 
         Seeded mode: difference of two i.i.d. ``numpy`` geometric variables
-        with ``p = 1 - exp(-1/s)`` (same distribution up to float rounding,
-        test use only; not saturating: int64 wrap-around is possible only
-        at absurd scales).
+        with ``p = 1 - exp(-1/s)`` (same distribution up to the float
+        rounding of ``p``; test use only; the int64 sum is not saturated).
         """
         _positive_finite(scale, "scale")
         s = round_up(scale)  # a Fraction scale is rounded up, never to nearest (issue 15)
@@ -288,7 +288,7 @@ class NoiseSource:
             raise TypeError(f"values must be integers, got dtype {arr.dtype}")
         if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
             raise ValueError("values must fit in int64")
-        arr = arr.astype(np.int64)
+        arr = arr.astype(np.int64, copy=False)  # no copy of an int64 input: every path below returns a new array
         if arr.size == 0:
             return arr.copy()
         if self._rng is None:
