@@ -16,7 +16,8 @@ function of the data. Every function here takes public parameters only.
 Functions
 ---------
 :func:`discrete_laplace_half_width`
-    Exact, for OpenDP's discrete Laplace (geometric) noise of scale ``s``:
+    Exact, for the discrete Laplace (geometric) noise of scale ``s`` of
+    :meth:`dpcore.noise.NoiseSource.discrete_laplace`:
     ``P(|Z| > t) = 2 e^{-(t+1)/s} / (1 + e^{-1/s})`` in 50-digit decimal
     arithmetic (the one implementation; :mod:`dpcore.mechanisms.outlier_count`
     uses it too).

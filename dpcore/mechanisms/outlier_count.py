@@ -60,7 +60,7 @@ Mechanisms
   integer ``G = k K_d^up + 1`` (Theorem 4's upper bound without its
   ``min(N, .)``; "Sensitivity under add/remove" above), so adding discrete
   Laplace noise ``P(Z = z) ∝ exp(-|z| / s)`` with ``s >= G / epsilon``
-  (OpenDP's exact sampler through :meth:`dpcore.noise.NoiseSource.discrete_laplace`,
+  (the exact sampler of :meth:`dpcore.noise.NoiseSource.discrete_laplace`,
   ``s`` = :func:`dpcore.noise.conservative_scale` of ``G / epsilon``, exact
   rational arithmetic rounded up) gives
   ``P(q + Z = y) / P(q' + Z = y) = exp((|y - q'| - |y - q|) / s) <= exp(G / s) <= e^epsilon``

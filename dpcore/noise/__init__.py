@@ -3,12 +3,15 @@
 Every random draw that a differentially private mechanism in this project
 makes goes through :class:`NoiseSource`.  The rules it implements are:
 
-* **Vetted, floating-point-safe samplers.**  Additive noise and noisy-max
-  selection use OpenDP's samplers (``make_laplace`` on integers = discrete
-  Laplace, ``make_gaussian``, ``make_noisy_max`` with Gumbel noise).  These are
-  exact samplers that draw from the operating system's CSPRNG and do not
-  suffer from the floating-point attacks on textbook samplers (Mironov 2012,
-  "On significance of the least significant bits for differential privacy").
+* **Vetted, floating-point-safe samplers.**  Discrete Laplace noise uses the
+  vectorised exact sampler of :mod:`dpcore.noise.dlaplace` (Canonne, Kamath &
+  Steinke 2020, Algorithms 1-2, integer arithmetic only, ``os.urandom``;
+  OpenDP's ``make_laplace`` on integers for scales of ``2**64`` and above).
+  Gaussian noise and noisy-max selection use OpenDP's samplers
+  (``make_gaussian``, ``make_noisy_max`` with Gumbel noise).  These are exact
+  samplers that draw from the operating system's CSPRNG and do not suffer
+  from the floating-point attacks on textbook samplers (Mironov 2012, "On
+  significance of the least significant bits for differential privacy").
   ``numpy.random.laplace`` on floats is never used for a release.
 * **Exact tiny probabilities.**  Bernoulli trials are sampled *exactly* for any
   rational ``p`` (a float is converted exactly with ``Fraction(float)``), by
@@ -22,7 +25,7 @@ makes goes through :class:`NoiseSource`.  The rules it implements are:
   ``F(x) = 1/2 + x / (2 sqrt(2 + x^2))`` in rational arithmetic
   (:mod:`dpcore.noise.student_t`; Bun & Steinke 2019, Section 3).
 * **Production versus tests.**  ``NoiseSource()`` (no seed) is the production
-  source: OpenDP samplers plus ``os.urandom``/``secrets`` bits.  Its releases are
+  source: the exact samplers above plus ``os.urandom``/``secrets`` bits.  Its releases are
   publishable.  ``NoiseSource(seed=...)`` is a deterministic
   ``numpy.random.Generator(PCG64(seed))`` for tests only; it reports
   ``publishable = False`` and :meth:`NoiseSource.require_publishable` raises
@@ -36,6 +39,7 @@ samplers and OS bit sources (pure functions of a bit stream).  ``source``:
 :class:`NoiseSource` (importing it calls ``opendp.prelude.enable_features("contrib")``,
 which OpenDP requires before its measurement constructors can be used).
 ``student_t``: the exact integer Student's T (nu = 2) sampler and its CDF.
+``dlaplace``: the vectorised exact discrete Laplace sampler.
 Everything public (and the private helpers the tests use) is re-exported here,
 so ``from dpcore.noise import NoiseSource, conservative_scale`` keeps working.
 """

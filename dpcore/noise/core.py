@@ -421,3 +421,52 @@ def _urandom_below(r: int, n: int) -> np.ndarray:
         out[filled : filled + u.size] = u % r64
         filled += u.size
     return out
+
+
+_NARROW_WORDS = ((np.uint8, 8), (np.uint16, 16), (np.uint32, 32))
+
+
+def _urandom_below_narrow(r: int, n: int) -> np.ndarray:
+    """Like :func:`_urandom_below`, reading the narrowest word that suits ``r``.
+
+    The word is the first of 8, 16, 32 bits with ``r <= 2**bits / 16`` (64-bit
+    words, i.e. :func:`_urandom_below`, otherwise).  A word ``u`` (uniform on
+    ``[0, 2**bits)``) is accepted when ``u < r * (2**bits // r)``: the accepted
+    set has a size that is a multiple of ``r``, so ``u % r`` is exactly
+    uniform on ``[0, r)``; at least 15/16 of the words are accepted.
+
+    Parameters
+    ----------
+    r : int
+        Range size, ``1 <= r <= 2**64 - 1``.
+    n : int
+        Number of values.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``(n,)``, an unsigned integer dtype wide enough for ``r - 1``
+        (``uint8`` .. ``uint64``).
+    """
+    for dtype, bits in _NARROW_WORDS:
+        if r <= 1 << (bits - 4):
+            break
+    else:
+        return _urandom_below(r, n)
+    size = 1 << bits
+    limit = r * (size // r)  # <= size; == size when r divides 2**bits (every word accepted)
+    width = bits // 8
+    if limit == size:
+        u = np.frombuffer(os.urandom(width * n), dtype=dtype)
+        return u % dtype(r)
+    lim = dtype(limit)
+    r_w = dtype(r)
+    out = np.empty(n, dtype=dtype)
+    filled = 0
+    while filled < n:
+        need = n - filled
+        u = np.frombuffer(os.urandom(width * (need + need // 8 + 16)), dtype=dtype)
+        u = u[u < lim][:need]
+        out[filled : filled + u.size] = u % r_w
+        filled += u.size
+    return out

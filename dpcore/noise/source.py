@@ -1,4 +1,4 @@
-"""The :class:`NoiseSource`: production (OpenDP + OS CSPRNG) and seeded test modes.
+"""The :class:`NoiseSource`: production (exact samplers + OS CSPRNG) and seeded test modes.
 
 Part of :mod:`dpcore.noise` (the package docstring states the rules).
 Importing it calls ``opendp.prelude.enable_features("contrib")``, which
@@ -29,6 +29,7 @@ from .core import (
     round_up,
 )
 
+from .dlaplace import MAX_NUMERATOR, OSRandomness, cks_discrete_laplace, saturating_add, scale_ratio
 from .student_t import student_t2_integer_from_bits
 
 dp.enable_features("contrib")
@@ -66,6 +67,46 @@ def _opendp_noisy_max(scale: float):
     )
 
 
+#: Draws per call of the vectorised sampler (bounds its working memory to ~20 MB).
+_DLAP_CHUNK = 1 << 18
+
+
+def _opendp_discrete_laplace_add(arr: np.ndarray, scale: float) -> np.ndarray:
+    """``values + Z`` with OpenDP's exact discrete Laplace sampler (saturating at the int64 bounds).
+
+    The production sampler before issue 19, kept for scales whose numerator
+    exceeds :data:`dpcore.noise.dlaplace.MAX_NUMERATOR` and as the reference
+    of the exactness tests and ``benchmarks/noise.py``.  ``arr`` is an int64
+    array, ``scale`` a float; OpenDP ``make_laplace`` on
+    ``vector_domain(atom_domain(T=i64))`` with ``l1_distance(T=i64)``.  A
+    contiguous 1-d int64 array goes to OpenDP as one buffer (its numpy input
+    path); a Python list would be type-checked element by element (~1 us per
+    cell).  About 5 us per draw.
+    """
+    meas = _opendp_discrete_laplace(scale)
+    out = np.asarray(meas(np.ascontiguousarray(arr.ravel())), dtype=np.int64)
+    return out.reshape(arr.shape)
+
+
+def _vectorised_discrete_laplace_add(arr: np.ndarray, scale: float, rand=None) -> np.ndarray:
+    """``clip(values + Z, int64 bounds)`` with the vectorised exact sampler (:mod:`dpcore.noise.dlaplace`).
+
+    ``arr`` is an int64 array, ``scale`` a float whose exact value ``t / s``
+    has ``t <= MAX_NUMERATOR``; ``rand`` defaults to :class:`OSRandomness`.
+    Draws are made ``_DLAP_CHUNK`` at a time (independent draws, so chunking
+    does not change the distribution).
+    """
+    t, s = scale_ratio(scale)
+    rand = OSRandomness() if rand is None else rand
+    flat = np.ascontiguousarray(arr, dtype=np.int64).ravel()
+    out = np.empty_like(flat)
+    for start in range(0, flat.size, _DLAP_CHUNK):
+        stop = min(start + _DLAP_CHUNK, flat.size)
+        neg, mag = cks_discrete_laplace(t, s, stop - start, rand)
+        out[start:stop] = saturating_add(flat[start:stop], neg, mag)
+    return out.reshape(arr.shape)
+
+
 def _size_to_shape(size) -> tuple[int, ...]:
     if size is None:
         return ()
@@ -85,9 +126,11 @@ class NoiseSource:
     Parameters
     ----------
     seed : int or None, default None
-        ``None`` (production): noise comes from OpenDP's exact samplers, which
-        draw from the OS CSPRNG, and raw bits come from ``os.urandom`` /
-        ``secrets``.  Releases are publishable.
+        ``None`` (production): discrete Laplace noise comes from the
+        vectorised exact sampler of :mod:`dpcore.noise.dlaplace` (Canonne,
+        Kamath & Steinke 2020) fed by ``os.urandom``, Gaussian and noisy-max
+        noise from OpenDP's exact samplers (OS CSPRNG), and raw bits from
+        ``os.urandom`` / ``secrets``.  Releases are publishable.
         An ``int`` (tests only): every draw comes from
         ``numpy.random.Generator(PCG64(seed))`` and is deterministic given the
         seed.  Such a source offers **no privacy** (the noise can be
@@ -201,15 +244,40 @@ class NoiseSource:
         Privacy: for a query with L1 sensitivity ``Δ`` (in integer units)
         the release is ``(Δ / s)``-differentially private.
 
-        Sampler: production uses OpenDP ``make_laplace`` on
-        ``vector_domain(atom_domain(T=i64))`` with ``l1_distance(T=i64)``,
-        which is OpenDP's exact discrete Laplace sampler (no floating point,
-        OS CSPRNG), invoked once for all cells with the values passed as one
-        int64 buffer.  OpenDP adds with saturation at the int64 bounds.  A
-        ``Fraction`` scale is rounded *up* to a float (:func:`round_up`: more
-        noise, never less), which OpenDP then treats exactly.  Seeded mode: difference of two i.i.d.
-        ``numpy`` geometric variables with ``p = 1 - exp(-1/s)`` (same
-        distribution, test use only).
+        Scale: a ``Fraction`` (or any non-float) scale is rounded *up* to a
+        float (:func:`round_up`: more noise, never less); a float is used as
+        is.  The float's exact binary value, a fraction ``n / d`` in lowest
+        terms, is the scale the samplers below use, with no further rounding.
+
+        Sampler (production): the vectorised exact discrete Laplace sampler of
+        :mod:`dpcore.noise.dlaplace` -- Canonne, Kamath & Steinke (2020),
+        Algorithm 2 with the rational scale ``n / d``, and their Algorithm 1
+        for ``Bernoulli(exp(-U / n))`` and ``Bernoulli(exp(-1))`` -- run for
+        all cells at once with numpy index arrays (each loop works only on
+        the still-active draws; rejected draws are re-run with fresh
+        randomness).  It is exact because every random choice is a
+        ``Bernoulli(a / b)`` with integers ``a <= b``, drawn as ``W < a`` for
+        ``W`` exactly uniform on ``{0, ..., b - 1}`` from ``os.urandom`` words
+        (rejection sampling, no modulo bias), or a fair bit from
+        ``os.urandom``, and all arithmetic is on integers, so
+        ``P(Z = z) = (1 - e^{-1/s}) / (1 + e^{-1/s}) e^{-|z|/s}`` holds
+        exactly, with no floating point anywhere.  No intermediate overflows
+        for any scale below ``2**64`` (``n <= 2**64 - 1``): ``uint64`` is used
+        only where the module docstring proves the values fit, Python ints
+        otherwise.  About 20-30x OpenDP's draws per second
+        (``benchmarks/noise.py``, BENCHMARKS.md).  Scales of ``2**64`` and
+        above go to OpenDP's exact discrete Laplace sampler (``make_laplace``
+        on ``vector_domain(atom_domain(T=i64))``, the previous production
+        path, same distribution).
+
+        Saturation: the sum ``values + Z`` is clipped to the int64 bounds
+        (as OpenDP does): a cell whose sum would leave
+        ``[-2**63, 2**63 - 1]`` gets the bound (this matters only for values
+        within a few scales of the bounds, or scales near ``2**63``).
+
+        Seeded mode: difference of two i.i.d. ``numpy`` geometric variables
+        with ``p = 1 - exp(-1/s)`` (same distribution up to the float
+        rounding of ``p``; test use only; the int64 sum is not saturated).
         """
         _positive_finite(scale, "scale")
         s = round_up(scale)  # a Fraction scale is rounded up, never to nearest (issue 15)
@@ -220,16 +288,13 @@ class NoiseSource:
             raise TypeError(f"values must be integers, got dtype {arr.dtype}")
         if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
             raise ValueError("values must fit in int64")
-        arr = arr.astype(np.int64)
+        arr = arr.astype(np.int64, copy=False)  # no copy of an int64 input: every path below returns a new array
         if arr.size == 0:
             return arr.copy()
         if self._rng is None:
-            meas = _opendp_discrete_laplace(s)
-            # a contiguous 1-d int64 array goes to OpenDP as one buffer (its
-            # numpy input path); a Python list would be type-checked element
-            # by element (~1 us per cell).  Same measurement, same sampler.
-            out = np.asarray(meas(np.ascontiguousarray(arr.ravel())), dtype=np.int64)
-            return out.reshape(arr.shape)
+            if scale_ratio(s)[0] <= MAX_NUMERATOR:
+                return _vectorised_discrete_laplace_add(arr, s)
+            return _opendp_discrete_laplace_add(arr, s)
         p = -math.expm1(-1.0 / s)
         z = self._rng.geometric(p, size=arr.shape) - self._rng.geometric(p, size=arr.shape)
         return arr + z.astype(np.int64)
