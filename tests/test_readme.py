@@ -161,3 +161,19 @@ def test_the_worked_example_runs_as_written(prefect_harness, tmp_path):
     assert manifest.is_file()
     drafted = (ROOT / "examples" / "my_gss.yaml").read_text()
     assert "Unemployed, Laid Off" in drafted and "from the data" in drafted
+
+
+def test_the_demo_budget_line_matches_the_demo_specs_cost_plan():
+    """The README's printed demo budget is what a first demo release charges (the cost plan of specs/demo.yaml)."""
+    from dpcore.cost_plan import plan_release
+    from dpcore.spec import load_spec
+
+    plan = plan_release(load_spec(ROOT / "specs" / "demo.yaml"))
+    assert not plan.problems
+    line = next(ln for ln in README.splitlines() if ln.startswith("budget    : this release spent"))  # the demo's
+    left = plan.cap - plan.total
+    expected = (f"budget    : this release spent epsilon={float(plan.total.epsilon):.6g} "
+                f"delta={float(plan.total.delta):.3g}; total spent epsilon={float(plan.total.epsilon):.6g} of "
+                f"{float(plan.cap.epsilon):g}; left epsilon={float(left.epsilon):.6g} delta={float(left.delta):.3g} "
+                f"({plan.neighbour} neighbours)")
+    assert line == expected
