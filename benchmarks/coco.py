@@ -36,7 +36,7 @@ Parts
 
 Noise in parts 1-2 is the seeded :class:`~dpcore.noise.NoiseSource` (exact
 same distribution, test use only); part 3 times both the production source
-(OpenDP, CSPRNG) and the seeded one.
+(the exact vectorised discrete Laplace of dpcore/noise/dlaplace.py, CSPRNG) and the seeded one.
 """
 from __future__ import annotations
 
@@ -620,7 +620,7 @@ def scale(n_groups: int, quick: bool, K: int = 1000, seed: int = 5) -> tuple[str
     pairs = [("top_down_hc", "bottom_up_hc")] if quick else [("top_down_hc", "bottom_up_hc"), ("top_down_hg", "bottom_up_hg")]
     L = len(_levels(h))
     rows, timings = [], {}
-    P, S = "production (OpenDP, CSPRNG)", "seeded (numpy, tests)"
+    P, S = "production (exact sampler, CSPRNG)", "seeded (numpy, tests)"
     load0 = os.getloadavg()[0]
     for td, bu in pairs:
         runs = ((td, 1.0), (bu, 1.0 * L)) if quick else ((td, 1.0), (bu, 1.0 * L), (bu + "@1", 1.0))
@@ -633,14 +633,14 @@ def scale(n_groups: int, quick: bool, K: int = 1000, seed: int = 5) -> tuple[str
                 timings[(m, src_name)] = dt
                 log(f"  [scale] {m:15s} eps={eps:.0f} {src_name:28s} {dt:.1f} s")
                 del est
-    # the exact OpenDP sampler's cost depends on the scale: time it alone
+    # the exact production sampler's cost depends on the scale: time it alone
     n_draw = 300_000
     samp = {}
     for sc in (1.0, 1.0 / L):
         t = time.perf_counter()
         NoiseSource().discrete_laplace(np.zeros(n_draw, dtype=np.int64), sc)
         samp[sc] = (time.perf_counter() - t) / n_draw * 1e6
-    log(f"  [scale] OpenDP discrete Laplace: {samp[1.0]:.1f} us/draw at scale 1, {samp[1.0 / L]:.1f} us/draw at scale 1/{L}")
+    log(f"  [scale] exact discrete Laplace (production): {samp[1.0]:.1f} us/draw at scale 1, {samp[1.0 / L]:.1f} us/draw at scale 1/{L}")
     load1 = os.getloadavg()[0]
     out = [
         "### Scale: 10^6 groups, 3-level hierarchy, 3,000 leaves\n" if n_groups == 10**6 else f"### Scale: {n_groups:,} groups, 3-level hierarchy, 3,000 leaves\n",
@@ -662,7 +662,8 @@ def scale(n_groups: int, quick: bool, K: int = 1000, seed: int = 5) -> tuple[str
     goal = all(timings[(td, P)] <= 30 for td, _ in pairs)
     out.append("")
     out.append(
-        f"With production noise most of the time is the exact OpenDP sampler, one draw per measured cell "
+        f"With production noise a large part of the time is the exact discrete Laplace sampler (dpcore/noise/dlaplace.py, "
+        f"vectorised, issue 19), one draw per measured cell "
         f"(top-down H_c: (K+1) x {sum(len(h.nodes_at(l)) for l in _levels(h)):,} nodes; H_g: G per level), and it is "
         f"slower at small scales: {samp[1.0]:.1f} us/draw at scale 1 vs {samp[1.0 / L]:.1f} us/draw at scale 1/{L} "
         f"(measured here on {n_draw:,} draws) -- which is why bottom-up with the whole budget on the leaves "
