@@ -46,7 +46,7 @@ def _ledger(home: Path) -> PrivacyLedger:
 
 
 SUBCOMMANDS = [[], ["spec"], ["spec", "draft"], ["spec", "check"], ["plan"], ["run"], ["budget"], ["aiq"],
-               ["explain"], ["counts"], ["coco"]]
+               ["explain"], ["counts"], ["coco"], ["rules"]]
 
 
 @pytest.mark.parametrize("cmd", SUBCOMMANDS, ids=lambda c: " ".join(c) or "dpr")
@@ -224,3 +224,13 @@ def test_operator_counts_coco_and_explain_run(home, small_spec_path, small_fligh
         assert "no context was found" in res.stderr
     steps = set(_ledger(home).charges()["step"])
     assert {"outlier_subspaces", "outlier_count", "coco_level0", "pcor"} <= steps
+
+
+def test_operator_rules_writes_owner_only_rules(home, small_spec_path):
+    res = dpr("rules", "--spec", str(small_spec_path), "--template", "air_time_by_distance_origin", "--max-rules", "3",
+              "--json", home=home)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["templates"] == ["air_time_by_distance_origin"] and out["owner_file"].endswith("owner/outlier_rules.csv")
+    assert Path(out["owner_file"]).is_file()
+    assert _ledger(home).charges().empty  # the owner-only rules charge nothing
