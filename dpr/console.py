@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import json
 import os
-from contextlib import contextmanager
 from fractions import Fraction
-from typing import Any, Iterator
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
+
+from dpcore.errors import user_facing
 
 #: Exit code of a refused command (see :mod:`dpr`).
 REFUSED = 2
@@ -52,15 +53,8 @@ def refuse(message: str) -> None:
     raise SystemExit(REFUSED)
 
 
-@contextmanager
-def refusals() -> Iterator[None]:
-    """Turn the pipeline's expected errors (bad spec, input, request, budget) into exit code 2."""
-    from dpcore.errors import expected_errors
-
-    try:
-        yield
-    except expected_errors() as exc:
-        refuse(str(exc))
+#: Turn the pipeline's expected errors (bad spec, input, request, budget) into one line and exit code 2.
+refusals = user_facing
 
 
 def prefect_environment() -> None:

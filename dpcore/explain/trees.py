@@ -205,26 +205,24 @@ def _skey(k) -> str:
     return repr(k)
 
 
-def _lin_terms(t: Tree) -> dict:
-    if t.op in ("+", "-"):
-        a, b = (_lin_terms(c) for c in t.children)
-        sign = 1 if t.op == "+" else -1
+def _signed_terms(t: Tree, plus: str, minus: str) -> dict:
+    """Leaf keys -> net exponent (``*``/``/``) or coefficient (``+``/``-``) of a tree of ``plus``/``minus`` nodes."""
+    if t.op in (plus, minus):
+        a, b = (_signed_terms(c, plus, minus) for c in t.children)
+        sign = 1 if t.op == plus else -1
         out = dict(a)
         for k, v in b.items():
             out[k] = out.get(k, 0) + sign * v
         return {k: v for k, v in out.items() if v != 0}
     return {t.key: 1}
+
+
+def _lin_terms(t: Tree) -> dict:
+    return _signed_terms(t, "+", "-")
 
 
 def _mul_terms(t: Tree) -> dict:
-    if t.op in ("*", "/"):
-        a, b = (_mul_terms(c) for c in t.children)
-        sign = 1 if t.op == "*" else -1
-        out = dict(a)
-        for k, v in b.items():
-            out[k] = out.get(k, 0) + sign * v
-        return {k: v for k, v in out.items() if v != 0}
-    return {t.key: 1}
+    return _signed_terms(t, "*", "/")
 
 
 def _lin_key(terms: dict) -> tuple:

@@ -410,15 +410,25 @@ def _urandom_below(r: int, n: int) -> np.ndarray:
     numpy.ndarray
         ``uint64`` array of shape ``(n,)``.
     """
-    limit = np.uint64(r * (_U64_MAX // r))
-    r64 = np.uint64(r)
-    out = np.empty(n, dtype=np.uint64)
+    return _fill_below(r, n, np.uint64, r * (_U64_MAX // r), spare=8)
+
+
+def _fill_below(r: int, n: int, dtype, limit: int, spare: int) -> np.ndarray:
+    """``n`` words of ``dtype`` from ``os.urandom``, kept when below ``limit`` (a multiple of ``r``), mod ``r``.
+
+    The accepted set ``[0, limit)`` has a size that is a multiple of ``r``, so
+    each kept ``u % r`` is exactly uniform on ``[0, r)``; each round reads
+    ``need + need // 8 + spare`` words.
+    """
+    width = np.dtype(dtype).itemsize
+    lim, r_w = dtype(limit), dtype(r)
+    out = np.empty(n, dtype=dtype)
     filled = 0
     while filled < n:
         need = n - filled
-        u = _urandom_u64(need + need // 8 + 8)
-        u = u[u < limit][:need]
-        out[filled : filled + u.size] = u % r64
+        u = np.frombuffer(os.urandom(width * (need + need // 8 + spare)), dtype=dtype)
+        u = u[u < lim][:need]
+        out[filled : filled + u.size] = u % r_w
         filled += u.size
     return out
 
@@ -459,14 +469,4 @@ def _urandom_below_narrow(r: int, n: int) -> np.ndarray:
     if limit == size:
         u = np.frombuffer(os.urandom(width * n), dtype=dtype)
         return u % dtype(r)
-    lim = dtype(limit)
-    r_w = dtype(r)
-    out = np.empty(n, dtype=dtype)
-    filled = 0
-    while filled < n:
-        need = n - filled
-        u = np.frombuffer(os.urandom(width * (need + need // 8 + 16)), dtype=dtype)
-        u = u[u < lim][:need]
-        out[filled : filled + u.size] = u % r_w
-        filled += u.size
-    return out
+    return _fill_below(r, n, dtype, limit, spare=16)
