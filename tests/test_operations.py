@@ -163,8 +163,13 @@ def test_concurrent_release_runs_and_operator_run_share_one_warehouse(tmp_path, 
     led = _ledger(dpr_home)
     _assert_ledger_consistent(led, "nycflights13")
     charges = led.charges("nycflights13")
-    assert len(charges) == 5 and set(charges["status"]) == {"released"}
-    assert led.status("nycflights13").spent.epsilon == 5 * Fraction(2, 10)
+    # the refusal comes either from the ledger at the refused run's last charge (5 charges made) or, when
+    # the run's whole cost no longer fits at its start, from the release preflight before its first charge
+    # (issue 20: all or nothing; a release run then leaves none of its 2 charges: 4 made)
+    at_start = "for the whole release" in failed[0]["message"]
+    made = 4 if at_start and failed[0]["name"].startswith("conc-") else 5
+    assert len(charges) == made and set(charges["status"]) == {"released"}
+    assert led.status("nycflights13").spent.epsilon == made * Fraction(2, 10)
     assert set(charges["release_id"]) <= {"conc-a", "conc-b", "ops-q1"}
     # raw and validated data were ingested once, not once per run
     assert len(led.wh.query("SELECT * FROM raw.ingests")) == 1
