@@ -496,15 +496,17 @@ class OutlierCountsSpec(_Strict):
     )
     delta_count: float = Field(
         default=1e-6, gt=0, lt=1,
-        description="Delta of each released count, in (0, 1), for the Gaussian methods; global_laplace and "
-        "smooth_student_t spend none.",
+        description="Delta of each released count, in (0, 1), for the Gaussian and concentrated-DP methods; "
+        "global_laplace and smooth_student_t spend none.",
     )
-    method: Literal["smooth", "global", "global_laplace", "smooth_student_t", "auto"] = Field(
+    method: Literal["smooth", "global", "global_laplace", "smooth_student_t", "smooth_lln", "smooth_arsinh", "auto"] = Field(
         default="auto",
         description="Count mechanism: smooth = smooth-sensitivity Gaussian (Theorem 2); global = global-sensitivity "
         "Gaussian (Theorem 1); global_laplace = discrete Laplace with the public global sensitivity (pure epsilon-DP); "
         "smooth_student_t = smooth sensitivity with Student's T noise (Bun & Steinke 2019; pure epsilon-DP, integer "
-        "counts, published interval at the public bound); "
+        "counts, published interval at the public bound); smooth_lln / smooth_arsinh = smooth sensitivity with "
+        "Bun & Steinke's concentrated-DP Laplace log-normal / arsinh-normal noise (charged epsilon_count and "
+        "delta_count through the zCDP conversion; integer counts, published interval at the public bound); "
         "auto = the one with the smallest publishable 95% interval for these public parameters.",
     )
     size_limit: int = Field(default=12, ge=1, le=30, description="Largest |P| solved exactly by Algorithm 1.")

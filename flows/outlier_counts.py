@@ -53,7 +53,7 @@ def outlier_counts(
     epsilon_select: Annotated[Optional[float], Field(gt=0, le=10)] = None,
     epsilon_count: Annotated[Optional[float], Field(gt=0, le=10)] = None,
     delta_count: Annotated[Optional[float], Field(gt=0, lt=1)] = None,
-    method: Optional[Literal["smooth", "global", "global_laplace", "smooth_student_t", "auto"]] = None,
+    method: Optional[Literal["smooth", "global", "global_laplace", "smooth_student_t", "smooth_lln", "smooth_arsinh", "auto"]] = None,
     epsilon_total: Annotated[Optional[float], Field(gt=0, le=10)] = None,
     attributes: Optional[list[str]] = None,
     spec_path: SpecPath = DEMO_SPEC,
@@ -77,7 +77,9 @@ def outlier_counts(
         delta_count: Delta of each released count, in (0, 1); global_laplace and smooth_student_t spend none.
         method: smooth = smooth-sensitivity Gaussian; global = global-sensitivity Gaussian; global_laplace =
             discrete Laplace with the public global sensitivity (pure epsilon-DP); smooth_student_t = smooth
-            sensitivity with Student's T noise (Bun & Steinke 2019; pure epsilon-DP); auto = the smallest published
+            sensitivity with Student's T noise (Bun & Steinke 2019; pure epsilon-DP); smooth_lln / smooth_arsinh =
+            smooth sensitivity with Bun & Steinke's concentrated-DP noise (charged epsilon_count and delta_count
+            through the zCDP conversion); auto = the smallest published
             95% interval for these public parameters.
         epsilon_total: One epsilon for the whole step, split between the selection and the counts by the step's
             public rule; excludes epsilon_select and epsilon_count.

@@ -294,7 +294,9 @@ def test_prefect_retry_after_the_draw_returns_the_first_stored_draw(dpr_home, sm
 
 # ----------------------------------------------------------------------------- leakage
 def _number(n: int) -> re.Pattern:
-    return re.compile(rf"(?<![0-9A-Za-z.]){n}(?![0-9A-Za-z]|\.[0-9])|(?<![0-9A-Za-z.]){n:,}(?![0-9])")
+    # not the tail of a thousands-grouped number ("2,820" does not contain the count 820)
+    return re.compile(rf"(?<![0-9A-Za-z.])(?<![0-9],){n}(?![0-9A-Za-z]|\.[0-9]|,[0-9]{{3}})"
+                      rf"|(?<![0-9A-Za-z.])(?<![0-9],){n:,}(?![0-9]|,[0-9]{{3}})")
 
 
 @pytest.mark.timeout(600)

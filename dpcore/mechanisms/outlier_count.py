@@ -72,6 +72,20 @@ Mechanisms
   ``S(X)`` as ``smooth`` (with its own ``beta``) and Student's T noise,
   pure epsilon-DP, **delta = 0** (Bun & Steinke 2019, Section 3; next section).
   The output is an integer.
+* ``method="smooth_lln"`` / ``"smooth_arsinh"`` (issue 16 part 2): the same
+  smooth bound with ``beta = t`` and Bun & Steinke's concentrated-DP noise
+  (Laplace log-normal ``X e^{sigma Y}`` / arsinh-normal ``sinh(sigma Y)/sigma``;
+  Section 3), ``(1/2) eps_cdp^2``-CDP.  The ledger charges ``(epsilon, delta)``:
+  the release runs at the largest zCDP ``rho`` that implies it
+  (``rho + 2 sqrt(rho ln(1/delta)) <= epsilon``), ``t`` is chosen from
+  ``(epsilon, delta)`` only, and the output is an exactly sampled integer
+  (:mod:`dpcore.mechanisms.smooth_cdp_params`, :mod:`dpcore.noise.smooth_cdp`).
+  Under the ledger's plain-sum composition this conversion costs far more
+  than it saves for one count (at the demo's ``epsilon = 0.58``,
+  ``delta = 1e-6``: ``eps_cdp = 0.109``); they pay off only when many such
+  releases would be composed in zCDP, which the ledger does not do
+  (BENCHMARKS.md, "Composition accounting").  Accuracy: the public bound at
+  ``S = G`` from the distribution's tail (:meth:`OutlierCountMechanism.ci_half_width`).
 
 The smooth-sensitivity Student's T mechanism (``smooth_student_t``)
 --------------------------------------------------------------------
@@ -294,6 +308,7 @@ from .params import real_between
 from ..neighbors import _as_matrix, ball_counts
 from ..noise import NoiseSource, conservative_scale, lower_float, student_t2_shift_scale, upper_float
 from .kissing import KISSING_NUMBER_BOUNDS, kissing_lower, kissing_upper
+from .smooth_cdp_params import CDP_FAMILIES, SmoothCDPParameters
 
 __all__ = [
     "KISSING_NUMBER_BOUNDS",
@@ -312,20 +327,24 @@ __all__ = [
     "OutlierCountMechanism",
     "METHODS",
     "SPEC_METHODS",
+    "CDP_METHODS",
     "choose_method",
 ]
 
 #: Concrete count mechanisms: smooth / global Gaussian (Theorems 2 / 1), the global discrete Laplace and the
 #: smooth-sensitivity Student's T (Bun & Steinke 2019, Section 3).
-METHODS = ("smooth", "global", "global_laplace", "smooth_student_t")
+METHODS = ("smooth", "global", "global_laplace", "smooth_student_t", "smooth_lln", "smooth_arsinh")
 #: Methods the spec accepts: the concrete ones plus ``auto`` (:func:`choose_method`).
 SPEC_METHODS = METHODS + ("auto",)
 #: Methods whose privacy proof (Theorems 1-2, classical Gaussian analysis) needs 0 < epsilon < 1 and delta > 0.
 GAUSSIAN_METHODS = ("smooth", "global")
 #: Pure epsilon-DP methods (delta = 0, integer output, any finite epsilon > 0).
 PURE_METHODS = ("global_laplace", "smooth_student_t")
+#: Concentrated-DP smooth methods (Bun & Steinke 2019: Laplace log-normal, arsinh-normal), charged (epsilon, delta)
+#: through the zCDP conversion of :mod:`dpcore.mechanisms.smooth_cdp_params`; integer output.
+CDP_METHODS = tuple(CDP_FAMILIES)
 #: Methods whose noise scales with the beta-smooth bound S(X) (each with its own beta).
-SMOOTH_METHODS = ("smooth", "smooth_student_t")
+SMOOTH_METHODS = ("smooth", "smooth_student_t") + CDP_METHODS
 #: Share of epsilon that smooth_student_t spends on the shift term (the rest on the dilation term 3 beta).
 STUDENT_T_SHIFT_SHARE = Fraction(1, 2)
 #: Default confidence level of the published accuracy statement.
@@ -780,7 +799,7 @@ class OutlierCountMechanism:
     delta : float
         Gaussian methods: ``0 < delta < 1``.  ``global_laplace``,
         ``smooth_student_t``: ``0`` (pure DP).
-    method : {"smooth", "global", "global_laplace", "smooth_student_t"}
+    method : {"smooth", "global", "global_laplace", "smooth_student_t", "smooth_lln", "smooth_arsinh"}
         ``"smooth"``: Theorem 2 with the beta-smooth bound of Sections 4.2-4.3
         (module docstring).  ``"global"``: Theorem 1 with ``GS`` upper bound of
         Theorem 4 (the Gaussian baseline).  ``"global_laplace"``: discrete
@@ -788,6 +807,9 @@ class OutlierCountMechanism:
         ``"smooth_student_t"``: Bun & Steinke's Student's T (``nu = 2``) with
         the beta-smooth bound, ``beta = epsilon / 6``, ``s = sqrt(2) epsilon / 3``
         (pure epsilon-DP, integer output; module docstring).
+        ``"smooth_lln"``, ``"smooth_arsinh"``: Bun & Steinke's concentrated-DP
+        distributions with the smooth bound, charged ``(epsilon, delta)``
+        (``0 < delta < 1``) through the zCDP conversion; integer output.
         ``"auto"`` is resolved from public parameters by
         :meth:`for_dimension` / :func:`choose_method` before a mechanism is built.
     size_limit : int, default 12
@@ -861,6 +883,16 @@ class OutlierCountMechanism:
                     f"delta must be 0 for method={self.method!r} (got {dl!r}): the mechanism is pure epsilon-DP; "
                     "pass delta=0"
                 )
+        elif self.method in CDP_METHODS:
+            if not real_between(e, 0):
+                raise ValueError(
+                    f"epsilon must be a finite number > 0 (got {e!r}) for method={self.method!r}; pass e.g. epsilon=0.5"
+                )
+            if not real_between(dl, 0, 1):
+                raise ValueError(
+                    f"delta must be a number with 0 < delta < 1 (got {dl!r}) for method={self.method!r}: the "
+                    "concentrated-DP guarantee is converted to (epsilon, delta)-DP; use e.g. delta=1e-6"
+                )
         else:
             if not real_between(e, 0, 1):
                 raise ValueError(
@@ -926,8 +958,16 @@ class OutlierCountMechanism:
 
     @property
     def integer_output(self) -> bool:
-        """bool: whether the release is an integer (``global_laplace``, ``smooth_student_t``)."""
-        return self.method in PURE_METHODS
+        """bool: whether the release is an integer (``global_laplace``, ``smooth_student_t``, ``smooth_lln``, ``smooth_arsinh``)."""
+        return self.method in PURE_METHODS or self.method in CDP_METHODS
+
+    @property
+    def cdp(self) -> SmoothCDPParameters:
+        """The public parameters (``rho``, ``t``, ``sigma``, ``s``) of ``smooth_lln`` / ``smooth_arsinh``."""
+        self.validate()
+        if self.method not in CDP_METHODS:
+            raise ValueError(f"cdp is defined for the methods {CDP_METHODS} only (method={self.method!r})")
+        return SmoothCDPParameters(self.method, self.epsilon, self.delta)
 
     def privacy_map(self) -> PrivacyCost:
         """Cost of one release, notion ``dp``.
@@ -960,6 +1000,8 @@ class OutlierCountMechanism:
         """
         if self.method == "smooth_student_t":
             return float(self.epsilon) * float(1 - STUDENT_T_SHIFT_SHARE) / 3.0
+        if self.method in CDP_METHODS:
+            return SmoothCDPParameters(self.method, self.epsilon, self.delta).t
         if self.method != "smooth":
             raise ValueError(f"beta is defined for the smooth methods {SMOOTH_METHODS} only (method={self.method!r})")
         return float(self.epsilon) / (4.0 * (self.output_dimension + self._ln2d))
@@ -1208,6 +1250,8 @@ class OutlierCountMechanism:
             return self.laplace_sd(d)
         if self.method == "smooth_student_t":
             return float(self.student_t_scale(self.smooth_sensitivity(XS)))
+        if self.method in CDP_METHODS:
+            return self.cdp.sd(self.smooth_sensitivity(XS))
         return self._smooth_sigma(self.smooth_sensitivity(XS))
 
     def global_sigma(self, d: int) -> float:
@@ -1320,6 +1364,8 @@ class OutlierCountMechanism:
             return int(math.ceil(gaussian_half_width(self.global_sigma(d), alpha)))
         if self.method == "smooth_student_t":
             return student_t2_half_width(self.student_t_scale(G), alpha)
+        if self.method in CDP_METHODS:
+            return self.cdp.half_width_at(G, float(alpha))
         return int(math.ceil(gaussian_half_width(self._smooth_sigma(float(G)), alpha)))
 
     def _smooth_sigma(self, S: float) -> float:
@@ -1377,6 +1423,11 @@ class OutlierCountMechanism:
             S, _, _, q = self._terms(XS)
             c = self.student_t_scale(S)
             return float(noise.student_t_integer(int(q), c)), int(q), float(c)
+        if self.method in CDP_METHODS:  # one degree pass, exact scale S(X) / s, exact rounded CDP noise
+            S, _, _, q = self._terms(XS)
+            p = self.cdp
+            c = p.scale(S)
+            return float(noise.smooth_cdp_integer(p.family, int(q), c, p.sigma)), int(q), p.sd(S)
         if self.method == "global":
             sigma = self.noise_sigma(XS)
             q = count_outliers(XS, self.k, self.r)
@@ -1409,7 +1460,10 @@ def choose_method(epsilon, delta, k: int, d: int, level=CI_LEVEL) -> str:
         (Theorem 1) is strictly smaller, which needs ``0 < epsilon < 1``,
         ``delta > 0`` and, in practice, ``delta`` above about 0.62.  ``smooth_student_t``
         is not a candidate: its publishable half-width (``S = G``) is about 3 x
-        the discrete Laplace's (module docstring).  The smooth
+        the discrete Laplace's (module docstring). ``smooth_lln`` and ``smooth_arsinh`` are not
+        candidates either: the zCDP conversion leaves them ``eps_cdp`` far below
+        ``epsilon`` for a single count, and their publishable half-widths are
+        several times the Laplace's (a test checks the grid).  The smooth
         method is never returned: its publishable half-width (the bound with
         ``S = G``, :meth:`OutlierCountMechanism.ci_half_width`) is 5 times the
         global Gaussian's, and where it might be smaller *on the data* is a

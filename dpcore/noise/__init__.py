@@ -24,6 +24,11 @@ makes goes through :class:`NoiseSource`.  The rules it implements are:
   drawn lazily as a dyadic interval and compared with the algebraic CDF
   ``F(x) = 1/2 + x / (2 sqrt(2 + x^2))`` in rational arithmetic
   (:mod:`dpcore.noise.student_t`; Bun & Steinke 2019, Section 3).
+* **Exact Laplace log-normal and arsinh-normal integers.**
+  :meth:`NoiseSource.smooth_cdp_integer` releases ``round(value + scale * Z)``
+  for Bun & Steinke's concentrated-DP distributions exactly: lazy uniforms
+  through the polar normal and the exponential, enclosed in rigorous decimal
+  intervals until the rounding is decided (:mod:`dpcore.noise.interval`).
 * **Production versus tests.**  ``NoiseSource()`` (no seed) is the production
   source: the exact samplers above plus ``os.urandom``/``secrets`` bits.  Its releases are
   publishable.  ``NoiseSource(seed=...)`` is a deterministic
@@ -40,6 +45,10 @@ samplers and OS bit sources (pure functions of a bit stream).  ``source``:
 which OpenDP requires before its measurement constructors can be used).
 ``student_t``: the exact integer Student's T (nu = 2) sampler and its CDF.
 ``dlaplace``: the vectorised exact discrete Laplace sampler.
+``interval``: exact integer rounding of continuous noise (lazy uniforms,
+rigorous decimal interval arithmetic).  ``smooth_cdp``: the concentrated-DP
+smooth-sensitivity distributions of Bun & Steinke 2019 (Laplace log-normal,
+arsinh-normal), their parameters, tails and exact samplers.
 Everything public (and the private helpers the tests use) is re-exported here,
 so ``from dpcore.noise import NoiseSource, conservative_scale`` keeps working.
 """

@@ -31,6 +31,7 @@ from .core import (
 
 from .dlaplace import MAX_NUMERATOR, OSRandomness, cks_discrete_laplace, saturating_add, scale_ratio
 from .student_t import student_t2_integer_from_bits
+from .smooth_cdp import arsinh_integer_from_bits, lln_integer_from_bits
 
 dp.enable_features("contrib")
 
@@ -394,6 +395,50 @@ class NoiseSource:
         _positive_finite(scale, "scale")
         c = _exact_fraction(scale, "scale")
         return student_t2_integer_from_bits(v, c, self._bit_source())
+
+    def smooth_cdp_integer(self, family: str, value, scale, sigma) -> int:
+        """Release ``round(value + scale * Z)`` exactly, ``Z`` Laplace log-normal or arsinh-normal.
+
+        Parameters
+        ----------
+        family : {"lln", "arsinh"}
+            ``"lln"``: ``Z = X e^{sigma Y}`` (``X`` standard Laplace, ``Y ~ N(0, 1)``);
+            ``"arsinh"``: ``Z = sinh(sigma Y) / sigma`` (Bun & Steinke 2019, Section 3).
+        value : Fraction, int or float
+            The centre (for a count: the exact integer count).
+        scale, sigma : Fraction, int or float
+            ``> 0``, used **exactly** (a float at its binary value): pass the
+            ratio of the floats the privacy analysis uses, e.g. ``Fraction(S) / Fraction(s)``.
+
+        Returns
+        -------
+        int
+            ``floor(value + scale Z + 1/2)``, with exactly that distribution.
+
+        Raises
+        ------
+        ValueError
+            On an unknown family or a non-finite / non-positive argument.
+
+        Notes
+        -----
+        Privacy: ``(1/2) eps^2``-CDP for a ``t``-smooth bound ``S`` with the
+        constants of :mod:`dpcore.noise.smooth_cdp`.  Validity of the sampler:
+        lazy uniforms and rigorous decimal interval arithmetic, refined until
+        the rounding is decided (:mod:`dpcore.noise.interval`, "Validity
+        argument"); bits from ``os.urandom`` in production, from the seeded
+        generator in test mode.
+        """
+        v = _exact_fraction(value, "value")
+        _positive_finite(scale, "scale")
+        _positive_finite(sigma, "sigma")
+        c = _exact_fraction(scale, "scale")
+        sg = _exact_fraction(sigma, "sigma")
+        if family == "lln":
+            return lln_integer_from_bits(v, c, sg, self._bit_source())
+        if family == "arsinh":
+            return arsinh_integer_from_bits(v, c, sg, self._bit_source())
+        raise ValueError(f"family must be 'lln' or 'arsinh' (got {family!r})")
 
     # -- selection ----------------------------------------------------------
 

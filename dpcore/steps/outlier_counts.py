@@ -51,6 +51,7 @@ from ..bundle import StepOutput
 from ..ingest import IngestResult
 from ..mechanisms.outlier_count import (
     CI_LEVEL,
+    CDP_METHODS,
     GAUSSIAN_METHODS,
     OutlierCountMechanism,
     public_global_sensitivity,
@@ -150,7 +151,7 @@ def budget_split(epsilon_total, h: int, n_candidates: int, method: str, level: f
     n_candidates : int
         Number of candidate subspaces ``m``.
     method : str
-        The spec's count method (``smooth``, ``global``, ``global_laplace``, ``smooth_student_t`` or ``auto``).
+        The spec's count method (``smooth``, ``global``, ``global_laplace``, ``smooth_student_t``, ``smooth_lln``, ``smooth_arsinh`` or ``auto``).
     level : float
         Level of the published intervals (0.95).
 
@@ -435,6 +436,14 @@ def _describe_count(count: OutlierCountMechanism, d: int) -> str:
                 f"epsilon = {e:g} each, pure epsilon-DP: delta = 0; integer counts); its stated half-width is a "
                 f"public upper bound (the smooth sensitivity, which depends on the data, replaced by its maximum "
                 f"G = {G}): the actual noise may be smaller and its scale is not published")
+    if count.method in CDP_METHODS:
+        p = count.cdp
+        name = "Laplace log-normal" if p.family == "lln" else "arsinh-normal"
+        return (f"smooth-sensitivity {name} mechanism (Bun & Steinke 2019, Section 3; concentrated DP at "
+                f"rho = {p.rho:.4g}, converted to epsilon = {e:g}, delta = {float(count.delta):.2g} each; integer "
+                f"counts); its stated half-width is a public upper bound (the smooth sensitivity, which depends on "
+                f"the data, replaced by its maximum G = {G}): the actual noise may be smaller and its scale is not "
+                f"published")
     return (f"Gaussian mechanism with smooth sensitivity (Theorem 2; epsilon = {e:g}, delta = {float(count.delta):.2g} "
             f"each); its stated half-width is a public upper bound (the smooth sensitivity, which depends on the data, "
             f"replaced by its maximum G = {G}): the actual noise may be smaller and its scale is not published")
