@@ -191,16 +191,21 @@ def release_charges(spec, global_counts: bool = False) -> list[Charge]:
         out.append(_charge("aiq", f"aiq-{cfg.mechanism}", mech.notion, mech.neighbour, cost, nb, "summed"))
     if st.outlier_counts.enabled:
         cfg = st.outlier_counts
-        _attrs, _cands, select, count = check_outlier_counts(spec)
+        _attrs, _cands, select, counts, _split = check_outlier_counts(spec)
+        count = counts[max(counts)]  # the spec's subspace dimension (the largest candidate dimension)
         out.append(_charge("outlier_subspaces", "top-h-subspaces (exponential mechanism)", select.notion,
                            select.neighbour, select.privacy_map(), nb, "em",
                            eps_draw=select.per_draw_epsilon, draws=int(select.h)))
         if global_counts:
-            count = OutlierCountMechanism(k=cfg.k, r=cfg.r, epsilon=cfg.epsilon_count, delta=cfg.delta_count,
+            count = OutlierCountMechanism(k=cfg.k, r=cfg.r, epsilon=_split.epsilon_count, delta=cfg.delta_count,
                                           method="global", size_limit=cfg.size_limit)
         for _ in range(int(cfg.h)):
-            if count.method == "global":
-                d = int(cfg.subspace_dim)
+            d = max(counts)
+            if count.method == "global_laplace":  # public scale G / eps on one integer cell, shift <= G
+                out.append(_charge("outlier_count", count.name, count.notion, count.neighbour, count.privacy_map(),
+                                   nb, "dlap", scale=count.laplace_scale(d), l1=count.global_sensitivity_upper(d),
+                                   cells=1))
+            elif count.method == "global":
                 out.append(_charge("outlier_count", count.name, count.notion, count.neighbour, count.privacy_map(),
                                    nb, "gauss", sigma=count.global_sigma(d),
                                    l2=float(count.global_sensitivity_upper(d))))
@@ -494,7 +499,7 @@ def _model_text(c: Charge) -> str:
     if c.model == "em":
         return f"{c.draws} exponential-mechanism draw(s) at eps {float(c.eps_draw):g} (pure eps; zCDP eps²/8)"
     if c.model == "eps_delta":
-        return "smooth-sensitivity Gaussian: data-dependent sigma, (eps, delta) only"
+        return "smooth-sensitivity noise: data-dependent scale, (eps, delta) only"
     if c.model == "gauss":
         return f"Gaussian, sigma {c.sigma:.4g}, L2 sensitivity {c.l2:g} (rho {c.l2**2 / (2 * c.sigma**2):.3g})"
     return f"not DP ({c.notion}): summed"

@@ -1,6 +1,7 @@
 """Reproduce Section 6 of seed 002 (Okada et al.) and time the smooth-sensitivity count at scale.
 
-Run: ``.venv/bin/python -m benchmarks.outlier_count [--quick] [--scale-only] [--dry-run]``.
+Run: ``.venv/bin/python -m benchmarks.outlier_count [--quick] [--scale-only] [--less-noise] [--methods-syn1]
+[--dry-run]``.
 Writes the ``outlier_count`` section of BENCHMARKS.md via
 :func:`benchmarks._record.record` (figures are never typed by hand; the
 paper's numbers below are constants labelled "paper", read off its text --
@@ -29,6 +30,18 @@ Parts
    recorded section in place of the previous scale table (Parts 1-2 are kept
    as recorded).
 
+4. ``--less-noise`` (issue 16): the demo at the same total epsilon and the method grid (``method_grid``, every
+   method of :data:`COUNT_METHODS` over d, k, eps on Synthetic 2's generator), section
+   ``outlier_count_less_noise``.
+5. ``--methods-syn1`` (issue 16, also part of the full run): :func:`methods_syn1`, every method of
+   :data:`COUNT_METHODS` on Synthetic 1 as Part 1 builds it (20 datasets, eps in {0.1, 0.3, 0.5, 0.7, 0.9}):
+   public and on-data 95% half-widths (``ci_half_width`` / ``half_width_at``), exact P(+-50%), what ``auto``
+   picks and why, beside the paper's Figures 3-4 claims; its own section ``outlier_count_methods_syn1``, placed
+   right after ``outlier_count_less_noise`` (whose last part is "Choosing the count method").
+
+All half-widths come from ``OutlierCountMechanism.ci_half_width`` / ``half_width_at`` (no per-method formula
+here), so a new count method only needs to be in :data:`COUNT_METHODS` (automatic for the class's ``METHODS``).
+
 All mechanism noise comes from ``NoiseSource(seed=...)`` (seeded, fast,
 deterministic -- benchmark only, not publishable); synthetic *data* comes
 from numpy's ``default_rng`` (not privacy noise).
@@ -47,9 +60,13 @@ import numpy as np
 
 from benchmarks._record import BENCHMARKS, machine, record
 from dpcore.mechanisms.outlier_count import (
+    METHODS,
+    CDP_METHODS,
+    SMOOTH_METHODS,
     OutlierCountMechanism,
     count_outliers,
     global_sensitivity_bounds,
+    public_global_sensitivity,
     subspace_view,
 )
 from dpcore.mechanisms.subspace import TopSubspaceSelection, candidate_subspaces
@@ -63,6 +80,15 @@ EPS_FIG5 = [0.2, 0.4, 0.8, 1.6, 3.2]
 R_SYN1 = 1.1   # Table 1
 R_SYN2 = 0.13  # Table 2
 HUGE = 10**12  # size_limit and node_limit that disable the large-P relaxation and the node budget: exact Algorithm 1
+
+#: Count methods the method tables compare (``method_grid``, ``methods_syn1``), in column order: every method
+#: ``OutlierCountMechanism`` accepts (``METHODS``); a method added there is appended automatically.
+COUNT_METHODS = tuple(dict.fromkeys(("global_laplace", "global", "smooth", "smooth_student_t") + tuple(METHODS)))
+#: Short column labels (a method without one is labelled by its name).
+METHOD_LABEL = {"global_laplace": "Laplace", "global": "Gaussian", "smooth": "smooth", "smooth_student_t": "T",
+                "smooth_lln": "LLN", "smooth_arsinh": "arsinh"}
+#: Labels in the "best on data" column where they differ from METHOD_LABEL.
+METHOD_BEST_LABEL = {"smooth_student_t": "Student's T"}
 
 # The paper's numbers: only what its text states (Figures 3-5 are images).
 PAPER = {
@@ -604,6 +630,11 @@ def _within(q: int, method: str, scale: float) -> float:
 
     from dpcore.accuracy import discrete_laplace_tail
 
+    if method in CDP_METHODS:  # K = round(q + c Z): P(|K - q| <= m) = 1 - tail((m + 1/2) / c), scale = (c, tail)
+        c, tail = scale
+        if q == 0:
+            return 1.0 - 0.5 * tail(0.5 / c)
+        return 1.0 - tail((math.floor(q / 2) + 0.5) / c)
     if method == "smooth_student_t":  # K = round(q + c Z), Z ~ T_2; P(|K - q| <= m) = y / sqrt(2 + y^2), y = (m + 1/2)/c
         if q == 0:  # published max(0, K) = 0 iff K <= 0: F(1/(2c))
             y = 0.5 / scale
@@ -657,6 +688,8 @@ def less_noise(n_releases: int, step_runs: int) -> str:
         ("global Gaussian, 0.5 + 2 x 0.5", "global", 0.5, 0.5, TODAY["delta"]),
         ("global_laplace, 0.5 + 2 x 0.5", "global_laplace", 0.5, 0.5, 0),
         ("smooth_student_t, 0.5 + 2 x 0.5", "smooth_student_t", 0.5, 0.5, 0),
+        ("smooth_lln, 0.5 + 2 x 0.5", "smooth_lln", 0.5, 0.5, TODAY["delta"]),
+        ("smooth_arsinh, 0.5 + 2 x 0.5", "smooth_arsinh", 0.5, 0.5, TODAY["delta"]),
         (f"auto + epsilon_total {float(total):g} (rule: {float(split.share):.2f} to the selection)",
          OutlierCountMechanism.for_dimension(1, k, r, split.epsilon_count, TODAY["delta"]).method,
          split.epsilon_select, split.epsilon_count, TODAY["delta"]),
@@ -669,18 +702,21 @@ def less_noise(n_releases: int, step_runs: int) -> str:
     for label, method, e_sel, e_cnt, delta in configs:
         pure = method in ("global_laplace", "smooth_student_t")
         m = OutlierCountMechanism(k, r, e_cnt, 0 if pure else delta, method=method)
+        integer = m.integer_output
         hw = m.ci_half_width(1)
         sds, shares_exact, sampled = {}, {}, {}
         for a in attrs:
             sd = m.noise_sigma(XS[a])  # smooth: S(X)/alpha; Student's T: the scale S(X)/s (internal, benchmark only)
             sds[a] = sd
             scale = m.laplace_scale(1) if method == "global_laplace" else sd
+            if method in CDP_METHODS:
+                scale = _release_noise(m, 1, m.smooth_sensitivity(XS[a]))[1]
             shares_exact[a] = _within(q[a], method, scale)
             tr = time.perf_counter()
             vals = []
             for _ in range(n_releases):  # the mechanism itself, fresh production noise each time
                 y = m.release(XS[a], NoiseSource())
-                vals.append(max(0, int(y)) if pure else max(0.0, round(y, 2)))
+                vals.append(max(0, int(y)) if integer else max(0.0, round(y, 2)))
             vals = np.array(vals, dtype=float)
             sampled[a] = float(np.mean(np.abs(vals - q[a]) <= 0.5 * q[a]))
             log(f"  {label} / {a}: sd {sd:.4g}, exact share {shares_exact[a]:.3f}, sampled {sampled[a]:.3f} "
@@ -699,6 +735,8 @@ def less_noise(n_releases: int, step_runs: int) -> str:
             "all_sampled": float(np.mean([sampled[a] for a in attrs])),
             "n_sampled": n_releases * len(attrs),
         }
+        if method in CDP_METHODS:  # per-count figures only: the step table below covers the other methods
+            continue
         # the whole step: exact, and sampled with the production selection + noise (no data pass per run)
         qs = [q[a] for a in attrs]
         scales = [m.laplace_scale(1) if method == "global_laplace" else sds[a] for a in attrs]  # smooth: per subspace
@@ -829,22 +867,38 @@ def _step_exact_scales(qs, G, h, eps_sel, count_method, scales) -> dict:
     return out
 
 
-def method_grid(seed: int) -> str:
-    """Smooth Gaussian vs global Gaussian vs global discrete Laplace vs smooth Student's T over public parameters
-    (issue 16, auto)."""
+def _half_widths(m: OutlierCountMechanism, d: int, XS=None) -> dict:
+    """One method's 95% half-widths via :meth:`OutlierCountMechanism.half_width_at` (no method-specific code).
+
+    ``bound`` = the public figure (``ci_half_width``, S = G); for the smooth methods also ``floor`` (at the
+    public floor ``smooth_sensitivity_floor``), and with data ``XS`` ``S`` = S(X) and ``data`` = the actual
+    (data-dependent, internal) half-width at S(X).  The global methods' figure on data is their bound."""
+    out = {"bound": m.ci_half_width(d)}
+    smooth = m.method in SMOOTH_METHODS
+    if smooth:
+        out["floor"] = m.half_width_at(m.smooth_sensitivity_floor(d), d)
+    if XS is not None:
+        if smooth:
+            out["S"] = float(m.smooth_sensitivity(XS))
+            out["data"] = m.half_width_at(out["S"], d)
+        else:
+            out["data"] = out["bound"]
+    return out
+
+
+def method_grid(seed: int, methods=COUNT_METHODS) -> str:
+    """Every count method in ``methods`` (smooth Gaussian, global Gaussian, global discrete Laplace, smooth
+    Student's T, ...) over public parameters (issue 16, auto): half-widths from ``half_width_at`` only."""
     from scipy.spatial import cKDTree
 
-    from dpcore.accuracy import gaussian_half_width, student_t2_half_width
     from dpcore.mechanisms.outlier_count import choose_method
-
-    def ghw(sigma) -> int:
-        return int(math.ceil(gaussian_half_width(sigma)))
 
     t0 = time.perf_counter()
     log("Issue 16: method grid")
     X, _ = synthetic2(seed, 2000)
     dims, ks, epss = [1, 2, 3, 4, 8, 10], [1, 3, 10], [0.1, 0.5, 0.95]
     delta = 1e-6
+    smooth_methods = [mt for mt in methods if mt in SMOOTH_METHODS]
     out = ["### Choosing the count method (`method: auto`): smooth vs global Gaussian vs global discrete Laplace "
            "vs smooth Student's T\n"]
     out.append(
@@ -860,51 +914,66 @@ def method_grid(seed: int) -> str:
         f"**best on data** compares the Laplace, the Gaussian and both smooth methods' actual half-widths. "
         f"**auto** = `choose_method` (public parameters only).\n"
     )
-    out.append("| d | k | eps | G | Laplace | Gaussian | smooth bound | smooth floor | smooth on data (S) | "
-               "T bound | T floor | T on data (S) | best on data | auto |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    cols = []
+    for mt in methods:
+        lab = METHOD_LABEL.get(mt, mt)
+        cols += [f"{lab} bound", f"{lab} floor", f"{lab} on data (S)"] if mt in SMOOTH_METHODS else [lab]
+    out.append("| d | k | eps | G | " + " | ".join(cols) + " | best on data | auto |")
+    out.append("|---" * (len(cols) + 6) + "|")
     n_cells = n_floor_loses = n_smooth_wins = 0
     n_t_floor_wins = n_t_wins = 0
     wins, t_wins, t_bound_ratio = [], [], []
+    cdp_in = [mt for mt in methods if mt in CDP_METHODS]
+    cdp_ratio = {mt: [] for mt in cdp_in}
+    cdp_beats_lap = {mt: [] for mt in cdp_in}
+    cdp_best = {mt: 0 for mt in cdp_in}
     for d in dims:
         XS = subspace_view(X, tuple(range(d)))
         for k in ks:
             dist, _ = cKDTree(XS).query(XS, k=k + 1)
             r = float(np.quantile(dist[:, k], 0.97))
             for e in epss:
-                lap = OutlierCountMechanism(k, r, e, 0, method="global_laplace")
-                gau = OutlierCountMechanism(k, r, e, delta, method="global")
-                smo = OutlierCountMechanism(k, r, e, delta)
-                G = lap.global_sensitivity_upper(d)
-                hl, hg, hs = lap.ci_half_width(d), gau.ci_half_width(d), smo.ci_half_width(d)
-                stu = OutlierCountMechanism(k, r, e, 0, method="smooth_student_t")
-                floor = smo.smooth_sensitivity_floor(d)
-                hf = ghw(smo._smooth_sigma(floor))
-                ht = stu.ci_half_width(d)
-                t_floor = stu.smooth_sensitivity_floor(d)
-                htf = student_t2_half_width(stu.student_t_scale(t_floor), 0.05)
-                t_bound_ratio.append(ht / hl)
+                mechs = {mt: OutlierCountMechanism.for_dimension(d, k, r, e, delta, method=mt) for mt in methods}
+                G = public_global_sensitivity(d, k)
+                hw = {mt: _half_widths(m_, d) for mt, m_ in mechs.items()}
+                failed = None
                 try:
-                    S = smo.smooth_sensitivity(XS)
-                    ha = ghw(smo._smooth_sigma(S))
-                    on = f"{ha} ({S:.4g})"
-                    S_t = stu.smooth_sensitivity(XS)
-                    hta = student_t2_half_width(stu.student_t_scale(S_t), 0.05)
-                    on_t = f"{hta} ({S_t:.4g})"
-                    best = min((hl, "Laplace"), (hg, "Gaussian"), (ha, "smooth"), (hta, "Student's T"))[1]
+                    hw = {mt: _half_widths(m_, d, XS) for mt, m_ in mechs.items()}
+                    best = min((hw[mt]["data"], METHOD_BEST_LABEL.get(mt, METHOD_LABEL.get(mt, mt))) for mt in methods)[1]
                 except Exception as exc:  # an exact-search limit: report it, the cell stays in the table
-                    on, on_t, best, ha, hta = f"{type(exc).__name__}", "-", "-", None, None
+                    failed, best = type(exc).__name__, "-"
+                cells = []
+                for i, mt in enumerate(methods):
+                    h = hw[mt]
+                    if mt not in SMOOTH_METHODS:
+                        cells.append(f"{h['bound']}")
+                        continue
+                    if "data" in h:
+                        on = f"{h['data']} ({h['S']:.4g})"
+                    else:  # the first smooth method names the failure, the others show "-" (as before)
+                        on = failed if mt == smooth_methods[0] else "-"
+                    cells += [f"{h['bound']}", f"{h['floor']}", on]
+                hl, hg = hw["global_laplace"]["bound"], hw["global"]["bound"]
+                t_bound_ratio.append(hw["smooth_student_t"]["bound"] / hl)
                 n_cells += 1
-                n_floor_loses += hf >= min(hl, hg)
-                n_t_floor_wins += htf < hl
-                if best == "smooth":
+                n_floor_loses += hw["smooth"]["floor"] >= min(hl, hg)
+                n_t_floor_wins += hw["smooth_student_t"]["floor"] < hl
+                if best == METHOD_BEST_LABEL.get("smooth", METHOD_LABEL["smooth"]):
                     n_smooth_wins += 1
                     wins.append(f"d = {d}, k = {k}, eps = {e}")
+                for mt in cdp_in:
+                    cdp_ratio[mt].append(hw[mt]["bound"] / hl)
+                    hd = hw[mt].get("data")
+                    if hd is not None and hd < hl:
+                        cdp_beats_lap[mt].append(f"d = {d}, k = {k}, eps = {e}: {hd} vs {hl}")
+                    if hd is not None and all(hd <= hw[o].get("data", hw[o]["bound"]) for o in methods):
+                        cdp_best[mt] += 1
+                hta = hw["smooth_student_t"].get("data")
                 if hta is not None and hta < hl:
                     n_t_wins += 1
                     t_wins.append(f"d = {d}, k = {k}, eps = {e}: {hta} vs {hl}")
-                out.append(f"| {d} | {k} | {e} | {G} | {hl} | {hg} | {hs} | {hf} | {on} | {ht} | {htf} | {on_t} | "
-                           f"{best} | {choose_method(e, delta, k, d)} |")
+                out.append(f"| {d} | {k} | {e} | {G} | " + " | ".join(cells) + f" | {best} | "
+                           f"{choose_method(e, delta, k, d)} |")
     out.append("")
     # the Gaussian crossover in delta (public): smallest delta at which the Gaussian's half-width is below Laplace's
     cross = []
@@ -938,11 +1007,235 @@ def method_grid(seed: int) -> str:
         + (f" ({'; '.join(t_wins)})" if t_wins else "")
         + ". That is a fact about the data (S(X) is private), so it cannot steer the choice, and its published "
         "interval stays the S = G bound: choose it explicitly only when its true noise matters more than the stated "
-        "interval. Not shipped: Bun & Steinke's concentrated-DP distributions (Laplace log-normal, arsinh-normal) "
-        "were not evaluated here.\n"
+        "interval.\n"
+    )
+    if cdp_in:
+        parts = []
+        for mt in cdp_in:
+            parts.append(
+                f"`{mt}`: publishable half-width {min(cdp_ratio[mt]):.2f}-{max(cdp_ratio[mt]):.2f} x the Laplace's; "
+                f"on the data narrower than the Laplace in {len(cdp_beats_lap[mt])} of {n_cells} cells"
+                + (f" ({'; '.join(cdp_beats_lap[mt][:6])}{'; ...' if len(cdp_beats_lap[mt]) > 6 else ''})"
+                   if cdp_beats_lap[mt] else "")
+                + f", the narrowest of all methods in {cdp_best[mt]}")
+        out.append(
+            f"Concentrated-DP smooth methods (Bun & Steinke 2019: Laplace log-normal, arsinh-normal; charged "
+            f"(eps, delta = {delta:g}) through rho + 2 sqrt(rho ln(1/delta)) <= eps, so they run at "
+            f"eps_cdp = sqrt(2 rho), e.g. {SmoothCDPParameters('smooth_lln', 0.5, delta).eps_cdp:.3f} at eps = 0.5): "
+            + "; ".join(parts)
+            + ". The zCDP-to-(eps, delta) conversion of a single count costs them a factor of about "
+            f"{0.5 / SmoothCDPParameters('smooth_lln', 0.5, delta).eps_cdp:.1f} in eps at eps = 0.5, which their lighter "
+            "tails never recover; they would pay off only when many counts are composed in zCDP, which the ledger "
+            "does not do (section \"Composition accounting\"). `auto` leaves them out (publishable figures only).\n"
+        )
+    out.append(f"Part run time {time.perf_counter() - t0:.0f} s.\n")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------
+# Part 5 (issue 16): the method table on Synthetic 1, beside the paper's Figures 3-4
+# ---------------------------------------------------------------------------
+
+#: eps of the Synthetic 1 method table (a subset of Figures 3-4's grid).
+EPS_SYN1_METHODS = [0.1, 0.3, 0.5, 0.7, 0.9]
+#: Section of BENCHMARKS.md written by :func:`methods_syn1`, placed right after the "Choosing the count method"
+#: section (which ends the ``outlier_count_less_noise`` section).
+SYN1_SECTION, SYN1_AFTER = "outlier_count_methods_syn1", "outlier_count_less_noise"
+
+
+def _release_noise(m: OutlierCountMechanism, d: int, S) -> tuple:
+    """``(sd, scale)`` of the released count's noise at smooth bound ``S`` (``S`` unused by global methods).
+
+    ``sd``: the standard deviation (``inf`` for ``smooth_student_t``: T_2 has none); ``scale``: what
+    :func:`_within` takes for its exact P(+-50%).  ``(None, None)`` for a method this table has no formula for
+    (its cells show "-"); the half-widths never need this (``half_width_at``)."""
+    mt = m.method
+    if mt == "global_laplace":
+        return m.laplace_sd(d), m.laplace_scale(d)
+    if mt == "global":
+        sg = m.global_sigma(d)
+        return sg, sg
+    if mt == "smooth":
+        sg = m._smooth_sigma(S)  # S(X) / alpha rounded up: the release's sigma
+        return sg, sg
+    if mt == "smooth_student_t":
+        return math.inf, float(m.student_t_scale(S))
+    if mt in CDP_METHODS:  # (scale, tail function of Z) for _within
+        p = m.cdp
+        return p.sd(S), (float(p.scale(S)), p.tail)
+    return None, None
+
+
+def _fmt_mean(vals, fmt="{:.4g}") -> str:
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return "-"
+    mu = float(np.mean(vals))
+    return "inf" if math.isinf(mu) else fmt.format(mu)
+
+
+def methods_syn1(n_data: int, seed: int, methods=COUNT_METHODS) -> str:
+    """Issue 16 on Synthetic 1: every count method's public and on-data 95% half-width, and what ``auto`` picks.
+
+    Synthetic 1 exactly as :func:`fig3` builds it (``synthetic1(seed + j)``, raw coordinates, S = both
+    attributes, k = 3, r = 1.1), eps in :data:`EPS_SYN1_METHODS`, delta = :data:`DELTA` for the methods that
+    need one (``OutlierCountMechanism.for_dimension`` sets 0 for the pure ones).  Every method in ``methods`` the
+    class accepts works: the half-widths come from ``ci_half_width`` / ``half_width_at`` only."""
+    from dpcore.mechanisms.outlier_count import choose_method
+
+    t0 = time.perf_counter()
+    d, N = 2, 50
+    log(f"Issue 16 on Synthetic 1: {n_data} datasets x {len(EPS_SYN1_METHODS)} eps x {len(methods)} methods")
+    G = public_global_sensitivity(d, K)
+    gs_lo = global_sensitivity_bounds(d, K, N)[0]
+    c_paper = math.sqrt(2 * math.log(2 / DELTA))
+    mechs = {e: {mt: OutlierCountMechanism.for_dimension(d, K, R_SYN1, e, DELTA, method=mt) for mt in methods}
+             for e in EPS_SYN1_METHODS}
+    pub = {e: {mt: _half_widths(m_, d) for mt, m_ in mechs[e].items()} for e in EPS_SYN1_METHODS}
+    # per (eps, method): lists over datasets
+    cell = {(e, mt): {"S": [], "data": [], "sd": [], "within": [], "won": 0} for e in EPS_SYN1_METHODS for mt in methods}
+    qs, s_smooth = [], {e: [] for e in EPS_SYN1_METHODS}
+    for j in range(n_data):
+        X, _ = synthetic1(seed + j)  # as fig3: raw coordinates, r = 1.1 on this scale
+        XS = subspace_view(X, (0, 1))
+        q = count_outliers(XS, K, R_SYN1)
+        qs.append(q)
+        for e in EPS_SYN1_METHODS:
+            hw_data = {}
+            for mt, m_ in mechs[e].items():
+                h = _half_widths(m_, d, XS)
+                c = cell[(e, mt)]
+                c["S"].append(h.get("S"))
+                c["data"].append(h["data"])
+                hw_data[mt] = h["data"]
+                sd, scale_ = _release_noise(m_, d, h.get("S"))
+                c["sd"].append(sd)
+                c["within"].append(None if scale_ is None else _within(q, mt, scale_))
+                if mt == "smooth":
+                    s_smooth[e].append(sd)
+            lo = min(hw_data.values())
+            for mt, v in hw_data.items():
+                cell[(e, mt)]["won"] += v == lo  # ties shared
+        log(f"  dataset {j + 1}/{n_data}: q_count = {q}")
+
+    fig34 = '"Figures 3-4: sigma_Global vs sigma_Smooth on Synthetic 1" (section `outlier_count`)'
+    out = ["### Choosing the count method on Synthetic 1 (issue 16; beside the paper's Figures 3-4)\n"]
+    out.append(
+        f"Synthetic 1 exactly as in {fig34}: 45 points from N(0, I_2) + 5 from N((20, 20), 100 I_2), raw "
+        f"coordinates, S = both attributes (d = {d}), k = {K}, r = {R_SYN1}; {n_data} datasets (data seeds "
+        f"{seed}..{seed + n_data - 1}), mean true count {np.mean(qs):.2f} (range {min(qs)}-{max(qs)}). delta = "
+        f"{DELTA} for the methods that need one (global, smooth), 0 for the pure ones (global_laplace, "
+        f"smooth_student_t). G = k K_2^up + 1 = {G}. Every figure is computed by "
+        f"`benchmarks/outlier_count.py` from `OutlierCountMechanism` (nothing typed in). **public 95%** = "
+        f"`ci_half_width(d)` (= `half_width_at(G, d)`: what a release may publish; for the smooth methods the bound "
+        f"with S = G). **public floor** = `half_width_at(smooth_sensitivity_floor(d), d)` for the smooth methods: "
+        f"no non-empty dataset gets below it. **on data** = mean over the datasets of `half_width_at(S(X), d)`, "
+        f"S(X) = `smooth_sensitivity(XS)` (data-dependent, internal, never published; for the global methods it is "
+        f"the public figure). **sd** = mean standard deviation of the released count's noise (discrete Laplace: "
+        f"sqrt(2a)/(1-a), a = e^(-1/s); Gaussians: sigma, smooth at S(X); Student's T_2: infinite). "
+        f"**P(+-50%)** = mean over the datasets of the exact probability that the published count (clamped at 0) "
+        f"lies within +-50% of the true count (discrete Laplace from its pmf in 50-digit arithmetic, Gaussians from "
+        f"the normal cdf, T_2 from its algebraic cdf: `_within`). **won** = datasets on which the method's on-data "
+        f"half-width was the smallest (ties counted for each).\n"
+    )
+    out.append("| eps | method | delta | public 95% | public floor | mean S(X) | on data: mean (min-max) | sd | "
+               "P(+-50%) | won |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|")
+    for e in EPS_SYN1_METHODS:
+        for mt in methods:
+            c, p_ = cell[(e, mt)], pub[e][mt]
+            m_ = mechs[e][mt]
+            dat = c["data"]
+            out.append(
+                f"| {e} | {mt} | {float(m_.delta):g} | {p_['bound']} | {p_.get('floor', '-')} | {_fmt_mean(c['S'])} | "
+                f"{np.mean(dat):.1f} ({min(dat)}-{max(dat)}) | {_fmt_mean(c['sd'])} | {_fmt_mean(c['within'], '{:.3f}')} | "
+                f"{c['won']}/{n_data} |"
+            )
+    out.append("")
+
+    # per eps: who wins publicly, on data, what auto picks and why (all from the figures above)
+    lo_p, hi_p = PAPER["fig3_ratio"]
+    e0, smax = PAPER["fig3_sigma_smooth_from_eps"], PAPER["fig3_sigma_smooth_max"]
+    out.append(
+        f"Per eps: **best public** = smallest public 95% half-width; **best on data** = smallest mean on-data "
+        f"half-width; **auto** = `choose_method(eps, {DELTA}, {K}, {d})` (public parameters only) and the reason, "
+        f"generated from the public figures. Paper (Section 6.2, text; Figures 3-4 are images): sigma_Global is "
+        f"\"approximately {lo_p:.0f}-{hi_p:.0f} times\" sigma_Smooth, and sigma_Smooth < {smax:.0f} for eps >= {e0}. "
+        f"Measured: sigma_Smooth = mean S(X)/alpha (the smooth method's release sigma), sigma_Global(LB) = "
+        f"GS_LB sqrt(2 ln(2/delta)) / eps with GS_LB = min(N, 2dk + 1) = {gs_lo} (the paper's reading, as in "
+        f"that section), sigma_Global(module) = `global_sigma(d)` (G = {G}); ratios are means over the datasets.\n"
+    )
+    out.append("| eps | best public | best on data | auto | why (computed) | paper: sigma_Global / sigma_Smooth | "
+               "measured: (LB) / Smooth | (module) / Smooth | paper: sigma_Smooth | measured sigma_Smooth |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|")
+    summary = []
+    for e in EPS_SYN1_METHODS:
+        pb = {mt: pub[e][mt]["bound"] for mt in methods}
+        od = {mt: float(np.mean(cell[(e, mt)]["data"])) for mt in methods}
+        best_pub = min(methods, key=lambda mt: pb[mt])
+        best_dat = min(methods, key=lambda mt: od[mt])
+        auto = choose_method(e, DELTA, K, d)
+        others = sorted((mt for mt in methods if mt != auto), key=lambda mt: pb[mt])
+        if pb[auto] == min(pb.values()):
+            why = f"smallest publishable half-width: {auto} {pb[auto]} vs " + ", ".join(f"{mt} {pb[mt]}" for mt in others)
+        else:
+            why = f"NOT the smallest publishable: {best_pub} {pb[best_pub]} < {auto} {pb[auto]}"
+        if od[best_dat] < od[auto]:
+            why += (f"; on data {best_dat} would be narrower ({od[best_dat]:.1f} vs {od[auto]:.1f}), but S(X) is "
+                    f"private and may not steer the choice")
+        else:
+            why += "; also the narrowest on these data"
+        ss = s_smooth[e]
+        r_lb = float(np.mean([gs_lo * c_paper / e / v for v in ss]))
+        sg_mod = mechs[e]["global"].global_sigma(d)
+        r_mod = float(np.mean([sg_mod / v for v in ss]))
+        paper_ss = f"< {smax:.0f}" if e >= e0 - 1e-9 else "-"
+        out.append(f"| {e} | {best_pub} ({pb[best_pub]}) | {best_dat} ({od[best_dat]:.1f}) | {auto} | {why} | "
+                   f"~{lo_p:.0f}-{hi_p:.0f} | {r_lb:.3g} | {r_mod:.3g} | {paper_ss} | {np.mean(ss):.4g} |")
+        pw = {mt: np.mean(cell[(e, mt)]["within"]) for mt in methods if None not in cell[(e, mt)]["within"]}
+        best_w = max(pw, key=lambda mt: pw[mt]) if pw else "-"
+        summary.append((e, best_pub, best_dat, auto, r_lb, float(np.mean(ss)), best_w))
+    out.append("")
+    def per_eps(col: int) -> str:
+        vals = {row[0]: row[col] for row in summary}
+        if len(set(vals.values())) == 1:
+            return f"{next(iter(vals.values()))} at every eps"
+        return "; ".join(f"eps {e}: {v}" for e, v in vals.items())
+
+    r_all = [row[4] for row in summary]
+    held_ratio = all(lo_p <= r <= hi_p for r in r_all)
+    held_ss = all(row[5] < smax for row in summary if row[0] >= e0 - 1e-9)
+    out.append(
+        f"Summary (computed): best public: {per_eps(1)}; best on data: {per_eps(2)}; auto: {per_eps(3)}; highest "
+        f"P(+-50%): {per_eps(6)}. Paper's ratio {lo_p:.0f}-{hi_p:.0f}: **{'held' if held_ratio else 'NOT held'}** "
+        f"(measured (LB) / Smooth {min(r_all):.3g}-{max(r_all):.3g}); sigma_Smooth < {smax:.0f} for eps >= {e0}: "
+        f"**{'held' if held_ss else 'NOT held'}** ({fig34} explains why neither can hold with Theorems 1-2 as "
+        f"printed).\n"
     )
     out.append(f"Part run time {time.perf_counter() - t0:.0f} s.\n")
     return "\n".join(out)
+
+
+def record_syn1(markdown: str) -> None:
+    """Record :func:`methods_syn1`'s section; a new section goes right after the ``SYN1_AFTER`` section."""
+    begin, end = f"<!-- BEGIN {SYN1_SECTION} -->", f"<!-- END {SYN1_AFTER} -->"
+    text = BENCHMARKS.read_text() if BENCHMARKS.exists() else ""
+    if begin not in text and end in text:
+        block = f"{begin}\n{markdown.rstrip()}\n<!-- END {SYN1_SECTION} -->"
+        BENCHMARKS.write_text(text.replace(end, f"{end}\n\n{block}", 1))
+    else:
+        record(SYN1_SECTION, markdown)
+    log(f"recorded section '{SYN1_SECTION}' in BENCHMARKS.md")
+
+
+def syn1_markdown(n_data: int, seed: int, quick: bool) -> str:
+    t0 = time.perf_counter()
+    body = methods_syn1(n_data, seed)
+    cmd = f"PYTHONPATH=. .venv/bin/python benchmarks/outlier_count.py --methods-syn1{' --quick' if quick else ''}" + (
+        f" --seed {seed}" if seed else "")
+    line = (f"`{cmd}`; {machine()}; {time.perf_counter() - t0:.0f} s. No release noise is drawn: every probability "
+            "and half-width is exact; the synthetic data come from numpy's `default_rng`.")
+    return body.replace("\n", f"\n\n{line}\n", 1)  # under the heading
 
 
 def main(argv=None) -> None:
@@ -957,9 +1250,20 @@ def main(argv=None) -> None:
     ap.add_argument("--releases", type=int, default=20,
                     help="--less-noise: mechanism releases per configuration and subspace (>= 15)")
     ap.add_argument("--step-runs", type=int, default=300, help="--less-noise: sampled runs of the whole step")
+    ap.add_argument("--methods-syn1", action="store_true",
+                    help="issue 16 only: every count method on Synthetic 1 (public / on-data half-widths, auto), "
+                    f"recorded as section '{SYN1_SECTION}'")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
+    if args.methods_syn1:
+        md = syn1_markdown(3 if args.quick else 20, args.seed, args.quick)
+        print(md)
+        if args.dry_run:
+            log("dry run: BENCHMARKS.md not written")
+        else:
+            record_syn1(md)
+        return
     if args.less_noise:
         if args.releases < 15:
             raise SystemExit("--releases must be >= 15")
@@ -1023,6 +1327,10 @@ def main(argv=None) -> None:
     else:
         record("outlier_count", text)
         log("recorded section 'outlier_count' in BENCHMARKS.md")
+    md5 = syn1_markdown(3 if args.quick else 20, args.seed, args.quick)  # Part 5: its own section
+    print(md5)
+    if not args.dry_run:
+        record_syn1(md5)
 
 
 if __name__ == "__main__":

@@ -17,9 +17,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpcore.accuracy import discrete_laplace_half_width, discrete_laplace_tail, gaussian_half_width
+from dpcore.accuracy import (
+    discrete_laplace_half_width,
+    discrete_laplace_tail,
+    gaussian_half_width,
+    student_t2_half_width,
+)
 from dpcore.budget import PrivacyCost, exact
 from dpcore.mechanisms.outlier_count import (
+    METHODS,
+    SMOOTH_METHODS,
     OutlierCountMechanism,
     choose_method,
     count_outliers,
@@ -217,6 +224,43 @@ def test_published_half_width_is_public_and_bounds_the_smooth_noise():
         X = rng.uniform(0, 1, (int(rng.integers(5, 40)), 2))
         assert math.ceil(gaussian_half_width(sm.noise_sigma(X))) <= sm.ci_half_width(2)
         assert sm.smooth_sensitivity(X) >= sm.smooth_sensitivity_floor(2) - 1e-12
+
+
+
+def _mech_for(method, k, eps, delta=1e-6):
+    """A mechanism of ``method`` at (k, eps): pure methods get delta 0, the Gaussian ones ``delta``."""
+    return OutlierCountMechanism.for_dimension(1, k, 0.1, eps, delta, method=method)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_ci_half_width_is_half_width_at_G_and_half_width_at_is_monotone_in_S(method):
+    """``ci_half_width(d, level) == half_width_at(G, d, level)`` for every method, and ``half_width_at`` is
+    non-decreasing in ``S`` (so the figure at S = G covers every S(X) <= G); the global methods ignore ``S``."""
+    for eps in (0.1, 0.5, 0.95):
+        for k in (1, 3, 10):
+            m = _mech_for(method, k, eps)
+            for d in (1, 2, 4, 10):
+                G = public_global_sensitivity(d, k)
+                for level in (0.5, 0.9, 0.95, 0.99):
+                    assert m.ci_half_width(d, level) == m.half_width_at(G, d, level)
+                Ss = sorted({0.25, 1.0, 1.5, 2.0, G / 3, G - 0.5, float(G), 2.0 * G} | (
+                    {m.smooth_sensitivity_floor(d)} if method in SMOOTH_METHODS else set()))
+                hws = [m.half_width_at(S, d) for S in Ss]
+                assert all(a <= b for a, b in zip(hws, hws[1:])), (method, eps, k, d, list(zip(Ss, hws)))
+                if method not in SMOOTH_METHODS:
+                    assert len(set(hws)) == 1 and m.half_width_at(None, d) == hws[0]
+
+
+def test_half_width_at_equals_the_hand_formulas_and_rejects_a_bad_S():
+    sm, st_ = _mech_for("smooth", 3, 0.5), _mech_for("smooth_student_t", 3, 0.5)
+    for S in (1.0, 4.25, 6.9, 7.0):
+        assert sm.half_width_at(S, 1) == math.ceil(gaussian_half_width(sm._smooth_sigma(S), 0.05))
+        assert st_.half_width_at(S, 1) == student_t2_half_width(st_.student_t_scale(S), 0.05)
+    assert st_.half_width_at(7, 1) == 128 and sm.half_width_at(7, 1) == 740  # the module docstring's figures
+    for bad in (0, -1.0, math.inf, math.nan, None, True):
+        for m in (sm, st_):
+            with pytest.raises(ValueError, match="S must be"):
+                m.half_width_at(bad, 1)
 
 
 # --------------------------------------------------------------------------- method: auto

@@ -160,6 +160,10 @@ next to the count:
   part of it).
 
 All half-widths come from :mod:`dpcore.accuracy` (one implementation each).
+:meth:`OutlierCountMechanism.half_width_at` evaluates the same figure at any
+value ``S`` of the smooth bound: at ``S = G`` it is the published bound above
+(``ci_half_width`` is exactly that call), at ``S = S(X)`` the actual,
+data-dependent half-width (internal only: benchmarks, never published).
 
 Clamping the released count at 0 (post-processing) keeps the statement, since
 ``q_count >= 0``.
@@ -1341,7 +1345,9 @@ class OutlierCountMechanism:
         -------
         int
             ``t`` with ``P(|released - q_count| <= t) >= level`` for every
-            dataset (also after clamping the release at 0).
+            dataset (also after clamping the release at 0):
+            :meth:`half_width_at` at ``S = G``, the public global sensitivity
+            ``k K_d^up + 1``.
             ``global_laplace``: the exact smallest such integer
             (:func:`discrete_laplace_half_width`).  ``global``:
             ``ceil(sigma z)`` (:func:`dpcore.accuracy.gaussian_half_width`).  ``smooth``: the
@@ -1356,17 +1362,73 @@ class OutlierCountMechanism:
         """
         self.validate()
         d = int(d)
+        return self.half_width_at(self.global_sensitivity_upper(d), d, level)
+
+    def half_width_at(self, S, d: int, level=CI_LEVEL) -> int:
+        """Half-width of the ``level`` interval of the released count's noise when the smooth bound equals ``S``.
+
+        Parameters
+        ----------
+        S : float
+            A value of the beta-smooth bound (finite, ``> 0``).  Ignored by
+            the global methods (``global``, ``global_laplace``: their noise
+            does not depend on it; ``None`` is accepted there).  With
+            ``S = S(X)`` (:meth:`smooth_sensitivity` of the data) the figure
+            is **data-dependent** and internal only (benchmarks, the
+            warehouse's ``internal`` schema): it must never be published.
+            With ``S = G`` (:meth:`global_sensitivity_upper`, public) it is
+            the public bound that :meth:`ci_half_width` publishes; with
+            ``S`` = :meth:`smooth_sensitivity_floor` it is the public floor
+            below which no non-empty dataset's half-width falls.
+        d : int
+            Subspace dimension ``|S|``.
+        level : float
+            Coverage, default 0.95 (``alpha = 1 - level``, exact rational).
+
+        Returns
+        -------
+        int
+            ``global_laplace``: the exact smallest ``t`` with
+            ``P(|Z| <= t) >= level`` at scale :meth:`laplace_scale`
+            (:func:`dpcore.accuracy.discrete_laplace_half_width`).
+            ``global``: ``ceil(gaussian_half_width(global_sigma(d), alpha))``.
+            ``smooth``: ``ceil(gaussian_half_width(S / alpha_smooth, alpha))``
+            (sigma rounded up as in the release).  ``smooth_student_t``:
+            :func:`dpcore.accuracy.student_t2_half_width` of the exact scale
+            ``S / s`` (:meth:`student_t_scale`).  ``smooth_lln``, ``smooth_arsinh``:
+            the smallest integer covering ``level`` of ``round((S / s) Z)``
+            from the distribution's tail (:meth:`SmoothCDPParameters.half_width_at`).
+            Non-decreasing in ``S``.
+
+        Raises
+        ------
+        ValueError
+            On bad parameters (:meth:`validate`), a bad ``level``, or, for a
+            smooth method, ``S`` not a finite number ``> 0``.
+
+        Notes
+        -----
+        One branch per method, dispatched on :attr:`method`: a new method
+        needs one more branch here (and nothing in :meth:`ci_half_width`).
+        """
+        self.validate()
+        d = int(d)
         alpha = _alpha_of_level(level)
-        G = self.global_sensitivity_upper(d)
-        if self.method == "global_laplace":
+        method = self.method
+        if method == "global_laplace":
             return discrete_laplace_half_width(self.laplace_scale(d), alpha)
-        if self.method == "global":
+        if method == "global":
             return int(math.ceil(gaussian_half_width(self.global_sigma(d), alpha)))
-        if self.method == "smooth_student_t":
-            return student_t2_half_width(self.student_t_scale(G), alpha)
-        if self.method in CDP_METHODS:
-            return self.cdp.half_width_at(G, float(alpha))
-        return int(math.ceil(gaussian_half_width(self._smooth_sigma(float(G)), alpha)))
+        ok = isinstance(S, numbers.Real) and not isinstance(S, bool) and math.isfinite(float(S)) and float(S) > 0
+        if not ok:
+            raise ValueError(f"S must be a finite number > 0 for method={method!r} (got {S!r}): a smooth bound value")
+        if method == "smooth":
+            return int(math.ceil(gaussian_half_width(self._smooth_sigma(float(S)), alpha)))
+        if method == "smooth_student_t":
+            return student_t2_half_width(self.student_t_scale(S), alpha)
+        if method in CDP_METHODS:
+            return self.cdp.half_width_at(S, float(alpha))
+        raise NotImplementedError(f"half_width_at has no branch for method={method!r}")  # pragma: no cover
 
     def _smooth_sigma(self, S: float) -> float:
         """``S / alpha`` rounded up (``alpha`` is itself rounded down)."""

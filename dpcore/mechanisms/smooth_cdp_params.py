@@ -31,6 +31,25 @@ function of ``(family, epsilon, delta)`` only, like Student's T's
 ``beta = epsilon / 6``.  (``sigma`` and ``s`` then follow Section 3.1.1 for the
 Laplace log-normal; ``sigma = 2 / sqrt 3`` for the arsinh-normal.)
 
+What is optimal (Hladik & Tetek, "Smooth Sensitivity Revisited: Towards Optimality", FORC 2025)
+-----------------------------------------------------------------------------------------------
+They ask which noise distribution to pair with smooth sensitivity and give a
+pure epsilon-DP family with a Laplace core and polynomial (Pareto) tails:
+density ``∝ e^{-|z|}`` for ``|z| <= gamma + 1`` and
+``∝ e^{-(gamma+1)} ((gamma + 1)/|z|)^{gamma+1}`` beyond.  Its log-density is
+1-Lipschitz (shift cost ``s``) and ``|z g'(z)| <= gamma + 1`` with the scale
+derivative ``-1 + z g'(z)`` in ``[-1, gamma]`` (dilation cost ``gamma t``), so
+``epsilon = s + gamma t``; its variance tends to the Laplace's as ``t -> 0``,
+which makes the Laplace mechanism the limit case and the family optimal in
+that sense, and it improves on Student's T's standard deviation by factors
+that grow as ``t`` shrinks.  It is not implemented here: for the outlier
+count the publishable interval is the bound at ``S = G``, where every smooth
+method loses to the global discrete Laplace (at best it tends to it as
+``t -> 0``), and on the demo's data ``S(X) ~ G``; it would replace Student's T
+where the true noise on data matters (BENCHMARKS.md, "Choosing the count
+method").  The concentrated-DP distributions here are Bun & Steinke's, as
+issue 16 asks.
+
 Accuracy statement
 ------------------
 :meth:`SmoothCDPParameters.half_width_at` gives the smallest integer ``h``
