@@ -1,0 +1,290 @@
+"""Unattributed histograms (issue 17): interface, invariants, noiseless truth, exact privacy audits.
+
+Audit method: a recording :class:`NoiseSource` keeps every ``discrete_laplace``
+call (true values, scale, noisy output).  For neighbouring inputs ``x ~ x'``
+the neighbour's run *replays* the noisy outputs of ``x``'s run, so both runs
+follow the same adaptive path (same DAWA partition, same AHP clusters); the
+privacy loss of that output is exactly
+``sum_calls sum_i (|y_i - v'_i| - |y_i - v_i|) / s`` (discrete Laplace pmf
+``∝ exp(-|z|/s)``, equal normalisers), and its maximum over outputs is
+``sum_calls ||v - v'||_1 / s``.  Both are computed in exact rationals and must
+not exceed the charged epsilon.
+"""
+from __future__ import annotations
+
+import importlib.util
+import itertools
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dpcore.budget import PrivacyCost
+from dpcore.mechanisms.unattributed import (METHODS, NEEDS_SIZE_BOUND, UnattributedHistogramMechanism, accuracy,
+                                            as_sorted_sizes, choose_method)
+from dpcore.mechanisms.unattributed import mechanism as mech_mod
+from dpcore.mechanisms.unattributed.mechanism import hg_postprocess
+from dpcore.noise import NoiseSource, conservative_scale
+
+
+def _have(mod: str) -> bool:
+    return importlib.util.find_spec(f"dpcore.mechanisms.unattributed.{mod}") is not None
+
+
+def _skip_missing(method: str):
+    if method == "pfl":
+        pytest.importorskip("dpcore.mechanisms.unattributed.pfl")
+    if method.startswith("hmm_"):
+        pytest.importorskip("dpcore.mechanisms.unattributed.hmm")
+    if method.split("_")[0] in ("dawa", "ahp", "hbtree"):
+        pytest.importorskip("dpcore.mechanisms.unattributed.range_algorithms")
+
+
+NOISE_METHODS = [m for m in METHODS if m != "pfl"]  # every method whose noise is discrete Laplace
+
+
+class Recorder(NoiseSource):
+    """A seeded noise source that records (or replays) every discrete Laplace call."""
+
+    def __init__(self, seed=0, replay=None):
+        super().__init__(seed=seed)
+        self.calls = []
+        self.replay = None if replay is None else list(replay)
+
+    def discrete_laplace(self, values, scale):
+        v = np.asarray(values).astype(np.int64).copy()
+        if self.replay is not None:
+            y = np.asarray(self.replay.pop(0))
+            assert y.shape == v.shape, "neighbouring runs measured vectors of different shapes"
+        else:
+            y = super().discrete_laplace(values, scale)
+        self.calls.append((v, float(scale), np.asarray(y).copy()))
+        return np.asarray(y).copy()
+
+
+def audit(method, x, x_nb, eps, K, seed=0):
+    """(exact loss of the realised output, worst-case loss over outputs) for x -> x_nb, as Fractions."""
+    mech = UnattributedHistogramMechanism(method, eps, K)
+    rec = Recorder(seed)
+    mech.release(x, rec)
+    rep = Recorder(seed, replay=[c[2] for c in rec.calls])
+    mech.release(x_nb, rep)
+    assert len(rep.calls) == len(rec.calls)
+    realised = worst = Fraction(0)
+    for (v, s, y), (v2, s2, _) in zip(rec.calls, rep.calls):
+        assert s == s2, "a noise scale depends on the data"
+        S = Fraction(s)
+        worst += Fraction(int(np.abs(v - v2).sum())) / S
+        realised += Fraction(int((np.abs(y - v2) - np.abs(y - v)).sum())) / S
+    return realised, worst
+
+
+def _tiny_pairs(G=3, K=4):
+    """Every sorted vector of G sizes in [0, K] with every neighbour (one item added to one group)."""
+    out = []
+    for x in itertools.combinations_with_replacement(range(K + 1), G):
+        x = np.array(x[::-1], dtype=np.int64)
+        for i in range(G):
+            if x[i] < K:
+                y = x.copy()
+                y[i] += 1
+                out.append((x, np.sort(y)[::-1]))
+    return out
+
+
+# ----------------------------------------------------------------- interface
+def test_methods_and_exports():
+    assert len(METHODS) == 17 and len(set(METHODS)) == 17
+    assert "auto" not in METHODS
+    m = UnattributedHistogramMechanism("hg_l1", 0.5)
+    assert m.notion == "dp" and m.neighbour == "add-remove"
+    assert m.name == "unattributed-hg-l1"
+    assert m.params() == {"method": "hg_l1", "epsilon": 0.5, "size_bound": None}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_privacy_map_is_pure_epsilon(method):
+    m = UnattributedHistogramMechanism(method, 0.3, 50)
+    assert m.cost == PrivacyCost("0.3", 0)
+    assert m.privacy_map(2) == PrivacyCost("0.6", 0)
+    assert m.cost.delta == 0
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(method="auto", epsilon=1), "choose_method"),
+    (dict(method="hg", epsilon=1), "method must be one of"),
+    (dict(method="hg_l1", epsilon=0), "epsilon must be > 0"),
+    (dict(method="hg_l1", epsilon=-1), "epsilon"),
+    (dict(method="hg_l1", epsilon=float("nan")), "epsilon must be a finite"),
+    (dict(method="hg_l1", epsilon=float("inf")), "epsilon must be a finite"),
+    (dict(method="hg_l1", epsilon=True), "epsilon must be a finite"),
+    (dict(method="hg_l1", epsilon=1, size_bound=0), "size_bound must be None or an integer >= 1"),
+    (dict(method="hg_l1", epsilon=1, size_bound=2.5), "size_bound"),
+    (dict(method="hc_l1", epsilon=1), "size_bound .* is required by method='hc_l1'"),
+    (dict(method="dawa_h", epsilon=1), "size_bound .* is required"),
+])
+def test_validate_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        UnattributedHistogramMechanism(**kwargs).validate()
+
+
+@pytest.mark.parametrize("sizes, match", [
+    ([], "must not be empty"),
+    ([1.5, 2], "non-integer"),
+    ([1, -1], "negative"),
+    ([1.0, float("nan")], "NaN"),
+    ([1.0, float("inf")], "infinite"),
+    ([[1, 2]], "1-d"),
+    (["a", "b"], "non-negative integers"),
+    ([True, False], "non-negative integers"),
+    ([3, 11], "size_bound=10"),
+])
+def test_bad_sizes(sizes, match):
+    m = UnattributedHistogramMechanism("hg_l2", 1.0, 10)
+    with pytest.raises(ValueError, match=match):
+        m.release(sizes, NoiseSource(seed=0))
+
+
+def test_bad_size_message_shows_no_value():
+    m = UnattributedHistogramMechanism("hg_l2", 1.0, 10)
+    with pytest.raises(ValueError) as e:
+        m.release([3, 987654], NoiseSource(seed=0))
+    assert "987654" not in str(e.value)
+
+
+def test_integer_floats_are_accepted():
+    assert as_sorted_sizes([1.0, 3.0, 2.0]).tolist() == [3, 2, 1]
+
+
+# ---------------------------------------------------------------- invariants
+def _zipf_sizes(G, K, seed):
+    rng = np.random.default_rng(seed)
+    return np.minimum(rng.zipf(1.7, G) - 1, K)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("eps", [0.1, 1.0])
+def test_invariants(method, eps):
+    _skip_missing(method)
+    for seed, (G, K) in enumerate([(1, 5), (7, 3), (200, 60)]):
+        x = _zipf_sizes(G, K, seed)
+        for bound in ([K] if method in NEEDS_SIZE_BOUND else [K, None]):
+            out = UnattributedHistogramMechanism(method, eps, bound).release(x, NoiseSource(seed=seed))
+            assert out.dtype == np.int64 and out.shape == (G,)
+            assert (out >= 0).all()
+            assert (np.diff(out) <= 0).all()
+            if bound is not None:
+                assert (out <= bound).all()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_noiseless_returns_truth(method):
+    _skip_missing(method)
+    for seed, (G, K) in enumerate([(1, 5), (9, 4), (300, 40)]):
+        x = _zipf_sizes(G, K, seed + 10)
+        out = UnattributedHistogramMechanism(method, 1e6, K).release(x, NoiseSource(seed=seed))
+        assert out.tolist() == sorted(x.tolist(), reverse=True)
+
+
+def test_input_order_does_not_matter():
+    x = np.array([5, 0, 3, 3, 9, 1])
+    a = UnattributedHistogramMechanism("hg_l1", 1.0, 10).release(x, NoiseSource(seed=3))
+    b = UnattributedHistogramMechanism("hg_l1", 1.0, 10).release(x[::-1].copy(), NoiseSource(seed=3))
+    assert a.tolist() == b.tolist()
+
+
+# ------------------------------------------------------------------ privacy
+@pytest.mark.parametrize("method", NOISE_METHODS)
+def test_exact_privacy_audit(method):
+    """Every neighbouring pair of tiny inputs (both directions), several noise draws:
+    realised and worst-case privacy loss <= the charged epsilon."""
+    _skip_missing(method)
+    eps = Fraction(7, 10)
+    charged = UnattributedHistogramMechanism(method, "0.7", 4).cost.epsilon
+    assert charged == eps
+    worst_seen = Fraction(0)
+    for x, y in _tiny_pairs():
+        for a, b in ((x, y), (y, x)):
+            for seed in range(2):
+                realised, worst = audit(method, a, b, "0.7", 4, seed)
+                assert realised <= charged and worst <= charged
+                worst_seen = max(worst_seen, worst)
+    assert worst_seen > 0  # the audit saw a real change of the measurement
+
+
+def test_single_measurement_audit_is_tight():
+    """hg/hc/naive: one call, scale 1/eps, a neighbour moves one entry by 1: loss = 1/s = eps (rounded down)."""
+    for method in ("naive", "hg_l2", "hc_l1"):
+        _, worst = audit(method, np.array([3, 1, 0]), np.array([3, 2, 0]), "0.7", 4)
+        s = Fraction(conservative_scale(1, Fraction(7, 10)))
+        assert worst == 1 / s and Fraction(69999, 100000) < worst <= Fraction(7, 10)
+
+
+@pytest.mark.parametrize("method", ["hg_l2", "hc_l2", "naive"])
+def test_wrong_scale_fails_the_audit(method, monkeypatch):
+    """Half the noise scale: the audit must catch it (the audit is not vacuous)."""
+    monkeypatch.setattr(mech_mod, "conservative_scale", lambda n, d: conservative_scale(n, d) / 2)
+    _, worst = audit(method, np.array([3, 1, 0]), np.array([3, 2, 0]), "0.7", 4)
+    assert worst > Fraction(7, 10)
+
+
+# ------------------------------------------------------- post-processing facts
+@pytest.mark.parametrize("loss", ["l1", "l2"])
+def test_isotonic_postprocess_is_sup_norm_contraction(loss):
+    """The fact behind accuracy()'s max_entry_error: |y - t| <= M everywhere => |est - t| <= M."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        G = int(rng.integers(1, 40))
+        t = np.sort(rng.integers(0, 30, G))[::-1]
+        M = int(rng.integers(0, 6))
+        y = t + rng.integers(-M, M + 1, G)
+        est = hg_postprocess(y, 30, loss)
+        assert np.abs(est - t).max() <= M
+
+
+def test_accuracy_bound_holds_empirically():
+    """The public max_entry_error bound holds in >= 1 - alpha of the runs (it is conservative)."""
+    G, K, eps, alpha = 100, 50, 0.5, 0.2
+    x = _zipf_sizes(G, K, 1)
+    truth = np.sort(x)[::-1]
+    for method in ("naive", "hg_l1", "hg_l2"):
+        acc = accuracy(method, eps, G, K, alpha)
+        assert acc["kind"] == "bound"
+        ok = sum(np.abs(UnattributedHistogramMechanism(method, eps, K).release(x, NoiseSource(seed=s)) - truth).max()
+                 <= acc["max_entry_error"] for s in range(50))
+        assert ok >= 0.8 * 50
+    acc = accuracy("hc_l1", eps, G, K, alpha)
+    ok = sum(np.abs(UnattributedHistogramMechanism("hc_l1", eps, K).release(x, NoiseSource(seed=s)) - truth).sum()
+             <= acc["l1_bound"] for s in range(50))
+    assert ok >= 0.8 * 50
+
+
+def test_accuracy_labels():
+    assert accuracy("dawa_hg", 1.0, 10)["kind"] == "empirical"
+    assert accuracy("hmm_viterbi", 1.0, 10)["kind"] == "measurement"
+    assert accuracy("hc_l2", 1.0, 10, 5)["kind"] == "bound"
+    with pytest.raises(ValueError, match="size_bound"):
+        accuracy("hc_l2", 1.0, 10)
+    with pytest.raises(ValueError, match="alpha"):
+        accuracy("hg_l2", 1.0, 10, None, 1.5)
+
+
+# ------------------------------------------------------------------- auto
+def test_choose_method_rules():
+    assert choose_method(0.5, 1000, 100, "l2") == "pfl"
+    assert choose_method(2.0, 1000, 10, "l2") == "hc_l1"     # dense: G >= 10 K
+    assert choose_method(2.0, 1000, 1000, "l2") == "hg_l1"
+    assert choose_method(2.0, 1000, None, "l2") == "hg_l1"
+    assert choose_method(0.1, 1000, 100, "l1") == "hc_l1"
+    assert choose_method(0.1, 1000, None, "l1") == "hg_l1"
+    for eps in (0.1, 1, 3):
+        for G in (1, 100, 10 ** 6):
+            for K in (None, 1, 1000):
+                for metric in ("l1", "l2"):
+                    m = choose_method(eps, G, K, metric)
+                    assert m in METHODS
+                    UnattributedHistogramMechanism(m, eps, K).validate()
+    with pytest.raises(ValueError, match="metric"):
+        choose_method(1, 10, 5, "linf")
+    with pytest.raises(ValueError, match="G must be"):
+        choose_method(1, 0, 5, "l1")
