@@ -326,7 +326,7 @@ class UnattributedHistogramMechanism:
         G = x.size
         eps = self.epsilon_exact
         m = self.method
-        if m == "pfl":
+        if m == "pfl":  # the whole pure-eps mechanism (Blocki-Datta-Bonneau 2016), epsilon passed exact
             from .pfl import pfl_release
             return _finish(pfl_release(x, eps, noise, K), G, K)
         if m in ("naive", "hg_l2", "hg_l1", "hmm_forward_backward", "hmm_viterbi"):
@@ -554,7 +554,9 @@ def accuracy(method: str, epsilon, G: int, size_bound: int | None = None, alpha=
           half-width (the HMM estimate is not a contraction we can state).
         * ``pfl``, ``dawa_*``, ``ahp_*``, ``hbtree_*``: ``kind = "empirical"``:
           no public bound is stated; the benchmark (``benchmarks/unattributed.py``)
-          gives measured errors.
+          gives measured errors.  The range-query methods also list their
+          ``stages`` (name, epsilon share, L1 sensitivity, discrete Laplace
+          scale; :func:`.range_algorithms.plan`), all public.
     """
     mech = UnattributedHistogramMechanism(method, epsilon, size_bound)
     mech.validate()
@@ -587,6 +589,12 @@ def accuracy(method: str, epsilon, G: int, size_bound: int | None = None, alpha=
             f"Each noisy size before the HMM estimate is within {out['entry_half_width']} of the truth with "
             f"probability >= {1 - alpha:g}; the estimate's error is measured by the benchmark, not bounded."))
     else:
+        if method in REPRESENTATION_METHODS:
+            from .range_algorithms import plan
+            alg, rep = REPRESENTATION_METHODS[method]
+            n = G if rep == "hg" else K + 1
+            out["stages"] = [{"stage": st.name, "epsilon": float(st.epsilon), "sensitivity": st.sensitivity,
+                              "noise_scale": st.scale} for st in plan(alg, n, SENSITIVITY[rep], mech.epsilon_exact)]
         out.update(kind="empirical", statement=(
             "No public error bound is stated for this method; see the benchmark's measured L1/L2 errors."))
     return out
