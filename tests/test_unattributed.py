@@ -435,3 +435,17 @@ def test_lazy_dispatch_to_pfl_and_hmm(monkeypatch):
     (v, s, y), = rec.calls
     assert v.tolist() == [5, 2, 1] and s == conservative_scale(1, Fraction(1, 2))
     assert np.array_equal(seen["hmm"][0], y) and seen["hmm"][1:] == (s, None, "viterbi")
+
+
+@pytest.mark.parametrize("method", NOISE_METHODS)
+def test_measurement_plan_matches_the_draws(method):
+    _skip_missing(method)
+    x = _zipf_sizes(50, 20, 7)
+    mech = UnattributedHistogramMechanism(method, "0.4", 20)
+    stages = mech.measurement_plan(50)
+    assert sum(s.epsilon for s in stages) == mech.cost.epsilon
+    rec = Recorder(0)
+    mech.release(x, rec)
+    assert [c[1] for c in rec.calls] == [s.scale for s in stages]
+    with pytest.raises(ValueError, match="pfl"):
+        UnattributedHistogramMechanism("pfl", 1).measurement_plan(5)

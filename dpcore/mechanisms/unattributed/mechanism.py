@@ -284,6 +284,42 @@ class UnattributedHistogramMechanism:
         """PrivacyCost: :meth:`privacy_map` at ``d_in = 1``, what the ledger charges."""
         return self.privacy_map(1)
 
+    def measurement_plan(self, G: int) -> list:
+        """The noisy measurements of one release on ``G`` groups, from public parameters only.
+
+        Parameters
+        ----------
+        G : int
+            Public number of groups.
+
+        Returns
+        -------
+        list of :class:`.range_algorithms.Stage`
+            ``(name, epsilon share, L1 sensitivity, discrete Laplace scale)`` in
+            drawing order; the shares sum exactly to ``epsilon``.  One stage
+            (``H_g`` or ``H_c``, sensitivity 1, scale ``1/epsilon`` rounded up)
+            for ``naive``, ``hg_*``, ``hc_*``, ``hmm_*``;
+            :func:`.range_algorithms.plan` for ``dawa_*``, ``ahp_*``, ``hbtree_*``.
+
+        Raises
+        ------
+        ValueError
+            For ``pfl`` (an exponential mechanism, not discrete Laplace
+            measurements: see :mod:`.pfl`).
+        """
+        from .range_algorithms import Stage, plan
+        self.validate()
+        G = _check_G(G)
+        eps = self.epsilon_exact
+        m = self.method
+        if m == "pfl":
+            raise ValueError("measurement_plan is not defined for method='pfl' (an exponential mechanism; see pfl.py)")
+        if m in REPRESENTATION_METHODS:
+            alg, rep = REPRESENTATION_METHODS[m]
+            return plan(alg, G if rep == "hg" else int(self.size_bound) + 1, SENSITIVITY[rep], eps)
+        rep = "H_c" if m.startswith("hc_") else "H_g"
+        return [Stage(f"noisy {rep}", eps, 1, conservative_scale(1, eps))]
+
     def noise_scale(self) -> float:
         """Discrete Laplace scale of the single-measurement methods: ``Δ / epsilon`` rounded up.
 
