@@ -267,3 +267,19 @@ def test_hmm_errors():
         hmm_estimate(np.array([1.5, 0.0]), 1.0, None, "viterbi")
     with pytest.raises(ValueError):
         hmm_estimate(np.array([], dtype=np.int64), 1.0, None, "viterbi")
+
+
+def test_log_cumsum_exp_no_underflow():
+    from dpcore.mechanisms.unattributed.hmm import log_cumsum_exp
+    t = np.array([-2000.0, -1000.0, 0.0, -5.0])
+    np.testing.assert_allclose(log_cumsum_exp(t), np.logaddexp.accumulate(t))
+    t = np.random.default_rng(0).normal(size=50)
+    np.testing.assert_allclose(log_cumsum_exp(t), np.logaddexp.accumulate(t), rtol=1e-12)
+
+
+@pytest.mark.parametrize("how", ["forward_backward", "viterbi"])
+def test_hmm_data_far_from_the_model_stays_finite(how):
+    """Noisy values that contradict the order (increasing, far apart) once gave NaN through log(0)."""
+    z = np.arange(0, 3000, 60, dtype=np.int64)
+    y = hmm_estimate(z, 1.0, None, how)
+    _check_invariants(y, z.size, None)

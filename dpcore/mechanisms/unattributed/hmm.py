@@ -57,7 +57,7 @@ import math
 
 import numpy as np
 
-__all__ = ["hmm_estimate", "HMM_TAIL", "HOWS"]
+__all__ = ["hmm_estimate", "hmm_band", "log_cumsum_exp", "HMM_TAIL", "HOWS"]
 
 #: Band half-width in noise scales (see the module docstring).
 HMM_TAIL = 25
@@ -114,6 +114,21 @@ def hmm_band(z: np.ndarray, scale: float, size_bound: int | None, tail: float = 
     return lo.astype(np.int64), hi.astype(np.int64), K
 
 
+def log_cumsum_exp(t: np.ndarray) -> np.ndarray:
+    """``log(cumsum(exp(t)))`` without underflow.
+
+    A shifted linear-space cumulative sum when its smallest partial sum is a
+    normal float (the common case, about 4x faster); otherwise
+    ``numpy.logaddexp.accumulate``, so a partial sum below ``e^-745`` of the
+    largest term is kept in log-space instead of becoming ``log 0 = -inf``.
+    """
+    m = t.max()
+    cs = np.cumsum(np.exp(t - m))
+    if cs[0] > 1e-290:
+        return m + np.log(cs)
+    return np.logaddexp.accumulate(t)
+
+
 def _log_emission(z_i, lo_i, hi_i, inv_scale):
     v = np.arange(lo_i, hi_i + 1, dtype=np.int64)
     return -np.abs(v - z_i) * inv_scale
@@ -126,20 +141,17 @@ def _forward(z, lo, hi, inv_scale, start, stop, prev, viterbi):
     Viterbi: ``log delta_i(v) = le_i(v) + max_{u >= v} delta_{i-1}(u)``.
     """
     out = []
-    with np.errstate(divide="ignore"):
-        for i in range(start, stop):
-            le = _log_emission(z[i], lo[i], hi[i], inv_scale)
-            if prev is not None:
-                idx = np.maximum(np.arange(lo[i], hi[i] + 1, dtype=np.int64) - lo[i - 1], 0)
-                if viterbi:
-                    acc = np.maximum.accumulate(prev[::-1])[::-1]
-                    le = le + acc[idx]
-                else:
-                    m = prev.max()
-                    rc = np.cumsum(np.exp(prev - m)[::-1])[::-1]
-                    le = le + (m + np.log(rc[idx]))
-            out.append(le)
-            prev = le
+    for i in range(start, stop):
+        le = _log_emission(z[i], lo[i], hi[i], inv_scale)
+        if prev is not None:
+            idx = np.maximum(np.arange(lo[i], hi[i] + 1, dtype=np.int64) - lo[i - 1], 0)
+            if viterbi:
+                acc = np.maximum.accumulate(prev[::-1])[::-1]
+                le = le + acc[idx]
+            else:
+                le = le + log_cumsum_exp(prev[::-1])[::-1][idx]
+        out.append(le)
+        prev = le
     return out
 
 
@@ -162,23 +174,20 @@ def _posterior_mean(z, lo, hi, inv_scale) -> np.ndarray:
     ck = _checkpoints(z, lo, hi, inv_scale, viterbi=False)
     mean = np.empty(G, dtype=np.float64)
     beta_next = None  # log beta_{i+1} on band_{i+1}
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for start in range(((G - 1) // _BLOCK) * _BLOCK, -1, -_BLOCK):
-            stop = min(start + _BLOCK, G)
-            alphas = _forward(z, lo, hi, inv_scale, start, stop, ck[start], viterbi=False)
-            for i in range(stop - 1, start - 1, -1):
-                if i == G - 1:
-                    lb = np.zeros(hi[i] - lo[i] + 1)
-                else:
-                    t = _log_emission(z[i + 1], lo[i + 1], hi[i + 1], inv_scale) + beta_next
-                    m = t.max()
-                    cs = np.cumsum(np.exp(t - m))
-                    idx = np.minimum(np.arange(lo[i], hi[i] + 1, dtype=np.int64) - lo[i + 1], cs.size - 1)
-                    lb = m + np.log(cs[idx])
-                lp = alphas[i - start] + lb
-                p = np.exp(lp - lp.max())
-                mean[i] = lo[i] + float(np.dot(p, np.arange(p.size))) / float(p.sum())
-                beta_next = lb
+    for start in range(((G - 1) // _BLOCK) * _BLOCK, -1, -_BLOCK):
+        stop = min(start + _BLOCK, G)
+        alphas = _forward(z, lo, hi, inv_scale, start, stop, ck[start], viterbi=False)
+        for i in range(stop - 1, start - 1, -1):
+            if i == G - 1:
+                lb = np.zeros(hi[i] - lo[i] + 1)
+            else:
+                t = _log_emission(z[i + 1], lo[i + 1], hi[i + 1], inv_scale) + beta_next
+                idx = np.minimum(np.arange(lo[i], hi[i] + 1, dtype=np.int64) - lo[i + 1], t.size - 1)
+                lb = log_cumsum_exp(t)[idx]
+            lp = alphas[i - start] + lb
+            p = np.exp(lp - lp.max())
+            mean[i] = lo[i] + float(np.dot(p, np.arange(p.size))) / float(p.sum())
+            beta_next = lb
     return mean
 
 

@@ -55,6 +55,8 @@ import numpy as np
 from dpcore.budget import PrivacyCost, exact
 from dpcore.noise import NoiseSource, conservative_scale
 
+from .hmm import log_cumsum_exp
+
 __all__ = ["pfl_release", "pfl_cost", "pfl_plan", "BAND_FRACTION", "BAND_TAIL_1", "BAND_TAIL_2"]
 
 #: Fraction of epsilon spent on the noisy band centre when the band is needed.
@@ -171,8 +173,7 @@ def _messages(x, lo, hi, inv_scale, start, stop, nxt):
     ``lo_i + k``.
     """
     out = [None] * (stop - start)
-    with np.errstate(divide="ignore"):  # log(0) = -inf: a completion weight that underflowed
-        _messages_loop(x, lo, hi, inv_scale, start, stop, nxt, out)
+    _messages_loop(x, lo, hi, inv_scale, start, stop, nxt, out)
     return out
 
 
@@ -181,10 +182,8 @@ def _messages_loop(x, lo, hi, inv_scale, start, stop, nxt, out):
         v = np.arange(lo[i], hi[i] + 1, dtype=np.int64)
         lw = -np.abs(v - x[i]) * inv_scale
         if nxt is not None:
-            m = nxt.max()
-            cs = np.cumsum(np.exp(nxt - m))
-            idx = np.minimum(v - lo[i + 1], cs.size - 1)
-            lw = lw + (m + np.log(cs[idx]))
+            idx = np.minimum(v - lo[i + 1], nxt.size - 1)
+            lw = lw + log_cumsum_exp(nxt)[idx]
         out[i - start] = lw
         nxt = lw
 
