@@ -55,7 +55,6 @@ import numpy as np
 from dpcore.budget import PrivacyCost, exact
 from dpcore.noise import NoiseSource, conservative_scale
 
-from .hmm import log_cumsum_exp
 
 __all__ = ["pfl_release", "pfl_cost", "pfl_plan", "BAND_FRACTION", "BAND_TAIL_1", "BAND_TAIL_2"]
 
@@ -173,7 +172,10 @@ def _messages(x, lo, hi, inv_scale, start, stop, nxt):
     ``lo_i + k``.
     """
     out = [None] * (stop - start)
-    _messages_loop(x, lo, hi, inv_scale, start, stop, nxt, out)
+    # A completion weight below e^-745 of the step's largest becomes log 0 = -inf: the
+    # sampler (53-bit uniforms) cannot draw such a state with its exact probability anyway.
+    with np.errstate(divide="ignore"):
+        _messages_loop(x, lo, hi, inv_scale, start, stop, nxt, out)
     return out
 
 
@@ -183,7 +185,8 @@ def _messages_loop(x, lo, hi, inv_scale, start, stop, nxt, out):
         lw = -np.abs(v - x[i]) * inv_scale
         if nxt is not None:
             idx = np.minimum(v - lo[i + 1], nxt.size - 1)
-            lw = lw + log_cumsum_exp(nxt)[idx]
+            m = nxt.max()
+            lw = lw + (m + np.log(np.cumsum(np.exp(nxt - m))[idx]))
         out[i - start] = lw
         nxt = lw
 
@@ -295,8 +298,11 @@ def pfl_release(sizes_desc: np.ndarray, epsilon, noise: NoiseSource, size_bound:
     ``O((G / 1024 + 1024) W)``).  Time ``O(G W)`` with ``W ~ 6 / epsilon_1 +
     16 / epsilon_2``.  Caveat: the conditionals are computed in floating
     point and drawn with 53-bit uniforms, so a conditional probability below
-    about ``2**-53`` of its step's total is not honoured exactly (DESIGN rule
-    3 asks for exact samplers; this one is exact only up to that rounding).
+    about ``2**-53`` of its step's total is not honoured exactly, and a state
+    whose completion weight is below ``e^-745`` of the largest gets
+    probability 0 (DESIGN rule 3 asks for exact samplers; this one is exact
+    only up to that rounding, so the pure guarantee holds up to events of
+    probability about ``G * 2**-53``).
     """
     x = _check_sizes(sizes_desc, size_bound)
     plan = pfl_plan(epsilon, x.size, size_bound)
