@@ -102,12 +102,25 @@ def test_methods_and_exports():
     assert m.params() == {"method": "hg_l1", "epsilon": 0.5, "size_bound": None}
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", [m for m in METHODS if m != "pfl"])
 def test_privacy_map_is_pure_epsilon(method):
     m = UnattributedHistogramMechanism(method, 0.3, 50)
     assert m.cost == PrivacyCost("0.3", 0)
     assert m.privacy_map(2) == PrivacyCost("0.6", 0)
     assert m.cost.delta == 0
+
+
+def test_pfl_charges_epsilon_and_its_sampler_delta_growing_with_G():
+    from dpcore.mechanisms.unattributed.pfl import pfl_cost
+
+    m = UnattributedHistogramMechanism("pfl", 0.3, 50, groups=1000)
+    assert m.cost == pfl_cost("0.3", 1000, 50) and m.cost.epsilon == Fraction(3, 10) and 0 < m.cost.delta < 1e-9
+    two = m.privacy_map(2)
+    assert two.epsilon == Fraction(3, 5) and two.delta >= 2 * m.cost.delta
+    unknown = UnattributedHistogramMechanism("pfl", 0.3, 50)  # the bound for the public maximum G
+    assert unknown.cost.delta > m.cost.delta
+    with pytest.raises(ValueError, match="groups=1000 was given"):
+        m.release(np.arange(10), NoiseSource(seed=0))
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -70,7 +70,11 @@ def test_pfl_both_plans_are_exercised():
     p = pfl_plan(1.0, 10, 10**4)
     assert p["stages"] == 2 and p["epsilon_band"] + p["epsilon_em"] == 1
     assert pfl_plan(1.0, 10, None)["stages"] == 2
-    assert pfl_cost(0.5).epsilon == pytest.approx(0.5) and pfl_cost(0.5).delta == 0
+    c = pfl_cost(0.5)  # the bound for the public maximum G: the ideal pure mechanism plus the 53-bit sampler's delta
+    assert c.epsilon == pytest.approx(0.5) and 0 < c.delta < 1e-5
+    assert pfl_cost(0.5, 100, 10**4).delta < c.delta  # smaller G, smaller delta
+    with pytest.raises(ValueError, match="G must be an integer"):
+        pfl_cost(0.5, 10**8)
 
 
 @pytest.mark.parametrize("K", [6, 10**4, None])

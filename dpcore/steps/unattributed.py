@@ -71,7 +71,7 @@ def check_unattributed(spec: ReleaseSpec) -> UnattributedHistogramMechanism:
     method = cfg.method
     if method == "auto":
         method = choose_method(cfg.epsilon, G, cfg.max_group_size, cfg.metric)
-    mech = UnattributedHistogramMechanism(method, cfg.epsilon, cfg.max_group_size)
+    mech = UnattributedHistogramMechanism(method, cfg.epsilon, cfg.max_group_size, groups=G)
     try:
         mech.validate()
     except ValueError as exc:

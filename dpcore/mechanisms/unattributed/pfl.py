@@ -42,8 +42,33 @@ product's problem and makes the guarantee pure:
   ``epsilon_2``-DP and the whole is ``epsilon_1 + epsilon_2 = epsilon`` by
   sequential composition.  A band that misses the truth costs accuracy only.
 
-Privacy notion: pure ``epsilon``-DP (``notion = "dp"``, ``delta = 0``) under
-add/remove one item of one group; the noisy band centre is never returned.
+Privacy notion and cost (``notion = "dp"``, add/remove one item of one
+group; the noisy band centre is never returned): the *ideal* mechanism above
+is pure ``epsilon``-DP.  The implemented sampler computes the conditionals in
+floating point and draws them by inverse CDF on 53-bit uniforms, so it is
+charged ``(epsilon, delta_fp)`` (:func:`pfl_cost`), with the floating-point
+part made explicit:
+
+* *Multiplicative part.*  With ``S`` states per position (``K + 1``, or
+  ``2 W + 1`` in the band), every float conditional is the exact conditional
+  of the backward messages up to the rounding of one ``exp``, one ``log`` and
+  two sums of at most ``S`` terms, and the product of the conditionals along
+  ``y`` telescopes (numerator and next denominator are sums of the same float
+  messages), so the probability the float conditionals give ``y`` is within a
+  factor ``e^{+-eta}`` of the exact one, ``eta = 8 G (S + 2) 2^-53``
+  (:func:`pfl_float_slack`; a conservative constant).  The exponential
+  mechanism is therefore run at ``epsilon_2 - 2 eta``: the ratio of its
+  float-defined output probabilities on neighbours stays ``<= e^{epsilon_2}``.
+* *Additive part.*  Inverse CDF on a uniform that is a multiple of ``2^-53``
+  gives each state the probability of the grid points in its cell: within
+  ``2^-53`` of the float conditional, per state; states below ``e^-745`` of
+  the step's largest weight get 0 (also within ``2^-53``).  So the output
+  distribution is within total variation ``tv = 2 G (S + 1) 2^-53`` of the
+  float-defined one, and the mechanism is ``(epsilon, (1 + e^epsilon) tv)``-DP
+  (an event's probability moves by at most ``tv`` on each side).
+
+``G`` is public (the step passes it; the mechanism's default is the public
+maximum :data:`PFL_MAX_GROUPS`, refused above).
 """
 from __future__ import annotations
 
@@ -56,7 +81,12 @@ from dpcore.budget import PrivacyCost, exact
 from dpcore.noise import NoiseSource, conservative_scale
 
 
-__all__ = ["pfl_release", "pfl_cost", "pfl_plan", "BAND_FRACTION", "BAND_TAIL_1", "BAND_TAIL_2"]
+__all__ = ["pfl_release", "pfl_cost", "pfl_plan", "pfl_float_slack", "BAND_FRACTION", "BAND_TAIL_1", "BAND_TAIL_2",
+           "PFL_MAX_GROUPS"]
+
+#: Largest public number of groups PFL accepts (its delta grows with G; module docstring).
+PFL_MAX_GROUPS = 10**7
+_U = Fraction(1, 2**53)
 
 #: Fraction of epsilon spent on the noisy band centre when the band is needed.
 BAND_FRACTION = Fraction(1, 4)
@@ -69,26 +99,42 @@ BAND_TAIL_2 = 8
 _BLOCK = 1024
 
 
-def pfl_cost(epsilon) -> PrivacyCost:
+def pfl_float_slack(G: int, states: int) -> tuple[Fraction, Fraction]:
+    """``(eta, tv)`` of the floating-point sampler for ``G`` positions of at most ``states`` states (module docstring).
+
+    ``eta = 8 G (states + 2) 2^-53`` bounds the log-ratio between the float-defined and the exact output
+    probabilities; ``tv = 2 G (states + 1) 2^-53`` bounds the total variation added by 53-bit inverse-CDF draws.
+    """
+    return 8 * G * (states + 2) * _U, 2 * G * (states + 1) * _U
+
+
+def pfl_cost(epsilon, G: int = PFL_MAX_GROUPS, size_bound: int | None = None) -> PrivacyCost:
     """The privacy cost charged by :func:`pfl_release`.
 
     Parameters
     ----------
     epsilon : float, int, str or Fraction
         The total ``epsilon > 0`` given to :func:`pfl_release`.
+    G : int
+        Public number of groups (default: the public maximum :data:`PFL_MAX_GROUPS`, a bound for every G).
+    size_bound : int or None
+        Public ``K`` (decides one or two stages, hence the states per position).
 
     Returns
     -------
     PrivacyCost
-        ``(epsilon, 0)``: pure ``epsilon``-DP under add/remove one item of one
-        group (one entry of the sorted vector changes by one; ``G`` public).
-        Both stages (the noisy band centre, ``epsilon_1``, and the exponential
-        mechanism, ``epsilon_2``) sum to ``epsilon`` by sequential composition.
+        ``(epsilon, (1 + e^epsilon) tv)`` under add/remove one item of one
+        group (one entry of the sorted vector changes by one; ``G`` public):
+        the ideal mechanism is pure ``epsilon``-DP (both stages sum to
+        ``epsilon``, the second run at ``epsilon_2 - 2 eta``), and ``tv``
+        (:func:`pfl_float_slack`) is the total variation the 53-bit sampler adds.
+        ``delta`` is rounded up (``e^epsilon <= 3^ceil(epsilon)``).
     """
-    eps = exact(epsilon)
-    if eps <= 0:
-        raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
-    return PrivacyCost(eps, 0)
+    plan = pfl_plan(epsilon, G, size_bound)
+    eps = plan["epsilon_band"] + plan["epsilon_em"]
+    e_up = Fraction(3) ** math.ceil(eps)  # >= e^eps
+    delta = min(Fraction(1), (1 + e_up) * plan["tv"])
+    return PrivacyCost(eps, delta)
 
 
 def pfl_plan(epsilon, G: int, size_bound: int | None) -> dict:
@@ -108,8 +154,9 @@ def pfl_plan(epsilon, G: int, size_bound: int | None) -> dict:
     dict
         ``stages`` (1 or 2), ``epsilon_band`` and ``epsilon_em`` (Fractions,
         summing to ``epsilon``), ``band_scale`` (discrete Laplace scale of the
-        centre, or ``None``), ``em_scale`` (``s_2 = 2 / epsilon_em`` rounded up:
-        weights ``exp(-||x - y||_1 / s_2)``) and ``half_width`` ``W`` (or ``None``).
+        centre, or ``None``), ``em_scale`` (``s_2 = 2 / (epsilon_em - 2 eta)`` rounded
+        up: weights ``exp(-||x - y||_1 / s_2)``), ``half_width`` ``W`` (or ``None``) and the
+        float slack ``eta``, ``tv`` (:func:`pfl_float_slack`).
         A function of public parameters only.
 
     Notes
@@ -121,16 +168,28 @@ def pfl_plan(epsilon, G: int, size_bound: int | None) -> dict:
     eps = exact(epsilon)
     if eps <= 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
+    if isinstance(G, bool) or not isinstance(G, int) or not 1 <= G <= PFL_MAX_GROUPS:
+        raise ValueError(f"G must be an integer in [1, {PFL_MAX_GROUPS}] for pfl (got {G!r}): its delta grows with G")
     eps1 = eps * BAND_FRACTION
     eps2 = eps - eps1
     s1 = conservative_scale(1, eps1)
     s2 = NoiseSource.exponential_mechanism_scale(eps2, 1)
     w = int(math.ceil(BAND_TAIL_1 * s1 + BAND_TAIL_2 * s2))
     if size_bound is not None and size_bound <= 2 * w:
+        eta, tv = pfl_float_slack(G, int(size_bound) + 1)
         return {"stages": 1, "epsilon_band": Fraction(0), "epsilon_em": eps, "band_scale": None,
-                "em_scale": NoiseSource.exponential_mechanism_scale(eps, 1), "half_width": None}
+                "em_scale": _em_scale(eps, eta), "half_width": None, "eta": eta, "tv": tv}
+    eta, tv = pfl_float_slack(G, 2 * w + 1)
     return {"stages": 2, "epsilon_band": eps1, "epsilon_em": eps2, "band_scale": s1,
-            "em_scale": s2, "half_width": w}
+            "em_scale": _em_scale(eps2, eta), "half_width": w, "eta": eta, "tv": tv}
+
+
+def _em_scale(eps_em: Fraction, eta: Fraction) -> float:
+    """The exponential mechanism's scale at ``eps_em - 2 eta`` (the float slack taken off; module docstring)."""
+    run = eps_em - 2 * eta
+    if run <= 0:
+        raise ValueError(f"epsilon {float(eps_em)} is too small for pfl at this G (float slack {float(eta):.3g})")
+    return NoiseSource.exponential_mechanism_scale(run, 1)
 
 
 def _check_sizes(sizes_desc, size_bound) -> np.ndarray:
