@@ -143,8 +143,8 @@ def unattributed_step(spec: ReleaseSpec, settings: Settings, ingested: IngestRes
     md = (
         "## Group sizes, largest first (differentially private unattributed histogram)\n\n"
         f"How many rows each {cfg.group_column} has, sorted from largest to smallest with the labels dropped, for "
-        f"all G = {G:,} groups of the public list; {chosen}; epsilon = {cfg.epsilon:g} (pure epsilon-DP, add or "
-        f"remove one row, which changes one group's size by one). Sizes above the public maximum K = "
+        f"all G = {G:,} groups of the public list; {chosen}; {_guarantee(mech)} (add or remove one row, which "
+        f"changes one group's size by one). Sizes above the public maximum K = "
         f"{cfg.max_group_size:,} are counted as K; rows without a {cfg.group_column} belong to no group. The "
         "released vector is non-negative, integral and sorted. Largest ten: " + top + ". "
         f"Table: `tables/unattributed__sorted_sizes.csv`.\n\n"
@@ -155,6 +155,15 @@ def unattributed_step(spec: ReleaseSpec, settings: Settings, ingested: IngestRes
     not_protected = [DERIVED_DOMAIN_NOT_PROTECTED] if cfg.groups_provenance == "derived_from_data" else []
     return StepOutput("unattributed", {"sorted_sizes": table}, md, images=images, keys=[released.key],
                       not_protected=not_protected, accuracy=acc)
+
+
+def _guarantee(mech: UnattributedHistogramMechanism) -> str:
+    """The release's privacy statement in words (pure epsilon-DP, or pfl's delta of its floating-point sampler)."""
+    c = mech.privacy_map()
+    if c.delta == 0:
+        return f"epsilon = {float(c.epsilon):g}, pure epsilon-DP"
+    return (f"(epsilon, delta) = ({float(c.epsilon):g}, {float(c.delta):.3g})-DP: the exponential mechanism is pure "
+            "epsilon-DP, and delta bounds what its floating-point sampler can add (dpcore.mechanisms.unattributed.pfl)")
 
 
 def unattributed_accuracy(spec: ReleaseSpec, mech: UnattributedHistogramMechanism, G: int) -> dict[str, dict]:
