@@ -117,9 +117,10 @@ def _spec_text(small_spec_path: Path) -> str:
     steps["aiq"].update({"enabled": True, "record_ids": ["F000001", "F000002"], "from_detector": 2})
     steps["outlier_counts"].update({"enabled": True})
     steps["coco"].update({"enabled": True, "max_group_size": 60})
+    steps["unattributed"].update({"enabled": True, "max_group_size": 60})
     steps["pcor"].update({"enabled": True, "record_ids": ["F000001"], "from_detector": 2, "n_samples": 10,
                           "epsilon": 0.1})
-    assert all(steps[s]["enabled"] for s in ("detect", "aiq", "outlier_counts", "coco", "pcor", "rules"))
+    assert all(steps[s]["enabled"] for s in ("detect", "aiq", "outlier_counts", "coco", "unattributed", "pcor", "rules"))
     assert steps["aiq"]["points"] and spec["dataset"]["roster"]
     return yaml.safe_dump(spec)
 
@@ -353,6 +354,8 @@ CHARGED_REPORT_LINES: dict[str, list[tuple[re.Pattern, str]]] = {
         (re.compile(r"\([\d,]+ non-zero cells\)"), f"({CHARGED} non-zero cells)"),
         (re.compile(r"^\| (\d+) \| \d+ \| [-+.\de]+ \| ([^|]+) \|$"), rf"| \1 | {CHARGED} | {CHARGED} | \2 |")],
     # pcor: the released context of each explained record and its status (released / no valid context)
+    # unattributed: the largest released sizes quoted in the text (charged values)
+    "## Group sizes, largest first": [(re.compile(r"Largest ten: [\d, ]+\."), f"Largest ten: {CHARGED}.")],
     "## Private contextual outlier explanations": [
         (re.compile(r"^\| ([^|]+) \| [^|]+ \| (?:released|no_valid_context) \|$"), rf"| \1 | {CHARGED} | {CHARGED} |")],
 }
@@ -365,9 +368,12 @@ CHARGED_COLUMNS: dict[str, list[str] | None] = {
     "aiq__answers": ["anomaly"],
     "outlier_counts__counts": ["subspace", "noisy_count"],
     "coco__histograms": None,
+    "unattributed__sorted_sizes": ["size"],
     "pcor__explanations": ["status", "context", "bits"],
 }
 COCO_PLOTS = re.compile(r"^coco_.*\.png$")  # pictures of the released coco histograms (dpcore.plots.coco_plots)
+#: picture of the released (charged) sorted group sizes (dpcore.plots.rank_size_plot)
+UNATTRIBUTED_PLOT = "unattributed.png"
 
 
 def mask_report(md: str) -> str:
@@ -520,6 +526,9 @@ def differences(base: tuple[dict, dict], other: tuple[dict, dict], name: str) ->
         if png and COCO_PLOTS.match(png.group(1)) and a_raw["bundle: tables/coco__histograms.csv"] != \
                 b_raw["bundle: tables/coco__histograms.csv"]:
             continue  # a picture of the released (charged) coco histograms, and those differ
+        if png and png.group(1) == UNATTRIBUTED_PLOT and a_raw["bundle: tables/unattributed__sorted_sizes.csv"] != \
+                b_raw["bundle: tables/unattributed__sorted_sizes.csv"]:
+            continue  # a picture of the released (charged) sorted sizes, and those differ
         xl = [line for line in x.splitlines() if not _allowed(surface, line)]
         yl = [line for line in y.splitlines() if not _allowed(surface, line)]
         if xl != yl:

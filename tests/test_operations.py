@@ -323,6 +323,7 @@ def test_no_internal_value_leaves_the_warehouse(tmp_path, dpr_home, small_spec_p
         tmp_path, small_spec_path, "leak.yaml",
         aiq={"enabled": True, "record_ids": ["F000001", "F000002"], "from_detector": 3},
         coco={"enabled": True, "max_group_size": 60},
+        unattributed={"enabled": True, "max_group_size": 60},
         pcor={"enabled": True, "from_detector": 3, "n_samples": 10, "epsilon": 0.1},
         validation={"max_rejected_fraction": 0.25},  # ~6.3% true: far from the gate whatever the noise
     )

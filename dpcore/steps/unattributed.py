@@ -131,7 +131,7 @@ def unattributed_step(spec: ReleaseSpec, settings: Settings, ingested: IngestRes
     est = np.asarray(released.payload["sizes"], dtype=np.int64)
     G = len(est)
     acc = unattributed_accuracy(spec, mech, G)
-    table = pd.DataFrame({"rank": np.arange(1, G + 1), "size": est})
+    table = pd.DataFrame({"size": est})  # row order is the rank (largest first)
     a = acc["sorted_sizes"]
     table["ci_level"] = a["level"]
     table["ci_half_width"] = a["bound"]
@@ -147,7 +147,7 @@ def unattributed_step(spec: ReleaseSpec, settings: Settings, ingested: IngestRes
         f"changes one group's size by one). Sizes above the public maximum K = "
         f"{cfg.max_group_size:,} are counted as K; rows without a {cfg.group_column} belong to no group. The "
         "released vector is non-negative, integral and sorted. Largest ten: " + top + ". "
-        f"Table: `tables/unattributed__sorted_sizes.csv`.\n\n"
+        f"Table: `tables/unattributed__sorted_sizes.csv` (one row per group, largest first).\n\n"
         f"**Accuracy ({level_text(spec.accuracy_alpha)}):** {a['statement']}"
     )
     if cfg.groups_provenance == "derived_from_data":
