@@ -59,6 +59,7 @@ import time
 import numpy as np
 
 from benchmarks._record import BENCHMARKS, machine, record
+from dpcore.mechanisms.smooth_cdp_params import SmoothCDPParameters
 from dpcore.mechanisms.outlier_count import (
     METHODS,
     CDP_METHODS,
