@@ -41,6 +41,7 @@ def _planners() -> list[tuple[str, Callable[[ReleaseSpec], list[PlannedCharge]]]
     from .steps.outlier_counts import outlier_counts_planned_charges
     from .steps.pcor import pcor_planned_charges
     from .steps.record_counts import record_counts_planned_charges
+    from .steps.unattributed import unattributed_planned_charges
 
     # release order (flows/release_pipeline.py)
     return [
@@ -48,6 +49,7 @@ def _planners() -> list[tuple[str, Callable[[ReleaseSpec], list[PlannedCharge]]]
         ("aiq", aiq_planned_charges),
         ("outlier_counts", outlier_counts_planned_charges),
         ("coco", coco_planned_charges),
+        ("unattributed", unattributed_planned_charges),
         ("pcor", pcor_planned_charges),
     ]
 

@@ -153,3 +153,37 @@ def coco_plots(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> l
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def rank_size_plot(sizes: np.ndarray, path: Path, title: str) -> Path:
+    """Log-log rank/size plot of a released unattributed histogram (sizes sorted non-increasing).
+
+    Only the released (noisy, charged) vector is drawn; zero sizes cannot be shown on a log axis and are
+    left out (the caption says how many).
+
+    Parameters
+    ----------
+    sizes : ndarray
+        The released sorted sizes.
+    path : Path
+        Output PNG file.
+    title : str
+    """
+    s = np.asarray(sizes, dtype=np.int64)
+    rank = np.arange(1, len(s) + 1)
+    pos = s > 0
+    fig, ax = plt.subplots(figsize=(6.0, 3.8), dpi=110)
+    if pos.any():
+        ax.loglog(rank[pos], s[pos], marker=".", markersize=2, linewidth=0.8)
+    ax.set_xlabel("rank (largest group first)")
+    ax.set_ylabel("released size")
+    ax.set_title(_label(title), fontsize=9)
+    n_zero = int((~pos).sum())
+    if n_zero:
+        ax.text(0.99, 0.98, f"{n_zero:,} groups of size 0 not shown", transform=ax.transAxes, ha="right",
+                va="top", fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -626,6 +626,49 @@ class RulesSpec(_Strict):
     max_rules: int = Field(default=10, ge=1, le=100, description="Rules kept per template, best F1 first.")
 
 
+#: Methods of the ``unattributed`` step (:data:`dpcore.mechanisms.unattributed.METHODS` plus ``auto``;
+#: tests/test_unattributed_step.py checks the two lists agree).
+UnattributedMethod = Literal[
+    "auto", "naive", "hg_l2", "hg_l1", "hc_l2", "hc_l1", "pfl", "hmm_forward_backward", "hmm_viterbi",
+    "dawa_h", "dawa_hg", "dawa_hc", "ahp_h", "ahp_hg", "ahp_hc", "hbtree_h", "hbtree_hg", "hbtree_hc",
+]
+
+
+class UnattributedSpec(_Strict):
+    """The ``unattributed`` private step (seed 004, last part; issue 17): the sorted list of group sizes.
+
+    Items (rows of the validated table) belong to groups (``group_column``, a
+    categorical attribute whose public domain is the list of groups, so ``G``
+    is public); the release is how large the groups are, largest first, with
+    the group labels dropped. Rows whose group is null belong to no group.
+    """
+
+    enabled: bool = False
+    group_column: str = Field(default="", description="Categorical column of the items holding their group id "
+                              "(its public domain is the list of groups: G = its size).")
+    max_group_size: int = Field(default=1000, ge=1, le=10**7,
+                                description="Public maximum group size K (larger groups are counted as K).")
+    method: UnattributedMethod = Field(
+        default="auto",
+        description="naive, hg_l2/hg_l1 (Hay et al. 2010), hc_l2/hc_l1 (through the cumulative count of counts), "
+        "pfl (Blocki et al. 2016), hmm_forward_backward / hmm_viterbi (Lin & Kifer 2013), dawa_*/ahp_*/hbtree_* "
+        "(range-query algorithms on H, H_g or H_c); auto = chosen from epsilon, G, K and the metric only.",
+    )
+    epsilon: float = Field(default=0.5, gt=0, le=10, description="Epsilon of the release (one charge).")
+    metric: Literal["l1", "l2"] = Field(default="l2", description="The error metric auto minimises.")
+    groups_provenance: Literal["public", "derived_from_data"] = Field(
+        default="public",
+        description="Where the group column's domain comes from: 'public' (a registry, never the protected table) "
+        "or 'derived_from_data' (then G is a function of the data that no charge covers; the report says so).",
+    )
+
+    @model_validator(mode="after")
+    def _complete(self) -> "UnattributedSpec":
+        if self.enabled and not self.group_column:
+            raise ValueError("enabled unattributed needs group_column (a categorical attribute of the schema)")
+        return self
+
+
 class StepsSpec(_Strict):
     """Per-step settings. Each private step adds its section here."""
 
@@ -634,6 +677,7 @@ class StepsSpec(_Strict):
     detect: DetectSpec = Field(default_factory=DetectSpec)
     aiq: AiqSpec = Field(default_factory=AiqSpec)
     coco: CocoSpec = Field(default_factory=CocoSpec)
+    unattributed: UnattributedSpec = Field(default_factory=UnattributedSpec)
     outlier_counts: OutlierCountsSpec = Field(default_factory=OutlierCountsSpec)
     pcor: PcorSpec = Field(default_factory=PcorSpec)
     rules: RulesSpec = Field(default_factory=RulesSpec)
@@ -798,6 +842,17 @@ class ReleaseSpec(_Strict):
                 f"steps.coco.group_column {coco.group_column!r} must be a categorical attribute of schema "
                 "(its domain is the public list of groups, e.g. domain_from the groups file)"
             )
+        un = self.steps.unattributed
+        if un.enabled:
+            cat = self.public_schema.categorical.get(un.group_column)
+            if cat is None:
+                problems.append(
+                    f"steps.unattributed.group_column {un.group_column!r} must be a categorical attribute of schema "
+                    "(its domain is the public list of groups)"
+                )
+            elif not cat.domain_strings:
+                problems.append(f"steps.unattributed.group_column {un.group_column!r} needs a public domain "
+                                "(schema.categorical.<name>.domain or domain_from): G is its size")
         pc = self.steps.pcor
         bad = [a for a in (pc.attributes or []) if a not in self.public_schema.categorical]
         if bad:

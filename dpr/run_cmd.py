@@ -26,6 +26,8 @@ OPERATOR_FLOWS = {
     "counts": ("flows.outlier_counts", "outlier_counts",
                "Top-h outlier subspaces and their noisy outlier counts (seed 002)."),
     "coco": ("flows.coco_publish", "coco_publish", "Publish the count-of-counts histograms of the hierarchy (seed 004)."),
+    "sizes": ("flows.unattributed_publish", "unattributed_publish",
+              "Publish the sorted group sizes, labels dropped (unattributed histogram, seed 004)."),
     "rules": ("flows.explain_rules", "explain_rules",
               "Unit-respecting rules explaining the detector's outliers, for the data owner only (seed 004)."),
 }

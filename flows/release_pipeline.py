@@ -20,6 +20,8 @@ from tasks.stages import (
     validate_task,
 )
 
+from tasks.unattributed import unattributed_task
+
 from .coco_publish import run_coco
 from .detect import run_detection
 from .outlier_counts import run_outlier_counts
@@ -62,6 +64,8 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
         outputs.append(run_outlier_counts(spec, settings, ingested))
     if spec.steps.coco.enabled:
         outputs.append(run_coco(spec, settings, ingested))
+    if spec.steps.unattributed.enabled:
+        outputs.append(unattributed_task(spec, settings, ingested))
     if spec.steps.pcor.enabled:
         outputs.append(run_pcor(spec, settings, ingested))
     bundle = bundle_task(spec, settings, ingested, outputs, rules=rules)

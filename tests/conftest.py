@@ -60,6 +60,7 @@ def small_spec_path(tmp_path, small_flights_csv) -> Path:
     spec["steps"]["coco"]["enabled"] = False  # tests of the coco step enable it themselves
     spec["steps"]["outlier_counts"]["enabled"] = False  # likewise
     spec["steps"]["pcor"]["enabled"] = False  # likewise
+    spec["steps"].setdefault("unattributed", {})["enabled"] = False  # likewise
     # the sample's true rejected fraction (~1.5%) sits within noise reach of the demo's 5% gate (quarantined rows
     # carry the difference of two draws of scale 20); the gate has its own test, here it lets the steps run
     spec["steps"]["validation"]["max_rejected_fraction"] = 0.5

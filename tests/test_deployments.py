@@ -70,7 +70,7 @@ def test_deployments_registered_with_schedule_pool_and_constraints(stack):
     assert release["parameters"] == {"spec_path": "specs/demo.yaml"}
     for flow_name, name in [("aiq_query", "aiq-query"), ("outlier_counts", "outlier-counts"),
                             ("coco_publish", "coco-publish"), ("explain_outlier", "explain-outlier"), ("explain_rules", "explain-rules"),
-                            ("release_pipeline", "monthly-release")]:
+                            ("unattributed_publish", "unattributed-publish"), ("release_pipeline", "monthly-release")]:
         dep = deployment(ops, flow_name, name)
         assert dep["work_pool_name"] == "release-pool"
         # runs start in the directory deploy.sh ran in, so specs/demo.yaml resolves
@@ -91,9 +91,12 @@ def test_deployments_registered_with_schedule_pool_and_constraints(stack):
     (dc,) = [b for b in oc["delta_count"]["anyOf"] if b.get("type") != "null"]
     assert dc["exclusiveMinimum"] == 0 and dc["exclusiveMaximum"] == 1
     (method,) = [b for b in oc["method"]["anyOf"] if b.get("type") != "null"]
-    assert set(method["enum"]) == {"smooth", "global", "global_laplace", "smooth_student_t", "auto"}
+    assert set(method["enum"]) == {"smooth", "global", "global_laplace", "smooth_student_t", "smooth_lln",
+                                   "smooth_arsinh", "auto"}
     coco = deployment(ops, "coco_publish", "coco-publish")["parameter_openapi_schema"]["properties"]
     assert coco["epsilon_per_level"]["exclusiveMinimum"] == 0 and "top_down_hc" in coco["method"]["enum"]
+    un = deployment(ops, "unattributed_publish", "unattributed-publish")["parameter_openapi_schema"]["properties"]
+    assert un["epsilon"]["exclusiveMinimum"] == 0 and {"auto", "pfl", "hg_l1", "dawa_hc"} <= set(un["method"]["enum"])
     explain = deployment(ops, "explain_outlier", "explain-outlier")["parameter_openapi_schema"]
     assert explain["required"] == ["record_id"]
     p = explain["properties"]

@@ -1,0 +1,195 @@
+"""Private step ``unattributed``: the sorted list of group sizes (seed 004, last part; issue 17).
+
+For a group column of the validated table (e.g. the plane of each flight),
+publish how large the groups are, largest first, with the labels dropped
+(an unattributed histogram): a vector of ``G`` non-negative integers sorted
+non-increasing, under pure epsilon-DP for the items (add or remove one row,
+which changes one group's size by one).
+
+Public inputs come only from the spec: the group column's public domain (the
+list of groups, so ``G`` is public), the public maximum group size ``K``
+(larger groups are counted as ``K``, as the report says), the method and
+epsilon. ``method: auto`` is resolved by
+:func:`dpcore.mechanisms.unattributed.choose_method` from ``(epsilon, G, K,
+metric)`` only. The private input is the items' group column; rows whose
+group is null belong to no group.
+
+Ledger: one charge, made before the noise is drawn; the stored payload is the
+released vector itself (a re-run with the same key returns it without new
+noise). The true sizes exist only inside this module's flow-process function.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..accuracy import Accuracy, level_text
+from ..bundle import StepOutput
+from ..ingest import IngestResult
+from ..mechanisms.unattributed import UnattributedHistogramMechanism, accuracy, choose_method
+from ..plots import rank_size_plot
+from ..settings import Settings
+from ..spec import ReleaseSpec
+from .common import PlannedCharge, StepInputError, charge_request, noise_source, open_stores, validated_table
+
+#: DESIGN.md rule 9 statement for a group domain computed from the protected data.
+DERIVED_DOMAIN_NOT_PROTECTED = (
+    "The list of groups (the domain of steps.unattributed.group_column, declared groups_provenance: "
+    "derived_from_data) was computed from the protected data: the number of groups G, the length of the "
+    "released vector, is a function of the data that no charge covers. Only the released sizes are protected."
+)
+
+
+def unattributed_groups(spec: ReleaseSpec) -> list[str]:
+    """The public list of groups: the group column's domain as text (its size is ``G``)."""
+    cfg = spec.steps.unattributed
+    cat = spec.public_schema.categorical.get(cfg.group_column)
+    if cat is None or not cat.domain_strings:
+        raise StepInputError(f"steps.unattributed.group_column {cfg.group_column!r} must be a categorical attribute "
+                             "of schema with a public domain (the list of groups)")
+    return list(cat.domain_strings)
+
+
+def check_unattributed(spec: ReleaseSpec) -> UnattributedHistogramMechanism:
+    """Every public check of ``steps.unattributed``; touches no data (the release's preflight).
+
+    Returns
+    -------
+    UnattributedHistogramMechanism
+        Validated, with ``auto`` resolved from ``(epsilon, G, K, metric)``.
+
+    Raises
+    ------
+    StepInputError
+        A group column without a public domain, or parameters the mechanism refuses. Nothing is charged.
+    """
+    cfg = spec.steps.unattributed
+    G = len(unattributed_groups(spec))
+    method = cfg.method
+    if method == "auto":
+        method = choose_method(cfg.epsilon, G, cfg.max_group_size, cfg.metric)
+    mech = UnattributedHistogramMechanism(method, cfg.epsilon, cfg.max_group_size)
+    try:
+        mech.validate()
+    except ValueError as exc:
+        raise StepInputError(f"steps.unattributed: {exc}") from None
+    return mech
+
+
+def _params(spec: ReleaseSpec, mech: UnattributedHistogramMechanism) -> dict[str, Any]:
+    cfg = spec.steps.unattributed
+    return {"method": cfg.method, "resolved_method": mech.method, "epsilon": cfg.epsilon, "K": cfg.max_group_size,
+            "metric": cfg.metric, "group_column": cfg.group_column, "G": len(unattributed_groups(spec))}
+
+
+def unattributed_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
+    """The step's one charge, from the spec alone (:mod:`dpcore.cost_plan`)."""
+    mech = check_unattributed(spec)
+    return [PlannedCharge.of("unattributed", mech, mech.privacy_map(), _params(spec, mech))]
+
+
+def group_sizes(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> np.ndarray:
+    """The true size of every group of the public list (0 for an absent group), clamped at ``K``.
+
+    One SQL aggregate in the warehouse (no rows loaded); internal: never returned outside this module's
+    release, logged or stored.
+    """
+    cfg = spec.steps.unattributed
+    groups = unattributed_groups(spec)
+    col = cfg.group_column.replace('"', '""')
+    wh = open_stores(settings).warehouse
+    rows = wh.query(f'SELECT CAST("{col}" AS VARCHAR), count(*) FROM {validated_table(spec, ingested)} '
+                    f'WHERE "{col}" IS NOT NULL GROUP BY 1')
+    index = {g: i for i, g in enumerate(groups)}
+    sizes = np.zeros(len(groups), dtype=np.int64)
+    for g, n in rows:  # validation keeps only domain values: every group is on the list
+        sizes[index[g]] = n
+    return np.minimum(sizes, cfg.max_group_size)
+
+
+def unattributed_step(spec: ReleaseSpec, settings: Settings, ingested: IngestResult,
+                      flow_run_id: str | None = None, plot_dir: Path | None = None) -> StepOutput:
+    """Charge once, release the sorted sizes, build the table, report section and plot.
+
+    Cost: ``steps.unattributed.epsilon``, pure epsilon-DP, add/remove one row
+    (:meth:`UnattributedHistogramMechanism.privacy_map`).
+    """
+    cfg = spec.steps.unattributed
+    mech = check_unattributed(spec)
+    stores = open_stores(settings)
+    noise = noise_source()
+    req = charge_request(spec, ingested, "unattributed", mech, mech.privacy_map(), _params(spec, mech), noise,
+                         flow_run_id)
+
+    def compute() -> dict[str, Any]:
+        return {"sizes": [int(v) for v in mech.release(group_sizes(spec, settings, ingested), noise)]}
+
+    released = stores.ledger.release_once(req, compute)
+    est = np.asarray(released.payload["sizes"], dtype=np.int64)
+    G = len(est)
+    acc = unattributed_accuracy(spec, mech, G)
+    table = pd.DataFrame({"rank": np.arange(1, G + 1), "size": est})
+    a = acc["sorted_sizes"]
+    table["ci_level"] = a["level"]
+    table["ci_half_width"] = a["bound"]
+    images = [rank_size_plot(est, (plot_dir or settings.data / "plots" / spec.release_id) / "unattributed.png",
+                             f"{cfg.group_column}: released group sizes, largest first ({mech.method})")]
+    top = ", ".join(f"{v:,}" for v in est[:10])
+    chosen = (f"`auto` chose `{mech.method}` from public parameters only (epsilon, G, K, metric {cfg.metric}; "
+              "`dpcore.mechanisms.unattributed.choose_method`)" if cfg.method == "auto" else f"method `{mech.method}`")
+    md = (
+        "## Group sizes, largest first (differentially private unattributed histogram)\n\n"
+        f"How many rows each {cfg.group_column} has, sorted from largest to smallest with the labels dropped, for "
+        f"all G = {G:,} groups of the public list; {chosen}; epsilon = {cfg.epsilon:g} (pure epsilon-DP, add or "
+        f"remove one row, which changes one group's size by one). Sizes above the public maximum K = "
+        f"{cfg.max_group_size:,} are counted as K; rows without a {cfg.group_column} belong to no group. The "
+        "released vector is non-negative, integral and sorted. Largest ten: " + top + ". "
+        f"Table: `tables/unattributed__sorted_sizes.csv`.\n\n"
+        f"**Accuracy ({level_text(spec.accuracy_alpha)}):** {a['statement']}"
+    )
+    if cfg.groups_provenance == "derived_from_data":
+        md += "\n\n**Not public:** " + DERIVED_DOMAIN_NOT_PROTECTED
+    not_protected = [DERIVED_DOMAIN_NOT_PROTECTED] if cfg.groups_provenance == "derived_from_data" else []
+    return StepOutput("unattributed", {"sorted_sizes": table}, md, images=images, keys=[released.key],
+                      not_protected=not_protected, accuracy=acc)
+
+
+def unattributed_accuracy(spec: ReleaseSpec, mech: UnattributedHistogramMechanism, G: int) -> dict[str, dict]:
+    """The public accuracy statement of the released vector (issue 16), from ``(method, epsilon, G, K, alpha)`` only.
+
+    Uses :func:`dpcore.mechanisms.unattributed.accuracy`: a per-entry bound where the method has one (every
+    entry within the stated half-width with probability ``1 - alpha``), an L1 bound for the ``H_c`` route,
+    the measurement's half-width for the HMM estimates, and no figure (labelled so) for the methods whose
+    error is only known empirically.
+    """
+    alpha = spec.accuracy_alpha
+    a = accuracy(mech.method, mech.epsilon, G, mech.size_bound, alpha)
+    lv = 1 - alpha
+    if a.get("max_entry_error") is not None:
+        b = a["max_entry_error"]
+        acc = Accuracy(b, lv, "interval", f"every released size is within ± {b} of the true sorted size (union "
+                       f"bound over the {G:,} entries; sorting, clipping, isotonic regression and rounding never "
+                       "increase the largest entry error)")
+    elif a.get("l1_bound") is not None:
+        b = a["l1_bound"]
+        acc = Accuracy(None, lv, "none", f"no per-entry figure; the total L1 error (sum of |released - true| over "
+                       f"all entries) is at most {b:,} (the H_c route: L1 error = earthmover's distance, bounded "
+                       "cell by cell)")
+    elif a.get("entry_half_width") is not None:
+        b = a["entry_half_width"]
+        acc = Accuracy(b, lv, "measurement", f"± {b} is the half-width of each noisy measured size before the "
+                       f"{mech.method} estimate; the estimate's own error is not bounded (benchmarks/unattributed.py "
+                       "measures it)")
+    else:
+        acc = Accuracy(None, lv, "none", f"no public error bound for {mech.method}: its error is known only "
+                       "empirically (BENCHMARKS.md, unattributed histograms)")
+    return {"sorted_sizes": acc.as_dict()}
+
+
+def unattributed_payload_summary(out: StepOutput) -> dict[str, Any]:
+    """What the operator flow returns: public facts about the release (no private value)."""
+    t = out.tables["sorted_sizes"]
+    return {"groups": int(len(t)), "largest": [int(v) for v in t["size"].head(5)]}

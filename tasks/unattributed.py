@@ -1,0 +1,21 @@
+"""Task of the unattributed step: one charge and the released sorted group sizes (flow process)."""
+from __future__ import annotations
+
+from dpcore.bundle import StepOutput
+from dpcore.ingest import IngestResult
+from dpcore.settings import Settings
+from dpcore.spec import ReleaseSpec
+from dpcore.steps.unattributed import unattributed_step
+
+from .common import NOISE_RETRIES, flow_run_id, private_task
+
+
+@private_task(name="unattributed", **NOISE_RETRIES)
+def unattributed_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> StepOutput:
+    """Private step: the sorted group sizes (ledger and warehouse, flow process).
+
+    Retried once: the ledger returns the stored release of a charge already made. The work does not split:
+    one SQL aggregate, then one vector of G numbers (about 2 s at G = 10^6 for the slowest method but the HMMs),
+    so nothing is mapped.
+    """
+    return unattributed_step(spec, settings, ingested, flow_run_id())
