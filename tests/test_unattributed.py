@@ -22,6 +22,7 @@ import pytest
 from dpcore.budget import PrivacyCost
 from dpcore.mechanisms.unattributed import (METHODS, NEEDS_SIZE_BOUND, UnattributedHistogramMechanism, accuracy,
                                             as_sorted_sizes, choose_method)
+from dpcore.mechanisms.unattributed.mechanism import HMM_MAX_G
 from dpcore.mechanisms.unattributed import mechanism as mech_mod
 from dpcore.mechanisms.unattributed.mechanism import hg_postprocess
 from dpcore.noise import NoiseSource, conservative_scale
@@ -284,11 +285,17 @@ def test_accuracy_labels():
 
 # ------------------------------------------------------------------- auto
 def test_choose_method_rules():
-    assert choose_method(0.5, 1000, 100, "l2") == "pfl"
-    assert choose_method(2.0, 1000, 10, "l2") == "hc_l1"     # dense: G >= 10 K
-    assert choose_method(2.0, 1000, 1000, "l2") == "hg_l1"
-    assert choose_method(2.0, 1000, None, "l2") == "hg_l1"
+    # L2: HMM forward-backward at every epsilon up to HMM_MAX_G groups, then hg_l1 (benchmarks/unattributed.py)
+    for eps in (0.1, 0.5, 1.0, 2.0):
+        assert choose_method(eps, 1000, 100, "l2") == "hmm_forward_backward"
+        assert choose_method(eps, 1000, None, "l2") == "hmm_forward_backward"
+    assert choose_method(1.0, HMM_MAX_G, 10, "l2") == "hmm_forward_backward"
+    assert choose_method(1.0, HMM_MAX_G + 1, 10, "l2") == "hg_l1"
+    # L1: hc_l1 when K is known and K <= G (its noise is on K + 1 cells), else hg_l1
     assert choose_method(0.1, 1000, 100, "l1") == "hc_l1"
+    assert choose_method(2.0, 1000, 1000, "l1") == "hc_l1"
+    assert choose_method(2.0, 1000, 1001, "l1") == "hg_l1"
+    assert choose_method(0.1, 224, 20000, "l1") == "hg_l1"
     assert choose_method(0.1, 1000, None, "l1") == "hg_l1"
     for eps in (0.1, 1, 3):
         for G in (1, 100, 10 ** 6):

@@ -477,22 +477,26 @@ def representation_postprocess(est, rep: str, G: int, K: int | None) -> np.ndarr
 
 
 # ------------------------------------------------------------------ auto
-#: ``G / K`` at or above which the groups are "dense" (many groups share each size value), a public proxy
-#: for the slides' "fraction of dense region" (which is data-dependent and may not steer the choice).
-DENSE_RATIO = 10
+#: Largest public ``G`` for which ``auto`` picks the HMM forward-backward estimate.  Its run time grows with
+#: ``G`` and with ``1 / epsilon`` (wider band of states): timed once on Zipf sizes, K = 10^4, on the shared
+#: 2-core machine: about 4 s at G = 10^5, eps = 1 (benchmarks/unattributed.py), 45 s at G = 10^6, eps = 1 and
+#: 119 s at G = 10^6, eps = 0.1, so above 2 * 10^5 groups ``auto`` falls back to the fast ``hg_l1``.
+HMM_MAX_G = 2 * 10**5
 
 #: The ``auto`` table: (metric, epsilon range, public-shape condition, method), first match wins.
+#: Re-tuned by ``benchmarks/unattributed.py`` (BENCHMARKS.md, "Unattributed histograms"): on five real
+#: frequency lists HMM forward-backward had the smallest L2 error in 17 of 20 (list, epsilon) cells and was
+#: within 13% of the best in the other three; PFL (the slides' pick for eps <= 1) was 1.2-2.4x the best.
 AUTO_RULES = (
-    ("l1", "any", "K given", "hc_l1"),
-    ("l1", "any", "K unknown", "hg_l1"),
-    ("l2", "epsilon <= 1", "any", "pfl"),
-    ("l2", "epsilon > 1", "K given and G >= DENSE_RATIO * K", "hc_l1"),
-    ("l2", "epsilon > 1", "otherwise", "hg_l1"),
+    ("l1", "any", "K given and K <= G", "hc_l1"),
+    ("l1", "any", "otherwise", "hg_l1"),
+    ("l2", "any", "G <= HMM_MAX_G", "hmm_forward_backward"),
+    ("l2", "any", "otherwise", "hg_l1"),
 )
 
 
 def choose_method(epsilon, G: int, size_bound: int | None, metric: str = "l2") -> str:
-    """``method: auto``: a method from public parameters only (first version; to be re-tuned by the benchmark).
+    """``method: auto``: a method from public parameters only (tuned by ``benchmarks/unattributed.py``).
 
     Parameters
     ----------
@@ -510,20 +514,25 @@ def choose_method(epsilon, G: int, size_bound: int | None, metric: str = "l2") -
     str
         A method of :data:`METHODS`, by the first matching row of :data:`AUTO_RULES`:
 
-        * L1: ``hc_l1`` when ``K`` is known (slide "L1 Error Results": "Hc.L1
-          is usually good at L1 error"; table "Identify Competitive
-          Algorithms": best L1 on both datasets), else ``hg_l1`` (the H_c
-          route needs ``K``; Hg.L1 is the best L1 method without it).
-        * L2, ``epsilon <= 1``: ``pfl`` (slide "L2 Error Results": "For
-          eps <= 1.0: PFL consistently produces good L2 errors").
-        * L2, ``epsilon > 1``: the slides pick Hg.L1/Hg.L2 when the tail of
-          the count-of-counts histogram is large and Hc.L1 when its dense
-          region is large.  Those fractions are data-dependent, so the rule
-          uses the public proxy ``G >= DENSE_RATIO * K`` (on average at least
-          ``DENSE_RATIO`` groups per possible size: dense) -> ``hc_l1``,
-          otherwise ``hg_l1``.
+        * L1: ``hc_l1`` when ``K`` is known and ``K <= G`` (slide "L1 Error
+          Results": "Hc.L1 is usually good at L1 error"; it won the L1 cells
+          of the benchmark's lists with ``K <= G``), else ``hg_l1``: the H_c
+          route adds noise to ``K + 1`` cells and its L1 error grows with
+          ``K``, so with ``K > G`` (few groups, large sizes: the flights-per-
+          route list, where ``hc_l1`` was 2.4-4.8x the best) the ``G`` noisy
+          sorted sizes of H_g do better; without ``K`` the H_c route is
+          impossible.
+        * L2: ``hmm_forward_backward`` (Lin & Kifer 2013) when
+          ``G <= HMM_MAX_G``, at every epsilon: in the benchmark it was the
+          best L2 method in 17 of 20 cells (five lists x eps in {0.1, 0.5, 1,
+          2}) and within 13% (eps <= 1) / 18% (eps = 2) of the best in the
+          others.  This replaces the slides' "PFL for eps <= 1" (this
+          product's PFL, banded for pure DP, was 1.2-2.4x the best L2 there)
+          and their data-dependent "tail vs dense region" split for
+          eps > 1.  Above ``HMM_MAX_G`` groups ``hg_l1`` (fast; close to
+          the best L2 on sparse lists).
 
-    Notes
+        Notes
     -----
     Never reads data: identical on every dataset with the same public
     parameters, so the choice costs no privacy.
@@ -540,11 +549,9 @@ def choose_method(epsilon, G: int, size_bound: int | None, metric: str = "l2") -
             continue
         if r_eps == "epsilon > 1" and not eps > 1:
             continue
-        if r_shape == "K given" and K is None:
+        if r_shape == "K given and K <= G" and not (K is not None and K <= G):
             continue
-        if r_shape == "K unknown" and K is not None:
-            continue
-        if r_shape.startswith("K given and") and not (K is not None and G >= DENSE_RATIO * K):
+        if r_shape == "G <= HMM_MAX_G" and not G <= HMM_MAX_G:
             continue
         return method
     raise AssertionError("AUTO_RULES has no matching row")  # pragma: no cover
