@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .consistency import HC_VARIANCE_RULES, _sum_children, merge_estimates, round_half_up
+from .consistency import HC_VARIANCE_RULES, merge_estimates, round_half_up
 from .hierarchy import Hierarchy
 from .isotonic import isotonic
 
@@ -71,8 +71,21 @@ def sum_levels(leaf: np.ndarray, hierarchy: Hierarchy) -> list[np.ndarray]:
     out: list[np.ndarray] = [None] * L  # type: ignore[list-item]
     out[L - 1] = leaf
     for lv in range(L - 2, -1, -1):
-        out[lv] = _sum_children(out[lv + 1], hierarchy.parent_index(lv + 1), len(hierarchy.nodes_at(lv)))
+        out[lv] = _sum_rows(out[lv + 1], hierarchy.parent_index(lv + 1), len(hierarchy.nodes_at(lv)))
     return out
+
+
+def _sum_rows(M: np.ndarray, pidx: np.ndarray, n_parents: int) -> np.ndarray:
+    """Per parent, the sum of its children's rows (integers; exact in M's dtype when the totals fit).
+
+    A sparse 0/1 (parents x children) matrix product: ``np.add.reduceat``
+    along axis 0 is ~10x slower on ``(30,000, 1,001)`` matrices.
+    """
+    from scipy import sparse
+    S = sparse.csr_matrix((np.ones(len(pidx), dtype=M.dtype), (np.asarray(pidx), np.arange(len(pidx)))),
+                          shape=(n_parents, len(pidx)))
+    out = np.asarray(S @ M.reshape(len(pidx), -1), dtype=M.dtype)
+    return out.reshape((n_parents,) + M.shape[1:])
 
 
 def level_histograms(leaf_index, sizes, hierarchy: Hierarchy, K: int,
