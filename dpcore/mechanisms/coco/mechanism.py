@@ -54,6 +54,22 @@ _REPR = {
 }
 
 
+class _Clock:
+    """Adds the wall time since the previous lap to ``timings[name]`` (no-op without a dict)."""
+
+    def __init__(self, timings: dict | None):
+        import time
+        self._now = time.perf_counter
+        self.timings = timings
+        self.t = self._now()
+
+    def lap(self, name: str) -> None:
+        t = self._now()
+        if self.timings is not None:
+            self.timings[name] = self.timings.get(name, 0.0) + (t - self.t)
+        self.t = t
+
+
 class NodeEstimate(NamedTuple):
     """One node's estimate (:meth:`CocoMechanism.estimate_nodes`): plain arrays, picklable."""
 
@@ -691,7 +707,8 @@ class CocoMechanism:
             raise ValueError("leaf_group_counts must be >= 0")
         return sum_levels(g.astype(np.int64), hierarchy)
 
-    def _postprocess_levels(self, measured, hierarchy: Hierarchy, G: list[np.ndarray]) -> list[np.ndarray]:
+    def _postprocess_levels(self, measured, hierarchy: Hierarchy, G: list[np.ndarray],
+                            clock: "_Clock | None" = None) -> list[np.ndarray]:
         """Post-processing of ``(level, noisy matrix)`` pairs (consumed one by one, so a caller can
         measure lazily and free each level's noisy matrix once it is estimated)."""
         B = int(self.K) + 1
@@ -716,6 +733,12 @@ class CocoMechanism:
         if missing:
             raise ValueError(f"measurements lack level {missing[0]} (method {self.method!r} measures "
                              f"levels {wanted})")
+        out = self._assemble_levels(est, hierarchy, G, dt)
+        if clock is not None:
+            clock.lap("consistency")
+        return out
+
+    def _assemble_levels(self, est: dict, hierarchy: Hierarchy, G: list[np.ndarray], dt) -> list[np.ndarray]:
         if self.method == "bottom_up_hc":
             return sum_levels(est[hierarchy.levels - 1], hierarchy)
         if self.method == "top_down_hc":
@@ -760,7 +783,8 @@ class CocoMechanism:
 
     def publish_arrays(self, leaf_index, sizes, hierarchy: Hierarchy, noise: NoiseSource, *,
                        group_chunk: int = DEFAULT_GROUP_CHUNK,
-                       noise_chunk_cells: int = DEFAULT_NOISE_CHUNK) -> list[np.ndarray]:
+                       noise_chunk_cells: int = DEFAULT_NOISE_CHUNK,
+                       timings: dict | None = None) -> list[np.ndarray]:
         """:meth:`publish` from two flat arrays, in memory linear in nodes x (K + 1) (census scale).
 
         Parameters
@@ -777,6 +801,11 @@ class CocoMechanism:
             Groups per ``np.bincount`` call when building the histograms.
         noise_chunk_cells : int
             Cells per ``discrete_laplace`` call (:meth:`measure_arrays`).
+        timings : dict, optional
+            Filled with the wall seconds of the phases ``histograms`` (true H
+            of every level), ``noise`` (all :meth:`measure_arrays` calls),
+            ``estimates`` (per-node isotonic fits) and ``consistency`` (the
+            tree step: top-down runs, bottom-up sums or least squares).
 
         Returns
         -------
@@ -789,8 +818,10 @@ class CocoMechanism:
         """
         self.validate(hierarchy)
         self._check_array_method()
+        clock = _Clock(timings)
         H = level_histograms(leaf_index, sizes, hierarchy, int(self.K), chunk=group_chunk)
         G = [h.sum(axis=1, dtype=np.int64) for h in H]
+        clock.lap("histograms")
         wanted = self.levels_measured(hierarchy)
         for lv in range(hierarchy.levels):
             if lv not in wanted:
@@ -798,12 +829,15 @@ class CocoMechanism:
 
         def measured():
             for lv in wanted:
+                clock.lap("estimates")
                 y = self.measure_arrays(H[lv], lv, hierarchy, noise, noise_chunk_cells)
                 H[lv] = None  # type: ignore[call-overload]  # the true level is no longer needed
+                clock.lap("noise")
                 yield lv, y
                 del y
+            clock.lap("estimates")
 
-        return self._postprocess_levels(measured(), hierarchy, G)
+        return self._postprocess_levels(measured(), hierarchy, G, clock)
 
     @staticmethod
     def levels_to_dict(H_levels: Sequence[np.ndarray], hierarchy: Hierarchy) -> dict[str, np.ndarray]:
