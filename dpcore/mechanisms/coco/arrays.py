@@ -151,7 +151,8 @@ def level_histograms(leaf_index, sizes, hierarchy: Hierarchy, K: int,
         idx += np.minimum(sz, K)
         part = np.bincount(idx, minlength=(lmax - lmin + 1) * B)
         del idx
-        acc[lmin * B:(lmax + 1) * B] += part.astype(dt, copy=False)
+        seg = acc[lmin * B:(lmax + 1) * B]
+        np.add(seg, part, out=seg, casting="unsafe")  # no int32 copy of part (totals fit in dt)
         del part
     return sum_levels(acc.reshape(n_leaves, B), hierarchy)
 
