@@ -1,6 +1,6 @@
 """Evaluate hierarchical count-of-counts publishing (issue 7; seed 004 part 2, Kuo et al. PVLDB 2018).
 
-Run: ``.venv/bin/python -m benchmarks.coco [--quick] [--dry-run] [--seeds N] [--scale-only]``.
+Run: ``.venv/bin/python -m benchmarks.coco [--quick] [--dry-run] [--seeds N] [--scale-only | --census]``.
 Writes the ``coco`` section of BENCHMARKS.md via :func:`benchmarks._record.record`
 (figures are never typed by hand; the paper's figures are the ``PAPER``
 constants below, labelled "paper" in the output).  ``--dry-run`` prints the
@@ -33,6 +33,17 @@ Parts
    H_c x H_c x H_c uses 1/3 per level).
 3. Scale: 10^6 groups over root -> 50 -> 3,000 leaves: full top-down
    publication time, bottom-up as the same-run baseline.
+4. Census scale (issue 19; ``--census``, also part of the full run): 10^7 and
+   10^8 groups over nation -> 50 states -> 3,000 counties -> 30,000 tracts,
+   K = 1000, housing-like sizes generated in chunks straight into two int32
+   arrays (each group's tract and size; no item table), published with
+   ``CocoMechanism.publish_arrays`` (top_down_hc and bottom_up_hc, production
+   noise), each run in a forked process for its own peak RSS; wall time,
+   phases, peak RSS and RSS beyond the input, load average, ratio to
+   bottom-up, and the goal verdicts (<= 120 s, <= 2 GB beyond the input).
+   About 2-3 minutes and ~3 GB of RSS at 10^8.  ``--census`` measures it
+   alone and splices its subsection (``### Census scale`` through its goal
+   line) into the recorded section, after the scale subsection.
 
 Noise in parts 1-2 is the seeded :class:`~dpcore.noise.NoiseSource` (exact
 same distribution, test use only); part 3 times both the production source
@@ -678,6 +689,221 @@ def scale(n_groups: int, quick: bool, K: int = 1000, seed: int = 5) -> tuple[str
 
 
 # ---------------------------------------------------------------------------
+# census scale (issue 19): the array path, 10^8 groups, 4 levels
+# ---------------------------------------------------------------------------
+
+CENSUS_GOAL_LINE = "Goal (issue 19, census scale):"
+CENSUS_TIME_GOAL = 120.0  # s
+CENSUS_MEM_GOAL = 2.0  # GB beyond the input
+
+
+def _rss_gb() -> float:
+    """Current resident set size (GB), from /proc/self/statm."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e9
+
+
+def _peak_gb() -> float:
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+
+
+def census_tree(seed: int = 5):
+    """nation -> 50 states -> 3,000 counties (60 each) -> 30,000 tracts (10 each); tract weights lognormal(0, 1)."""
+    coco = _coco()
+    edges = []
+    for s_ in range(50):
+        st = f"state=S{s_:02d}"
+        edges.append(("*", st))
+        for c in range(60):
+            co = f"{st}/county=C{s_:02d}{c:03d}"
+            edges.append((st, co))
+            edges.extend((co, f"{co}/tract=T{s_:02d}{c:03d}{t:02d}") for t in range(10))
+    h = coco.Hierarchy.from_edges(edges)
+    w = np.random.default_rng(seed).lognormal(0.0, 1.0, len(h.leaves))
+    return h, w / w.sum()
+
+
+def census_input(n_groups: int, weights: np.ndarray, K: int, seed: int = 5, chunk: int = 1 << 22,
+                 shuffled: bool = False):
+    """Each group's tract (int32) and housing-like size (int32, unclamped), generated in chunks: no item table and
+    no 10^8-long int64 temporary.  Groups sorted by tract (as a census file is), or with ``shuffled`` each group's
+    tract drawn independently (the groups in random tract order: the worst case for the histogram pass)."""
+    rng = np.random.default_rng(seed)
+    sizes = np.empty(n_groups, dtype=np.int32)
+    if shuffled:
+        leaf = np.empty(n_groups, dtype=np.int32)
+        cdf = np.cumsum(weights)
+        cdf /= cdf[-1]
+        for lo in range(0, n_groups, chunk):
+            leaf[lo:lo + chunk] = np.minimum(np.searchsorted(cdf, rng.random(min(chunk, n_groups - lo)), side="right"),
+                                             len(weights) - 1)
+        counts = np.bincount(leaf, minlength=len(weights))
+    else:
+        counts = rng.multinomial(n_groups, weights)
+        leaf = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+    clamped = 0
+    for lo in range(0, n_groups, chunk):
+        s = housing_sizes(rng, min(chunk, n_groups - lo), 10**9)
+        clamped += int((s > K).sum())
+        sizes[lo:lo + chunk] = s
+    return leaf, sizes, counts, clamped
+
+
+def _census_child(conn, method, eps, leaf, sizes, h, K) -> None:
+    """In a forked process: publish once with production noise; send wall time, phases, memory and invariants."""
+    coco = _coco()
+    try:
+        start = _rss_gb()
+        mech = coco.CocoMechanism(method, eps, K)
+        phases: dict = {}
+        load = os.getloadavg()[0]
+        t = time.perf_counter()
+        out = mech.publish_arrays(leaf, sizes, h, NoiseSource(), timings=phases)
+        dt = time.perf_counter() - t
+        peak = _peak_gb()
+        load = max(load, os.getloadavg()[0])
+        G = np.bincount(leaf, minlength=len(h.leaves))
+        ok = bool((out[-1].sum(axis=1) == G).all())
+        for lv in range(h.levels - 1, 0, -1):
+            ok &= bool((out[lv] >= 0).all())
+            sums = np.zeros(out[lv - 1].shape, dtype=np.int64)
+            np.add.at(sums, h.parent_index(lv), out[lv])
+            ok &= bool((sums == out[lv - 1]).all())
+        conn.send(dict(time=dt, peak=peak, start=start, phases=phases, invariants=ok, load=load))
+    except BaseException as e:  # report, do not hang the parent
+        conn.send(dict(error=f"{type(e).__name__}: {e}"))
+    finally:
+        conn.close()
+
+
+def census_run(n_groups: int, K: int = 1000, shuffled: bool = False) -> dict:
+    """Build the input, then publish top_down_hc and bottom_up_hc, each in its own forked process (own peak RSS)."""
+    import multiprocessing as mp
+    h, weights = census_tree()
+    base = _rss_gb()
+    t = time.perf_counter()
+    leaf, sizes, counts, clamped = census_input(n_groups, weights, K, shuffled=shuffled)
+    t_in = time.perf_counter() - t
+    res = dict(n=n_groups, shuffled=shuffled, base=base, input_rss=_rss_gb(), input_bytes=leaf.nbytes + sizes.nbytes, t_input=t_in,
+               clamped=clamped, empty=int((counts == 0).sum()), max_leaf=int(counts.max()), runs={})
+    log(f"  [census] {n_groups:,} groups{' (random tract order)' if shuffled else ''}: input {res['input_bytes'] / 1e9:.2f} GB built in {t_in:.1f} s; "
+        f"RSS {base:.2f} GB before, {res['input_rss']:.2f} GB with the input")
+    ctx = mp.get_context("fork")
+    L = h.levels
+    for method, eps in (("top_down_hc", 1.0), ("bottom_up_hc", 1.0 * L)):
+        a, b = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_census_child, args=(b, method, eps, leaf, sizes, h, K))
+        p.start()
+        b.close()
+        r = a.recv()
+        p.join()
+        if "error" in r:
+            raise RuntimeError(f"census {method} at {n_groups:,}: {r['error']}")
+        r["beyond"] = r["peak"] - r["start"]
+        r["beyond_strict"] = r["peak"] - base - res["input_bytes"] / 1e9
+        res["runs"][method] = r
+        log(f"  [census] {method:13s} eps={eps:g}: {r['time']:.1f} s, peak RSS {r['peak']:.2f} GB "
+            f"({r['beyond']:.2f} GB beyond the RSS at the start), load {r['load']:.1f}, "
+            f"phases {', '.join(f'{k} {v:.1f}' for k, v in r['phases'].items())}, invariants {r['invariants']}")
+    return res
+
+
+def census(sizes_n=(10**7, 10**8), K: int = 1000, cmd: str = "benchmarks/coco.py --census") -> tuple[str, dict]:
+    """Part 4: the census-scale goal of issue 19 (array path, production noise)."""
+    t0 = time.perf_counter()
+    load0 = os.getloadavg()[0]
+    results = [census_run(n, K) for n in sizes_n]
+    big = results[-1]
+    results.append(census_run(sizes_n[-1], K, shuffled=True))
+    load1 = os.getloadavg()[0]
+    out = [
+        f"### Census scale: {big['n']:,} groups, 4 levels (nation -> 50 states -> 3,000 counties -> 30,000 tracts)\n",
+        f"`{cmd}`; {machine()}; part run {time.perf_counter() - t0:.0f} s. "
+        f"Tracts: 10 per county, 60 counties per state, tract weights lognormal(0, 1); groups per tract multinomial "
+        f"(largest tract {big['max_leaf']:,} groups, {big['empty']} empty tracts at {big['n']:,}); sizes drawn like (b) "
+        f"(households 1..7+ with SF1 shares, 0.4% group quarters with a Pareto tail), K = {K} "
+        f"({big['clamped']:,} groups clamped at K). The input is two int32 arrays, each group's tract "
+        f"(sorted by tract, as a census file is; the last rows: each group's tract drawn independently from the same "
+        f"weights, i.e. the groups in random tract order) and its size, generated in chunks (no item table): "
+        f"{big['input_bytes'] / 1e9:.2f} GB at {big['n']:,}. "
+        f"`CocoMechanism.publish_arrays` (the array path: per-level (nodes x (K+1)) matrices, top-down consistency on "
+        f"runs of equal sizes, not on groups; the same release as `publish` for the same noise) with production noise "
+        f"(`NoiseSource()`: the exact vectorised discrete Laplace of dpcore/noise/dlaplace.py, OS CSPRNG), one run per "
+        f"method, each in its own forked process so its peak RSS (getrusage ru_maxrss) is its own. "
+        f"\"Beyond the input\" = peak RSS - the RSS of the forked process at its start (the input arrays and the "
+        f"interpreter pages it has touched; library pages it faults in later count as beyond); \"strict\" = peak RSS - "
+        f"(the RSS before the input was built + the input's bytes). The verdict uses the larger of the two. "
+        f"Top-down spends eps = 1 on each of the 4 levels; bottom-up gets the same total, 4 on the tracts. "
+        f"1-minute load average at the start / end of this part: {load0:.1f} / {load1:.1f} on {os.cpu_count()} cores "
+        f"(above {os.cpu_count()}, other processes shared the CPU and wall times are inflated; peak RSS is not).\n",
+        "| groups | method | wall time (s) | ratio to bottom-up | peak RSS (GB) | beyond the input (GB) | beyond, strict (GB) "
+        "| load avg | histograms / noise / estimates / consistency (s) | invariants |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for res in results:
+        bu = res["runs"]["bottom_up_hc"]["time"]
+        for m, r in res["runs"].items():
+            ph = r["phases"]
+            out.append(
+                f"| {res['n']:,}{' (random order)' if res['shuffled'] else ''} | {LABEL[m]} | {r['time']:.1f} | {r['time'] / bu:.2f}x | {r['peak']:.2f} | "
+                f"{r['beyond']:.2f} | {r['beyond_strict']:.2f} | {r['load']:.1f} | "
+                + " / ".join(f"{ph.get(k, 0.0):.1f}" for k in ("histograms", "noise", "estimates", "consistency"))
+                + f" | {'hold' if r['invariants'] else 'BROKEN'} |"
+            )
+    out.append("")
+    out.append(
+        "Noise: one exact discrete-Laplace draw per cell, (K+1) x 33,051 = 33.1 million for top-down and "
+        "(K+1) x 30,000 = 30.0 million for bottom-up, whatever the number of groups; the histograms phase is the only "
+        "one that reads the groups (chunked `np.bincount`), the rest is linear in nodes x (K+1).\n"
+    )
+    worst = [r for res in results if res["n"] == big["n"] for r in res["runs"].values()]
+    t_max = max(r["time"] for r in worst)
+    m_max = max(max(r["beyond"], r["beyond_strict"]) for r in worst)
+    td = big["runs"]["top_down_hc"]
+    bu = big["runs"]["bottom_up_hc"]
+    out.append(
+        f"{CENSUS_GOAL_LINE} {big['n']:,} groups over 4 levels with production noise in <= {CENSUS_TIME_GOAL:.0f} s "
+        f"and <= {CENSUS_MEM_GOAL:.0f} GB beyond the input, both methods, both group orders: "
+        f"time **{'MET' if t_max <= CENSUS_TIME_GOAL else 'NOT met'}** (slowest {t_max:.1f} s; sorted input: top-down H_c "
+        f"{td['time']:.1f} s, bottom-up H_c {bu['time']:.1f} s, ratio {td['time'] / bu['time']:.2f}x, load {td['load']:.1f}), "
+        f"memory **{'MET' if m_max <= CENSUS_MEM_GOAL else 'NOT met'}** (largest {m_max:.2f} GB beyond the input; sorted "
+        f"input: top-down {td['beyond']:.2f} GB / strict {td['beyond_strict']:.2f} GB, bottom-up {bu['beyond']:.2f} / "
+        f"{bu['beyond_strict']:.2f} GB).\n"
+    )
+    return "\n".join(out), results
+
+
+def census_only(dry_run: bool, sizes_n=(10**7, 10**8)) -> None:
+    """Measure part 4 alone and splice it into the recorded ``coco`` section: in place of the previous census
+    subsection (``### Census scale`` through its goal line), else right after the scale subsection's goal line."""
+    log("census scale (only) ...")
+    md, _ = census(sizes_n)
+    print(md)
+    if dry_run:
+        log("dry run: BENCHMARKS.md not written")
+        return
+    text = BENCHMARKS.read_text() if BENCHMARKS.exists() else ""
+    m = re.search(r"<!-- BEGIN coco -->\n(.*?)<!-- END coco -->", text, re.S)
+    if not m:
+        raise SystemExit("no recorded coco section: run without --census first")
+    body = m.group(1)
+    start = body.find("### Census scale")
+    if start >= 0:
+        goal = body.find(CENSUS_GOAL_LINE, start)
+        end = body.find("\n", goal) + 1 if goal >= 0 else len(body)
+    else:
+        sc = body.find("### Scale:")
+        goal = body.find(GOAL_LINE, sc) if sc >= 0 else -1
+        if goal < 0:
+            raise SystemExit("no recorded coco section with a scale subsection: run without --census first")
+        start = end = body.find("\n", goal) + 1
+        md = "\n" + md
+    record("coco", body[:start] + md.rstrip("\n") + "\n" + body[end:])
+    log("recorded the census subsection into section 'coco' of BENCHMARKS.md")
+
+
+# ---------------------------------------------------------------------------
 
 
 GOAL_LINE = "Goal (issue 7):"
@@ -723,12 +949,20 @@ def main(argv=None) -> None:
     ap.add_argument("--skip-scale", action="store_true", help="(development) skip the scale part")
     ap.add_argument("--scale-only", action="store_true",
                     help="re-measure only the scale part (10^6 groups) and splice it into the recorded section")
+    ap.add_argument("--census", action="store_true",
+                    help="measure only the census-scale part (10^7 and 10^8 groups, 4 levels; a few minutes, "
+                         "~3 GB RSS) and splice it into the recorded section")
+    ap.add_argument("--census-groups", type=float, nargs="+", default=None,
+                    help="(development) group counts of --census, e.g. 1e6 1e7")
     args = ap.parse_args(argv)
     seeds = args.seeds or (2 if args.quick else 5)
     t0 = time.perf_counter()
     load_start = os.getloadavg()[0]
     if args.scale_only:
         scale_only(args.quick, args.dry_run, t0)
+        return
+    if args.census:
+        census_only(args.dry_run, tuple(int(x) for x in args.census_groups) if args.census_groups else (10**7, 10**8))
         return
 
     log("building data sets ...")
@@ -781,6 +1015,10 @@ def main(argv=None) -> None:
     else:
         log("scale ...")
         sc, _ = scale(10**6, args.quick)
+        log("census scale ...")
+        census_md, _ = census((10**6, 10**7) if args.quick else (10**7, 10**8),
+                              cmd=f"benchmarks/coco.py{' --quick' if args.quick else ''}, part 4")
+        sc = sc.rstrip("\n") + "\n\n" + census_md
 
     f = all_flags
     summary = ["### Which of the slides' expectations held (verdicts computed from the tables above)\n"]

@@ -9,6 +9,8 @@ Kuo et al., PVLDB 2018 (seed 004, part 2).  Modules:
   top-down consistency, bottom-up aggregation, tree-wide least squares
   with a consistent integer projection (post-processing only).
 * :mod:`.split` — the per-level ε split from public parameters only.
+* :mod:`.arrays` — the array-native path at census scale (per-level
+  ``(nodes, K + 1)`` matrices, top-down consistency on runs).
 * :mod:`.mechanism` — :class:`CocoMechanism` (measurement = the only
   privacy-critical step, then post-processing).
 """
@@ -16,6 +18,7 @@ from .consistency import (CONSISTENT_ANCHORS, aggregate_up, consistent_hc, distr
                           gls_tree_variances, hc_estimate, hc_variances, hg_estimate, hg_variances,
                           largest_remainder_round, match_level, merge_estimates, naive_estimate,
                           project_simplex, top_down)
+from .arrays import hc_estimate_rows, hc_variance_runs, level_histograms, sum_levels, top_down_runs
 from .hierarchy import ROOT, Hierarchy
 from .isotonic import isotonic, isotonic_l1, isotonic_l2
 from .mechanism import CocoMechanism, NodeChunk, NodeEstimate
@@ -31,5 +34,6 @@ __all__ = [
     "naive_estimate", "hg_estimate", "hc_estimate", "hg_variances", "hc_variances",
     "project_simplex", "largest_remainder_round", "match_level", "merge_estimates",
     "top_down", "aggregate_up", "consistent_hc", "gls_tree", "distribute_to_children",
-    "gls_tree_variances", "CONSISTENT_ANCHORS", "choose_split", "split_errors", "SPLIT_GRID", "SPLIT_OBJECTIVE",
+    "gls_tree_variances", "level_histograms", "sum_levels", "hc_estimate_rows", "hc_variance_runs",
+    "top_down_runs", "CONSISTENT_ANCHORS", "choose_split", "split_errors", "SPLIT_GRID", "SPLIT_OBJECTIVE",
 ]

@@ -37,16 +37,37 @@ from ...budget import PrivacyCost, exact
 from ...noise import NoiseSource, conservative_scale
 from .consistency import (HC_VARIANCE_RULES, aggregate_up, consistent_hc, discrete_laplace_variance,
                           hc_estimate, hc_variances, hg_estimate, hg_variances, naive_estimate, top_down)
+from .arrays import (DEFAULT_GROUP_CHUNK, count_dtype, hc_estimate_rows, level_histograms, sum_levels,
+                     top_down_runs)
 from .hierarchy import Hierarchy
 from .representations import _check_K, counts_from_leaf_counts, level_H_matrix, level_Hg
 
-__all__ = ["CocoMechanism", "NodeChunk", "NodeEstimate"]
+__all__ = ["CocoMechanism", "NodeChunk", "NodeEstimate", "DEFAULT_NOISE_CHUNK"]
+
+#: Cells per ``discrete_laplace`` call in :meth:`CocoMechanism.measure_arrays` (bounds the sampler's temporaries).
+DEFAULT_NOISE_CHUNK = 1 << 22
 
 _REPR = {
     "naive": "H", "hg_l1": "Hg", "hg_l2": "Hg", "hc_l1": "Hc", "hc_l2": "Hc",
     "bottom_up_hg": "Hg", "bottom_up_hc": "Hc", "top_down_hg": "Hg", "top_down_hc": "Hc", "consistent_hc": "Hc",
     "consistent_hc_leaf": "Hc",
 }
+
+
+class _Clock:
+    """Adds the wall time since the previous lap to ``timings[name]`` (no-op without a dict)."""
+
+    def __init__(self, timings: dict | None):
+        import time
+        self._now = time.perf_counter
+        self.timings = timings
+        self.t = self._now()
+
+    def lap(self, name: str) -> None:
+        t = self._now()
+        if self.timings is not None:
+            self.timings[name] = self.timings.get(name, 0.0) + (t - self.t)
+        self.t = t
 
 
 class NodeEstimate(NamedTuple):
@@ -612,3 +633,214 @@ class CocoMechanism:
             # array views instead of the lists measure_level stores (same values)
             meas[level] = {n: noisy[bounds[i]:bounds[i + 1]] for i, n in enumerate(nodes)}
         return self.postprocess(meas, hierarchy, counts)
+
+    # ------------------------------------------------------ array-native path
+    #: Methods :meth:`publish_arrays` / :meth:`postprocess_arrays` support: those measuring H or H_c
+    #: (``K + 1`` cells per node).  The H_g methods measure ``G_τ`` cells per node: use :meth:`publish`.
+    ARRAY_METHODS = ("naive", "hc_l1", "hc_l2", "bottom_up_hc", "top_down_hc", "consistent_hc", "consistent_hc_leaf")
+
+    def _check_array_method(self) -> None:
+        self._check_method()
+        if self.method not in self.ARRAY_METHODS:
+            raise ValueError(f"method {self.method!r} has no array path (it measures H_g, G_tau cells per node); "
+                             f"array methods: {', '.join(self.ARRAY_METHODS)}; use publish()")
+
+    def measure_arrays(self, H_level: np.ndarray, level: int, hierarchy: Hierarchy, noise: NoiseSource,
+                       chunk_cells: int = DEFAULT_NOISE_CHUNK) -> np.ndarray:
+        """Noisy representation of every node at ``level`` from its true H matrix — the only
+        privacy-critical call of the array path (the counterpart of :meth:`measure_level`).
+
+        Parameters
+        ----------
+        H_level : numpy.ndarray
+            **Private** ``(n_level, K + 1)`` true H of the level's nodes
+            (:func:`~dpcore.mechanisms.coco.arrays.level_histograms`).
+        level : int
+            A level in :meth:`levels_measured`.
+        hierarchy : Hierarchy
+        noise : NoiseSource
+            ``discrete_laplace`` of scale :meth:`noise_scale` on H (naive) or
+            H_c (row-wise cumulative sums), called on blocks of whole rows of
+            at most ``chunk_cells`` cells, in row order (a level of at most
+            ``chunk_cells`` cells is one call, drawing exactly what
+            :meth:`measure_level` draws).
+        chunk_cells : int
+            Cells per sampler call (memory of the sampler's temporaries).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(n_level, K + 1)`` int64 noisy cells; ε_level-DP under add/remove
+            one item (same sensitivity as :meth:`measure_level`); the caller
+            must have charged :meth:`level_cost` first.
+        """
+        self.validate(hierarchy)
+        self._check_array_method()
+        if level not in self.levels_measured(hierarchy):
+            raise ValueError(f"level {level} is not measured by method {self.method!r} "
+                             f"(measured levels: {self.levels_measured(hierarchy)})")
+        B = int(self.K) + 1
+        n = len(hierarchy.nodes_at(level))
+        H_level = np.asarray(H_level)
+        if H_level.shape != (n, B):
+            raise ValueError(f"H_level has shape {H_level.shape}, expected ({n}, {B}) for level {level}")
+        if isinstance(chunk_cells, bool) or int(chunk_cells) < 1:
+            raise ValueError(f"chunk_cells must be an integer >= 1, got {chunk_cells!r}")
+        rows = max(1, int(chunk_cells) // B)
+        scale = self.noise_scale(level)
+        out = np.empty((n, B), dtype=np.int64)
+        cumulative = self.representation == "Hc"
+        for lo in range(0, n, rows):
+            block = H_level[lo:lo + rows]
+            vals = np.cumsum(block, axis=1, dtype=np.int64) if cumulative else block.astype(np.int64)
+            out[lo:lo + rows] = noise.discrete_laplace(vals, scale)
+            del vals
+        return out
+
+    def _level_groups(self, leaf_group_counts, hierarchy: Hierarchy) -> list[np.ndarray]:
+        g = np.asarray(leaf_group_counts)
+        n_leaves = len(hierarchy.leaves)
+        if g.shape != (n_leaves,) or (g.size and g.dtype.kind not in "iu"):
+            raise ValueError(f"leaf_group_counts must be {n_leaves} integers (one per leaf, hierarchy.leaves "
+                             f"order), got shape {g.shape} dtype {g.dtype}")
+        if g.size and int(g.min()) < 0:
+            raise ValueError("leaf_group_counts must be >= 0")
+        return sum_levels(g.astype(np.int64), hierarchy)
+
+    def _postprocess_levels(self, measured, hierarchy: Hierarchy, G: list[np.ndarray],
+                            clock: "_Clock | None" = None) -> list[np.ndarray]:
+        """Post-processing of ``(level, noisy matrix)`` pairs (consumed one by one, so a caller can
+        measure lazily and free each level's noisy matrix once it is estimated)."""
+        B = int(self.K) + 1
+        dt = count_dtype(int(G[0][0]) if G[0].size else 0)
+        wanted = self.levels_measured(hierarchy)
+        est: dict[int, np.ndarray] = {}
+        for level, y in measured:
+            level = int(level)
+            n = len(hierarchy.nodes_at(level))
+            y = np.asarray(y)
+            if y.shape != (n, B):
+                raise ValueError(f"measurement of level {level} has shape {y.shape}, expected ({n}, {B})")
+            if self.method.startswith("consistent_hc"):
+                est[level] = y.astype(np.float64)
+            elif self.representation == "H":
+                est[level] = np.stack([naive_estimate(np.asarray(r, dtype=np.float64), int(g))
+                                       for r, g in zip(y, G[level])]).astype(dt) if n else np.zeros((0, B), dt)
+            else:
+                est[level] = hc_estimate_rows(y, G[level], self._loss, dtype=dt)
+            del y
+        missing = [lv for lv in wanted if lv not in est]
+        if missing:
+            raise ValueError(f"measurements lack level {missing[0]} (method {self.method!r} measures "
+                             f"levels {wanted})")
+        out = self._assemble_levels(est, hierarchy, G, dt)
+        if clock is not None:
+            clock.lap("consistency")
+        return out
+
+    def _assemble_levels(self, est: dict, hierarchy: Hierarchy, G: list[np.ndarray], dt) -> list[np.ndarray]:
+        if self.method == "bottom_up_hc":
+            return sum_levels(est[hierarchy.levels - 1], hierarchy)
+        if self.method == "top_down_hc":
+            eps = [float(self.epsilon(lv)) for lv in range(hierarchy.levels)]
+            return top_down_runs([est[lv] for lv in range(hierarchy.levels)], eps, hierarchy, int(self.K),
+                                 self.hc_variance)
+        if self.method.startswith("consistent_hc"):
+            anchor = "leaves" if self.method == "consistent_hc_leaf" else "root"
+            H, _ = consistent_hc([est[lv] for lv in range(hierarchy.levels)],
+                                 [self.level_variance(lv) for lv in range(hierarchy.levels)], G, hierarchy, anchor)
+            return [h.astype(dt) for h in H]
+        return [est[lv] for lv in range(hierarchy.levels)]
+
+    def postprocess_arrays(self, measurements: Mapping[int, np.ndarray], hierarchy: Hierarchy,
+                           leaf_group_counts) -> list[np.ndarray]:
+        """:meth:`postprocess` of matrix measurements (pure post-processing).
+
+        Parameters
+        ----------
+        measurements : dict[int, numpy.ndarray]
+            Level -> ``(n_level, K + 1)`` noisy matrix (:meth:`measure_arrays`)
+            for every measured level.
+        hierarchy : Hierarchy
+        leaf_group_counts : array_like of int
+            Public number of groups of every leaf (``hierarchy.leaves`` order);
+            the upper levels' are their sums.
+
+        Returns
+        -------
+        list of numpy.ndarray
+            Per level (root first), ``(n_level, K + 1)`` H, rows in
+            ``hierarchy.nodes_at(level)`` order; int32 when the root's G fits,
+            else int64.  The same values as :meth:`postprocess` of the same
+            measurements (``top_down_hc``: :func:`~dpcore.mechanisms.coco.arrays.top_down_runs`,
+            which computes the per-group top-down consistency on runs).
+        """
+        self.validate(hierarchy)
+        self._check_array_method()
+        G = self._level_groups(leaf_group_counts, hierarchy)
+        items = sorted((int(k), v) for k, v in measurements.items())
+        return self._postprocess_levels(iter(items), hierarchy, G)
+
+    def publish_arrays(self, leaf_index, sizes, hierarchy: Hierarchy, noise: NoiseSource, *,
+                       group_chunk: int = DEFAULT_GROUP_CHUNK,
+                       noise_chunk_cells: int = DEFAULT_NOISE_CHUNK,
+                       timings: dict | None = None) -> list[np.ndarray]:
+        """:meth:`publish` from two flat arrays, in memory linear in nodes x (K + 1) (census scale).
+
+        Parameters
+        ----------
+        leaf_index : array_like of int, shape (G,)
+            Each group's leaf as an index into ``hierarchy.leaves`` (public
+            groups table; any integer dtype, e.g. int32).
+        sizes : array_like of int, shape (G,)
+            Each group's size, **private**; clamped at ``K`` here (any integer
+            dtype; never copied whole: read in chunks of ``group_chunk``).
+        hierarchy : Hierarchy
+        noise : NoiseSource
+        group_chunk : int
+            Groups per ``np.bincount`` call when building the histograms.
+        noise_chunk_cells : int
+            Cells per ``discrete_laplace`` call (:meth:`measure_arrays`).
+        timings : dict, optional
+            Filled with the wall seconds of the phases ``histograms`` (true H
+            of every level), ``noise`` (all :meth:`measure_arrays` calls),
+            ``estimates`` (per-node isotonic fits) and ``consistency`` (the
+            tree step: top-down runs, bottom-up sums or least squares).
+
+        Returns
+        -------
+        list of numpy.ndarray
+            As :meth:`postprocess_arrays`; :meth:`levels_to_dict` gives
+            :meth:`publish`'s node-id dict.  With a seeded ``NoiseSource``
+            and every measured level of at most ``noise_chunk_cells`` cells
+            the noise draws are :meth:`publish`'s, and so is the release.
+            No ledger (benchmarks, tests; the pipeline charges per level).
+        """
+        self.validate(hierarchy)
+        self._check_array_method()
+        clock = _Clock(timings)
+        H = level_histograms(leaf_index, sizes, hierarchy, int(self.K), chunk=group_chunk)
+        G = [h.sum(axis=1, dtype=np.int64) for h in H]
+        clock.lap("histograms")
+        wanted = self.levels_measured(hierarchy)
+        for lv in range(hierarchy.levels):
+            if lv not in wanted:
+                H[lv] = None  # type: ignore[call-overload]
+
+        def measured():
+            for lv in wanted:
+                clock.lap("estimates")
+                y = self.measure_arrays(H[lv], lv, hierarchy, noise, noise_chunk_cells)
+                H[lv] = None  # type: ignore[call-overload]  # the true level is no longer needed
+                clock.lap("noise")
+                yield lv, y
+                del y
+            clock.lap("estimates")
+
+        return self._postprocess_levels(measured(), hierarchy, G, clock)
+
+    @staticmethod
+    def levels_to_dict(H_levels: Sequence[np.ndarray], hierarchy: Hierarchy) -> dict[str, np.ndarray]:
+        """Per-level matrices -> :meth:`publish`'s ``{node id: int64 H}`` (rows in ``nodes_at`` order)."""
+        return {n: np.asarray(row, dtype=np.int64) for lv in range(hierarchy.levels)
+                for n, row in zip(hierarchy.nodes_at(lv), H_levels[lv])}
