@@ -1,13 +1,19 @@
 """Evaluate hierarchical count-of-counts publishing (issue 7; seed 004 part 2, Kuo et al. PVLDB 2018).
 
-Run: ``.venv/bin/python -m benchmarks.coco [--quick] [--dry-run] [--seeds N] [--scale-only | --census]``.
+Run: ``.venv/bin/python -m benchmarks.coco [--quick] [--dry-run] [--seeds N] [--scale-only | --census | --goal-only]``.
 Writes the ``coco`` section of BENCHMARKS.md via :func:`benchmarks._record.record`
 (figures are never typed by hand; the paper's figures are the ``PAPER``
 constants below, labelled "paper" in the output).  ``--dry-run`` prints the
 Markdown without recording it.  ``--scale-only`` re-measures only part 3 and
 splices its subsection (``### Scale: ...`` through the goal line) into the
 recorded section in place of the previous one; parts 1-2 and the summary are
-kept from the last full run.
+kept from the last full run.  ``--goal-only [--seeds N] [--housing-groups N]``
+runs only the issue-19 accuracy goal at its stated size (the new method
+``consistent_hc_auto`` against bottom-up / top-down H_g / H_c, eps per level
+in GOAL_EPS = total eps {0.3, 1.5, 3, 6}, 20 seeds by default, paired 95% CI
+test; plus alternative public split rules as benchmark-only rows) and splices
+its subsection (``### Issue 19 accuracy goal at its stated size ...``) into the
+recorded section, before the summary; a full run keeps that subsection.
 
 Parts
 -----
@@ -92,6 +98,33 @@ LABEL = {
     "consistent_hc_leaf_auto": "Consistent H_c leaves-first, auto split",
 }
 NON_HIER = ("naive", "hg_l1", "hg_l2", "hc_l1", "hc_l2")
+
+# --- goal-only mode (``--goal-only``): the issue-19 accuracy goal at its stated size -------------------------
+#: eps per level (the convention of the tables above); total eps = 3 x these = {0.3, 1.5, 3, 6} on the 3-level trees.
+GOAL_EPS = (0.1, 0.5, 1.0, 2.0)
+GOAL_SEEDS = 20
+#: The new method as the product runs it (``consistent_hc`` with ``choose_split``'s split).
+GOAL_NEW = "consistent_hc_auto"
+#: Alternative *public* split rules for ``consistent_hc``, benchmark rows only (the product's rule is unchanged):
+#: name -> per-level shares of the total, root first, as integers over their sum (a function of the depth only).
+ALT_RULES = {
+    "consistent_hc_leaves": ("consistent_hc", "leaves"),  # 1/24 per upper level, the rest (22/24 on 3 levels) on the leaves
+    "consistent_hc_half": ("consistent_hc", "half"),      # half on the leaves, the other half equally over the upper levels
+    # minimax over levels of the model error relative to min(bottom-up, equal split) (split_bound), not to the best
+    # any split reaches at that level (the product's choose_split); root-anchored and leaves-first integer steps
+    "consistent_hc_bound": ("consistent_hc", "bound"),
+    "consistent_hc_leaf_bound": ("consistent_hc_leaf", "bound"),
+}
+#: Diagnostic row: bottom-up H_c given only the leaves' eps of GOAL_NEW's split (isolates the budget-split effect).
+GOAL_DIAG = ("bottom_up_hc_sameleaf", "consistent_hc_leaf_auto")
+GOAL_METHODS = (GOAL_NEW, *BASELINES, *ALT_RULES, *GOAL_DIAG)
+LABEL.update({
+    "consistent_hc_leaves": "Consistent H_c, split 1/24 per upper level, rest on the leaves (alt. rule)",
+    "consistent_hc_half": "Consistent H_c, split 1/4 / 1/4 / 1/2 (alt. rule)",
+    "consistent_hc_bound": "Consistent H_c, split minimax vs min(bottom-up, equal) in the model (alt. rule)",
+    "consistent_hc_leaf_bound": "Consistent H_c leaves-first, split minimax vs min(bottom-up, equal) (alt. rule)",
+    "bottom_up_hc_sameleaf": "Bottom-up H_c with only the leaves' eps of the auto split (diagnostic)",
+})
 
 # Figures read from the slides (seed 004 part 2).  Labelled "paper" wherever printed.
 PAPER = {
@@ -307,6 +340,24 @@ def auto_split(ds: Dataset, method: str, eps_level: float) -> list:
     return _SPLITS[key]
 
 
+def alt_split(ds: Dataset, method: str, eps_level: float) -> list:
+    """Split of the total eps_level x levels under an alternative public rule of ALT_RULES (depth only)."""
+    from fractions import Fraction
+    L = len(_levels(ds.h))
+    rule = ALT_RULES[method][1]
+    if rule == "leaves":
+        w = [1] * (L - 1) + [24 - (L - 1)]
+    elif rule == "bound":
+        key = (ds.key, "bound", eps_level)
+        if key not in _SPLITS:
+            _SPLITS[key] = split_bound(ds, eps_level)[0]
+        w = list(_SPLITS[key])
+    else:  # "half"
+        w = [1] * (L - 1) + [L - 1]
+    total = Fraction(repr(eps_level)) * L
+    return [total * Fraction(k, sum(w)) for k in w]
+
+
 def run(method: str, eps_level: float, ds: Dataset, true_H: dict, seed: int, bottom_up_total: bool = True):
     """EMD per level of one publication.
 
@@ -316,7 +367,11 @@ def run(method: str, eps_level: float, ds: Dataset, true_H: dict, seed: int, bot
     coco = _coco()
     L = len(_levels(ds.h))
     eps = eps_level * L if (method.startswith("bottom_up") and bottom_up_total) else eps_level
-    if method.endswith("_auto"):
+    if method in ALT_RULES:
+        mech = coco.CocoMechanism(ALT_RULES[method][0], alt_split(ds, method, eps_level), ds.K)
+    elif method == "bottom_up_hc_sameleaf":
+        mech = coco.CocoMechanism("bottom_up_hc", auto_split(ds, "consistent_hc_auto", eps_level)[-1], ds.K)
+    elif method.endswith("_auto"):
         split = auto_split(ds, method, eps_level)
         mech = coco.CocoMechanism(method[:-len("_auto")], split, ds.K)
     else:
@@ -941,6 +996,231 @@ def scale_only(quick: bool, dry_run: bool, t0: float) -> None:
     log("recorded the scale subsection into section 'coco' of BENCHMARKS.md")
 
 
+GOAL_HEAD = "### Issue 19 accuracy goal at its stated size"
+
+
+def _mean_ci(x: np.ndarray) -> tuple[float, float]:
+    """Mean and half-width of its 95% CI over the seeds (Student t, n - 1 dof)."""
+    from scipy.stats import t as student_t
+    n = len(x)
+    if n < 2:
+        return float(np.mean(x)), float("nan")
+    return float(np.mean(x)), float(student_t.ppf(0.975, n - 1) * np.std(x, ddof=1) / math.sqrt(n))
+
+
+def goal_cells(ds: Dataset, per_seed: dict, new: str, epsilons=GOAL_EPS) -> list[dict]:
+    """Per (eps, level): ``new`` against the best of BASELINES, paired over the seeds.
+
+    best = the baseline with the smallest mean EMD at that (eps, level); d_s = EMD_new(s) - EMD_best(s) for the
+    same seed index s (every method gets seeds 1000 s + 17; draws are independent across s, so the paired
+    t interval is valid whatever the within-seed dependence).  MET iff the lower end of the 95% CI of mean(d)
+    is <= 0, i.e. ``new`` is not significantly worse than the best baseline (two-sided 5% paired t test).
+    """
+    out = []
+    for e in epsilons:
+        for i, l in enumerate(_levels(ds.h)):
+            means = {m: per_seed[(e, m)][:, i].mean() for m in BASELINES}
+            b = min(means, key=means.get)
+            x, y = per_seed[(e, new)][:, i], per_seed[(e, b)][:, i]
+            d, hw = _mean_ci(x - y)
+            out.append({"eps": e, "level": l, "best": b, "new": _mean_ci(x), "base": _mean_ci(y), "d": (d, hw),
+                        "ratio": x.mean() / y.mean(), "met": bool(d - hw <= 0 or d <= 0),
+                        "better": bool(d + hw < 0)})
+    return out
+
+
+def split_bound(ds: Dataset, eps_level: float, grid: int = 24) -> tuple[tuple, np.ndarray, np.ndarray]:
+    """The GLS error model of ``coco.split`` (Gaussian, public parameters only): the split on the 1/grid grid whose
+    worst level is closest to min(bottom-up, equal-split least squares) at every level.
+
+    Bottom-up is modelled as the same least squares with (almost) all of the total on the leaves (shares 1e-9 per
+    upper level), top-down as the equal split (least squares is at least as good as top-down's merge).  Returns
+    (best shares in 1/grid, its per-level ratio to the reference, the reference's winner per level: 1 = bottom-up).
+    """
+    from dpcore.mechanisms.coco.representations import counts_from_leaf_counts
+    from dpcore.mechanisms.coco.split import _compositions, split_errors
+    L = len(_levels(ds.h))
+    lc = np.array([len(ds.sizes.get(leaf, ())) for leaf in ds.h.leaves], dtype=np.int64)
+    G = counts_from_leaf_counts(lc, ds.h)
+    T = eps_level * L
+    bu = split_errors(ds.h, G, [1e-9] * (L - 1) + [1 - (L - 1) * 1e-9], T)
+    eq = split_errors(ds.h, G, [1 / L] * L, T)
+    ref = np.minimum(bu, eq)
+    best = None
+    for c in _compositions(grid, L):
+        r = split_errors(ds.h, G, [k / grid for k in c], T) / ref
+        if best is None or r.max() < best[1].max():
+            best = (c, r)
+    return best[0], best[1], (bu < eq).astype(int)
+
+
+def goal_section(dsets: list[Dataset], runs: dict, seeds: int, total_s: float, load: tuple, housing_n: int,
+                 est_note: str) -> tuple[str, dict]:
+    """Markdown of the goal-only run and the MET counts (``runs``: ds.key -> (res, times, per_seed))."""
+    L = 3
+    slides = PAPER["bu"]
+    sl_ratio = {l: "/".join(f"{slides[l][k][1] / slides[l][k][0]:.2f}" for k in ("Synthetic", "White", "Hawaiian", "Taxi"))
+                for l in range(L)}
+    counts: dict = {}
+    md = [
+        f"{GOAL_HEAD} ({seeds} seeds x {len(GOAL_EPS)} eps x {len(dsets)} data sets, goal-only run)\n",
+        f"`benchmarks/coco.py --goal-only --seeds {seeds}`; {machine()}; {total_s:.0f} s; 1-minute load average "
+        f"start / end {load[0]:.1f} / {load[1]:.1f} on {os.cpu_count()} cores. {est_note}\n",
+        f"Goal (issue 19, Goals -> Accuracy): the new method's mean EMD at every level <= the best of bottom-up and "
+        f"top-down (H_g and H_c families) at that level, within the 95% CI. New method = `{GOAL_NEW}` "
+        f"(`consistent_hc` with the product's `choose_split`). eps is **per level**, as in the tables above: "
+        f"eps per level in {{{', '.join(str(e) for e in GOAL_EPS)}}} = total eps in "
+        f"{{{', '.join(f'{3 * e:g}' for e in GOAL_EPS)}}} on these 3-level trees; bottom-up spends the whole total on "
+        f"the leaves, top-down eps on every level, the consistent rows the same total split by their rule. "
+        f"{seeds} seeded noise draws per method and cell (`NoiseSource(seed=1000 s + 17)`, s = 0..{seeds - 1}, the "
+        f"same seed indices for every method). Mean EMD +- half-width of its 95% CI (Student t over the seeds). "
+        f"**Test** per cell: best = the baseline with the smallest mean EMD there (chosen on these same draws, which "
+        f"favours the baseline slightly); d_s = EMD_new(s) - EMD_best(s), paired by seed index; **MET** iff the 95% "
+        f"paired-t CI of mean(d) reaches 0 or below (new not significantly worse, two-sided 5%); '(better)' = the CI "
+        f"lies entirely below 0. ratio = mean new / mean best. Alternative public split rules for `consistent_hc` "
+        f"(benchmark rows only, the product's rule is unchanged): **leaves** = 1/24 of the total per upper level, "
+        f"22/24 on the leaves; **half** = 1/4 / 1/4 / 1/2; also `consistent_hc_leaf_auto` (the leaves-first integer "
+        f"step with its own split); **bound** = the split minimising the worst level's model error relative to "
+        f"min(bottom-up, equal split) (see the split model bound below), with the root-anchored (`consistent_hc`) "
+        f"and the leaves-first (`consistent_hc_leaf`) integer step; each with its ratio and verdict under the same test. **BU@leaf eps** = bottom-up "
+        f"H_c given only the leaves' share of the auto split, over the new method's leaf EMD (diagnostic: ~1 at the "
+        f"leaves means the loss there is the budget split, not the estimator). **Slides** = the slides' "
+        f"\"Comparison to Bottom-up Aggregation\" (total eps = 1, H_c x H_c x H_c top-down over BU at that level) "
+        f"for Synthetic / White / Hawaiian / Taxi; they compare one top-down family with BU only.\n",
+    ]
+    for ds in dsets:
+        res, times, per_seed = runs[ds.key]
+        cells = goal_cells(ds, per_seed, GOAL_NEW)
+        alts = {m: {(c["eps"], c["level"]): c for c in goal_cells(ds, per_seed, m)}
+                for m in (*ALT_RULES, "consistent_hc_leaf_auto")}
+        counts[ds.key] = {GOAL_NEW: (sum(c["met"] for c in cells), len(cells), sum(c["better"] for c in cells))}
+        for m, cc in alts.items():
+            counts[ds.key][m] = (sum(c["met"] for c in cc.values()), len(cc), sum(c["better"] for c in cc.values()))
+        splits = "; ".join(f"eps {e}: " + " / ".join(f"{float(x / sum(auto_split(ds, GOAL_NEW, e))):.3f}"
+                                                     for x in auto_split(ds, GOAL_NEW, e)) for e in GOAL_EPS)
+        md.append(f"#### {ds.title}\n")
+        extra = (f" (reduced from the 10^6 of the tables above to fit the run time; same geography, "
+                 f"root -> 51 states -> 3,143 counties, so the same large fan-out)") if ds.key == "housing" and housing_n != 10**6 else ""
+        md.append(f"{_describe(ds.sizes, ds.h)}{extra}. `{GOAL_NEW}` split (share of the total, root first): {splits}. "
+                  f"MET {counts[ds.key][GOAL_NEW][0]}/{len(cells)} (significantly better in "
+                  f"{counts[ds.key][GOAL_NEW][2]}).\n")
+        sb = {e: split_bound(ds, e) for e in GOAL_EPS}
+        md.append(
+            "Split model bound (the Gaussian least-squares error model of `coco.split`, public parameters only; "
+            "reference per level = the smaller model error of bottom-up [all on the leaves] and of the equal split; "
+            "which one, root first, in brackets): the best split on the 1/24 grid still exceeds the reference at its "
+            "worst level by "
+            + "; ".join(f"eps {e}: x{sb[e][1].max():.2f} at shares {'/'.join(str(k) for k in sb[e][0])} of 24 "
+                        f"(per level " + "/".join(f"{x:.2f}" for x in sb[e][1]) + "; ["
+                        + "/".join("BU" if w else "equal" for w in sb[e][2]) + "])" for e in GOAL_EPS)
+            + " -- above 1 means no single split can match both references at every level even in the model.\n"
+        )
+        alt_names = {"consistent_hc_leaves": "alt. leaves", "consistent_hc_half": "alt. half",
+                     "consistent_hc_bound": "alt. bound", "consistent_hc_leaf_bound": "alt. leaf bound",
+                     "consistent_hc_leaf_auto": "leaf_auto"}
+        md.append("| eps/level (total) | L | new: mean EMD | best baseline | its mean EMD | ratio | paired diff [95% CI] | "
+                  "verdict | " + " | ".join(alt_names[m] for m in alts) + " | BU@leaf eps / new | slides H_c/BU |")
+        md.append("|---|---|---|---|---|---|---|---|" + "---|" * (len(alts) + 2))
+        for c in cells:
+            e, l = c["eps"], c["level"]
+            k = (e, l)
+            i = _levels(ds.h).index(l)
+            alt_txt = [f"{alts[m][k]['ratio']:.2f} {'MET' if alts[m][k]['met'] else 'no'}"
+                       for m in (*ALT_RULES, "consistent_hc_leaf_auto")]
+            bu_same = per_seed[(e, "bottom_up_hc_sameleaf")][:, i].mean() / per_seed[(e, GOAL_NEW)][:, i].mean()
+            v = "**MET** (better)" if c["better"] else ("**MET**" if c["met"] else "NOT met")
+            md.append(
+                f"| {e} ({3 * e:g}) | {l} | {fmt(c['new'][0])} +- {fmt(c['new'][1])} | {LABEL[c['best']]} | "
+                f"{fmt(c['base'][0])} +- {fmt(c['base'][1])} | {c['ratio']:.2f} | {fmt(c['d'][0])} "
+                f"[{fmt(c['d'][0] - c['d'][1])}, {fmt(c['d'][0] + c['d'][1])}] | {v} | " + " | ".join(alt_txt)
+                + f" | {bu_same:.2f} | {sl_ratio.get(l, '-')} |"
+            )
+        md.append("")
+        md.append("Mean EMD per method (all rows of this run, +- 95% CI half-width):\n")
+        md.append("| method | " + " | ".join(f"eps={e} L{l}" for e in GOAL_EPS for l in _levels(ds.h)) + " | s/run (eps=2) |")
+        md.append("|---|" + "---|" * (len(GOAL_EPS) * len(_levels(ds.h)) + 1))
+        for m in GOAL_METHODS:
+            row = []
+            for e in GOAL_EPS:
+                for i in range(len(_levels(ds.h))):
+                    mu, hw = _mean_ci(per_seed[(e, m)][:, i])
+                    row.append(f"{fmt(mu)} +- {fmt(hw)}")
+            md.append(f"| {LABEL[m]} | " + " | ".join(row) + f" | {times[(GOAL_EPS[-1], m)]:.2f} |")
+        md.append("")
+    md.append("Slides' numbers (\"Comparison to Bottom-up Aggregation\", total eps = 1.0; BU = all budget on the leaves, "
+              "H_c = top-down H_c x H_c x H_c, 1/3 per level), paper figures:\n")
+    md.append("| level | BU Synth. | H_c Synth. | BU White | H_c White | BU Hawaiian | H_c Hawaiian | BU Taxi | H_c Taxi |")
+    md.append("|---|---|---|---|---|---|---|---|---|")
+    for l in range(L):
+        md.append(f"| {l} | " + " | ".join(f"{slides[l][k][0]:,.1f} | {slides[l][k][1]:,.1f}"
+                                          for k in ("Synthetic", "White", "Hawaiian", "Taxi")) + " |")
+    nt = PAPER["naive_top"]
+    md.append("")
+    md.append("Slides' top-level results (\"Ruling out Naive Strategy\", eps = 1.0, top level, per-node estimates): "
+              + "; ".join(f"{k}: Naive {v['naive']:,}, H_c {v['hc']:,}, H_g {v['hg']:,}" for k, v in nt.items()) + ".\n")
+    tot = {m: (sum(counts[k][m][0] for k in counts), sum(counts[k][m][1] for k in counts)) for m in counts[dsets[0].key]}
+    md.append(
+        f"Goal verdict (goal-only run): `{GOAL_NEW}` MET in **{tot[GOAL_NEW][0]}/{tot[GOAL_NEW][1]}** cells ("
+        + ", ".join(f"{k}: {counts[k][GOAL_NEW][0]}/{counts[k][GOAL_NEW][1]}" for k in counts) + "); alternatives (benchmark rows): "
+        + "; ".join(f"`{m}` {tot[m][0]}/{tot[m][1]} (" + ", ".join(f"{k}: {counts[k][m][0]}/{counts[k][m][1]}" for k in counts) + ")"
+                    for m in tot if m != GOAL_NEW) + ".\n"
+    )
+    best = {k: max(c, key=lambda m: (c[m][0], m == GOAL_NEW)) for k, c in counts.items()}
+    md.append(
+        "Hindsight bound, not a rule: taking per data set whichever of these rows met the most cells ("
+        + ", ".join(f"{k}: `{m}` {counts[k][m][0]}/{counts[k][m][1]}" for k, m in best.items())
+        + f") would give {sum(counts[k][m][0] for k, m in best.items())}/{sum(counts[k][m][1] for k, m in best.items())}; "
+        "it is chosen after seeing the private errors, so it only bounds what a public selection rule between "
+        "these variants could reach here.\n"
+    )
+    return "\n".join(md), counts
+
+
+def splice_goal(sub: str) -> None:
+    """Put the goal-only subsection into the recorded ``coco`` section (replacing a previous one, else before the
+    summary ``### Which of the slides' expectations held``); everything else is kept verbatim."""
+    text = BENCHMARKS.read_text() if BENCHMARKS.exists() else ""
+    m = re.search(r"<!-- BEGIN coco -->\n(.*?)<!-- END coco -->", text, re.S)
+    if not m:
+        raise SystemExit("no recorded coco section: run the full benchmark first")
+    body = m.group(1)
+    record("coco", _insert_goal(body, sub))
+
+
+def _insert_goal(body: str, sub: str) -> str:
+    start = body.find(GOAL_HEAD)
+    if start >= 0:
+        # the subsection ends at the next level-3 heading after it
+        nxt = re.search(r"\n### (?!#)", body[start + 1:])
+        end = start + 1 + nxt.start() + 1 if nxt else len(body)
+        return body[:start] + sub.rstrip("\n") + "\n\n" + body[end:]
+    anchor = body.find("### Which of the slides' expectations held")
+    if anchor < 0:
+        return body.rstrip("\n") + "\n\n" + sub.rstrip("\n") + "\n"
+    return body[:anchor] + sub.rstrip("\n") + "\n\n" + body[anchor:]
+
+
+def goal_only(seeds: int, housing_n: int, dry_run: bool, t0: float, est_note: str = "") -> None:
+    load0 = os.getloadavg()[0]
+    log("building data sets ...")
+    dsets = [flights_dataset(), housing_dataset(housing_n), sparse_dataset()]
+    runs = {}
+    for ds in dsets:
+        log(f"goal: {ds.key}")
+        per_seed: dict = {}
+        res, times = compare(ds, seeds, methods=GOAL_METHODS, epsilons=GOAL_EPS, per_seed=per_seed)
+        runs[ds.key] = (res, times, per_seed)
+    sub, counts = goal_section(dsets, runs, seeds, time.perf_counter() - t0, (load0, os.getloadavg()[0]), housing_n,
+                               est_note)
+    print(sub)
+    log("MET: " + ", ".join(f"{k}: " + " ".join(f"{m}={v[0]}/{v[1]}" for m, v in c.items()) for k, c in counts.items()))
+    if dry_run:
+        log("dry run: BENCHMARKS.md not written")
+        return
+    splice_goal(sub)
+    log(f"recorded the goal subsection into section 'coco' of BENCHMARKS.md ({time.perf_counter() - t0:.0f} s)")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer seeds, smaller housing data, one scale pair")
@@ -954,10 +1234,20 @@ def main(argv=None) -> None:
                          "~3 GB RSS) and splice it into the recorded section")
     ap.add_argument("--census-groups", type=float, nargs="+", default=None,
                     help="(development) group counts of --census, e.g. 1e6 1e7")
+    ap.add_argument("--goal-only", action="store_true",
+                    help=f"run only the issue-19 accuracy goal (new method vs the four baselines, eps per level "
+                         f"{GOAL_EPS}, --seeds default {GOAL_SEEDS}) and splice its subsection into the recorded section")
+    ap.add_argument("--housing-groups", type=int, default=None,
+                    help="groups in the housing data set (default 10^6, quick 10^5)")
+    ap.add_argument("--note", default="", help="(goal-only) a sentence recorded in the subsection's header")
     args = ap.parse_args(argv)
-    seeds = args.seeds or (2 if args.quick else 5)
     t0 = time.perf_counter()
     load_start = os.getloadavg()[0]
+    housing_n = args.housing_groups or (100_000 if args.quick else 1_000_000)
+    if args.goal_only:
+        goal_only(args.seeds or GOAL_SEEDS, housing_n, args.dry_run, t0, args.note)
+        return
+    seeds = args.seeds or (2 if args.quick else 5)
     if args.scale_only:
         scale_only(args.quick, args.dry_run, t0)
         return
@@ -966,7 +1256,7 @@ def main(argv=None) -> None:
         return
 
     log("building data sets ...")
-    dsets = [flights_dataset(), housing_dataset(100_000 if args.quick else 1_000_000), sparse_dataset()]
+    dsets = [flights_dataset(), housing_dataset(housing_n), sparse_dataset()]
     parts, all_flags = [], {}
     for ds in dsets:
         log(f"method comparison: {ds.key}")
@@ -1093,6 +1383,14 @@ def main(argv=None) -> None:
     if args.dry_run:
         log(f"dry run: BENCHMARKS.md not written ({total:.0f} s)")
     else:
+        # keep a recorded goal-only subsection (it is produced by --goal-only, not by this run)
+        prev = BENCHMARKS.read_text() if BENCHMARKS.exists() else ""
+        m = re.search(r"<!-- BEGIN coco -->\n(.*?)<!-- END coco -->", prev, re.S)
+        if m and GOAL_HEAD in m.group(1):
+            b = m.group(1)
+            st = b.find(GOAL_HEAD)
+            nxt = re.search(r"\n### (?!#)", b[st + 1:])
+            text = _insert_goal(text, b[st:st + 1 + nxt.start() + 1] if nxt else b[st:])
         record("coco", text)
         log(f"recorded section 'coco' in BENCHMARKS.md ({total:.0f} s)")
 
