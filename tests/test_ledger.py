@@ -292,11 +292,13 @@ def test_replace_one_steps_of_the_spec_match_the_mechanisms():
     from dpcore.mechanisms.outlier_count import OutlierCountMechanism
     from dpcore.mechanisms.pcor.mechanism import PCORMechanism
     from dpcore.mechanisms.subspace import TopSubspaceSelection
+    from dpcore.mechanisms.unattributed import UnattributedHistogramMechanism
     from dpcore.spec import REPLACE_ONE_STEPS, StepsSpec
 
     by_step = {
         "record_counts": [InputRowCounts], "aiq": [AnomalyIdentification], "coco": [CocoMechanism],
         "outlier_counts": [OutlierCountMechanism, TopSubspaceSelection], "pcor": [PCORMechanism],
+        "unattributed": [UnattributedHistogramMechanism],
     }
     # detect and rules are non-private and release nothing (internal / owner-only outputs)
     private_steps = {n for n, f in StepsSpec.model_fields.items() if n not in ("validation", "detect", "rules")}
