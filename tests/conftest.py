@@ -58,6 +58,8 @@ def small_spec_path(tmp_path, small_flights_csv) -> Path:
     spec["release_id"] = "test-r1"
     spec["steps"]["aiq"]["enabled"] = False  # the demo's queried ids are not all in the first 3,000 rows
     spec["steps"]["coco"]["enabled"] = False  # tests of the coco step enable it themselves
+    # and measure every level (one charge per level), whatever method the demo spec uses (bottom_up_hg)
+    spec["steps"]["coco"].update({"method": "top_down_hc", "epsilon_per_level": 0.5})
     spec["steps"]["outlier_counts"]["enabled"] = False  # likewise
     spec["steps"]["pcor"]["enabled"] = False  # likewise
     spec["steps"].setdefault("unattributed", {})["enabled"] = False  # likewise
