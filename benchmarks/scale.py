@@ -1,10 +1,11 @@
 """The whole release pipeline on 1x / 10x / 100x the demo: peak RSS and wall time per stage (issue 21, item 6).
 
 Run: ``.venv/bin/python -m benchmarks.scale [--factors 1 10 100] [--dry-run] [--timeout-min 30]
-[--mem-cap-gb 16] [--from-json]``.
+[--mem-cap-gb 16] [--from-json] [--reuse]``.
 Writes the ``scale`` section of BENCHMARKS.md via :func:`benchmarks._record.record` (figures are never
 typed by hand). ``--dry-run`` prints the section without recording it; ``--from-json`` rebuilds the
-section from the per-factor ``result.json`` files of earlier runs (nothing is re-run).
+section from the per-factor ``result.json`` files of earlier runs (nothing is re-run); ``--reuse`` keeps the
+result of every factor that already completed and runs only the others (each row says when it was run).
 
 Data
 ----
@@ -377,24 +378,27 @@ def section(results: list[dict], args) -> str:
         "Stage times from the Prefect \"Task run ... Finished\" lines: end of the previous stage to the end of "
         "the stage's last task (startup = process start, imports, Prefect server, preflight; ingest includes the "
         "cost preflight; teardown = after the bundle to process exit). Load = 1-minute load average before / "
-        "highest during / after.",
+        "highest during / after: on 2 shared cores, times taken at a load above 2 are inflated by the other work "
+        "(memory is not). A factor other than 1 / 10 / 100 is an extra point for the extrapolation that decides "
+        "whether 100x is run (from the two largest factors measured, linear in rows).",
         "",
-        "| factor | rows | status | wall s | peak RSS GB | tree GB | RSS / 1x | wall / 1x | load |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| factor | rows | status | wall s | peak RSS GB | tree GB | RSS / 1x | wall / 1x | load | run at (UTC) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for f in args.factors:
         r = by.get(f)
         if r is None:
             continue
         if r.get("skipped"):
-            lines.append(f"| {f}x | {r['rows']:,} | skipped: {r['skipped']} | - | - | - | - | - | - |")
+            lines.append(f"| {f}x | {r['rows']:,} | skipped: {r['skipped']} | - | - | - | - | - | - | - |")
             continue
         status = "ok" if r["ok"] else (r["killed"] or f"failed (exit {r['rc']})")
         rr = f"{r['peak_rss'] / one['peak_rss']:.2f}" if one and r["peak_rss"] else "-"
         wr = f"{r['wall_s'] / one['wall_s']:.1f}" if one else "-"
         lines.append(
             f"| {f}x | {r['rows']:,} | {status} | {secs(r['wall_s'])} | {gb(r['peak_rss'])} | {gb(r['peak_tree_rss'])} "
-            f"| {rr} | {wr} | {r['load_before']:.2f} / {r['load_max']:.2f} / {r['load_after']:.2f} |"
+            f"| {rr} | {wr} | {r['load_before']:.2f} / {r['load_max']:.2f} / {r['load_after']:.2f} "
+            f"| {r['started'].replace('T', ' ')[:16]} |"
         )
     ran = [by[f] for f in args.factors if f in by and not by[f].get("skipped")]
     lines += ["", "Seconds per stage (ratio to 1x in brackets), then the largest tree RSS sampled inside the stage (GB):",
@@ -431,7 +435,7 @@ def section(results: list[dict], args) -> str:
                      f"{verdict(hundred['peak_rss'] <= 6e9)}")
     elif hundred:
         why = hundred.get("skipped") or hundred.get("killed") or f"exit {hundred.get('rc')}"
-        lines.append(f"- 100x completes with peak RSS <= 6 GB: **FAIL** (did not complete: {why})")
+        lines.append(f"- 100x completes with peak RSS <= 6 GB: **FAIL** ({'not run' if hundred.get('skipped') else 'did not complete'}: {why})")
     else:
         lines.append("- 100x completes with peak RSS <= 6 GB: n/a (not attempted)")
     if one and hundred and hundred.get("ok"):
@@ -441,7 +445,9 @@ def section(results: list[dict], args) -> str:
         lines.append(f"- 100x wall <= 120 x 1x, stage by stage: total {hundred['wall_s'] / one['wall_s']:.0f} x; "
                      f"stages over: {', '.join(bad) or 'none'}: {verdict(ok)}")
     elif hundred:
-        lines.append("- 100x wall <= 120 x 1x, stage by stage: **FAIL** (100x did not complete)")
+        lines.append("- 100x wall <= 120 x 1x, stage by stage: **FAIL** (not measured: 100x "
+                     + ("skipped, above)" if hundred.get("skipped") else "did not complete)")
+                     + "; the stage growth 1x -> 10x is below")
     else:
         lines.append("- 100x wall <= 120 x 1x, stage by stage: n/a (not attempted)")
     if ten and ten.get("ok"):
@@ -461,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--factors", type=int, nargs="+", default=[1, 10, 100])
     ap.add_argument("--dry-run", action="store_true", help="print the Markdown, do not write BENCHMARKS.md")
     ap.add_argument("--from-json", action="store_true", help="rebuild the section from earlier result.json files")
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep the measured result.json of a factor that already completed (run only the others)")
     ap.add_argument("--timeout-min", type=float, default=30.0, help="wall-clock limit per factor (100x: 3x this)")
     ap.add_argument("--mem-cap-gb", type=float, default=16.0, help="RLIMIT_AS and tree-RSS cap per run (GiB)")
     ap.add_argument("--max-est-min", type=float, default=60.0, help="skip a factor > 10 estimated longer than this")
@@ -478,6 +486,12 @@ def main(argv: list[str] | None = None) -> int:
             if res_path.exists():
                 results.append(json.loads(res_path.read_text()))
             continue
+        if args.reuse and res_path.exists():
+            old = json.loads(res_path.read_text())
+            if old.get("ok"):
+                log(f"{f}x: reusing the run of {old['started']}")
+                results.append(old)
+                continue
         run_dir.mkdir(parents=True, exist_ok=True)
         if f > 10 and not args.force:
             est = estimate(results, f)
@@ -487,8 +501,10 @@ def main(argv: list[str] | None = None) -> int:
                 if w > args.max_est_min * 60 or m > args.max_est_gb * 1e9:
                     res = {"factor": f, "rows": f * BASE_ROWS, "ok": False, "estimate_s": w, "estimate_rss": m,
                            "skipped": (f"estimated {w / 60:.0f} min and {m / 1e9:.0f} GB peak RSS (linear in rows from "
-                                       f"the runs above) > the {args.max_est_min:.0f} min / {args.max_est_gb:.0f} GB "
-                                       "limits for the shared machine")}
+                                       "the two largest runs above): over the shared machine's limit of "
+                                       + " and ".join(x for x, over in (
+                                           (f"{args.max_est_min:.0f} min", w > args.max_est_min * 60),
+                                           (f"{args.max_est_gb:.0f} GB", m > args.max_est_gb * 1e9)) if over))}
                     res_path.write_text(json.dumps(res, indent=1))
                     results.append(res)
                     log(f"{f}x: skipped: {res['skipped']}")
