@@ -15,7 +15,7 @@ def unattributed_task(spec: ReleaseSpec, settings: Settings, ingested: IngestRes
     """Private step: the sorted group sizes (ledger and warehouse, flow process).
 
     Retried once: the ledger returns the stored release of a charge already made. The work does not split:
-    one SQL aggregate, then one vector of G numbers (about 2 s at G = 10^6 for the slowest method but the HMMs),
+    one SQL aggregate, then one vector of G numbers (at G = 10^6 seconds for most methods, about 30 s for pfl; the chain is sequential),
     so nothing is mapped.
     """
     return unattributed_step(spec, settings, ingested, flow_run_id())

@@ -1426,9 +1426,7 @@ class OutlierCountMechanism:
             return int(math.ceil(gaussian_half_width(self._smooth_sigma(float(S)), alpha)))
         if method == "smooth_student_t":
             return student_t2_half_width(self.student_t_scale(S), alpha)
-        if method in CDP_METHODS:
-            return self.cdp.half_width_at(S, float(alpha))
-        raise NotImplementedError(f"half_width_at has no branch for method={method!r}")  # pragma: no cover
+        return self.cdp.half_width_at(S, float(alpha))  # smooth_lln, smooth_arsinh (cdp refuses any other method)
 
     def _smooth_sigma(self, S: float) -> float:
         """``S / alpha`` rounded up (``alpha`` is itself rounded down)."""

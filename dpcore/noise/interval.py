@@ -300,8 +300,3 @@ def round_exactly(m: int, evaluate: Callable[[Sequence[Interval]], object],
             raise RuntimeError("exact rounding did not converge: the evaluation callback cannot narrow its enclosure")
         box.extend(_STEP_BITS)
         digits += _STEP_DIGITS
-
-
-def undecided() -> None:
-    """Raise the signal that the current box is too coarse (for evaluation callbacks)."""
-    raise _Undecided

@@ -68,6 +68,7 @@ from scipy import integrate, special
 
 from .core import _exact_fraction, _exact_positive, _readings, lower_float, upper_float
 from .interval import REJECT, UNDECIDED, Interval, round_exactly
+from .student_t import _first_true
 
 __all__ = [
     "ARSINH_SIGMA",
@@ -316,21 +317,7 @@ def rounded_half_width(tail: Callable[[float], float], scale: float, alpha: floa
     """
     c = float(scale)
     a = float(alpha) - TAIL_MARGIN
-    ok = lambda h: tail((h + 0.5) / c) <= a  # noqa: E731
-    hi = 1
-    while not ok(hi):
-        hi *= 2
-    lo = -1  # ok(lo) false or lo = -1
-    if ok(0):
-        return 0
-    lo = 0
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return max(0, _first_true(lambda h: tail((h + 0.5) / c) <= a, 0))
 
 
 def _cell_edges(value: float, scale: float, k_min: int, k_max: int) -> np.ndarray:
@@ -379,8 +366,3 @@ def lln_integer_pmf(value: float, scale: float, k_min: int, k_max: int, sigma: f
                         np.where(neg, 0.5 * (np.exp(b) - np.exp(a)),
                                  1.0 - 0.5 * np.exp(np.minimum(a, 0)) - 0.5 * np.exp(-np.maximum(b, 0))))
     return np.maximum(mass @ w, 0.0)
-
-
-def exact_sigma(sigma: float) -> Fraction:
-    """The float ``sigma`` as the exact rational the sampler uses (its binary value)."""
-    return _exact_fraction(sigma, "sigma")

@@ -101,12 +101,14 @@ def group_sizes(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -
     groups = unattributed_groups(spec)
     col = cfg.group_column.replace('"', '""')
     wh = open_stores(settings).warehouse
-    rows = wh.query(f'SELECT CAST("{col}" AS VARCHAR), count(*) FROM {validated_table(spec, ingested)} '
-                    f'WHERE "{col}" IS NOT NULL GROUP BY 1')
-    index = {g: i for i, g in enumerate(groups)}
+    counts = wh.query_df(f'SELECT CAST("{col}" AS VARCHAR) AS g, count(*) AS n FROM {validated_table(spec, ingested)} '
+                         f'WHERE "{col}" IS NOT NULL GROUP BY 1')
+    pos = pd.Index(groups).get_indexer(counts["g"])
+    if (pos < 0).any():  # validation keeps domain values only; a text form the domain does not use (type)
+        raise StepInputError(f"steps.unattributed.group_column {cfg.group_column!r}: the validated values do not "
+                             "read as the domain's text (check the column's type against schema.categorical)")
     sizes = np.zeros(len(groups), dtype=np.int64)
-    for g, n in rows:  # validation keeps only domain values: every group is on the list
-        sizes[index[g]] = n
+    sizes[pos] = counts["n"].to_numpy()
     return np.minimum(sizes, cfg.max_group_size)
 
 
