@@ -31,12 +31,21 @@ from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
 import duckdb
+import pandas as pd
+
+from .chunks import MemoryBudget
 
 SCHEMAS = ("raw", "validated", "quarantine", "internal", "releases", "ledger")
 T = TypeVar("T")
 
 _LOCKS: dict[str, threading.RLock] = {}
 _LOCKS_GUARD = threading.Lock()
+
+
+def _concat_batches(a, b):
+    import pyarrow as pa
+
+    return pa.Table.from_batches([a, b]).combine_chunks().to_batches()[0] if a.num_rows else b
 
 
 class WarehouseBusyError(RuntimeError):
@@ -66,11 +75,16 @@ class Warehouse:
         The DuckDB file; created with its schemas on first use.
     timeout : float
         Seconds to keep retrying while another process holds the file lock.
+    memory : MemoryBudget, optional
+        The owner's memory cap (``DPR_MEMORY_LIMIT``, :mod:`dpcore.chunks`):
+        every connection sets DuckDB's ``memory_limit`` from it. Default: read
+        from the environment.
     """
 
-    def __init__(self, path: str | Path, timeout: float = 60.0):
+    def __init__(self, path: str | Path, timeout: float = 60.0, memory: MemoryBudget | None = None):
         self.path = Path(path).resolve()
         self.timeout = timeout
+        self.memory = memory if memory is not None else MemoryBudget.from_env()
         self._lock = _process_lock(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.run(self._create_schemas)
@@ -84,6 +98,8 @@ class Warehouse:
     def _connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         con = duckdb.connect(str(self.path), read_only=read_only)
         try:
+            if self.memory.duckdb_setting is not None:
+                con.execute(f"SET memory_limit = '{self.memory.duckdb_setting}'")
             yield con
         finally:
             con.close()
@@ -129,6 +145,37 @@ class Warehouse:
                     ) from None
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 0.5)
+
+    def iter_chunks(self, sql: str, params: list | None = None, *, rows: int) -> Iterator[pd.DataFrame]:
+        """Stream a query's result as DataFrames of ``rows`` rows (the last one shorter), in result order.
+
+        Holds this file's in-process lock and one connection until the
+        iteration ends (exhaust or close the generator promptly); other
+        warehouse calls from the same thread still work, other threads wait.
+        Only the chunk being handed out is in memory (DuckDB's Arrow record
+        batch reader). A query with no row yields nothing.
+
+        Parameters
+        ----------
+        sql : str
+            A read query; give it an ``ORDER BY`` when the order matters.
+        params : list, optional
+        rows : int
+            Rows per chunk, >= 1 (:meth:`dpcore.chunks.MemoryBudget.chunk_rows`).
+        """
+        if rows < 1:
+            raise ValueError(f"rows must be >= 1, got {rows}")
+        with self._lock, self._connect() as con:
+            reader = con.execute(sql, params or []).to_arrow_reader(int(rows))
+            pending = None
+            for batch in reader:
+                # DuckDB may hand out batches shorter than asked for; re-cut them to exactly ``rows``
+                pending = batch if pending is None else _concat_batches(pending, batch)
+                while pending.num_rows >= rows:
+                    yield pending.slice(0, rows).to_pandas()
+                    pending = pending.slice(rows)
+            if pending is not None and pending.num_rows:
+                yield pending.to_pandas()
 
     def query_df(self, sql: str, params: list | None = None):
         """Run a read query and return a pandas DataFrame."""

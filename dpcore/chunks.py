@@ -1,0 +1,124 @@
+"""Bounded memory: the owner's memory cap and the size of the chunks stages read.
+
+Tables larger than memory (issue 21; DESIGN.md "Scale") are read in chunks of
+rows, never whole. One setting sizes everything:
+
+``DPR_MEMORY_LIMIT``
+    The memory the pipeline may use, e.g. ``4GB``, ``512MiB``, ``1.5 GiB`` or a
+    number of bytes. Half of it is DuckDB's ``memory_limit`` (DuckDB spills
+    to ``<warehouse file>.tmp/`` beyond it) and it sizes the chunks of rows the
+    Python stages hold at once (:meth:`MemoryBudget.chunk_rows`: one chunk's
+    columns take at most :data:`CHUNK_SHARE` of the cap). Unset: DuckDB keeps
+    its own default (80% of RAM) and chunks are sized as if the cap were
+    :data:`DEFAULT_LIMIT`.
+
+Chunk sizes are a function of the cap and the columns read only, never of
+the data, so they are public (and results never depend on them: every
+chunked stage is tested equal to its one-chunk run).
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+#: Chunk sizing when ``DPR_MEMORY_LIMIT`` is unset (bytes).
+DEFAULT_LIMIT = 2 * 1024**3
+#: Share of the cap one chunk's columns may take (the rest: DuckDB, copies made while working on the chunk,
+#: the interpreter and libraries).
+CHUNK_SHARE = 1 / 32
+#: Chunks never get smaller than this many rows (per-chunk overhead would dominate), unless asked for explicitly.
+MIN_CHUNK_ROWS = 4096
+
+_UNITS = {
+    "": 1, "b": 1,
+    "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+    "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4,
+}
+
+
+class MemoryLimitError(ValueError):
+    """``DPR_MEMORY_LIMIT`` (or a ``memory_limit`` argument) cannot be read."""
+
+
+def parse_memory(text: str | int) -> int:
+    """Bytes of a memory size such as ``"4GB"``, ``"512 MiB"``, ``"1.5G"`` or ``2000000000``.
+
+    Decimal units (kB, MB, GB, TB) are powers of 1000, binary ones (KiB, MiB,
+    GiB, TiB, and the bare K, M, G, T that DuckDB also reads) powers of 1024.
+
+    Raises
+    ------
+    MemoryLimitError
+        Not a size, or below 64 MiB (too small to run anything).
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([A-Za-z]*)\s*", str(text))
+        if not m or m.group(2).lower() not in _UNITS:
+            raise MemoryLimitError(
+                f"DPR_MEMORY_LIMIT={text!r} is not a memory size: write a number with an optional unit, "
+                "e.g. 4GB, 512MiB or 2000000000 (bytes)"
+            )
+        value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if value < 64 * 1024**2:
+        raise MemoryLimitError(f"DPR_MEMORY_LIMIT={text!r} is below 64 MiB; give the pipeline at least 64MiB")
+    return value
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """The owner's memory cap (bytes, or None for DuckDB's default) and the chunk sizes it implies.
+
+    Parameters
+    ----------
+    limit : int or None
+        Bytes; None = no cap set (chunks sized as for :data:`DEFAULT_LIMIT`).
+    """
+
+    limit: int | None = None
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> "MemoryBudget":
+        """The cap of ``DPR_MEMORY_LIMIT`` (unset or empty: no cap)."""
+        text = ((env if env is not None else os.environ).get("DPR_MEMORY_LIMIT") or "").strip()
+        return cls(parse_memory(text) if text else None)
+
+    @property
+    def duckdb_setting(self) -> str | None:
+        """The value for DuckDB's ``memory_limit`` (half the cap, in bytes) or None to keep DuckDB's default.
+
+        DuckDB gets half: the other half is for the Python side of a stage
+        (its chunk, the arrays it builds) and the interpreter.
+        """
+        return None if self.limit is None else f"{self.limit // 2}B"
+
+    def chunk_rows(self, bytes_per_row: int, minimum: int = MIN_CHUNK_ROWS) -> int:
+        """Rows per chunk so that one chunk of ``bytes_per_row`` takes at most :data:`CHUNK_SHARE` of the cap.
+
+        Parameters
+        ----------
+        bytes_per_row : int
+            The in-memory size of one row of what the stage holds per chunk
+            (8 per float64 column; ~60 per short text column as a Python str).
+        minimum : int
+            Never fewer rows than this.
+
+        Returns
+        -------
+        int
+        """
+        if bytes_per_row <= 0:
+            raise ValueError(f"bytes_per_row must be > 0, got {bytes_per_row}")
+        limit = self.limit if self.limit is not None else DEFAULT_LIMIT
+        return max(int(minimum), int(limit * CHUNK_SHARE) // int(bytes_per_row))
+
+
+def chunk_bounds(n: int, rows: int):
+    """``(start, stop)`` of consecutive chunks of ``rows`` covering ``range(n)`` (none when ``n == 0``)."""
+    if rows < 1:
+        raise ValueError(f"rows must be >= 1, got {rows}")
+    for start in range(0, n, rows):
+        yield start, min(n, start + rows)

@@ -1,0 +1,77 @@
+"""The memory cap (DPR_MEMORY_LIMIT) and chunked reads from the warehouse (issue 21)."""
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpcore.chunks import DEFAULT_LIMIT, MemoryBudget, MemoryLimitError, chunk_bounds, parse_memory
+from dpcore.warehouse import Warehouse
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("4GB", 4 * 1000**3), ("512MiB", 512 * 1024**2), ("1.5 GiB", int(1.5 * 1024**3)), ("2000000000", 2_000_000_000),
+    ("1G", 1024**3), (3 * 1024**3, 3 * 1024**3),
+])
+def test_parse_memory(text, expected):
+    assert parse_memory(text) == expected
+
+
+@pytest.mark.parametrize("text", ["lots", "4 parsecs", "-1GB", "10MB", ""])
+def test_parse_memory_refuses_with_the_fix(text):
+    with pytest.raises(MemoryLimitError, match="DPR_MEMORY_LIMIT"):
+        parse_memory(text)
+
+
+def test_budget_from_env_and_chunk_rows():
+    assert MemoryBudget.from_env({}).limit is None
+    assert MemoryBudget.from_env({"DPR_MEMORY_LIMIT": " "}).limit is None
+    b = MemoryBudget.from_env({"DPR_MEMORY_LIMIT": "1GiB"})
+    assert b.limit == 1024**3 and b.duckdb_setting == f"{1024**3 // 2}B"
+    assert b.chunk_rows(8) == 1024**3 // 32 // 8
+    assert MemoryBudget().chunk_rows(8) == DEFAULT_LIMIT // 32 // 8
+    assert MemoryBudget(64 * 1024**2).chunk_rows(10**9) == 4096  # the floor
+    assert MemoryBudget(64 * 1024**2).chunk_rows(10**9, minimum=1) == 1
+    with pytest.raises(ValueError, match="bytes_per_row"):
+        b.chunk_rows(0)
+
+
+def test_chunk_bounds_cover_every_row_once():
+    for n in (0, 1, 7, 10):
+        for rows in (1, 3, 7, 100):
+            covered = [i for a, b in chunk_bounds(n, rows) for i in range(a, b)]
+            assert covered == list(range(n))
+
+
+def test_warehouse_sets_duckdb_memory_limit(tmp_path):
+    wh = Warehouse(tmp_path / "w.duckdb", memory=MemoryBudget(256 * 1024**2))
+    setting = wh.query("SELECT current_setting('memory_limit')")[0][0]
+    assert setting.replace(" ", "").upper() in {"128.0MIB", "128MIB", "134.2MB"}
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 2048, 5000, 10**6])
+def test_iter_chunks_equals_one_read(tmp_path, rows):
+    wh = Warehouse(tmp_path / "w.duckdb")
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"_row": np.arange(1, 4998), "x": rng.normal(size=4997), "s": [f"r{i}" for i in range(4997)]})
+    wh.write_df("internal", "t", df)
+    chunks = list(wh.iter_chunks('SELECT * FROM internal."t" ORDER BY _row', rows=rows))
+    assert all(len(c) == rows for c in chunks[:-1]) and 1 <= len(chunks[-1]) <= rows
+    pd.testing.assert_frame_equal(pd.concat(chunks, ignore_index=True), wh.query_df('SELECT * FROM internal."t" ORDER BY _row'))
+    assert list(wh.iter_chunks('SELECT * FROM internal."t" WHERE false', rows=rows)) == []
+
+
+def test_iter_chunks_allows_writes_from_the_same_thread(tmp_path):
+    wh = Warehouse(tmp_path / "w.duckdb")
+    wh.write_df("internal", "t", pd.DataFrame({"x": np.arange(10)}))
+    wh.run(lambda con: con.execute("CREATE TABLE internal.out (x BIGINT)"))
+    for chunk in wh.iter_chunks("SELECT x FROM internal.t ORDER BY x", rows=3):
+        wh.run(lambda con: (con.register("_c", chunk), con.execute("INSERT INTO internal.out SELECT x * 2 FROM _c")))
+    assert [r[0] for r in wh.query("SELECT x FROM internal.out ORDER BY x")] == list(range(0, 20, 2))
+
+
+def test_a_small_duckdb_limit_refuses_a_whole_table_sort(tmp_path):
+    """The cap is real: DuckDB itself refuses work that needs more than it (spilling disabled)."""
+    wh = Warehouse(tmp_path / "w.duckdb", memory=MemoryBudget(64 * 1024**2))
+    with pytest.raises(duckdb.OutOfMemoryException):
+        wh.run(lambda con: (con.execute("SET temp_directory = ''"),
+                            con.execute("SELECT list(range) FROM range(20000000)").fetchall()))
