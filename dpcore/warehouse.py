@@ -146,14 +146,14 @@ class Warehouse:
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 0.5)
 
-    def iter_chunks(self, sql: str, params: list | None = None, *, rows: int) -> Iterator[pd.DataFrame]:
-        """Stream a query's result as DataFrames of ``rows`` rows (the last one shorter), in result order.
+    def iter_batches(self, sql: str, params: list | None = None, *, rows: int):
+        """Stream a query's result as Arrow record batches of exactly ``rows`` rows (the last one shorter).
 
         Holds this file's in-process lock and one connection until the
         iteration ends (exhaust or close the generator promptly); other
         warehouse calls from the same thread still work, other threads wait.
-        Only the chunk being handed out is in memory (DuckDB's Arrow record
-        batch reader). A query with no row yields nothing.
+        Only the batch being handed out is in memory (DuckDB's Arrow reader).
+        A query with no row yields nothing.
 
         Parameters
         ----------
@@ -161,7 +161,7 @@ class Warehouse:
             A read query; give it an ``ORDER BY`` when the order matters.
         params : list, optional
         rows : int
-            Rows per chunk, >= 1 (:meth:`dpcore.chunks.MemoryBudget.chunk_rows`).
+            Rows per batch, >= 1 (:meth:`dpcore.chunks.MemoryBudget.chunk_rows`).
         """
         if rows < 1:
             raise ValueError(f"rows must be >= 1, got {rows}")
@@ -172,10 +172,15 @@ class Warehouse:
                 # DuckDB may hand out batches shorter than asked for; re-cut them to exactly ``rows``
                 pending = batch if pending is None else _concat_batches(pending, batch)
                 while pending.num_rows >= rows:
-                    yield pending.slice(0, rows).to_pandas()
+                    yield pending.slice(0, rows)
                     pending = pending.slice(rows)
             if pending is not None and pending.num_rows:
-                yield pending.to_pandas()
+                yield pending
+
+    def iter_chunks(self, sql: str, params: list | None = None, *, rows: int) -> Iterator[pd.DataFrame]:
+        """:meth:`iter_batches` as pandas DataFrames."""
+        for batch in self.iter_batches(sql, params, rows=rows):
+            yield batch.to_pandas()
 
     def query_df(self, sql: str, params: list | None = None):
         """Run a read query and return a pandas DataFrame."""

@@ -75,3 +75,43 @@ def test_a_small_duckdb_limit_refuses_a_whole_table_sort(tmp_path):
     with pytest.raises(duckdb.OutOfMemoryException):
         wh.run(lambda con: (con.execute("SET temp_directory = ''"),
                             con.execute("SELECT list(range) FROM range(20000000)").fetchall()))
+
+
+@pytest.mark.parametrize("rows", [1, 7, 4997, 10**5])
+def test_exported_partitions_equal_the_query_and_are_removed(tmp_path, rows):
+    import pickle
+    import stat
+
+    from dpcore.partitions import exported, scratch_dir
+
+    wh = Warehouse(tmp_path / "w.duckdb")
+    rng = np.random.default_rng(1)
+    n = 97 if rows == 1 else 4997  # a row group per row makes every read parse n groups' metadata
+    df = pd.DataFrame({"_row": np.arange(1, n + 1), "x": rng.normal(size=n), "s": [f"r{i}" for i in range(n)]})
+    wh.write_df("internal", "t", df)
+    whole = wh.query_df('SELECT x, s FROM internal."t" ORDER BY _row')
+    with exported(wh, 'SELECT x, s FROM internal."t" ORDER BY _row', rows=rows) as parts:
+        assert parts.n_chunks == -(-n // rows) and parts.columns == ("x", "s")
+        assert stat.S_IMODE(parts.path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(scratch_dir(wh).stat().st_mode) == 0o700
+        again = pickle.loads(pickle.dumps(parts))  # what a Dask worker receives
+        pd.testing.assert_frame_equal(pd.concat([again.read(i) for i in range(len(again))], ignore_index=True), whole)
+        pd.testing.assert_frame_equal(pd.concat(list(parts), ignore_index=True), whole)
+        assert list(parts.read(0, ["x"]).columns) == ["x"]
+        with pytest.raises(IndexError, match="chunks"):
+            parts.read(parts.n_chunks)
+        path = parts.path
+    assert not path.exists() and list(scratch_dir(wh).iterdir()) == []
+
+
+def test_exported_empty_result_and_cleanup_on_error(tmp_path):
+    from dpcore.partitions import exported, scratch_dir
+
+    wh = Warehouse(tmp_path / "w.duckdb")
+    wh.write_df("internal", "t", pd.DataFrame({"x": [1.0]}))
+    with exported(wh, "SELECT x FROM internal.t WHERE false", rows=5) as parts:
+        assert parts.n_chunks == 0 and list(parts) == []
+    with pytest.raises(RuntimeError, match="boom"):
+        with exported(wh, "SELECT x FROM internal.t", rows=5):
+            raise RuntimeError("boom")
+    assert list(scratch_dir(wh).iterdir()) == []
