@@ -122,3 +122,15 @@ def chunk_bounds(n: int, rows: int):
         raise ValueError(f"rows must be >= 1, got {rows}")
     for start in range(0, n, rows):
         yield start, min(n, start + rows)
+
+
+def serial_map(fn, items) -> list:
+    """``[fn(x) for x in items]``: the default *mapper* of chunked stages.
+
+    A chunked stage takes ``mapper=serial_map`` and calls
+    ``mapper(fn, items)`` with a module-level ``fn`` and picklable items
+    (e.g. ``(Partitions, chunk index)``), so the flow layer can pass a mapper
+    that runs the chunks on Dask workers instead; results come back in the
+    order of ``items`` either way, and are combined in the calling process.
+    """
+    return [fn(x) for x in items]
