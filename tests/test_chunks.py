@@ -115,3 +115,18 @@ def test_exported_empty_result_and_cleanup_on_error(tmp_path):
         with exported(wh, "SELECT x FROM internal.t", rows=5):
             raise RuntimeError("boom")
     assert list(scratch_dir(wh).iterdir()) == []
+
+
+def test_fetch_guard_catches_whole_reads_and_lets_chunks_through(tmp_path, monkeypatch):
+    from fetch_guard import fetch_guard
+
+    wh = Warehouse(tmp_path / "w.duckdb")
+    wh.write_df("internal", "t", pd.DataFrame({"x": np.arange(5000)}))
+    with fetch_guard(monkeypatch, 1000) as seen:
+        assert sum(len(c) for c in wh.iter_chunks("SELECT x FROM internal.t", rows=1000)) == 5000
+        assert wh.query("SELECT count(*) FROM internal.t") == [(5000,)]
+        for read in (lambda: wh.query_df("SELECT x FROM internal.t"), lambda: wh.query("SELECT x FROM internal.t"),
+                     lambda: wh.run(lambda con: con.execute("SELECT x FROM internal.t").fetchnumpy())):
+            with pytest.raises(AssertionError, match="5000 rows"):
+                read()
+    assert any(how == "to_arrow_reader batch" for _, how, _ in seen)
