@@ -212,7 +212,8 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
-def run_pipeline(factor: int, spec: Path, run_dir: Path, timeout_s: float, cap_bytes: int) -> dict:
+def run_pipeline(factor: int, spec: Path, run_dir: Path, timeout_s: float, cap_bytes: int,
+                 memory_limit: str | None = None) -> dict:
     """Run the release pipeline on ``spec`` in a fresh process; return measurements."""
     home, phome = run_dir / "home", run_dir / "prefect"
     for d in (home, phome):
@@ -224,8 +225,10 @@ def run_pipeline(factor: int, spec: Path, run_dir: Path, timeout_s: float, cap_b
         PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_LOGGING_LEVEL="INFO",
         PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="90",
     )
-    for k in ("DPR_WAREHOUSE", "DPR_BUNDLES", "DPR_OWNER_KEY_FILE", "DPR_TEST_NOISE_SEED"):
+    for k in ("DPR_WAREHOUSE", "DPR_BUNDLES", "DPR_OWNER_KEY_FILE", "DPR_TEST_NOISE_SEED", "DPR_MEMORY_LIMIT"):
         env.pop(k, None)
+    if memory_limit:
+        env["DPR_MEMORY_LIMIT"] = memory_limit
     cmd = [sys.executable, "-m", "flows.release_pipeline", "--spec", str(spec)]
     gnu_time = Path("/usr/bin/time")
     if gnu_time.exists():
@@ -283,8 +286,17 @@ def run_pipeline(factor: int, spec: Path, run_dir: Path, timeout_s: float, cap_b
         "factor": factor, "rows": factor * BASE_ROWS, "rc": rc, "killed": killed, "wall_s": wall,
         "peak_rss": peak_rss, "peak_tree_rss": peak_tree, "load_before": la0, "load_after": la1,
         "load_max": max(loads + [la1]), "started": started.isoformat(timespec="seconds"), "stages": stages,
-        "ok": rc == 0 and killed is None, "rss_samples": samples,
+        "ok": rc == 0 and killed is None, "rss_samples": samples, "memory_limit": memory_limit,
+        "commit": _commit(),
     }
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
 
 
 def parse_stages(err: str, started: datetime, wall: float) -> dict[str, float]:
@@ -360,9 +372,14 @@ def section(results: list[dict], args) -> str:
     lines = [
         "## Scale: the whole pipeline on 1x / 10x / 100x the demo (issue 21)",
         "",
-        f"`.venv/bin/python -m benchmarks.scale --factors {' '.join(map(str, args.factors))}` ({machine()}; 2 cores shared "
-        "with other work, 24 GiB RAM). Today's code, before any of issue 21's changes: this is the baseline the "
-        "issue's work is measured against.",
+        f"`.venv/bin/python -m benchmarks.scale --factors {' '.join(map(str, args.factors))}"
+        + (f" --memory-limit {args.memory_limit}" if args.memory_limit else "")
+        + (f" --before {args.before}" if args.before else "")
+        + f"` ({machine()}; 2 cores shared with other work, 24 GiB RAM; code at commit "
+        + ", ".join(sorted({str(r.get('commit', '?')) for r in results if not r.get('skipped')}) or ["?"])
+        + "). `DPR_MEMORY_LIMIT` "
+        + (f"= {args.memory_limit}" if args.memory_limit else "unset (DuckDB's own default; chunks sized as for 2 GiB)")
+        + ". The ratios below are against the 1x run of the same command.",
         "",
         "The demo's NYC flights (336,776 rows) written f times to one CSV, one copy at a time: ids renumbered "
         "`F00000001`.., copy 0 the demo itself, copies 1.. with seeded integer jitter on {-2..+2} on dep_delay, "
@@ -400,6 +417,8 @@ def section(results: list[dict], args) -> str:
             f"| {rr} | {wr} | {r['load_before']:.2f} / {r['load_max']:.2f} / {r['load_after']:.2f} "
             f"| {r['started'].replace('T', ' ')[:16]} |"
         )
+    if args.before is not None:
+        lines += before_table(args.before, by)
     ran = [by[f] for f in args.factors if f in by and not by[f].get("skipped")]
     lines += ["", "Seconds per stage (ratio to 1x in brackets), then the largest tree RSS sampled inside the stage (GB):",
               "", "| stage | " + " | ".join(f"{r['factor']}x s" for r in ran) + " | "
@@ -418,7 +437,7 @@ def section(results: list[dict], args) -> str:
         cells += [gb(peaks[r["factor"]].get(s)) for r in ran]
         if any(c != "-" for c in cells):
             lines.append(f"| {s} | " + " | ".join(cells) + " |")
-    lines += ["", "Goals of issue 21, computed from the rows above (today's code is expected to fail them):", ""]
+    lines += ["", "Goals of issue 21, computed from the rows above:", ""]
     ten, hundred = by.get(10), by.get(100)
 
     def verdict(ok: bool | None) -> str:
@@ -462,6 +481,27 @@ def section(results: list[dict], args) -> str:
     return "\n".join(lines) + "\n"
 
 
+def before_table(folder: Path, now: dict[int, dict]) -> list[str]:
+    """The earlier runs in ``folder`` (``<f>x/result.json``) as a comparison table with today's runs ``now``."""
+    old = []
+    for path in sorted(Path(folder).glob("*x/result.json"), key=lambda p: int(p.parent.name[:-1])):
+        r = json.loads(path.read_text())
+        if r.get("ok"):
+            old.append(r)
+    if not old:
+        return []
+    out = ["", f"Before (the runs in `{folder}`, code at commit {', '.join(sorted({str(r.get('commit', '?')) for r in old}))}, "
+           "measured " + ", ".join(r["started"].replace("T", " ")[:16] for r in old) + " UTC): the same harness on the "
+           "code before issue 21's changes.", "",
+           "| factor | wall s before | peak RSS GB before | now / before (peak RSS) | now / before (wall) |", "|---|---|---|---|---|"]
+    for r in old:
+        n = now.get(r["factor"]) if now.get(r["factor"], {}).get("ok") else None
+        rss = f"{n['peak_rss'] / r['peak_rss']:.2f}" if n and n.get("peak_rss") and r.get("peak_rss") else "-"
+        wall = f"{n['wall_s'] / r['wall_s']:.2f}" if n else "-"
+        out.append(f"| {r['factor']}x | {secs(r['wall_s'])} | {gb(r['peak_rss'])} | {rss} | {wall} |")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--factors", type=int, nargs="+", default=[1, 10, 100])
@@ -475,6 +515,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-est-gb", type=float, default=20.0, help="skip a factor > 10 estimated larger than this")
     ap.add_argument("--force", action="store_true", help="run factors > 10 whatever the estimate")
     ap.add_argument("--keep-data", action="store_true", help="keep the scaled CSVs (default: delete after the run)")
+    ap.add_argument("--memory-limit", default=None,
+                    help="DPR_MEMORY_LIMIT for the runs (e.g. 4GB; default: unset, chunks sized for 2 GiB)")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="a folder of earlier result.json files (<f>x/result.json) shown as the 'before' comparison")
     args = ap.parse_args(argv)
     cap = int(args.mem_cap_gb * 2**30)
     bounds = spec_bounds()
@@ -515,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout = args.timeout_min * 60 * (3 if f >= 100 else 1)
         log(f"{f}x: running the pipeline on {rows:,} rows (timeout {timeout / 60:.0f} min, cap {args.mem_cap_gb:g} GiB, "
             f"load {load1():.2f})")
-        res = run_pipeline(f, spec, run_dir, timeout, cap)
+        res = run_pipeline(f, spec, run_dir, timeout, cap, args.memory_limit)
         res_path.write_text(json.dumps(res, indent=1))
         results.append(res)
         log(f"{f}x: {'ok' if res['ok'] else res['killed'] or 'exit ' + str(res['rc'])}, {res['wall_s']:.0f} s, "
