@@ -231,7 +231,8 @@ def ball_counts(data, queries, r, *, block_rows: int = 65536, cap: int | None = 
     (C loops, no per-record Python).  Saturating counts avoid visiting huge
     balls, using only sound bounds:
 
-    1. *Pivots.*  For up to 2048 evenly strided data rows ``p`` the distance
+    1. *Pivots* (when there are more queries than pivots).  For up to 2048
+       evenly strided data rows ``p`` the distance
        ``rho_p`` to the ``cap``-th nearest data row is found (KD-tree k-NN,
        cost ``O(cap log n)`` each).  For a query ``q`` the ``cap`` rows nearest
        to ``p`` all lie within ``d(q, p) + rho_p`` of ``q`` (triangle
@@ -310,12 +311,15 @@ def ball_counts(data, queries, r, *, block_rows: int = 65536, cap: int | None = 
     undecided = np.ones(nq, dtype=bool)
     safe_r = r * (1.0 - _MARGIN)
 
-    # 1. pivot bounds
+    # 1. pivot bounds (only when there are more queries than pivots: each pivot costs one k-NN query)
     n = D.shape[0]
     n_piv = min(n, 2048)
-    piv_idx = np.unique(np.linspace(0, n - 1, n_piv).round().astype(np.int64))
-    rho = _kth_nn_distance(tree, D[piv_idx], cap, r, workers)
-    good = np.isfinite(rho) & (rho <= safe_r)
+    if nq > n_piv:
+        piv_idx = np.unique(np.linspace(0, n - 1, n_piv).round().astype(np.int64))
+        rho = _kth_nn_distance(tree, D[piv_idx], cap, r, workers)
+        good = np.isfinite(rho) & (rho <= safe_r)
+    else:
+        good = np.zeros(0, dtype=bool)
     if np.any(good):
         pivots = D[piv_idx[good]]
         rho_g = rho[good]
@@ -766,6 +770,10 @@ def _blocked_counts(D: np.ndarray, Q: np.ndarray, r: float, cap: int | None, wor
     return out
 
 
+#: :func:`multiplicities` compares rows with each query directly up to this many queries (no sort of the data).
+_FEW_QUERIES = 32
+
+
 def multiplicities(data, queries) -> np.ndarray:
     """Number of data rows exactly equal to each query (``x_i`` of seed 001).
 
@@ -789,9 +797,11 @@ def multiplicities(data, queries) -> np.ndarray:
     Notes
     -----
     Exact value equality (``-0.0 == 0.0``), computed by sorting the rows'
-    byte keys once (``O(n log n)``) and binary-searching each query; no
-    distances are involved, so values closer than float underflow are not
-    confused.
+    byte keys once (``O(n log n)``) and binary-searching each query, or, for
+    at most :data:`_FEW_QUERIES` queries (a chunk of a table against a few
+    query points), by comparing every row with each query (``O(q n d)``,
+    no sort); no distances are involved, so values closer than float
+    underflow are not confused.
     """
     D = _as_matrix(data, "data")
     Q = _as_matrix(queries, "queries", ncols=D.shape[1])
@@ -799,6 +809,8 @@ def multiplicities(data, queries) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     if D.shape[0] == 0:
         return np.zeros(Q.shape[0], dtype=np.int64)
+    if Q.shape[0] <= _FEW_QUERIES:
+        return np.array([np.count_nonzero(np.all(D == q, axis=1)) for q in Q], dtype=np.int64)
     vt = np.dtype((np.void, D.dtype.itemsize * D.shape[1]))
     keys = D.view(vt).ravel()
     qkeys = Q.view(vt).ravel()
