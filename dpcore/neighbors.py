@@ -385,7 +385,7 @@ def _check_weights(weights, n: int) -> np.ndarray:
     """Multiplicities as int64, one integer ``>= 1`` per data row."""
     w = np.asarray(weights)
     if w.shape != (n,) or not (np.issubdtype(w.dtype, np.integer) or w.dtype == bool) or (n and int(w.min()) < 1):
-        raise ValueError(f"weights must be one integer >= 1 per data row ({n} rows)")
+        raise ValueError("weights must be one integer >= 1 per data row")  # no size: it is data-derived
     return np.ascontiguousarray(w, dtype=np.int64)
 
 

@@ -264,6 +264,18 @@ proof needs.  Since ``U(0) >= 1``, terms with ``e^{-t beta} G <= 1`` never
 matter, so at most ``ceil(ln G / beta)`` steps are needed and degrees are only
 counted up to ``k + that`` (saturating counts).
 
+*Memory (issue 21).*  Every count runs on the distinct points weighted by
+their multiplicities (:class:`dpcore.neighbors.PointMultiset`; an array of
+records is aggregated first, the pipeline aggregates in the warehouse): a
+record's degree is the number of copies of the points within ``r`` of its
+point minus one, the same for every copy; the histograms of degrees and the
+sizes ``|P|`` add multiplicities; only the records of the points whose degree
+is near ``k`` are expanded, for Algorithm 1, and only when ``|P|`` is below
+the public bound ``K_d (D_t + 1) + L``.  Memory and time grow with the
+distinct points, not with the records, and every quantity equals the
+row-by-row computation (``tests/test_neighbours_bounded.py`` keeps that
+algorithm as its oracle).
+
 *Cost (the scale path).*  Degrees are counted once, saturated at ``k + 1``
 (exact for every record of degree ``<= k + 1``: all that ``t = 0, 1`` and
 ``q_count`` need); a later ``t`` that needs more re-counts only the saturated
