@@ -19,21 +19,44 @@ mathematical closed ball.
 Scaling uses public bounds only (:func:`scale_by_bounds`): deriving a scale
 from the data (standard deviation, min/max) would leak it (DESIGN.md, "The
 release spec").
+
+Bounded memory (issue 21)
+-------------------------
+Two forms let the callers count without holding every row:
+
+* :class:`PointMultiset`: the distinct points of a table with their
+  multiplicities (e.g. ``SELECT cols, count(*) ... GROUP BY cols`` in the
+  warehouse, scaled in numpy afterwards).  :func:`ball_counts` with
+  ``weights`` counts every copy of a point, so the count of a ball is the same
+  number as over the expanded rows; memory grows with the number of
+  *distinct* points, not with rows (real tables repeat values: the demo's
+  integer columns have a few hundred distinct values per column).
+* A *chunk source* (:class:`ArrayChunks`, or a warehouse export with the same
+  ``n_chunks`` / ``chunk(i)`` interface): :func:`chunked_ball_counts` adds
+  per-chunk counts of a few query points, one chunk in memory at a time.
+  Sums of exact counts are exact, and sums of counts saturated at ``cap``,
+  saturated again, equal the saturated total.
 """
 from __future__ import annotations
 
 import math
 import numbers
 import os
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.spatial import cKDTree
+
+from .chunks import serial_map
 
 __all__ = [
     "scale_by_bounds",
     "ball_counts",
     "multiplicities",
     "pairwise_ball_max",
+    "PointMultiset",
+    "ArrayChunks",
+    "chunked_ball_counts",
 ]
 
 #: Relative safety margin for the saturation shortcut of :func:`ball_counts`:
@@ -152,7 +175,7 @@ def scale_by_bounds(X, lows, highs) -> np.ndarray:
 
 
 def ball_counts(data, queries, r, *, block_rows: int = 65536, cap: int | None = None, workers: int = -1,
-                method: str = "auto") -> np.ndarray:
+                method: str = "auto", weights=None) -> np.ndarray:
     """Number of data rows within Euclidean distance ``r`` of each query.
 
     This is ``B_x(i, r)`` of seed 001 (Asif et al., Section 2, before
@@ -184,6 +207,12 @@ def ball_counts(data, queries, r, *, block_rows: int = 65536, cap: int | None = 
         ``"auto"``: ``"blocked"`` when ``d >= 8`` (KD-trees lose their
         pruning power in high dimension: N = 10^5 records in 10-D took
         minutes), else ``"kdtree"``.
+    weights : array_like of int, shape (n,), optional
+        Multiplicity of each data row (``>= 1``): the rows of ``data`` are
+        then distinct points standing for ``weights[i]`` copies each
+        (:class:`PointMultiset`), and the result is the number of *copies*
+        within ``r`` -- the same number as over the expanded rows.  Memory
+        and time grow with the distinct points, not with the copies.
 
     Returns
     -------
@@ -193,7 +222,8 @@ def ball_counts(data, queries, r, *, block_rows: int = 65536, cap: int | None = 
     Raises
     ------
     ValueError
-        On malformed arrays, ``r < 0`` or non-finite, ``cap < 1``.
+        On malformed arrays, ``r < 0`` or non-finite, ``cap < 1``, weights
+        that are not one integer ``>= 1`` per data row.
 
     Notes
     -----
@@ -201,7 +231,8 @@ def ball_counts(data, queries, r, *, block_rows: int = 65536, cap: int | None = 
     (C loops, no per-record Python).  Saturating counts avoid visiting huge
     balls, using only sound bounds:
 
-    1. *Pivots.*  For up to 2048 evenly strided data rows ``p`` the distance
+    1. *Pivots* (when there are more queries than pivots).  For up to 2048
+       evenly strided data rows ``p`` the distance
        ``rho_p`` to the ``cap``-th nearest data row is found (KD-tree k-NN,
        cost ``O(cap log n)`` each).  For a query ``q`` the ``cap`` rows nearest
        to ``p`` all lie within ``d(q, p) + rho_p`` of ``q`` (triangle
@@ -215,6 +246,17 @@ def ball_counts(data, queries, r, *, block_rows: int = 65536, cap: int | None = 
     result always equals ``min(exact_count, cap)`` up to the ``1e-9`` relative
     margin, which can only send a query to the exact path, never change its
     count.
+
+    With ``weights`` (KD-tree method) every pair is decided by its
+    point-to-point squared distance in cKDTree's own summation order
+    (:func:`_sqdist_ckdtree`) against ``r * r``, as cKDTree decides the pairs
+    it checks; candidates come from k-NN queries (saturating counts: the
+    ``min(cap, m)`` nearest distinct points, whose copies reach ``cap`` as
+    soon as those within ``r`` weigh ``cap``) or from a sparse distance
+    matrix at a radius ``1e-9`` above ``r`` (exact counts, in blocks of
+    bounded pair count), so rounding in the tree's pruning cannot lose a
+    pair (:func:`_weighted_kdtree_counts`).  The blocked method adds the
+    weights of the pairs it finds instead of counting them.
 
     ``method="blocked"`` (high dimension) computes squared distances for
     blocks of 256 queries x 1024 data rows with one matrix product of
@@ -251,12 +293,17 @@ def ball_counts(data, queries, r, *, block_rows: int = 65536, cap: int | None = 
         raise ValueError(f"cap must be None or an int >= 1, got {cap!r}")
     if method not in ("auto", "kdtree", "blocked"):
         raise ValueError(f"method must be 'auto', 'kdtree' or 'blocked', got {method!r}")
+    w = None if weights is None else _check_weights(weights, D.shape[0])
     nq = Q.shape[0]
     out = np.zeros(nq, dtype=np.int64)
     if nq == 0 or D.shape[0] == 0:
         return out
+    total = D.shape[0] if w is None else int(w.sum())
+    exact_cap = None if cap is None or cap > total else int(cap)
     if method == "blocked" or (method == "auto" and D.shape[1] >= _BLOCKED_MIN_DIM):
-        return _blocked_counts(D, Q, r, None if cap is None or cap > D.shape[0] else int(cap), workers)
+        return _blocked_counts(D, Q, r, exact_cap, workers, weights=w)
+    if w is not None:
+        return _weighted_kdtree_counts(D, w, Q, r, exact_cap, block_rows, workers)
     tree = cKDTree(D, balanced_tree=False)
     if cap is None or cap > D.shape[0]:
         return _exact_counts(tree, Q, r, block_rows, workers)
@@ -264,12 +311,15 @@ def ball_counts(data, queries, r, *, block_rows: int = 65536, cap: int | None = 
     undecided = np.ones(nq, dtype=bool)
     safe_r = r * (1.0 - _MARGIN)
 
-    # 1. pivot bounds
+    # 1. pivot bounds (only when there are more queries than pivots: each pivot costs one k-NN query)
     n = D.shape[0]
     n_piv = min(n, 2048)
-    piv_idx = np.unique(np.linspace(0, n - 1, n_piv).round().astype(np.int64))
-    rho = _kth_nn_distance(tree, D[piv_idx], cap, r, workers)
-    good = np.isfinite(rho) & (rho <= safe_r)
+    if nq > n_piv:
+        piv_idx = np.unique(np.linspace(0, n - 1, n_piv).round().astype(np.int64))
+        rho = _kth_nn_distance(tree, D[piv_idx], cap, r, workers)
+        good = np.isfinite(rho) & (rho <= safe_r)
+    else:
+        good = np.zeros(0, dtype=bool)
     if np.any(good):
         pivots = D[piv_idx[good]]
         rho_g = rho[good]
@@ -315,6 +365,282 @@ def _kth_nn_distance(tree: cKDTree, Q: np.ndarray, k: int, r: float, workers: in
 
 
 # ---------------------------------------------------------------------------
+# weighted counting (distinct points with multiplicities)
+# ---------------------------------------------------------------------------
+
+#: Relative widening of ``r`` for candidate pairs of the weighted path: every pair within ``r`` as cKDTree
+#: evaluates it lies within this radius whatever the rounding of the tree's pruning, and every candidate is then
+#: decided exactly (:func:`_sqdist_ckdtree` against ``r * r``).
+_WIDEN = 1e-9
+#: Pairs held at once by the exact weighted path (each: two indices and a distance, 24 bytes; bounds its memory).
+_PAIR_BLOCK = 1 << 20
+
+
+def _widened(r: float) -> float:
+    """The candidate radius ``r (1 + 1e-9)``, at least ``1e-150`` (its square must not underflow to 0)."""
+    return max(r * (1.0 + _WIDEN), 1e-150)
+
+
+def _check_weights(weights, n: int) -> np.ndarray:
+    """Multiplicities as int64, one integer ``>= 1`` per data row."""
+    w = np.asarray(weights)
+    if w.shape != (n,) or not (np.issubdtype(w.dtype, np.integer) or w.dtype == bool) or (n and int(w.min()) < 1):
+        raise ValueError("weights must be one integer >= 1 per data row")  # no size: it is data-derived
+    return np.ascontiguousarray(w, dtype=np.int64)
+
+
+def _int_bincount(idx: np.ndarray, w: np.ndarray, n: int) -> np.ndarray:
+    """``out[i] = sum(w[idx == i])`` in exact int64 arithmetic."""
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, idx, w)
+    return out
+
+
+def _inside(D: np.ndarray, Q: np.ndarray, qi: np.ndarray, dj: np.ndarray, r2: float) -> np.ndarray:
+    """Whether data row ``dj`` is within ``r`` of query ``qi``, pair by pair, as cKDTree decides it."""
+    return _sqdist_ckdtree(Q[qi], D[dj]) <= r2
+
+
+def _weighted_exact(tree: cKDTree, D: np.ndarray, w: np.ndarray, Q: np.ndarray, r: float, workers: int) -> np.ndarray:
+    """Exact weighted closed-ball counts: candidate pairs at radius ``r (1 + 1e-9)``, each decided exactly.
+
+    Queries go in blocks whose candidate pairs number at most :data:`_PAIR_BLOCK`
+    (a single query with more candidates is its own block), so memory is bounded
+    by the block, not by the data.
+    """
+    out = np.zeros(Q.shape[0], dtype=np.int64)
+    if Q.shape[0] == 0:
+        return out
+    r2 = r * r
+    r_hi = _widened(r)
+    cand = np.asarray(tree.query_ball_point(Q, r_hi, return_length=True, workers=workers), dtype=np.int64)
+    ends = np.cumsum(cand)
+    start = 0
+    while start < Q.shape[0]:
+        base = ends[start - 1] if start else 0
+        stop = max(start + 1, int(np.searchsorted(ends, base + _PAIR_BLOCK, side="right")))
+        Qb = Q[start:stop]
+        pairs = cKDTree(Qb, balanced_tree=False).sparse_distance_matrix(tree, r_hi, output_type="ndarray")
+        if pairs.size:
+            qi = pairs["i"].astype(np.int64)
+            dj = pairs["j"].astype(np.int64)
+            keep = _inside(D, Qb, qi, dj, r2)
+            out[start:stop] = _int_bincount(qi[keep], w[dj[keep]], stop - start)
+        start = stop
+    return out
+
+
+def _weighted_kdtree_counts(D: np.ndarray, w: np.ndarray, Q: np.ndarray, r: float, cap: int | None,
+                            block_rows: int, workers: int) -> np.ndarray:
+    """Weighted (saturating) closed-ball counts over distinct points ``D`` with multiplicities ``w``.
+
+    ``cap`` given: the ``kk = min(cap, m)`` nearest distinct points of each
+    query (k-NN, bounded at ``r (1 + 1e-9)``) are decided exactly; if those
+    inside weigh ``>= cap`` the query saturates; if the ``kk``-th lies beyond
+    the widened radius (or fewer than ``kk`` were found) every point within
+    ``r`` was among them and their weight is the exact count; otherwise (a
+    point in the thin band just outside ``r`` among the ``kk``) the query is
+    counted exactly (:func:`_weighted_exact`).  Memory: the tree over the
+    distinct points plus ``block_rows x kk`` neighbours.
+    """
+    tree = cKDTree(D, balanced_tree=False)
+    if cap is None:
+        return _weighted_exact(tree, D, w, Q, r, workers)
+    nq = Q.shape[0]
+    out = np.zeros(nq, dtype=np.int64)
+    undecided = np.zeros(nq, dtype=bool)
+    r2 = r * r
+    r_hi = _widened(r)
+    kk = int(min(cap, D.shape[0]))
+    rows = max(1, min(int(block_rows), (1 << 22) // kk))
+    for s in range(0, nq, rows):
+        Qb = Q[s : s + rows]
+        dist, idx = tree.query(Qb, k=list(range(1, kk + 1)), distance_upper_bound=np.nextafter(r_hi, np.inf),
+                               workers=workers)
+        cand = np.isfinite(dist) & (dist <= r_hi)
+        qi, pos = np.nonzero(cand)
+        dj = idx[qi, pos]
+        keep = _inside(D, Qb, qi, dj, r2)
+        got = _int_bincount(qi[keep], w[dj[keep]], Qb.shape[0])
+        complete = ~cand[:, -1]  # the kk-th nearest is beyond the widened radius, or absent
+        sat = got >= cap
+        out[s : s + rows] = np.where(sat, cap, got)
+        undecided[s : s + rows] = ~(sat | complete)
+    rest = np.flatnonzero(undecided)
+    if rest.size:
+        out[rest] = np.minimum(_weighted_exact(tree, D, w, Q[rest], r, workers), cap)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# bounded-memory forms: distinct points with multiplicities, chunk sources
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class PointMultiset:
+    """A table as its distinct points and their multiplicities (a multiset of points).
+
+    Attributes
+    ----------
+    points : numpy.ndarray, shape (m, d)
+        Distinct float64 rows (``-0.0`` stored as ``0.0``), in an order fixed
+        by their bytes.
+    weights : numpy.ndarray, shape (m,)
+        int64 multiplicities ``>= 1``: how many records have that point.
+
+    Notes
+    -----
+    Build with :meth:`of_rows` (from records) or :meth:`aggregate` (from
+    already aggregated rows, e.g. ``SELECT cols, count(*) ... GROUP BY cols``
+    scaled afterwards: rows that become equal after scaling are merged).
+    Every record of a point has the same neighbours, so per-record statistics
+    are per-point statistics weighted by the multiplicity; memory grows with
+    the number of distinct points, not with the number of records.  Exact
+    statistics of the data: internal only (DESIGN.md rule 6).
+    """
+
+    points: np.ndarray
+    weights: np.ndarray
+
+    @classmethod
+    def of_rows(cls, X, name: str = "X", return_inverse: bool = False):
+        """The multiset of the rows of ``X`` (optionally with each row's point index)."""
+        A = _as_matrix(X, name)
+        return cls.aggregate(A, np.ones(A.shape[0], dtype=np.int64), name, return_inverse)
+
+    @classmethod
+    def aggregate(cls, points, weights, name: str = "points", return_inverse: bool = False):
+        """Merge equal rows of ``points`` (float64 value equality), adding their ``weights``.
+
+        Parameters
+        ----------
+        points : array_like, shape (n, d)
+        weights : array_like of int, shape (n,)
+            ``>= 1`` each.
+        name : str
+            Argument name for error messages.
+        return_inverse : bool
+            Also return, for each input row, the index of its distinct point.
+
+        Returns
+        -------
+        PointMultiset, or (PointMultiset, numpy.ndarray)
+        """
+        A = _as_matrix(points, name)
+        w = _check_weights(weights, A.shape[0])
+        if A.shape[0] == 0:
+            out = cls(np.zeros((0, A.shape[1])), np.zeros(0, dtype=np.int64))
+            return (out, np.zeros(0, dtype=np.int64)) if return_inverse else out
+        keys = A.view(np.dtype((np.void, A.dtype.itemsize * A.shape[1]))).ravel()
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        out = cls(np.ascontiguousarray(A[first]), _int_bincount(inverse, w, first.size))
+        return (out, inverse) if return_inverse else out
+
+    @property
+    def n(self) -> int:
+        """int: number of records (sum of the multiplicities)."""
+        return int(self.weights.sum())
+
+    @property
+    def d(self) -> int:
+        """int: number of coordinates."""
+        return int(self.points.shape[1])
+
+    def expand(self, idx=None) -> np.ndarray:
+        """The records of the points ``idx`` (all by default), each repeated by its multiplicity."""
+        if idx is None:
+            return np.repeat(self.points, self.weights, axis=0)
+        idx = np.asarray(idx, dtype=np.int64)
+        return np.repeat(self.points[idx], self.weights[idx], axis=0)
+
+
+@dataclass(frozen=True, eq=False)
+class ArrayChunks:
+    """An in-memory table as a chunk source for :func:`chunked_ball_counts` (one chunk by default).
+
+    A chunk source has ``n_chunks`` and ``chunk(i)`` (float64 ``(n_i, d)``,
+    already scaled); a warehouse export implements the same two members
+    (:class:`dpcore.steps.aiq.ScaledPartitions`), so the in-memory table is
+    the one-chunk case of the chunked path.
+    """
+
+    data: np.ndarray
+    rows: int
+
+    @classmethod
+    def of(cls, data, rows: int | None = None) -> "ArrayChunks":
+        """``data`` cut into chunks of ``rows`` rows (``None``: one chunk)."""
+        D = _as_matrix(data, "data")
+        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, numbers.Integral) or rows < 1):
+            raise ValueError(f"rows must be None or an int >= 1, got {rows!r}")
+        return cls(D, max(1, D.shape[0]) if rows is None else int(rows))
+
+    @property
+    def n_chunks(self) -> int:
+        """int: number of chunks."""
+        return len(range(0, self.data.shape[0], self.rows))
+
+    def chunk(self, i: int) -> np.ndarray:
+        """Rows of chunk ``i``."""
+        return self.data[i * self.rows : (i + 1) * self.rows]
+
+
+def _chunk_ball_counts(item) -> tuple[np.ndarray, np.ndarray]:
+    """One chunk's (saturated) ball counts and multiplicities of the queries (a mapper's unit of work)."""
+    source, i, Q, r, cap = item
+    X = _as_matrix(source.chunk(i), "chunk")
+    if X.shape[0] == 0:
+        return np.zeros(Q.shape[0], dtype=np.int64), np.zeros(Q.shape[0], dtype=np.int64)
+    return ball_counts(X, Q, r, cap=cap), multiplicities(X, Q)
+
+
+def chunked_ball_counts(source, queries, r, *, cap: int | None = None, mapper=serial_map) -> tuple[np.ndarray, np.ndarray]:
+    """Ball counts ``B_x(i, r)`` and multiplicities ``x_i`` of query points over a table read chunk by chunk.
+
+    Seed 001 (Asif et al.), Section 2: ``B_x(i, r)`` (closed ball, duplicates
+    and the query itself counted) and ``x_i`` (exact equality), summed over
+    the chunks of ``source``; the same numbers as :func:`ball_counts` and
+    :func:`multiplicities` over the whole table.
+
+    Parameters
+    ----------
+    source : ArrayChunks or a chunk source
+        ``n_chunks`` and ``chunk(i)`` (float64 rows scaled like the queries).
+    queries : array_like, shape (q, d)
+        A few query points (every chunk is compared with all of them).
+    r : float
+        Radius ``>= 0``.
+    cap : int or None
+        Saturation: ``min(B, cap)`` (each chunk is counted saturated at
+        ``cap``; the sum saturated again is ``min(B, cap)`` because a chunk
+        reaching ``cap`` means ``B >= cap``).
+    mapper : callable
+        ``mapper(fn, items)`` (:func:`dpcore.chunks.serial_map`; a Dask mapper
+        runs the chunks on workers); results are combined here.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        int64 ``b`` and ``xi``, shape ``(q,)``.  Memory: one chunk and its
+        KD-tree at a time (per worker), plus ``O(q)``; never the whole table.
+    """
+    Q = _as_matrix(queries, "queries")
+    r = _check_radius(r)
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, numbers.Integral) or cap < 1):
+        raise ValueError(f"cap must be None or an int >= 1, got {cap!r}")
+    b = np.zeros(Q.shape[0], dtype=np.int64)
+    xi = np.zeros(Q.shape[0], dtype=np.int64)
+    if Q.shape[0] == 0:
+        return b, xi
+    for bi, xii in mapper(_chunk_ball_counts, [(source, i, Q, r, cap) for i in range(source.n_chunks)]):
+        b += bi
+        xi += xii
+    return (b if cap is None else np.minimum(b, cap)), xi
+
+
+# ---------------------------------------------------------------------------
 # blocked exact counting (high dimension)
 # ---------------------------------------------------------------------------
 
@@ -354,11 +680,13 @@ def _tree_order(A: np.ndarray) -> np.ndarray:
 
 
 def _blocked_counts(D: np.ndarray, Q: np.ndarray, r: float, cap: int | None, workers: int = -1,
-                    q_block: int = 256, d_block: int = 1024) -> np.ndarray:
+                    q_block: int = 256, d_block: int = 1024, weights: np.ndarray | None = None) -> np.ndarray:
     """Exact (saturating) closed-ball counts by blocked matrix products.
 
     Same answers as :func:`_exact_counts` (``min(count, cap)``); see
     :func:`ball_counts`, Notes, for the method and the exactness argument.
+    With ``weights`` (int64, one per row of ``D``) each pair adds its data
+    row's weight instead of 1.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -366,12 +694,13 @@ def _blocked_counts(D: np.ndarray, Q: np.ndarray, r: float, cap: int | None, wor
 
     n, d = D.shape
     nq = Q.shape[0]
-    limit = n + 1 if cap is None else int(cap)
+    limit = (n if weights is None else int(weights.sum())) + 1 if cap is None else int(cap)
     r2 = r * r  # cKDTree compares d^2 <= r * r (p = 2)
     eps = float(np.finfo(np.float64).eps)
     gam = 8.0 * (d + 4) * eps  # generous bound factor for the rounding error of a length-(d+2) dot product
     dord = _tree_order(D)
     Ds = D[dord]
+    ws = None if weights is None else weights[dord]
     dn = np.einsum("ij,ij->i", Ds, Ds)
     # augmented rows: [q, 1, |q|^2] . [-2 x, |x|^2, 1] = |q - x|^2 in one matrix product
     Da = np.hstack([-2.0 * Ds, dn[:, None], np.ones((n, 1))])
@@ -413,13 +742,20 @@ def _blocked_counts(D: np.ndarray, Q: np.ndarray, r: float, cap: int | None, wor
             G = Qa[act] @ Da[s : s + d_block].T
             tol = gam * (float(qn[act].max()) + dn_max[b] + r2)
             lo, hi = r2 - tol, r2 + tol
-            c_lo = np.count_nonzero(G <= lo, axis=1)
-            rows = np.flatnonzero(np.count_nonzero(G <= hi, axis=1) - c_lo)
+            below = G <= lo
+            rows = np.flatnonzero(np.count_nonzero(G <= hi, axis=1) - np.count_nonzero(below, axis=1))
+            if ws is None:
+                c_lo = np.count_nonzero(below, axis=1)
+            else:
+                c_lo = below.astype(np.int64) @ ws[s : s + d_block]
             if rows.size:  # pairs within rounding of r: decide them as cKDTree does
                 ii, jj = np.nonzero((G[rows] > lo) & (G[rows] <= hi))
                 ii = rows[ii]
                 inside = _sqdist_ckdtree(Qb[act[ii]], Ds[s + jj]) <= r2
-                c_lo = c_lo + np.bincount(ii[inside], minlength=act.size)
+                if ws is None:
+                    c_lo = c_lo + np.bincount(ii[inside], minlength=act.size)
+                else:
+                    c_lo = c_lo + _int_bincount(ii[inside], ws[s + jj[inside]], act.size)
             cnt[act] += c_lo
         out[qi] = np.minimum(cnt, limit)
 
@@ -432,6 +768,10 @@ def _blocked_counts(D: np.ndarray, Q: np.ndarray, r: float, cap: int | None, wor
             with ThreadPoolExecutor(max_workers=nw) as ex:
                 list(ex.map(run, range(0, nq, q_block)))
     return out
+
+
+#: :func:`multiplicities` compares rows with each query directly up to this many queries (no sort of the data).
+_FEW_QUERIES = 32
 
 
 def multiplicities(data, queries) -> np.ndarray:
@@ -457,9 +797,11 @@ def multiplicities(data, queries) -> np.ndarray:
     Notes
     -----
     Exact value equality (``-0.0 == 0.0``), computed by sorting the rows'
-    byte keys once (``O(n log n)``) and binary-searching each query; no
-    distances are involved, so values closer than float underflow are not
-    confused.
+    byte keys once (``O(n log n)``) and binary-searching each query, or, for
+    at most :data:`_FEW_QUERIES` queries (a chunk of a table against a few
+    query points), by comparing every row with each query (``O(q n d)``,
+    no sort); no distances are involved, so values closer than float
+    underflow are not confused.
     """
     D = _as_matrix(data, "data")
     Q = _as_matrix(queries, "queries", ncols=D.shape[1])
@@ -467,6 +809,8 @@ def multiplicities(data, queries) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     if D.shape[0] == 0:
         return np.zeros(Q.shape[0], dtype=np.int64)
+    if Q.shape[0] <= _FEW_QUERIES:
+        return np.array([np.count_nonzero(np.all(D == q, axis=1)) for q in Q], dtype=np.int64)
     vt = np.dtype((np.void, D.dtype.itemsize * D.shape[1]))
     keys = D.view(vt).ravel()
     qkeys = Q.view(vt).ravel()

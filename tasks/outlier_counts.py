@@ -20,7 +20,7 @@ from .common import NOISE_RETRIES, flow_run_id, private_task
 
 @private_task(name="outlier-counts-plan")
 def outlier_counts_plan_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> OutlierCountsPlan:
-    """Validate parameters and load the bound-scaled attributes (no charge)."""
+    """Validate parameters and aggregate each candidate subspace into distinct points in the warehouse (no charge)."""
     plan = plan_outlier_counts(spec, settings, ingested)
     get_run_logger().info("outlier counts: %d candidate subspaces", len(plan.candidates))
     return plan
@@ -36,7 +36,8 @@ def outlier_counts_stored_task(
 
 @private_task(name="subspace-utility", worker_safe=True)
 def subspace_utility_task(plan: OutlierCountsPlan, subspace: tuple[int, ...]) -> float:
-    """One candidate's outlier count over GS_up (exact, internal); runs on a Dask worker when configured."""
+    """One candidate's outlier count over GS_up from its distinct points (exact, internal); runs on a Dask worker
+    when configured."""
     return subspace_utility(plan, subspace)
 
 

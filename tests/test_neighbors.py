@@ -49,10 +49,12 @@ def test_saturating_counts_equal_min_of_exact(cap):
     dense = rng.normal(scale=0.3, size=(2500, 3))
     sparse = rng.uniform(5, 40, size=(60, 3))
     data = np.vstack([dense, sparse, sparse[:10]])
-    queries = np.vstack([data[::7], rng.uniform(-3, 45, size=(100, 3))])
+    # more queries than pivots (2048), so the pivot shortcut runs; fewer queries skip it
+    queries = np.vstack([data, rng.uniform(-3, 45, size=(100, 3))])
     want = brute_counts(data, queries, 1.0)
     got = ball_counts(data, queries, 1.0, cap=cap)
     np.testing.assert_array_equal(got, np.minimum(want, cap))
+    np.testing.assert_array_equal(ball_counts(data, queries[::50], 1.0, cap=cap), np.minimum(want[::50], cap))
 
 
 @settings(max_examples=40, deadline=None)

@@ -249,10 +249,12 @@ def test_release_counts_degrees_once(monkeypatch):
     monkeypatch.setattr(oc, "ball_counts", spy)
     m = OutlierCountMechanism(3, 0.6, 0.5, 0.01)
     m.release(X, NoiseSource(seed=1))
-    over_data = [c for c in calls if c[0] == len(X) and c[2] == 0.6]
-    # one pass over all records; later extensions (larger t) re-count only saturated records
-    assert [c[1] for c in over_data].count(len(X)) == 1
-    assert all(c[1] < len(X) for c in over_data[1:])
+    n_points = len(np.unique(X, axis=0))  # counts run over the distinct points (five rows are duplicates)
+    assert n_points == len(X) - 5
+    over_data = [c for c in calls if c[0] == n_points and c[2] == 0.6]
+    # one pass over all points; later extensions (larger t) re-count only saturated points
+    assert [c[1] for c in over_data].count(n_points) == 1
+    assert all(c[1] < n_points for c in over_data[1:])
 
 
 # -- mechanism API ----------------------------------------------------------------

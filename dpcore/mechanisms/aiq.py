@@ -51,7 +51,8 @@ import numpy as np
 
 from ..budget import PrivacyCost, exact
 from .params import real_between
-from ..neighbors import ball_counts, multiplicities, pairwise_ball_max
+from ..chunks import serial_map
+from ..neighbors import ArrayChunks, chunked_ball_counts, pairwise_ball_max
 from ..noise import NoiseSource
 
 __all__ = ["AnomalyIdentification", "ExpErrorProbability", "exp_neg_bounds"]
@@ -255,6 +256,13 @@ def _logistic_bernoulli(noise: NoiseSource, c: Fraction) -> bool:
             return False
         if noise.bernoulli_exp_neg(c):
             return True
+
+
+def _chunk_source(data):
+    """``data`` as a chunk source: a chunk source as is, an array as one chunk (:class:`ArrayChunks`)."""
+    if hasattr(data, "n_chunks") and hasattr(data, "chunk"):
+        return data
+    return ArrayChunks.of(data)
 
 
 def _as_int_array(v, name: str) -> np.ndarray:
@@ -595,30 +603,56 @@ class AnomalyIdentification:
 
     # -- end to end ----------------------------------------------------------
 
-    def counts(self, data, queries, *, query_multiplicity=None, saturate: bool = True):
+    def counts(self, data, queries, *, query_multiplicity=None, saturate: bool = True, mapper=serial_map):
         """Ball counts and multiplicities for query points (internal values).
 
         Parameters
         ----------
-        data : array_like, shape (n, d)
-            Records, already scaled by public bounds.
+        data : array_like, shape (n, d), or a chunk source
+            Records, already scaled by public bounds; or a chunk source
+            (``n_chunks``, ``chunk(i)``: e.g. the warehouse's
+            :class:`dpcore.steps.aiq.ScaledPartitions`), read one chunk at a
+            time.  An array is the one-chunk case
+            (:class:`dpcore.neighbors.ArrayChunks`).
         queries : array_like, shape (q, d)
             Query points (records or arbitrary points).
         query_multiplicity : array_like of int or None
             ``x_i`` if the caller knows it; else computed by exact equality.
         saturate : bool, default True
             Return saturated counts capped at :meth:`saturation_cap`.
+        mapper : callable
+            Runs the per-chunk work (:func:`dpcore.neighbors.chunked_ball_counts`).
 
         Returns
         -------
         (b, xi, cap) : (ndarray, ndarray, int or None)
+            ``B_x(i, r)`` (Section 2; saturated at ``cap``) and ``x_i``: sums
+            over the chunks, the same numbers as over the whole table.
             Non-private; keep them internal (DESIGN.md rule 6).
         """
         self.validate()
         cap = self.saturation_cap() if saturate else None
-        b = ball_counts(data, queries, float(self.r), cap=cap)
-        xi = multiplicities(data, queries) if query_multiplicity is None else _as_int_array(query_multiplicity, "query_multiplicity")
+        b, xi = chunked_ball_counts(_chunk_source(data), queries, float(self.r), cap=cap, mapper=mapper)
+        if query_multiplicity is not None:
+            xi = _as_int_array(query_multiplicity, "query_multiplicity")
         return b, xi, cap
+
+    def exact_count(self, data, query, *, mapper=serial_map) -> int:
+        """The exact (unsaturated) ``B_x(i, r)`` of one query point (for :meth:`answer`'s saturated queries).
+
+        Parameters
+        ----------
+        data : array_like or a chunk source
+            As for :meth:`counts`.
+        query : array_like, shape (d,) or (1, d)
+
+        Returns
+        -------
+        int
+            Internal only.
+        """
+        q = np.asarray(query, dtype=np.float64).reshape(1, -1)
+        return int(chunked_ball_counts(_chunk_source(data), q, float(self.r), mapper=mapper)[0][0])
 
     def record_query_counts(self, data, data_ids, query_ids, *, saturate: bool = True):
         """Ball counts and multiplicities for queries by record id (internal values).
@@ -672,8 +706,7 @@ class AnomalyIdentification:
         b = np.zeros(len(pos), dtype=np.int64)
         xi = np.zeros(len(pos), dtype=np.int64)
         if present.any():
-            b[present] = ball_counts(D, queries[present], float(self.r), cap=cap)
-            xi[present] = multiplicities(D, queries[present])
+            b[present], xi[present], _ = self.counts(D, queries[present], saturate=saturate)
         return b, xi, present, cap, queries
 
     def run(self, data, queries, noise: NoiseSource, *, query_multiplicity=None) -> np.ndarray:
@@ -690,7 +723,7 @@ class AnomalyIdentification:
             Q = Q.reshape(-1, 1)
 
         def exact_count(j: int) -> int:
-            return int(ball_counts(data, Q[j : j + 1], float(self.r))[0])
+            return self.exact_count(data, Q[j])
 
         return self.answer(b, xi, noise, cap=cap, exact_count=exact_count)
 

@@ -264,6 +264,18 @@ proof needs.  Since ``U(0) >= 1``, terms with ``e^{-t beta} G <= 1`` never
 matter, so at most ``ceil(ln G / beta)`` steps are needed and degrees are only
 counted up to ``k + that`` (saturating counts).
 
+*Memory (issue 21).*  Every count runs on the distinct points weighted by
+their multiplicities (:class:`dpcore.neighbors.PointMultiset`; an array of
+records is aggregated first, the pipeline aggregates in the warehouse): a
+record's degree is the number of copies of the points within ``r`` of its
+point minus one, the same for every copy; the histograms of degrees and the
+sizes ``|P|`` add multiplicities; only the records of the points whose degree
+is near ``k`` are expanded, for Algorithm 1, and only when ``|P|`` is below
+the public bound ``K_d (D_t + 1) + L``.  Memory and time grow with the
+distinct points, not with the records, and every quantity equals the
+row-by-row computation (``tests/test_neighbours_bounded.py`` keeps that
+algorithm as its oracle).
+
 *Cost (the scale path).*  Degrees are counted once, saturated at ``k + 1``
 (exact for every record of degree ``<= k + 1``: all that ``t = 0, 1`` and
 ``q_count`` need); a later ``t`` that needs more re-counts only the saturated
@@ -309,7 +321,7 @@ from scipy.spatial import cKDTree
 from ..accuracy import discrete_laplace_half_width, gaussian_half_width, student_t2_half_width
 from ..budget import PrivacyCost
 from .params import real_between
-from ..neighbors import _as_matrix, ball_counts
+from ..neighbors import PointMultiset, _as_matrix, ball_counts
 from ..noise import NoiseSource, conservative_scale, lower_float, student_t2_shift_scale, upper_float
 from .kissing import KISSING_NUMBER_BOUNDS, kissing_lower, kissing_upper
 from .smooth_cdp_params import CDP_FAMILIES, SmoothCDPParameters
@@ -384,6 +396,33 @@ def _as_points(XS, name: str = "XS") -> np.ndarray:
     for the data checks of seeds 001 and 002).
     """
     return _as_matrix(XS, name, min_cols=1)
+
+
+def _multiset(XS, name: str = "XS") -> PointMultiset:
+    """``XS`` as distinct points with multiplicities (:class:`dpcore.neighbors.PointMultiset`).
+
+    An array of records is aggregated (records with the same coordinates have
+    the same degree); a :class:`PointMultiset` (e.g. aggregated in the
+    warehouse) is used as it is.  Every count below runs on this form, so the
+    in-memory array and the warehouse aggregate give the same numbers.
+    """
+    if isinstance(XS, PointMultiset):
+        if XS.points.ndim != 2 or XS.points.shape[1] < 1:
+            raise ValueError(f"{name} must have d >= 1 columns")
+        return XS
+    return PointMultiset.of_rows(_as_points(XS, name), name)
+
+
+def _dimension(XS) -> int:
+    """Number of coordinates ``d = |S|`` of records given as an array or a :class:`PointMultiset`."""
+    return XS.d if isinstance(XS, PointMultiset) else _as_points(XS).shape[1]
+
+
+def _point_degrees(ms: PointMultiset, r: float, cap: int | None = None) -> np.ndarray:
+    """``deg`` (eq. 19) of each distinct point's records: copies within ``r``, minus the record itself."""
+    if cap is None:
+        return ball_counts(ms.points, ms.points, r, weights=ms.weights) - 1
+    return ball_counts(ms.points, ms.points, r, weights=ms.weights, cap=int(cap) + 1) - 1
 
 
 def _check_k(k) -> int:
@@ -495,8 +534,9 @@ def neighbour_counts(XS, r, cap: int | None = None) -> np.ndarray:
 
     Parameters
     ----------
-    XS : array_like, shape (N, d)
-        Records in subspace coordinates (:func:`subspace_view`).
+    XS : array_like, shape (N, d), or PointMultiset
+        Records in subspace coordinates (:func:`subspace_view`), or their
+        distinct points with multiplicities.
     r : float
         Radius ``> 0`` (closed ball).
     cap : int or None
@@ -506,16 +546,24 @@ def neighbour_counts(XS, r, cap: int | None = None) -> np.ndarray:
     Returns
     -------
     numpy.ndarray
-        int64, shape ``(N,)``.  The record itself is excluded; duplicates of it
-        are other records and count.
+        int64, shape ``(N,)`` (one per record; for a PointMultiset one per
+        distinct point, the degree of each of its records).  The record itself
+        is excluded; duplicates of it are other records and count.
+
+    Notes
+    -----
+    Counted over the distinct points weighted by multiplicity
+    (:func:`dpcore.neighbors.ball_counts` with ``weights``): memory and time
+    grow with the distinct points, not with the records.
     """
-    P = _as_points(XS)
     r = _check_r(r)
     if cap is not None:
         if isinstance(cap, bool) or not isinstance(cap, numbers.Integral) or cap < 0:
             raise ValueError(f"cap must be None or an int >= 0, got {cap!r}")
-        return ball_counts(P, P, r, cap=int(cap) + 1) - 1
-    return ball_counts(P, P, r) - 1
+    if isinstance(XS, PointMultiset):
+        return _point_degrees(_multiset(XS), r, cap)
+    ms, inverse = PointMultiset.of_rows(_as_points(XS), "XS", return_inverse=True)
+    return _point_degrees(ms, r, cap)[inverse]
 
 
 def count_outliers(XS, k, r) -> int:
@@ -523,8 +571,9 @@ def count_outliers(XS, k, r) -> int:
 
     Parameters
     ----------
-    XS : array_like, shape (N, d)
-        Records in subspace coordinates.
+    XS : array_like, shape (N, d), or PointMultiset
+        Records in subspace coordinates, or their distinct points with
+        multiplicities.
     k : int
         ``>= 1``.
     r : float
@@ -533,10 +582,14 @@ def count_outliers(XS, k, r) -> int:
     Returns
     -------
     int
-        ``|O_S(X, k, r)|`` (Definition 8).  Exact; never release it raw.
+        ``|O_S(X, k, r)|`` (Definition 8): the multiplicities of the points
+        whose records have fewer than ``k`` neighbours.  Exact; never release
+        it raw.
     """
     k = _check_k(k)
-    return int(np.count_nonzero(neighbour_counts(XS, r, cap=k) < k))
+    ms = _multiset(XS)
+    deg = _point_degrees(ms, _check_r(r), k)
+    return int(ms.weights[deg < k].sum())
 
 
 # ---------------------------------------------------------------------------
@@ -1054,51 +1107,70 @@ class OutlierCountMechanism:
             The public bound; **not** ``min(N, .)``: the number of validated
             records is private (issue 15, hole 7).
         """
-        d = int(XS) if isinstance(XS, numbers.Integral) else _as_points(XS).shape[1]
+        d = int(XS) if isinstance(XS, numbers.Integral) else _dimension(XS)
         return public_global_sensitivity(d, int(self.k))
 
     # -- smooth sensitivity ---------------------------------------------------
 
-    def _degrees(self, P: np.ndarray, need: int, prev: tuple[np.ndarray, int] | None = None) -> tuple[np.ndarray, int]:
-        """Degrees exact up to at least ``need`` (saturating counts above).
+    def _degrees(self, ms: PointMultiset, need: int,
+                 prev: tuple[np.ndarray, int] | None = None) -> tuple[np.ndarray, int]:
+        """Degrees of each distinct point's records, exact up to at least ``need`` (saturating above).
 
         Parameters
         ----------
-        P : numpy.ndarray, shape (N, d)
+        ms : PointMultiset
+            Distinct points and multiplicities (``N = ms.n`` records).
         need : int
         prev : (deg, exact_max) or None
-            Degrees already counted; only the records whose degree was
+            Degrees already counted; only the points whose degree was
             saturated (``> exact_max``) are counted again.
 
         Returns
         -------
         (numpy.ndarray, int)
-            ``(deg, exact_max)``: ``deg[i]`` is exact when ``<= exact_max``; a
-            larger stored value means "at least that".
+            ``(deg, exact_max)``, one degree per distinct point: ``deg[i]`` is
+            exact when ``<= exact_max``; a larger stored value means "at least
+            that".
         """
-        N = P.shape[0]
+        N = ms.n
         cap, exact_max = (None, N - 1) if need >= N - 2 else (need + 2, need)  # +1: the record itself
         if prev is None:
-            return ball_counts(P, P, float(self.r), cap=cap) - 1, exact_max
+            return ball_counts(ms.points, ms.points, float(self.r), cap=cap, weights=ms.weights) - 1, exact_max
         deg, old_max = prev
         deg = deg.copy()
         redo = np.flatnonzero(deg > old_max)
         if redo.size:
-            deg[redo] = ball_counts(P, P[redo], float(self.r), cap=cap) - 1
+            deg[redo] = ball_counts(ms.points, ms.points[redo], float(self.r), cap=cap, weights=ms.weights) - 1
         return deg, exact_max
-    def _f(self, P: np.ndarray, Kcap: int) -> tuple[int, int]:
-        """(f_t(P), g_L(P)) with f_t = min(g_L, Kcap); g_L only as needed."""
-        m = P.shape[0]
+
+    def _f(self, ms: PointMultiset, idx: np.ndarray, Kcap: int) -> tuple[int, int]:
+        """(f_t(P), g_L(P)) with f_t = min(g_L, Kcap) for the records ``P`` of the points ``idx``; g_L only as needed.
+
+        ``|P|`` is the sum of the multiplicities; the records are expanded
+        (each point repeated by its multiplicity) only when Algorithm 1 runs,
+        i.e. when ``|P| < Kcap + L``, a bound from public parameters.
+        """
+        m = int(ms.weights[idx].sum())
         L = int(self.size_limit)
         if m == 0:
             return 0, 0
         if m - L >= Kcap:
             return Kcap, m  # g_L >= m - L >= Kcap; m is an upper bound on g_L for the anchors
-        g = relaxed_enclosable_bound(P, self.r, L, node_limit=int(self.node_limit))
+        g = relaxed_enclosable_bound(ms.expand(idx), self.r, L, node_limit=int(self.node_limit))
         return min(g, Kcap), g
 
     def _terms(self, XS, full: bool = False):
         """Algorithm 2 with Propositions 1-2.
+
+        Parameters
+        ----------
+        XS : array_like, shape (N, d), or PointMultiset
+            Records in subspace coordinates, or their distinct points with
+            multiplicities (the same result: degrees, histograms and set
+            sizes weight each point by its multiplicity; the records of the
+            few points whose degree is near ``k`` are expanded for Algorithm 1).
+        full : bool
+            Evaluate every term ``U(t)`` (no Proposition 2 stop; tests).
 
         Returns
         -------
@@ -1108,8 +1180,9 @@ class OutlierCountMechanism:
             per release).
         """
         self.validate()
-        P = _as_points(XS)
-        N, d = P.shape
+        ms = _multiset(XS)
+        N, d = ms.n, ms.d
+        w = ms.weights
         k = int(self.k)
         if N == 0:
             return 0.0, 0, {}, 0
@@ -1125,7 +1198,8 @@ class OutlierCountMechanism:
 
         def sizes(deg: np.ndarray, exact_max: int):
             top = exact_max + 1
-            hist = np.bincount(np.minimum(deg, top), minlength=top + 1)
+            hist = np.zeros(top + 1, dtype=np.int64)
+            np.add.at(hist, np.minimum(deg, top), w)
             csum = np.concatenate([[0], np.cumsum(hist)])  # csum[j] = #{deg < j}, deg>=top lumped
 
             def size(lo: int, hi: int) -> int:
@@ -1140,8 +1214,8 @@ class OutlierCountMechanism:
 
         # lazily counted degrees: exact up to k + 1 (all that t = 0, 1 need); extended, for the
         # saturated records only, when a larger t is evaluated
-        deg, exact_max = self._degrees(P, k + 1)
-        q_count = int(np.count_nonzero(deg < k))  # deg < k <= exact_max: exact
+        deg, exact_max = self._degrees(ms, k + 1)
+        q_count = int(w[deg < k].sum())  # deg < k <= exact_max: exact
         size_hi, size_lo = sizes(deg, exact_max)
         anc_hi = anc_lo = None  # Proposition 1 anchors (t0, upper bound on g_L(P(t0)))
         S_max = 0.0
@@ -1161,14 +1235,14 @@ class OutlierCountMechanism:
             if not full and t > 0 and ub[0] <= S_max:  # this term cannot raise the max
                 continue
             if k + t > exact_max:
-                deg, exact_max = self._degrees(P, max(2 * (k + t), k + 16), prev=(deg, exact_max))
+                deg, exact_max = self._degrees(ms, max(2 * (k + t), k + 16), prev=(deg, exact_max))
                 new_hi, new_lo = sizes(deg, exact_max)
                 # anchors need the exact sizes at t0 (<= old exact range: unchanged)
                 size_hi, size_lo = new_hi, new_lo
             idx_hi = np.flatnonzero((deg >= k - t) & (deg <= k + t))
             idx_lo = np.flatnonzero((deg >= k - 1 - t) & (deg <= k - 1 + t))
-            f_hi, g_hi = self._f(P[idx_hi], int(kc_hi[t]))
-            f_lo, g_lo = self._f(P[idx_lo], int(kc_lo[t]))
+            f_hi, g_hi = self._f(ms, idx_hi, int(kc_hi[t]))
+            f_lo, g_lo = self._f(ms, idx_lo, int(kc_lo[t]))
             anc_hi, anc_lo = (t, g_hi), (t, g_lo)
             U = int(min(G, max(f_hi, f_lo) + t + 1))
             evaluated[t] = U
@@ -1184,7 +1258,7 @@ class OutlierCountMechanism:
 
         Parameters
         ----------
-        XS : array_like, shape (N, d)
+        XS : array_like, shape (N, d), or PointMultiset
 
         Returns
         -------
@@ -1194,15 +1268,15 @@ class OutlierCountMechanism:
             ``size_limit`` points.
         """
         self.validate()
-        P = _as_points(XS)
-        if P.shape[0] == 0:
+        ms = _multiset(XS)
+        if ms.n == 0:
             return 0
         k = int(self.k)
-        deg = neighbour_counts(P, self.r, cap=k + 1)
-        G = self.global_sensitivity_upper(P)  # noqa: N806  (public, no N)
-        K = kissing_upper(P.shape[1])
-        f_hi, _ = self._f(P[deg == k], K * (k + 1))
-        f_lo, _ = self._f(P[deg == k - 1], K * k)
+        deg = _point_degrees(ms, float(self.r), k + 1)
+        G = self.global_sensitivity_upper(ms.d)  # noqa: N806  (public, no N)
+        K = kissing_upper(ms.d)
+        f_hi, _ = self._f(ms, np.flatnonzero(deg == k), K * (k + 1))
+        f_lo, _ = self._f(ms, np.flatnonzero(deg == k - 1), K * k)
         return int(min(G, max(f_hi, f_lo) + 1))
 
     def smooth_sensitivity(self, XS) -> float:
@@ -1210,7 +1284,7 @@ class OutlierCountMechanism:
 
         Parameters
         ----------
-        XS : array_like, shape (N, d)
+        XS : array_like, shape (N, d), or PointMultiset
 
         Returns
         -------
@@ -1247,7 +1321,7 @@ class OutlierCountMechanism:
             ``nu = 2``), data-dependent: internal only.
         """
         self.validate()
-        d = _as_points(XS).shape[1]
+        d = _dimension(XS)
         if self.method == "global":
             return self.global_sigma(d)
         if self.method == "global_laplace":
@@ -1437,7 +1511,7 @@ class OutlierCountMechanism:
 
         Parameters
         ----------
-        XS : array_like, shape (N, d)
+        XS : array_like, shape (N, d), or PointMultiset
             Records in subspace coordinates.
         noise : NoiseSource
             The project's noise source (DESIGN.md rule 3).
@@ -1475,10 +1549,10 @@ class OutlierCountMechanism:
         """
         self.validate()
         if self.method == "global_laplace":
-            P = _as_points(XS)
-            q = count_outliers(P, self.k, self.r)
-            noisy = int(noise.discrete_laplace(np.int64(q), self.laplace_scale(P.shape[1])))
-            return float(noisy), int(q), self.laplace_sd(P.shape[1])
+            d = _dimension(XS)
+            q = count_outliers(XS, self.k, self.r)
+            noisy = int(noise.discrete_laplace(np.int64(q), self.laplace_scale(d)))
+            return float(noisy), int(q), self.laplace_sd(d)
         if self.method == "smooth_student_t":  # one degree pass, exact scale S(X) / s, exact T_2 integer
             S, _, _, q = self._terms(XS)
             c = self.student_t_scale(S)

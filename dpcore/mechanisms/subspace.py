@@ -51,6 +51,7 @@ import numpy as np
 from ..budget import PrivacyCost, exact
 from .params import real_between
 from ..noise import NoiseSource
+from ..neighbors import PointMultiset
 from .outlier_count import _as_points, _check_k, _check_r, count_outliers, public_global_sensitivity, subspace_view
 
 __all__ = ["candidate_subspaces", "TopSubspaceSelection"]
@@ -102,7 +103,14 @@ class TopSubspaceSelection:
 
     Notes
     -----
-    * Input: ``X`` of shape ``(N, D)`` scaled to [0, 1] by public bounds.
+    * Input: ``X`` of shape ``(N, D)`` scaled to [0, 1] by public bounds, or
+      the bounded-memory form: a dict mapping each candidate subspace (the
+      tuple as in ``candidates``) to the
+      :class:`~dpcore.neighbors.PointMultiset` of the records in that
+      subspace's coordinates (:func:`~dpcore.mechanisms.outlier_count.subspace_view`
+      of ``X``, aggregated: e.g. by ``GROUP BY`` in the warehouse).  Both give
+      the same utilities; the dict holds only the distinct points of each
+      candidate subspace, never the rows.
     * Output: an ordered list of ``h`` distinct candidate subspaces.
     * Neighbour relation: one record replaced, added or removed (module
       docstring; charged as ``neighbour = "replace-one"``); notion ``dp``;
@@ -172,7 +180,16 @@ class TopSubspaceSelection:
         self.validate()
         return PrivacyCost(self.epsilon, 0)
 
-    def _check_X(self, X) -> np.ndarray:
+    def _check_X(self, X):
+        if isinstance(X, dict):
+            for c in self.candidates:
+                ms = X.get(tuple(int(i) for i in c))
+                if not isinstance(ms, PointMultiset) or ms.d != len(c):
+                    raise ValueError(
+                        f"X has no PointMultiset with {len(c)} columns for candidate subspace {tuple(c)}; give one "
+                        "per candidate (its records in subspace coordinates)"
+                    )
+            return X
         A = _as_points(X, "X")
         top = max(max(c) for c in self.candidates)
         if top >= A.shape[1]:
@@ -184,7 +201,8 @@ class TopSubspaceSelection:
 
         Parameters
         ----------
-        X : array_like, shape (N, D)
+        X : array_like, shape (N, D), or dict of PointMultiset
+            The records, or each candidate's distinct points (class Notes).
 
         Returns
         -------
@@ -197,16 +215,18 @@ class TopSubspaceSelection:
         A = self._check_X(X)
         return np.array([self._utility(A, S) for S in self.candidates], dtype=np.float64)
 
-    def _utility(self, A: np.ndarray, S: tuple[int, ...]) -> float:
+    def _utility(self, A, S: tuple[int, ...]) -> float:
         gs_up = public_global_sensitivity(len(S), int(self.k))  # public: never min(N, .)
-        return float(count_outliers(subspace_view(A, S), self.k, self.r) / gs_up)
+        XS = A[tuple(int(i) for i in S)] if isinstance(A, dict) else subspace_view(A, S)
+        return float(count_outliers(XS, self.k, self.r) / gs_up)
 
     def utility_of(self, X, subspace: tuple[int, ...]) -> float:
         """``u(X, S)`` of one candidate (eq. 51): the unit a scale-out runner maps over.
 
         Parameters
         ----------
-        X : array_like, shape (N, D)
+        X : array_like, shape (N, D), or dict of PointMultiset
+            The records, or each candidate's distinct points (class Notes).
         subspace : tuple of int
             One of ``candidates``.
 
@@ -231,7 +251,8 @@ class TopSubspaceSelection:
 
         Parameters
         ----------
-        X : array_like, shape (N, D)
+        X : array_like, shape (N, D), or dict of PointMultiset
+            The records, or each candidate's distinct points (class Notes).
         noise : NoiseSource
         utilities : array_like, optional
             :meth:`utilities` of ``X`` computed elsewhere (e.g. one mapped
@@ -272,7 +293,8 @@ class TopSubspaceSelection:
 
         Parameters
         ----------
-        X : array_like, shape (N, D)
+        X : array_like, shape (N, D), or dict of PointMultiset
+            The records, or each candidate's distinct points (class Notes).
         max_outcomes : int
             Refuse instances with more ordered tuples than this.
 

@@ -26,11 +26,23 @@ Conventions
   parallel-composition count of Claim 5 is not computed from them. Explicit
   public points may use Claim 5 (``m * epsilon``, m from their public
   positions). The batch's total is one ledger charge.
+* Memory (issue 21): the table is never loaded whole. The queried records'
+  own values come from a SQL lookup of their ids; the attributes are exported
+  once to private Parquet partitions (:func:`dpcore.partitions.exported`) and
+  each chunk, scaled by the public bounds as every row is, adds its ball
+  counts and multiplicities of the query points
+  (:func:`dpcore.neighbors.chunked_ball_counts`): one chunk and its KD-tree in
+  memory at a time, chunk size from ``DPR_MEMORY_LIMIT``
+  (:meth:`dpcore.chunks.MemoryBudget.chunk_rows`, public). The counts are
+  those of the whole table (tested with chunks of 1, a prime number and all
+  rows).
 """
 from __future__ import annotations
 
 import json
-from typing import Any
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -40,14 +52,16 @@ from ..budget import PrivacyCost
 from ..bundle import StepOutput
 from ..ingest import IngestResult
 from ..mechanisms.aiq import AnomalyIdentification
-from ..neighbors import ball_counts, scale_by_bounds
+from ..chunks import serial_map
+from ..neighbors import scale_by_bounds
+from ..partitions import Partitions, exported
 from ..quoting import md_cell
 from ..settings import Settings
 from ..spec import AiqSpec, ReleaseSpec
 from .detect import DETECTOR_CHOICE_NOT_PROTECTED, flagged_records
 from .common import (
-    PlannedCharge, StepInputError, charge_request, check_record_ids, load_columns, noise_source, open_stores,
-    require_public_completeness,
+    PlannedCharge, StepInputError, charge_request, check_record_ids, noise_source, open_stores,
+    require_public_completeness, validated_table,
 )
 
 
@@ -129,6 +143,95 @@ def aiq_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
     return [PlannedCharge.of("aiq", mech, aiq_cost(spec, mech), match)]
 
 
+def _bytes_per_row(n_attrs: int) -> int:
+    """Bytes one row of a chunk costs while it is counted (measured: about 16 float64 copies per attribute).
+
+    The Arrow table and its pandas copy, the float64 array, the scaling's
+    temporaries and result, the counting's normalised copy and the KD-tree's
+    own copy, the equality masks, plus the tree's index and nodes (64 bytes).
+    """
+    return 16 * 8 * n_attrs + 64
+
+
+@dataclass(frozen=True)
+class ScaledPartitions:
+    """A chunk source over exported partitions: chunk ``i`` read and scaled by the public bounds.
+
+    Picklable (a Dask mapper sends it to workers, which read the private
+    Parquet file without the warehouse). The scaling is
+    :func:`~dpcore.neighbors.scale_by_bounds` on each chunk's rows: the same
+    elementwise float64 operations as on the whole table.
+    """
+
+    parts: Partitions
+    columns: tuple[str, ...]
+    lows: np.ndarray
+    highs: np.ndarray
+
+    @property
+    def n_chunks(self) -> int:
+        """int: number of chunks."""
+        return self.parts.n_chunks
+
+    def chunk(self, i: int) -> np.ndarray:
+        """Chunk ``i``'s attributes scaled by the public bounds, float64 ``(rows, d)``."""
+        cols = list(self.columns)
+        return scale_by_bounds(self.parts.read(i, cols)[cols].to_numpy(dtype=float).reshape(-1, len(cols)),
+                               self.lows, self.highs)
+
+
+def chunk_rows(wh, n_attrs: int) -> int:
+    """Rows per chunk: from the memory cap and the number of attributes only (public, never the data)."""
+    return wh.memory.chunk_rows(_bytes_per_row(n_attrs))
+
+
+@contextmanager
+def scaled_chunks(wh, spec: ReleaseSpec, ingested: IngestResult, attrs: list[str], lows, highs,
+                  rows: int | None = None) -> Iterator[ScaledPartitions]:
+    """The validated table's ``attrs`` exported to private partitions, as a scaled chunk source (removed on exit)."""
+    cols = ", ".join(f'"{a}"' for a in attrs)
+    rows = chunk_rows(wh, len(attrs)) if rows is None else int(rows)
+    with exported(wh, f"SELECT {cols} FROM {validated_table(spec, ingested)}", rows=rows) as parts:
+        yield ScaledPartitions(parts, tuple(attrs), np.asarray(lows, float), np.asarray(highs, float))
+
+
+def record_points(wh, spec: ReleaseSpec, ingested: IngestResult, attrs: list[str], record_ids: list[str],
+                  lows, highs) -> tuple[np.ndarray, np.ndarray]:
+    """The queried records' own values (a SQL lookup of their ids), scaled by the public bounds.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        The query points (zeros for an id not in the validated table, never
+        used) and which ids are present. Internal only: whether an id is
+        present is private (DESIGN.md rule 8), the values too.
+
+    Raises
+    ------
+    RuntimeError
+        The validated table holds an id twice (validation quarantines every
+        row of a repeated id, so this means the warehouse was altered); the
+        message names the column only.
+    """
+    queries = np.zeros((len(record_ids), len(attrs)), dtype=np.float64)
+    present = np.zeros(len(record_ids), dtype=bool)
+    if not record_ids:
+        return queries, present
+    rid = spec.dataset.record_id
+    cols = ", ".join(f'"{a}"' for a in attrs)
+    df = wh.query_df(
+        f'SELECT "{rid}" AS _dpr_id, {cols} FROM {validated_table(spec, ingested)} '
+        f'WHERE "{rid}" IN (SELECT unnest(?::VARCHAR[]))', [list(record_ids)])
+    if df["_dpr_id"].duplicated().any():
+        raise RuntimeError(f"the validated table repeats a value of the record id column '{rid}'; re-run validation")
+    pos = np.asarray(pd.Index(df["_dpr_id"].astype(str)).get_indexer(list(record_ids)), dtype=np.int64)
+    present = pos >= 0
+    if present.any():
+        vals = df[attrs].to_numpy(dtype=float).reshape(-1, len(attrs))
+        queries[present] = scale_by_bounds(vals[pos[present]], lows, highs)
+    return queries, present
+
+
 def _store_diagnostics(wh, diag: pd.DataFrame) -> None:
     """Ball counts and multiplicities (non-private) go to ``internal`` only."""
 
@@ -144,7 +247,8 @@ def _store_diagnostics(wh, diag: pd.DataFrame) -> None:
 
 
 def aiq_step(
-    spec: ReleaseSpec, settings: Settings, ingested: IngestResult, flow_run_id: str | None = None
+    spec: ReleaseSpec, settings: Settings, ingested: IngestResult, flow_run_id: str | None = None,
+    mapper=serial_map,
 ) -> StepOutput:
     """Answer the spec's AIQ batch (``steps.aiq``) with one ledger charge.
 
@@ -156,6 +260,10 @@ def aiq_step(
     settings : Settings
     ingested : IngestResult
     flow_run_id : str, optional
+    mapper : callable
+        Runs the per-chunk counting (:func:`dpcore.chunks.serial_map`; a Dask
+        mapper from the flow layer runs it on workers). Noise and the ledger
+        stay in this process.
 
     Returns
     -------
@@ -190,22 +298,22 @@ def aiq_step(
     labels = [f"record:{i}" for i in record_ids] + [f"point:{json.dumps(p, sort_keys=True)}" for p in cfg.points]
 
     def compute() -> dict[str, Any]:
-        df = load_columns(wh, spec, ingested, attrs)
-        data = scale_by_bounds(df[attrs].to_numpy(dtype=float), lows, highs)
-        # record-id queries: absent/quarantined ids get the data-independent input (0, 0), never a refusal
-        b_r, xi_r, present, cap, q_r = mech.record_query_counts(data, df[spec.dataset.record_id], record_ids)
-        q_p = scale_by_bounds(points, lows, highs)
-        if len(q_p):  # saturated at mech.saturation_cap(): exact answers, bounded work
-            b_p, xi_p, _ = mech.counts(data, q_p)
-        else:
-            b_p = xi_p = np.zeros(0, dtype=np.int64)
-        b, xi = np.concatenate([b_r, b_p]), np.concatenate([xi_r, xi_p])
+        # record-id queries: the records' own values by a SQL lookup; absent/quarantined ids get the
+        # data-independent input (0, 0), never a refusal
+        q_r, present = record_points(wh, spec, ingested, attrs, record_ids, lows, highs)
+        q_p = scale_by_bounds(points, lows, highs) if len(points) else np.zeros((0, len(attrs)))
         queries = np.vstack([q_r, q_p])
         live = np.concatenate([present, np.ones(len(q_p), dtype=bool)])
-        answers = mech.answer(
-            b, xi, noise, cap=cap,
-            exact_count=lambda j: int(ball_counts(data, queries[j : j + 1], cfg.r)[0]) if live[j] else 0,
-        )
+        b = np.zeros(len(queries), dtype=np.int64)
+        xi = np.zeros(len(queries), dtype=np.int64)
+        cap = mech.saturation_cap()
+        with scaled_chunks(wh, spec, ingested, attrs, lows, highs) as source:
+            if live.any():  # one pass over the chunks for every query, saturated at cap: exact answers
+                b[live], xi[live], cap = mech.counts(source, queries[live], mapper=mapper)
+            answers = mech.answer(
+                b, xi, noise, cap=cap,
+                exact_count=lambda j: mech.exact_count(source, queries[j], mapper=mapper) if live[j] else 0,
+            )
         _store_diagnostics(wh, pd.DataFrame({"key": req.key, "query": labels, "ball_count": b, "multiplicity": xi}))
         return {"answers": [{"query": q, "anomaly": bool(a)} for q, a in zip(labels, answers)]}
 

@@ -34,6 +34,17 @@ holds for one validated record replaced, added or removed
 that creates or resolves a duplicate record id changes two validated records
 (every row sharing an id is quarantined), and for such pairs only group
 privacy over two steps holds.
+
+Memory (issue 21).  The rows are never loaded: for each candidate subspace the
+warehouse aggregates its attributes (``SELECT cols, count(*) ... GROUP BY
+cols``), the distinct values are scaled by the public bounds in numpy exactly
+as :func:`~dpcore.neighbors.scale_by_bounds` and
+:func:`~dpcore.mechanisms.outlier_count.subspace_view` scale each row (the
+same float64 coordinates, so the same distances), and every count runs on
+those distinct points weighted by their multiplicities
+(:class:`~dpcore.neighbors.PointMultiset`).  Memory grows with the number of
+distinct points of the candidate subspaces, not with the number of rows; the
+released numbers are those of the row-by-row computation (tested).
 """
 from __future__ import annotations
 
@@ -58,11 +69,12 @@ from ..mechanisms.outlier_count import (
     subspace_view,
 )
 from ..mechanisms.subspace import TopSubspaceSelection, candidate_subspaces
-from ..neighbors import scale_by_bounds
+from ..neighbors import PointMultiset, scale_by_bounds
 from ..settings import Settings
 from ..spec import ReleaseSpec
 from .common import (
-    PlannedCharge, StepInputError, charge_request, load_columns, noise_source, open_stores, require_public_completeness,
+    PlannedCharge, StepInputError, charge_request, noise_source, open_stores, require_public_completeness,
+    validated_table,
 )
 
 
@@ -206,16 +218,19 @@ def _split(spec: ReleaseSpec, n_candidates: int) -> BudgetSplit:
 class OutlierCountsPlan:
     """Validated parameters and the bound-scaled data of one outlier-counts step (nothing charged).
 
-    ``X`` and ``select`` are all a worker needs to compute one candidate's
-    utility (:func:`subspace_utility`); the charges stay with
+    ``points`` (per candidate subspace, its distinct points in subspace
+    coordinates with their multiplicities: :func:`subspace_points`) and
+    ``select`` are all a worker needs to compute one candidate's utility
+    (:func:`subspace_utility`); the charges stay with
     :func:`release_outlier_counts` in the flow process. ``counts`` holds the
     count mechanism of every candidate dimension (``auto`` resolved per
     dimension from public parameters); ``split`` the step's epsilons.
+    Internal: exact statistics of the data (never logged or persisted).
     """
 
     attrs: list[str]
     candidates: list[tuple[int, ...]]
-    X: np.ndarray
+    points: dict[tuple[int, ...], PointMultiset]
     select: TopSubspaceSelection
     counts: dict[int, OutlierCountMechanism]
     split: BudgetSplit
@@ -302,9 +317,42 @@ def _checked(spec: ReleaseSpec) -> tuple[list[str], list[tuple[int, ...]], TopSu
     return attrs, cands, select, counts, split
 
 
+def subspace_points(wh, table: str, columns: list[str], lows, highs) -> PointMultiset:
+    """The records of a subspace as distinct points with multiplicities, aggregated in the warehouse.
+
+    ``SELECT columns, count(*) FROM table GROUP BY columns`` (DuckDB, which
+    spills to disk beyond its memory limit), then each distinct row is scaled
+    in numpy by the public bounds and by ``1 / sqrt(|S|)``: the elementwise
+    operations :func:`~dpcore.neighbors.scale_by_bounds` and
+    :func:`~dpcore.mechanisms.outlier_count.subspace_view` apply to every
+    record, so each record's coordinates are bit for bit those of the
+    in-memory path.  Rows that become equal only after scaling are merged.
+
+    Parameters
+    ----------
+    wh : Warehouse
+    table : str
+        Qualified validated table.
+    columns : list of str
+        The subspace's attributes (public schema names).
+    lows, highs : array_like
+        Their public bounds.
+
+    Returns
+    -------
+    PointMultiset
+        Memory: the subspace's distinct points (never the rows). Internal only.
+    """
+    cols = ", ".join(f'"{c}"' for c in columns)
+    df = wh.query_df(f"SELECT {cols}, count(*) AS _dpr_multiplicity FROM {table} GROUP BY {cols}")
+    raw = df[columns].to_numpy(dtype=float).reshape(-1, len(columns))
+    coords = subspace_view(scale_by_bounds(raw, lows, highs), range(len(columns)))
+    return PointMultiset.aggregate(coords, df["_dpr_multiplicity"].to_numpy(dtype=np.int64))
+
+
 def plan_outlier_counts(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> OutlierCountsPlan:
-    """Check ``steps.outlier_counts`` (:func:`check_outlier_counts`) and load the attributes scaled by their
-    public bounds.
+    """Check ``steps.outlier_counts`` (:func:`check_outlier_counts`) and aggregate each candidate subspace's
+    records into distinct points scaled by the public bounds (:func:`subspace_points`).
 
     Raises
     ------
@@ -315,13 +363,17 @@ def plan_outlier_counts(spec: ReleaseSpec, settings: Settings, ingested: IngestR
     lows = np.array([spec.public_schema.numeric[a].min for a in attrs])
     highs = np.array([spec.public_schema.numeric[a].max for a in attrs])
     wh = open_stores(settings).warehouse
-    X = scale_by_bounds(load_columns(wh, spec, ingested, attrs)[attrs].to_numpy(dtype=float), lows, highs)
-    return OutlierCountsPlan(attrs, cands, X, select, counts, split)
+    table = validated_table(spec, ingested)
+    points = {
+        tuple(sub): subspace_points(wh, table, [attrs[i] for i in sub], lows[list(sub)], highs[list(sub)])
+        for sub in cands
+    }
+    return OutlierCountsPlan(attrs, cands, points, select, counts, split)
 
 
 def subspace_utility(plan: OutlierCountsPlan, subspace: tuple[int, ...]) -> float:
     """One candidate's selection utility ``q_count(S) / GS_up(|S|)`` (pure; worker-safe, internal)."""
-    return plan.select.utility_of(plan.X, subspace)
+    return plan.select.utility_of(plan.points, subspace)
 
 
 def outlier_counts_step(
@@ -485,7 +537,7 @@ def release_outlier_counts(
     """
     ci_level = 1 - spec.accuracy_alpha  # the spec's accuracy_alpha (0.05: 95% intervals)
     cfg = spec.steps.outlier_counts
-    attrs, X, select = plan.attrs, plan.X, plan.select
+    attrs, points, select = plan.attrs, plan.points, plan.select
     cands = plan.candidates
     stores = open_stores(settings)
     noise = noise_source()
@@ -493,7 +545,7 @@ def release_outlier_counts(
 
     sel_req = _selection_request(spec, ingested, plan, noise, flow_run_id)
     chosen = stores.ledger.release_once(
-        sel_req, lambda: {"subspaces": [names(s) for s in select.select(X, noise, utilities)]}
+        sel_req, lambda: {"subspaces": [names(s) for s in select.select(points, noise, utilities)]}
     )
     rows, keys, diag, used = [], [chosen.key], [], {}
     for rank, sub_names in enumerate(chosen.payload["subspaces"], start=1):
@@ -504,7 +556,7 @@ def release_outlier_counts(
                              _count_params(spec, plan.attrs, plan.candidates, plan.split, count, sub_names), noise, flow_run_id)
 
         def compute(sub: tuple[int, ...] = sub, count: OutlierCountMechanism = count) -> dict[str, Any]:
-            noisy, true_count, sigma = count.release_with_diagnostics(subspace_view(X, sub), noise)
+            noisy, true_count, sigma = count.release_with_diagnostics(points[sub], noise)
             diag.append({"subspace": " × ".join(names(sub)), "true_count": true_count, "sigma": sigma})
             # clamping at 0 and rounding are post-processing: no extra privacy cost
             if count.integer_output:
