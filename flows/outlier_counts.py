@@ -28,8 +28,9 @@ def run_outlier_counts(spec: ReleaseSpec, settings: Settings, ingested: IngestRe
     """Plan, map the candidates' utilities (one task per subspace), then charge and release.
 
     Only the utility tasks are mapped, so only they reach the flow's task runner
-    (a Dask cluster when configured); they receive the bound-scaled attribute
-    matrix, the selection parameters and one subspace. A re-run whose selection
+    (a Dask cluster when configured); they receive the plan (each candidate
+    subspace's distinct bound-scaled points with their multiplicities), the
+    selection parameters and one subspace. A re-run whose selection
     is stored maps nothing. A progress artifact counts the subspaces done.
     """
     plan = outlier_counts_plan_task(spec, settings, ingested)
