@@ -166,7 +166,8 @@ class Warehouse:
         if rows < 1:
             raise ValueError(f"rows must be >= 1, got {rows}")
         with self._lock, self._connect() as con:
-            reader = con.execute(sql, params or []).to_arrow_reader(int(rows))
+            # a relation (con.sql) streams; con.execute(...).to_arrow_reader would first copy the whole result
+            reader = con.sql(sql, params=params or None).to_arrow_reader(int(rows))
             pending = None
             for batch in reader:
                 # DuckDB may hand out batches shorter than asked for; re-cut them to exactly ``rows``
