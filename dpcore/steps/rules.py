@@ -278,10 +278,10 @@ def mine_rules(
        input order when it has no more (the in-memory search, unchanged), else a
        uniform random sample without replacement of exactly ``sample_rows``
        rows (:func:`sample_positions`, public seed :data:`SAMPLE_SEED`), kept in
-       input order. The sample is not stratified, so the miner's precision,
-       recall and F1 on it are unbiased-ratio estimates of the table's and
-       its ranking estimates the table's ranking; no correction is applied
-       because none is stored:
+       input order. The sample is not stratified (flagged and unflagged rows
+       are drawn alike), so the miner's precision, recall and F1 on it are
+       ratio estimates of the table's, and its ranking estimates the
+       table's; none of these sample figures is stored:
     3. each kept rule's true positives and support are counted over **every**
        validated row in chunks of a public size (:func:`rule_counts`), and its
        precision (tp / support), recall (tp / flagged rows of the table), F1
