@@ -624,6 +624,13 @@ class RulesSpec(_Strict):
     )
     max_depth: int = Field(default=2, ge=1, le=3, description="Depth of the operation trees (1 = single attributes).")
     max_rules: int = Field(default=10, ge=1, le=100, description="Rules kept per template, best F1 first.")
+    sample_rows: int = Field(
+        default=400_000, ge=100, le=10**8,
+        description="Rows the rules are searched on: a table with more validated rows is mined on a uniform "
+        "random sample of this many rows (public seed), and each kept rule's precision, recall, F1 and support "
+        "are then counted exactly over every row, in chunks. Bounds the step's memory; a table of at most this "
+        "many rows is mined whole.",
+    )
 
 
 #: Methods of the ``unattributed`` step (:data:`dpcore.mechanisms.unattributed.METHODS` plus ``auto``;

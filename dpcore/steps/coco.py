@@ -8,7 +8,8 @@ the items (add/remove one flight).
 Public inputs come only from the spec: the groups file maps every group to
 one leaf (so each node's number of groups G_τ is public), the level columns,
 and the maximum group size K (larger groups are clamped, as the report says).
-The private input is the items' group column of the validated table.
+The private input is the items' group column of the validated table, read as
+one SQL aggregate (rows per group, :func:`coco_group_sizes`): no row is loaded.
 
 Ledger: **one charge per measured level**, each made before that level's
 noise is drawn (:meth:`CocoMechanism.measure_level`); the stored payload is
@@ -43,11 +44,12 @@ from ..ingest import IngestResult
 from ..mechanisms.coco.bootstrap import BootstrapError, bootstrap_level_errors
 from ..mechanisms.coco.split import SPLIT_GRID, SPLIT_OBJECTIVE, choose_split
 from ..mechanisms.coco import (CocoMechanism, Hierarchy, NodeChunk, NodeEstimate, coco_histograms, emd, group_counts,
-                               group_sizes_by_leaf)
+                               group_sizes_from_counts)
 from ..plots import coco_plots
 from ..settings import Settings
 from ..spec import ReleaseSpec
-from .common import PlannedCharge, StepInputError, charge_request, load_columns, noise_source, open_stores
+from .common import (PlannedCharge, StepInputError, charge_request, group_item_counts, noise_source, open_stores,
+                     validated_table)
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,36 @@ class CocoMeasured:
                                           chunk_size)
 
 
+def coco_group_sizes(spec: ReleaseSpec, wh, ingested: IngestResult, inputs: CocoInputs) -> dict[str, np.ndarray]:
+    """The true size of every public group per leaf, clamped at ``K``, from one SQL aggregate (no row loaded).
+
+    ``SELECT group, count(*) ... GROUP BY group`` over the validated table
+    (:func:`~dpcore.steps.common.group_item_counts`, shared with the
+    ``unattributed`` step), mapped onto the public groups file in one
+    vectorised lookup (:func:`~dpcore.mechanisms.coco.group_sizes_from_counts`):
+    memory grows with the number of groups, never with rows (issue 21). Rows
+    whose group is null belong to no group; a group of the public file
+    without rows has size 0; a validated value that is not a group of the
+    file raises the same error as :func:`~dpcore.mechanisms.coco.group_sizes_by_leaf`
+    (naming no value). Internal: the sizes stay in the flow process.
+
+    Returns
+    -------
+    dict[str, numpy.ndarray]
+        Leaf id -> int64 sizes of its groups, in the groups file's order.
+
+    Raises
+    ------
+    ValueError
+        A validated value outside the groups file (e.g. a column whose type
+        writes values in another text form than the file's).
+    """
+    cfg = spec.steps.coco
+    counts = group_item_counts(wh, validated_table(spec, ingested), cfg.group_column)
+    return group_sizes_from_counts(counts["g"].to_numpy(dtype=object), counts["n"].to_numpy(dtype=np.int64),
+                                   inputs.group_leaf, cfg.max_group_size)
+
+
 def measure_coco(
     spec: ReleaseSpec, settings: Settings, ingested: IngestResult, flow_run_id: str | None = None,
     progress: Callable[[int, int], None] | None = None,
@@ -232,9 +264,7 @@ def measure_coco(
     h = inputs.hierarchy
     stores = open_stores(settings)
     noise = noise_source()
-    items = load_columns(stores.warehouse, spec, ingested, [cfg.group_column])[cfg.group_column]
-    items = items[items.notna()].astype(str).to_numpy()
-    sizes = group_sizes_by_leaf(items, inputs.group_leaf, cfg.max_group_size)
+    sizes = coco_group_sizes(spec, stores.warehouse, ingested, inputs)
     base = _level_params(spec, inputs)
     measurements: dict[int, dict[str, list[int]]] = {}
     keys = []

@@ -245,3 +245,14 @@ def load_columns(wh: Warehouse, spec: ReleaseSpec, ingested: IngestResult, colum
     """Record id plus ``columns`` of the validated table, in input row order."""
     cols = ", ".join(f'"{c}"' for c in [spec.dataset.record_id, *columns])
     return wh.query_df(f"SELECT {cols} FROM {validated_table(spec, ingested)} ORDER BY _row")
+
+
+def group_item_counts(wh: Warehouse, table: str, column: str) -> pd.DataFrame:
+    """Rows per distinct non-null value of ``column`` of ``table``: one SQL aggregate, no row loaded.
+
+    Returns columns ``g`` (the value as DuckDB's text, ``CAST(... AS VARCHAR)``) and ``n`` (int64), one row
+    per distinct value, in no particular order. Private (exact counts): the caller keeps them internal.
+    """
+    col = column.replace('"', '""')
+    return wh.query_df(f'SELECT CAST("{col}" AS VARCHAR) AS g, count(*) AS n FROM {table} '
+                       f'WHERE "{col}" IS NOT NULL GROUP BY 1')

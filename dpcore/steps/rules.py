@@ -6,6 +6,13 @@ operation trees over the numeric attributes that declare a unit
 (``schema.numeric.<name>.unit``) and categorical values for the rules that
 best separate the records the template flagged, ranked by F1.
 
+Bounded memory (issue 21): the search runs on at most ``steps.rules.sample_rows``
+rows (a uniform random sample when the validated table is larger; otherwise
+the whole table in input order, i.e. the in-memory search), with each
+template's labels joined in SQL; every kept rule's precision, recall, F1 and
+support are then counted exactly over all validated rows, chunk by chunk
+(:func:`rule_counts`), so the stored figures are the table's, not the sample's.
+
 Not a release (DESIGN.md rule 9): a rule's thresholds, precision, recall and
 support are exact functions of the private data and of the non-private
 detector's labels, so no charge covers them. They are written to the
@@ -23,10 +30,12 @@ from datetime import datetime, timezone
 import numpy as np
 import pandas as pd
 
+from ..chunks import MemoryBudget, serial_map
 from ..ingest import IngestResult
+from ..partitions import exported
 from ..settings import Settings
 from ..spec import ReleaseSpec
-from .common import StepInputError, load_columns, open_stores
+from .common import StepInputError, open_stores, validated_table
 
 #: The warehouse table (schema ``internal``) holding every mined rule.
 RULES_TABLE = "outlier_rules"
@@ -35,6 +44,8 @@ RULE_COLUMNS = ["table_suffix", "template", "rank", "rule", "precision", "recall
                 "note", "params", "created_at"]
 #: Default cap on a categorical attribute's domain size for categorical rules.
 MAX_RULE_CATEGORIES = 50
+#: Seed of the uniform sample a table larger than ``steps.rules.sample_rows`` is mined on (public constant).
+SAMPLE_SEED = 2013
 
 
 @dataclass(frozen=True)
@@ -69,9 +80,185 @@ def rules_inputs(spec: ReleaseSpec, templates: list[str] | None = None) -> tuple
     return chosen, {a: num[a].unit for a in attrs}, categorical
 
 
+def _q(name: str) -> str:
+    """``name`` as a quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _label(i: int) -> str:
+    """Name of template ``i``'s label column in the step's queries."""
+    return f"_dpr_label_{i}"
+
+
+def labelled_query(spec: ReleaseSpec, ingested: IngestResult, suffix: str, templates: list[str],
+                   columns: list[str], where: str = "") -> tuple[str, list]:
+    """SQL of the validated rows with ``columns`` and one boolean label column per template (``_dpr_label_<i>``).
+
+    The labels come from ``internal.detect_scores__<suffix>`` by a semi-join in
+    the warehouse (``EXISTS``: a record the template did not flag, or that has
+    no score, is labelled False; a record is never repeated), so no list of
+    record ids is held in Python. The query
+    also returns ``_row`` (input row order) and has no ``ORDER BY``;
+    ``where`` (a condition on the validated table ``v``) keeps some rows
+    before the labels are joined.
+
+    Returns
+    -------
+    (str, list)
+        The query and its parameters (the template names).
+    """
+    rid = _q(spec.dataset.record_id)
+    scores = f'internal."detect_scores__{suffix}"'
+    cols = "".join(f", v.{_q(c)}" for c in columns)
+    labels = "".join(f", EXISTS (SELECT 1 FROM {scores} s WHERE s.{rid} = v.{rid} AND s.template = ? "
+                     f"AND s.label <> 0) AS {_label(i)}" for i in range(len(templates)))
+    cond = f" WHERE {where}" if where else ""
+    return f'SELECT v."_row"{cols}{labels} FROM {validated_table(spec, ingested)} v{cond}', list(templates)
+
+
+def sample_positions(n: int, m: int, seed: int = SAMPLE_SEED) -> np.ndarray | None:
+    """Sorted positions (0-based, in input row order) of a uniform random sample of ``m`` of ``n`` rows.
+
+    None when ``n <= m``: the whole table is mined. Without replacement, from
+    ``numpy.random.default_rng(seed)`` (reproducible; the seed is a public
+    constant), so which rows are drawn depends on ``n`` and the seed only.
+    """
+    if n <= m:
+        return None
+    return np.sort(np.random.default_rng(seed).choice(n, size=m, replace=False))
+
+
+def _mining_frame(wh, spec: ReleaseSpec, ingested: IngestResult, suffix: str, templates: list[str],
+                  columns: list[str], n: int, m: int) -> tuple[pd.DataFrame, bool]:
+    """The rows to mine with their labels, in input row order: all ``n`` rows, or the
+    :func:`sample_positions` rows when ``n > m`` (picked in the warehouse before the labels are joined)."""
+    pos = sample_positions(n, m)
+    if pos is None:
+        sql, params = labelled_query(spec, ingested, suffix, templates, columns)
+        return wh.query_df(f'SELECT * FROM ({sql}) ORDER BY "_row"', params), False
+    picked = pd.DataFrame({"p": pos.astype(np.int64)})
+    sql, params = labelled_query(spec, ingested, suffix, templates, columns,
+                                 where='v."_row" IN (SELECT "_row" FROM picked)')
+    query = (
+        'WITH picked AS (SELECT r."_row" FROM (SELECT "_row", row_number() OVER (ORDER BY "_row") - 1 AS p '
+        f"FROM {validated_table(spec, ingested)}) r JOIN _dpr_sample USING (p)) "
+        f'SELECT * FROM ({sql}) ORDER BY "_row"'
+    )
+
+    def op(con):
+        con.register("_dpr_sample", picked)
+        try:
+            return con.execute(query, params).df()
+        finally:
+            con.unregister("_dpr_sample")
+
+    return wh.run(op), True
+
+
+def _tree_spec(tree):
+    """A picklable description of an operation tree: a leaf's column, or ``(op, left, right)``."""
+    if tree.op == "leaf":
+        return tree.column
+    a, b = tree.children
+    return (tree.op, _tree_spec(a), _tree_spec(b))
+
+
+def _tree_from(spec, units: dict[str, str]):
+    """The tree of :func:`_tree_spec`, rebuilt with this process's unit registry."""
+    from ..explain.trees import combine, leaf
+
+    if isinstance(spec, str):
+        return leaf(spec, units[spec])
+    op, a, b = spec
+    return combine(op, _tree_from(a, units), _tree_from(b, units))
+
+
+def rule_spec(rule) -> tuple:
+    """A picklable description of a :class:`~dpcore.explain.Rule`'s predicate (no score):
+    ``(tree, lower, upper, column, values)``; :func:`rule_from_spec` rebuilds it in any process
+    (pint units do not pickle across unit registries)."""
+    return (None if rule.tree is None else _tree_spec(rule.tree), float(rule.lower), float(rule.upper),
+            rule.column, tuple(rule.values))
+
+
+def rule_from_spec(spec: tuple, units: dict[str, str]):
+    """The :class:`~dpcore.explain.Rule` (predicate only, scores zero) of :func:`rule_spec`."""
+    from ..explain import Rule
+
+    tree, lower, upper, column, values = spec
+    return Rule(tree=None if tree is None else _tree_from(tree, units), lower=lower, upper=upper,
+                column=column, values=values)
+
+
+def _chunk_counts(item) -> np.ndarray:
+    """Mapped over the chunks by :func:`rule_counts`: ``(tp, support)`` of every rule on chunk ``i``.
+
+    ``item = (parts, i, units, rules)`` with ``rules`` a list of
+    ``(label column, rule_spec)``. Module level and picklable (a Dask mapper
+    may run it on a worker).
+    """
+    parts, i, units, rules = item
+    frame = parts.read(i)
+    out = np.zeros((len(rules), 2), dtype=np.int64)
+    values: dict = {}  # tree spec -> its values on this chunk (rules of one tree share them)
+    for k, (label, spec) in enumerate(rules):
+        rule = rule_from_spec(spec, units)
+        v = None
+        if rule.tree is not None:
+            v = values.get(spec[0])
+            if v is None:
+                v = values[spec[0]] = rule.tree.values(frame)
+        cov = rule.covers(frame, tree_values=v)
+        out[k] = (np.count_nonzero(cov & frame[label].to_numpy(dtype=bool)), np.count_nonzero(cov))
+    return out
+
+
+def rule_counts(wh, sql: str, params: list, units: dict[str, str], rules: list[tuple[str, tuple]], *,
+                rows: int, mapper=serial_map) -> np.ndarray:
+    """Exact ``(tp, support)`` of every rule over every row of ``sql``, in chunks of ``rows`` rows.
+
+    Parameters
+    ----------
+    wh : Warehouse
+    sql, params : str, list
+        A query returning the columns the rules read and their label columns
+        (:func:`labelled_query`); exported once to private Parquet partitions
+        (:func:`dpcore.partitions.exported`), removed afterwards.
+    units : dict
+        Numeric attribute -> unit (to rebuild the rules' trees).
+    rules : list of (str, tuple)
+        ``(label column, rule_spec(rule))`` per rule.
+    rows : int
+        Rows per chunk (:meth:`dpcore.chunks.MemoryBudget.chunk_rows`; public).
+    mapper : callable
+        ``mapper(fn, items)`` (default :func:`dpcore.chunks.serial_map`; the
+        flow layer may pass a Dask one); the per-chunk counts are added here.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(len(rules), 2)`` int64: rows covered that are labelled, rows covered.
+        The same for any chunk size (integer sums).
+    """
+    total = np.zeros((len(rules), 2), dtype=np.int64)
+    with exported(wh, sql, params, rows=rows) as parts:
+        for part in mapper(_chunk_counts, [(parts, i, units, rules) for i in range(len(parts))]):
+            total += part
+    return total
+
+
+def _chunk_rows(units: dict[str, str], categorical: list[str], n_templates: int) -> int:
+    """Rows per chunk of the exact counts, from the memory cap and the columns only (never the data):
+    8 bytes per numeric column and per tree value array being evaluated, ~60 per categorical text, one per
+    label and per coverage mask."""
+    per_row = 8 * (len(units) + 3) + 60 * len(categorical) + 2 * n_templates + 2
+    return MemoryBudget.from_env().chunk_rows(per_row)
+
+
 def mine_rules(
     spec: ReleaseSpec, settings: Settings, ingested: IngestResult, templates: list[str] | None = None,
-    max_depth: int | None = None, max_rules: int | None = None,
+    max_depth: int | None = None, max_rules: int | None = None, sample_rows: int | None = None,
+    chunk_rows: int | None = None, mapper=serial_map,
 ) -> RulesDone:
     """Mine each template's rules against its stored labels and write them to ``internal.outlier_rules``.
 
@@ -80,17 +267,56 @@ def mine_rules(
     A template that flagged no record (or every record) gets one row with a
     note instead of rules; the step never fails on a fact of the data.
 
+    Memory is bounded, whatever the table's size (issue 21):
+
+    1. The labels are joined to the validated rows in SQL
+       (:func:`labelled_query`); the exact numbers of rows and of flagged rows
+       per template are one SQL aggregate.
+    2. :class:`~dpcore.explain.RuleMiner` (seed 004, "Outlier Rules
+       Discovery": operation trees, ranges, categorical rules, conjunctions,
+       selection) runs on at most ``sample_rows`` rows: the whole table in
+       input order when it has no more (the in-memory search, unchanged), else a
+       uniform random sample without replacement of exactly ``sample_rows``
+       rows (:func:`sample_positions`, public seed :data:`SAMPLE_SEED`), kept in
+       input order. The sample is not stratified (flagged and unflagged rows
+       are drawn alike), so the miner's precision, recall and F1 on it are
+       ratio estimates of the table's, and its ranking estimates the
+       table's; none of these sample figures is stored:
+    3. each kept rule's true positives and support are counted over **every**
+       validated row in chunks of a public size (:func:`rule_counts`), and its
+       precision (tp / support), recall (tp / flagged rows of the table), F1
+       (2 tp / (support + flagged)) and support are those exact counts, so the
+       stored figures are the table's, not the sample's; the rules are then
+       ranked by that exact F1. On a table mined whole these counts equal the
+       miner's own (a rule re-evaluated on its training rows covers exactly
+       the rows it counted, :mod:`dpcore.explain.ranges`), so its rules and
+       figures are those of the in-memory search.
+
+    A sampled template's rules carry a note saying so; a sample holding no
+    flagged row (or only flagged rows) while the table has both gets a note
+    row instead of rules (raise ``steps.rules.sample_rows``).
+
     Parameters
     ----------
     templates : list of str, optional
         Default ``steps.rules.templates`` (or every template).
-    max_depth, max_rules : int, optional
-        Default ``steps.rules.max_depth`` / ``max_rules``.
+    max_depth, max_rules, sample_rows : int, optional
+        Default ``steps.rules.max_depth`` / ``max_rules`` / ``sample_rows``.
+    chunk_rows : int, optional
+        Rows per chunk of the exact counts (default: from ``DPR_MEMORY_LIMIT``,
+        :class:`~dpcore.chunks.MemoryBudget`); results do not depend on it.
+    mapper : callable
+        Maps the per-chunk counts (:func:`dpcore.chunks.serial_map`, or a Dask mapper).
 
     Returns
     -------
     RulesDone
         Template names and the table suffix only (no count, no rule).
+
+    Raises
+    ------
+    StepInputError
+        Bad templates or attributes (:func:`rules_inputs`), or ``sample_rows`` / ``chunk_rows`` not an integer >= 1.
     """
     from ..explain import RuleMiner
     from ..validation import validated_table_name
@@ -98,35 +324,57 @@ def mine_rules(
     cfg = spec.steps.rules
     chosen, units, categorical = rules_inputs(spec, templates)
     depth, top = max_depth or cfg.max_depth, max_rules or cfg.max_rules
+    m = cfg.sample_rows if sample_rows is None else sample_rows
+    for name, value in (("steps.rules.sample_rows", m), ("chunk_rows", chunk_rows)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+            raise StepInputError(f"{name} must be an integer >= 1, got {value!r}")
     wh = open_stores(settings).warehouse
     suffix = validated_table_name(ingested, spec)
-    rid = spec.dataset.record_id
-    frame = load_columns(wh, spec, ingested, [*units, *categorical])
-    scores = wh.query_df(
-        f'SELECT "{rid}", template, label FROM internal."detect_scores__{suffix}" WHERE template IN '
-        "(SELECT unnest(?::VARCHAR[]))", [chosen],
-    )
-    params = json.dumps({"max_depth": depth, "max_rules": top, "units": units, "categorical": categorical})
+    columns = [*units, *categorical]
+    sql, params = labelled_query(spec, ingested, suffix, chosen, columns)
+    flagged_sql = "".join(f", count_if({_label(i)})" for i in range(len(chosen)))
+    counts = wh.query(f"SELECT count(*){flagged_sql} FROM ({sql})", params)[0]
+    n, flagged = int(counts[0]), [int(c) for c in counts[1:]]
+    frame, sampled = _mining_frame(wh, spec, ingested, suffix, chosen, columns, n, int(m))
+    params_json = json.dumps({"max_depth": depth, "max_rules": top, "units": units, "categorical": categorical,
+                              "sample_rows": int(m)})
     now = datetime.now(timezone.utc)
-    rows = []
-    for template in chosen:
-        lab = scores[scores["template"] == template].set_index(rid)["label"]
-        labels = lab.reindex(frame[rid]).fillna(0).to_numpy(dtype=bool)
-        n_flagged = int(labels.sum())
-        base = {"table_suffix": suffix, "template": template, "n_flagged": n_flagged, "params": params,
-                "created_at": now}
-        if n_flagged == 0 or n_flagged == len(labels):
-            rows.append({**base, "rank": 0, "rule": None, "precision": np.nan, "recall": np.nan, "f1": np.nan,
-                         "support": 0, "note": "the template flagged no record" if n_flagged == 0
-                         else "the template flagged every record"})
+    rows, found = [], []  # note rows; (template index, Rule) of the kept rules
+    for i, template in enumerate(chosen):
+        labels = frame[_label(i)].to_numpy(dtype=bool)
+        k = int(labels.sum())
+        note = ("the template flagged no record" if flagged[i] == 0 else
+                "the template flagged every record" if flagged[i] == n else
+                "the sample of steps.rules.sample_rows rows holds no flagged record: raise sample_rows"
+                if k == 0 else
+                "the sample of steps.rules.sample_rows rows holds flagged records only: raise sample_rows"
+                if k == len(labels) else None)
+        if note is not None:
+            rows.append({"template": template, "n_flagged": flagged[i], "rank": 0, "rule": None,
+                         "precision": np.nan, "recall": np.nan, "f1": np.nan, "support": 0, "note": note})
             continue
         miner = RuleMiner(max_depth=depth, max_rules=top).fit(
-            frame[[*units, *categorical]], labels, units=units, categorical=categorical)
-        for rank, rule in enumerate(miner.rules_, start=1):
-            rows.append({**base, "rank": rank, "rule": rule.text, "precision": float(rule.precision),
-                         "recall": float(rule.recall), "f1": float(rule.f1), "support": int(rule.support),
-                         "note": None})
-    out = pd.DataFrame(rows, columns=RULE_COLUMNS)
+            frame[columns], labels, units=units, categorical=categorical)
+        found += [(i, rule) for rule in miner.rules_]
+    del frame
+    if found:
+        used = [c for c in columns if any(c in r.columns for _, r in found)]
+        used_sql, _ = labelled_query(spec, ingested, suffix, chosen, used)
+        exact = rule_counts(wh, used_sql, params, units, [(_label(i), rule_spec(r)) for i, r in found],
+                            rows=chunk_rows or _chunk_rows(units, categorical, len(chosen)), mapper=mapper)
+        note = ("mined on a uniform random sample of steps.rules.sample_rows rows; precision, recall, F1 and "
+                "support counted over every row") if sampled else None
+        scored = [{"template": chosen[i], "n_flagged": flagged[i], "rule": rule.text,
+                   "precision": tp / support if support else np.nan, "recall": tp / flagged[i],
+                   "f1": 2.0 * tp / (support + flagged[i]), "support": support, "note": note}
+                  for (i, rule), (tp, support) in zip(found, exact.tolist())]
+        for template in chosen:  # ranked by the exact F1 (stable: a table mined whole keeps the miner's order)
+            ranked = sorted((r for r in scored if r["template"] == template), key=lambda r: -r["f1"])
+            rows += [{**r, "rank": rank} for rank, r in enumerate(ranked, start=1)]
+    order = {t: j for j, t in enumerate(chosen)}
+    rows.sort(key=lambda r: (order[r["template"]], r["rank"]))
+    out = pd.DataFrame([{**r, "table_suffix": suffix, "params": params_json, "created_at": now} for r in rows],
+                       columns=RULE_COLUMNS)
 
     def op(con):
         con.execute(

@@ -33,7 +33,8 @@ from ..mechanisms.unattributed import UnattributedHistogramMechanism, accuracy, 
 from ..plots import rank_size_plot
 from ..settings import Settings
 from ..spec import ReleaseSpec
-from .common import PlannedCharge, StepInputError, charge_request, noise_source, open_stores, validated_table
+from .common import (PlannedCharge, StepInputError, charge_request, group_item_counts, noise_source, open_stores,
+                     validated_table)
 
 #: DESIGN.md rule 9 statement for a group domain computed from the protected data.
 DERIVED_DOMAIN_NOT_PROTECTED = (
@@ -99,10 +100,7 @@ def group_sizes(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -
     """
     cfg = spec.steps.unattributed
     groups = unattributed_groups(spec)
-    col = cfg.group_column.replace('"', '""')
-    wh = open_stores(settings).warehouse
-    counts = wh.query_df(f'SELECT CAST("{col}" AS VARCHAR) AS g, count(*) AS n FROM {validated_table(spec, ingested)} '
-                         f'WHERE "{col}" IS NOT NULL GROUP BY 1')
+    counts = group_item_counts(open_stores(settings).warehouse, validated_table(spec, ingested), cfg.group_column)
     pos = pd.Index(groups).get_indexer(counts["g"])
     if (pos < 0).any():  # validation keeps domain values only; a text form the domain does not use (type)
         raise StepInputError(f"steps.unattributed.group_column {cfg.group_column!r}: the validated values do not "

@@ -24,11 +24,11 @@ from .isotonic import isotonic, isotonic_l1, isotonic_l2
 from .mechanism import CocoMechanism, NodeChunk, NodeEstimate
 from .split import SPLIT_GRID, SPLIT_OBJECTIVE, choose_split, split_errors
 from .representations import (coco_histograms, emd, from_hc, from_hg, group_counts,
-                              group_sizes_by_leaf, to_hc, to_hg)
+                              group_sizes_by_leaf, group_sizes_from_counts, to_hc, to_hg)
 
 __all__ = [
     "ROOT", "Hierarchy", "CocoMechanism", "NodeChunk", "NodeEstimate",
-    "group_sizes_by_leaf", "group_counts", "coco_histograms",
+    "group_sizes_by_leaf", "group_sizes_from_counts", "group_counts", "coco_histograms",
     "to_hg", "from_hg", "to_hc", "from_hc", "emd",
     "isotonic", "isotonic_l1", "isotonic_l2",
     "naive_estimate", "hg_estimate", "hc_estimate", "hg_variances", "hc_variances",

@@ -31,7 +31,7 @@ import pandas as pd
 from .hierarchy import Hierarchy
 
 __all__ = [
-    "group_sizes_by_leaf", "group_counts", "coco_histograms",
+    "group_sizes_by_leaf", "group_sizes_from_counts", "group_counts", "coco_histograms",
     "to_hg", "from_hg", "to_hc", "from_hc", "emd",
 ]
 
@@ -73,8 +73,63 @@ def group_sizes_by_leaf(item_groups: np.ndarray, group_leaf: pd.Series, K: int,
         to no leaf (missing leaf id); a leaf id not in ``hierarchy``; an item
         whose group is not in the public table (the message names no item,
         group or count: the items are private).
+
+    See Also
+    --------
+    group_sizes_from_counts : the same from one count per distinct group (a SQL ``GROUP BY``).
     """
     K = _check_K(K)
+    idx, leaf_vals = _checked_groups(group_leaf, hierarchy)
+    items = np.asarray(item_groups)
+    pos = _group_positions(idx, items)
+    return _sizes_by_leaf(np.bincount(pos, minlength=len(idx)), leaf_vals, K, hierarchy)
+
+
+def group_sizes_from_counts(groups, counts, group_leaf: pd.Series, K: int,
+                            hierarchy: Hierarchy | None = None) -> dict[str, np.ndarray]:
+    """:func:`group_sizes_by_leaf` from item counts per group instead of one entry per item.
+
+    The aggregate form (issue 21): a warehouse computes ``SELECT group,
+    count(*) ... GROUP BY group`` and only one row per distinct group reaches
+    Python, so memory grows with the number of groups, not of items. The
+    result is identical to ``group_sizes_by_leaf(np.repeat(groups, counts), ...)``.
+
+    Parameters
+    ----------
+    groups : array_like
+        Group ids (a group may appear more than once: its counts are added).
+    counts : array_like of int
+        Items of each entry of ``groups`` (>= 0). **Private.**
+    group_leaf, K, hierarchy
+        As :func:`group_sizes_by_leaf`.
+
+    Returns
+    -------
+    dict[str, numpy.ndarray]
+        As :func:`group_sizes_by_leaf`.
+
+    Raises
+    ------
+    ValueError
+        As :func:`group_sizes_by_leaf`; also ``counts`` not one non-negative
+        integer per entry of ``groups``.
+    """
+    K = _check_K(K)
+    idx, leaf_vals = _checked_groups(group_leaf, hierarchy)
+    groups = np.asarray(groups)
+    counts = np.asarray(counts)
+    if counts.shape != groups.shape or (counts.size and counts.dtype.kind not in "iu"):
+        raise ValueError("counts must hold one integer per entry of groups")
+    if counts.size and int(counts.min()) < 0:
+        raise ValueError("counts must be >= 0")
+    pos = _group_positions(idx, groups)
+    sizes = np.zeros(len(idx), dtype=np.int64)
+    np.add.at(sizes, pos, counts.astype(np.int64))
+    return _sizes_by_leaf(sizes, leaf_vals, K, hierarchy)
+
+
+def _checked_groups(group_leaf: pd.Series, hierarchy: Hierarchy | None) -> tuple[pd.Index, np.ndarray]:
+    """The public groups table's index and leaf ids (as text), checked (see :func:`group_sizes_by_leaf`)."""
     if not isinstance(group_leaf, pd.Series):
         raise ValueError("group_leaf must be a pandas Series (index = group id, value = leaf id)")
     idx = pd.Index(group_leaf.index)
@@ -95,12 +150,22 @@ def group_sizes_by_leaf(item_groups: np.ndarray, group_leaf: pd.Series, K: int,
         bad = pd.unique(leaf_vals[~pd.Series(leaf_vals).isin(known).to_numpy()])
         if len(bad):
             raise ValueError(f"leaf {str(bad[0])!r} of the public groups table is not a leaf of the hierarchy")
-    items = np.asarray(item_groups)
+    return idx, leaf_vals
+
+
+def _group_positions(idx: pd.Index, items: np.ndarray) -> np.ndarray:
+    """Position of every item's group in the public table; an item outside it is an error naming nothing private."""
     pos = idx.get_indexer(items) if len(items) else np.empty(0, dtype=np.int64)
     if (pos < 0).any():  # no group named: the items are private (validation keeps them in the public domain)
         raise ValueError("some items belong to a group that is not in the public groups table "
                          "(the group column's public domain must be covered by the groups table)")
-    sizes = np.minimum(np.bincount(pos, minlength=len(idx)), K).astype(np.int64)
+    return pos
+
+
+def _sizes_by_leaf(counts: np.ndarray, leaf_vals: np.ndarray, K: int,
+                   hierarchy: Hierarchy | None) -> dict[str, np.ndarray]:
+    """Per-group item counts (public table order) clamped at ``K`` and split by leaf."""
+    sizes = np.minimum(counts, K).astype(np.int64)
     codes, uniques = pd.factorize(leaf_vals)
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(len(uniques) + 1))
