@@ -25,6 +25,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
+from .chunks import MemoryBudget
 from .lineage import new_nonce
 from .spec import DemoSource, ReleaseSpec
 from .warehouse import Warehouse
@@ -102,6 +103,8 @@ _CSV_OPTIONS = (
     "auto_detect = false, header = true, all_varchar = true, delim = ',', quote = '\"', escape = '\"', "
     "comment = '', allow_quoted_nulls = false, nullstr = chr(10), strict_mode = true, encoding = 'utf-8'"
 )
+#: The longest row (bytes) the CSV reader accepts (DuckDB's ``max_line_size``; pandas had no limit).
+MAX_ROW_BYTES = 8 * 1024**2
 #: Extra ``read_csv`` options (tests set a small ``buffer_size`` to force DuckDB's parallel scanner on small files).
 CSV_EXTRA_OPTIONS = ""
 
@@ -112,6 +115,15 @@ _NOT_UTF8 = (
 _MALFORMED = (
     "input file {path} is not a well-formed CSV: the parser rejected it (typically a row with more fields "
     "than the header, or an unclosed quote). Re-export it, quoting fields that contain commas or line breaks."
+)
+_LINE_ENDS = (
+    "input file {path} is not a well-formed CSV: the parser rejected it (typically line ends that mix CRLF and "
+    "LF outside quoted cells, or a stray character where a field should end). Re-export it with one kind of line "
+    "end, quoting fields that contain commas or line breaks."
+)
+_TOO_LONG = (
+    "input file {path} has a row longer than the reader's limit of {limit} bytes "
+    "(dpcore.ingest.MAX_ROW_BYTES). Shorten or drop the long text column before ingesting."
 )
 _SHORT_AND_MULTILINE = (
     "input file {path} has both rows with fewer fields than the header and line breaks inside quoted cells, "
@@ -186,7 +198,7 @@ def _csv_header(path: Path) -> tuple[list[str], int]:
     Raises
     ------
     IngestError
-        No header row, a malformed header, a repeated name or the reserved ``_row``.
+        No header row, a malformed header, a repeated name, a name holding a line break or the reserved ``_row``.
     """
     with path.open("r", encoding="utf-8-sig", newline="") as fh:
         reader = csv.reader(fh, strict=True)
@@ -206,6 +218,8 @@ def _csv_header(path: Path) -> tuple[list[str], int]:
         raise IngestError(f"input file {path} repeats column names: {dup}")
     if ROW in names:
         raise IngestError(f"input file {path} has a column named {ROW!r}, which is reserved for row numbers")
+    if any("\n" in n or "\r" in n for n in names):  # DuckDB's header skipping does not follow quoted line breaks
+        raise IngestError(f"input file {path} has a column name holding a line break; rename that column")
     return names, skipped
 
 
@@ -228,7 +242,8 @@ def _csv_select(path: Path, padding: bool) -> tuple[str, list]:
     cells = ", ".join(f"coalesce(c{i}, '') AS {_ident(n)}" for i, n in enumerate(names))
     sql = (
         f"SELECT row_number() OVER () AS {ROW}, {cells} FROM read_csv(?, columns = {{{columns}}}, {_CSV_OPTIONS}, "
-        f"skip = {int(skipped)}, null_padding = {str(padding).lower()}, parallel = true{CSV_EXTRA_OPTIONS}) "
+        f"skip = {int(skipped)}, max_line_size = {int(MAX_ROW_BYTES)}, null_padding = {str(padding).lower()}, "
+        f"parallel = true{CSV_EXTRA_OPTIONS}) "
         f"WHERE NOT ({blank})"
     )
     return sql, [str(path)]
@@ -239,10 +254,19 @@ def _parquet_select(con, path: Path) -> tuple[str, list]:
     try:
         names = [r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [str(path)]).fetchall()]
     except duckdb.Error as exc:
+        if not _input_error(exc):
+            raise
         raise IngestError(f"input file {path} is not a readable Parquet file ({type(exc).__name__})") from None
     if ROW in names:
         raise IngestError(f"input file {path} has a column named {ROW!r}, which is reserved for row numbers")
     return f"SELECT row_number() OVER () AS {ROW}, * FROM read_parquet(?)", [str(path)]
+
+
+def _input_error(exc: duckdb.Error) -> bool:
+    """An error DuckDB raises about the input itself (not a lock, a conflict, the memory cap or an interrupt)."""
+    if isinstance(exc, (duckdb.InvalidInputException, duckdb.ConversionException)):
+        return True
+    return isinstance(exc, duckdb.IOException) and "lock" not in str(exc).lower()
 
 
 def _create(con, target: str, path: Path, kind: str, mode: int) -> None:
@@ -254,12 +278,15 @@ def _create(con, target: str, path: Path, kind: str, mode: int) -> None:
         A CSV with line breaks inside quoted cells, read in mode 0: read it again in mode 1.
     IngestError
         Unreadable input; the parser's own message (which quotes the line and its number) is dropped.
+        Other DuckDB errors (a lock, the memory cap) propagate as they are.
     """
     if kind == "parquet":
         sql, params = _parquet_select(con, path)
         try:
             con.execute(f"CREATE TABLE {target} AS {sql}", params)
         except duckdb.Error as exc:
+            if not _input_error(exc):
+                raise
             raise IngestError(f"input file {path} is not a readable Parquet file ({type(exc).__name__})") from None
         return
     sql, params = _csv_select(path, padding=(mode == 0))
@@ -269,9 +296,15 @@ def _create(con, target: str, path: Path, kind: str, mode: int) -> None:
         text = str(exc)
         if mode == 0 and "null_padding in conjunction with quoted new lines" in text:
             raise _Retry() from None
+        if not _input_error(exc):
+            raise
         m = re.search(r"Expected Number of Columns: (\d+) Found: (\d+)", text)
         if mode == 1 and m and int(m.group(2)) < int(m.group(1)):
             raise IngestError(_SHORT_AND_MULTILINE.format(path=path)) from None
+        if "Maximum line size" in text:
+            raise IngestError(_TOO_LONG.format(path=path, limit=MAX_ROW_BYTES)) from None
+        if "state machine reached an invalid state" in text:
+            raise IngestError(_LINE_ENDS.format(path=path)) from None
         raise IngestError(_MALFORMED.format(path=path)) from None
 
 
@@ -301,6 +334,9 @@ def read_input(spec: ReleaseSpec, data_dir: Path) -> pd.DataFrame:
     _scan(path, src.kind)
     con = duckdb.connect()
     try:
+        setting = MemoryBudget.from_env().duckdb_setting
+        if setting is not None:
+            con.execute(f"SET memory_limit = '{setting}'")
         for mode in (0, 1):
             try:
                 _create(con, "_input", path, src.kind, mode)
@@ -414,10 +450,12 @@ def load_raw(wh: Warehouse, ingest_result: IngestResult) -> pd.DataFrame:
 def raw_digest(wh: Warehouse, table: str) -> str:
     """A digest of a raw table's full content, to prove it was never modified.
 
-    SHA-256 over the table's column names and types, then over one 64-bit DuckDB ``hash`` of every row (all
-    its cells, ``_row`` included) in ``_row`` order, streamed in chunks sized by the memory cap: any changed,
-    added, removed or reordered cell, row or column changes it (up to 64-bit hash collisions). The digest does
-    not depend on the chunk size. Comparable within one DuckDB version only (its ``hash`` is not a stable format).
+    SHA-256 over the table's column names and types and three DuckDB aggregates over one 64-bit ``hash`` of
+    every row (all its cells, ``_row`` included, so a row is tied to its position): the number of rows, the exact
+    sum of the row hashes and the XOR of a second, differently seeded row hash. Any changed, added, removed or
+    moved cell, row or column changes it, up to 64-bit hash collisions. One aggregate query: no sort, no row
+    leaves DuckDB, memory does not grow with the rows. Comparable within one DuckDB version only (its ``hash``
+    is not a stable format).
     """
     cols = wh.query(
         "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'raw' AND table_name = ? "
@@ -426,9 +464,9 @@ def raw_digest(wh: Warehouse, table: str) -> str:
     )
     if not cols:
         raise ValueError(f"raw table {table!r} does not exist")
-    digest = hashlib.sha256(repr(cols).encode("utf-8"))
-    row_hash = f"hash({', '.join(_ident(c) for c, _ in cols)})"
-    sql = f'SELECT {row_hash} AS h FROM raw."{table}" ORDER BY {ROW}'
-    for batch in wh.iter_batches(sql, rows=wh.memory.chunk_rows(8)):
-        digest.update(batch.column(0).to_numpy(zero_copy_only=False).astype("<u8", copy=False).tobytes())
-    return digest.hexdigest()
+    cells = ", ".join(_ident(c) for c, _ in cols)
+    (n, total, xor), = wh.query(
+        f"SELECT count(*), coalesce(sum(hash({cells})::HUGEINT), 0), coalesce(bit_xor(hash('raw_digest', {cells})), 0) "
+        f'FROM raw."{table}"'
+    )
+    return hashlib.sha256(repr((cols, int(n), int(total), int(xor))).encode("utf-8")).hexdigest()
