@@ -317,21 +317,9 @@ def source_path(spec: ReleaseSpec, data_dir: Path) -> Path:
     return path
 
 
-def read_input(spec: ReleaseSpec, data_dir: Path) -> pd.DataFrame:
-    """The spec's input as ingest reads it (text cells, a ``_row`` number column), without storing it.
-
-    For the data owner's own checks (``dpr spec check --data``, which validates the whole frame in pandas):
-    the same reader as :func:`ingest` (DuckDB, in an in-memory database), so the frame equals the raw table
-    :func:`ingest` would store.
-
-    Raises
-    ------
-    IngestError
-        Missing, empty, non-UTF-8 or malformed input.
-    """
-    src = spec.dataset.source
-    path = source_path(spec, data_dir)
-    _scan(path, src.kind)
+def _read_in_memory(path: Path, kind: str) -> pd.DataFrame:
+    """The input read as :func:`ingest` stores it, into pandas through an in-memory DuckDB (small inputs only)."""
+    _scan(path, kind)
     con = duckdb.connect()
     try:
         setting = MemoryBudget.from_env().duckdb_setting
@@ -339,13 +327,41 @@ def read_input(spec: ReleaseSpec, data_dir: Path) -> pd.DataFrame:
             con.execute(f"SET memory_limit = '{setting}'")
         for mode in (0, 1):
             try:
-                _create(con, "_input", path, src.kind, mode)
+                _create(con, "_input", path, kind, mode)
                 break
             except _Retry:
                 continue
         return con.execute(f"SELECT * FROM _input ORDER BY {ROW}").df()
     finally:
         con.close()
+
+
+def read_input(spec: ReleaseSpec, data_dir: Path) -> pd.DataFrame:
+    """The spec's input as ingest reads it (text cells, a ``_row`` number column), without storing it.
+
+    For the data owner's own checks (``dpr spec check --data``, which validates the whole frame in pandas):
+    the same reader as :func:`ingest` (DuckDB, in an in-memory database), so the frame equals the raw table
+    :func:`ingest` would store. Memory grows with the rows.
+
+    Raises
+    ------
+    IngestError
+        Missing, empty, non-UTF-8 or malformed input.
+    """
+    return _read_in_memory(source_path(spec, data_dir), spec.dataset.source.kind)
+
+
+def read_csv_text(path: Path) -> pd.DataFrame:
+    """A CSV's cells as text, read exactly as :func:`ingest` reads them, without ``_row`` (``dpr spec draft``).
+
+    Memory grows with the rows (the draft looks at every column whole).
+
+    Raises
+    ------
+    IngestError
+        Empty, non-UTF-8 or malformed input.
+    """
+    return _read_in_memory(Path(path), "csv").drop(columns=ROW)
 
 
 def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:

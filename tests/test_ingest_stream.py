@@ -22,7 +22,7 @@ import pytest
 
 from dpcore import ingest as ingest_mod
 from dpcore.chunks import MemoryBudget
-from dpcore.ingest import IngestError, ingest, load_raw, raw_digest, read_input
+from dpcore.ingest import IngestError, ingest, load_raw, raw_digest, read_csv_text, read_input
 from dpcore.spec import DemoSource, parse_spec
 from dpcore.warehouse import Warehouse
 
@@ -84,6 +84,8 @@ def ingested_table(path: Path, tmp_path: Path, kind: str = "csv") -> tuple[list,
     # read_input (dpr spec check --data) is the same reader
     frame = read_input(spec, tmp_path)
     assert frame.equals(load_raw(wh, res))
+    if kind == "csv":  # and so is the draft's reader
+        assert read_csv_text(path).equals(frame.drop(columns="_row"))
     return out
 
 
@@ -291,6 +293,18 @@ def test_a_lone_quoted_blank_cell_is_skipped_like_a_blank_line(tmp_path: Path):
     path.write_bytes(b'id,b\n1,2\n"  "\n3,4\n')
     assert pandas_oracle(path).drop(columns="_row").values.tolist() == [["1", "2"], ["  ", ""], ["3", "4"]]
     assert ingested_table(path, tmp_path)[1] == [(1, "1", "2"), (2, "3", "4")]
+
+
+def test_a_name_that_extends_another_with_a_dot_is_not_a_repeat(tmp_path: Path):
+    """The old reader took ``price.usd`` beside ``price`` for pandas' mangled repeat (``price.1``) and refused the
+    file; only a real repeat is refused now."""
+    path = tmp_path / "in.csv"
+    path.write_bytes(b"id,price,price.usd\n1,2,3\n")
+    with pytest.raises(IngestError, match="dup"):
+        pandas_oracle(path)
+    assert ingested_table(path, tmp_path) == (
+        [("_row", "BIGINT"), ("id", "VARCHAR"), ("price", "VARCHAR"), ("price.usd", "VARCHAR")], [(1, "1", "2", "3")]
+    )
 
 
 def test_short_rows_with_quoted_line_breaks_are_refused_with_a_clear_message(tmp_path: Path):
