@@ -14,14 +14,18 @@ idempotency keys, which never leave the warehouse.
 """
 from __future__ import annotations
 
+import codecs
+import csv
 import hashlib
-import io
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import duckdb
 import pandas as pd
 
+from .chunks import MemoryBudget
 from .lineage import new_nonce
 from .spec import DemoSource, ReleaseSpec
 from .warehouse import Warehouse
@@ -87,42 +91,221 @@ def materialise_demo(source: DemoSource, data_dir: Path) -> Path:
     return path
 
 
-def _read_csv(path: Path, data: bytes) -> pd.DataFrame:
-    if not data:
-        raise IngestError(f"input file {path} is empty (0 bytes): expected a header row and data rows")
-    # Messages name the file and the rule, never a line, an offset, a byte or a cell: where the input
-    # breaks is a fact about private rows (DESIGN.md rule 6; issue 15, hole 9). The owner finds the
-    # place with local tools (e.g. `iconv -f UTF-8 -t UTF-8 FILE > /dev/null` reports it).
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise IngestError(
-            f"input file {path} is not UTF-8 text (some bytes are not valid UTF-8). Re-export the file as UTF-8; "
-            "`iconv -f UTF-8 -t UTF-8 <file> > /dev/null` shows where it breaks."
-        ) from None
-    try:
-        df = pd.read_csv(
-            io.BytesIO(data), dtype=str, keep_default_na=False, na_filter=False, encoding="utf-8",
-            skip_blank_lines=True,
-        )
-    except pd.errors.ParserError:  # the parser's own message names a line and field counts
-        raise IngestError(
-            f"input file {path} is not a well-formed CSV: the parser rejected it (typically a row with more fields "
-            "than the header, or an unclosed quote). Re-export it, quoting fields that contain commas or line breaks."
-        ) from None
-    except pd.errors.EmptyDataError:
-        raise IngestError(f"input file {path} has no header row") from None
-    dup = [c for c in df.columns if "." in c and c.rsplit(".", 1)[0] in df.columns]
+#: Bytes read at a time while hashing and checking an input (one buffer in memory, whatever the file's size).
+READ_BLOCK = 1 << 20
+
+#: DuckDB ``read_csv`` options giving pandas' ``read_csv(dtype=str, keep_default_na=False, na_filter=False)``
+#: semantics: every cell text (an empty cell, quoted or not, is ``''``: no string is read as NULL, since no
+#: unquoted cell can hold a line break), RFC 4180 quoting with doubled quotes, no comment character, no sniffing
+#: (the columns come from :func:`_csv_header`), strict parsing (an unclosed quote or a row with more fields than
+#: the header is refused). Blank lines are skipped by DuckDB itself.
+_CSV_OPTIONS = (
+    "auto_detect = false, header = true, all_varchar = true, delim = ',', quote = '\"', escape = '\"', "
+    "comment = '', allow_quoted_nulls = false, nullstr = chr(10), strict_mode = true, encoding = 'utf-8'"
+)
+#: The longest row (bytes) the CSV reader accepts (DuckDB's ``max_line_size``; pandas had no limit).
+MAX_ROW_BYTES = 8 * 1024**2
+#: Extra ``read_csv`` options (tests set a small ``buffer_size`` to force DuckDB's parallel scanner on small files).
+CSV_EXTRA_OPTIONS = ""
+
+_NOT_UTF8 = (
+    "input file {path} is not UTF-8 text (some bytes are not valid UTF-8). Re-export the file as UTF-8; "
+    "`iconv -f UTF-8 -t UTF-8 <file> > /dev/null` shows where it breaks."
+)
+_MALFORMED = (
+    "input file {path} is not a well-formed CSV: the parser rejected it (typically a row with more fields "
+    "than the header, or an unclosed quote). Re-export it, quoting fields that contain commas or line breaks."
+)
+_LINE_ENDS = (
+    "input file {path} is not a well-formed CSV: the parser rejected it (typically line ends that mix CRLF and "
+    "LF outside quoted cells, or a stray character where a field should end). Re-export it with one kind of line "
+    "end, quoting fields that contain commas or line breaks."
+)
+_TOO_LONG = (
+    "input file {path} has a row longer than the reader's limit of {limit} bytes "
+    "(dpcore.ingest.MAX_ROW_BYTES). Shorten or drop the long text column before ingesting."
+)
+_SHORT_AND_MULTILINE = (
+    "input file {path} has both rows with fewer fields than the header and line breaks inside quoted cells, "
+    "which the streaming CSV reader cannot read together. Re-export it with every field of every row present "
+    "(empty fields as empty cells)."
+)
+
+
+class _Retry(Exception):
+    """Internal: the CSV needs the next reading mode (raised inside a transaction so that it is rolled back)."""
+
+
+@dataclass(frozen=True)
+class _Scan:
+    """What one streaming pass over the input gives: its SHA-256, its size and its stat stamp."""
+
+    content_hash: str
+    n_bytes: int
+    stamp: tuple
+
+
+def _stamp(path: Path) -> tuple:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def _scan(path: Path, kind: str) -> _Scan:
+    """SHA-256 of the file, read in blocks of :data:`READ_BLOCK`; a CSV is also checked to be non-empty UTF-8.
+
+    Messages name the file and the rule, never a line, an offset, a byte or a cell: where the input breaks is a
+    fact about private rows (DESIGN.md rule 6; issue 15, hole 9). The owner finds the place with local tools.
+
+    Raises
+    ------
+    IngestError
+        An empty or non-UTF-8 CSV.
+    """
+    stamp = _stamp(path)
+    digest = hashlib.sha256()
+    decoder = codecs.getincrementaldecoder("utf-8")() if kind == "csv" else None
+    n = 0
+    with path.open("rb") as fh:
+        while block := fh.read(READ_BLOCK):
+            digest.update(block)
+            n += len(block)
+            if decoder is not None:
+                try:
+                    decoder.decode(block)
+                except UnicodeDecodeError:
+                    raise IngestError(_NOT_UTF8.format(path=path)) from None
+    if decoder is not None:
+        if n == 0:
+            raise IngestError(f"input file {path} is empty (0 bytes): expected a header row and data rows")
+        try:
+            decoder.decode(b"", final=True)  # a multi-byte character cut by the end of the file
+        except UnicodeDecodeError:
+            raise IngestError(_NOT_UTF8.format(path=path)) from None
+    return _Scan(digest.hexdigest(), n, stamp)
+
+
+def _blank(record: list[str]) -> bool:
+    """A line pandas' reader skips: empty, or only spaces and tabs."""
+    return not record or (len(record) == 1 and not record[0].strip(" \t"))
+
+
+def _csv_header(path: Path) -> tuple[list[str], int]:
+    """Column names of a CSV (its first non-blank record) and the number of lines before that record.
+
+    Names as pandas gives them: a leading UTF-8 byte-order mark dropped, an empty name becomes
+    ``Unnamed: <position>``. Only the header's lines are read.
+
+    Raises
+    ------
+    IngestError
+        No header row, a malformed header, a repeated name, a name holding a line break or the reserved ``_row``.
+    """
+    with path.open("r", encoding="utf-8-sig", newline="") as fh:
+        reader = csv.reader(fh, strict=True)
+        skipped = 0
+        try:
+            for record in reader:
+                if not _blank(record):
+                    break
+                skipped = reader.line_num
+            else:
+                raise IngestError(f"input file {path} has no header row")
+        except csv.Error:
+            raise IngestError(_MALFORMED.format(path=path)) from None
+    names = [name if name != "" else f"Unnamed: {i}" for i, name in enumerate(record)]
+    dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise IngestError(f"input file {path} repeats column names: {dup}")
-    return df
+    if ROW in names:
+        raise IngestError(f"input file {path} has a column named {ROW!r}, which is reserved for row numbers")
+    if any("\n" in n or "\r" in n for n in names):  # DuckDB's header skipping does not follow quoted line breaks
+        raise IngestError(f"input file {path} has a column name holding a line break; rename that column")
+    return names, skipped
 
 
-def _read_parquet(path: Path) -> pd.DataFrame:
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _csv_select(path: Path, padding: bool) -> tuple[str, list]:
+    """The query reading a CSV as :func:`ingest` stores it: ``_row`` (1-based, file order) then every cell as text.
+
+    ``padding``: rows with fewer fields than the header get empty cells, as pandas gives (DuckDB's parallel
+    scanner refuses that together with line breaks inside quoted cells: the caller then reads without it).
+    A line of only spaces and tabs is skipped, as pandas skips it (it reads as a first cell of blanks with every
+    other field missing). ``row_number() OVER ()`` over the scan is DuckDB's streaming window, which numbers
+    rows in the scan's order, i.e. file order (tested on files read by several threads).
+    """
+    names, skipped = _csv_header(path)
+    columns = ", ".join(f"'c{i}': 'VARCHAR'" for i in range(len(names)))
+    blank = "regexp_full_match(c0, '[ \\t]+')" + "".join(f" AND c{i} IS NULL" for i in range(1, len(names)))
+    cells = ", ".join(f"coalesce(c{i}, '') AS {_ident(n)}" for i, n in enumerate(names))
+    sql = (
+        f"SELECT row_number() OVER () AS {ROW}, {cells} FROM read_csv(?, columns = {{{columns}}}, {_CSV_OPTIONS}, "
+        f"skip = {int(skipped)}, max_line_size = {int(MAX_ROW_BYTES)}, null_padding = {str(padding).lower()}, "
+        f"parallel = true{CSV_EXTRA_OPTIONS}) "
+        f"WHERE NOT ({blank})"
+    )
+    return sql, [str(path)]
+
+
+def _parquet_select(con, path: Path) -> tuple[str, list]:
+    """The query reading a Parquet file as :func:`ingest` stores it: ``_row`` then its columns, own types."""
     try:
-        return pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises several types for corrupt files
+        names = [r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [str(path)]).fetchall()]
+    except duckdb.Error as exc:
+        if not _input_error(exc):
+            raise
         raise IngestError(f"input file {path} is not a readable Parquet file ({type(exc).__name__})") from None
+    if ROW in names:
+        raise IngestError(f"input file {path} has a column named {ROW!r}, which is reserved for row numbers")
+    return f"SELECT row_number() OVER () AS {ROW}, * FROM read_parquet(?)", [str(path)]
+
+
+def _input_error(exc: duckdb.Error) -> bool:
+    """An error DuckDB raises about the input itself (not a lock, a conflict, the memory cap or an interrupt)."""
+    if isinstance(exc, (duckdb.InvalidInputException, duckdb.ConversionException)):
+        return True
+    return isinstance(exc, duckdb.IOException) and "lock" not in str(exc).lower()
+
+
+def _create(con, target: str, path: Path, kind: str, mode: int) -> None:
+    """``CREATE TABLE target AS`` the input read in ``mode`` (CSV: 0 = padded short rows, 1 = rectangular).
+
+    Raises
+    ------
+    _Retry
+        A CSV with line breaks inside quoted cells, read in mode 0: read it again in mode 1.
+    IngestError
+        Unreadable input; the parser's own message (which quotes the line and its number) is dropped.
+        Other DuckDB errors (a lock, the memory cap) propagate as they are.
+    """
+    if kind == "parquet":
+        sql, params = _parquet_select(con, path)
+        try:
+            con.execute(f"CREATE TABLE {target} AS {sql}", params)
+        except duckdb.Error as exc:
+            if not _input_error(exc):
+                raise
+            raise IngestError(f"input file {path} is not a readable Parquet file ({type(exc).__name__})") from None
+        return
+    sql, params = _csv_select(path, padding=(mode == 0))
+    try:
+        con.execute(f"CREATE TABLE {target} AS {sql}", params)
+    except duckdb.Error as exc:
+        text = str(exc)
+        if mode == 0 and "null_padding in conjunction with quoted new lines" in text:
+            raise _Retry() from None
+        if not _input_error(exc):
+            raise
+        m = re.search(r"Expected Number of Columns: (\d+) Found: (\d+)", text)
+        if mode == 1 and m and int(m.group(2)) < int(m.group(1)):
+            raise IngestError(_SHORT_AND_MULTILINE.format(path=path)) from None
+        if "Maximum line size" in text:
+            raise IngestError(_TOO_LONG.format(path=path, limit=MAX_ROW_BYTES)) from None
+        if "state machine reached an invalid state" in text:
+            raise IngestError(_LINE_ENDS.format(path=path)) from None
+        raise IngestError(_MALFORMED.format(path=path)) from None
 
 
 def source_path(spec: ReleaseSpec, data_dir: Path) -> Path:
@@ -134,27 +317,51 @@ def source_path(spec: ReleaseSpec, data_dir: Path) -> Path:
     return path
 
 
-def _frame(path: Path, data: bytes, kind: str) -> pd.DataFrame:
-    df = _read_parquet(path) if kind == "parquet" else _read_csv(path, data)
-    if ROW in df.columns:
-        raise IngestError(f"input file {path} has a column named {ROW!r}, which is reserved for row numbers")
-    df.insert(0, ROW, range(1, len(df) + 1))
-    return df
+def _read_in_memory(path: Path, kind: str) -> pd.DataFrame:
+    """The input read as :func:`ingest` stores it, into pandas through an in-memory DuckDB (small inputs only)."""
+    _scan(path, kind)
+    con = duckdb.connect()
+    try:
+        setting = MemoryBudget.from_env().duckdb_setting
+        if setting is not None:
+            con.execute(f"SET memory_limit = '{setting}'")
+        for mode in (0, 1):
+            try:
+                _create(con, "_input", path, kind, mode)
+                break
+            except _Retry:
+                continue
+        return con.execute(f"SELECT * FROM _input ORDER BY {ROW}").df()
+    finally:
+        con.close()
 
 
 def read_input(spec: ReleaseSpec, data_dir: Path) -> pd.DataFrame:
     """The spec's input as ingest reads it (text cells, a ``_row`` number column), without storing it.
 
-    For the data owner's own checks (``dpr spec check --data``); the frame
-    equals the raw table :func:`ingest` would store.
+    For the data owner's own checks (``dpr spec check --data``, which validates the whole frame in pandas):
+    the same reader as :func:`ingest` (DuckDB, in an in-memory database), so the frame equals the raw table
+    :func:`ingest` would store. Memory grows with the rows.
 
     Raises
     ------
     IngestError
         Missing, empty, non-UTF-8 or malformed input.
     """
-    path = source_path(spec, data_dir)
-    return _frame(path, path.read_bytes(), spec.dataset.source.kind)
+    return _read_in_memory(source_path(spec, data_dir), spec.dataset.source.kind)
+
+
+def read_csv_text(path: Path) -> pd.DataFrame:
+    """A CSV's cells as text, read exactly as :func:`ingest` reads them, without ``_row`` (``dpr spec draft``).
+
+    Memory grows with the rows (the draft looks at every column whole).
+
+    Raises
+    ------
+    IngestError
+        Empty, non-UTF-8 or malformed input.
+    """
+    return _read_in_memory(Path(path), "csv").drop(columns=ROW)
 
 
 def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
@@ -180,8 +387,8 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
     """
     src = spec.dataset.source
     path = source_path(spec, data_dir)
-    data = path.read_bytes()
-    content_hash = hashlib.sha256(data).hexdigest()
+    scan = _scan(path, src.kind)
+    content_hash = scan.content_hash
     _ensure_catalog(wh)
     known = wh.query(
         "SELECT ingest_id, table_name FROM raw.ingests WHERE content_hash = ? AND dataset = ? AND ingest_id IS NOT NULL",
@@ -191,9 +398,8 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
         return IngestResult(spec.dataset.name, known[0][0], known[0][1], content_hash)
     ingest_id = new_nonce(8)
     table = f"{spec.dataset.name}__{ingest_id}"
-    df = _frame(path, data, src.kind)
 
-    def op(con):
+    def op(con, mode: int):
         # check again inside the write transaction: a concurrent run may have stored the same input
         # since the check above (runs are serialised on the warehouse file), and its id must win
         again = con.execute(
@@ -205,19 +411,26 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
             "SELECT 1 FROM information_schema.tables WHERE table_schema = 'raw' AND table_name = ?", [again[0][1]]
         ).fetchall():
             return again[0][0], again[0][1]
-        con.register("_incoming", df)
-        con.execute(f'CREATE TABLE IF NOT EXISTS raw."{table}" AS SELECT * FROM _incoming')
-        con.unregister("_incoming")
+        # the file streams from disk into the table (DuckDB spills beyond its memory_limit): no copy in Python
+        _create(con, f'raw."{table}"', path, src.kind, mode)
+        if _stamp(path) != scan.stamp:  # the hash must describe the rows stored
+            raise IngestError(f"input file {path} changed while it was being read; ingest it again once it is complete")
+        n_rows = con.execute(f'SELECT count(*) FROM raw."{table}"').fetchone()[0]
         con.execute("DELETE FROM raw.ingests WHERE content_hash = ? AND dataset = ?", [content_hash, spec.dataset.name])
         con.execute(
             "INSERT INTO raw.ingests (content_hash, dataset, table_name, source_kind, source_path, n_rows, n_bytes, "
             "ingested_at, ingest_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [content_hash, spec.dataset.name, table, src.kind, str(path), len(df), len(data),
+            [content_hash, spec.dataset.name, table, src.kind, str(path), n_rows, scan.n_bytes,
              datetime.now(timezone.utc), ingest_id],
         )
         return ingest_id, table
 
-    ingest_id, table = wh.run(op, transaction=True)
+    for mode in (0, 1):  # a CSV with line breaks in quoted cells is read again without padding (_create)
+        try:
+            ingest_id, table = wh.run(lambda con: op(con, mode), transaction=True)
+            break
+        except _Retry:
+            continue
     return IngestResult(spec.dataset.name, ingest_id, table, content_hash)
 
 
@@ -240,11 +453,36 @@ def raw_row_count(wh: Warehouse, ingest_result: IngestResult) -> int:
 
 
 def load_raw(wh: Warehouse, ingest_result: IngestResult) -> pd.DataFrame:
-    """Read a raw table back (ordered by input row)."""
+    """Read a whole raw table back into pandas (ordered by input row).
+
+    Memory grows with the rows: for small tables and tests only (``read_input``-sized work, the category-text
+    and validation tests, ``benchmarks/ingest_validate.py``, and today's ``pipeline.validate_stage``, which the
+    chunked validation of issue 21 replaces). Stages over large tables read it in chunks
+    (:meth:`~dpcore.warehouse.Warehouse.iter_chunks`).
+    """
     return wh.query_df(f"SELECT * FROM {ingest_result.qualified_table} ORDER BY {ROW}")
 
 
 def raw_digest(wh: Warehouse, table: str) -> str:
-    """A digest of a raw table's full content, to prove it was never modified."""
-    df = wh.query_df(f'SELECT * FROM raw."{table}" ORDER BY {ROW}')
-    return hashlib.sha256(pd.util.hash_pandas_object(df, index=False).values.tobytes()).hexdigest()
+    """A digest of a raw table's full content, to prove it was never modified.
+
+    SHA-256 over the table's column names and types and three DuckDB aggregates over one 64-bit ``hash`` of
+    every row (all its cells, ``_row`` included, so a row is tied to its position): the number of rows, the exact
+    sum of the row hashes and the XOR of a second, differently seeded row hash. Any changed, added, removed or
+    moved cell, row or column changes it, up to 64-bit hash collisions. One aggregate query: no sort, no row
+    leaves DuckDB, memory does not grow with the rows. Comparable within one DuckDB version only (its ``hash``
+    is not a stable format).
+    """
+    cols = wh.query(
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'raw' AND table_name = ? "
+        "ORDER BY ordinal_position",
+        [table],
+    )
+    if not cols:
+        raise ValueError(f"raw table {table!r} does not exist")
+    cells = ", ".join(_ident(c) for c, _ in cols)
+    (n, total, xor), = wh.query(
+        f"SELECT count(*), coalesce(sum(hash({cells})::HUGEINT), 0), coalesce(bit_xor(hash('raw_digest', {cells})), 0) "
+        f'FROM raw."{table}"'
+    )
+    return hashlib.sha256(repr((cols, int(n), int(total), int(xor))).encode("utf-8")).hexdigest()

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .ingest import IngestError, _read_csv
+from .ingest import IngestError, read_csv_text
 from .spec import DATA_MARKER
 
 #: A text column with more distinct values than this is not proposed as categorical (free text, names).
@@ -179,7 +179,7 @@ def draft_spec(
     path = Path(csv_path)
     if not path.exists():
         raise IngestError(f"input file not found: {path}")
-    df = _read_csv(path, path.read_bytes())
+    df = read_csv_text(path)
     bounds, domain_files, kinds = dict(bounds or {}), dict(domain_files or {}), dict(kinds or {})
     nullable = list(nullable or [])
     named = [*bounds, *domain_files, *kinds, *nullable] + ([id_column] if id_column else [])
