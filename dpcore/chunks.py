@@ -8,9 +8,10 @@ rows, never whole. One setting sizes everything:
     number of bytes. Half of it is DuckDB's ``memory_limit`` (DuckDB spills
     to ``<warehouse file>.tmp/`` beyond it) and it sizes the chunks of rows the
     Python stages hold at once (:meth:`MemoryBudget.chunk_rows`: one chunk's
-    columns take at most :data:`CHUNK_SHARE` of the cap). Unset: DuckDB keeps
-    its own default (80% of RAM) and chunks are sized as if the cap were
-    :data:`DEFAULT_LIMIT`.
+    columns take at most :data:`CHUNK_SHARE` of the cap). Unset: the cap is
+    :data:`DEFAULT_LIMIT` (2 GiB) for both, so memory stays bounded on any
+    table; set it higher on a large machine for fewer, larger chunks and less
+    spilling.
 
 Chunk sizes are a function of the cap and the columns read only, never of
 the data, so they are public (and results never depend on them: every
@@ -87,13 +88,18 @@ class MemoryBudget:
         return cls(parse_memory(text) if text else None)
 
     @property
-    def duckdb_setting(self) -> str | None:
-        """The value for DuckDB's ``memory_limit`` (half the cap, in bytes) or None to keep DuckDB's default.
+    def effective_limit(self) -> int:
+        """The cap in bytes (:data:`DEFAULT_LIMIT` when none is set)."""
+        return self.limit if self.limit is not None else DEFAULT_LIMIT
+
+    @property
+    def duckdb_setting(self) -> str:
+        """The value for DuckDB's ``memory_limit``: half the cap, in bytes.
 
         DuckDB gets half: the other half is for the Python side of a stage
         (its chunk, the arrays it builds) and the interpreter.
         """
-        return None if self.limit is None else f"{self.limit // 2}B"
+        return f"{self.effective_limit // 2}B"
 
     def chunk_rows(self, bytes_per_row: int, minimum: int = MIN_CHUNK_ROWS) -> int:
         """Rows per chunk so that one chunk of ``bytes_per_row`` takes at most :data:`CHUNK_SHARE` of the cap.
@@ -112,8 +118,7 @@ class MemoryBudget:
         """
         if bytes_per_row <= 0:
             raise ValueError(f"bytes_per_row must be > 0, got {bytes_per_row}")
-        limit = self.limit if self.limit is not None else DEFAULT_LIMIT
-        return max(int(minimum), int(limit * CHUNK_SHARE) // int(bytes_per_row))
+        return max(int(minimum), int(self.effective_limit * CHUNK_SHARE) // int(bytes_per_row))
 
 
 def chunk_bounds(n: int, rows: int):

@@ -322,9 +322,7 @@ def _read_in_memory(path: Path, kind: str) -> pd.DataFrame:
     _scan(path, kind)
     con = duckdb.connect()
     try:
-        setting = MemoryBudget.from_env().duckdb_setting
-        if setting is not None:
-            con.execute(f"SET memory_limit = '{setting}'")
+        con.execute(f"SET memory_limit = '{MemoryBudget.from_env().duckdb_setting}'")
         for mode in (0, 1):
             try:
                 _create(con, "_input", path, kind, mode)

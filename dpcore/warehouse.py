@@ -98,8 +98,7 @@ class Warehouse:
     def _connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         con = duckdb.connect(str(self.path), read_only=read_only)
         try:
-            if self.memory.duckdb_setting is not None:
-                con.execute(f"SET memory_limit = '{self.memory.duckdb_setting}'")
+            con.execute(f"SET memory_limit = '{self.memory.duckdb_setting}'")
             yield con
         finally:
             con.close()

@@ -29,6 +29,7 @@ def test_budget_from_env_and_chunk_rows():
     assert b.limit == 1024**3 and b.duckdb_setting == f"{1024**3 // 2}B"
     assert b.chunk_rows(8) == 1024**3 // 32 // 8
     assert MemoryBudget().chunk_rows(8) == DEFAULT_LIMIT // 32 // 8
+    assert MemoryBudget().duckdb_setting == f"{DEFAULT_LIMIT // 2}B"
     assert MemoryBudget(64 * 1024**2).chunk_rows(10**9) == 4096  # the floor
     assert MemoryBudget(64 * 1024**2).chunk_rows(10**9, minimum=1) == 1
     with pytest.raises(ValueError, match="bytes_per_row"):
