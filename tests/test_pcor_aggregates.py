@@ -123,8 +123,9 @@ def _random_table(seed: int, n: int, kind: str):
 @pytest.fixture(scope="module")
 def demo(small_flights_csv):
     """The conftest's demo sample (first 3,000 flights) as the step would see it: arr_delay, carrier x origin x month."""
-    from dpcore.spec import load_spec
     from pathlib import Path
+
+    from dpcore.spec import load_spec
 
     spec = load_spec(Path(__file__).resolve().parents[1] / "specs" / "demo.yaml")
     sp = ContextSpace.from_domains(ATTRS, [spec.public_schema.categorical[a].domain for a in ATTRS])
@@ -303,7 +304,6 @@ def _prepared(tmp_path, small_spec_path, **pcor):
     from dpcore.pipeline import ingest_stage, validate_stage
     from dpcore.settings import Settings
     from dpcore.spec import load_spec
-    from dpcore.steps.detect import detection_frame, fit_one, store_detection, templates_of
 
     spec = yaml.safe_load(small_spec_path.read_text())
     spec["steps"]["pcor"].update({"enabled": True, "from_detector": 0, "n_samples": 5, **pcor})
@@ -394,3 +394,45 @@ def test_detector_targets_are_the_same_in_batches(dpr_home, tmp_path, small_spec
             monkeypatch.setattr(step, "OWN_CELL_BATCH", batch)
             assert step.detector_targets(wh, spec_n, ingested, plan.job.index, f) == want, (n, batch)
     assert [t.record_id for t in plan.targets] == _old_detector_targets(spec, settings, ingested, f)
+
+
+def test_aggregate_index_reads_entries_not_rows(tmp_path, monkeypatch):
+    """On a warehouse table of many rows with few distinct (cell, value) pairs, the step's aggregate hands Python
+    only those pairs, in chunks sized by DPR_MEMORY_LIMIT; the index equals the row-based one; targets are looked
+    up by id (absent ids: -1) with their input-row-order positions."""
+    import dpcore.steps.pcor as step
+    from dpcore.chunks import MemoryBudget
+    from dpcore.warehouse import Warehouse
+
+    monkeypatch.setenv("DPR_MEMORY_LIMIT", "64MiB")
+    n = 200_000
+    sp, codes, metric = _random_table(31, n, "dups")
+    rng = np.random.default_rng(31)
+    frame = pd.DataFrame({"_row": rng.permutation(n) * 3 + 1, "rid": [f"R{i}" for i in range(n)],
+                          "a": np.array([1, 2, 3, 4])[codes[:, 0]], "b": np.array(["x", "y", "z"])[codes[:, 1]],
+                          "c": np.array(list("pqrst"))[codes[:, 2]], "v": metric})
+    wh = Warehouse(tmp_path / "wh.duckdb", memory=MemoryBudget.from_env())
+    wh.write_df("validated", "t", frame)
+    monkeypatch.setattr(step, "validated_table", lambda spec, ingested: 'validated."t"')
+    seen = []
+    real = Warehouse.iter_batches
+
+    def spy(self, sql, params=None, *, rows):
+        for batch in real(self, sql, params, rows=rows):
+            seen.append(batch.num_rows)
+            yield batch
+
+    monkeypatch.setattr(Warehouse, "iter_batches", spy)
+    index = step.aggregate_index(wh, None, None, sp, "v")
+    _assert_population_equal(index, _row_based(sp, codes, metric))
+    assert sum(seen) == index.entry_key.size < n / 100  # the pairs, not the rows, reach Python
+    assert max(seen) <= MemoryBudget.from_env().chunk_rows(step._TEXT_BYTES * 3 + 16)
+    spec = SimpleNamespace(dataset=SimpleNamespace(record_id="rid"))
+    ids = ["R17", "R-1", "R199999", "R0"]
+    held, h_codes, h_metric, position = step.lookup_records(wh, spec, None, sp, "v", ids, positions=True)
+    assert held.tolist() == [0, -1, 1, 2]
+    rows = np.array([17, 199999, 0])
+    assert np.array_equal(h_codes, codes[rows]) and np.array_equal(h_metric, metric[rows])
+    order = np.argsort(frame["_row"].to_numpy())  # the validated table in input-row order
+    assert position.tolist() == np.argsort(order)[rows].tolist()
+    _assert_rows_equal(index.with_rows(h_codes, h_metric), _row_based(sp, codes, metric), rows, codes, metric)

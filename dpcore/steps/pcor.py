@@ -43,7 +43,6 @@ import pandas as pd
 from ..budget import BudgetExceededError, PrivacyCost, charge_under
 from ..accuracy import Accuracy, level_text
 from ..bundle import StepOutput
-from ..chunks import MemoryBudget
 from ..ingest import IngestResult
 from ..ledger import ChargeRequest
 from ..mechanisms.pcor.contexts import ContextSpace
@@ -207,7 +206,7 @@ def aggregate_index(wh, spec: ReleaseSpec, ingested: IngestResult, space: Contex
     count = "__pcor_count"
     cols = ", ".join(f'"{c}"' for c in [*attrs, metric])
     sql = f"SELECT {cols}, count(*) AS {count} FROM {validated_table(spec, ingested)} GROUP BY ALL"
-    rows = MemoryBudget.from_env().chunk_rows(_TEXT_BYTES * len(attrs) + 16)
+    rows = wh.memory.chunk_rows(_TEXT_BYTES * len(attrs) + 16)  # the warehouse's cap (DPR_MEMORY_LIMIT)
     codes, values, counts = [], [], []
     for chunk in wh.iter_chunks(sql, rows=rows):
         codes.append(space.encode(chunk[attrs]))
