@@ -67,8 +67,6 @@ def _checked_records(space: ContextSpace, codes, metric, what: str) -> tuple[np.
         raise ValueError(f"codes and metric must have one entry per {what} each (their lengths differ)")
     if not np.isfinite(metric).all():
         raise ValueError("metric: some rows are not finite numbers (declare the metric nullable: false)")
-    if codes.size and not np.issubdtype(codes.dtype, np.integer):
-        raise ValueError("codes must be integer codes from ContextSpace.encode")
     codes = codes.astype(np.int32, copy=False)
     if (codes < 0).any() or (codes >= space.sizes[None, :]).any():
         _, i = np.argwhere((codes < 0) | (codes >= space.sizes[None, :]))[0]
