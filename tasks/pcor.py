@@ -16,7 +16,7 @@ from .common import flow_run_id, private_task
 
 @private_task(name="pcor-plan")
 def pcor_plan_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> PcorPlan:
-    """Validate parameters, build the per-cell index, resolve the targets (no charge)."""
+    """Validate parameters, build the per-cell index from warehouse aggregates, resolve the targets (no charge)."""
     plan = plan_pcor(spec, settings, ingested, flow_run_id())
     get_run_logger().info("pcor: %d record(s) to explain", len(plan.targets))
     return plan

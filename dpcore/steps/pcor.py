@@ -12,15 +12,17 @@ The step is split so a flow can map the searches over outliers on a Dask
 cluster while the warehouse and the ledger stay in the flow process:
 
 1. :func:`plan_pcor` — validate parameters (ids must be on the spec's public
-   roster: a public refusal, before any charge), load the columns, build the
-   per-cell index once, resolve the targets (an absent or quarantined roster
+   roster: a public refusal, before any charge), build the per-cell index once
+   from one aggregate query (no column of the table is loaded: memory grows
+   with the occupied (cell, value) pairs, not the rows; issue 21), resolve the
+   targets and look their own values up by id (an absent or quarantined roster
    id is *not* refused: rule 8; ``from_detector`` picks among the records
    flagged by the metric's templates that are outliers in their own cell,
    issue 16);
 2. :func:`reserve_pcor` — per target: return the stored release if the key
    was released before, otherwise reserve its cost (one charge each);
 3. :func:`compute_explanation` — pure function of the prepared arrays and one
-   target row: the mechanism's search and draws (worker-safe);
+   target's held row: the mechanism's search and draws (worker-safe);
 4. :func:`store_pcor` — store every computed release, mark failed ones
    (their charge stays, DESIGN.md rule 2), write the internal diagnostics and
    build the bundle section.
@@ -53,8 +55,8 @@ from ..quoting import md_cell
 from ..settings import Settings
 from ..spec import PcorSpec, ReleaseSpec, pcor_source_templates
 from .common import (
-    PlannedCharge, StepInputError, charge_request, check_record_ids, load_columns, noise_source, noise_test_seed, open_stores,
-    require_public_completeness,
+    PlannedCharge, StepInputError, charge_request, check_record_ids, noise_source, noise_test_seed, open_stores,
+    require_public_completeness, validated_table,
 )
 from .detect import detector_choice_not_protected, flagged_by_score, flagged_records
 
@@ -72,7 +74,7 @@ class PcorJob:
     space : ContextSpace
         Context attributes and their full public domains.
     index : CellIndex
-        Per-cell statistics and sorted metric values of the validated table.
+        Per-cell statistics and sorted metric values of the validated table, holding the targets as rows.
     verifier : str
         ``grubbs``, ``lof`` or ``histogram``.
     verifier_params : dict
@@ -81,6 +83,12 @@ class PcorJob:
         Keyword arguments of :class:`~dpcore.mechanisms.pcor.mechanism.PCORMechanism`.
     noise_seed : int or None
         None in production (OS CSPRNG); a test seed marks releases not-for-publication.
+    seed_offsets : tuple of int
+        Test noise only (empty in production): per held row of ``index``, the
+        record's position in the validated table in input-row order; a
+        search's test noise is seeded ``noise_seed + offset``, as when the
+        index held every row, so seeded releases do not depend on which
+        records are held.
     """
 
     space: ContextSpace
@@ -89,6 +97,7 @@ class PcorJob:
     verifier_params: dict[str, Any]
     mechanism_params: dict[str, Any]
     noise_seed: int | None = None
+    seed_offsets: tuple[int, ...] = ()
 
     def mechanism(self) -> PCORMechanism:
         """The (unvalidated) mechanism of these parameters."""
@@ -97,7 +106,7 @@ class PcorJob:
 
 @dataclass(frozen=True)
 class PcorTarget:
-    """One record to explain: its public id, its row in the index and its ledger request."""
+    """One record to explain: its public id, its held row in the job's index (``-1``: not in the data), its request."""
 
     record_id: str
     row: int
@@ -155,9 +164,123 @@ def _verifier_params(cfg: PcorSpec) -> dict[str, Any]:
 #: Detector candidates checked per batch by the own-cell rule (score order; stops once enough pass).
 OWN_CELL_BATCH = 4096
 
+#: Bytes per row of a chunk of the (cell, value) aggregate: a short text per context attribute, the metric, the count.
+_TEXT_BYTES = 60
+
+
+def aggregate_index(wh, spec: ReleaseSpec, ingested: IngestResult, space: ContextSpace, metric: str) -> CellIndex:
+    """The per-cell index of ``metric`` over the validated table, from one ``GROUP BY`` in the warehouse.
+
+    ``SELECT <context attributes>, <metric>, count(*) ... GROUP BY ALL``
+    gives every distinct ``(attribute values, metric value)`` pair with its
+    multiplicity: everything the verifiers of seed 003 (Section 6.5) read
+    about any population. The result is streamed in chunks sized by
+    ``DPR_MEMORY_LIMIT`` (:class:`~dpcore.chunks.MemoryBudget`, from the
+    number of columns only), each chunk's values encoded by
+    :meth:`ContextSpace.encode` (so the codes are those of the records), and
+    passed to :meth:`CellIndex.from_aggregates`. Memory grows with the
+    occupied ``(cell, value)`` pairs, not with the rows; the index holds no
+    row (:meth:`CellIndex.with_rows` adds the explained records).
+
+    Parameters
+    ----------
+    wh : Warehouse
+    spec : ReleaseSpec
+    ingested : IngestResult
+    space : ContextSpace
+        The context attributes (columns of the validated table) and their public domains.
+    metric : str
+        The metric column.
+
+    Returns
+    -------
+    CellIndex
+
+    Raises
+    ------
+    ValueError
+        A null or out-of-domain attribute value, a non-finite metric value, or
+        an empty table (messages name the column, never a value or a count).
+    """
+    attrs = list(space.attributes)
+    count = "__pcor_count"
+    cols = ", ".join(f'"{c}"' for c in [*attrs, metric])
+    sql = f"SELECT {cols}, count(*) AS {count} FROM {validated_table(spec, ingested)} GROUP BY ALL"
+    rows = wh.memory.chunk_rows(_TEXT_BYTES * len(attrs) + 16)  # the warehouse's cap (DPR_MEMORY_LIMIT)
+    codes, values, counts = [], [], []
+    for chunk in wh.iter_chunks(sql, rows=rows):
+        codes.append(space.encode(chunk[attrs]))
+        values.append(chunk[metric].to_numpy(dtype=float))
+        counts.append(chunk[count].to_numpy(dtype=np.int64))
+    if not codes:
+        raise ValueError("the dataset is empty")
+    return CellIndex.from_aggregates(space, np.concatenate(codes), np.concatenate(values), np.concatenate(counts))
+
+
+def lookup_records(wh, spec: ReleaseSpec, ingested: IngestResult, space: ContextSpace, metric: str, ids: list[str],
+                   *, positions: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Codes and metric value of the validated records with the given ids, looked up in the warehouse.
+
+    Parameters
+    ----------
+    wh : Warehouse
+    spec : ReleaseSpec
+    ingested : IngestResult
+    space : ContextSpace
+    metric : str
+    ids : list of str
+        Distinct record ids (a bounded list: the explained records, a batch of candidates).
+    positions : bool
+        Also return each found record's position in the validated table in
+        input-row order (for test noise seeds, :attr:`PcorJob.seed_offsets`;
+        one counting pass over the table).
+
+    Returns
+    -------
+    held : (len(ids),) int64
+        For each id, its position among the found records (``-1``: absent or
+        quarantined; never refused, rule 8).
+    codes : (F, m) int32; values : (F,) float64
+        The found records, in the order of ``ids``.
+    position : (F,) int64
+        Input-row-order positions (empty unless ``positions``).
+    """
+    attrs = list(space.attributes)
+    rid = spec.dataset.record_id
+    table = validated_table(spec, ingested)
+    held = np.full(len(ids), -1, dtype=np.int64)
+    if not ids:
+        return held, np.zeros((0, space.m), dtype=np.int32), np.zeros(0), np.zeros(0, dtype=np.int64)
+    wanted = pd.DataFrame({"_i": np.arange(len(ids), dtype=np.int64), "_id": pd.Series(ids, dtype=object)})
+    cols = ", ".join(f'v."{c}"' for c in [*attrs, metric])
+    sql = (f'SELECT w._i, {cols}, v._row FROM _pcor_wanted w JOIN {table} v ON v."{rid}" = w._id '
+           "ORDER BY w._i")
+
+    def op(con):
+        con.register("_pcor_wanted", wanted)
+        try:
+            return con.execute(sql).df()
+        finally:
+            con.unregister("_pcor_wanted")
+
+    found = wh.run(op)
+    held[found["_i"].to_numpy(dtype=np.int64)] = np.arange(len(found))
+    codes = space.encode(found[attrs])
+    values = found[metric].to_numpy(dtype=float)
+    position = np.zeros(0, dtype=np.int64)
+    if positions and len(found):
+        marks = found["_row"].to_numpy(dtype=np.int64).tolist()
+        parts = []
+        for lo in range(0, len(marks), 256):  # one pass counts the records before each found one
+            part = marks[lo: lo + 256]
+            filters = ", ".join("count(*) FILTER (WHERE _row < ?)" for _ in part)
+            parts.extend(wh.query(f"SELECT {filters} FROM {table}", part)[0])
+        position = np.asarray(parts, dtype=np.int64)
+    return held, codes, values, position
+
 
 def detector_targets(
-    wh, spec: ReleaseSpec, ingested: IngestResult, record_ids: pd.Index, index: CellIndex, verifier,
+    wh, spec: ReleaseSpec, ingested: IngestResult, index: CellIndex, verifier,
 ) -> list[str]:
     """The records ``steps.pcor.from_detector`` adds, in record-id order (a non-private choice).
 
@@ -168,9 +291,11 @@ def detector_targets(
     ``from_detector_own_cell`` (default) only candidates that the PCOR
     verifier flags in their own cell (the context of exactly their own
     attribute values) are kept; they are checked in score order, in batches
-    of :data:`OWN_CELL_BATCH`, until ``from_detector`` pass. The first
-    ``from_detector`` kept are returned sorted by id: the score order never
-    leaves this function (issue 15, hole 5).
+    of :data:`OWN_CELL_BATCH` (each looked up in the warehouse and held by
+    the index), until ``from_detector`` pass. The first ``from_detector``
+    kept are returned sorted by id: the score order never leaves this
+    function (issue 15, hole 5). The ranking is read in growing prefixes
+    (``LIMIT``), so only the candidates checked are ever loaded.
 
     Such a record's own cell is a valid context, so the mechanism's start
     search always finds one and its explanation is never ``no_valid_context``
@@ -183,10 +308,8 @@ def detector_targets(
     wh : Warehouse
     spec : ReleaseSpec
     ingested : IngestResult
-    record_ids : pandas.Index
-        The record ids of the rows of ``index``, in row order.
     index : CellIndex
-        The per-cell index of the metric (the one the searches use).
+        The per-cell index of the metric (the one the searches use); its held rows are not used.
     verifier
         The PCOR verifier (:func:`~dpcore.mechanisms.pcor.verifiers.make_verifier`).
 
@@ -198,19 +321,23 @@ def detector_targets(
     templates = pcor_source_templates(spec)
     if not cfg.from_detector_own_cell:
         return flagged_records(wh, spec, ingested, cfg.from_detector, templates)
-    ranked = np.asarray(flagged_by_score(wh, spec, ingested, templates), dtype=object)  # internal order
-    rows = record_ids.get_indexer(ranked)
-    ranked, rows = ranked[rows >= 0], rows[rows >= 0]  # present by construction (same validated table)
-    kept: list[np.ndarray] = []
-    n_kept = 0
-    for lo in range(0, rows.size, OWN_CELL_BATCH):  # batches of candidates, not records
-        ok = verifier.verify_own_cells(index, rows[lo: lo + OWN_CELL_BATCH])
-        kept.append(ranked[lo: lo + OWN_CELL_BATCH][ok])
-        n_kept += int(ok.sum())
-        if n_kept >= cfg.from_detector:
+    metric = _metric(spec, cfg)
+    kept: list[str] = []
+    done, limit = 0, OWN_CELL_BATCH
+    while len(kept) < cfg.from_detector:
+        ranked = flagged_by_score(wh, spec, ingested, templates, limit=limit)  # internal order
+        for lo in range(done, len(ranked), OWN_CELL_BATCH):  # batches of candidates, not records
+            batch = ranked[lo: lo + OWN_CELL_BATCH]
+            held, codes, values, _ = lookup_records(wh, spec, ingested, index.space, metric, batch)
+            present = np.asarray(batch, dtype=object)[held >= 0]  # present by construction (same validated table)
+            ok = verifier.verify_own_cells(index.with_rows(codes, values), np.arange(present.size))
+            kept.extend(str(i) for i in present[ok])
+            if len(kept) >= cfg.from_detector:
+                break
+        if len(ranked) < limit:  # every candidate checked
             break
-    chosen = np.concatenate(kept)[: cfg.from_detector] if kept else np.array([], dtype=object)
-    return sorted(str(i) for i in chosen)
+        done, limit = len(ranked), 4 * limit
+    return sorted(kept[: cfg.from_detector])
 
 
 def pcor_choice_statement(spec: ReleaseSpec) -> str:
@@ -288,7 +415,7 @@ def pcor_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
 def plan_pcor(
     spec: ReleaseSpec, settings: Settings, ingested: IngestResult, flow_run_id: str | None = None
 ) -> PcorPlan:
-    """Validate, load once, build the index and one charge request per target (nothing charged).
+    """Validate, build the index from warehouse aggregates, one charge request per target (nothing charged).
 
     Parameters
     ----------
@@ -309,11 +436,15 @@ def plan_pcor(
         Ids off the public roster, no targets, nullable or unknown
         attributes, bad mechanism or verifier parameters (ε ≤ 0, n < 1, ...).
         A roster id whose record is absent or quarantined is planned like any
-        other (row ``-1``) and charged; :func:`compute_explanation` gives it
+        other (held row ``-1``) and charged; :func:`compute_explanation` gives it
         the data-independent outcome ``no_valid_context``.
 
     Notes
     -----
+    No column of the validated table is loaded: the index comes from one
+    aggregate (:func:`aggregate_index`) and the targets' own codes and values
+    from a lookup by id (:func:`lookup_records`), so memory grows with the
+    occupied (cell, value) pairs and the targets, not with the rows.
     ``from_detector`` targets come from :func:`detector_targets` (after the
     index is built: the own-cell check uses it). When none qualifies and no
     ``record_ids`` are given the plan has no target: nothing is charged and
@@ -325,28 +456,28 @@ def plan_pcor(
     attrs, metric, mech_params, vparams, mech, space = check_pcor(spec)
     stores = open_stores(settings)
     wh = stores.warehouse
-    df = load_columns(wh, spec, ingested, [*attrs, metric])
     try:
-        codes = space.encode(df[attrs])
-        index = CellIndex.build(space, codes, df[metric].to_numpy(dtype=float))
+        index = aggregate_index(wh, spec, ingested, space, metric)
     except ValueError as exc:
         raise StepInputError(f"steps.pcor: {exc}") from None
-    record_ids = pd.Index(df[spec.dataset.record_id])
     ids = list(dict.fromkeys(cfg.record_ids))
     if cfg.from_detector:
-        chosen = detector_targets(wh, spec, ingested, record_ids, index, make_verifier(cfg.verifier, **vparams))
+        chosen = detector_targets(wh, spec, ingested, index, make_verifier(cfg.verifier, **vparams))
         ids += [i for i in chosen if i not in ids]
     # no target only when from_detector found none: an empty, stated outcome (no abort mid-release)
-    rows = record_ids.get_indexer(ids)  # -1: absent or quarantined (never refused)
+    seed = noise_test_seed()
+    held, codes, values, position = lookup_records(wh, spec, ingested, space, metric, ids,
+                                                   positions=seed is not None)
     noise = noise_source()
-    job = PcorJob(space, index, cfg.verifier, vparams, mech_params, noise_test_seed())
+    job = PcorJob(space, index.with_rows(codes, values), cfg.verifier, vparams, mech_params, seed,
+                  tuple(int(p) for p in position))
     common = _common_params(attrs, metric, cfg.verifier, vparams, mech_params)
     targets = tuple(
         PcorTarget(
             rid, int(row),
             charge_request(spec, ingested, "pcor", mech, mech.cost(), {**common, "record_id": rid}, noise, flow_run_id),
         )
-        for rid, row in zip(ids, rows)
+        for rid, row in zip(ids, held)
     )
     return PcorPlan(job, targets, cfg.from_detector)
 
@@ -412,7 +543,7 @@ def compute_explanation(job: PcorJob, row: int) -> dict[str, Any]:
     ----------
     job : PcorJob
     row : int
-        The record's row in ``job.index``; ``-1`` for a roster id whose
+        The record's held row in ``job.index``; ``-1`` for a roster id whose
         record is absent or quarantined: its outcome is ``no_valid_context``,
         released exactly as for a present record without a valid context
         (the charge is the same; nothing depends on the data).
@@ -432,7 +563,10 @@ def compute_explanation(job: PcorJob, row: int) -> dict[str, Any]:
         }
     verifier = make_verifier(job.verifier, **job.verifier_params)
     evaluator = ContextEvaluator(job.index, verifier, row, job.mechanism_params["utility"])
-    noise = NoiseSource(seed=job.noise_seed + row) if job.noise_seed is not None else NoiseSource()
+    if job.noise_seed is not None:  # tests only: seeded by the record's table position when known
+        noise = NoiseSource(seed=job.noise_seed + (job.seed_offsets[row] if job.seed_offsets else row))
+    else:
+        noise = NoiseSource()
     result = job.mechanism().explain(evaluator, noise)
     space = job.space
     released = result.context is not None

@@ -35,7 +35,7 @@ class ContextEvaluator:
     verifier : GrubbsVerifier | LOFVerifier | HistogramVerifier
         ``f_M`` (deterministic).
     row : int
-        Position of ``V`` in the indexed data.
+        Position of ``V`` among the index's held rows (:meth:`CellIndex.with_rows`).
     utility : {"population", "overlap"}
         Section 3.2.1 or 3.2.2.
 

@@ -14,12 +14,18 @@ per context, vectorised over a batch of contexts.
 
 What is precomputed
 -------------------
-* ``cell_of_row``: mixed-radix cell id ``sum_i code_i * stride_i`` (C order
-  over the domain sizes).
+Everything the verifiers need about a population is a function of the
+multiset of ``(cell, metric value)`` pairs, so the index is built from
+**aggregates**: the distinct ``(codes, value)`` pairs of the data with their
+multiplicities (:meth:`CellIndex.from_aggregates`; one ``GROUP BY`` in the
+warehouse, issue 21), and its memory grows with the occupied
+``(cell, value)`` pairs, never with the rows.  From them:
+
 * Per cell: count, sum and sum of squares of the **centred** metric
   ``x - centre`` (the centre is the rounded median for integer-valued metrics,
   so all sums of integer metrics are exact in float64 whatever the order of
-  summation; the median otherwise), and the min / max of the metric.
+  summation; the median otherwise, taken from the value counts), and the
+  min / max of the metric.
 * Sorted values: ``uniq`` (the distinct metric values) and, for every
   occupied ``(cell, value)`` pair, one entry with global key
   ``cell * n_unique + rank(value)``; the entry keys are sorted, so a single
@@ -27,6 +33,15 @@ What is precomputed
   every cell of a context at once, and ties are stored once with their
   multiplicity (integer metrics such as ``arr_delay`` have a few hundred
   distinct values among 327,346 rows).
+
+The records a search is *about* (the explained records ``V``) are **held
+rows**, attached by :meth:`CellIndex.with_rows`: their codes, value, cell and
+value rank, numbered ``0 .. n_held - 1``; ``row`` arguments of the index, the
+verifiers and the evaluator are positions among them.  Each must be a record
+of the indexed population (its ``(cell, value)`` pair occupied).
+:meth:`CellIndex.build` is the row-based entry point (tests, benchmarks): it
+aggregates the rows in numpy, calls :meth:`from_aggregates` and holds every
+row, so row ``r`` is the ``r``-th record given.
 """
 from __future__ import annotations
 
@@ -39,17 +54,51 @@ __all__ = ["CellIndex", "DENSE_CELL_LIMIT"]
 DENSE_CELL_LIMIT = 1 << 22  # above this many cells the dense tensors are not built (occupied-cell path)
 
 
+def _checked_records(space: ContextSpace, codes, metric, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Codes and metric of records (or aggregate entries) validated: shapes, domain range, finite values.
+
+    Errors name the argument and the column, never a value, a row or a count (DESIGN rule 6).
+    """
+    codes = np.asarray(codes)
+    metric = np.asarray(metric, dtype=np.float64).reshape(-1)
+    if codes.ndim != 2 or codes.shape[1] != space.m:
+        raise ValueError(f"codes must have shape (N, {space.m}), got {codes.shape}")
+    if codes.shape[0] != metric.shape[0]:
+        raise ValueError(f"codes and metric must have one entry per {what} each (their lengths differ)")
+    if not np.isfinite(metric).all():
+        raise ValueError("metric: some rows are not finite numbers (declare the metric nullable: false)")
+    codes = codes.astype(np.int32, copy=False)
+    if (codes < 0).any() or (codes >= space.sizes[None, :]).any():
+        _, i = np.argwhere((codes < 0) | (codes >= space.sizes[None, :]))[0]
+        raise ValueError(f"codes: column {space.attributes[int(i)]!r} holds codes out of the domain range")
+    return codes, metric
+
+
+def _median_of_counts(uniq: np.ndarray, count: np.ndarray) -> float:
+    """``np.median`` of the multiset holding ``uniq[i]`` ``count[i]`` times, bit for bit.
+
+    ``np.median`` takes the middle element (odd size) or ``np.mean`` of the
+    two middle ones (even size) of the sorted data; here they are located on
+    the cumulative counts of the sorted distinct values and averaged by the
+    same ``np.mean``.
+    """
+    cum = np.cumsum(count)
+    n = int(cum[-1])
+    middle = [n // 2 - 1, n // 2] if n % 2 == 0 else [n // 2]
+    return float(np.mean(uniq[np.searchsorted(cum, middle, side="right")]))
+
+
 class CellIndex:
     """Per-cell statistics and sorted values of one metric over one context space.
 
-    Build with :meth:`build`.  Attributes are read-only by convention.
+    Build with :meth:`from_aggregates` (plus :meth:`with_rows` for the
+    explained records) or, from records, :meth:`build`.  Attributes are
+    read-only by convention.
 
     Attributes
     ----------
     space : ContextSpace
-    codes : (N, m) int32 record codes;  metric : (N,) float64
-    n_rows, n_cells : int
-    cell_of_row : (N,) int64
+    n_rows : int, records of the indexed population; n_cells : int
     centre : float, subtracted from the metric before the sums (``integer_metric``: whether it is an integer)
     occupied : (n_occ,) int64 ids of the non-empty cells, ascending
     occupied_codes, occupied_bits : (n_occ, m) int64 value codes / context bit of each occupied cell
@@ -59,21 +108,163 @@ class CellIndex:
     cell_count : (n_cells,) int64 (property, dense)
     sum_tensor : (|A_1|, ..., |A_m|, 3) float64 count / sum / sum of squares per cell (dense only)
     minmax_tensor : (|A_1|, ..., |A_m|, 2) float64 ``(min, -max)`` per cell, ``+inf`` if empty (dense only)
-    uniq : (U,) sorted distinct metric values; row_rank : (N,) int64 position of each record's value in ``uniq``
+    uniq : (U,) sorted distinct metric values
     entry_key : (E,) int64 sorted ``cell * U + rank``; entry_count : (E,) int64 multiplicity
     entry_rank, entry_cell : (E,) int64; entry_value : (E,) float64 ``uniq[entry_rank]``
     entry_cum : (E + 1,) int64 prefix sums of ``entry_count``; cell_ptr : (n_cells + 1,) int64 first entry of each cell
     dense : bool, whether the dense per-cell tensors are used for contractions
+    n_held : int, held rows (the records ``row`` arguments refer to)
+    codes : (n_held, m) int32 codes of the held rows;  metric : (n_held,) float64 their values
+    cell_of_row : (n_held,) int64 cell of each held row; row_rank : (n_held,) int64 position of its value in ``uniq``
     """
 
-    def __init__(self):  # pragma: no cover - use build()
-        raise TypeError("use CellIndex.build(space, codes, metric)")
+    def __init__(self):  # pragma: no cover - use from_aggregates() or build()
+        raise TypeError("use CellIndex.from_aggregates(space, codes, metric, counts) or CellIndex.build(space, codes, "
+                        "metric)")
 
     # ------------------------------------------------------------------ build
 
     @classmethod
+    def from_aggregates(cls, space: ContextSpace, codes, metric, counts, *,
+                        dense_limit: int = DENSE_CELL_LIMIT) -> "CellIndex":
+        """Precompute the index from ``(codes, value) -> multiplicity`` aggregates (no held row).
+
+        The statistics of every population depend only on how many records
+        share each ``(cell, value)`` pair, so this is the whole input the
+        verifiers of Section 6.5 of seed 003 need; e.g. the result of
+        ``SELECT <context attributes>, <metric>, count(*) ... GROUP BY ALL``
+        with the attributes encoded by :meth:`ContextSpace.encode`.  Time
+        and memory grow with the number of entries, not with the records
+        they count.
+
+        Parameters
+        ----------
+        space : ContextSpace
+            The context attributes and their public domains.
+        codes : array_like
+            ``(E, m)`` integer codes from :meth:`ContextSpace.encode`.
+        metric : array_like
+            ``(E,)`` metric values (Section 3's ``M``), finite.
+        counts : array_like
+            ``(E,)`` multiplicities, integers ``>= 1``. Repeated
+            ``(codes, value)`` pairs are merged (their counts add), so partial
+            aggregates of chunks can be passed together.
+        dense_limit : int, optional
+            Largest number of cells for which dense per-cell tensors are used
+            in the batched contractions; larger spaces use the occupied cells
+            only (same results).
+
+        Returns
+        -------
+        CellIndex
+            With no held row (:meth:`with_rows` adds the explained records).
+
+        Raises
+        ------
+        ValueError
+            Shape mismatch, codes out of range, a non-finite metric value, a
+            count that is not a positive integer, or no record at all (the
+            message names the argument and the column, never a value).
+
+        Notes
+        -----
+        Integer metrics (the demo's ``arr_delay``) give sums that are exact,
+        hence equal to a row-by-row summation bit for bit. For other metrics
+        the per-cell sums add ``count * (x - centre)`` per distinct value in
+        ``(cell, value)`` order: the same sums up to rounding, and independent
+        of the order of the records (a row-by-row sum is not).
+        """
+        self = object.__new__(cls)
+        codes, metric = _checked_records(space, codes, metric, "aggregate entry")
+        counts = np.asarray(counts).reshape(-1)
+        if counts.shape[0] != metric.shape[0]:
+            raise ValueError("counts must have one entry per aggregate entry (the lengths differ)")
+        if counts.size and not (np.issubdtype(counts.dtype, np.integer)
+                                or (np.issubdtype(counts.dtype, np.floating)
+                                    and bool(np.all(counts == np.round(counts))))):
+            raise ValueError("counts: some entries are not integers")
+        counts = counts.astype(np.int64)
+        if (counts < 1).any():
+            raise ValueError("counts: some entries are not positive (every aggregate entry counts >= 1 record)")
+        if counts.size == 0:
+            raise ValueError("the dataset is empty")
+        self.space = space
+        sizes = space.sizes
+        self.n_cells = int(np.prod(sizes, dtype=np.int64))
+        strides = np.ones(space.m, dtype=np.int64)
+        for i in range(space.m - 2, -1, -1):
+            strides[i] = strides[i + 1] * sizes[i + 1]
+        self.strides = strides
+
+        # sorted values: (cell, rank) entries with multiplicities (repeated pairs merged)
+        self.uniq = np.unique(metric)
+        self.n_unique = int(self.uniq.size)
+        keys = (codes.astype(np.int64) @ strides) * self.n_unique + np.searchsorted(self.uniq, metric)
+        self.entry_key, inv = np.unique(keys, return_inverse=True)
+        if self.entry_key.size == keys.size:  # already distinct (a GROUP BY): place the counts, no float detour
+            ecount = np.empty_like(counts)
+            ecount[inv.reshape(-1)] = counts
+        else:
+            ecount = np.zeros(self.entry_key.size, dtype=np.int64)
+            np.add.at(ecount, inv.reshape(-1), counts)
+        self.entry_count = ecount
+        self.entry_rank = self.entry_key % self.n_unique
+        self.entry_cell = self.entry_key // self.n_unique
+        self.entry_value = self.uniq[self.entry_rank]
+        self.entry_cum = np.concatenate([[0], np.cumsum(self.entry_count)]).astype(np.int64)
+        self.n_rows = int(self.entry_cum[-1])
+
+        # centre: the median of the records (from the counts of each distinct value), rounded for integer metrics
+        integer = bool(np.all(self.uniq == np.round(self.uniq)))
+        value_count = np.bincount(self.entry_rank, weights=self.entry_count, minlength=self.n_unique)
+        med = _median_of_counts(self.uniq, value_count.astype(np.int64))  # counts < 2**53: exact in float64
+        self.centre = float(np.round(med)) if integer else med
+        self.integer_metric = integer
+
+        # per occupied cell: count, centred sum and sum of squares, min, max
+        starts = np.flatnonzero(np.concatenate([[True], self.entry_cell[1:] != self.entry_cell[:-1]]))
+        occupied = self.entry_cell[starts]
+        self.occupied = occupied.astype(np.int64)
+        self.occupied_codes = (occupied[:, None] // strides[None, :]) % sizes[None, :]
+        self.occupied_bits = space.offsets[None, :] + self.occupied_codes
+        cell_of_entry = np.repeat(np.arange(starts.size), np.diff(np.append(starts, self.entry_key.size)))
+        self.occupied_count = np.add.reduceat(self.entry_count, starts).astype(np.int64)
+        x = self.entry_value - self.centre
+        self.occupied_sum = np.bincount(cell_of_entry, weights=self.entry_count * x, minlength=starts.size)
+        self.occupied_sumsq = np.bincount(cell_of_entry, weights=self.entry_count * (x * x), minlength=starts.size)
+        first = starts.astype(np.int64)
+        last = np.append(starts[1:], self.entry_key.size).astype(np.int64)
+        self.occupied_entry_start = first
+        self.occupied_entry_stop = last
+        self.occupied_min = self.entry_value[first]
+        self.occupied_max = self.entry_value[last - 1]
+
+        self.dense = self.n_cells <= dense_limit
+        if self.dense:
+            shape = tuple(int(s) for s in sizes)
+            sums = np.zeros((self.n_cells, 3))
+            sums[occupied, 0] = self.occupied_count
+            sums[occupied, 1] = self.occupied_sum
+            sums[occupied, 2] = self.occupied_sumsq
+            self.sum_tensor = sums.reshape(shape + (3,))
+            mm = np.empty((self.n_cells, 2))
+            mm[:, 0] = np.inf
+            mm[:, 1] = np.inf
+            mm[occupied, 0] = self.occupied_min
+            mm[occupied, 1] = -self.occupied_max
+            self.minmax_tensor = mm.reshape(shape + (2,))  # (min, -max): both reduce with np.minimum
+        return self._hold(np.zeros((0, space.m), dtype=np.int32), np.zeros(0), np.zeros(0, dtype=np.int64),
+                          np.zeros(0, dtype=np.int64))
+
+    @classmethod
     def build(cls, space: ContextSpace, codes, metric, *, dense_limit: int = DENSE_CELL_LIMIT) -> "CellIndex":
-        """Precompute the index once per (dataset, context attributes, metric).
+        """Precompute the index from records, holding every record (row ``r`` is the ``r``-th record).
+
+        A thin wrapper: the records are aggregated in numpy into distinct
+        ``(codes, value)`` pairs with counts, passed to
+        :meth:`from_aggregates`, and all held (:meth:`with_rows`).  Memory
+        grows with the records; pipelines build from warehouse aggregates
+        instead.
 
         Parameters
         ----------
@@ -84,9 +275,7 @@ class CellIndex:
         metric : array_like
             ``(N,)`` metric attribute ``M`` (Section 3), finite.
         dense_limit : int, optional
-            Largest number of cells for which dense per-cell tensors are used
-            in the batched contractions; larger spaces use the occupied cells
-            only (same results).
+            See :meth:`from_aggregates`.
 
         Returns
         -------
@@ -96,82 +285,62 @@ class CellIndex:
         ------
         ValueError
             Shape mismatch, codes out of range, or a non-finite metric value
-            (the message names the first such row, not its value).
+            (the message names the column, not a value or a row).
         """
-        self = object.__new__(cls)
-        codes = np.asarray(codes)
-        metric = np.asarray(metric, dtype=np.float64).reshape(-1)
-        if codes.ndim != 2 or codes.shape[1] != space.m:
-            raise ValueError(f"codes must have shape (N, {space.m}), got {codes.shape}")
-        if codes.shape[0] != metric.shape[0]:
-            raise ValueError("codes and metric must have one entry per record each (their lengths differ)")
+        codes, metric = _checked_records(space, codes, metric, "record")
         if codes.shape[0] == 0:
             raise ValueError("the dataset is empty")
-        bad = ~np.isfinite(metric)
-        if bad.any():
-            raise ValueError("metric: some rows are not finite numbers (declare the metric nullable: false)")
-        codes = codes.astype(np.int32, copy=False)
-        if (codes < 0).any() or (codes >= space.sizes[None, :]).any():
-            _, i = np.argwhere((codes < 0) | (codes >= space.sizes[None, :]))[0]
-            raise ValueError(f"codes: column {space.attributes[int(i)]!r} holds codes out of the domain range")
-        self.space = space
-        self.codes = codes
-        self.metric = metric
-        self.n_rows = int(metric.shape[0])
-        sizes = space.sizes
-        self.n_cells = int(np.prod(sizes, dtype=np.int64))
         strides = np.ones(space.m, dtype=np.int64)
         for i in range(space.m - 2, -1, -1):
-            strides[i] = strides[i + 1] * sizes[i + 1]
-        self.strides = strides
-        self.cell_of_row = codes.astype(np.int64) @ strides
+            strides[i] = strides[i + 1] * space.sizes[i + 1]
+        uniq, rank = np.unique(metric, return_inverse=True)
+        keys = (codes.astype(np.int64) @ strides) * uniq.size + rank.reshape(-1)
+        _, first, count = np.unique(keys, return_index=True, return_counts=True)
+        index = cls.from_aggregates(space, codes[first], metric[first], count, dense_limit=dense_limit)
+        return index.with_rows(codes, metric)
 
-        # centred sums (exact for integer metrics: integer centre, integer sums below 2**53)
-        integer = bool(np.all(metric == np.round(metric)))
-        med = float(np.median(metric))
-        self.centre = float(np.round(med)) if integer else med
-        self.integer_metric = integer
-        x = metric - self.centre
-        occupied, inv, cnt = np.unique(self.cell_of_row, return_inverse=True, return_counts=True)
-        self.occupied = occupied.astype(np.int64)
-        self.occupied_codes = (occupied[:, None] // strides[None, :]) % sizes[None, :]
-        self.occupied_bits = space.offsets[None, :] + self.occupied_codes
-        self.occupied_count = cnt.astype(np.int64)
-        self.occupied_sum = np.bincount(inv, weights=x, minlength=occupied.size)
-        self.occupied_sumsq = np.bincount(inv, weights=x * x, minlength=occupied.size)
+    def with_rows(self, codes, metric) -> "CellIndex":
+        """This index holding the given records as rows ``0 .. n - 1`` (the records to explain).
 
-        # sorted values: (cell, rank) entries with multiplicities
-        self.uniq, row_rank = np.unique(metric, return_inverse=True)
-        self.row_rank = row_rank.astype(np.int64).reshape(-1)
-        self.n_unique = int(self.uniq.size)
-        keys = self.cell_of_row * self.n_unique + self.row_rank
-        self.entry_key, ecount = np.unique(keys, return_counts=True)
-        self.entry_count = ecount.astype(np.int64)
-        self.entry_rank = self.entry_key % self.n_unique
-        self.entry_cell = self.entry_key // self.n_unique
-        self.entry_value = self.uniq[self.entry_rank]
-        self.entry_cum = np.concatenate([[0], np.cumsum(self.entry_count)]).astype(np.int64)
-        first = np.searchsorted(self.entry_key, self.occupied * self.n_unique, side="left")
-        last = np.searchsorted(self.entry_key, (self.occupied + 1) * self.n_unique, side="left")
-        self.occupied_entry_start = first.astype(np.int64)
-        self.occupied_entry_stop = last.astype(np.int64)
-        self.occupied_min = self.entry_value[first]
-        self.occupied_max = self.entry_value[last - 1]
+        Shares every population statistic with ``self`` (no copy); only the
+        held rows differ.  Each record must belong to the indexed population:
+        its ``(cell, value)`` pair occupied.
 
-        self.dense = self.n_cells <= dense_limit
-        if self.dense:
-            shape = tuple(int(s) for s in sizes)
-            sums = np.zeros((self.n_cells, 3))
-            sums[occupied, 0] = cnt
-            sums[occupied, 1] = self.occupied_sum
-            sums[occupied, 2] = self.occupied_sumsq
-            self.sum_tensor = sums.reshape(shape + (3,))
-            mm = np.empty((self.n_cells, 2))
-            mm[:, 0] = np.inf
-            mm[:, 1] = np.inf
-            mm[occupied, 0] = self.occupied_min
-            mm[occupied, 1] = -self.occupied_max
-            self.minmax_tensor = mm.reshape(shape + (2,))  # (min, -max): both reduce with np.minimum
+        Parameters
+        ----------
+        codes : array_like
+            ``(n, m)`` integer codes from :meth:`ContextSpace.encode`.
+        metric : array_like
+            ``(n,)`` metric values.
+
+        Returns
+        -------
+        CellIndex
+
+        Raises
+        ------
+        ValueError
+            Shape mismatch, codes out of range, a non-finite value, or a
+            record that is not in the indexed population (no value named).
+        """
+        codes, metric = _checked_records(self.space, codes, metric, "record")
+        cell = codes.astype(np.int64) @ self.strides
+        rank = np.minimum(np.searchsorted(self.uniq, metric), self.n_unique - 1)
+        key = cell * self.n_unique + rank
+        pos = np.minimum(np.searchsorted(self.entry_key, key), self.entry_key.size - 1)
+        if not (np.all(self.uniq[rank] == metric) and np.all(self.entry_key[pos] == key)):
+            raise ValueError("rows: some records are not in the indexed population (their cell and metric value "
+                             "were not aggregated)")
+        out = object.__new__(type(self))
+        out.__dict__.update(self.__dict__)
+        return out._hold(codes, metric, cell, rank.astype(np.int64))
+
+    def _hold(self, codes, metric, cell, rank) -> "CellIndex":
+        self.codes = codes
+        self.metric = metric
+        self.cell_of_row = cell
+        self.row_rank = rank
+        self.n_held = int(metric.shape[0])
         return self
 
     # ------------------------------------------------------------------ per-cell views
@@ -187,21 +356,21 @@ class CellIndex:
         return np.searchsorted(self.entry_key, np.arange(self.n_cells + 1, dtype=np.int64) * self.n_unique)
 
     def x_centred(self, row: int) -> float:
-        """The centred metric value of one record."""
+        """The centred metric value of held row ``row``."""
         return float(self.metric[row] - self.centre)
 
     def row_codes(self, row: int) -> np.ndarray:
-        """``(m,)`` codes of record ``row`` (``IndexError`` naming the row when out of range)."""
+        """``(m,)`` codes of held row ``row`` (``IndexError`` when out of range)."""
         row = self.check_row(row)
         return self.codes[row].astype(np.int64)
 
     def check_row(self, row) -> int:
-        """Validate a record position and return it as an int."""
+        """Validate a held-row position and return it as an int."""
         if isinstance(row, bool) or not isinstance(row, (int, np.integer)):
             raise TypeError(f"row must be an integer record position, got {type(row).__name__}")
         row = int(row)
-        if not 0 <= row < self.n_rows:
-            raise IndexError("row is out of range of the dataset's records")  # no sizes: private
+        if not 0 <= row < self.n_held:
+            raise IndexError("row is out of range of the index's held records")  # no sizes: private
         return row
 
     # ------------------------------------------------------------------ batched context statistics

@@ -54,9 +54,9 @@ def _as_batch(index: CellIndex, row, contexts) -> tuple[int, np.ndarray, np.ndar
 
 
 def _own_cells(index: CellIndex, rows) -> tuple[np.ndarray, np.ndarray]:
-    """Checked record positions and the position of each record's own cell in ``index.occupied``."""
+    """Checked held-row positions and the position of each record's own cell in ``index.occupied``."""
     rows = np.asarray(rows, dtype=np.int64).reshape(-1)
-    if rows.size and ((rows < 0).any() or (rows >= index.n_rows).any()):
+    if rows.size and ((rows < 0).any() or (rows >= index.n_held).any()):
         raise IndexError("rows: some record positions are out of range")
     return rows, np.searchsorted(index.occupied, index.cell_of_row[rows])
 
@@ -360,7 +360,7 @@ class GrubbsVerifier:
         ----------
         index : CellIndex
         row : int
-            Position of ``V`` in the indexed data.
+            Position of ``V`` among the index's held rows (:meth:`CellIndex.with_rows`).
         contexts : (B, t) bool
 
         Returns
@@ -389,7 +389,7 @@ class GrubbsVerifier:
         ----------
         index : CellIndex
         rows : array_like of int
-            Record positions in the indexed data.
+            Positions among the index's held rows (:meth:`CellIndex.with_rows`).
 
         Returns
         -------
