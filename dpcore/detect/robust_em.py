@@ -1240,10 +1240,8 @@ class RobustRegressionDetector:
         ):
             raise ValueError(f"n_subsets must be None or an integer with 1 <= n_subsets <= 100000, got {nsub!r}")
         ss = self.start_sample
-        if isinstance(ss, bool) or not isinstance(ss, numbers.Integral) or not (1_000 <= ss <= 100_000_000):
-            raise ValueError(
-                f"start_sample must be an integer with 1000 <= start_sample <= 100000000, got {ss!r}"
-            )
+        if isinstance(ss, bool) or not isinstance(ss, numbers.Integral) or not (1 <= ss <= 100_000_000):
+            raise ValueError(f"start_sample must be an integer with 1 <= start_sample <= 100000000, got {ss!r}")
 
     # ------------------------------------------------------------ transforms
     def _std(self) -> tuple:

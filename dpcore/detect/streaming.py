@@ -76,7 +76,8 @@ class PartitionChunks:
         else:
             self._sizes = np.zeros(0, dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(self._sizes)])
-        empty = pd.DataFrame({c: pd.Series([], dtype=object) for c in self.template.contextual})
+        empty = pd.DataFrame({c: pd.Series([], dtype="float64" if c in self.schema.numeric else "string")
+                              for c in self.template.contextual})
         # the design's columns from the public schema alone (no row is read)
         self._names = design_matrix(empty, list(self.template.contextual), self.schema,
                                     self.template.transform_of)[1] if self.template.contextual else []

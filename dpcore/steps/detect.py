@@ -27,9 +27,11 @@ Tables (suffix = the validated table's name):
 from __future__ import annotations
 
 import json
+import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -39,7 +41,8 @@ from ..chunks import MemoryBudget, serial_map
 from ..detect.combine import Template, TemplateFit, combine, fit_template
 from ..detect.design import sigma2_floor_of
 from ..detect.streaming import StreamedFit, fit_partitions
-from ..partitions import Partitions, exported
+from ..lineage import new_nonce
+from ..partitions import Partitions, export_partitions, scratch_dir
 from ..ingest import IngestResult
 from ..settings import Settings
 from ..spec import ReleaseSpec
@@ -178,16 +181,17 @@ def detection_chunk_rows(spec: ReleaseSpec, budget: MemoryBudget | None = None) 
     return (budget or MemoryBudget.from_env()).chunk_rows(_bytes_per_row(spec))
 
 
-@contextmanager
-def detection_partitions(
+def open_detection_partitions(
     spec: ReleaseSpec, settings: Settings, ingested: IngestResult, *, rows: int | None = None
-) -> Iterator[Partitions]:
-    """The validated table's ``_row`` and every template attribute, exported once in chunks (removed on exit).
+) -> Partitions:
+    """The validated table's ``_row`` and every template attribute, exported once in chunks.
 
-    :func:`dpcore.partitions.exported` into the warehouse's private scratch
-    folder, in input row order, ``rows`` per chunk (default
-    :func:`detection_chunk_rows`). The templates' fits read it without the
-    warehouse's lock, concurrently; their score files go next to it.
+    :func:`dpcore.partitions.export_partitions` into a fresh folder of the
+    warehouse's private scratch folder, in input row order, ``rows`` per chunk
+    (default :func:`detection_chunk_rows`). The templates' fits read it
+    without the warehouse's lock, concurrently; their score files go next to
+    it. Remove it with :func:`close_detection_partitions` (or use
+    :func:`detection_partitions`).
 
     Raises
     ------
@@ -198,8 +202,31 @@ def detection_partitions(
     attrs = sorted({a for t in templates_of(spec) for a in (t.behavioural, *t.contextual)})
     cols = ", ".join(f'"{c}"' for c in ["_row", *attrs])
     sql = f"SELECT {cols} FROM {validated_table(spec, ingested)} ORDER BY _row"
-    with exported(open_stores(settings).warehouse, sql, rows=int(rows or detection_chunk_rows(spec))) as parts:
+    wh = open_stores(settings).warehouse
+    folder = scratch_dir(wh) / new_nonce(8)
+    folder.mkdir(mode=0o700)
+    try:
+        return export_partitions(wh, sql, None, int(rows or detection_chunk_rows(spec)), folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def close_detection_partitions(parts: Partitions) -> None:
+    """Remove an export of :func:`open_detection_partitions` and the score files next to it."""
+    shutil.rmtree(Path(parts.path).parent, ignore_errors=True)
+
+
+@contextmanager
+def detection_partitions(
+    spec: ReleaseSpec, settings: Settings, ingested: IngestResult, *, rows: int | None = None
+) -> Iterator[Partitions]:
+    """:func:`open_detection_partitions`, removed when the block ends (also on error)."""
+    parts = open_detection_partitions(spec, settings, ingested, rows=rows)
+    try:
         yield parts
+    finally:
+        close_detection_partitions(parts)
 
 
 def fit_streamed(parts: Partitions, template: Template, spec: ReleaseSpec, mapper=serial_map) -> StreamedFit:
