@@ -552,7 +552,8 @@ class ArrayChunks:
     The chunk-source protocol of the streamed fit
     (:meth:`RobustRegressionDetector.fit_chunks`): ``n_rows``, ``n_features``,
     ``load(i)`` (the raw ``X``, ``y`` of chunk ``i``), ``take(rows)`` (the rows
-    at sorted positions ``rows``, or all rows for None) and ``map(fn, state)``
+    at sorted positions ``rows``, or all rows for None), ``standardised(i, std)``
+    (chunk ``i``'s ``(Z, y)``, :func:`_standardised`; a source may cache it) and ``map(fn, state)``
     (``mapper(fn, [(self, i, state) for every chunk])``). :meth:`fit` runs on
     one chunk of this class; tests run it with awkward chunk sizes.
     :class:`dpcore.detect.streaming.PartitionChunks` is the warehouse's source.
@@ -596,6 +597,11 @@ class ArrayChunks:
         a = i * int(self.rows)
         return self.X[a:a + int(self.rows)], self.y[a:a + int(self.rows)]
 
+    def standardised(self, i: int, std):
+        """Chunk ``i`` standardised by ``std`` (:func:`_standardised`)."""
+        X, y = self.load(i)
+        return _standardised(X, y, std)
+
     def take(self, rows):
         """Rows at the sorted positions ``rows`` (None: all rows, no copy)."""
         if rows is None:
@@ -623,19 +629,23 @@ _SAMPLE_BLOCK = 1 << 20
 def _start_sample_rows(n: int, m: int, key: int) -> np.ndarray:
     """Sorted positions of ``m`` of ``n`` rows, uniformly at random without replacement, in O(m) memory.
 
-    Each position ``i`` gets the pseudo-random key ``splitmix64(i XOR key)``
-    (distinct for distinct positions: the finaliser is a bijection) and the
+    Each position ``i`` gets the pseudo-random key
+    ``splitmix64(splitmix64(i XOR k1) XOR k2)`` with ``k1 = splitmix64(key)``,
+    ``k2 = splitmix64(k1)`` (distinct for distinct positions: the finaliser is a
+    bijection; two keyed rounds, so that samples of nearby keys are not
+    translates of one another) and the
     ``m`` smallest keys win: a uniform ``m``-subset for a random ``key``
     (the detector draws it from ``random_state``). The choice depends only
     on ``n``, ``m`` and ``key``, never on the data or the chunk size; positions
     are hashed in blocks of :data:`_SAMPLE_BLOCK`, keeping the best ``m`` so far.
     """
-    k = np.uint64(key)
+    k1 = _splitmix64(np.array([key], dtype=np.uint64))
+    k2 = _splitmix64(k1)
     best_keys = np.empty(0, dtype=np.uint64)
     best_rows = np.empty(0, dtype=np.int64)
     for a in range(0, n, _SAMPLE_BLOCK):
         rows = np.arange(a, min(n, a + _SAMPLE_BLOCK), dtype=np.int64)
-        keys = _splitmix64(rows.astype(np.uint64) ^ k)
+        keys = _splitmix64(_splitmix64(rows.astype(np.uint64) ^ k1) ^ k2)
         keys = np.concatenate([best_keys, keys])
         rows = np.concatenate([best_rows, rows])
         if keys.size > m:
@@ -683,15 +693,15 @@ def chunk_pass(item):
     Everything returned adds (or takes extremes) over chunks; the caller combines.
     """
     src, i, state = item
-    X, y = src.load(i)
     kind = state["kind"]
     with np.errstate(all="ignore"):
         if kind == "scan":
+            X, y = src.load(i)
             X = _check_X(X)
             y = _check_y(y, X.shape[0])
             return (X.min(axis=0), X.max(axis=0), np.all((X == 0.0) | (X == 1.0), axis=0), float(y.min()),
                     float(y.max()))
-        Z, ys = _standardised(X, y, state["std"])
+        Z, ys = src.standardised(i, state["std"])
         beta, s2, p, b = state["theta"]
         r = ys - Z @ beta
         if kind == "estep":

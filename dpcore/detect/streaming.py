@@ -21,6 +21,7 @@ the attribute, never values, row counts or positions (DESIGN.md, rule 6).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from ..partitions import Partitions
 from ..spec import PublicSchema
 from .combine import Template, detector_of, fit_params, template_arrays
 from .design import design_matrix
-from .robust_em import START_SAMPLE
+from .robust_em import START_SAMPLE, _standardised
 
 __all__ = ["PartitionChunks", "StreamedFit", "fit_partitions", "template_columns"]
 
@@ -113,6 +114,37 @@ class PartitionChunks:
         """Chunk ``i`` as the detector's ``(X, y)`` (:func:`~dpcore.detect.combine.template_arrays`)."""
         X, y, _ = template_arrays(self.frame(i), self.template, self.schema)
         return X, y
+
+    def standardised(self, i: int, std) -> tuple[np.ndarray, np.ndarray]:
+        """Chunk ``i``'s standardised ``(Z, y)``, encoded once per standardisation and kept next to the export.
+
+        The EM passes over the chunks tens of times with one standardisation:
+        the first pass writes each chunk's ``Z`` and ``y`` as ``.npy`` files in
+        a private folder next to the export (removed with it), the later ones
+        read them back instead of decoding Parquet and re-encoding the
+        categories. Byte for byte what :func:`~dpcore.detect.robust_em._standardised`
+        returns. Files are written to a temporary name and renamed, so
+        concurrent readers (threads, Dask workers) never see half a file.
+        """
+        if std is None:
+            return self.load(i)
+        h = hashlib.sha256()
+        for part in std:
+            h.update(np.ascontiguousarray(np.asarray(part, dtype=np.float64)).tobytes())
+        folder = Path(self.parts.path).parent / f"enc-{self.template.name}-{h.hexdigest()[:16]}"
+        zf, yf = folder / f"{i}-Z.npy", folder / f"{i}-y.npy"
+        if zf.exists() and yf.exists():
+            return np.load(zf), np.load(yf)
+        X, y = self.load(i)
+        Z, ys = _standardised(X, y, std)
+        folder.mkdir(mode=0o700, exist_ok=True)
+        for path, arr in ((zf, Z), (yf, ys)):
+            tmp = path.with_name(f"{path.name}.{new_nonce(4)}.tmp")
+            with open(tmp, "wb") as fh:
+                np.save(fh, arr)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, path)
+        return Z, ys
 
     def take(self, rows) -> tuple[np.ndarray, np.ndarray]:
         """The rows at sorted positions ``rows`` (None: all rows) as ``(X, y)``, one chunk read at a time."""
