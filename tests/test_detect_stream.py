@@ -255,3 +255,20 @@ def test_streamed_step_with_a_start_sample_equals_the_in_memory_fit(dpr_home, sm
     any_label = np.max([r.labels for r in refs], axis=0).astype(bool)
     assert np.array_equal(flags["flagged"].to_numpy(), any_label)
     assert np.array_equal(flags["templates_flagging"].to_numpy(), np.sum([r.labels for r in refs], axis=0))
+
+
+def test_streamed_step_never_reads_the_table_whole(dpr_home, small_spec_path, monkeypatch):
+    """With every warehouse read capped at 200 rows (tests/fetch_guard.py), the streamed step runs (export
+    in batches, ranking and flags in SQL) while today's in-memory frame read is refused."""
+    from fetch_guard import fetch_guard
+
+    from dpcore.steps.detect import detection_frame, run_detection_streamed
+
+    spec, settings, ing = _prepared(dpr_home, small_spec_path, start_sample=1000)
+    with fetch_guard(monkeypatch, 200) as seen:
+        run_detection_streamed(spec, settings, ing, rows=200)
+        with pytest.raises(AssertionError, match="rows .> 200. whole"):
+            detection_frame(spec, settings, ing)
+    assert any(how == "to_arrow_reader batch" for _n, how, _sql in seen)
+    scores, flags, models = _tables(settings, spec, ing)
+    assert len(scores) == 2 * len(flags) and flags["flagged"].any() and all(m["n_iter"] > 0 for m in models)
