@@ -355,6 +355,12 @@ class DetectSpec(_Strict):
         description="FAST-LTS elemental subsets; None = enough for a 99% chance of a clean one at 40% "
         "contamination (at least 500).",
     )
+    start_sample: int = Field(
+        default=500_000, ge=1_000, le=100_000_000,
+        description="Rows of the start sample (issue 21): the robust start and the scaling run on min(n, "
+        "start_sample) rows drawn with random_state (all rows when the table is no larger), then EM runs on all "
+        "rows in chunks. Its memory grows with this number, not with the table.",
+    )
 
     @model_validator(mode="after")
     def _names(self) -> "DetectSpec":

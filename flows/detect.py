@@ -9,7 +9,7 @@ from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec
 from dpcore.steps.detect import DetectionDone, templates_of
 from tasks.common import Progress, resolve
-from tasks.detect import detection_frame_task, fit_template_task, store_detection_task
+from tasks.detect import close_detection_partitions, detection_export_task, fit_streamed_task, store_streamed_task
 from tasks.stages import ingest_task, validate_task
 
 from .params import DEMO_SPEC, ReleaseId, SpecPath
@@ -17,22 +17,27 @@ from .runner import task_runner_from_env
 
 
 def run_detection(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> DetectionDone:
-    """Load once, fit every template as a mapped task, store the results internally.
+    """Export once, fit every template as a mapped task over the chunks, store the results internally.
 
-    Only the fits are mapped, so only they go to the flow's task runner (a Dask
-    cluster when configured, see :mod:`flows.runner`); they receive the
-    DataFrame of the needed columns and a template, nothing else. Loading and
-    storing are called directly and stay in the flow process. A progress
-    artifact counts the templates fitted.
+    Memory does not grow with the rows (issue 21): the templates' columns are
+    exported once to private Parquet chunks (flow process), each mapped fit
+    passes over them and writes its scores next to them (so the fits may run
+    in the thread pool or on Dask workers of the same machine), and the store
+    ranks, labels and combines the scores in SQL (flow process). The export
+    is removed when the step ends, also on error. A progress artifact counts
+    the templates fitted.
     """
-    df = detection_frame_task(spec, settings, ingested)
     templates = templates_of(spec)
-    progress = Progress(f"detect-templates-{spec.dataset.name}", "detector templates fitted", len(templates))
-    futures = fit_template_task.map(df=unmapped(df), template=templates, spec=unmapped(spec))
-    for _ in as_completed(list(futures)):
-        progress()
-    fits = [f.result() for f in futures]  # re-raises a failed template instead of skipping it silently
-    return store_detection_task(spec, settings, ingested, df, fits)
+    parts = detection_export_task(spec, settings, ingested)
+    try:
+        progress = Progress(f"detect-templates-{spec.dataset.name}", "detector templates fitted", len(templates))
+        futures = fit_streamed_task.map(parts=unmapped(parts), template=templates, spec=unmapped(spec))
+        for _ in as_completed(list(futures)):
+            progress()
+        fits = [f.result() for f in futures]  # re-raises a failed template instead of skipping it silently
+        return store_streamed_task(spec, settings, ingested, fits)
+    finally:
+        close_detection_partitions(parts)
 
 
 @flow(name="detect", log_prints=False, persist_result=False, task_runner=task_runner_from_env())

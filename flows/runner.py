@@ -12,7 +12,7 @@ Environment (read when the flow modules are imported):
     flow run and stopped after it (no dashboard).
 
 Only what is submitted or mapped goes to the runner: the detector's
-per-template fits (``fit_template_task.map``), which receive a DataFrame of
+per-template fits (``fit_streamed_task.map``), which receive the exported chunks of
 the needed columns and a template and return the fit; likewise the
 outlier-count utilities, the PCOR searches and the coco node estimates
 (``coco_nodes_task.map``: public mechanism parameters and a chunk of stored

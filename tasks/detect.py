@@ -5,33 +5,74 @@ import pandas as pd
 from prefect import get_run_logger
 
 from dpcore.detect.combine import Template, TemplateFit
+from dpcore.detect.streaming import StreamedFit
 from dpcore.ingest import IngestResult
+from dpcore.partitions import Partitions
 from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec
-from dpcore.steps.detect import DetectionDone, detection_frame, fit_one, store_detection
+from dpcore.steps.detect import (
+    DetectionDone, close_detection_partitions, detection_frame, fit_one, fit_streamed, open_detection_partitions,
+    store_detection, store_streamed_detection,
+)
 
 from .common import private_task
 
+__all__ = [
+    "close_detection_partitions", "detection_export_task", "detection_frame_task", "fit_template_task", "fit_streamed_task", "store_detection_task",
+    "store_streamed_task",
+]
+
 
 @private_task(name="detection-frame")
+def detection_export_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> Partitions:
+    """The templates' attributes exported once in chunks to the warehouse's private scratch folder.
+
+    Remove it with :func:`close_detection_partitions` when the fits are stored.
+    """
+    return open_detection_partitions(spec, settings, ingested)
+
+
+@private_task(name="detection-frame-in-memory")
 def detection_frame_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> pd.DataFrame:
-    """Record ids and the templates' attributes from the validated table."""
+    """Record ids and the templates' attributes from the validated table (in memory)."""
     return detection_frame(spec, settings, ingested)
 
 
-@private_task(name="fit-template", worker_safe=True)
+@private_task(name="fit-template-in-memory", worker_safe=True)
 def fit_template_task(df: pd.DataFrame, template: Template, spec: ReleaseSpec) -> TemplateFit:
-    """Fit one correlation template (one filter); runs on a Dask worker when configured."""
+    """Fit one correlation template on an in-memory frame (one filter)."""
     fit = fit_one(df, template, spec)
     get_run_logger().info("template %s fitted (diagnostics in internal.detect_models)", template.name)
     return fit
 
 
-@private_task(name="store-detection")
+@private_task(name="fit-template", worker_safe=True)
+def fit_streamed_task(parts: Partitions, template: Template, spec: ReleaseSpec) -> StreamedFit:
+    """Fit one correlation template over the exported chunks; its scores go to a private file next to them.
+
+    Reads and writes only the warehouse's private scratch folder, never the
+    warehouse: runs in the flow's thread pool or on a Dask worker of the same machine.
+    """
+    fit = fit_streamed(parts, template, spec)
+    get_run_logger().info("template %s fitted (diagnostics in internal.detect_models)", template.name)
+    return fit
+
+
+@private_task(name="store-detection-in-memory")
 def store_detection_task(
     spec: ReleaseSpec, settings: Settings, ingested: IngestResult, df: pd.DataFrame, fits: list[TemplateFit]
 ) -> DetectionDone:
-    """Write scores, flags and models to the warehouse's ``internal`` schema."""
+    """Write in-memory fits' scores, flags and models to the warehouse's ``internal`` schema."""
     done = store_detection(spec, settings, ingested, df[spec.dataset.record_id].to_numpy(), list(fits))
+    get_run_logger().info("detection stored for templates %s (internal only)", ", ".join(done.templates))
+    return done
+
+
+@private_task(name="store-detection")
+def store_streamed_task(
+    spec: ReleaseSpec, settings: Settings, ingested: IngestResult, fits: list[StreamedFit]
+) -> DetectionDone:
+    """Rank, label and combine the streamed fits' scores in SQL; write scores, flags and models to ``internal``."""
+    done = store_streamed_detection(spec, settings, ingested, list(fits))
     get_run_logger().info("detection stored for templates %s (internal only)", ", ".join(done.templates))
     return done

@@ -457,7 +457,7 @@ def test_dask_local_cluster_gives_the_same_detection_as_the_default_runner(tmp_p
     code = """
         import os
         import flows.detect, flows.outlier_counts, flows.pcor, flows.release_pipeline
-        from dpcore.steps.detect import fit_one
+        from dpcore.steps.detect import fit_streamed
         from dpcore.steps.outlier_counts import subspace_utility
         from dpcore.steps.pcor import compute_explanation
         from tasks.common import private_task
@@ -477,11 +477,11 @@ def test_dask_local_cluster_gives_the_same_detection_as_the_default_runner(tmp_p
         flows.pcor.pcor_search_task = probe_search
 
         @private_task(name="fit-template-probe", worker_safe=True)
-        def probe_fit(df, template, spec):
+        def probe_fit(parts, template, spec):
             Path({pids!r}, f"{{os.environ['DPR_TASK_RUNNER']}}-fit-{{template.name}}").write_text(str(os.getpid()))
-            return fit_one(df, template, spec)
+            return fit_streamed(parts, template, spec)
 
-        flows.detect.fit_template_task = probe_fit   # the same work; records which process ran it
+        flows.detect.fit_streamed_task = probe_fit   # the same work; records which process ran it
         Path({pids!r}, os.environ["DPR_TASK_RUNNER"] + "-flow").write_text(str(os.getpid()))
         print("OPS-RUNNER", type(flows.detect.detect_flow.task_runner).__name__, flush=True)
         report("detect", lambda **kw: flows.detect.detect_flow(spec_path={spec!r}, **kw))

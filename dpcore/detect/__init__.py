@@ -6,6 +6,8 @@
   template's per-attribute transforms (:func:`apply_transform`, ``log``).
 * :mod:`.combine` -- :class:`Template`, :func:`fit_template` and :func:`combine` ("a record
   is an outlier if at least one filter marks it", slide "Outlier Detector Overview").
+* :mod:`.streaming` -- the fit and the scoring streamed over Parquet chunks of a warehouse
+  export (issue 21), the same fit as :func:`fit_template`.
 
 Everything here is internal: scores and labels never leave the warehouse.
 Diagnostics (non-convergence, ...) are data on the fitted detector and in

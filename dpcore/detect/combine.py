@@ -25,9 +25,9 @@ import pandas as pd
 
 from ..spec import PublicSchema
 from .design import TRANSFORMS, apply_transform, design_matrix, sigma2_floor_of
-from .robust_em import RobustRegressionDetector
+from .robust_em import START_SAMPLE, RobustRegressionDetector
 
-__all__ = ["Template", "TemplateFit", "combine", "fit_template", "template_arrays"]
+__all__ = ["Template", "TemplateFit", "combine", "detector_of", "fit_params", "fit_template", "template_arrays"]
 
 
 @dataclass(frozen=True)
@@ -159,6 +159,7 @@ def fit_template(
     sigma2_floor="auto",
     start: str = "auto",
     n_subsets: int | None = None,
+    start_sample: int = START_SAMPLE,
 ) -> TemplateFit:
     """Fit one filter: :class:`RobustRegressionDetector` of ``df[behavioural]`` on the encoded contexts.
 
@@ -169,8 +170,9 @@ def fit_template(
     template : Template
     schema : dpcore.spec.PublicSchema
         Public bounds and domains used by :func:`~dpcore.detect.design.design_matrix`.
-    random_state, max_iter, tol, start, n_subsets
-        Passed to the detector (``start``: its robust start, ``"auto"`` = FAST-LTS
+    random_state, max_iter, tol, start, n_subsets, start_sample
+        Passed to the detector (``start_sample``: rows of the start sample, see
+        :class:`~dpcore.detect.robust_em.RobustRegressionDetector`; ``start``: its robust start, ``"auto"`` = FAST-LTS
         with the inlier-driven EM of issue 22, ``"legacy"`` the start before it;
         ``n_subsets``: FAST-LTS elemental subsets, None = its default).
     sigma2_floor : "auto", float or None
@@ -201,19 +203,26 @@ def fit_template(
     warning state is touched, so concurrent calls (Prefect's thread pool) are safe.
     """
     X, y, names = template_arrays(df, template, schema)
-    j = template.behavioural
-    if isinstance(sigma2_floor, str):
-        if sigma2_floor != "auto":
-            raise ValueError(f"sigma2_floor must be 'auto', None or a number >= 0, got {sigma2_floor!r}")
-        sigma2_floor = sigma2_floor_of(j, schema, template.transform_of.get(j))
-    det = RobustRegressionDetector(
-        max_iter=max_iter, tol=tol, random_state=random_state, sigma2_floor=sigma2_floor, start=start, n_subsets=n_subsets
-    )
+    det, sigma2_floor = detector_of(template, schema, random_state=random_state, max_iter=max_iter, tol=tol,
+                                    sigma2_floor=sigma2_floor, start=start, n_subsets=n_subsets,
+                                    start_sample=start_sample)
     try:
         det.fit(X, y)
     except ValueError as exc:  # the detector's messages are generic; name the template
         raise ValueError(f"template {template.name!r}: {exc}") from None
-    params = {
+    params = fit_params(template, det, names, sigma2_floor, len(y), det.threshold_)
+    return TemplateFit(template=template, scores=det.decision_scores_, labels=det.labels_, params=params)
+
+
+def fit_params(template: Template, det: RobustRegressionDetector, names: list[str], sigma2_floor, n_rows: int,
+               threshold) -> dict:
+    """The plain-JSON params of a fitted filter (:class:`TemplateFit`), in-memory or streamed alike.
+
+    ``threshold``: the score of the K-th record (``inf``/None when K = 0; the
+    streamed fit learns it from the warehouse after scoring).
+    """
+    j = template.behavioural
+    return {
         "template": template.name,
         "behavioural": j,
         "contextual": list(template.contextual),
@@ -229,12 +238,27 @@ def fit_template(
         "converged": bool(det.converged_),
         "last_relative_change": float(det.last_relative_change_),
         "K": int(det.K_),
-        "threshold": _finite_or_none(det.threshold_),
+        "threshold": None if threshold is None else _finite_or_none(threshold),
         "log_likelihood": _finite_or_none(det.log_likelihood_),
-        "n_rows": int(len(y)),
+        "n_rows": int(n_rows),
         "diagnostics": [dict(d) for d in det.diagnostics_],
     }
-    return TemplateFit(template=template, scores=det.decision_scores_, labels=det.labels_, params=params)
+
+
+def detector_of(template: Template, schema: PublicSchema, *, random_state=0, max_iter: int = 200, tol: float = 1e-6,
+                sigma2_floor="auto", start: str = "auto", n_subsets: int | None = None,
+                start_sample: int = START_SAMPLE) -> tuple[RobustRegressionDetector, float | None]:
+    """The template's detector (unfitted) and its ``sigma2_floor`` (``"auto"``: from the schema)."""
+    j = template.behavioural
+    if isinstance(sigma2_floor, str):
+        if sigma2_floor != "auto":
+            raise ValueError(f"sigma2_floor must be 'auto', None or a number >= 0, got {sigma2_floor!r}")
+        sigma2_floor = sigma2_floor_of(j, schema, template.transform_of.get(j))
+    det = RobustRegressionDetector(
+        max_iter=max_iter, tol=tol, random_state=random_state, sigma2_floor=sigma2_floor, start=start,
+        n_subsets=n_subsets, start_sample=start_sample,
+    )
+    return det, sigma2_floor
 
 
 def combine(fits: list[TemplateFit]) -> tuple[np.ndarray, np.ndarray]:

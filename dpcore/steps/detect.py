@@ -27,20 +27,28 @@ Tables (suffix = the validated table's name):
 from __future__ import annotations
 
 import json
+import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
 
+from ..chunks import MemoryBudget, serial_map
 from ..detect.combine import Template, TemplateFit, combine, fit_template
 from ..detect.design import sigma2_floor_of
+from ..detect.streaming import StreamedFit, fit_partitions
+from ..lineage import new_nonce
+from ..partitions import Partitions, export_partitions, scratch_dir
 from ..ingest import IngestResult
 from ..settings import Settings
 from ..spec import ReleaseSpec
 from ..validation import validated_table_name
 from ..warehouse import Warehouse
-from .common import StepInputError, load_columns, open_stores, require_public_completeness
+from .common import StepInputError, load_columns, open_stores, require_public_completeness, validated_table
 
 
 @dataclass(frozen=True)
@@ -102,7 +110,7 @@ def fit_one(df: pd.DataFrame, template: Template, spec: ReleaseSpec) -> Template
     )
     return fit_template(
         df, template, spec.public_schema, random_state=cfg.random_state, max_iter=cfg.max_iter, tol=cfg.tol,
-        sigma2_floor=floor, start=cfg.start, n_subsets=cfg.n_subsets,
+        sigma2_floor=floor, start=cfg.start, n_subsets=cfg.n_subsets, start_sample=cfg.start_sample,
     )
 
 
@@ -139,16 +147,199 @@ def store_detection(
             con.register("_df", df)
             con.execute(f'CREATE OR REPLACE TABLE internal."{name}__{suffix}" AS SELECT * FROM _df')
             con.unregister("_df")
-        con.execute(
-            "CREATE TABLE IF NOT EXISTS internal.detect_models "
-            "(table_suffix VARCHAR, template VARCHAR, params VARCHAR, created_at TIMESTAMPTZ)"
-        )
-        con.execute("DELETE FROM internal.detect_models WHERE table_suffix = ?", [suffix])
-        con.register("_m", models)
-        con.execute("INSERT INTO internal.detect_models SELECT * FROM _m")
+        _write_models(con, suffix, models)
 
     open_stores(settings).warehouse.run(op, transaction=True)
     return DetectionDone(tuple(f.template.name for f in fits), suffix)
+
+
+# --------------------------------------------------------------------------- streamed detection (issue 21)
+def _bytes_per_row(spec: ReleaseSpec) -> int:
+    """What one row of a chunk costs while a template works on it (public: from the schema only).
+
+    The exported attributes as read (8 bytes per number, ~60 per text cell),
+    plus, for the widest template, its design matrix three times (the raw
+    ``X``, the standardised ``Z`` and the weighted ``Z * w``) and a dozen
+    per-row vectors.
+    """
+    schema = spec.public_schema
+    attrs = sorted({a for t in templates_of(spec) for a in (t.behavioural, *t.contextual)})
+    raw = 8 + sum(8 if a in schema.numeric else 60 for a in attrs)
+    widest = 0
+    for t in templates_of(spec):
+        q = 1 + sum(1 if c in schema.numeric else max(0, len(schema.categorical[c].domain_strings) - 1)
+                    for c in t.contextual if c in schema.numeric or c in schema.categorical)
+        widest = max(widest, q)
+    return raw + 8 * 3 * widest + 8 * 12
+
+
+def detection_chunk_rows(spec: ReleaseSpec, budget: MemoryBudget | None = None) -> int:
+    """Rows per chunk of the detect step: :meth:`~dpcore.chunks.MemoryBudget.chunk_rows` of :func:`_bytes_per_row`.
+
+    A function of ``DPR_MEMORY_LIMIT`` and the spec's public schema only, never of the data.
+    """
+    return (budget or MemoryBudget.from_env()).chunk_rows(_bytes_per_row(spec))
+
+
+def open_detection_partitions(
+    spec: ReleaseSpec, settings: Settings, ingested: IngestResult, *, rows: int | None = None
+) -> Partitions:
+    """The validated table's ``_row`` and every template attribute, exported once in chunks.
+
+    :func:`dpcore.partitions.export_partitions` into a fresh folder of the
+    warehouse's private scratch folder, in input row order, ``rows`` per chunk
+    (default :func:`detection_chunk_rows`). The templates' fits read it
+    without the warehouse's lock, concurrently; their score files go next to
+    it. Remove it with :func:`close_detection_partitions` (or use
+    :func:`detection_partitions`).
+
+    Raises
+    ------
+    StepInputError
+        As :func:`detection_frame` (checked before any data is read).
+    """
+    require_public_completeness(spec, "detect")
+    attrs = sorted({a for t in templates_of(spec) for a in (t.behavioural, *t.contextual)})
+    cols = ", ".join(f'"{c}"' for c in ["_row", *attrs])
+    sql = f"SELECT {cols} FROM {validated_table(spec, ingested)} ORDER BY _row"
+    wh = open_stores(settings).warehouse
+    folder = scratch_dir(wh) / new_nonce(8)
+    folder.mkdir(mode=0o700)
+    try:
+        return export_partitions(wh, sql, None, int(rows or detection_chunk_rows(spec)), folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def close_detection_partitions(parts: Partitions) -> None:
+    """Remove an export of :func:`open_detection_partitions` and the score files next to it."""
+    shutil.rmtree(Path(parts.path).parent, ignore_errors=True)
+
+
+@contextmanager
+def detection_partitions(
+    spec: ReleaseSpec, settings: Settings, ingested: IngestResult, *, rows: int | None = None
+) -> Iterator[Partitions]:
+    """:func:`open_detection_partitions`, removed when the block ends (also on error)."""
+    parts = open_detection_partitions(spec, settings, ingested, rows=rows)
+    try:
+        yield parts
+    finally:
+        close_detection_partitions(parts)
+
+
+def fit_streamed(parts: Partitions, template: Template, spec: ReleaseSpec, mapper=serial_map) -> StreamedFit:
+    """Fit one template over the export's chunks with the spec's detector settings (as :func:`fit_one`).
+
+    Seed 004, "Parameters Learning": the same fit as :func:`fit_one` on the
+    whole table (:func:`dpcore.detect.streaming.fit_partitions`); the scores
+    go to a private Parquet file next to the export, for
+    :func:`store_streamed_detection`. Diagnostics are data in the params;
+    nothing is warned or logged; it reads no warehouse (safe in threads and on
+    a Dask worker of the same machine).
+    """
+    cfg = spec.steps.detect
+    floor = sigma2_floor_of(
+        template.behavioural, spec.public_schema, template.transform_of.get(template.behavioural)
+    )
+    return fit_partitions(
+        parts, template, spec.public_schema, random_state=cfg.random_state, max_iter=cfg.max_iter, tol=cfg.tol,
+        sigma2_floor=floor, start=cfg.start, n_subsets=cfg.n_subsets, start_sample=cfg.start_sample, mapper=mapper,
+    )
+
+
+def store_streamed_detection(
+    spec: ReleaseSpec, settings: Settings, ingested: IngestResult, fits: list[StreamedFit]
+) -> DetectionDone:
+    """Scores, labels, combined flags and models of streamed fits, written in SQL (one transaction).
+
+    The labels are each template's top ``K`` scores, ties by lower input
+    row (slide "Parameters Learning"; as
+    :class:`~dpcore.detect.robust_em.RobustRegressionDetector`), ranked by
+    DuckDB over the score files; a record is flagged if any template labels
+    it (slide "Outlier Detector Overview"; as :func:`~dpcore.detect.combine.combine`),
+    ``max_score`` is its highest score and ``templates_flagging`` the number
+    of templates labelling it. The tables have today's columns and row order
+    (template by template, input row order). No id or score passes through
+    Python. The fits' ``threshold`` (the K-th score) is filled in from the
+    ranking before ``internal.detect_models`` is written.
+    """
+    if not fits:
+        raise ValueError("store_streamed_detection needs at least one fitted template")
+    suffix = validated_table_name(ingested, spec)
+    rid = spec.dataset.record_id
+    vt = validated_table(spec, ingested)
+    union = " UNION ALL ".join(
+        f"SELECT {k} AS ti, ? AS template, _row, score FROM read_parquet(?)" for k in range(len(fits))
+    )
+    args: list = []
+    for f in fits:
+        args += [f.template.name, str(f.scores_path)]
+    ks = ", ".join(f"({k}, {int(f.K)})" for k, f in enumerate(fits))
+
+    def op(con):
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE _detect_ranked AS "
+            "SELECT s.ti, s.template, s._row, s.score, "
+            "CAST(row_number() OVER (PARTITION BY s.ti ORDER BY s.score DESC, s._row) <= k.k AS TINYINT) AS label "
+            f"FROM ({union}) s JOIN (VALUES {ks}) k(ti, k) ON s.ti = k.ti",
+            args,
+        )
+        con.execute(
+            f'CREATE OR REPLACE TABLE internal."detect_scores__{suffix}" AS '
+            f'SELECT v."{rid}", r.template, r.score, r.label FROM _detect_ranked r JOIN {vt} v ON v._row = r._row '
+            "ORDER BY r.ti, r._row"
+        )
+        con.execute(
+            f'CREATE OR REPLACE TABLE internal."detect_flags__{suffix}" AS '
+            f'SELECT v."{rid}", bool_or(r.label = 1) AS flagged, max(r.score) AS max_score, '
+            "CAST(sum(r.label) AS INTEGER) AS templates_flagging "
+            f'FROM _detect_ranked r JOIN {vt} v ON v._row = r._row GROUP BY r._row, v."{rid}" ORDER BY r._row'
+        )
+        thresholds = dict(con.execute(
+            "SELECT ti, min(score) FROM _detect_ranked WHERE label = 1 GROUP BY ti"
+        ).fetchall())
+        con.execute("DROP TABLE _detect_ranked")
+        params = []
+        for k, f in enumerate(fits):
+            p = dict(f.params)
+            thr = thresholds.get(k)
+            p["threshold"] = None if thr is None else float(thr)
+            params.append(json.dumps(p, default=float))
+        models = pd.DataFrame({
+            "table_suffix": suffix, "template": [f.template.name for f in fits], "params": params,
+            "created_at": datetime.now(timezone.utc),
+        })
+        _write_models(con, suffix, models)
+
+    open_stores(settings).warehouse.run(op, transaction=True)
+    return DetectionDone(tuple(f.template.name for f in fits), suffix)
+
+
+def _write_models(con, suffix: str, models: pd.DataFrame) -> None:
+    """Replace this table's rows of ``internal.detect_models``."""
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS internal.detect_models "
+        "(table_suffix VARCHAR, template VARCHAR, params VARCHAR, created_at TIMESTAMPTZ)"
+    )
+    con.execute("DELETE FROM internal.detect_models WHERE table_suffix = ?", [suffix])
+    con.register("_m", models)
+    con.execute("INSERT INTO internal.detect_models SELECT * FROM _m")
+    con.unregister("_m")
+
+
+def run_detection_streamed(
+    spec: ReleaseSpec, settings: Settings, ingested: IngestResult, *, rows: int | None = None, mapper=serial_map
+) -> DetectionDone:
+    """The whole detect step in bounded memory: export once, fit each template over the chunks, store in SQL.
+
+    The library form of :func:`flows.detect.run_detection` (which fits the
+    templates as concurrent tasks): for scripts, benchmarks and tests.
+    """
+    with detection_partitions(spec, settings, ingested, rows=rows) as parts:
+        fits = [fit_streamed(parts, t, spec, mapper) for t in templates_of(spec)]
+        return store_streamed_detection(spec, settings, ingested, fits)
 
 
 #: DESIGN.md rule 9 statement for steps that use detector-chosen records.

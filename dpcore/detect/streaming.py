@@ -1,0 +1,261 @@
+"""Detection on tables larger than memory: the EM fit and the scoring streamed over Parquet chunks (issue 21).
+
+Seed 004 part 1, slide "Parameters Learning": the E-step of the mixture
+regression is per row and its M-step needs only sums over rows, so
+:meth:`~dpcore.detect.robust_em.RobustRegressionDetector.fit_chunks` passes
+over chunks of rows and keeps nothing per row. This module is its chunk
+source over a warehouse export (:class:`PartitionChunks`, on
+:class:`dpcore.partitions.Partitions`: one Parquet row group per chunk, read
+without the warehouse's lock, so templates fit concurrently in threads and a
+Dask mapper can read the chunks too) and the scoring pass that writes each
+chunk's scores to a private Parquet file next to the export
+(:func:`fit_partitions`), which the detect step loads into
+``internal.detect_scores__<t>`` with SQL.
+
+The design matrix of every chunk comes from the public schema
+(:func:`~dpcore.detect.combine.template_arrays`: bounds and full domains), so
+it never depends on which rows a chunk holds. Everything here is internal:
+scores and fitted parameters never leave the warehouse and its private
+scratch folder; nothing is logged or warned; errors name the template and
+the attribute, never values, row counts or positions (DESIGN.md, rule 6).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..chunks import serial_map
+from ..lineage import new_nonce
+from ..partitions import Partitions
+from ..spec import PublicSchema
+from .combine import Template, detector_of, fit_params, template_arrays
+from .design import design_matrix
+from .robust_em import START_SAMPLE, _standardised
+
+__all__ = ["PartitionChunks", "StreamedFit", "fit_partitions", "template_columns"]
+
+#: The export's column of input row positions (the validated table's ``_row``).
+ROW = "_row"
+
+
+def template_columns(template: Template) -> list[str]:
+    """The attributes a template reads: behavioural first, then the contexts."""
+    return [template.behavioural, *template.contextual]
+
+
+@dataclass
+class PartitionChunks:
+    """Chunk source of one template over an export (the protocol of :class:`~dpcore.detect.robust_em.ArrayChunks`).
+
+    Parameters
+    ----------
+    parts : dpcore.partitions.Partitions
+        The export: ``_row`` and at least the template's attributes, in row order.
+    template : Template
+    schema : dpcore.spec.PublicSchema
+    mapper : callable, optional
+        ``mapper(fn, items) -> list`` (default :func:`dpcore.chunks.serial_map`);
+        not pickled (a Dask worker gets the handle without it).
+    """
+
+    parts: Partitions
+    template: Template
+    schema: PublicSchema
+    mapper: object = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        import pyarrow.parquet as pq
+
+        if self.parts.n_chunks:
+            meta = pq.ParquetFile(self.parts.path).metadata
+            self._sizes = np.array([meta.row_group(i).num_rows for i in range(self.parts.n_chunks)], dtype=np.int64)
+        else:
+            self._sizes = np.zeros(0, dtype=np.int64)
+        self._starts = np.concatenate([[0], np.cumsum(self._sizes)])
+        empty = pd.DataFrame({c: pd.Series([], dtype="float64" if c in self.schema.numeric else "string")
+                              for c in self.template.contextual})
+        # the design's columns from the public schema alone (no row is read)
+        self._names = design_matrix(empty, list(self.template.contextual), self.schema,
+                                    self.template.transform_of)[1] if self.template.contextual else []
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["mapper"] = None
+        return state
+
+    @property
+    def n_rows(self) -> int:
+        return int(self._starts[-1])
+
+    @property
+    def n_features(self) -> int:
+        return len(self._names)
+
+    @property
+    def names(self) -> list[str]:
+        """Design-matrix column names (public: from the schema)."""
+        return list(self._names)
+
+    @property
+    def n_chunks(self) -> int:
+        return int(self.parts.n_chunks)
+
+    def frame(self, i: int, with_row: bool = False) -> pd.DataFrame:
+        """Chunk ``i``'s template attributes (and ``_row``)."""
+        cols = template_columns(self.template) + ([ROW] if with_row else [])
+        return self.parts.read(i, columns=cols)
+
+    def load(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Chunk ``i`` as the detector's ``(X, y)`` (:func:`~dpcore.detect.combine.template_arrays`)."""
+        X, y, _ = template_arrays(self.frame(i), self.template, self.schema)
+        return X, y
+
+    def standardised(self, i: int, std) -> tuple[np.ndarray, np.ndarray]:
+        """Chunk ``i``'s standardised ``(Z, y)``, encoded once per standardisation and kept next to the export.
+
+        The EM passes over the chunks tens of times with one standardisation:
+        the first pass writes each chunk's ``Z`` and ``y`` as ``.npy`` files in
+        a private folder next to the export (removed with it), the later ones
+        read them back instead of decoding Parquet and re-encoding the
+        categories. Byte for byte what :func:`~dpcore.detect.robust_em._standardised`
+        returns. Files are written to a temporary name and renamed, so
+        concurrent readers (threads, Dask workers) never see half a file.
+        """
+        if std is None:
+            return self.load(i)
+        h = hashlib.sha256()
+        for part in std:
+            h.update(np.ascontiguousarray(np.asarray(part, dtype=np.float64)).tobytes())
+        folder = Path(self.parts.path).parent / f"enc-{self.template.name}-{h.hexdigest()[:16]}"
+        zf, yf = folder / f"{i}-Z.npy", folder / f"{i}-y.npy"
+        if zf.exists() and yf.exists():
+            return np.load(zf), np.load(yf)
+        X, y = self.load(i)
+        Z, ys = _standardised(X, y, std)
+        folder.mkdir(mode=0o700, exist_ok=True)
+        for path, arr in ((zf, Z), (yf, ys)):
+            tmp = path.with_name(f"{path.name}.{new_nonce(4)}.tmp")
+            with open(tmp, "wb") as fh:
+                np.save(fh, arr)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, path)
+        return Z, ys
+
+    def take(self, rows) -> tuple[np.ndarray, np.ndarray]:
+        """The rows at sorted positions ``rows`` (None: all rows) as ``(X, y)``, one chunk read at a time."""
+        frames = []
+        for i in range(self.n_chunks):
+            df = self.frame(i)
+            if rows is not None:
+                a, b = self._starts[i], self._starts[i + 1]
+                lo, hi = np.searchsorted(rows, [a, b])
+                if lo == hi:
+                    continue
+                df = df.iloc[rows[lo:hi] - a]
+            frames.append(df)
+        df = pd.concat(frames, ignore_index=True) if len(frames) != 1 else frames[0]
+        X, y, _ = template_arrays(df, self.template, self.schema)
+        return X, y
+
+    def map(self, fn, state) -> list:
+        """``mapper(fn, [(self, i, state) for every chunk])``."""
+        return (self.mapper or serial_map)(fn, [(self, i, state) for i in range(self.n_chunks)])
+
+
+def score_chunk(item) -> tuple[np.ndarray, np.ndarray]:
+    """One chunk's ``(_row, score)``: the fitted detector's posterior log-odds (a module-level function a mapper can ship)."""
+    src, i, det = item
+    df = src.frame(i, with_row=True)
+    X, y, _ = template_arrays(df, src.template, src.schema)
+    return df[ROW].to_numpy(dtype=np.int64), det.decision_function(X, y)
+
+
+@dataclass
+class StreamedFit:
+    """A template fitted over chunks; its scores are in a private Parquet file (``_row``, ``score``).
+
+    Attributes
+    ----------
+    template : Template
+    params : dict
+        As :attr:`dpcore.detect.combine.TemplateFit.params`; ``threshold`` is
+        None until the detect step has ranked the scores in the warehouse.
+    scores_path : Path
+        Parquet file next to the export (removed with it).
+    K : int
+        Records the filter labels: the top ``K`` scores, ties by lower row.
+    """
+
+    template: Template
+    params: dict
+    scores_path: Path
+    K: int
+
+
+def fit_partitions(
+    parts: Partitions,
+    template: Template,
+    schema: PublicSchema,
+    *,
+    random_state=0,
+    max_iter: int = 200,
+    tol: float = 1e-6,
+    sigma2_floor="auto",
+    start: str = "auto",
+    n_subsets: int | None = None,
+    start_sample: int = START_SAMPLE,
+    mapper=serial_map,
+) -> StreamedFit:
+    """Fit one filter over an export's chunks and write every row's score next to it.
+
+    Seed 004, slides "Outlier Detector Overview" and "Parameters Learning":
+    :meth:`~dpcore.detect.robust_em.RobustRegressionDetector.fit_chunks` (the
+    same fit as :func:`~dpcore.detect.combine.fit_template` on the whole
+    table), then one scoring pass, chunk by chunk (one chunk's scores in
+    memory at a time), into ``scores-<nonce>.parquet`` in the export's
+    private folder (mode 0600).
+
+    Parameters
+    ----------
+    parts : Partitions
+        Export of ``_row`` and the template's attributes, in row order.
+    template, schema, random_state, max_iter, tol, sigma2_floor, start, n_subsets, start_sample
+        As :func:`~dpcore.detect.combine.fit_template`.
+    mapper : callable
+        Runs the per-chunk work (default: in this process).
+
+    Returns
+    -------
+    StreamedFit
+
+    Raises
+    ------
+    KeyError, ValueError
+        As :func:`~dpcore.detect.combine.fit_template`, prefixed with the template's name.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = PartitionChunks(parts, template, schema, mapper)
+    det, floor = detector_of(template, schema, random_state=random_state, max_iter=max_iter, tol=tol,
+                             sigma2_floor=sigma2_floor, start=start, n_subsets=n_subsets, start_sample=start_sample)
+    try:
+        det.fit_chunks(src)
+    except ValueError as exc:
+        msg = str(exc)
+        raise ValueError(msg if msg.startswith(f"template {template.name!r}") else f"template {template.name!r}: {msg}") from None
+    path = Path(parts.path).parent / f"scores-{new_nonce(8)}.parquet"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.close(fd)
+    schema_pa = pa.schema([(ROW, pa.int64()), ("score", pa.float64())])
+    with pq.ParquetWriter(path, schema_pa) as writer:
+        for i in range(src.n_chunks):
+            rows, scores = (mapper or serial_map)(score_chunk, [(src, i, det)])[0]
+            writer.write_table(pa.table({ROW: rows, "score": scores}, schema=schema_pa))
+    params = fit_params(template, det, src.names, floor, src.n_rows, None)
+    return StreamedFit(template=template, params=params, scores_path=path, K=int(det.K_))
