@@ -5,6 +5,18 @@ The spec's public schema is turned into a great-expectations 1.x
 through an ephemeral, file-less Checkpoint with ``result_format="COMPLETE"``
 and ``_row`` (the 1-based input row number) as the unexpected-index column.
 
+Chunk by chunk (issue 21; DESIGN.md "Scale"): :func:`validate_table` never
+holds the table in memory. It streams the raw table from DuckDB in chunks of
+a public size (:func:`validation_chunk_rows`, from ``DPR_MEMORY_LIMIT`` and the
+columns), runs the same suite on every chunk (:func:`_check`, mappable onto
+other processes), combines the chunks' verdicts (:func:`_combine`,
+:func:`_combine_results`) and writes the validated and quarantined rows chunk
+by chunk inside one transaction (:func:`_store`). great-expectations' SQL
+data source does not work over DuckDB here (great-expectations 1.24 with duckdb-engine 0.17: its metric queries return no row), hence the
+pandas batches. :func:`validate` is the one-chunk case for frames in memory
+(tests, ``dpr spec check --data``): the same code, the same results, for any
+chunk size (tests/test_validation_chunks.py).
+
 Rules
 -----
 Table level (any failure stops the run in :func:`enforce`):
@@ -25,7 +37,8 @@ Row level (a failing row is quarantined once per broken rule and column):
 ``not_null``
     Cell is neither null nor the empty string (unless ``nullable``).
 ``unique``
-    Record ids are unique. Every row sharing an id is rejected: keeping one of
+    Record ids are unique over the whole table (decided in DuckDB before the
+    chunks are checked, :func:`_flagged_sql`). Every row sharing an id is rejected: keeping one of
     them would let one added raw row *replace* a validated record (two
     add/remove steps for every step reading ``validated``); rejecting all
     keeps the validated table within one record of its neighbour's, and the
@@ -48,9 +61,12 @@ Privacy (DESIGN.md rules 6 and 8): what validation shows publicly depends only
 on the public rule set (the spec): the rules checked, never which were broken
 or how often. Row-level failures never stop a run (rows are quarantined);
 only header-level rules and an empty input do (:func:`enforce`).
-great-expectations' per-row results contain the raw cell values. They are kept in :attr:`ValidationOutcome.full_result`, which
-is written only to ``internal.validation_results``; quarantined rows (with
-their cells) go only to the ``quarantine`` schema. :meth:`ValidationOutcome.summary`,
+great-expectations' per-row results contain the raw cell values. The combined
+result (:attr:`ValidationOutcome.full_result`) is written only to
+``internal.validation_results``, each chunk's complete result only to
+``internal.validation_result_chunks``; quarantined rows (with their cells) go
+only to the ``quarantine`` schema. The chunked path logs nothing; chunk files
+live in the warehouse's private scratch folder and are removed on exit. :meth:`ValidationOutcome.summary`,
 :meth:`ValidationOutcome.summary_text` (data owner only) carry rule names,
 column names, counts and input row numbers; :class:`ValidationFailed` carries
 rule and column names only.
@@ -1201,9 +1217,12 @@ def store_outcome(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec,
 # --------------------------------------------------------------------------- the chunked path
 
 
-#: Bytes one text cell of a chunk takes while great-expectations works on it (the cell, its text
-#: copy, the masks and copies GE's pandas engine makes per expectation), measured on the demo.
-BYTES_PER_CELL = 600
+#: Bytes per row and raw column of a chunk (a short text cell as a Python/Arrow string, as
+#: :meth:`dpcore.chunks.MemoryBudget.chunk_rows` counts it) and per derived float64 column.
+#: great-expectations' working set on a chunk is about twice the columns' size (measured on the
+#: demo: ~1.3 kB per row of 11 raw and 8 derived columns), well inside the cap's share for a chunk.
+BYTES_PER_TEXT_CELL = 60
+BYTES_PER_DERIVED_CELL = 8
 
 
 def validation_chunk_rows(memory: MemoryBudget, spec: ReleaseSpec, n_columns: int) -> int:
@@ -1214,12 +1233,16 @@ def validation_chunk_rows(memory: MemoryBudget, spec: ReleaseSpec, n_columns: in
     memory : MemoryBudget
         The owner's cap (the warehouse's).
     spec : ReleaseSpec
-        Its numeric attributes add derived columns.
+        Its numeric attributes add derived columns (the parsed number, and its rounding when integer).
     n_columns : int
         Columns of the raw table (from its header: public).
+
+    Returns
+    -------
+    int
     """
     derived = sum(1 + int(a.integer) for a in spec.public_schema.numeric.values())
-    return memory.chunk_rows(BYTES_PER_CELL * (n_columns + derived))
+    return memory.chunk_rows(BYTES_PER_TEXT_CELL * n_columns + BYTES_PER_DERIVED_CELL * derived)
 
 
 @dataclass(frozen=True)
