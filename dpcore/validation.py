@@ -38,7 +38,7 @@ Row level (a failing row is quarantined once per broken rule and column):
     Cell is neither null nor the empty string (unless ``nullable``).
 ``unique``
     Record ids are unique over the whole table (decided in DuckDB before the
-    chunks are checked, :func:`_flagged_sql`). Every row sharing an id is rejected: keeping one of
+    chunks are checked, :func:`_duplicated_rows_sql`). Every row sharing an id is rejected: keeping one of
     them would let one added raw row *replace* a validated record (two
     add/remove steps for every step reading ``validated``); rejecting all
     keeps the validated table within one record of its neighbour's, and the
@@ -76,6 +76,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
 import uuid
 from dataclasses import dataclass, field
@@ -88,7 +89,8 @@ import pandas as pd
 
 from .chunks import MemoryBudget, serial_map
 from .ingest import ROW, IngestResult
-from .partitions import Partitions, exported
+from .lineage import new_nonce
+from .partitions import scratch_dir
 from .spec import ReleaseSpec
 from .warehouse import Warehouse
 
@@ -557,7 +559,7 @@ def _cells_json(raw: pd.DataFrame, positions: np.ndarray) -> list[str]:
 # great-expectations suite (:func:`_check`), and the chunks' verdicts are combined
 # (:func:`_combine`). :func:`validate` is the one-chunk case on a frame in memory;
 # :func:`validate_table` streams a warehouse table. The rules that are not per row are decided
-# once: ``unique`` over the whole table in SQL (:func:`_flagged_sql`), fed to each chunk as the
+# once: ``unique`` over the whole table in SQL (:func:`_duplicated_rows_sql`), fed to each chunk as the
 # set of its duplicated ids; the header rules (``column_exists``, ``extra_columns``,
 # ``reserved_column``) are the same in every chunk (every chunk has the header), and ``row_count``
 # is decided by the first chunk (non-empty iff the table is; an empty table is one empty chunk).
@@ -634,38 +636,27 @@ def _id_key(expr: str, duck_type: str) -> str:
     return expr
 
 
-def _flag_name(columns) -> str:
-    """A column name for the duplicate flag that no input column uses."""
-    name = f"{DERIVED_PREFIX}dup"
-    while name in set(columns):
-        name += "_"
-    return name
+def _duplicated_rows_sql(source: str, columns: dict[str, str], rid: str) -> str:
+    """SQL: the ``_row`` of every row of ``source`` whose record id is shared with another row.
 
-
-def _flagged_sql(source: str, columns: dict[str, str], rid: str, flag: str) -> str:
-    """Every row of ``source`` in ``_row`` order, plus ``flag``: its record id is shared with another row.
-
-    The ``unique`` rule over the whole table, pushed down into DuckDB (``GROUP BY ... HAVING
-    count(*) > 1`` joined back): every row sharing an id is flagged, a missing id never is.
+    The ``unique`` rule over the whole table, pushed down into DuckDB: ``GROUP BY`` the id's
+    identity (:func:`_id_key`) ``HAVING count(*) > 1``, joined back; a missing id is never
+    duplicated. Used on the warehouse table (:func:`validate_table`) and on a frame in memory
+    (:func:`validate`), so both paths decide the rule with the same query.
 
     Parameters
     ----------
     source : str
         A table or view, already quoted.
     columns : dict
-        Its column names and DuckDB types, in order.
+        Its column names and DuckDB types.
     rid : str
-        The record-id column (may be missing: then nothing is flagged).
-    flag : str
-        Name of the flag column (:func:`_flag_name`).
+        The record-id column (must be one of ``columns``).
     """
-    if rid not in columns:
-        return f"SELECT r.*, false AS {_q(flag)} FROM {source} r ORDER BY r.{_q(ROW)}"
     key = _id_key(f"r.{_q(rid)}", columns[rid])
     return (
-        f"WITH d AS (SELECT {key} AS k FROM {source} r WHERE {key} IS NOT NULL GROUP BY 1 HAVING count(*) > 1) "
-        f"SELECT r.*, d.k IS NOT NULL AS {_q(flag)} FROM {source} r LEFT JOIN d ON {key} = d.k "
-        f"ORDER BY r.{_q(ROW)}"
+        f"SELECT r.{_q(ROW)} FROM {source} r JOIN (SELECT {key} AS k FROM {source} r WHERE {key} IS NOT NULL "
+        f"GROUP BY 1 HAVING count(*) > 1) d ON {key} = d.k"
     )
 
 
@@ -677,7 +668,7 @@ def _check(raw: pd.DataFrame, duplicated: np.ndarray, spec: ReleaseSpec):
     raw : pandas.DataFrame
         The chunk as ingested, with the ``_row`` input row number.
     duplicated : numpy.ndarray of bool
-        Per row: its record id is shared with another row of the whole table (:func:`_flagged_sql`).
+        Per row: its record id is shared with another row of the whole table (:func:`_duplicated_rows_sql`).
     spec : ReleaseSpec
 
     Returns
@@ -823,14 +814,15 @@ def _combine_results(verdicts: list[ChunkVerdict]) -> dict:
 
     The combination (every chunk ran the same suite, so the expectations line up):
 
-    - an expectation succeeds iff it succeeds on every chunk; the table succeeds iff all do;
+    - an expectation succeeds iff it succeeds on every chunk (``row_count``: on some chunk);
+      the table succeeds iff all do;
     - ``element_count``, ``unexpected_count`` and ``missing_count`` are summed, and the
       percentages recomputed from the sums (``unexpected_percent`` over the non-missing
       elements when GE counts missing ones, else over all);
     - ``partial_unexpected_list`` / ``partial_unexpected_index_list``: the chunks' lists
       concatenated in row order, cut at :data:`PARTIAL_EXAMPLES` (GE's own examples);
-    - ``row_count``'s ``observed_value`` is the sum of the chunks' row counts; the header rules'
-      results are the first chunk's (every chunk has the same header);
+    - ``row_count``'s ``observed_value`` is the sum of the chunks' row counts; the other header
+      rules' results are the first chunk's (every chunk has the same header);
     - the per-row lists (``unexpected_index_list``, ``unexpected_list``,
       ``unexpected_index_query``, ``partial_unexpected_counts``) are not combined: each chunk's
       complete result is stored as one row of ``internal.validation_result_chunks``, and every
@@ -867,7 +859,9 @@ def _combine_results(verdicts: list[ChunkVerdict]) -> dict:
         if e0["meta"]["rule"] == "row_count" and "observed_value" in res:
             res["observed_value"] = int(sum(v.n_rows for v in verdicts))
         out = {key: v for key, v in e0.items() if key != "meta"}
-        expectations.append({**out, "success": all(p["success"] for p in parts), "result": res})
+        # at least one row in the table = in some chunk; every other rule must hold in every chunk
+        ok = any if e0["meta"]["rule"] == "row_count" else all
+        expectations.append({**out, "success": ok(p["success"] for p in parts), "result": res})
     n_ok = sum(1 for e in expectations if e["success"])
     success = n_ok == len(expectations)
     stats = {
@@ -910,7 +904,8 @@ def _combine(verdicts: list[ChunkVerdict], spec: ReleaseSpec) -> ValidationOutco
     spans = [(v.first_row, v.last_row) for v in verdicts if v.n_rows]
     if any(a[1] >= b[0] for a, b in zip(spans, spans[1:])):
         raise ValueError(f"raw table's {ROW!r} column is not unique (or the chunks are not in {ROW!r} order)")
-    first = verdicts[0]
+    # the header rules are the same in every chunk; a chunk without rows (a gap in ``_row``) fails row_count alone
+    first = next((v for v in verdicts if v.n_rows), verdicts[0])
     k = spec.steps.validation.examples_per_rule
     row_failures = []
     for j, (rule, col, _, _) in enumerate(first.hits):
@@ -933,23 +928,20 @@ def _combine(verdicts: list[ChunkVerdict], spec: ReleaseSpec) -> ValidationOutco
 
 
 def _duplicate_flags(raw: pd.DataFrame, rid: str) -> np.ndarray:
-    """:func:`_flagged_sql` on a frame in memory (an in-memory DuckDB), aligned with its rows."""
+    """:func:`_duplicated_rows_sql` on a frame in memory (an in-memory DuckDB), as a flag per row of ``raw``."""
     import duckdb
 
-    if rid not in raw.columns or ROW not in raw.columns or not len(raw):
+    if rid not in raw.columns or not len(raw):
         return np.zeros(len(raw), dtype=bool)
-    row = pd.to_numeric(raw[ROW], errors="raise").astype("int64")
     con = duckdb.connect()
     try:
         con.register("_raw", raw)
-        described = con.execute("DESCRIBE SELECT * FROM _raw").fetchall()
-        columns = {str(d[0]): str(d[1]) for d in described}
-        flag = _flag_name(columns)
-        got = con.execute(f"SELECT {_q(ROW)}, {_q(flag)} FROM ({_flagged_sql('_raw', columns, rid, flag)})").df()
+        columns = {str(d[0]): str(d[1]) for d in con.execute("DESCRIBE SELECT * FROM _raw").fetchall()}
+        dup_rows = con.execute(_duplicated_rows_sql("_raw", columns, rid)).fetchnumpy()[ROW]
     finally:
         con.close()
-    got[ROW] = got[ROW].astype("int64")
-    return got.set_index(ROW)[flag].reindex(row.to_numpy()).fillna(False).to_numpy(dtype=bool)
+    rows = pd.to_numeric(raw[ROW], errors="raise").astype("int64")
+    return rows.isin(pd.to_numeric(pd.Series(dup_rows), errors="raise").astype("int64")).to_numpy(dtype=bool)
 
 
 def validate(raw: pd.DataFrame, spec: ReleaseSpec) -> ValidationOutcome:
@@ -1245,26 +1237,34 @@ def validation_chunk_rows(memory: MemoryBudget, spec: ReleaseSpec, n_columns: in
     return memory.chunk_rows(BYTES_PER_TEXT_CELL * n_columns + BYTES_PER_DERIVED_CELL * derived)
 
 
+def _flag_name(columns) -> str:
+    """A column name for the duplicate flag that no input column uses."""
+    name = f"{DERIVED_PREFIX}dup"
+    while name in set(columns):
+        name += "_"
+    return name
+
+
 @dataclass(frozen=True)
 class ChunkTask:
-    """A picklable unit of work of :func:`validate_table`: chunk ``index`` of an export.
+    """A picklable unit of work of :func:`validate_table`: one chunk exported to a private Parquet file.
 
     Attributes
     ----------
     spec : ReleaseSpec
-    parts : Partitions or None
-        The exported table (None: validate ``header``, an empty table's header).
+    path : str or None
+        The chunk's rows (the raw columns and ``flag``); None: validate ``header`` (an empty table).
     index : int
     flag : str
-        The export's duplicate-flag column (:func:`_flagged_sql`).
+        The duplicate-flag column (the row's record id is shared with another row of the table).
     out_dir : str
-        Private scratch folder for the chunk's outputs (the export's).
+        Private scratch folder for the chunk's outputs.
     header : pandas.DataFrame, optional
         Zero rows with the raw table's columns (only when the table is empty).
     """
 
     spec: ReleaseSpec
-    parts: Partitions | None
+    path: str | None
     index: int
     flag: str
     out_dir: str
@@ -1275,12 +1275,11 @@ class ChunkTask:
         import duckdb
         import pyarrow.parquet as pq
 
-        if self.parts is None:
+        if self.path is None:
             return self.header, np.zeros(len(self.header), dtype=bool)
-        table = pq.ParquetFile(self.parts.path).read_row_group(self.index)
         con = duckdb.connect()
         try:
-            df = con.from_arrow(table).df()
+            df = con.from_arrow(pq.read_table(self.path)).df()
         finally:
             con.close()
         return df.drop(columns=[self.flag]), df[self.flag].to_numpy(dtype=bool)
@@ -1290,7 +1289,7 @@ def _validate_chunk(task: ChunkTask) -> ChunkVerdict:
     """Validate one chunk and write its rows and complete result to the scratch folder (module level: any mapper).
 
     Returns the small verdict; the rows (validated, quarantine) and great-expectations'
-    complete result go to Parquet/JSON files next to the export (private, removed with it).
+    complete result go to Parquet/JSON files next to the chunk (private, removed with the folder).
     """
     raw, dup = task.read()
     verdict, validated, quarantine, result = _check(raw, dup, task.spec)
@@ -1311,6 +1310,52 @@ def _validate_chunk(task: ChunkTask) -> ChunkVerdict:
     return verdict
 
 
+def _export_chunks(wh: Warehouse, source: str, columns: dict[str, str], rid: str, rows: int,
+                   folder: Path) -> tuple[list[str], str]:
+    """Write the raw table to ``folder`` as one Parquet file per chunk of ``rows`` input rows, with the duplicate flag.
+
+    The ``unique`` rule is decided once over the whole table (:func:`_duplicated_rows_sql`, into a
+    temporary table of duplicated row numbers); then chunk ``k`` holds the rows with
+    ``_row`` in ``[lo + k*rows, lo + (k+1)*rows)`` in ``_row`` order (``_row`` is ``1..n``, so
+    every chunk but the last has ``rows`` rows). DuckDB reads each range through the
+    ``_row`` zone maps and sorts only that chunk, and writes the file itself: no Python memory,
+    and no sort of the whole table.
+
+    Returns
+    -------
+    paths : list of str
+        One file per chunk, in row order (none for an empty table).
+    flag : str
+        The flag column's name.
+    """
+    flag = _flag_name(columns)
+    row = _q(ROW)
+
+    def op(con):
+        if rid in columns:
+            con.execute(f"CREATE TEMP TABLE _dup_rows AS {_duplicated_rows_sql(source, columns, rid)}")
+        else:
+            con.execute(f"CREATE TEMP TABLE _dup_rows ({row} BIGINT)")
+        lo, hi = con.execute(f"SELECT min({row}), max({row}) FROM {source}").fetchone()
+        paths: list[str] = []
+        if lo is None:
+            return paths
+        for k, start in enumerate(range(int(lo), int(hi) + 1, rows)):
+            stop = start + rows
+            path = folder / f"raw-{k:08d}.parquet"
+            target = str(path).replace("'", "''")
+            con.execute(
+                f"COPY (SELECT r.*, r.{row} IN (SELECT {row} FROM _dup_rows WHERE {row} >= {start} AND {row} < {stop}) "
+                f"AS {_q(flag)} FROM {source} r WHERE r.{row} >= {start} AND r.{row} < {stop} ORDER BY r.{row}) "
+                f"TO '{target}' (FORMAT parquet)"
+            )
+            os.chmod(path, 0o600)
+            paths.append(str(path))
+        return paths
+
+    return wh.run(op), flag
+
+
 def validate_table(
     wh: Warehouse,
     ingest_result: IngestResult,
@@ -1321,15 +1366,16 @@ def validate_table(
 ) -> ValidationOutcome:
     """Validate a raw table chunk by chunk and store the result; memory does not grow with the rows.
 
-    1. The ``unique`` rule is decided over the whole table in DuckDB (:func:`_flagged_sql`),
-       and the table is exported in ``_row`` order with that flag, one Parquet row group per
-       chunk of ``rows`` rows (:func:`dpcore.partitions.exported`).
+    1. The ``unique`` rule is decided over the whole table in DuckDB, and the table is written
+       to the warehouse's private scratch folder as one Parquet file per chunk of ``rows``
+       rows, in ``_row`` order, with that verdict as a flag (:func:`_export_chunks`).
     2. ``mapper(_validate_chunk, tasks)`` runs the same great-expectations suite on every chunk
        (:func:`_check`); each chunk writes its validated and quarantined rows and its complete
-       result next to the export and returns a small :class:`ChunkVerdict`.
+       result next to its file and returns a small :class:`ChunkVerdict`.
     3. The verdicts are combined (:func:`_combine`) and everything is stored in one
        transaction (:func:`_store`). The result equals :func:`validate` on the whole table
-       followed by :func:`store_outcome` (tests/test_validation_chunks.py).
+       followed by :func:`store_outcome` (tests/test_validation_chunks.py). The scratch files
+       are removed on exit, also on error.
 
     Parameters
     ----------
@@ -1358,15 +1404,19 @@ def validate_table(
         raise ValueError(f"raw table has no {ROW!r} column")
     if rows is None:
         rows = validation_chunk_rows(wh.memory, spec, len(columns))
-    flag = _flag_name(columns)
-    sql = _flagged_sql(ingest_result.qualified_table, columns, spec.dataset.record_id, flag)
-    with exported(wh, sql, rows=int(rows)) as parts:
-        out_dir = str(parts.path.parent)
-        if len(parts):
-            tasks = [ChunkTask(spec, parts, i, flag, out_dir) for i in range(len(parts))]
+    if int(rows) < 1:
+        raise ValueError(f"rows must be >= 1, got {rows}")
+    folder = scratch_dir(wh) / new_nonce(8)
+    folder.mkdir(mode=0o700)
+    try:
+        paths, flag = _export_chunks(
+            wh, ingest_result.qualified_table, columns, spec.dataset.record_id, int(rows), folder
+        )
+        if paths:
+            tasks = [ChunkTask(spec, p, i, flag, str(folder)) for i, p in enumerate(paths)]
         else:
             header = wh.query_df(f"SELECT * FROM {ingest_result.qualified_table} LIMIT 0")
-            tasks = [ChunkTask(spec, None, 0, flag, out_dir, header=header)]
+            tasks = [ChunkTask(spec, None, 0, flag, str(folder), header=header)]
         verdicts = list(mapper(_validate_chunk, tasks))
         outcome = _combine(verdicts, spec)
         chunks = [
@@ -1375,4 +1425,6 @@ def validate_table(
             for v in verdicts
         ]
         _store(wh, ingest_result, spec, outcome, chunks)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     return outcome
