@@ -13,13 +13,13 @@ from typing import Any
 from .budget import BudgetExceededError, PrivacyCost
 from .bundle import BundleResult, StepOutput, write_bundle
 from .cost_plan import CostPlan
-from .ingest import IngestResult, ingest, load_raw
+from .ingest import IngestResult, ingest
 from .settings import Settings
 from .spec import ReleaseSpec
 from .steps.common import StepInputError, noise_test_seed, open_stores
 from .steps.rules import RulesDone
 from .validation import (
-    ValidationDone, enforce, latest_passing_summary, owner_summary, store_outcome, validate, validated_table_name,
+    ValidationDone, enforce, latest_passing_summary, owner_summary, validate_table, validated_table_name,
 )
 
 
@@ -143,8 +143,7 @@ def validate_stage(spec: ReleaseSpec, settings: Settings, ingested: IngestResult
     table = validated_table_name(ingested, spec)
     if latest_passing_summary(stores.warehouse, ingested, spec) is not None:
         return ValidationDone(spec.dataset.name, table)
-    outcome = validate(load_raw(stores.warehouse, ingested), spec)
-    store_outcome(stores.warehouse, ingested, spec, outcome)
+    outcome = validate_table(stores.warehouse, ingested, spec)  # chunk by chunk, stored in one transaction
     enforce(outcome, spec)
     return ValidationDone(spec.dataset.name, table)
 
