@@ -1,26 +1,21 @@
 """Tasks of the non-private detect step (everything stays in ``internal``)."""
 from __future__ import annotations
 
-import pandas as pd
 from prefect import get_run_logger
 
-from dpcore.detect.combine import Template, TemplateFit
+from dpcore.detect.combine import Template
 from dpcore.detect.streaming import StreamedFit
 from dpcore.ingest import IngestResult
 from dpcore.partitions import Partitions
 from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec
 from dpcore.steps.detect import (
-    DetectionDone, close_detection_partitions, detection_frame, fit_one, fit_streamed, open_detection_partitions,
-    store_detection, store_streamed_detection,
+    DetectionDone, close_detection_partitions, fit_streamed, open_detection_partitions, store_streamed_detection,
 )
 
 from .common import private_task
 
-__all__ = [
-    "close_detection_partitions", "detection_export_task", "detection_frame_task", "fit_template_task", "fit_streamed_task", "store_detection_task",
-    "store_streamed_task",
-]
+__all__ = ["close_detection_partitions", "detection_export_task", "fit_streamed_task", "store_streamed_task"]
 
 
 @private_task(name="detection-frame")
@@ -30,20 +25,6 @@ def detection_export_task(spec: ReleaseSpec, settings: Settings, ingested: Inges
     Remove it with :func:`close_detection_partitions` when the fits are stored.
     """
     return open_detection_partitions(spec, settings, ingested)
-
-
-@private_task(name="detection-frame-in-memory")
-def detection_frame_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> pd.DataFrame:
-    """Record ids and the templates' attributes from the validated table (in memory)."""
-    return detection_frame(spec, settings, ingested)
-
-
-@private_task(name="fit-template-in-memory", worker_safe=True)
-def fit_template_task(df: pd.DataFrame, template: Template, spec: ReleaseSpec) -> TemplateFit:
-    """Fit one correlation template on an in-memory frame (one filter)."""
-    fit = fit_one(df, template, spec)
-    get_run_logger().info("template %s fitted (diagnostics in internal.detect_models)", template.name)
-    return fit
 
 
 @private_task(name="fit-template", worker_safe=True)
@@ -56,16 +37,6 @@ def fit_streamed_task(parts: Partitions, template: Template, spec: ReleaseSpec) 
     fit = fit_streamed(parts, template, spec)
     get_run_logger().info("template %s fitted (diagnostics in internal.detect_models)", template.name)
     return fit
-
-
-@private_task(name="store-detection-in-memory")
-def store_detection_task(
-    spec: ReleaseSpec, settings: Settings, ingested: IngestResult, df: pd.DataFrame, fits: list[TemplateFit]
-) -> DetectionDone:
-    """Write in-memory fits' scores, flags and models to the warehouse's ``internal`` schema."""
-    done = store_detection(spec, settings, ingested, df[spec.dataset.record_id].to_numpy(), list(fits))
-    get_run_logger().info("detection stored for templates %s (internal only)", ", ".join(done.templates))
-    return done
 
 
 @private_task(name="store-detection")
