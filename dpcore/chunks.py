@@ -5,8 +5,8 @@ rows, never whole. One setting sizes everything:
 
 ``DPR_MEMORY_LIMIT``
     The memory the pipeline may use, e.g. ``4GB``, ``512MiB``, ``1.5 GiB`` or a
-    number of bytes. Half of it is DuckDB's ``memory_limit`` (DuckDB spills
-    to ``<warehouse file>.tmp/`` beyond it) and it sizes the chunks of rows the
+    number of bytes. A quarter of it is DuckDB's ``memory_limit`` (DuckDB
+    spills to ``<warehouse file>.tmp/`` beyond it; :data:`DUCKDB_SHARE`) and it sizes the chunks of rows the
     Python stages hold at once (:meth:`MemoryBudget.chunk_rows`: one chunk's
     columns take at most :data:`CHUNK_SHARE` of the cap). Unset: the cap is
     :data:`DEFAULT_LIMIT` (2 GiB) for both, so memory stays bounded on any
@@ -28,6 +28,9 @@ DEFAULT_LIMIT = 2 * 1024**3
 #: Share of the cap one chunk's columns may take (the rest: DuckDB, copies made while working on the chunk,
 #: the interpreter and libraries).
 CHUNK_SHARE = 1 / 32
+#: Share of the cap given to DuckDB's ``memory_limit``: DuckDB keeps pages cached up to its limit, so at
+#: scale its share is held for the whole run, on top of the interpreter and the chunk being worked on.
+DUCKDB_SHARE = 1 / 4
 #: Chunks never get smaller than this many rows (per-chunk overhead would dominate), unless asked for explicitly.
 MIN_CHUNK_ROWS = 4096
 
@@ -94,12 +97,12 @@ class MemoryBudget:
 
     @property
     def duckdb_setting(self) -> str:
-        """The value for DuckDB's ``memory_limit``: half the cap, in bytes.
+        """The value for DuckDB's ``memory_limit``: :data:`DUCKDB_SHARE` of the cap, in bytes.
 
-        DuckDB gets half: the other half is for the Python side of a stage
-        (its chunk, the arrays it builds) and the interpreter.
+        The rest is for the interpreter and its libraries and the Python side
+        of a stage (its chunk, the arrays it builds).
         """
-        return f"{self.effective_limit // 2}B"
+        return f"{int(self.effective_limit * DUCKDB_SHARE)}B"
 
     def chunk_rows(self, bytes_per_row: int, minimum: int = MIN_CHUNK_ROWS) -> int:
         """Rows per chunk so that one chunk of ``bytes_per_row`` takes at most :data:`CHUNK_SHARE` of the cap.

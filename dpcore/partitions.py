@@ -57,7 +57,7 @@ class Partitions:
         import pyarrow.parquet as pq
 
         if not 0 <= i < self.n_chunks:
-            raise IndexError(f"chunk {i} out of range: this export has {self.n_chunks} chunks")
+            raise IndexError(f"chunk {i} is not one of this export's chunks (their number is private: iterate over the handle)")
         return pq.ParquetFile(self.path).read_row_group(i, columns=columns).to_pandas()
 
     def __iter__(self) -> Iterator[pd.DataFrame]:

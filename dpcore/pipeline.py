@@ -8,9 +8,10 @@ live in :mod:`dpcore.steps`.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from .budget import BudgetExceededError, PrivacyCost
+from .chunks import serial_map
 from .bundle import BundleResult, StepOutput, write_bundle
 from .cost_plan import CostPlan
 from .ingest import IngestResult, ingest
@@ -121,11 +122,14 @@ def ingest_stage(spec: ReleaseSpec, settings: Settings) -> IngestResult:
     return result
 
 
-def validate_stage(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> ValidationDone:
+def validate_stage(spec: ReleaseSpec, settings: Settings, ingested: IngestResult,
+                   mapper: Callable = serial_map) -> ValidationDone:
     """Validate the raw table against the spec; store validated/quarantine/results.
 
     An input already validated under the same validation hash (dataset, schema,
-    validation settings) with a passing result is not validated again.
+    validation settings) with a passing result is not validated again. The
+    chunks are validated through ``mapper`` (:func:`dpcore.validation.validate_table`;
+    the flow layer passes a Dask mapper when a Dask runner is configured).
 
     Returns
     -------
@@ -143,7 +147,7 @@ def validate_stage(spec: ReleaseSpec, settings: Settings, ingested: IngestResult
     table = validated_table_name(ingested, spec)
     if latest_passing_summary(stores.warehouse, ingested, spec) is not None:
         return ValidationDone(spec.dataset.name, table)
-    outcome = validate_table(stores.warehouse, ingested, spec)  # chunk by chunk, stored in one transaction
+    outcome = validate_table(stores.warehouse, ingested, spec, mapper=mapper)  # chunk by chunk, one transaction
     enforce(outcome, spec)
     return ValidationDone(spec.dataset.name, table)
 

@@ -8,7 +8,7 @@ from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec
 from dpcore.steps.rules import RulesDone, mine_rules
 
-from .common import private_task
+from .common import chunk_mapper, private_task
 
 
 @private_task(name="outlier-rules")
@@ -17,7 +17,7 @@ def rules_task(
     max_depth: int | None = None, max_rules: int | None = None,
 ) -> RulesDone:
     """Mine unit-respecting rules for the detector's outliers; returns template names only (no rule, no count)."""
-    done = mine_rules(spec, settings, ingested, templates, max_depth, max_rules)
+    done = mine_rules(spec, settings, ingested, templates, max_depth, max_rules, mapper=chunk_mapper())
     get_run_logger().info("outlier rules mined for templates %s (data owner only: internal.outlier_rules)",
                           ", ".join(done.templates))
     return done

@@ -26,10 +26,10 @@ def test_budget_from_env_and_chunk_rows():
     assert MemoryBudget.from_env({}).limit is None
     assert MemoryBudget.from_env({"DPR_MEMORY_LIMIT": " "}).limit is None
     b = MemoryBudget.from_env({"DPR_MEMORY_LIMIT": "1GiB"})
-    assert b.limit == 1024**3 and b.duckdb_setting == f"{1024**3 // 2}B"
+    assert b.limit == 1024**3 and b.duckdb_setting == f"{1024**3 // 4}B"
     assert b.chunk_rows(8) == 1024**3 // 32 // 8
     assert MemoryBudget().chunk_rows(8) == DEFAULT_LIMIT // 32 // 8
-    assert MemoryBudget().duckdb_setting == f"{DEFAULT_LIMIT // 2}B"
+    assert MemoryBudget().duckdb_setting == f"{DEFAULT_LIMIT // 4}B"
     assert MemoryBudget(64 * 1024**2).chunk_rows(10**9) == 4096  # the floor
     assert MemoryBudget(64 * 1024**2).chunk_rows(10**9, minimum=1) == 1
     with pytest.raises(ValueError, match="bytes_per_row"):
@@ -44,7 +44,7 @@ def test_chunk_bounds_cover_every_row_once():
 
 
 def test_warehouse_sets_duckdb_memory_limit(tmp_path):
-    wh = Warehouse(tmp_path / "w.duckdb", memory=MemoryBudget(256 * 1024**2))
+    wh = Warehouse(tmp_path / "w.duckdb", memory=MemoryBudget(512 * 1024**2))
     setting = wh.query("SELECT current_setting('memory_limit')")[0][0]
     assert setting.replace(" ", "").upper() in {"128.0MIB", "128MIB", "134.2MB"}
 
@@ -72,7 +72,7 @@ def test_iter_chunks_allows_writes_from_the_same_thread(tmp_path):
 
 def test_a_small_duckdb_limit_refuses_a_whole_table_sort(tmp_path):
     """The cap is real: DuckDB itself refuses work that needs more than it (spilling disabled)."""
-    wh = Warehouse(tmp_path / "w.duckdb", memory=MemoryBudget(64 * 1024**2))
+    wh = Warehouse(tmp_path / "w.duckdb", memory=MemoryBudget(128 * 1024**2))
     with pytest.raises(duckdb.OutOfMemoryException):
         wh.run(lambda con: (con.execute("SET temp_directory = ''"),
                             con.execute("SELECT list(range) FROM range(20000000)").fetchall()))
