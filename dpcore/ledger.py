@@ -120,8 +120,9 @@ _DDL = [
     """CREATE TABLE IF NOT EXISTS ledger.separations (
         dataset VARCHAR NOT NULL, other VARCHAR NOT NULL, reason VARCHAR NOT NULL, created_at TIMESTAMPTZ NOT NULL,
         PRIMARY KEY (dataset, other))""",
-    """CREATE TABLE IF NOT EXISTS ledger.record_fingerprints (
-        budget VARCHAR NOT NULL, fp VARCHAR NOT NULL, PRIMARY KEY (budget, fp))""",
+    # no key: an index over every record's fingerprint would have to fit in DuckDB's memory (issue 21);
+    # register_records inserts only fingerprints the budget does not hold yet (an anti-join, which spills)
+    """CREATE TABLE IF NOT EXISTS ledger.record_fingerprints (budget VARCHAR NOT NULL, fp VARCHAR NOT NULL)""",
 ]
 
 
@@ -373,7 +374,9 @@ class PrivacyLedger:
                 con.execute("DELETE FROM ledger.dataset_budgets WHERE dataset = ?", [dataset])
                 con.execute("INSERT INTO ledger.dataset_budgets VALUES (?, ?, ?)", [dataset, linked[0], _now()])
                 own = linked[0]
-            con.execute("INSERT INTO ledger.record_fingerprints SELECT ?, fp FROM _fp ON CONFLICT DO NOTHING", [own])
+            con.execute(
+                "INSERT INTO ledger.record_fingerprints SELECT ?, fp FROM _fp WHERE NOT EXISTS "
+                "(SELECT 1 FROM ledger.record_fingerprints f WHERE f.budget = ? AND f.fp = _fp.fp)", [own, own])
             con.execute("DROP TABLE _fp")
             return own
 
