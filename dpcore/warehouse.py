@@ -94,11 +94,19 @@ class Warehouse:
         for schema in SCHEMAS:
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
 
-    @contextmanager
-    def _connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    def _open(self, read_only: bool = False) -> duckdb.DuckDBPyConnection:
         con = duckdb.connect(str(self.path), read_only=read_only)
         try:
             con.execute(f"SET memory_limit = '{self.memory.duckdb_setting}'")
+        except BaseException:
+            con.close()
+            raise
+        return con
+
+    @contextmanager
+    def _connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        con = self._open(read_only)
+        try:
             yield con
         finally:
             con.close()
@@ -116,23 +124,30 @@ class Warehouse:
         WarehouseBusyError
             The file stayed locked for ``timeout`` seconds.
         """
+        def attempt() -> T:
+            with self._lock, self._connect() as con:
+                if not transaction:
+                    return op(con)
+                con.execute("BEGIN TRANSACTION")
+                try:
+                    out = op(con)
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
+                con.execute("COMMIT")
+                return out
+
+        return self._retrying(attempt)
+
+    def _retrying(self, attempt: Callable[[], T]) -> T:
+        """``attempt()``, retried on the file lock (and write conflicts) with backoff and jitter until ``timeout``."""
         deadline = time.monotonic() + self.timeout
         delay = 0.005
         attempts = 0
         while True:
             attempts += 1
             try:
-                with self._lock, self._connect() as con:
-                    if not transaction:
-                        return op(con)
-                    con.execute("BEGIN TRANSACTION")
-                    try:
-                        out = op(con)
-                    except BaseException:
-                        con.execute("ROLLBACK")
-                        raise
-                    con.execute("COMMIT")
-                    return out
+                return attempt()
             except (duckdb.IOException, duckdb.TransactionException) as exc:
                 if not _is_retryable(exc):
                     raise
@@ -151,6 +166,8 @@ class Warehouse:
         Holds this file's in-process lock and one connection until the
         iteration ends (exhaust or close the generator promptly); other
         warehouse calls from the same thread still work, other threads wait.
+        Opening the connection retries on another process's file lock, as
+        :meth:`run` does.
         Only the batch being handed out is in memory (DuckDB's Arrow reader).
         A query with no row yields nothing.
 
@@ -164,17 +181,22 @@ class Warehouse:
         """
         if rows < 1:
             raise ValueError(f"rows must be >= 1, got {rows}")
-        with self._lock, self._connect() as con:
-            reader = con.sql(sql, params=params or None).to_arrow_reader(int(rows))  # streams (execute() would copy all rows)
-            pending = None
-            for batch in reader:
-                # DuckDB may hand out batches shorter than asked for; re-cut them to exactly ``rows``
-                pending = batch if pending is None else _concat_batches(pending, batch)
-                while pending.num_rows >= rows:
-                    yield pending.slice(0, rows)
-                    pending = pending.slice(rows)
-            if pending is not None and pending.num_rows:
-                yield pending
+        with self._lock:
+            con = self._retrying(self._open)
+            try:
+                # con.sql(...) streams; the DB-API execute(...) path would copy the whole result first
+                reader = con.sql(sql, params=params or None).to_arrow_reader(int(rows))
+                pending = None
+                for batch in reader:
+                    # DuckDB may hand out batches shorter than asked for; re-cut them to exactly ``rows``
+                    pending = batch if pending is None else _concat_batches(pending, batch)
+                    while pending.num_rows >= rows:
+                        yield pending.slice(0, rows)
+                        pending = pending.slice(rows)
+                if pending is not None and pending.num_rows:
+                    yield pending
+            finally:
+                con.close()
 
     def iter_chunks(self, sql: str, params: list | None = None, *, rows: int) -> Iterator[pd.DataFrame]:
         """:meth:`iter_batches` as pandas DataFrames."""

@@ -131,3 +131,21 @@ def test_fetch_guard_catches_whole_reads_and_lets_chunks_through(tmp_path, monke
             with pytest.raises(AssertionError, match="5000 rows"):
                 read()
     assert any(how == "to_arrow_reader batch" for _, how, _ in seen)
+
+
+def test_iter_chunks_waits_for_another_process_holding_the_file(tmp_path):
+    """A streamed read retries on another process's file lock, as Warehouse.run does (no IOException)."""
+    import subprocess
+    import sys
+    import time
+
+    wh = Warehouse(tmp_path / "w.duckdb", timeout=30)
+    wh.write_df("internal", "t", pd.DataFrame({"x": np.arange(10)}))
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(1.5); c.close()"
+    ), str(wh.path)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    t0 = time.monotonic()
+    assert sum(len(c) for c in wh.iter_chunks("SELECT x FROM internal.t", rows=3)) == 10
+    assert time.monotonic() - t0 > 0.5  # it waited for the lock instead of failing
+    holder.wait()
