@@ -141,11 +141,14 @@ def test_concurrent_fits_in_a_thread_pool_leak_no_warning_log_or_value(caplog, c
     for (df, _t), fit in zip(jobs, fits):
         rel = fit.params["last_relative_change"]
         secrets |= {f"{rel:.3g}", f"{rel:.6g}", repr(rel), f"{len(df)} rows"}
-    texts = [r.getMessage() for r in caplog.records] + [captured.out, captured.err]
+    # the session's Prefect test server and its HTTP clients log in background threads at DEBUG (request
+    # lines carry dates and ports); they are not the fits' records
+    records = [r for r in caplog.records if not r.name.startswith(("httpcore", "httpx", "prefect", "uvicorn"))]
+    texts = [r.getMessage() for r in records] + [captured.out, captured.err]
     assert [t for t in texts if WARNING_TEXT.search(t)] == []
     assert [s for s in secrets if any(s in t for t in texts)] == []
-    assert [r.getMessage() for r in caplog.records if re.search(r"\d", r.getMessage())] == []
-    assert [r for r in caplog.records if r.name == "py.warnings"] == []
+    assert [r.getMessage() for r in records if re.search(r"\d", r.getMessage())] == []
+    assert [r for r in records if r.name == "py.warnings"] == []
 
 
 # ----------------------------------------------------------------------------- generic exceptions
@@ -217,9 +220,11 @@ def test_detect_flow_on_non_converging_config_logs_no_warning(dpr_home, small_sp
 
 
 @pytest.mark.usefixtures("prefect_harness")
-def test_detect_flow_too_few_rows_fails_with_a_generic_message(dpr_home, small_spec_path, tmp_path):
-    """The failing template's exception (raised by the flow and stored as the run's state message) names
-    the template, not the number of validated rows."""
+def test_detect_flow_on_too_few_rows_completes_with_unfitted_filters_and_states_no_count(
+        dpr_home, small_spec_path, tmp_path):
+    """Fewer validated rows than a filter has parameters is a private fact, so the flow does not fail on it
+    (rule 8): the filters are unfitted (``too_few_rows`` in internal.detect_models, nothing flagged), and no
+    log or state names the number of validated rows."""
     from flows.detect import detect_flow
 
     spec = yaml.safe_load(small_spec_path.read_text())
@@ -229,15 +234,17 @@ def test_detect_flow_too_few_rows_fails_with_a_generic_message(dpr_home, small_s
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(spec))
     state = detect_flow(spec_path=str(path), return_state=True)
-    assert state.is_failed()
-    with pytest.raises(ValueError, match=r"template '[a-z_]+': too few rows to fit the regression") as exc:
-        state.result()
+    assert state.is_completed()
     wh = Warehouse(Settings.from_env().warehouse)
     vt = next(r[0] for r in wh.query("SELECT table_name FROM information_schema.tables WHERE table_schema = 'validated'"))
     n_valid = wh.query(f'SELECT count(*) FROM validated."{vt}"')[0][0]
     assert 0 < n_valid <= 5
-    logs, states = flushed_texts(str(state.state_details.flow_run_id), "Finished in state Failed")
-    assert any("Finished in state Failed" in m for m in logs)
-    for text in [str(exc.value)] + states + logs:
+    stored = [json.loads(p) for (p,) in wh.query("SELECT params FROM internal.detect_models")]
+    assert stored and all(p["diagnostics"] == [{"code": "too_few_rows", "n_params": len(p["features"]) + 4}]
+                          and p["K"] == 0 for p in stored)
+    flags = wh.query_df(f'SELECT * FROM internal."detect_flags__{vt}"')
+    assert len(flags) == n_valid and not flags["flagged"].any()
+    logs, states = flushed_texts(str(state.state_details.flow_run_id), "Finished in state Completed")
+    for text in states + logs:
         assert not re.search(rf"(?<![0-9.]){n_valid} rows", text), text
         assert not re.search(r"\d+ rows", text), text

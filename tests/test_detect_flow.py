@@ -89,9 +89,9 @@ def test_pipeline_with_detector_feeds_aiq_and_bundle_carries_no_internal_values(
     assert not [s for s in scores["max_score"] if f"{s:.6f}" in public]
 
 
-def test_a_failing_template_fails_the_flow(dpr_home, small_spec_path, tmp_path):
-    """A template the detector cannot fit (constant behavioural data is fine, too few rows is not)
-    must fail the run loudly, never be skipped."""
+def test_a_template_on_too_few_rows_is_recorded_as_unfitted_not_skipped(dpr_home, small_spec_path, tmp_path):
+    """A template the detector cannot fit for lack of rows is neither skipped silently nor an abort (how many
+    rows passed validation is private, rule 8): its model row says ``too_few_rows`` and it flags no record."""
     from flows.detect import detect_flow
 
     spec = yaml.safe_load(small_spec_path.read_text())
@@ -100,10 +100,13 @@ def test_a_failing_template_fails_the_flow(dpr_home, small_spec_path, tmp_path):
     spec["dataset"]["source"]["path"] = str(tmp_path / "tiny.csv")
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(spec))
-    with pytest.raises(ValueError, match="rows"):
-        detect_flow(spec_path=str(path))
+    names = detect_flow(spec_path=str(path))
     wh = Warehouse(Settings.from_env().warehouse)
-    assert not [t for t in _internal_tables(wh) if t.startswith("detect_flags__")]
+    stored = dict(wh.query("SELECT template, params FROM internal.detect_models"))
+    assert sorted(stored) == sorted(names) and len(names) == len(spec["steps"]["detect"]["templates"])
+    assert all(json.loads(p)["diagnostics"][0]["code"] == "too_few_rows" for p in stored.values())
+    flags_t = next(t for t in _internal_tables(wh) if t.startswith("detect_flags__"))
+    assert wh.query(f'SELECT count(*) FILTER (WHERE flagged) FROM internal."{flags_t}"')[0][0] == 0
 
 
 def test_template_transforms_reach_the_fit_and_bad_values_name_the_attribute(dpr_home, small_spec_path, tmp_path):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -238,24 +239,56 @@ def fit_partitions(
     KeyError, ValueError
         As :func:`~dpcore.detect.combine.fit_template`, prefixed with the template's name.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     src = PartitionChunks(parts, template, schema, mapper)
     det, floor = detector_of(template, schema, random_state=random_state, max_iter=max_iter, tol=tol,
                              sigma2_floor=sigma2_floor, start=start, n_subsets=n_subsets, start_sample=start_sample)
+    path = Path(parts.path).parent / f"scores-{new_nonce(8)}.parquet"
+    if src.n_rows < src.n_features + 4:  # fewer rows than parameters: an unfitted filter, not an abort
+        return _unfitted(src, template, floor, path)
     try:
         det.fit_chunks(src)
     except ValueError as exc:
         msg = str(exc)
         raise ValueError(msg if msg.startswith(f"template {template.name!r}") else f"template {template.name!r}: {msg}") from None
-    path = Path(parts.path).parent / f"scores-{new_nonce(8)}.parquet"
+    with _score_writer(path) as write:
+        for i in range(src.n_chunks):
+            write(*(mapper or serial_map)(score_chunk, [(src, i, det)])[0])
+    params = fit_params(template, det, src.names, floor, src.n_rows, None)
+    return StreamedFit(template=template, params=params, scores_path=path, K=int(det.K_))
+
+
+@contextmanager
+def _score_writer(path: Path):
+    """A private (0600) Parquet file of ``(_row, score)``; yields ``write(rows, scores)`` for one chunk."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.close(fd)
     schema_pa = pa.schema([(ROW, pa.int64()), ("score", pa.float64())])
     with pq.ParquetWriter(path, schema_pa) as writer:
+        yield lambda rows, scores: writer.write_table(pa.table({ROW: rows, "score": scores}, schema=schema_pa))
+
+
+def _unfitted(src: PartitionChunks, template: Template, floor, path: Path) -> StreamedFit:
+    """The filter of a table with fewer rows than the model has parameters: no fit, no score, no label.
+
+    Whether the validated table is that small is a private fact, so it is not
+    an error after the release's earlier steps have charged (DESIGN.md, rule
+    8): every row gets a missing score (NaN), the filter labels no record
+    (``K = 0``), and the params say so (``diagnostics``: ``too_few_rows``),
+    in ``internal.detect_models`` only.
+    """
+    with _score_writer(path) as write:
         for i in range(src.n_chunks):
-            rows, scores = (mapper or serial_map)(score_chunk, [(src, i, det)])[0]
-            writer.write_table(pa.table({ROW: rows, "score": scores}, schema=schema_pa))
-    params = fit_params(template, det, src.names, floor, src.n_rows, None)
-    return StreamedFit(template=template, params=params, scores_path=path, K=int(det.K_))
+            rows = src.frame(i, with_row=True)[ROW].to_numpy(dtype=np.int64)
+            write(rows, np.full(rows.shape[0], np.nan))
+    d = src.n_features
+    params = {
+        "template": template.name, "behavioural": template.behavioural, "contextual": list(template.contextual),
+        "transforms": template.transform_of, "features": src.names, "coef": [0.0] * d, "intercept": 0.0,
+        "sigma2": None, "sigma2_floor": None if floor is None else float(floor), "p": None, "b": None,
+        "n_iter": 0, "converged": False, "last_relative_change": None, "K": 0, "threshold": None,
+        "log_likelihood": None, "n_rows": src.n_rows, "diagnostics": [{"code": "too_few_rows", "n_params": d + 4}],
+    }
+    return StreamedFit(template=template, params=params, scores_path=path, K=0)

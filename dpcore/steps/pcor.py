@@ -73,8 +73,9 @@ class PcorJob:
     ----------
     space : ContextSpace
         Context attributes and their full public domains.
-    index : CellIndex
-        Per-cell statistics and sorted metric values of the validated table, holding the targets as rows.
+    index : CellIndex or None
+        Per-cell statistics and sorted metric values of the validated table, holding the targets as rows;
+        None when the validated table holds no record (every target's held row is then ``-1``).
     verifier : str
         ``grubbs``, ``lof`` or ``histogram``.
     verifier_params : dict
@@ -92,7 +93,7 @@ class PcorJob:
     """
 
     space: ContextSpace
-    index: CellIndex
+    index: CellIndex | None
     verifier: str
     verifier_params: dict[str, Any]
     mechanism_params: dict[str, Any]
@@ -168,7 +169,8 @@ OWN_CELL_BATCH = 4096
 _TEXT_BYTES = 60
 
 
-def aggregate_index(wh, spec: ReleaseSpec, ingested: IngestResult, space: ContextSpace, metric: str) -> CellIndex:
+def aggregate_index(wh, spec: ReleaseSpec, ingested: IngestResult, space: ContextSpace,
+                    metric: str) -> CellIndex | None:
     """The per-cell index of ``metric`` over the validated table, from one ``GROUP BY`` in the warehouse.
 
     ``SELECT <context attributes>, <metric>, count(*) ... GROUP BY ALL``
@@ -194,13 +196,15 @@ def aggregate_index(wh, spec: ReleaseSpec, ingested: IngestResult, space: Contex
 
     Returns
     -------
-    CellIndex
+    CellIndex or None
+        None when the validated table holds no record (then every target is
+        absent: :func:`plan_pcor`).
 
     Raises
     ------
     ValueError
-        A null or out-of-domain attribute value, a non-finite metric value, or
-        an empty table (messages name the column, never a value or a count).
+        A null or out-of-domain attribute value or a non-finite metric value
+        (messages name the column, never a value or a count).
     """
     attrs = list(space.attributes)
     count = "__pcor_count"
@@ -212,8 +216,8 @@ def aggregate_index(wh, spec: ReleaseSpec, ingested: IngestResult, space: Contex
         codes.append(space.encode(chunk[attrs]))
         values.append(chunk[metric].to_numpy(dtype=float))
         counts.append(chunk[count].to_numpy(dtype=np.int64))
-    if not codes:
-        raise ValueError("the dataset is empty")
+    if not codes:  # no validated record: a private fact, so not an error (rule 8; see plan_pcor)
+        return None
     return CellIndex.from_aggregates(space, np.concatenate(codes), np.concatenate(values), np.concatenate(counts))
 
 
@@ -461,7 +465,7 @@ def plan_pcor(
     except ValueError as exc:
         raise StepInputError(f"steps.pcor: {exc}") from None
     ids = list(dict.fromkeys(cfg.record_ids))
-    if cfg.from_detector:
+    if cfg.from_detector and index is not None:  # no validated record: the detector flagged none
         chosen = detector_targets(wh, spec, ingested, index, make_verifier(cfg.verifier, **vparams))
         ids += [i for i in chosen if i not in ids]
     # no target only when from_detector found none: an empty, stated outcome (no abort mid-release)
@@ -469,7 +473,8 @@ def plan_pcor(
     held, codes, values, position = lookup_records(wh, spec, ingested, space, metric, ids,
                                                    positions=seed is not None)
     noise = noise_source()
-    job = PcorJob(space, index.with_rows(codes, values), cfg.verifier, vparams, mech_params, seed,
+    # no validated record: every target is absent (held row -1), searched by no one, the same charge
+    job = PcorJob(space, None if index is None else index.with_rows(codes, values), cfg.verifier, vparams, mech_params, seed,
                   tuple(int(p) for p in position))
     common = _common_params(attrs, metric, cfg.verifier, vparams, mech_params)
     targets = tuple(

@@ -332,7 +332,7 @@ def mine_rules(
     suffix = validated_table_name(ingested, spec)
     columns = [*units, *categorical]
     sql, params = labelled_query(spec, ingested, suffix, chosen, columns)
-    flagged_sql = "".join(f", count_if({_label(i)})" for i in range(len(chosen)))
+    flagged_sql = "".join(f", coalesce(count_if({_label(i)}), 0)" for i in range(len(chosen)))
     counts = wh.query(f"SELECT count(*){flagged_sql} FROM ({sql})", params)[0]
     n, flagged = int(counts[0]), [int(c) for c in counts[1:]]
     frame, sampled = _mining_frame(wh, spec, ingested, suffix, chosen, columns, n, int(m))
