@@ -9,6 +9,7 @@ import pytest
 
 from dpcore.detect.combine import Template, TemplateFit, combine, fit_template
 from dpcore.detect.design import design_matrix
+from dpcore.detect.settings import DetectorSettings
 from dpcore.spec import PublicSchema
 
 
@@ -142,8 +143,8 @@ def test_fit_template_and_combine(schema):
     t_air = Template("air", "air_time", ("distance", "origin"))
     t_arr = Template("arr", "arr_delay", ["dep_delay"])
     assert t_arr.contextual == ("dep_delay",)
-    f_air = fit_template(df, t_air, schema, random_state=0)
-    f_arr = fit_template(df, t_arr, schema, random_state=0)
+    f_air = fit_template(df, t_air, schema, DetectorSettings(random_state=0))
+    f_arr = fit_template(df, t_arr, schema, DetectorSettings(random_state=0))
     assert isinstance(f_air, TemplateFit) and f_air.template is t_air
 
     p = f_air.params
@@ -230,7 +231,7 @@ def test_log_transform_in_design_and_template(wide_schema):
     X, names = design_matrix(df, ["distance", "origin"], wide_schema, {"distance": "log"})
     assert names == ["log(distance)", "origin=JFK", "origin=LGA"]
     np.testing.assert_allclose(X[:, 0], np.log(df["distance"]))
-    fit = fit_template(df, t, wide_schema, random_state=0)
+    fit = fit_template(df, t, wide_schema, DetectorSettings(random_state=0))
     p = fit.params
     assert p["transforms"] == {"air_time": "log", "distance": "log"}
     assert p["features"][0] == "log(distance)"
@@ -238,7 +239,8 @@ def test_log_transform_in_design_and_template(wide_schema):
     assert p["coef"][1] == pytest.approx(0.2, abs=0.02)
     assert fit.labels[out].all() and fit.labels.sum() < 30 + 0.02 * len(df)
     # the untransformed template cannot: a straight line through a power law
-    raw = fit_template(df, Template("p", "air_time", ("distance", "origin")), wide_schema, random_state=0)
+    raw = fit_template(df, Template("p", "air_time", ("distance", "origin")), wide_schema,
+                       DetectorSettings(random_state=0))
     assert raw.labels[out].mean() < fit.labels[out].mean() or raw.labels.sum() > fit.labels.sum()
     json.dumps(p, allow_nan=False)
 
@@ -249,9 +251,9 @@ def test_log_transform_scores_invariant_to_rescaling_the_data(wide_schema, c_y, 
     labels and scores are unchanged."""
     df, _ = diamonds_like(n=800, seed=1)
     t = Template("p", "air_time", ("distance", "origin"), {"air_time": "log", "distance": "log"})
-    base = fit_template(df, t, wide_schema, random_state=0)
+    base = fit_template(df, t, wide_schema, DetectorSettings(random_state=0))
     scaled = df.assign(air_time=df["air_time"] * c_y, distance=df["distance"] * c_x)
-    fit = fit_template(scaled, t, wide_schema, random_state=0)
+    fit = fit_template(scaled, t, wide_schema, DetectorSettings(random_state=0))
     np.testing.assert_array_equal(fit.labels, base.labels)
     np.testing.assert_allclose(fit.scores, base.scores, rtol=1e-6, atol=1e-6)
 
@@ -320,21 +322,22 @@ def test_sigma2_floor_derived_from_the_spec_reaches_the_params():
     out = rng.random(n) < 0.05
     y[out] += rng.choice([-1.0, 1.0], out.sum()) * np.round(rng.uniform(20, 200, out.sum()))
     df = pd.DataFrame({"dest": [f"D{k}" for k in g], "distance": y, "carat": y})
-    fit = fit_template(df, Template("route", "distance", ("dest",)), schema, random_state=0)
+    fit = fit_template(df, Template("route", "distance", ("dest",)), schema, DetectorSettings(random_state=0))
     assert fit.params["sigma2_floor"] == pytest.approx(1 / 12)
     assert fit.params["sigma2"] >= 1 / 12
     assert abs(fit.labels.mean() - out.mean()) < 0.01 and fit.labels[out].all()
     json.dumps(fit.params, allow_nan=False)
     # the same values declared non-integer: no floor, the fit collapses (what the floor prevents)
     # (with the start the collapse was found with; the FAST-LTS default avoids it on this seed, not on all)
-    bare = fit_template(df, Template("route_c", "carat", ("dest",)), schema, random_state=0, start="legacy")
+    bare = fit_template(df, Template("route_c", "carat", ("dest",)), schema,
+                        DetectorSettings(random_state=0, start="legacy"))
     assert bare.params["sigma2_floor"] is None and bare.params["sigma2"] < 1e-4
     assert bare.labels.mean() > 2 * out.mean()
     # explicit override and its validation
-    assert fit_template(df, Template("r", "distance", ("dest",)), schema, random_state=0,
-                        sigma2_floor=None).params["sigma2_floor"] is None
+    assert fit_template(df, Template("r", "distance", ("dest",)), schema,
+                        DetectorSettings(random_state=0, sigma2_floor=None)).params["sigma2_floor"] is None
     with pytest.raises(ValueError, match="sigma2_floor must be 'auto'"):
-        fit_template(df, Template("r", "distance", ("dest",)), schema, sigma2_floor="yes")
+        fit_template(df, Template("r", "distance", ("dest",)), schema, DetectorSettings(sigma2_floor="yes"))
 
 
 def test_fit_one_passes_the_spec_floor(tmp_path):
@@ -353,3 +356,31 @@ def test_fit_one_passes_the_spec_floor(tmp_path):
         fit = fit_one(df, t, spec)
         assert fit.params["sigma2_floor"] == pytest.approx(1 / 12), t.name
         assert fit.params["sigma2"] >= 1 / 12
+
+
+def test_detector_settings_from_spec_build_the_detector_the_keywords_built(schema):
+    """DetectorSettings.from_spec carries steps.detect to the detector, its defaults are the spec's, and it checks
+    nothing itself: the detector's fit names a bad parameter (prefixed by the template)."""
+    from types import SimpleNamespace
+
+    from dpcore.detect.combine import detector_of
+    from dpcore.detect.robust_em import RobustRegressionDetector
+    from dpcore.spec import DetectSpec
+
+    def spec_of(**kw):
+        return SimpleNamespace(steps=SimpleNamespace(detect=DetectSpec(**kw)))
+
+    assert DetectorSettings.from_spec(spec_of()) == DetectorSettings()
+    cfg = {"random_state": 7, "max_iter": 31, "tol": 1e-4, "start": "legacy", "n_subsets": 99, "start_sample": 2000}
+    settings = DetectorSettings.from_spec(spec_of(**cfg))
+    assert settings == DetectorSettings(**cfg, sigma2_floor="auto")
+    t = Template("t", "air_time", ("distance",))
+    det, floor = detector_of(t, schema, settings)
+    assert floor is None  # air_time is not declared integer
+    assert det.get_params() == RobustRegressionDetector(**cfg, sigma2_floor=None).get_params()
+    assert detector_of(t, schema, DetectorSettings(sigma2_floor=0.5))[0].sigma2_floor == 0.5
+    df, _, _ = flights_like(n=200)
+    bad = DetectorSettings(max_iter=0)  # constructed: the detector validates its own parameters
+    with pytest.raises(ValueError, match=r"^template 't': max_iter must be an integer >= 1"):
+        fit_template(df, t, schema, bad)
+    assert fit_template(df, t, schema).params == fit_template(df, t, schema, DetectorSettings()).params

@@ -23,6 +23,7 @@ import yaml
 
 from child_runs import flushed_texts
 from dpcore.detect.combine import fit_template
+from dpcore.detect.settings import DetectorSettings
 from dpcore.ingest import IngestResult
 from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec, load_spec
@@ -75,7 +76,7 @@ def test_non_converging_fit_emits_no_warning_and_stores_diagnostics_in_internal(
         warnings.simplefilter("always")
         fits = [fit_one(df, t, spec) for t in templates]
         # the library function itself, without fit_one's help: no warning either
-        direct = fit_template(df, templates[0], spec.public_schema, max_iter=1, tol=1e-12)
+        direct = fit_template(df, templates[0], spec.public_schema, DetectorSettings(max_iter=1, tol=1e-12))
     assert [str(w.message) for w in caught] == []
     for fit in fits + [direct]:
         p = fit.params

@@ -188,7 +188,9 @@ def test_spec_exposes_start_and_n_subsets_and_the_step_passes_them(monkeypatch):
     spec = load_spec(Path(__file__).resolve().parents[1] / "specs" / "demo.yaml")
     detect = spec.steps.detect.model_copy(update={"start": "legacy", "n_subsets": 777})
     spec = spec.model_copy(update={"steps": spec.steps.model_copy(update={"detect": detect})})
-    seen = {}
-    monkeypatch.setattr(step, "fit_template", lambda *a, **kw: seen.update(kw))
+    seen = []
+    monkeypatch.setattr(step, "fit_template", lambda df, t, schema, settings: seen.append(settings))
+    monkeypatch.setattr(step, "fit_partitions", lambda parts, t, schema, settings, mapper: seen.append(settings))
     step.fit_one(None, step.templates_of(spec)[0], spec)
-    assert seen["start"] == "legacy" and seen["n_subsets"] == 777
+    step.fit_streamed(None, step.templates_of(spec)[0], spec)
+    assert [(s.start, s.n_subsets) for s in seen] == [("legacy", 777)] * 2

@@ -215,6 +215,7 @@ def test_streamed_step_writes_todays_tables_on_the_demo_sample(dpr_home, small_s
 @pytest.mark.parametrize("rows", [1, 211, 10**6])
 def test_streamed_step_with_a_start_sample_equals_the_in_memory_fit(dpr_home, small_spec_path, rows):
     from dpcore.detect.combine import fit_template
+    from dpcore.detect.settings import DetectorSettings
     from dpcore.steps.detect import detection_frame, run_detection_streamed, templates_of
 
     spec, settings, ing = _prepared(dpr_home, small_spec_path, start_sample=1000, random_state=3)
@@ -232,9 +233,9 @@ def test_streamed_step_with_a_start_sample_equals_the_in_memory_fit(dpr_home, sm
         sql = (f'SELECT _row, "{t.behavioural}", {", ".join(chr(34) + c + chr(34) for c in t.contextual)} '
                f"FROM {validated_table(spec, ing)} ORDER BY _row LIMIT 150")
         with exported(wh, sql, rows=1) as parts:
-            fit = fit_partitions(parts, t, spec.public_schema, random_state=3, start_sample=60)
+            fit = fit_partitions(parts, t, spec.public_schema, DetectorSettings(random_state=3, start_sample=60))
             got = pd.read_parquet(fit.scores_path)
-        ref = fit_template(df, t, spec.public_schema, random_state=3, start_sample=60)
+        ref = fit_template(df, t, spec.public_schema, DetectorSettings(random_state=3, start_sample=60))
         assert fit.K == ref.params["K"]
         assert _close(got["score"].to_numpy(), ref.scores)
         for k in ("coef", "intercept", "sigma2", "p", "b", "log_likelihood"):
@@ -243,8 +244,9 @@ def test_streamed_step_with_a_start_sample_equals_the_in_memory_fit(dpr_home, sm
         return
     run_detection_streamed(spec, settings, ing, rows=rows)
     scores, flags, models = _tables(settings, spec, ing)
-    refs = [fit_template(df, t, spec.public_schema, random_state=3, start_sample=1000, max_iter=spec.steps.detect.max_iter,
-                         tol=spec.steps.detect.tol) for t in templates_of(spec)]
+    ref_settings = DetectorSettings(random_state=3, start_sample=1000, max_iter=spec.steps.detect.max_iter,
+                                    tol=spec.steps.detect.tol)
+    refs = [fit_template(df, t, spec.public_schema, ref_settings) for t in templates_of(spec)]
     for ref, got in zip(refs, sorted(models, key=lambda p: p["template"])):
         for k in ("coef", "intercept", "sigma2", "p", "b", "log_likelihood", "threshold"):
             assert _close(got[k], ref.params[k]), k

@@ -6,6 +6,8 @@
   template's per-attribute transforms (:func:`apply_transform`, ``log``).
 * :mod:`.combine` -- :class:`Template`, :func:`fit_template` and :func:`combine` ("a record
   is an outlier if at least one filter marks it", slide "Outlier Detector Overview").
+* :mod:`.settings` -- :class:`DetectorSettings`, the detector's parameters from the spec, one
+  value for the in-memory and the streamed fit.
 * :mod:`.streaming` -- the fit and the scoring streamed over Parquet chunks of a warehouse
   export (issue 21), the same fit as :func:`fit_template`.
 
@@ -18,11 +20,13 @@ row positions (DESIGN.md, privacy rule 6).
 from .combine import Template, TemplateFit, combine, fit_template, template_arrays
 from .design import TRANSFORMS, apply_transform, design_matrix, sigma2_floor_of
 from .robust_em import RobustRegressionDetector
+from .settings import DetectorSettings
 
 __all__ = [
     "TRANSFORMS",
     "sigma2_floor_of",
     "RobustRegressionDetector",
+    "DetectorSettings",
     "Template",
     "TemplateFit",
     "combine",

@@ -25,7 +25,8 @@ import pandas as pd
 
 from ..spec import PublicSchema
 from .design import TRANSFORMS, apply_transform, design_matrix, sigma2_floor_of
-from .robust_em import START_SAMPLE, RobustRegressionDetector
+from .robust_em import RobustRegressionDetector
+from .settings import DetectorSettings
 
 __all__ = ["Template", "TemplateFit", "combine", "detector_of", "fit_params", "fit_template", "template_arrays"]
 
@@ -152,14 +153,7 @@ def fit_template(
     df: pd.DataFrame,
     template: Template,
     schema: PublicSchema,
-    *,
-    random_state=0,
-    max_iter: int = 200,
-    tol: float = 1e-6,
-    sigma2_floor="auto",
-    start: str = "auto",
-    n_subsets: int | None = None,
-    start_sample: int = START_SAMPLE,
+    settings: DetectorSettings = DetectorSettings(),
 ) -> TemplateFit:
     """Fit one filter: :class:`RobustRegressionDetector` of ``df[behavioural]`` on the encoded contexts.
 
@@ -170,14 +164,10 @@ def fit_template(
     template : Template
     schema : dpcore.spec.PublicSchema
         Public bounds and domains used by :func:`~dpcore.detect.design.design_matrix`.
-    random_state, max_iter, tol, start, n_subsets, start_sample
-        Passed to the detector (``start_sample``: rows of the start sample, see
-        :class:`~dpcore.detect.robust_em.RobustRegressionDetector`; ``start``: its robust start, ``"auto"`` = FAST-LTS
-        with the inlier-driven EM of issue 22, ``"legacy"`` the start before it;
-        ``n_subsets``: FAST-LTS elemental subsets, None = its default).
-    sigma2_floor : "auto", float or None
-        The detector's ``sigma2_floor``; ``"auto"`` (default) derives it from
-        the schema for the behavioural attribute (:func:`~dpcore.detect.design.sigma2_floor_of`:
+    settings : DetectorSettings, optional
+        The detector's parameters (default: its defaults). Their
+        ``sigma2_floor="auto"`` (default) derives the floor from the schema
+        for the behavioural attribute (:func:`~dpcore.detect.design.sigma2_floor_of`:
         ``1/12`` for ``integer: true`` without a transform, else None).
 
     Returns
@@ -203,9 +193,7 @@ def fit_template(
     warning state is touched, so concurrent calls (Prefect's thread pool) are safe.
     """
     X, y, names = template_arrays(df, template, schema)
-    det, sigma2_floor = detector_of(template, schema, random_state=random_state, max_iter=max_iter, tol=tol,
-                                    sigma2_floor=sigma2_floor, start=start, n_subsets=n_subsets,
-                                    start_sample=start_sample)
+    det, sigma2_floor = detector_of(template, schema, settings)
     try:
         det.fit(X, y)
     except ValueError as exc:  # the detector's messages are generic; name the template
@@ -245,20 +233,16 @@ def fit_params(template: Template, det: RobustRegressionDetector, names: list[st
     }
 
 
-def detector_of(template: Template, schema: PublicSchema, *, random_state=0, max_iter: int = 200, tol: float = 1e-6,
-                sigma2_floor="auto", start: str = "auto", n_subsets: int | None = None,
-                start_sample: int = START_SAMPLE) -> tuple[RobustRegressionDetector, float | None]:
+def detector_of(template: Template, schema: PublicSchema,
+                settings: DetectorSettings = DetectorSettings()) -> tuple[RobustRegressionDetector, float | None]:
     """The template's detector (unfitted) and its ``sigma2_floor`` (``"auto"``: from the schema)."""
     j = template.behavioural
+    sigma2_floor = settings.sigma2_floor
     if isinstance(sigma2_floor, str):
         if sigma2_floor != "auto":
             raise ValueError(f"sigma2_floor must be 'auto', None or a number >= 0, got {sigma2_floor!r}")
         sigma2_floor = sigma2_floor_of(j, schema, template.transform_of.get(j))
-    det = RobustRegressionDetector(
-        max_iter=max_iter, tol=tol, random_state=random_state, sigma2_floor=sigma2_floor, start=start,
-        n_subsets=n_subsets, start_sample=start_sample,
-    )
-    return det, sigma2_floor
+    return settings.detector(sigma2_floor), sigma2_floor
 
 
 def combine(fits: list[TemplateFit]) -> tuple[np.ndarray, np.ndarray]:

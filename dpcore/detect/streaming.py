@@ -36,7 +36,8 @@ from ..partitions import Partitions
 from ..spec import PublicSchema
 from .combine import Template, detector_of, fit_params, template_arrays
 from .design import design_matrix
-from .robust_em import START_SAMPLE, _standardised
+from .robust_em import _standardised
+from .settings import DetectorSettings
 
 __all__ = ["PartitionChunks", "StreamedFit", "fit_partitions", "template_columns"]
 
@@ -202,14 +203,8 @@ def fit_partitions(
     parts: Partitions,
     template: Template,
     schema: PublicSchema,
+    settings: DetectorSettings = DetectorSettings(),
     *,
-    random_state=0,
-    max_iter: int = 200,
-    tol: float = 1e-6,
-    sigma2_floor="auto",
-    start: str = "auto",
-    n_subsets: int | None = None,
-    start_sample: int = START_SAMPLE,
     mapper=serial_map,
 ) -> StreamedFit:
     """Fit one filter over an export's chunks and write every row's score next to it.
@@ -225,7 +220,7 @@ def fit_partitions(
     ----------
     parts : Partitions
         Export of ``_row`` and the template's attributes, in row order.
-    template, schema, random_state, max_iter, tol, sigma2_floor, start, n_subsets, start_sample
+    template, schema, settings
         As :func:`~dpcore.detect.combine.fit_template`.
     mapper : callable
         Runs the per-chunk work (default: in this process).
@@ -240,8 +235,7 @@ def fit_partitions(
         As :func:`~dpcore.detect.combine.fit_template`, prefixed with the template's name.
     """
     src = PartitionChunks(parts, template, schema, mapper)
-    det, floor = detector_of(template, schema, random_state=random_state, max_iter=max_iter, tol=tol,
-                             sigma2_floor=sigma2_floor, start=start, n_subsets=n_subsets, start_sample=start_sample)
+    det, floor = detector_of(template, schema, settings)
     path = Path(parts.path).parent / f"scores-{new_nonce(8)}.parquet"
     if src.n_rows < src.n_features + 4:  # fewer rows than parameters: an unfitted filter, not an abort
         return _unfitted(src, template, floor, path)

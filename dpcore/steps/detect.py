@@ -39,7 +39,7 @@ import pandas as pd
 
 from ..chunks import MemoryBudget, serial_map
 from ..detect.combine import Template, TemplateFit, combine, fit_template
-from ..detect.design import sigma2_floor_of
+from ..detect.settings import DetectorSettings
 from ..detect.streaming import StreamedFit, fit_partitions
 from ..lineage import new_nonce
 from ..partitions import Partitions, export_partitions, scratch_dir
@@ -84,12 +84,12 @@ def detection_frame(spec: ReleaseSpec, settings: Settings, ingested: IngestResul
 
 
 def fit_one(df: pd.DataFrame, template: Template, spec: ReleaseSpec) -> TemplateFit:
-    """Fit one template with the spec's detector settings.
+    """Fit one template with the spec's detector settings (:meth:`~dpcore.detect.settings.DetectorSettings.from_spec`).
 
     The detector's ``sigma2_floor`` is the behavioural attribute's measurement
     floor from the public schema (``1/12`` for ``integer: true`` without a
-    transform, :func:`~dpcore.detect.design.sigma2_floor_of`); it is stored in
-    the fit's params (``sigma2_floor``).
+    transform, :func:`~dpcore.detect.design.sigma2_floor_of`: the settings'
+    ``sigma2_floor="auto"``); it is stored in the fit's params (``sigma2_floor``).
 
     Diagnostics (non-convergence, sigma2 at its floor, ...) are data in the
     fit's params (``converged``, ``n_iter``, ``last_relative_change``,
@@ -104,14 +104,7 @@ def fit_one(df: pd.DataFrame, template: Template, spec: ReleaseSpec) -> Template
         As :func:`~dpcore.detect.combine.fit_template`: messages name the
         template and its attributes, never values, row counts or positions.
     """
-    cfg = spec.steps.detect
-    floor = sigma2_floor_of(
-        template.behavioural, spec.public_schema, template.transform_of.get(template.behavioural)
-    )
-    return fit_template(
-        df, template, spec.public_schema, random_state=cfg.random_state, max_iter=cfg.max_iter, tol=cfg.tol,
-        sigma2_floor=floor, start=cfg.start, n_subsets=cfg.n_subsets, start_sample=cfg.start_sample,
-    )
+    return fit_template(df, template, spec.public_schema, DetectorSettings.from_spec(spec))
 
 
 def store_detection(
@@ -239,14 +232,7 @@ def fit_streamed(parts: Partitions, template: Template, spec: ReleaseSpec, mappe
     nothing is warned or logged; it reads no warehouse (safe in threads and on
     a Dask worker of the same machine).
     """
-    cfg = spec.steps.detect
-    floor = sigma2_floor_of(
-        template.behavioural, spec.public_schema, template.transform_of.get(template.behavioural)
-    )
-    return fit_partitions(
-        parts, template, spec.public_schema, random_state=cfg.random_state, max_iter=cfg.max_iter, tol=cfg.tol,
-        sigma2_floor=floor, start=cfg.start, n_subsets=cfg.n_subsets, start_sample=cfg.start_sample, mapper=mapper,
-    )
+    return fit_partitions(parts, template, spec.public_schema, DetectorSettings.from_spec(spec), mapper=mapper)
 
 
 def store_streamed_detection(

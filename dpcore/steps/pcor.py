@@ -206,19 +206,58 @@ def aggregate_index(wh, spec: ReleaseSpec, ingested: IngestResult, space: Contex
         A null or out-of-domain attribute value or a non-finite metric value
         (messages name the column, never a value or a count).
     """
-    attrs = list(space.attributes)
     count = "__pcor_count"
-    cols = ", ".join(f'"{c}"' for c in [*attrs, metric])
-    sql = f"SELECT {cols}, count(*) AS {count} FROM {validated_table(spec, ingested)} GROUP BY ALL"
-    rows = wh.memory.chunk_rows(_TEXT_BYTES * len(attrs) + 16)  # the warehouse's cap (DPR_MEMORY_LIMIT)
+    sql = f"SELECT {_columns(space, metric)}, count(*) AS {count} FROM {validated_table(spec, ingested)} GROUP BY ALL"
+    rows = wh.memory.chunk_rows(_TEXT_BYTES * space.m + 16)  # the warehouse's cap (DPR_MEMORY_LIMIT)
+    encoded = _encoded_chunks(wh.iter_chunks(sql, rows=rows), space, metric, count)
+    if encoded is None:  # no validated record: a private fact, so not an error (rule 8; see plan_pcor)
+        return None
+    return CellIndex.from_aggregates(space, *encoded)
+
+
+def _columns(space: ContextSpace, metric: str, alias: str = "") -> str:
+    """The SQL select list of the context attributes and the metric (columns of the validated table ``alias``)."""
+    return ", ".join(f'{alias}"{c}"' for c in [*space.attributes, metric])
+
+
+def _encoded_chunks(chunks, space: ContextSpace, metric: str, count: str | None = None):
+    """Warehouse chunks of :func:`_columns` as the arrays of :class:`CellIndex`, concatenated.
+
+    Each chunk's attribute values are encoded by :meth:`ContextSpace.encode`
+    (so the codes are those of the records), its metric read as float64 and
+    its ``count`` column (multiplicities, if given) as int64; one chunk's
+    frame is in memory at a time besides the arrays.
+
+    Parameters
+    ----------
+    chunks : iterable of pandas.DataFrame
+        E.g. :meth:`~dpcore.warehouse.Warehouse.iter_chunks` of a query selecting :func:`_columns`.
+    space : ContextSpace
+    metric : str
+    count : str, optional
+        The column of multiplicities.
+
+    Returns
+    -------
+    tuple or None
+        ``codes`` (n, m) int32, ``values`` (n,) float64 and, with ``count``,
+        ``counts`` (n,) int64; None when there is no chunk.
+
+    Raises
+    ------
+    ValueError
+        A null or out-of-domain attribute value (:meth:`ContextSpace.encode`; names the column, never a value).
+    """
+    attrs = list(space.attributes)
     codes, values, counts = [], [], []
-    for chunk in wh.iter_chunks(sql, rows=rows):
+    for chunk in chunks:
         codes.append(space.encode(chunk[attrs]))
         values.append(chunk[metric].to_numpy(dtype=float))
-        counts.append(chunk[count].to_numpy(dtype=np.int64))
-    if not codes:  # no validated record: a private fact, so not an error (rule 8; see plan_pcor)
+        if count is not None:
+            counts.append(chunk[count].to_numpy(dtype=np.int64))
+    if not codes:
         return None
-    return CellIndex.from_aggregates(space, np.concatenate(codes), np.concatenate(values), np.concatenate(counts))
+    return (np.concatenate(codes), np.concatenate(values)) + ((np.concatenate(counts),) if count is not None else ())
 
 
 def lookup_records(wh, spec: ReleaseSpec, ingested: IngestResult, space: ContextSpace, metric: str, ids: list[str],
@@ -227,11 +266,8 @@ def lookup_records(wh, spec: ReleaseSpec, ingested: IngestResult, space: Context
 
     Parameters
     ----------
-    wh : Warehouse
-    spec : ReleaseSpec
-    ingested : IngestResult
-    space : ContextSpace
-    metric : str
+    wh, spec, ingested, space, metric
+        As :func:`aggregate_index`.
     ids : list of str
         Distinct record ids (a bounded list: the explained records, a batch of candidates).
     positions : bool
@@ -249,16 +285,14 @@ def lookup_records(wh, spec: ReleaseSpec, ingested: IngestResult, space: Context
     position : (F,) int64
         Input-row-order positions (empty unless ``positions``).
     """
-    attrs = list(space.attributes)
     rid = spec.dataset.record_id
     table = validated_table(spec, ingested)
     held = np.full(len(ids), -1, dtype=np.int64)
     if not ids:
         return held, np.zeros((0, space.m), dtype=np.int32), np.zeros(0), np.zeros(0, dtype=np.int64)
     wanted = pd.DataFrame({"_i": np.arange(len(ids), dtype=np.int64), "_id": pd.Series(ids, dtype=object)})
-    cols = ", ".join(f'v."{c}"' for c in [*attrs, metric])
-    sql = (f'SELECT w._i, {cols}, v._row FROM _pcor_wanted w JOIN {table} v ON v."{rid}" = w._id '
-           "ORDER BY w._i")
+    sql = (f'SELECT w._i, {_columns(space, metric, "v.")}, v._row FROM _pcor_wanted w '
+           f'JOIN {table} v ON v."{rid}" = w._id ORDER BY w._i')
 
     def op(con):
         con.register("_pcor_wanted", wanted)
@@ -269,8 +303,7 @@ def lookup_records(wh, spec: ReleaseSpec, ingested: IngestResult, space: Context
 
     found = wh.run(op)
     held[found["_i"].to_numpy(dtype=np.int64)] = np.arange(len(found))
-    codes = space.encode(found[attrs])
-    values = found[metric].to_numpy(dtype=float)
+    codes, values = _encoded_chunks([found], space, metric)
     position = np.zeros(0, dtype=np.int64)
     if positions and len(found):
         marks = found["_row"].to_numpy(dtype=np.int64).tolist()
