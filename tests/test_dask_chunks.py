@@ -83,7 +83,7 @@ def test_chunk_work_on_a_local_cluster_equals_the_single_process_run(tmp_path, s
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
 
-    monkeypatch.setattr("dpcore.validation.validation_chunk_rows", lambda *a, **k: 701, raising=False)
+    monkeypatch.setattr("dpcore.validation.chunked.validation_chunk_rows", lambda *a, **k: 701)
     one = _run(tmp_path, "serial", path, monkeypatch, serial_map)
     two = _run(tmp_path, "dask", path, monkeypatch, dask_map)
     assert os.getpid() not in dask_map.pids  # worker processes

@@ -1,0 +1,73 @@
+"""Validate raw input against the release spec with great-expectations.
+
+The spec's public schema becomes a great-expectations suite, run on pandas
+chunks of the raw table; rows breaking a row-level rule go to ``quarantine``,
+the others to ``validated``, and only header-level rules and an empty input
+stop a run.
+
+* :mod:`.rules` -- the rule names (table and row level) and what each checks;
+  the validator's derived columns.
+* :mod:`.suite` -- :func:`build_suite` and :func:`public_rule_set` from the
+  spec; the ephemeral, file-less Checkpoint that runs a suite on a frame.
+* :mod:`.cells` -- cells as text and as parsed numbers, the validated rows'
+  types, raw cells as JSON.
+* :mod:`.duplicates` -- the ``unique`` rule, decided over the whole table in
+  DuckDB.
+* :mod:`.check` -- one chunk's validation and its :class:`ChunkVerdict`.
+* :mod:`.combine` -- the outcome and great-expectations' result over the whole
+  table from the chunks'.
+* :mod:`.in_memory` -- :func:`validate`, the one-chunk case for a frame in
+  memory (tests, ``dpr spec check --data``).
+* :mod:`.chunked` -- :func:`validate_table`, a warehouse table streamed chunk
+  by chunk (issue 21), with :func:`validation_chunk_rows`.
+* :mod:`.worker` -- :class:`ChunkTask` and the chunk work a mapper runs on
+  other processes.
+* :mod:`.outcome` -- :class:`ValidationOutcome`, :class:`RuleSummary`,
+  :class:`ValidationFailed`, :class:`ValidationDone`.
+* :mod:`.enforce` -- :func:`enforce`, the stop on table-level failures.
+* :mod:`.store` -- the warehouse tables: :func:`store_outcome`, the
+  one-transaction writer, the stored summaries.
+
+Privacy (DESIGN.md rules 6 and 8): what validation shows publicly depends only
+on the public rule set (the spec): the rules checked, never which were broken
+or how often. Row-level failures never stop a run (rows are quarantined);
+only header-level rules and an empty input do (:func:`enforce`).
+great-expectations' per-row results contain the raw cell values. The combined
+result (:attr:`ValidationOutcome.full_result`) is written only to
+``internal.validation_results``, each chunk's complete result only to
+``internal.validation_result_chunks``; quarantined rows (with their cells) go
+only to the ``quarantine`` schema. The chunked path logs nothing; chunk files
+live in the warehouse's private scratch folder and are removed on exit. :meth:`ValidationOutcome.summary`,
+:meth:`ValidationOutcome.summary_text` (data owner only) carry rule names,
+column names, counts and input row numbers; :class:`ValidationFailed` carries
+rule and column names only.
+"""
+from .cells import _as_text, _cells_json, _json_clean, _parse_numbers, _typed
+from .check import ChunkVerdict
+from .chunked import BYTES_PER_DERIVED_CELL, BYTES_PER_TEXT_CELL, validate_table, validation_chunk_rows
+from .combine import PARTIAL_EXAMPLES
+from .enforce import enforce
+from .in_memory import validate
+from .outcome import RuleSummary, ValidationDone, ValidationFailed, ValidationOutcome
+from .rules import DERIVED_PREFIX, NUMBER_PATTERN, ROW_RULES, TABLE_RULES, _num_col, _whole_col
+from .store import _ChunkRows, _store, latest_passing_summary, owner_summary, store_outcome, validated_table_name
+from .suite import _run_checkpoint, build_suite, public_rule_set
+from .worker import ChunkTask
+
+__all__ = [
+    "RuleSummary",
+    "ValidationOutcome",
+    "ValidationFailed",
+    "ValidationDone",
+    "build_suite",
+    "validate",
+    "enforce",
+    "public_rule_set",
+    "owner_summary",
+    "store_outcome",
+    "validate_table",
+    "validation_chunk_rows",
+    "ChunkVerdict",
+    "ChunkTask",
+    "NUMBER_PATTERN",
+]

@@ -1,0 +1,110 @@
+"""Cells of the validator's frames: as text, as parsed numbers, as typed validated rows, as JSON.
+
+Every declared column is checked as text (:func:`_as_text`; Parquet inputs
+may be typed), numeric columns also as parsed float64 (:func:`_parse_numbers`,
+the derived columns); rows passing every rule are typed for the ``validated``
+table (:func:`_typed`); quarantined rows keep their raw cells as JSON text
+(:func:`_cells_json`) and great-expectations' result is made plain JSON
+(:func:`_json_clean`).
+"""
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..ingest import ROW
+from ..spec import ReleaseSpec
+from .rules import _NUMBER_BODY, _num_col
+
+
+def _int_domain(values: list) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+
+
+def _as_text(s: pd.Series) -> pd.Series:
+    """Cells as text (pandas ``str`` dtype); null and ``""`` become missing.
+
+    Parquet inputs may be typed: whole floats are written without ``.0`` (so a
+    float month 1.0 reads "1"), other numbers with ``repr``.
+    """
+    if pd.api.types.is_bool_dtype(s.dtype):
+        out = s.astype(object).where(s.notna(), None).map(lambda v: None if v is None else str(bool(v)))
+        out = out.astype("str")
+    elif pd.api.types.is_integer_dtype(s.dtype):
+        out = s.astype("Int64").astype("str")
+    elif pd.api.types.is_float_dtype(s.dtype):
+        v = s.astype("float64")
+        whole = np.isfinite(v) & (v == np.round(v)) & (v.abs() < 2.0**53)
+        out = v.astype("str")
+        out = out.where(~whole, v.where(whole, 0).astype("int64").astype("str"))
+        out = out.where(v.notna())
+    else:
+        out = s.astype("str")
+    out = out.where(out.notna() & (out != ""))
+    return out.astype("str")
+
+
+def _parse_numbers(text: pd.Series) -> pd.Series:
+    """float64 of cells matching :data:`NUMBER_PATTERN` (overflow gives ±inf), else NaN."""
+    ok = text.str.fullmatch(_NUMBER_BODY).fillna(False).astype(bool)
+    return pd.to_numeric(text.where(ok), errors="coerce").astype("float64")
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if isinstance(obj, (pd.Timestamp, datetime)):
+        return obj.isoformat()
+    if obj is pd.NA or obj is pd.NaT:
+        return None
+    return str(obj)
+
+
+def _json_clean(obj: Any) -> Any:
+    """Round-trip through JSON so the result holds plain types (NaN/inf as strings)."""
+
+    def fix(o):
+        if isinstance(o, float) and not math.isfinite(o):
+            return str(o)
+        if isinstance(o, dict):
+            return {str(k): fix(v) for k, v in o.items()}
+        if isinstance(o, list):
+            return [fix(v) for v in o]
+        return o
+
+    return fix(json.loads(json.dumps(obj, default=_jsonable)))
+
+
+def _cells_json(raw: pd.DataFrame, positions: np.ndarray) -> list[str]:
+    """JSON text of the raw cells of the given row positions (quarantined rows only)."""
+    sub = raw.iloc[positions].drop(columns=[ROW])
+    sub = sub.astype(object).where(sub.notna(), None)
+    return [json.dumps(rec, default=_jsonable, ensure_ascii=False) for rec in sub.to_dict("records")]
+
+
+def _typed(work: pd.DataFrame, spec: ReleaseSpec) -> pd.DataFrame:
+    rid = spec.dataset.record_id
+    schema = spec.public_schema
+    out: dict[str, pd.Series] = {ROW: work[ROW].astype("int64")}
+    out[rid] = (work[rid] if rid in work.columns else pd.Series([], dtype="str")).astype("str")
+    for col, attr in schema.categorical.items():
+        text = work[col] if col in work.columns else pd.Series([], dtype="str")
+        if _int_domain(attr.domain):
+            out[col] = pd.to_numeric(text, errors="raise").astype("Int64" if attr.nullable else "int64")
+        else:
+            out[col] = text.astype("str")
+    for col in schema.numeric:
+        num = work[_num_col(col)] if _num_col(col) in work.columns else pd.Series([], dtype="float64")
+        out[col] = num.astype("float64")
+    return pd.DataFrame(out).reset_index(drop=True)

@@ -1,0 +1,79 @@
+"""The ``unique`` rule over the whole table, decided once in DuckDB (issue 21).
+
+The rule is not per chunk: :func:`_duplicated_rows_sql` finds the ``_row`` of
+every row whose record id is shared with another row of the table, and each
+chunk receives that verdict (as its set of duplicated ids). The same query
+runs on the warehouse table (:func:`~dpcore.validation.validate_table`) and,
+through an in-memory DuckDB, on a frame (:func:`_duplicate_flags`,
+:func:`~dpcore.validation.validate`).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..ingest import ROW
+
+
+def _q(name: str) -> str:
+    """A SQL identifier, quoted."""
+    return '"' + str(name).replace('"', '""') + '"'
+
+
+def _id_key(expr: str, duck_type: str) -> str:
+    """SQL for the identity of a record id as :func:`_as_text` reads it (null when the text is missing).
+
+    ``_as_text`` is one-to-one on each DuckDB type's values as pandas receives them, so two ids
+    have the same text iff they have the same key: text as is (``''`` is missing), floats with
+    NaN missing (``-0.0`` and ``0.0`` are equal in both), decimals and huge integers as the
+    float64 pandas gets, other types as they are.
+    """
+    t = duck_type.upper()
+    if t.startswith("VARCHAR") or t in ("TEXT", "STRING"):
+        return f"NULLIF({expr}, '')"
+    if t.startswith("DECIMAL") or t in ("HUGEINT", "UHUGEINT"):
+        expr, t = f"CAST({expr} AS DOUBLE)", "DOUBLE"
+    if t in ("DOUBLE", "FLOAT", "REAL"):
+        return f"CASE WHEN isnan({expr}) THEN NULL ELSE {expr} END"
+    return expr
+
+
+def _duplicated_rows_sql(source: str, columns: dict[str, str], rid: str) -> str:
+    """SQL: the ``_row`` of every row of ``source`` whose record id is shared with another row.
+
+    The ``unique`` rule over the whole table, pushed down into DuckDB: ``GROUP BY`` the id's
+    identity (:func:`_id_key`) ``HAVING count(*) > 1``, joined back; a missing id is never
+    duplicated. Used on the warehouse table (:func:`validate_table`) and on a frame in memory
+    (:func:`validate`), so both paths decide the rule with the same query.
+
+    Parameters
+    ----------
+    source : str
+        A table or view, already quoted.
+    columns : dict
+        Its column names and DuckDB types.
+    rid : str
+        The record-id column (must be one of ``columns``).
+    """
+    key = _id_key(f"r.{_q(rid)}", columns[rid])
+    return (
+        f"SELECT r.{_q(ROW)} FROM {source} r JOIN (SELECT {key} AS k FROM {source} r WHERE {key} IS NOT NULL "
+        f"GROUP BY 1 HAVING count(*) > 1) d ON {key} = d.k"
+    )
+
+
+def _duplicate_flags(raw: pd.DataFrame, rid: str) -> np.ndarray:
+    """:func:`_duplicated_rows_sql` on a frame in memory (an in-memory DuckDB), as a flag per row of ``raw``."""
+    import duckdb
+
+    if rid not in raw.columns or not len(raw):
+        return np.zeros(len(raw), dtype=bool)
+    con = duckdb.connect()
+    try:
+        con.register("_raw", raw)
+        columns = {str(d[0]): str(d[1]) for d in con.execute("DESCRIBE SELECT * FROM _raw").fetchall()}
+        dup_rows = con.execute(_duplicated_rows_sql("_raw", columns, rid)).fetchnumpy()[ROW]
+    finally:
+        con.close()
+    rows = pd.to_numeric(raw[ROW], errors="raise").astype("int64")
+    return rows.isin(pd.to_numeric(pd.Series(dup_rows), errors="raise").astype("int64")).to_numpy(dtype=bool)

@@ -1,0 +1,180 @@
+"""Validation's warehouse tables: the validated and quarantined rows, the results, the stored summaries.
+
+great-expectations' per-row results contain the raw cell values. The combined
+result (:attr:`~dpcore.validation.ValidationOutcome.full_result`) is written only to
+``internal.validation_results``, each chunk's complete result only to
+``internal.validation_result_chunks``; quarantined rows (with their cells) go
+only to the ``quarantine`` schema. Everything of one validation is written in
+one transaction (:func:`_store`), ``raw`` is never touched.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from ..ingest import IngestResult
+from ..spec import ReleaseSpec
+from ..warehouse import Warehouse
+from .outcome import ValidationOutcome
+
+
+_RESULTS_DDL = """CREATE TABLE IF NOT EXISTS internal.validation_results (
+    content_hash VARCHAR, dataset VARCHAR, spec_hash VARCHAR, created_at TIMESTAMPTZ,
+    n_rows BIGINT, n_valid BIGINT, n_rejected BIGINT, summary_json VARCHAR, result_json VARCHAR)"""
+
+
+def validated_table_name(ingest_result: IngestResult, spec: ReleaseSpec) -> str:
+    """Table name (in ``validated`` and ``quarantine``) for an input validated under a spec.
+
+    Named by the input's content hash and the spec's validation hash, so two
+    specs with different schemas never overwrite each other's results.
+    """
+    return f"{ingest_result.table}__v{spec.validation_hash()[:8]}"
+
+
+def latest_passing_summary(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec) -> dict | None:
+    """The stored summary of an earlier validation of this input under this spec, if it passed.
+
+    Returns None when there is none, when its tables are gone, or when it did
+    not pass :func:`enforce` (then the caller validates again and fails loudly).
+    """
+    wh.run(lambda con: con.execute(_RESULTS_DDL))
+    rows = wh.query(
+        "SELECT summary_json FROM internal.validation_results WHERE content_hash = ? AND spec_hash = ? "
+        "ORDER BY created_at DESC LIMIT 1",
+        [ingest_result.content_hash, spec.validation_hash()],
+    )
+    if not rows or not wh.table_exists("validated", validated_table_name(ingest_result, spec)):
+        return None
+    summary = json.loads(rows[0][0])
+    if summary.get("table_failures"):
+        return None
+    return summary
+
+
+def owner_summary(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec) -> dict | None:
+    """The latest stored validation summary of this input under this spec (data owner only), or None."""
+    wh.run(lambda con: con.execute(_RESULTS_DDL))
+    rows = wh.query(
+        "SELECT summary_json FROM internal.validation_results WHERE content_hash = ? AND spec_hash = ? "
+        "ORDER BY created_at DESC LIMIT 1",
+        [ingest_result.content_hash, spec.validation_hash()],
+    )
+    return json.loads(rows[0][0]) if rows else None
+
+
+_CHUNKS_DDL = """CREATE TABLE IF NOT EXISTS internal.validation_result_chunks (
+    content_hash VARCHAR, dataset VARCHAR, spec_hash VARCHAR, created_at TIMESTAMPTZ,
+    chunk BIGINT, first_row BIGINT, last_row BIGINT, result_json VARCHAR)"""
+
+
+@dataclass(frozen=True)
+class _ChunkRows:
+    """One chunk's output for :func:`_store`: frames in memory, or files written by :func:`_validate_chunk`."""
+
+    validated: pd.DataFrame | Path
+    quarantine: pd.DataFrame | Path
+    result: dict | Path
+    n_quarantine: int
+    first_row: int | None
+    last_row: int | None
+
+
+def _store(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec, outcome: ValidationOutcome,
+           chunks: list[_ChunkRows]) -> dict:
+    """Write the chunks' rows and results and the outcome in ONE transaction (``raw`` is never touched).
+
+    ``validated`` and ``quarantine`` are replaced (validation is re-derivable from ``raw``):
+    created from the first chunk and appended to chunk by chunk in row order, inside the
+    transaction, so a crash leaves the previous tables (or none), never half a table. Each
+    chunk's complete great-expectations result is one row of
+    ``internal.validation_result_chunks``; the combined outcome one row of
+    ``internal.validation_results`` (same ``created_at``).
+    """
+    table = validated_table_name(ingest_result, spec)
+    validated_t = f'validated."{table}"'
+    quarantine_t = f'quarantine."{table}"'
+    created = datetime.now(timezone.utc)
+    key = [ingest_result.content_hash, spec.dataset.name, spec.validation_hash(), created]
+
+    def source(con, obj, name: str) -> str:
+        if isinstance(obj, pd.DataFrame):
+            con.register(name, obj)
+            return name
+        return "read_parquet('" + str(obj).replace("'", "''") + "')"
+
+    def op(con):
+        con.execute(
+            f'CREATE OR REPLACE TABLE {quarantine_t} (_row BIGINT, record_id VARCHAR, rule VARCHAR, '
+            f'"column" VARCHAR, cells VARCHAR)'
+        )
+        con.execute(_RESULTS_DDL)
+        con.execute(_CHUNKS_DDL)
+        for i, ch in enumerate(chunks):
+            v = source(con, ch.validated, "_validated")
+            verb = f"CREATE OR REPLACE TABLE {validated_t} AS" if i == 0 else f"INSERT INTO {validated_t}"
+            con.execute(f"{verb} SELECT * FROM {v}")
+            if ch.n_quarantine:
+                q = source(con, ch.quarantine, "_quarantine")
+                con.execute(
+                    f'INSERT INTO {quarantine_t} SELECT CAST(_row AS BIGINT), CAST(record_id AS VARCHAR), '
+                    f'CAST(rule AS VARCHAR), CAST("column" AS VARCHAR), CAST(cells AS VARCHAR) FROM {q}'
+                )
+            for name in ("_validated", "_quarantine"):
+                try:
+                    con.unregister(name)
+                except Exception:  # noqa: BLE001 (not registered: a file source)
+                    pass
+            text = json.dumps(ch.result) if isinstance(ch.result, dict) else Path(ch.result).read_text("utf-8")
+            con.execute(
+                "INSERT INTO internal.validation_result_chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [*key, i, ch.first_row, ch.last_row, text],
+            )
+        con.execute(
+            "INSERT INTO internal.validation_results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [*key, outcome.n_rows, outcome.n_valid, outcome.n_rejected, json.dumps(outcome.summary()),
+             json.dumps(outcome.full_result)],
+        )
+
+    wh.run(op, transaction=True)
+    return {"validated": validated_t, "quarantine": quarantine_t, "results": "internal.validation_results"}
+
+
+def store_outcome(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec, outcome: ValidationOutcome) -> dict:
+    """Write an in-memory outcome (:func:`validate`) to the warehouse (one transaction; ``raw`` is never touched).
+
+    Writes ``validated."<table>"`` and ``quarantine."<table>"`` (replaced:
+    validation is re-derivable from ``raw``), appends the full great-expectations
+    result to ``internal.validation_results`` and the chunk's complete result to
+    ``internal.validation_result_chunks``. The same writer as :func:`validate_table`
+    (:func:`_store`) with one chunk.
+
+    Parameters
+    ----------
+    wh : Warehouse
+    ingest_result : IngestResult
+    spec : ReleaseSpec
+    outcome : ValidationOutcome
+        From :func:`validate` (holding its frames).
+
+    Returns
+    -------
+    dict
+        ``{"validated": ..., "quarantine": ..., "results": ...}`` qualified table names.
+
+    Raises
+    ------
+    ValueError
+        The outcome holds no frames (:func:`validate_table` stores its rows itself).
+    """
+    if outcome.validated is None or outcome.quarantine is None:
+        raise ValueError("this outcome holds no rows: validate_table() already stored them")
+    ch = _ChunkRows(
+        outcome.validated, outcome.quarantine, (outcome.chunk_results or [{}])[0], len(outcome.quarantine),
+        None, None,
+    )
+    return _store(wh, ingest_result, spec, outcome, [ch])

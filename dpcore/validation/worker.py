@@ -1,0 +1,86 @@
+"""What a mapper runs on other processes for :func:`~dpcore.validation.validate_table`.
+
+:class:`ChunkTask` (picklable: the spec, the chunk's private Parquet file and
+the scratch folder) and :func:`_validate_chunk` (module level, so any mapper,
+a process pool or Dask workers, imports it from here). A chunk's validated
+and quarantined rows and its complete great-expectations result go to files
+in the export's private scratch folder; only the small
+:class:`~dpcore.validation.ChunkVerdict` travels back.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..spec import ReleaseSpec
+from .check import ChunkVerdict, _check
+
+
+@dataclass(frozen=True)
+class ChunkTask:
+    """A picklable unit of work of :func:`validate_table`: one chunk exported to a private Parquet file.
+
+    Attributes
+    ----------
+    spec : ReleaseSpec
+    path : str or None
+        The chunk's rows (the raw columns and ``flag``); None: validate ``header`` (an empty table).
+    index : int
+    flag : str
+        The duplicate-flag column (the row's record id is shared with another row of the table).
+    out_dir : str
+        Private scratch folder for the chunk's outputs.
+    header : pandas.DataFrame, optional
+        Zero rows with the raw table's columns (only when the table is empty).
+    """
+
+    spec: ReleaseSpec
+    path: str | None
+    index: int
+    flag: str
+    out_dir: str
+    header: pd.DataFrame | None = None
+
+    def read(self) -> tuple[pd.DataFrame, np.ndarray]:
+        """The chunk as ``load_raw`` types it (DuckDB's pandas conversion) and its duplicate flags."""
+        import duckdb
+        import pyarrow.parquet as pq
+
+        if self.path is None:
+            return self.header, np.zeros(len(self.header), dtype=bool)
+        con = duckdb.connect()
+        try:
+            df = con.from_arrow(pq.read_table(self.path)).df()
+        finally:
+            con.close()
+        return df.drop(columns=[self.flag]), df[self.flag].to_numpy(dtype=bool)
+
+
+def _validate_chunk(task: ChunkTask) -> ChunkVerdict:
+    """Validate one chunk and write its rows and complete result to the scratch folder (module level: any mapper).
+
+    Returns the small verdict; the rows (validated, quarantine) and great-expectations'
+    complete result go to Parquet/JSON files next to the chunk (private, removed with the folder).
+    """
+    raw, dup = task.read()
+    verdict, validated, quarantine, result = _check(raw, dup, task.spec)
+    out = Path(task.out_dir)
+    files = {
+        "validated": out / f"validated-{task.index:08d}.parquet",
+        "quarantine": out / f"quarantine-{task.index:08d}.parquet",
+        "result": out / f"result-{task.index:08d}.json",
+    }
+    validated.to_parquet(files["validated"], index=False)
+    if len(quarantine):
+        quarantine.to_parquet(files["quarantine"], index=False)
+    files["result"].write_text(json.dumps(result), encoding="utf-8")
+    for path in files.values():
+        if path.exists():
+            os.chmod(path, 0o600)
+    verdict.files = {key: str(path) for key, path in files.items()}
+    return verdict
