@@ -235,18 +235,20 @@ def test_fast_path_gives_exactly_the_same_counts_and_smooth_bound(monkeypatch, d
 
 def test_release_counts_degrees_once(monkeypatch):
     """release() takes S(X) and q_count from one degree pass over the data (no second count)."""
-    import dpcore.mechanisms.outlier_count as oc
+    from dpcore.mechanisms.outlier_count import enclosing, query, smooth_bound
+    from dpcore.neighbors import ball_counts as real
 
     rng = np.random.default_rng(60)
     X = _blobs(rng, 800, 10)
     calls = []
-    real = oc.ball_counts
 
     def spy(data, queries, r, **kw):
         calls.append((len(data), len(queries), r))
         return real(data, queries, r, **kw)
 
-    monkeypatch.setattr(oc, "ball_counts", spy)
+    for module in (query, smooth_bound, enclosing):  # every module of the package that counts
+        assert module.ball_counts is real
+        monkeypatch.setattr(module, "ball_counts", spy)
     m = OutlierCountMechanism(3, 0.6, 0.5, 0.01)
     m.release(X, NoiseSource(seed=1))
     n_points = len(np.unique(X, axis=0))  # counts run over the distinct points (five rows are duplicates)

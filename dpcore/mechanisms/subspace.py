@@ -52,7 +52,8 @@ from ..budget import PrivacyCost, exact
 from .params import real_between
 from ..noise import NoiseSource
 from ..neighbors import PointMultiset
-from .outlier_count import _as_points, _check_k, _check_r, count_outliers, public_global_sensitivity, subspace_view
+from .outlier_count.global_sensitivity import public_global_sensitivity
+from .outlier_count.query import _as_points, _check_k, _check_r, count_outliers, subspace_view
 
 __all__ = ["candidate_subspaces", "TopSubspaceSelection"]
 

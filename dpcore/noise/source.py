@@ -381,7 +381,7 @@ class NoiseSource:
         ``S`` on the local sensitivity of an integer query ``f``,
         ``round(f(x) + (S(x) / s) Z)`` is ``epsilon``-DP for
         ``epsilon = 3 s / (2 sqrt 2) + 3 beta`` (derivation in
-        :mod:`dpcore.mechanisms.outlier_count`).  Rounding is post-processing.
+        :mod:`dpcore.mechanisms.outlier_count.methods`).  Rounding is post-processing.
 
         Validity of the sampler: inverse-CDF sampling of a uniform read lazily
         from fair bits, every comparison with the algebraic CDF made in exact

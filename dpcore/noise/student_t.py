@@ -2,7 +2,7 @@
 
 Used by the smooth-sensitivity Student's T mechanism of Bun & Steinke,
 "Average-Case Averages: Private Algorithms for Smooth Sensitivity and Mean
-Estimation" (NeurIPS 2019), Section 3 (:mod:`dpcore.mechanisms.outlier_count`,
+Estimation" (NeurIPS 2019), Section 3 (:mod:`dpcore.mechanisms.outlier_count.methods`,
 ``method="smooth_student_t"``).  The release is the integer
 
     K = round(value + scale * Z),   Z ~ T_2,   round(y) = floor(y + 1/2),
