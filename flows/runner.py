@@ -13,7 +13,8 @@ Environment (read when the flow modules are imported):
 
 Only what is submitted or mapped goes to the runner: the detector's
 per-template fits (``fit_streamed_task.map``), which receive the exported chunks of
-the needed columns and a template and return the fit; likewise the
+the needed columns and a template and return the fit (on a Dask worker a fit
+sends its EM's chunk passes back to the cluster, :func:`tasks.common.chunk_mapper`); likewise the
 outlier-count utilities, the PCOR searches and the coco node estimates
 (``coco_nodes_task.map``: public mechanism parameters and a chunk of stored
 noisy cells with the nodes' public group counts). Every task that reads

@@ -190,6 +190,18 @@ def _dask_map(client: Any, fn: Callable, items: Any) -> list:
     return client.gather(futures)
 
 
+def _worker_map(fn: Callable, items: Any) -> list:
+    """:func:`_dask_map` from inside a task running on a Dask worker (``distributed.worker_client``).
+
+    The calling task leaves the worker's thread pool while it waits
+    (``secede``), so the chunks can run on this worker too, and rejoins after.
+    """
+    from distributed import worker_client
+
+    with worker_client() as client:
+        return _dask_map(client, fn, items)
+
+
 def chunk_mapper() -> Callable[[Callable, Any], list]:
     """The mapper for dpcore's chunked stages (:func:`dpcore.chunks.serial_map` or Dask).
 
@@ -199,17 +211,23 @@ def chunk_mapper() -> Callable[[Callable, Any], list]:
     task runs: a chunk is a pure computation on an exported Parquet chunk,
     :mod:`dpcore.partitions`), with Python warnings silenced, results
     gathered in item order; the flow process combines them and keeps the
-    warehouse, the ledger and the noise. Workers must be able to read the
-    warehouse's scratch folder (same machine, or a shared file system).
-    Otherwise (thread-pool runner, no flow run): :func:`~dpcore.chunks.serial_map`.
+    warehouse, the ledger and the noise. Called inside a worker-safe task
+    that itself runs on a Dask worker (a detector template's fit), the
+    chunks go to the cluster through that worker's client
+    (:func:`_worker_map`), so one template's EM passes spread over every
+    worker. Workers must be able to read the warehouse's scratch folder
+    (same machine, or a shared file system). Otherwise (thread-pool runner,
+    no flow run): :func:`~dpcore.chunks.serial_map`.
     """
     from prefect.context import FlowRunContext
 
     from dpcore.chunks import serial_map
 
+    if on_dask_worker():
+        return _worker_map
     ctx = FlowRunContext.get()
     runner = getattr(ctx, "task_runner", None) if ctx is not None else None
-    if runner is None or "prefect_dask" not in sys.modules or on_dask_worker():
+    if runner is None or "prefect_dask" not in sys.modules:
         return serial_map  # prefect_dask is imported by flows.runner whenever a Dask runner is chosen
     from prefect_dask import DaskTaskRunner
 

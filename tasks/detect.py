@@ -13,7 +13,7 @@ from dpcore.steps.detect import (
     DetectionDone, close_detection_partitions, fit_streamed, open_detection_partitions, store_streamed_detection,
 )
 
-from .common import private_task
+from .common import chunk_mapper, private_task
 
 __all__ = ["close_detection_partitions", "detection_export_task", "fit_streamed_task", "store_streamed_task"]
 
@@ -32,9 +32,11 @@ def fit_streamed_task(parts: Partitions, template: Template, spec: ReleaseSpec) 
     """Fit one correlation template over the exported chunks; its scores go to a private file next to them.
 
     Reads and writes only the warehouse's private scratch folder, never the
-    warehouse: runs in the flow's thread pool or on a Dask worker of the same machine.
+    warehouse: runs in the flow's thread pool or on a Dask worker of the same
+    machine; on a Dask worker the EM's chunk passes go to every worker of the
+    cluster (:func:`~tasks.common.chunk_mapper`).
     """
-    fit = fit_streamed(parts, template, spec)
+    fit = fit_streamed(parts, template, spec, mapper=chunk_mapper())
     get_run_logger().info("template %s fitted (diagnostics in internal.detect_models)", template.name)
     return fit
 
