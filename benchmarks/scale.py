@@ -378,7 +378,7 @@ def section(results: list[dict], args) -> str:
         + f"` ({machine()}; 2 cores shared with other work, 24 GiB RAM; code at commit "
         + ", ".join(sorted({str(r.get('commit', '?')) for r in results if not r.get('skipped')}) or ["?"])
         + "). `DPR_MEMORY_LIMIT` "
-        + (f"= {args.memory_limit}" if args.memory_limit else "unset (DuckDB's own default; chunks sized as for 2 GiB)")
+        + (f"= {args.memory_limit}" if args.memory_limit else "unset (the 2 GiB default: chunks sized for it, DuckDB's memory_limit a quarter of it)")
         + ". The ratios below are against the 1x run of the same command.",
         "",
         "The demo's NYC flights (336,776 rows) written f times to one CSV, one copy at a time: ids renumbered "
