@@ -19,12 +19,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import ROOT
 from dpcore.detect.combine import Template
 from dpcore.detect.streaming import fit_partitions
 from dpcore.partitions import export_partitions, scratch_dir
 from dpcore.spec import load_spec
 
+ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 

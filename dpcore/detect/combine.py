@@ -25,7 +25,7 @@ import pandas as pd
 
 from ..spec import PublicSchema
 from .design import TRANSFORMS, apply_transform, design_matrix, sigma2_floor_of
-from .robust_em import RobustRegressionDetector
+from .robust_em import RobustRegressionDetector, model_parameters
 from .settings import DetectorSettings
 
 __all__ = ["Template", "TemplateFit", "combine", "detector_of", "fit_params", "fit_template", "template_arrays"]
@@ -202,34 +202,40 @@ def fit_template(
     return TemplateFit(template=template, scores=det.decision_scores_, labels=det.labels_, params=params)
 
 
-def fit_params(template: Template, det: RobustRegressionDetector, names: list[str], sigma2_floor, n_rows: int,
-               threshold) -> dict:
+def fit_params(template: Template, det: RobustRegressionDetector | None, names: list[str], sigma2_floor,
+               n_rows: int, threshold) -> dict:
     """The plain-JSON params of a fitted filter (:class:`TemplateFit`), in-memory or streamed alike.
 
     ``threshold``: the score of the K-th record (``inf``/None when K = 0; the
-    streamed fit learns it from the warehouse after scoring).
+    streamed fit learns it from the warehouse after scoring). ``det=None``:
+    the unfitted filter of a table with fewer rows than the model has
+    parameters (:func:`~dpcore.detect.streaming.fit_partitions`): zero
+    coefficients, no noise parameters, ``K = 0`` and the diagnostic
+    ``too_few_rows``.
     """
     j = template.behavioural
+    fitted = det is not None
     return {
         "template": template.name,
         "behavioural": j,
         "contextual": list(template.contextual),
         "transforms": template.transform_of,
         "features": list(names),
-        "coef": [float(c) for c in det.coef_],
-        "intercept": float(det.intercept_),
-        "sigma2": float(det.sigma2_),
+        "coef": [float(c) for c in det.coef_] if fitted else [0.0] * len(names),
+        "intercept": float(det.intercept_) if fitted else 0.0,
+        "sigma2": float(det.sigma2_) if fitted else None,
         "sigma2_floor": None if sigma2_floor is None else float(sigma2_floor),
-        "p": float(det.p_),
-        "b": float(det.b_),
-        "n_iter": int(det.n_iter_),
-        "converged": bool(det.converged_),
-        "last_relative_change": float(det.last_relative_change_),
-        "K": int(det.K_),
+        "p": float(det.p_) if fitted else None,
+        "b": float(det.b_) if fitted else None,
+        "n_iter": int(det.n_iter_) if fitted else 0,
+        "converged": bool(det.converged_) if fitted else False,
+        "last_relative_change": float(det.last_relative_change_) if fitted else None,
+        "K": int(det.K_) if fitted else 0,
         "threshold": None if threshold is None else _finite_or_none(threshold),
-        "log_likelihood": _finite_or_none(det.log_likelihood_),
+        "log_likelihood": _finite_or_none(det.log_likelihood_) if fitted else None,
         "n_rows": int(n_rows),
-        "diagnostics": [dict(d) for d in det.diagnostics_],
+        "diagnostics": ([dict(d) for d in det.diagnostics_] if fitted
+                        else [{"code": "too_few_rows", "n_params": model_parameters(len(names))}]),
     }
 
 

@@ -323,7 +323,7 @@ import numbers
 import numpy as np
 from scipy.special import expit, ndtri
 
-__all__ = ["START_SAMPLE", "ArrayChunks", "RobustRegressionDetector", "chunk_pass"]
+__all__ = ["START_SAMPLE", "ArrayChunks", "RobustRegressionDetector", "chunk_pass", "model_parameters"]
 
 #: Constructor parameters, in order (``get_params``).
 _PARAMS = (
@@ -484,6 +484,14 @@ def _one_blas_thread():
     if _TP_CONTROLLER is False:  # pragma: no cover
         return contextlib.nullcontext()
     return _TP_CONTROLLER.limit(limits=1, user_api="blas")
+
+
+def model_parameters(d: int) -> int:
+    """Free parameters of the mixture regression on ``d`` features: ``d`` coefficients, intercept, sigma^2, p, b.
+
+    A fit needs at least this many rows (:meth:`RobustRegressionDetector.fit`).
+    """
+    return d + 4
 
 
 def _log_odds(r: np.ndarray, s2: float, p: float, b: float) -> np.ndarray:
@@ -1392,7 +1400,7 @@ class RobustRegressionDetector:
             return self._fit_source(source)
 
     def _check_shape(self, n: int, d: int) -> None:
-        n_params = d + 4
+        n_params = model_parameters(d)
         if n < n_params:
             raise ValueError(
                 f"too few rows to fit the regression: fewer rows than the model's {n_params} parameters "

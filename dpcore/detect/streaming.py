@@ -36,7 +36,7 @@ from ..partitions import Partitions
 from ..spec import PublicSchema
 from .combine import Template, detector_of, fit_params, template_arrays
 from .design import design_matrix
-from .robust_em import _standardised
+from .robust_em import _standardised, model_parameters
 from .settings import DetectorSettings
 
 __all__ = ["PartitionChunks", "StreamedFit", "fit_partitions", "template_columns"]
@@ -237,7 +237,7 @@ def fit_partitions(
     src = PartitionChunks(parts, template, schema, mapper)
     det, floor = detector_of(template, schema, settings)
     path = Path(parts.path).parent / f"scores-{new_nonce(8)}.parquet"
-    if src.n_rows < src.n_features + 4:  # fewer rows than parameters: an unfitted filter, not an abort
+    if src.n_rows < model_parameters(src.n_features):  # fewer rows than parameters: an unfitted filter, not an abort
         return _unfitted(src, template, floor, path)
     try:
         det.fit_chunks(src)
@@ -277,12 +277,5 @@ def _unfitted(src: PartitionChunks, template: Template, floor, path: Path) -> St
         for i in range(src.n_chunks):
             rows = src.frame(i, with_row=True)[ROW].to_numpy(dtype=np.int64)
             write(rows, np.full(rows.shape[0], np.nan))
-    d = src.n_features
-    params = {
-        "template": template.name, "behavioural": template.behavioural, "contextual": list(template.contextual),
-        "transforms": template.transform_of, "features": src.names, "coef": [0.0] * d, "intercept": 0.0,
-        "sigma2": None, "sigma2_floor": None if floor is None else float(floor), "p": None, "b": None,
-        "n_iter": 0, "converged": False, "last_relative_change": None, "K": 0, "threshold": None,
-        "log_likelihood": None, "n_rows": src.n_rows, "diagnostics": [{"code": "too_few_rows", "n_params": d + 4}],
-    }
+    params = fit_params(template, None, src.names, floor, src.n_rows, None)
     return StreamedFit(template=template, params=params, scores_path=path, K=0)

@@ -507,8 +507,8 @@ def plan_pcor(
                                                    positions=seed is not None)
     noise = noise_source()
     # no validated record: every target is absent (held row -1), searched by no one, the same charge
-    job = PcorJob(space, None if index is None else index.with_rows(codes, values), cfg.verifier, vparams, mech_params, seed,
-                  tuple(int(p) for p in position))
+    held_index = None if index is None else index.with_rows(codes, values)
+    job = PcorJob(space, held_index, cfg.verifier, vparams, mech_params, seed, tuple(int(p) for p in position))
     common = _common_params(attrs, metric, cfg.verifier, vparams, mech_params)
     targets = tuple(
         PcorTarget(
