@@ -111,12 +111,13 @@ class PrivacyCost:
 
 
 class BudgetExceededError(RuntimeError):
-    """A charge would take the dataset over its cap; that charge is not made and nothing is released for it.
+    """A charge (or a run's reservation) would take the budget over its cap; it is not made.
 
-    ``release`` = (release id, what that release has already charged, its charged steps) when known: the
-    message says what the release spent before this refusal (earlier steps keep their charges).
-    ``planned=True``: raised by the release preflight (:func:`dpcore.pipeline.cost_preflight`) for the whole
-    release's new charges before the first of them; ``requested`` is their total.
+    ``release`` = (release id, what that release id holds in the ledger from
+    earlier runs, its steps) when known: the message says exactly that.
+    ``planned=True``: raised for a whole run's reservation before its first
+    charge (:meth:`dpcore.ledger.PrivacyLedger.reserve_lines`, or the
+    preview of :func:`dpcore.pipeline.cost_preflight`); ``requested`` is its total.
     """
 
     def __init__(
@@ -130,24 +131,23 @@ class BudgetExceededError(RuntimeError):
         self.release = release
         how = (f" ({stated[0]} stated under {stated[1]} neighbours, converted to the budget's {stated[2]})"
                if stated else "")
-        if planned:  # the release preflight: the whole release's new charges, before any of them
-            how += " for the whole release (checked before its first charge)"
-            refused = "None of this release's new charges was made"
+        if planned:  # a whole run's reservation, before any of its charges
+            how += " for the whole run (checked before its first charge)"
+            refused = "Nothing was charged by this run"
         else:
             refused = "This charge was not made and nothing was released for it"
         if release is None:
             so_far = f"{refused}."
-        elif release[2]:
-            so_far = (f"{refused}; release {release[0]!r} has already charged {release[1]} for its steps "
-                      f"{', '.join(release[2])} (kept in the ledger; a re-run of the same release id does not charge "
-                      "them again).")
+        elif release[1] != PrivacyCost(0):
+            so_far = (f"{refused}. Release {release[0]!r} already holds {release[1]} in the ledger from earlier "
+                      f"runs (steps {', '.join(release[2])}); a re-run of it does not charge those again.")
         else:
-            so_far = f"Nothing was charged or released: release {release[0]!r} has charged nothing so far."
+            so_far = f"{refused}. Release {release[0]!r} holds nothing in the ledger."
         super().__init__(
             f"privacy budget exceeded for dataset {dataset!r}: requested {requested}{how}, "
             f"remaining {self.remaining} (spent {spent} of cap {cap}). {so_far} "
-            "Lower the step's epsilon/delta, drop a step, or raise the dataset's cap (budget in the spec) "
-            "if the data owner approves."
+            "Lower a step's epsilon/delta or disable a step in the spec, or have the data owner raise the cap "
+            f"(`dpr budget set-cap {dataset} EPSILON [DELTA] --reason ...`)."
         )
 
 

@@ -33,7 +33,7 @@ from typing import Any
 import pandas as pd
 
 from . import __version__
-from .budget import NOTION_LABELS
+from .budget import NOTION_LABELS, PrivacyCost
 from .ledger import PrivacyLedger
 from .lineage import owner_hmac
 from .plots import budget_plot
@@ -175,6 +175,22 @@ def _write_table(df: pd.DataFrame, folder: Path, name: str) -> list[str]:
     return [f"tables/{name}.csv", f"tables/{name}.parquet"]
 
 
+@dataclass(frozen=True)
+class RunCost:
+    """What a run's lines cost in total (held by its release id) and what the run itself reserved (public)."""
+
+    total: PrivacyCost
+    new: PrivacyCost
+
+
+def _pair(c: PrivacyCost) -> dict[str, float]:
+    return {"epsilon": float(c.epsilon), "delta": float(c.delta)}
+
+
+def _sum_pair(charges) -> dict[str, float]:
+    return {"epsilon": float(charges["epsilon"].sum()), "delta": float(charges["delta"].sum())}
+
+
 def write_bundle(
     root: Path,
     spec: ReleaseSpec,
@@ -187,6 +203,7 @@ def write_bundle(
     owner_key: bytes,
     stopped: str | None = None,
     owner_tables: dict[str, Any] | None = None,
+    run_cost: "RunCost | None" = None,
 ) -> BundleResult:
     """Assemble the release bundle for ``spec.release_id``.
 
@@ -215,6 +232,10 @@ def write_bundle(
     owner_tables : dict of str to DataFrame, optional
         Owner-only tables (e.g. ``outlier_rules``), written as ``owner/<name>.csv``; the public report only
         names the files (whether they exist depends on the spec alone).
+    run_cost : RunCost, optional
+        The run's planned total (its reserved lines, held by the release id) and what this run itself
+        reserved (zero for a run that resumed a crashed one). Without it (library use) both are the sum of
+        the bundle's charges.
 
     Returns
     -------
@@ -287,7 +308,8 @@ def write_bundle(
         "budget": {
             "neighbour": status.neighbour,
             "cap": {"epsilon": float(status.cap.epsilon), "delta": float(status.cap.delta)},
-            "spent_by_this_release": {"epsilon": float(mine["epsilon"].sum()), "delta": float(mine["delta"].sum())},
+            "spent_by_this_release": _pair(run_cost.total) if run_cost else _sum_pair(mine),
+            "charged_by_this_run": _pair(run_cost.new) if run_cost else _sum_pair(mine),
             "spent_total": {"epsilon": float(status.spent.epsilon), "delta": float(status.spent.delta)},
             "remaining": {"epsilon": float(status.remaining.epsilon), "delta": float(status.remaining.delta)},
             "exact": {"spent_total_epsilon": str(status.spent.epsilon), "remaining_epsilon": str(status.remaining.epsilon)},
@@ -347,7 +369,10 @@ def render_report(
         "| | epsilon | delta |",
         "|---|---|---|",
         f"| cap | {b['cap']['epsilon']:g} | {b['cap']['delta']:.3g} |",
-        f"| spent by this release | {b['spent_by_this_release']['epsilon']:g} | {b['spent_by_this_release']['delta']:.3g} |",
+        f"| spent by this release (its reserved charges) | {b['spent_by_this_release']['epsilon']:g} | "
+        f"{b['spent_by_this_release']['delta']:.3g} |",
+        f"| charged by the run that wrote this bundle | {b['charged_by_this_run']['epsilon']:g} | "
+        f"{b['charged_by_this_run']['delta']:.3g} |",
         f"| spent in total | {b['spent_total']['epsilon']:g} | {b['spent_total']['delta']:.3g} |",
         f"| remaining | {b['remaining']['epsilon']:g} | {b['remaining']['delta']:.3g} |",
         "",

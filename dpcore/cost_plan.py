@@ -5,8 +5,12 @@ states its charges as :class:`~dpcore.steps.common.PlannedCharge` values
 (``<step>_planned_charges(spec)`` next to the step's own checks, built from
 the same functions the step charges with). This module adds them up, converts
 each to the budget's neighbour relation (:func:`dpcore.budget.charge_under`,
-the ledger's own conversion), subtracts what the same release id has already
-charged (a re-run spends nothing again) and says whether the rest fits.
+the ledger's own conversion), subtracts the lines the same release id has
+already reserved (a re-run spends nothing again) and says whether the rest
+fits. A planned line is named by :func:`dpcore.charge_keys.line_key`, the
+key the ledger reserves it under (:meth:`~dpcore.ledger.PrivacyLedger.reserve_lines`),
+so the plan's new charges are by construction what the run reserves, and the
+run charges nothing beyond its reservation.
 
 Two users:
 
@@ -25,12 +29,12 @@ release refused by the plan would also be refused on the neighbouring data.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from .budget import NeighbourConversionError, PrivacyCost, charge_under
-from .ledger import LedgerError, PrivacyLedger
+from .charge_keys import line_key
+from .ledger import LedgerError, LineRequest, PrivacyLedger
 from .spec import ReleaseSpec
 from .steps.common import PlannedCharge, StepInputError
 
@@ -68,13 +72,27 @@ class PlanLine:
         converted (the problem is in :attr:`CostPlan.problems`).
     already : int
         How many of :attr:`PlannedCharge.count` this release id has already
-        charged (same step and parameters): not charged again.
+        reserved under the same line key (same step and parameters): not
+        reserved again.
+    key : str
+        The line's :func:`dpcore.charge_keys.line_key`.
+    match : dict
+        The parameters every charge of the line carries (the planned charge's
+        ``match`` and the spec's validation hash): the line's identity.
     """
 
     section: str
     charge: PlannedCharge
     charged_each: PrivacyCost | None
     already: int = 0
+    key: str = ""
+    match: dict[str, Any] = field(default_factory=dict)
+
+    def request(self) -> LineRequest:
+        """The ledger's reservation of this line (:meth:`~dpcore.ledger.PrivacyLedger.reserve_lines`)."""
+        c = self.charge
+        return LineRequest(self.key, c.step, c.mechanism, c.notion, self.match, c.count,
+                           self.charged_each or PrivacyCost(0))
 
     @property
     def stated_total(self) -> PrivacyCost:
@@ -88,8 +106,8 @@ class PlanLine:
 
     @property
     def new_count(self) -> int:
-        """Charges this run would make (not already in the ledger)."""
-        return max(self.charge.count - self.already, 0)
+        """Charges this run would reserve (0 when the line is reserved already: a line is reserved whole)."""
+        return 0 if self.already else self.charge.count
 
     @property
     def new_cost(self) -> PrivacyCost:
@@ -105,7 +123,7 @@ class PlanLine:
             "stated_epsilon_each": float(c.cost.epsilon), "stated_delta_each": float(c.cost.delta),
             "charged_epsilon": None if self.charged_total is None else float(self.charged_total.epsilon),
             "charged_delta": None if self.charged_total is None else float(self.charged_total.delta),
-            "already_charged": self.already, "new_epsilon": float(self.new_cost.epsilon),
+            "already_reserved": self.already, "new_epsilon": float(self.new_cost.epsilon),
             "new_delta": float(self.new_cost.delta),
         }
 
@@ -128,7 +146,11 @@ class CostPlan:
     problems : list of str
         Every public problem found (a step's bad parameters, a cost that
         cannot be charged under the budget's relation, the total over the
-        remaining budget); empty when the release may run.
+        remaining budget, a finished release id asked for another release);
+        empty when the release may run.
+    finished : bool
+        The release pipeline of this release id finished before: a run
+        returns the stored release, reads no data and charges nothing.
     """
 
     dataset: str
@@ -139,6 +161,7 @@ class CostPlan:
     budget_known: bool
     lines: list[PlanLine] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    finished: bool = False
 
     @property
     def total(self) -> PrivacyCost:
@@ -147,7 +170,7 @@ class CostPlan:
 
     @property
     def new(self) -> PrivacyCost:
-        """What this run would charge (the total minus what this release id already charged)."""
+        """What this run would reserve, and so spend (the total minus the lines this release id holds)."""
         return sum((ln.new_cost for ln in self.lines), PrivacyCost(0))
 
     @property
@@ -181,26 +204,8 @@ class CostPlan:
             "remaining": pair(self.remaining), "total": pair(self.total), "new": pair(self.new),
             "left_after": pair(self.left_after), "fits": self.fits and not self.problems,
             "counts_are_upper_bounds": self.upper_bound, "lines": [ln.as_dict() for ln in self.lines],
-            "problems": list(self.problems),
+            "problems": list(self.problems), "finished": self.finished,
         }
-
-
-def _jsonable(obj: Any) -> Any:
-    return json.loads(json.dumps(obj, sort_keys=True, default=str))
-
-
-def already_charged(existing: list[tuple[str, dict[str, Any]]], charge: PlannedCharge, validation: str) -> int:
-    """How many of ``charge``'s charges are among ``existing`` (step, stored params) of the same release id.
-
-    A stored charge counts when its step is the planned one and its stored
-    parameters contain every entry of :attr:`PlannedCharge.match` and the
-    spec's validation hash (the parameters the step's idempotency key is built
-    from). At most ``charge.count``.
-    """
-    want = _jsonable({**charge.match, "validation": validation})
-    n = sum(1 for step, params in existing
-            if step == charge.step and all(params.get(k) == v for k, v in want.items()))
-    return min(n, charge.count)
 
 
 def plan_release(spec: ReleaseSpec, ledger: PrivacyLedger | None = None,
@@ -237,12 +242,10 @@ def plan_release(spec: ReleaseSpec, ledger: PrivacyLedger | None = None,
     if status is None:
         cap = PrivacyCost(spec.budget.epsilon_exact, spec.budget.delta_exact)
         neighbour, spent, known = spec.budget.neighbour, PrivacyCost(0), False
-        existing: list[tuple[str, dict[str, Any]]] = []
+        existing: dict[str, int] = {}
     else:
         cap, neighbour, spent, known = status.cap, status.neighbour, status.spent, True
-        df = ledger.charges(name)
-        df = df[df["release_id"] == spec.release_id]
-        existing = [(s, json.loads(p)) for s, p in zip(df["step"], df["params"])]
+        existing = ledger.reserved_counts(name, spec.release_id)
     problems: list[str] = []
     lines: list[PlanLine] = []
     validation = spec.validation_hash()
@@ -260,12 +263,27 @@ def plan_release(spec: ReleaseSpec, ledger: PrivacyLedger | None = None,
             except NeighbourConversionError as exc:
                 problems.append(f"steps.{section} ({charge.step}, {charge.mechanism}): {exc}")
                 each = None
-            lines.append(PlanLine(f"steps.{section}", charge, each, already_charged(existing, charge, validation)))
-    plan = CostPlan(name, spec.release_id, neighbour, cap, spent, known, lines, [])
+            match = {**charge.match, "validation": validation}
+            key = line_key(name, spec.release_id, charge.step, match)
+            lines.append(PlanLine(f"steps.{section}", charge, each, existing.get(key, 0), key, match))
+    finished = False
+    if ledger is not None and steps is None:  # the whole release: a finished release id is the stored release
+        from .release_runs import pipeline_finished
+
+        done = pipeline_finished(ledger.wh.path, name, spec.release_id)
+        if done is not None:
+            finished = sorted(ln.key for ln in lines) == done
+            if not finished:
+                problems.append(
+                    f"release_id: release {spec.release_id!r} was published with other parameters (its planned "
+                    "charges differ from this spec's); a release id names one release: give this release a new "
+                    "release id")
+    plan = CostPlan(name, spec.release_id, neighbour, cap, spent, known, lines, [], finished)
     if not plan.fits:
         problems.append(
-            f"budget: this release would charge {plan.new}{' at most' if plan.upper_bound else ''} but dataset "
+            f"budget: this release would charge {plan.new} but dataset "
             f"{name!r} has {plan.remaining} left (spent {spent} of cap {cap}, {neighbour} neighbours). Lower a "
-            "step's epsilon/delta, disable a step, or raise the cap (budget in the spec, if the data owner approves)"
+            "step's epsilon/delta, disable a step, or have the data owner raise the cap "
+            f"(`dpr budget set-cap {name} EPSILON [DELTA] --reason ...`)"
         )
     return replace(plan, problems=problems)

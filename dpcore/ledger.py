@@ -5,15 +5,27 @@ Rules enforced here (DESIGN.md, privacy rules 1, 2, 4):
 * **Charged before it exists.** :meth:`PrivacyLedger.release_once` reserves the
   cost inside a transaction that refuses to go over the dataset's cap, and only
   then calls the mechanism (which draws the noise).
-* **No fresh noise for the same release.** Every charge carries an idempotency
-  key (:func:`idempotency_key`: dataset content hash + step + parameters +
-  release id). A key whose result is stored returns that stored result with no
-  new charge and no new draw.
-* **Crash / error rule.** A key that was reserved but whose result was never
-  stored (the process died, or the mechanism raised after the reservation)
-  stays charged — noise may have been drawn — and is *never* re-drawn: asking
-  for it again raises :class:`OrphanedChargeError`, which tells the operator to
-  start a new release id (which is charged anew). Budget is never given back.
+* **A release id names one release; one key** (rule 2). Every charge carries
+  an idempotency key (:func:`dpcore.charge_keys.charge_key`: dataset name +
+  release id + step + public parameters; never the input's content). A key
+  whose result is stored returns that stored result with no new charge and no
+  new draw, whatever the data now holds. The cost plan and the release
+  reservations use :func:`dpcore.charge_keys.line_key` from the same module.
+* **A release is all or nothing** (rule 10). :meth:`PrivacyLedger.reserve_lines`
+  reserves every planned line of a run (count x cost, converted to the
+  budget's relation) in one transaction before the run's first charge, or
+  refuses having reserved nothing. The reservation is spent at once: it is
+  the release's whole charge, whatever its steps later find in the data (a
+  detector that flags fewer targets than the public upper bound leaves part
+  of a line unused, and it stays spent, so what a release spends never
+  depends on the data). Each charge of the release then draws from its line
+  (:meth:`reserve`) and adds nothing to the budget.
+* **Crash rule** (rule 10). A key that was charged but whose result was never
+  stored (the process died, or the mechanism raised before the store) was
+  never revealed to anyone: asking for it again computes it again within the
+  same charge (no second charge). :meth:`store_result` stores a key's answer
+  once; a second answer for the same key is discarded and the stored one
+  returned, so a step never publishes two answers.
 * **Notions are labelled** (``dp``, ``ocdp``, ``sp``) and every charge records
   mechanism, step, neighbour relation, epsilon, delta, flow-run id and times.
 * **Neighbour relations are converted** (rule 5). A dataset's cap is stated
@@ -48,7 +60,6 @@ overspend.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -60,6 +71,8 @@ from .budget import (
     NOTION_ORDER, BudgetExceededError, Neighbour, NeighbourConversionError, PrivacyCost, charge_under,
     check_neighbour, weakest_notion,
 )
+from .charge_keys import canonical, charge_key, matches
+from .faults import fault_point
 from .lineage import hmac_pads, hmac_sql, new_nonce
 from .warehouse import Warehouse
 
@@ -68,8 +81,8 @@ class LedgerError(RuntimeError):
     """The ledger refused an operation (unknown dataset, conflicting cap, ...)."""
 
 
-class OrphanedChargeError(LedgerError):
-    """A key was charged but its result was never stored; it will not be re-drawn."""
+class PlanMismatchError(LedgerError):
+    """A charge of a reserved release has no reserved line with room left: the plan and the run disagree (a bug)."""
 
 
 _DDL = [
@@ -123,6 +136,15 @@ _DDL = [
     # no key: an index over every record's fingerprint would have to fit in DuckDB's memory (issue 21);
     # register_records inserts only fingerprints the budget does not hold yet (an anti-join, which spills)
     """CREATE TABLE IF NOT EXISTS ledger.record_fingerprints (budget VARCHAR NOT NULL, fp VARCHAR NOT NULL)""",
+    # release reservations (issue 33): every planned line of a run reserved at once, before its first charge
+    """CREATE TABLE IF NOT EXISTS ledger.reservations (
+        line_key VARCHAR PRIMARY KEY,
+        dataset VARCHAR NOT NULL, budget VARCHAR NOT NULL, release_id VARCHAR NOT NULL,
+        step VARCHAR NOT NULL, mechanism VARCHAR NOT NULL, notion VARCHAR NOT NULL,
+        match VARCHAR NOT NULL, n_reserved INTEGER NOT NULL, n_used INTEGER NOT NULL DEFAULT 0,
+        eps_each HUGEINT NOT NULL, delta_each HUGEINT NOT NULL,
+        flow_run_id VARCHAR, reserved_at TIMESTAMPTZ NOT NULL)""",
+    "ALTER TABLE ledger.charges ADD COLUMN IF NOT EXISTS line_key VARCHAR",
 ]
 
 
@@ -138,22 +160,63 @@ def _datasets_of(con, budget: str) -> list[str]:
     return [budget] + [r[0] for r in rows if r[0] != budget]
 
 
+_UNKNOWN = ("dataset {dataset!r} has no budget in this warehouse's ledger yet: a release run registers it "
+            "(with the cap of its spec's budget section) before its first charge")
+
+
+def _held(con, dataset: str, release_id: str) -> tuple[PrivacyCost, list[str]]:
+    """What a release id holds against the budget: its reserved lines plus its charges outside any line."""
+    row = con.execute(
+        "SELECT coalesce(sum(n_reserved * eps_each), 0), coalesce(sum(n_reserved * delta_each), 0) "
+        "FROM ledger.reservations WHERE dataset = ? AND release_id = ?", [dataset, release_id]).fetchone()
+    direct = con.execute(
+        "SELECT coalesce(sum(eps_units), 0), coalesce(sum(delta_units), 0) FROM ledger.charges "
+        "WHERE dataset = ? AND release_id = ? AND line_key IS NULL", [dataset, release_id]).fetchone()
+    steps = [r[0] for r in con.execute(
+        "SELECT step FROM (SELECT step, reserved_at FROM ledger.reservations WHERE dataset = ? AND release_id = ? "
+        "UNION ALL SELECT step, reserved_at FROM ledger.charges WHERE dataset = ? AND release_id = ? "
+        "AND line_key IS NULL) ORDER BY reserved_at", [dataset, release_id, dataset, release_id]).fetchall()]
+    return (PrivacyCost.from_units(int(row[0]) + int(direct[0]), int(row[1]) + int(direct[1])),
+            list(dict.fromkeys(steps)))
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def idempotency_key(dataset_hash: str, step: str, params: dict[str, Any], release_id: str) -> str:
-    """SHA-256 of (dataset content hash, step, canonical parameters, release id).
+@dataclass(frozen=True)
+class LineRequest:
+    """One planned line of a run, as the ledger reserves it (:meth:`PrivacyLedger.reserve_lines`).
 
-    Two requests with the same key are the same release: the second gets the
-    stored answer (privacy rule 2).
+    Parameters
+    ----------
+    line_key : str
+        :func:`dpcore.charge_keys.line_key` of (dataset, release id, step, match).
+    step, mechanism, notion : str
+    match : dict
+        The public parameters every charge of the line carries.
+    count : int
+        How many charges (a public upper bound where the data decides how many are made).
+    each : PrivacyCost
+        One charge's cost converted to the budget's neighbour relation.
     """
-    canon = json.dumps(
-        {"data": dataset_hash, "step": step, "params": params, "release": release_id},
-        sort_keys=True,
-        default=str,
-    )
-    return hashlib.sha256(canon.encode()).hexdigest()
+
+    line_key: str
+    step: str
+    mechanism: str
+    notion: str
+    match: dict[str, Any]
+    count: int
+    each: PrivacyCost
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What :meth:`PrivacyLedger.reserve_lines` did: the new reservation and what the release already held."""
+
+    new: PrivacyCost
+    held_before: PrivacyCost
+    status: "BudgetStatus"
 
 
 @dataclass(frozen=True)
@@ -164,8 +227,6 @@ class ChargeRequest:
     ----------
     dataset : str
         Dataset name (the budget is per dataset).
-    dataset_hash : str
-        Content hash of the ingested input (part of the key).
     release_id, step, mechanism : str
         Where the charge comes from.
     cost : PrivacyCost
@@ -181,7 +242,6 @@ class ChargeRequest:
     """
 
     dataset: str
-    dataset_hash: str
     release_id: str
     step: str
     mechanism: str
@@ -199,8 +259,8 @@ class ChargeRequest:
 
     @property
     def key(self) -> str:
-        """The idempotency key of this request."""
-        return idempotency_key(self.dataset_hash, self.step, self.params, self.release_id)
+        """The idempotency key of this request (:func:`dpcore.charge_keys.charge_key`: no content of the data)."""
+        return charge_key(self.dataset, self.release_id, self.step, self.params)
 
 
 @dataclass(frozen=True)
@@ -414,7 +474,7 @@ class PrivacyLedger:
             budget = _budget_of(con, dataset)
             row = con.execute("SELECT eps_spent, delta_spent FROM ledger.budgets WHERE dataset = ?", [budget]).fetchone()
             if row is None:
-                raise LedgerError(f"unknown dataset {dataset!r}: register it with ensure_budget first")
+                raise LedgerError(_UNKNOWN.format(dataset=dataset))
             if eps_cap < row[0] or delta_cap < row[1]:
                 raise LedgerError(
                     f"new cap {cap} is below what dataset {dataset!r} already spent "
@@ -440,7 +500,7 @@ class PrivacyLedger:
 
         budget, row = self.wh.run(op)
         if row is None:
-            raise LedgerError(f"unknown dataset {dataset!r}: register it with ensure_budget first")
+            raise LedgerError(_UNKNOWN.format(dataset=dataset))
         ec, dc, es, ds, nb = row
         return BudgetStatus(dataset, PrivacyCost.from_units(ec, dc), PrivacyCost.from_units(es, ds), nb, budget)
 
@@ -453,18 +513,110 @@ class PrivacyLedger:
                 for d, ec, dc, es, ds, nb in rows]
 
     # ------------------------------------------------------------------ charges
+    def reserve_lines(self, dataset: str, release_id: str, lines: list[LineRequest],
+                      flow_run_id: str | None = None) -> Reservation:
+        """Reserve every line of a run that is not reserved yet, in one transaction, or nothing (rule 10).
+
+        Parameters
+        ----------
+        dataset, release_id : str
+        lines : list of LineRequest
+            The run's planned lines (:func:`dpcore.cost_plan.plan_release`). A
+            line already reserved (same line key: the same release id, step
+            and public parameters) is not reserved again: a re-run or a
+            resumed run spends nothing new for it.
+        flow_run_id : str, optional
+
+        Returns
+        -------
+        Reservation
+            The new reservation (its total is what this run spends) and what
+            the release id held before.
+
+        Raises
+        ------
+        BudgetExceededError
+            The new lines do not fit the budget's remaining cap; nothing was
+            reserved or charged, and the message says what the release id
+            already holds from earlier runs.
+        LedgerError
+            The dataset has no registered budget.
+        """
+
+        def op(con):
+            budget = _budget_of(con, dataset)
+            row = con.execute(
+                "SELECT eps_cap, delta_cap, eps_spent, delta_spent FROM ledger.budgets WHERE dataset = ?", [budget]
+            ).fetchone()
+            if row is None:
+                raise LedgerError(_UNKNOWN.format(dataset=dataset))
+            ec, dc, es, ds = (int(v) for v in row)
+            held = {r[0]: int(r[1]) for r in con.execute(
+                "SELECT line_key, n_reserved FROM ledger.reservations WHERE dataset = ? AND release_id = ?",
+                [dataset, release_id]).fetchall()}
+            held_before = _held(con, dataset, release_id)
+            new = [ln for ln in lines if ln.line_key not in held and ln.count > 0]
+            eps_u = sum(ln.each.units[0] * ln.count for ln in new)
+            delta_u = sum(ln.each.units[1] * ln.count for ln in new)
+            if es + eps_u > ec or ds + delta_u > dc:
+                raise BudgetExceededError(
+                    dataset, PrivacyCost.from_units(eps_u, delta_u), PrivacyCost.from_units(es, ds),
+                    PrivacyCost.from_units(ec, dc), release=(release_id, held_before[0], held_before[1]),
+                    planned=True,
+                )
+            if not new:
+                return PrivacyCost(0), held_before[0]
+            con.execute(
+                "UPDATE ledger.budgets SET eps_spent = eps_spent + ?, delta_spent = delta_spent + ? WHERE dataset = ?",
+                [eps_u, delta_u, budget],
+            )
+            now = _now()
+            for ln in new:
+                e, d = ln.each.units
+                con.execute(
+                    "INSERT INTO ledger.reservations (line_key, dataset, budget, release_id, step, mechanism, notion, "
+                    "match, n_reserved, n_used, eps_each, delta_each, flow_run_id, reserved_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)",
+                    [ln.line_key, dataset, budget, release_id, ln.step, ln.mechanism, ln.notion,
+                     json.dumps(canonical(ln.match), sort_keys=True), ln.count, e, d, flow_run_id, now],
+                )
+            return PrivacyCost.from_units(eps_u, delta_u), held_before[0]
+
+        new, before = self.wh.run(op, transaction=True)
+        return Reservation(new, before, self.status(dataset))
+
+    def reserved_counts(self, dataset: str, release_id: str) -> dict[str, int]:
+        """Line key -> charges reserved, for the lines of ``release_id`` (the plan's "already reserved")."""
+        rows = self.wh.query(
+            "SELECT line_key, n_reserved FROM ledger.reservations WHERE dataset = ? AND release_id = ?",
+            [dataset, release_id],
+        )
+        return {r[0]: int(r[1]) for r in rows}
+
+    def release_holds(self, dataset: str, release_id: str) -> tuple[PrivacyCost, list[str]]:
+        """What ``release_id`` holds against the budget (reserved lines and direct charges) and its steps."""
+        return self.wh.run(lambda con: _held(con, dataset, release_id))
+
     def reserve(self, req: ChargeRequest) -> bool:
-        """Charge ``req.cost``, converted to the budget's neighbour relation, atomically.
+        """Record the charge of ``req``: from its release's reserved line, or (no reservation) against the cap.
+
+        A release whose run reserved its lines (:meth:`reserve_lines`) draws
+        each charge from the line whose step is ``req.step`` and whose match
+        parameters are among ``req.params``: nothing new is added to the
+        budget. A release id without any reservation (the library used
+        directly) charges the cap at once, atomically.
 
         Returns False if the key was already charged (nothing new is charged).
 
         Raises
         ------
         BudgetExceededError
-            The converted charge would exceed the cap; nothing is recorded.
+            No reservation, and the converted charge would exceed the cap; nothing is recorded.
+        PlanMismatchError
+            The release reserved lines but none of them has room for this
+            charge (the plan and the run disagree; nothing is recorded).
         NeighbourConversionError
-            ``req.neighbour`` cannot be converted to the budget's relation;
-            nothing is recorded.
+            ``req.neighbour`` cannot be converted to the budget's relation; nothing is recorded.
         LedgerError
             The dataset has no registered budget.
         """
@@ -480,7 +632,7 @@ class PrivacyLedger:
                 [budget],
             ).fetchone()
             if row is None:
-                raise LedgerError(f"unknown dataset {req.dataset!r}: register it with ensure_budget first")
+                raise LedgerError(_UNKNOWN.format(dataset=req.dataset))
             ec, dc, es, ds = (int(v) for v in row[:4])
             try:
                 charged = charge_under(req.cost, req.neighbour, row[4])
@@ -489,30 +641,43 @@ class PrivacyLedger:
                     f"step {req.step!r} ({req.mechanism}) on dataset {req.dataset!r}: {exc} Nothing was charged."
                 ) from None
             eps_u, delta_u = charged.units
-            if es + eps_u > ec or ds + delta_u > dc:
-                done = con.execute(
-                    "SELECT step, eps_units, delta_units FROM ledger.charges WHERE dataset = ? AND release_id = ? "
-                    "ORDER BY reserved_at", [req.dataset, req.release_id],
-                ).fetchall()
-                so_far = PrivacyCost.from_units(sum(int(r[1]) for r in done), sum(int(r[2]) for r in done))
-                raise BudgetExceededError(
-                    req.dataset, charged, PrivacyCost.from_units(es, ds), PrivacyCost.from_units(ec, dc),
-                    stated=None if charged == req.cost else (req.cost, req.neighbour, row[4]),
-                    release=(req.release_id, so_far, list(dict.fromkeys(r[0] for r in done))),
+            lines = con.execute(
+                "SELECT line_key, step, match, n_reserved, n_used, eps_each, delta_each FROM ledger.reservations "
+                "WHERE dataset = ? AND release_id = ? ORDER BY reserved_at, line_key", [req.dataset, req.release_id],
+            ).fetchall()
+            line = None
+            if lines:
+                line = next((ln for ln in lines if ln[1] == req.step and int(ln[4]) < int(ln[3])
+                             and matches(json.loads(ln[2]), req.params)), None)
+                if line is None or (int(line[5]), int(line[6])) != (eps_u, delta_u):
+                    raise PlanMismatchError(
+                        f"release {req.release_id!r} of dataset {req.dataset!r}: a charge of step {req.step!r} is "
+                        "not among the lines its run reserved (the cost plan and the step disagree: a bug). "
+                        "Nothing was charged for it; report this with the spec."
+                    )
+                con.execute("UPDATE ledger.reservations SET n_used = n_used + 1 WHERE line_key = ?", [line[0]])
+            else:
+                if es + eps_u > ec or ds + delta_u > dc:
+                    held, steps = _held(con, req.dataset, req.release_id)
+                    raise BudgetExceededError(
+                        req.dataset, charged, PrivacyCost.from_units(es, ds), PrivacyCost.from_units(ec, dc),
+                        stated=None if charged == req.cost else (req.cost, req.neighbour, row[4]),
+                        release=(req.release_id, held, steps),
+                    )
+                con.execute(
+                    "UPDATE ledger.budgets SET eps_spent = eps_spent + ?, delta_spent = delta_spent + ? "
+                    "WHERE dataset = ?", [eps_u, delta_u, budget],
                 )
-            con.execute(
-                "UPDATE ledger.budgets SET eps_spent = eps_spent + ?, delta_spent = delta_spent + ? WHERE dataset = ?",
-                [eps_u, delta_u, budget],
-            )
             con.execute(
                 "INSERT INTO ledger.charges (key, dataset, release_id, step, mechanism, notion, neighbour, eps_units, "
                 "delta_units, status, publishable, flow_run_id, params, reserved_at, stated_eps_units, "
-                "stated_delta_units, public_ref) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?, ?, ?, ?, ?, ?)",
+                "stated_delta_units, public_ref, line_key) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     key, req.dataset, req.release_id, req.step, req.mechanism, req.notion, req.neighbour,
                     eps_u, delta_u, req.publishable, req.flow_run_id,
                     json.dumps(req.params, sort_keys=True, default=str), _now(), stated_eps_u, stated_delta_u,
-                    new_nonce(8),
+                    new_nonce(8), None if line is None else line[0],
                 ],
             )
             return True
@@ -521,55 +686,63 @@ class PrivacyLedger:
 
     def _charge_state(self, key: str) -> tuple | None:
         rows = self.wh.query(
-            "SELECT c.status, o.payload, c.public_ref, c.step FROM ledger.charges c LEFT JOIN releases.outputs o "
-            "USING (key) WHERE c.key = ?",
+            "SELECT c.status, o.payload FROM ledger.charges c LEFT JOIN releases.outputs o USING (key) "
+            "WHERE c.key = ?",
             [key],
         )
         return tuple(rows[0]) if rows else None
 
     def lookup(self, key: str) -> Release | None:
-        """The stored release for ``key``, or None if the key was never charged.
+        """The stored release for ``key``; None if the key was never charged or its answer was never stored.
 
-        Raises
-        ------
-        OrphanedChargeError
-            The key was charged but its result was never stored.
+        A charged key without a stored answer (a crash or a failed mechanism
+        after the charge) is computed again by :meth:`release_once` within
+        the same charge: its answer was never revealed.
         """
         state = self._charge_state(key)
-        if state is None:
+        if state is None or state[1] is None:
             return None
-        status, payload, ref, step = state
-        if status == "released" and payload is not None:
-            return Release(key, json.loads(payload), reused=True)
-        raise OrphanedChargeError(
-            f"charge {ref} (step {step}) has status {status!r}: its budget is spent but no result was stored "
-            "(the run crashed or the mechanism failed after the reservation). It is never re-drawn, "
-            "because fresh noise for the same release would weaken the guarantee. Start a new release id "
-            "to release this output again (it will be charged anew)."
-        )
+        return Release(key, json.loads(state[1]), reused=True)
 
-    def store_result(self, req: ChargeRequest, payload: dict[str, Any]) -> None:
-        """Store the private ``payload`` for a reserved key and mark it released."""
+    def is_charged(self, key: str) -> bool:
+        """Whether ``key`` holds a charge (stored answer or not)."""
+        return self._charge_state(key) is not None
+
+    def store_result(self, req: ChargeRequest, payload: dict[str, Any]) -> dict[str, Any]:
+        """Store the private ``payload`` of a charged key once and mark it released; return the stored payload.
+
+        If an answer for the key is stored already (a concurrent or earlier
+        run got there first), ``payload`` is discarded unseen and the stored
+        answer is returned: one key never publishes two answers.
+        """
         text = json.dumps(payload, sort_keys=True, allow_nan=False)
         key = req.key
 
         def op(con):
+            row = con.execute("SELECT payload FROM releases.outputs WHERE key = ?", [key]).fetchone()
+            if row is not None:
+                return json.loads(row[0])
             con.execute(
                 "INSERT INTO releases.outputs VALUES (?, ?, ?, ?, ?, ?)",
                 [key, req.dataset, req.release_id, req.step, text, _now()],
             )
             con.execute(
-                "UPDATE ledger.charges SET status = 'released', finished_at = ? WHERE key = ? AND status = 'reserved'",
+                "UPDATE ledger.charges SET status = 'released', finished_at = ?, error = NULL WHERE key = ?",
                 [_now(), key],
             )
+            return payload
 
-        self.wh.run(op, transaction=True)
+        return self.wh.run(op, transaction=True)
 
     def mark_failed(self, req: ChargeRequest, error_type: str) -> None:
-        """Mark a reserved key failed (it stays charged). Only the error *type* is kept."""
+        """Mark a charged key whose answer was not stored failed (it stays charged; a re-run computes it again).
+
+        Only the error *type* is kept.
+        """
         self.wh.run(
             lambda con: con.execute(
-                "UPDATE ledger.charges SET status = 'failed', finished_at = ?, error = ? WHERE key = ? AND status = 'reserved'",
+                "UPDATE ledger.charges SET status = 'failed', finished_at = ?, error = ? WHERE key = ? "
+                "AND status <> 'released'",
                 [_now(), error_type, req.key],
             ),
             transaction=True,
@@ -579,31 +752,33 @@ class PrivacyLedger:
         """Charge, compute and store a private output exactly once per key.
 
         1. If the key's result is stored: return it (``reused=True``); no charge, no draw.
-        2. Otherwise reserve the cost (refused over the cap), then call
-           ``compute()`` — the only place noise may be drawn — and store its
-           JSON-serialisable payload before returning it.
+        2. Otherwise charge it (from the release's reservation, or the cap),
+           unless a crashed run charged it already; then call ``compute()``
+           — the only place noise may be drawn — and store its
+           JSON-serialisable payload (:meth:`store_result`: the first stored
+           answer wins) before returning it.
 
         If ``compute`` raises, the charge stays (status ``failed``) and the
-        exception propagates; the key is never re-drawn (see module docstring).
+        exception propagates; a re-run computes the key again within the same
+        charge (its answer was never stored, so never revealed).
 
         Raises
         ------
-        BudgetExceededError, OrphanedChargeError, LedgerError
+        BudgetExceededError, PlanMismatchError, LedgerError
         """
         found = self.lookup(req.key)
         if found is not None:
             return found
-        if not self.reserve(req):  # another run charged the key in between
-            found = self.lookup(req.key)
-            assert found is not None
-            return found
+        self.reserve(req)  # False: charged before (a crashed run, or a concurrent one): never charged twice
         try:
+            fault_point(f"charged:{req.step}")
             payload = compute()
+            fault_point(f"computed:{req.step}")
         except BaseException as exc:
             self.mark_failed(req, type(exc).__name__)
             raise
-        self.store_result(req, payload)
-        return Release(req.key, payload, reused=False)
+        stored = self.store_result(req, payload)
+        return Release(req.key, stored, reused=stored is not payload)
 
     # ------------------------------------------------------------------ reports
     def charges(self, dataset: str | None = None) -> pd.DataFrame:
@@ -631,13 +806,41 @@ class PrivacyLedger:
             df[col] = [float(PrivacyCost.from_units(int(u), 0).epsilon) for u in df[units]]
         return df
 
-    def spent_exact(self, dataset: str) -> PrivacyCost:
-        """Sum of all charges on the budget ``dataset`` charges, recomputed from the charge rows (audit)."""
+    def release_totals(self, dataset: str) -> list[dict[str, Any]]:
+        """Per release id of the budget ``dataset`` charges: what it holds and how much of it was drawn.
+
+        ``held`` is what the release id spent (its reserved lines, whole, plus charges outside any line);
+        ``drawn`` what its charges used so far; ``unused`` the rest of its reservation (an upper-bound line
+        the data did not need, or a run that stopped: a re-run of the release id draws from it).
+        """
         names = self.wh.run(lambda con: _datasets_of(con, _budget_of(con, dataset)))
         rows = self.wh.query(
-            "SELECT coalesce(sum(eps_units), 0), coalesce(sum(delta_units), 0) FROM ledger.charges "
-            "WHERE dataset IN (SELECT unnest(?::VARCHAR[]))",
-            [names],
+            "SELECT release_id, sum(he), sum(hd), sum(ue), sum(ud), min(t) FROM ("
+            "SELECT release_id, n_reserved * eps_each AS he, n_reserved * delta_each AS hd, "
+            "n_used * eps_each AS ue, n_used * delta_each AS ud, reserved_at AS t FROM ledger.reservations "
+            "WHERE dataset IN (SELECT unnest(?::VARCHAR[])) UNION ALL "
+            "SELECT release_id, eps_units, delta_units, eps_units, delta_units, reserved_at FROM ledger.charges "
+            "WHERE dataset IN (SELECT unnest(?::VARCHAR[])) AND line_key IS NULL) GROUP BY release_id ORDER BY 6",
+            [names, names])
+        out = []
+        for rid, he, hd, ue, ud, _ in rows:
+            held, drawn = PrivacyCost.from_units(int(he), int(hd)), PrivacyCost.from_units(int(ue), int(ud))
+            out.append({"release_id": rid, "held": held, "drawn": drawn, "unused": held - drawn})
+        return out
+
+    def spent_exact(self, dataset: str) -> PrivacyCost:
+        """What the budget ``dataset`` charges has spent, recomputed from the rows (audit).
+
+        Reserved lines count whole (used or not); charges outside any line count one by one.
+        """
+        names = self.wh.run(lambda con: _datasets_of(con, _budget_of(con, dataset)))
+        rows = self.wh.query(
+            "SELECT coalesce(sum(e), 0), coalesce(sum(d), 0) FROM ("
+            "SELECT eps_units AS e, delta_units AS d FROM ledger.charges "
+            "WHERE dataset IN (SELECT unnest(?::VARCHAR[])) AND line_key IS NULL UNION ALL "
+            "SELECT n_reserved * eps_each, n_reserved * delta_each FROM ledger.reservations "
+            "WHERE dataset IN (SELECT unnest(?::VARCHAR[])))",
+            [names, names],
         )
         return PrivacyCost.from_units(int(rows[0][0]), int(rows[0][1]))
 

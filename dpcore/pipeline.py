@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from .budget import BudgetExceededError, PrivacyCost
 from .chunks import serial_map
-from .bundle import BundleResult, StepOutput, write_bundle
+from .bundle import BundleResult, RunCost, StepOutput, write_bundle
 from .cost_plan import CostPlan
 from .ingest import IngestResult, ingest
 from .settings import Settings
@@ -61,25 +61,32 @@ def preflight(spec: ReleaseSpec, steps: list[str] | None = None) -> None:
         raise PreflightError(problems)
 
 
-def cost_preflight(spec: ReleaseSpec, settings: Settings, steps: list[str] | None = None) -> CostPlan:
-    """The release's whole cost against the remaining budget, before its first charge (issue 20).
+def cost_preflight(spec: ReleaseSpec, settings: Settings, steps: list[str] | None = None,
+                   flow_run_id: str | None = None) -> CostPlan:
+    """Reserve the run's whole planned cost in one ledger transaction before its first charge (rule 10).
 
-    Runs after ingest (which links the input to its budget). Charges nothing,
-    reads no data: :func:`dpcore.cost_plan.plan_release` on the ledger, for
-    ``steps`` (the sections the flow runs; default every enabled step).
+    Plans the run (:func:`dpcore.cost_plan.plan_release`: the spec and the
+    ledger only, no data), then reserves every planned line this release id
+    does not hold yet (:meth:`~dpcore.ledger.PrivacyLedger.reserve_lines`),
+    all at once or nothing. The run's steps then draw their charges from the
+    reservation, so a run either charges exactly what its plan said, or
+    nothing; it never stops half way for lack of budget, and concurrent runs
+    cannot spend each other's reservations. Runs after ingest (which
+    registers the budget), for ``steps`` (the sections the flow runs;
+    default every enabled step).
 
     Returns
     -------
     CostPlan
-        The plan (every step's charges, what this release id already charged).
+        The plan as reserved: :attr:`CostPlan.new` is what this run spent.
 
     Raises
     ------
     BudgetExceededError
-        The release's new charges do not fit the remaining budget (the only
-        problem); nothing was charged by this run.
+        The run's new lines do not fit the remaining budget (checked by the
+        plan, then atomically by the reservation); nothing was charged.
     PreflightError
-        Any other problem, with every problem listed.
+        Any other problem, with every problem listed; nothing was charged.
     """
     from .cost_plan import plan_release
 
@@ -89,13 +96,13 @@ def cost_preflight(spec: ReleaseSpec, settings: Settings, steps: list[str] | Non
     if others:
         raise PreflightError(plan.problems)
     if plan.problems:
-        done = [ln for ln in plan.lines if ln.already]
-        so_far = sum((ln.charged_each * ln.already for ln in done if ln.charged_each), PrivacyCost(0))
+        held, held_steps = stores.ledger.release_holds(spec.dataset.name, spec.release_id)
         raise BudgetExceededError(
             spec.dataset.name, plan.new, plan.spent, plan.cap,
-            release=(spec.release_id, so_far, list(dict.fromkeys(ln.charge.step for ln in done))),
-            planned=True,
+            release=(spec.release_id, held, held_steps), planned=True,
         )
+    stores.ledger.reserve_lines(spec.dataset.name, spec.release_id,
+                                [ln.request() for ln in plan.lines], flow_run_id)
     return plan
 
 
@@ -160,6 +167,7 @@ def bundle_stage(
     subfolder_prefix: str | None = None,
     stopped: str | None = None,
     rules: "RulesDone | None" = None,
+    run_cost: RunCost | None = None,
 ) -> BundleResult:
     """Write the release bundle (see :mod:`dpcore.bundle`).
 
@@ -171,6 +179,8 @@ def bundle_stage(
         The public reason a release stopped early (the rejected-fraction gate).
     rules : RulesDone, optional
         The owner-only rules step's handle: its rules go to ``owner/outlier_rules.csv``.
+    run_cost : RunCost, optional
+        The run's reserved total and what this run reserved (:func:`cost_preflight`), for the manifest.
     """
     from .steps.rules import owner_rules
 
@@ -179,5 +189,5 @@ def bundle_stage(
     owner = {"outlier_rules": owner_rules(settings, rules)} if rules is not None else None
     return write_bundle(
         settings.bundles, spec, stores.ledger, ingested.ingest_id, summary, outputs, subfolder_prefix,
-        owner_key=settings.owner_secret(), stopped=stopped, owner_tables=owner,
+        owner_key=settings.owner_secret(), stopped=stopped, owner_tables=owner, run_cost=run_cost,
     )

@@ -7,6 +7,14 @@ from .console import cost, eps, out, print_json, refusals, refuse, table
 from .plan_cmd import open_ledger
 
 
+def _pair(c) -> dict:
+    return {"epsilon": float(c.epsilon), "delta": float(c.delta)}
+
+
+def _text(p: dict) -> str:
+    return f"ε={eps(p['epsilon'])} δ={p['delta']:.3g}"
+
+
 def _history(ledger, dataset: str) -> list[dict]:
     df = ledger.charges(dataset)
     return [
@@ -55,6 +63,8 @@ def budget(dataset, as_json) -> None:
                 "cap": {"epsilon": float(b.cap.epsilon), "delta": float(b.cap.delta)},
                 "spent": {"epsilon": float(b.spent.epsilon), "delta": float(b.spent.delta)},
                 "left": {"epsilon": float(b.remaining.epsilon), "delta": float(b.remaining.delta)},
+                "releases": [{"release_id": t["release_id"], "held": _pair(t["held"]), "drawn": _pair(t["drawn"]),
+                              "unused": _pair(t["unused"])} for t in ledger.release_totals(b.budget or b.dataset)],
                 "charges": _history(ledger, b.budget or b.dataset),
                 "_status": b,
             })
@@ -71,5 +81,9 @@ def budget(dataset, as_json) -> None:
                  f"ε={eps(c['stated_epsilon'])} δ={c['stated_delta']:.3g} ({c['stated_neighbour']})",
                  f"ε={eps(c['charged_epsilon'])} δ={c['charged_delta']:.3g}", c["status"]]
                 for c in r["charges"]]
+        out.print(table("releases (each reserves its whole plan before its first charge; what it holds is spent)",
+                        ["release", "holds", "drawn by its charges", "reserved, not drawn"],
+                        [[t["release_id"], _text(t["held"]), _text(t["drawn"]), _text(t["unused"])]
+                         for t in r["releases"]]))
         out.print(table("charges", ["time (UTC)", "release", "step", "mechanism", "notion", "stated",
                                     "charged", "status"], rows))

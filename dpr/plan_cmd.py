@@ -20,7 +20,7 @@ def open_ledger(create: bool = False):
 
 @click.command("plan")
 @click.argument("spec", type=click.Path(dir_okay=False))
-@click.option("--release-id", help="Override the spec's release id (charges of this id already made are not "
+@click.option("--release-id", help="Override the spec's release id (lines this id already reserved are not "
                                    "charged again).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 def plan(spec, release_id, as_json) -> None:
@@ -53,10 +53,14 @@ def plan(spec, release_id, as_json) -> None:
     out.print(table(
         f"Cost plan: dataset {p.dataset}, release {p.release_id} (budget under {p.neighbour} neighbours)",
         ["section", "ledger step", "mechanism", "notion", "charges", "stated, each", "charged, all",
-         "already charged", "new ε"], rows))
-    bound = " (at most: some counts are public upper bounds)" if p.upper_bound else ""
+         "already reserved", "new ε"], rows))
+    bound = (" (exactly: lines whose count is a public upper bound are reserved whole, whatever the data holds)"
+             if p.upper_bound and p.new != p.new.__class__(0) else "")
     out.print(f"total of the release : {cost(p.total)}", markup=False)
     out.print(f"this run would charge: {cost(p.new)}{bound}", markup=False)
+    if p.finished:
+        out.print(f"release {p.release_id!r} is finished: running it again returns the stored release (no data "
+                  "read, nothing charged); new data needs a new release id", markup=False)
     known = "" if p.budget_known else " (a new budget: nothing in the ledger yet)"
     out.print(f"budget               : cap {cost(p.cap)}, spent {cost(p.spent)}, left {cost(p.remaining)}{known}",
               markup=False)

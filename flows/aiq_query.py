@@ -8,6 +8,7 @@ from pydantic import Field
 
 from dpcore.spec import AiqSpec, with_step
 from tasks.common import resolve
+from tasks.release_run import run_once
 from tasks.stages import aiq_task, bundle_task, cost_preflight_task, ingest_task, preflight_task, validate_task
 
 from .params import DEMO_SPEC, ReleaseId, SpecPath
@@ -48,9 +49,13 @@ def aiq_query(
                 attributes=base.attributes, record_ids=list(record_ids)),
     )
     preflight_task(spec, ["aiq"])  # public checks (roster, parameters) before the input is even read
+    return run_once(spec, settings, "aiq_query", lambda: _answer(spec, settings), steps=["aiq"])
+
+
+def _answer(spec, settings) -> list[dict[str, Any]]:
     ingested = ingest_task(spec, settings)
-    cost_preflight_task(spec, settings, ["aiq"])  # the whole cost against the budget, before any charge
     validate_task(spec, settings, ingested)
+    run_cost = cost_preflight_task(spec, settings, ["aiq"])  # whole plan reserved; a failing input charged nothing
     out = aiq_task(spec, settings, ingested)
-    bundle_task(spec, settings, ingested, [out], subfolder_prefix="aiq")
+    bundle_task(spec, settings, ingested, [out], subfolder_prefix="aiq", run_cost=run_cost)
     return out.tables["answers"].to_dict("records")

@@ -14,6 +14,7 @@ from dpcore.spec import ReleaseSpec, with_step
 from dpcore.steps.coco import coco_payload_summary
 from tasks.coco import coco_finish_task, coco_measure_task, coco_nodes_task
 from tasks.common import Progress, resolve
+from tasks.release_run import run_once
 from tasks.stages import bundle_task, cost_preflight_task, ingest_task, validate_task
 
 from .params import DEMO_SPEC, ReleaseId, SpecPath
@@ -74,9 +75,13 @@ def coco_publish(
         update={"enabled": True, "epsilon_per_level": epsilon_per_level, "epsilon_total": None, "max_group_size": max_group_size, "method": method}
     )
     spec = with_step(spec, "coco", section)
+    return run_once(spec, settings, "coco_publish", lambda: _publish(spec, settings), steps=["coco"])
+
+
+def _publish(spec, settings) -> dict[str, Any]:
     ingested = ingest_task(spec, settings)
-    cost_preflight_task(spec, settings, ["coco"])  # the whole cost against the budget, before any charge
     validate_task(spec, settings, ingested)
+    run_cost = cost_preflight_task(spec, settings, ["coco"])  # whole plan reserved; a failing input charged nothing
     out = run_coco(spec, settings, ingested)
-    bundle = bundle_task(spec, settings, ingested, [out], subfolder_prefix="coco")
+    bundle = bundle_task(spec, settings, ingested, [out], subfolder_prefix="coco", run_cost=run_cost)
     return {"bundle": str(bundle.path), **coco_payload_summary(out)}

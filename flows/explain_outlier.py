@@ -9,6 +9,7 @@ from pydantic import Field
 from dpcore.spec import with_step
 from dpcore.steps.pcor import NoValidContextError
 from tasks.common import resolve
+from tasks.release_run import run_once
 from tasks.stages import bundle_task, cost_preflight_task, ingest_task, preflight_task, validate_task
 
 from .params import DEMO_SPEC, ReleaseId, SpecPath
@@ -65,12 +66,7 @@ def explain_outlier(
     })
     spec = with_step(spec, "pcor", section)
     preflight_task(spec, ["pcor"])  # public checks (roster, parameters) before the input is even read
-    ingested = ingest_task(spec, settings)
-    cost_preflight_task(spec, settings, ["pcor"])  # the whole cost against the budget, before any charge
-    validate_task(spec, settings, ingested)
-    out = run_pcor(spec, settings, ingested)
-    bundle_task(spec, settings, ingested, [out], subfolder_prefix="explain")
-    row = out.tables["explanations"].iloc[0]
+    row = run_once(spec, settings, "explain_outlier", lambda: _explain(spec, settings), steps=["pcor"])
     if row["status"] != "released":
         raise NoValidContextError(
             f"record {record_id!r}: no context was found in which it is an outlier under the {verifier} verifier. "
@@ -78,3 +74,13 @@ def explain_outlier(
             "(re-running with the same release id returns it without a new charge)."
         )
     return {"record_id": record_id, "context": row["context"], "bits": row["bits"]}
+
+
+def _explain(spec, settings) -> dict[str, Any]:
+    ingested = ingest_task(spec, settings)
+    validate_task(spec, settings, ingested)
+    run_cost = cost_preflight_task(spec, settings, ["pcor"])  # whole plan reserved; a failing input charged nothing
+    out = run_pcor(spec, settings, ingested)
+    bundle_task(spec, settings, ingested, [out], subfolder_prefix="explain", run_cost=run_cost)
+    row = out.tables["explanations"].iloc[0]
+    return {"status": row["status"], "context": row["context"], "bits": row["bits"]}

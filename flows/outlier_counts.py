@@ -12,6 +12,7 @@ from dpcore.ingest import IngestResult
 from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec, outlier_counts_section, with_step
 from tasks.common import Progress, resolve
+from tasks.release_run import run_once
 from tasks.outlier_counts import (
     outlier_counts_plan_task,
     outlier_counts_release_task,
@@ -94,9 +95,13 @@ def outlier_counts(
         "attributes": attributes, "epsilon_total": epsilon_total, "epsilon_select": epsilon_select,
         "epsilon_count": epsilon_count,
     }))
+    return run_once(spec, settings, "outlier_counts", lambda: _count(spec, settings), steps=["outlier_counts"])
+
+
+def _count(spec, settings) -> list[dict[str, Any]]:
     ingested = ingest_task(spec, settings)
-    cost_preflight_task(spec, settings, ["outlier_counts"])  # the whole cost against the budget, before any charge
     validate_task(spec, settings, ingested)
+    run_cost = cost_preflight_task(spec, settings, ["outlier_counts"])  # whole plan reserved
     out = run_outlier_counts(spec, settings, ingested)
-    bundle_task(spec, settings, ingested, [out], subfolder_prefix="outlier-counts")
+    bundle_task(spec, settings, ingested, [out], subfolder_prefix="outlier-counts", run_cost=run_cost)
     return out.tables["counts"].to_dict("records")

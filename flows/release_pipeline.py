@@ -7,6 +7,7 @@ from typing import Any
 from prefect import flow
 
 from tasks.common import resolve
+from tasks.release_run import PIPELINE, run_once
 from tasks.rules import rules_task
 from tasks.stages import (
     aiq_task,
@@ -35,23 +36,35 @@ from .runner import task_runner_from_env
 # every warehouse/ledger task is called directly and runs in this flow's process (flows/runner.py)
 @flow(name="release_pipeline", log_prints=False, persist_result=False, task_runner=task_runner_from_env())
 def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = None) -> dict[str, Any]:
-    """Run a whole release: every private output is charged to the ledger first.
+    """Run a whole release: its planned cost is reserved before the first charge, all or nothing.
+
+    A release id names one release: running a finished release id again
+    returns its stored outcome without reading the data or charging anything.
 
     Args:
         spec_path: Path to the release spec YAML.
-        release_id: Overrides the spec's release id (same id = nothing spent again).
+        release_id: Overrides the spec's release id (a finished id returns its stored release; new data needs a new id).
     """
     spec, settings = resolve(spec_path, release_id)
     preflight_task(spec)  # every step's public checks before the first charge (no half release on bad input)
+    return run_once(spec, settings, PIPELINE, lambda: _release(spec, settings), replay=_stored)
+
+
+def _stored(result: dict[str, Any]) -> dict[str, Any]:
+    """A finished release's stored outcome, as a re-run returns it (this run charged nothing)."""
+    return {**result, "stored_release": True, "charged_by_this_run": {"epsilon": 0.0, "delta": 0.0}}
+
+
+def _release(spec, settings) -> dict[str, Any]:
     ingested = ingest_task(spec, settings)
-    cost_preflight_task(spec, settings)  # the whole cost against the budget, before any charge
     validate_task(spec, settings, ingested)
+    run_cost = cost_preflight_task(spec, settings)  # whole plan reserved; a failing input charged nothing
     outputs = []
     if spec.steps.record_counts.enabled:
         outputs.append(record_counts_task(spec, settings, ingested))
         stop = gate_task(spec, outputs[-1])  # the rejected-fraction gate, on the noisy counts only
         if stop:
-            bundle_task(spec, settings, ingested, outputs, stopped=stop)
+            bundle_task(spec, settings, ingested, outputs, stopped=stop, run_cost=run_cost)
             stop_release(stop)
     rules = None
     if spec.steps.detect.enabled:
@@ -68,17 +81,28 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
         outputs.append(unattributed_task(spec, settings, ingested))
     if spec.steps.pcor.enabled:
         outputs.append(run_pcor(spec, settings, ingested))
-    bundle = bundle_task(spec, settings, ingested, outputs, rules=rules)
+    bundle = bundle_task(spec, settings, ingested, outputs, rules=rules, run_cost=run_cost)
     b = bundle.manifest["budget"]
     return {
         "bundle": str(bundle.path),
         "warehouse": str(settings.warehouse),
+        "stored_release": False,
         "spent_by_this_release": b["spent_by_this_release"],
+        "charged_by_this_run": b["charged_by_this_run"],
         "spent_total": b["spent_total"],
         "remaining": b["remaining"],
         "cap": b["cap"],
         "neighbour": b["neighbour"],
     }
+
+
+def budget_line(out: dict[str, Any]) -> str:
+    """The one line that says what this run charged, what the release holds and what is left (exact figures)."""
+    n, s, t, r, c = (out["charged_by_this_run"], out["spent_by_this_release"], out["spent_total"], out["remaining"],
+                     out["cap"])
+    return (f"budget    : this run charged epsilon={n['epsilon']:.6g} delta={n['delta']:.3g}; this release holds "
+            f"epsilon={s['epsilon']:.6g} delta={s['delta']:.3g}; total spent epsilon={t['epsilon']:.6g} of "
+            f"{c['epsilon']:g}; left epsilon={r['epsilon']:.6g} delta={r['delta']:.3g} ({out['neighbour']} neighbours)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,13 +118,13 @@ def main(argv: list[str] | None = None) -> int:
         load_spec(args.spec, release_id=args.release_id)  # fail fast, before Prefect starts a server
         out = release_pipeline(spec_path=args.spec, release_id=args.release_id)
     print()
+    if out.get("stored_release"):
+        print("stored    : this release id was finished before; this is its stored release (no data read, "
+              "nothing charged; new data needs a new release id)")
     print(f"warehouse : {out['warehouse']}")
     print(f"bundle    : {out['bundle']}")
     print(f"report    : {out['bundle']}/report.md")
-    s, t, r, c = out["spent_by_this_release"], out["spent_total"], out["remaining"], out["cap"]
-    print(f"budget    : this release spent epsilon={s['epsilon']:.6g} delta={s['delta']:.3g}; "
-          f"total spent epsilon={t['epsilon']:.6g} of {c['epsilon']:g}; left epsilon={r['epsilon']:.6g} delta={r['delta']:.3g} "
-          f"({out['neighbour']} neighbours)")
+    print(budget_line(out))
     return 0
 
 

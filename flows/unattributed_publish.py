@@ -9,6 +9,7 @@ from pydantic import Field
 from dpcore.spec import UnattributedMethod, with_step
 from dpcore.steps.unattributed import unattributed_payload_summary
 from tasks.common import resolve
+from tasks.release_run import run_once
 from tasks.stages import bundle_task, cost_preflight_task, ingest_task, validate_task
 from tasks.unattributed import unattributed_task
 
@@ -49,9 +50,13 @@ def unattributed_publish(
                 "max_group_size": max_group_size}
     )
     spec = with_step(spec, "unattributed", section)
+    return run_once(spec, settings, "unattributed_publish", lambda: _publish(spec, settings), steps=["unattributed"])
+
+
+def _publish(spec, settings) -> dict[str, Any]:
     ingested = ingest_task(spec, settings)
-    cost_preflight_task(spec, settings, ["unattributed"])  # the whole cost against the budget, before any charge
     validate_task(spec, settings, ingested)
+    run_cost = cost_preflight_task(spec, settings, ["unattributed"])  # whole plan reserved
     out = unattributed_task(spec, settings, ingested)
-    bundle = bundle_task(spec, settings, ingested, [out], subfolder_prefix="unattributed")
+    bundle = bundle_task(spec, settings, ingested, [out], subfolder_prefix="unattributed", run_cost=run_cost)
     return {"bundle": str(bundle.path), **unattributed_payload_summary(out)}

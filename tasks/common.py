@@ -33,6 +33,7 @@ from typing import Any, Callable
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from dpcore.faults import fault_point
 from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec, load_spec
 
@@ -137,13 +138,15 @@ _install_warning_guard()
 
 
 def _no_retry_for_user_errors(task_, task_run, state) -> bool:
-    """Retry condition: retrying cannot cure bad input, an exhausted budget or an orphaned charge."""
+    """Retry condition: retrying cannot cure bad input, an exhausted budget, a ledger refusal or a test fault."""
     from dpcore.budget import BudgetExceededError
+    from dpcore.faults import InjectedFault
     from dpcore.ledger import LedgerError
     from dpcore.steps.common import SeededNoiseRefusedError, StepInputError
 
     return not isinstance(
-        state.data, (StepInputError, BudgetExceededError, LedgerError, FlowProcessOnlyError, SeededNoiseRefusedError)
+        state.data, (StepInputError, BudgetExceededError, LedgerError, FlowProcessOnlyError, SeededNoiseRefusedError,
+                     InjectedFault)
     )
 
 
@@ -172,10 +175,24 @@ def private_task(fn: Callable | None = None, *, worker_safe: bool = False, **kwa
     opts.update(kwargs)
 
     def make(f: Callable):
-        body = f if worker_safe else _flow_process_only(f, opts.get("name") or f.__name__)
+        name = opts.get("name") or f.__name__
+        body = f if worker_safe else _flow_process_only(_fault_points(f, name), name)
         return task(_private_warnings(body), **opts)
 
     return make if fn is None else make(fn)
+
+
+def _fault_points(fn: Callable, name: str) -> Callable:
+    """``fn`` between the fault-injection points ``before:<name>`` and ``after:<name>`` (:mod:`dpcore.faults`)."""
+
+    @functools.wraps(fn)
+    def pointed(*args: Any, **kwargs: Any):
+        fault_point(f"before:{name}")
+        result = fn(*args, **kwargs)
+        fault_point(f"after:{name}")
+        return result
+
+    return pointed
 
 
 def _call_quietly(fn: Callable, item: Any) -> Any:

@@ -18,7 +18,9 @@ from .common import flow_run_id, private_task
 def pcor_plan_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> PcorPlan:
     """Validate parameters, build the per-cell index from warehouse aggregates, resolve the targets (no charge)."""
     plan = plan_pcor(spec, settings, ingested, flow_run_id())
-    get_run_logger().info("pcor: %d record(s) to explain", len(plan.targets))
+    cfg = spec.steps.pcor  # public figures only: how many targets the detector chose is private
+    get_run_logger().info("pcor: %d requested record(s) and up to %d chosen by the detector to explain",
+                          len(dict.fromkeys(cfg.record_ids)), cfg.from_detector)
     return plan
 
 
@@ -26,7 +28,9 @@ def pcor_plan_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult
 def pcor_reserve_task(settings: Settings, plan: PcorPlan) -> PcorPlan:
     """Reuse stored explanations; reserve one charge per new one (ledger, flow process)."""
     plan = reserve_pcor(settings, plan)
-    get_run_logger().info("pcor: %d stored, %d charged now", len(plan.stored), len(plan.to_compute))
+    # no counts: how many answers were stored before depends on when an earlier run of the release stopped,
+    # and their total on how many records the detector chose
+    get_run_logger().info("pcor: charges drawn from the release's reservation; searching")
     return plan
 
 

@@ -10,7 +10,7 @@ from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from dpcore import pipeline
-from dpcore.bundle import BundleResult, StepOutput
+from dpcore.bundle import BundleResult, RunCost, StepOutput
 from dpcore.ingest import IngestResult
 from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec
@@ -38,13 +38,15 @@ def ingest_task(spec: ReleaseSpec, settings: Settings) -> IngestResult:
 
 
 @private_task(name="cost-preflight")
-def cost_preflight_task(spec: ReleaseSpec, settings: Settings, steps: list[str] | None = None) -> None:
-    """The release's whole cost against the remaining budget, before its first charge (public facts only)."""
-    plan = pipeline.cost_preflight(spec, settings, steps)
+def cost_preflight_task(spec: ReleaseSpec, settings: Settings, steps: list[str] | None = None) -> RunCost:
+    """Reserve the run's whole planned cost before its first charge, or refuse having charged nothing."""
+    plan = pipeline.cost_preflight(spec, settings, steps, flow_run_id())
     get_run_logger().info(
-        "cost plan: this run charges %s%s of the %s left on dataset %s (%s neighbours)",
-        plan.new, " at most" if plan.upper_bound else "", plan.remaining, plan.dataset, plan.neighbour,
+        "budget reserved: this run charges %s of the %s that was left on dataset %s (%s neighbours); "
+        "release %s holds %s in all",
+        plan.new, plan.remaining, plan.dataset, plan.neighbour, plan.release_id, plan.total,
     )
+    return RunCost(plan.total, plan.new)
 
 
 @private_task(name="validate")
@@ -90,9 +92,10 @@ def bundle_task(
     subfolder_prefix: str | None = None,
     stopped: str | None = None,
     rules: RulesDone | None = None,
+    run_cost: RunCost | None = None,
 ) -> BundleResult:
     """Write the release bundle and attach its summary as artifacts (owner-only rules: files only)."""
-    res = pipeline.bundle_stage(spec, settings, ingested, outputs, subfolder_prefix, stopped, rules)
+    res = pipeline.bundle_stage(spec, settings, ingested, outputs, subfolder_prefix, stopped, rules, run_cost)
     m = res.manifest
     b = m["budget"]
     create_markdown_artifact(
@@ -104,13 +107,14 @@ def bundle_task(
         key=artifact_key("budget", spec.dataset.name),
         table=[
             {"what": k.replace("_", " "), "epsilon": float(b[k]["epsilon"]), "delta": float(b[k]["delta"])}
-            for k in ("cap", "spent_by_this_release", "spent_total", "remaining")
+            for k in ("cap", "spent_by_this_release", "charged_by_this_run", "spent_total", "remaining")
         ],
         description=f"Privacy budget (epsilon, delta) under {b['neighbour']} neighbours",
     )
     get_run_logger().info(
-        "bundle %s: spent %.6g epsilon in this release, %.6g left of %.6g",
-        res.path, b["spent_by_this_release"]["epsilon"], b["remaining"]["epsilon"], b["cap"]["epsilon"],
+        "bundle %s: this run charged %.6g epsilon, the release holds %.6g, %.6g left of %.6g",
+        res.path, b["charged_by_this_run"]["epsilon"], b["spent_by_this_release"]["epsilon"],
+        b["remaining"]["epsilon"], b["cap"]["epsilon"],
     )
     return res
 

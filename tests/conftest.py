@@ -20,7 +20,7 @@ def prefect_harness(tmp_path_factory):
     """A real temporary Prefect API for flow runs (``prefect_test_harness``)."""
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=60):
+    with prefect_test_harness(server_startup_timeout=int(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90"))):
         yield
 
 

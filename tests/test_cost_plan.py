@@ -70,12 +70,13 @@ def test_plan_matches_what_the_release_charges(dpr_home, small_spec_path, tmp_pa
             assert PrivacyCost.from_units(int(se), int(sd)) == PrivacyCost.from_units(*ln.charge.cost.units), step
             assert rows["mechanism"].iloc[0] == ln.charge.mechanism and rows["notion"].iloc[0] == ln.charge.notion
 
-    after = plan_release(spec, _ledger())  # the same release id again: what is charged is not charged again
-    assert after.budget_known and after.spent == _ledger().status("nycflights13").spent
+    # the release spent exactly its plan, whatever number of detector-chosen targets the data gave (issue 28 §2)
+    assert _ledger().status("nycflights13").spent == plan.new == plan.total
+    after = plan_release(spec, _ledger())  # the same release id again: finished, nothing new
+    assert after.budget_known and after.spent == _ledger().status("nycflights13").spent and after.finished
+    assert after.new == PrivacyCost(0) and not after.problems
     for ln in after.lines:
-        assert ln.already == made[ln.charge.step], ln.charge.step
-        if not ln.charge.upper_bound:
-            assert ln.new_count == 0, ln.charge.step
+        assert ln.already == ln.charge.count and ln.new_count == 0, ln.charge.step
 
 
 def test_plan_reads_no_data_and_charges_nothing(dpr_home, small_spec_path, tmp_path):
@@ -93,9 +94,9 @@ def test_over_cap_release_is_refused_before_any_charge(dpr_home, small_spec_path
     from flows.release_pipeline import release_pipeline
 
     path = _full_spec(small_spec_path, tmp_path, epsilon=1.0)  # the release needs about 6.1 of it
-    with pytest.raises(BudgetExceededError, match=r"for the whole release \(checked before its first charge\).*"
-                                                  r"Nothing was charged or released: release 'test-r1' has charged "
-                                                  r"nothing so far"):
+    with pytest.raises(BudgetExceededError, match=r"for the whole run \(checked before its first charge\).*"
+                                                  r"Nothing was charged by this run. Release 'test-r1' holds "
+                                                  r"nothing in the ledger"):
         release_pipeline(spec_path=str(path))
     led = _ledger()
     assert led.charges().empty and led.status("nycflights13").spent == PrivacyCost(0)
@@ -133,6 +134,7 @@ def test_a_rerun_of_a_release_that_used_the_whole_budget_still_runs(dpr_home, sm
     first = release_pipeline(spec_path=str(path))
     again = release_pipeline(spec_path=str(path))  # nothing new to charge: the preflight lets it through
     assert first["spent_total"] == again["spent_total"] and again["remaining"]["epsilon"] == 0
-    with pytest.raises(BudgetExceededError, match="for the whole release"):
+    assert again["stored_release"] and again["charged_by_this_run"]["epsilon"] == 0
+    with pytest.raises(BudgetExceededError, match="for the whole run"):
         release_pipeline(spec_path=str(path), release_id="test-r2")
     assert len(_ledger().charges("nycflights13")) == 1

@@ -157,7 +157,7 @@ def test_plan_run_budget_and_operator_queries(home, small_spec_path, tmp_path):
 
     res = dpr("plan", spec, "--json", home=home)  # the same release id again: nothing new, nothing charged
     plan = json.loads(res.stdout)
-    assert plan["budget_known"] and plan["new"]["epsilon"] == 0 and plan["lines"][0]["already_charged"] == 1
+    assert plan["budget_known"] and plan["new"]["epsilon"] == 0 and plan["lines"][0]["already_reserved"] == 1
     table = dpr("plan", spec, home=home)
     assert table.returncode == 0 and "fits: yes" in table.stdout and "steps.record_counts" in table.stdout
     assert len(_ledger(home).charges()) == 1
@@ -198,7 +198,7 @@ def test_over_cap_plan_and_run_refuse_with_nothing_charged(home, small_spec_path
     assert res.returncode == 2, res.stderr
     assert "would charge (epsilon=0.2, delta=0) but dataset 'nycflights13' has (epsilon=0.1" in res.stderr, res.stderr
     res = dpr("run", str(tight), home=home)
-    assert res.returncode == 2 and "for the whole release" in res.stderr and "charged nothing so far" in res.stderr
+    assert res.returncode == 2 and "for the whole run" in res.stderr and "Nothing was charged by this run" in res.stderr
     assert _ledger(home).charges().empty
 
 

@@ -25,7 +25,7 @@ import yaml
 
 from dpcore.budget import PrivacyCost
 from dpcore.ingest import IngestResult
-from dpcore.ledger import ChargeRequest, LedgerError, OrphanedChargeError, PrivacyLedger
+from dpcore.ledger import ChargeRequest, LedgerError, PrivacyLedger
 from dpcore.mechanisms.row_counts import L1_SENSITIVITY, InputRowCounts
 from dpcore.settings import Settings
 from dpcore.spec import parse_spec
@@ -171,15 +171,26 @@ def test_no_data_derived_hash_or_key_in_any_public_file(tmp_path, settings):
     assert oct(settings.owner_key.stat().st_mode & 0o777) == "0o600"
 
 
-def test_orphaned_charge_error_names_the_public_ref_not_the_key(tmp_path):
+def test_ledger_refusals_never_name_a_charge_key(tmp_path):
+    from dpcore.budget import BudgetExceededError
+    from dpcore.ledger import PlanMismatchError
+
     led = PrivacyLedger(Warehouse(tmp_path / "w.duckdb"))
     led.ensure_budget("d", PrivacyCost(1))
-    req = ChargeRequest("d", "f" * 64, "r1", "step", "m", PrivacyCost("0.1"), "dp")
+    req = ChargeRequest("d", "r1", "step", "m", PrivacyCost("0.1"), "dp")
+    led.reserve_lines("d", "r1", [])
     assert led.reserve(req)
-    with pytest.raises(OrphanedChargeError) as ei:
-        led.lookup(req.key)
-    ref = led.charges("d")["public_ref"].iloc[0]
-    assert ref in str(ei.value) and req.key[:8] not in str(ei.value)
+    with pytest.raises(BudgetExceededError) as over:
+        led.reserve(ChargeRequest("d", "r1", "other", "m", PrivacyCost(1), "dp"))
+    from dpcore.charge_keys import line_key
+    from dpcore.ledger import LineRequest
+
+    led.reserve_lines("d", "r2", [LineRequest(line_key("d", "r2", "s", {}), "s", "m", "dp", {}, 1, PrivacyCost("0.1"))])
+    bad = ChargeRequest("d", "r2", "t", "m", PrivacyCost("0.1"), "dp")
+    with pytest.raises(PlanMismatchError) as mismatch:
+        led.reserve(bad)
+    for err, r in ((over, req), (mismatch, bad)):
+        assert r.key[:8] not in str(err.value)
 
 
 # --------------------------------------------------------------------------- hole 6: budget identity

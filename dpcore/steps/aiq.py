@@ -294,7 +294,7 @@ def aiq_step(
     cost = aiq_cost(spec, mech)
     noise = noise_source()
     params = {**_public_params(spec), "record_ids": record_ids}
-    req = charge_request(spec, ingested, "aiq", mech, cost, params, noise, flow_run_id)
+    req = charge_request(spec, "aiq", mech, cost, params, noise, flow_run_id)
     labels = [f"record:{i}" for i in record_ids] + [f"point:{json.dumps(p, sort_keys=True)}" for p in cfg.points]
 
     def compute() -> dict[str, Any]:

@@ -272,8 +272,7 @@ def measure_coco(
     if progress is not None:
         progress(0, len(levels))
     for done, level in enumerate(levels, start=1):
-        req = charge_request(
-            spec, ingested, f"coco_level{level}", mech, mech.level_cost(level), {**base, "level": level},
+        req = charge_request(spec, f"coco_level{level}", mech, mech.level_cost(level), {**base, "level": level},
             noise, flow_run_id,
         )
         rel = stores.ledger.release_once(

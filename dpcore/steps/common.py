@@ -42,9 +42,10 @@ class PlannedCharge:
         ``count`` is a public upper bound, not the exact number: the number of
         detector-chosen targets is data-dependent (at most ``from_detector``).
     match : dict
-        Parameters (spec-derived only) that a charge already in the ledger
-        under the same release id must carry to count as this charge
-        (:func:`dpcore.cost_plan.already_charged`).
+        Parameters (spec-derived only) that every charge of this kind carries:
+        with the spec's validation hash they name the planned line
+        (:func:`dpcore.charge_keys.line_key`) the run reserves and its charges
+        draw from.
     """
 
     step: str
@@ -199,7 +200,6 @@ def noise_test_seed() -> int | None:
 
 def charge_request(
     spec: ReleaseSpec,
-    ingested: IngestResult,
     step: str,
     mechanism: Any,
     cost: PrivacyCost,
@@ -209,12 +209,13 @@ def charge_request(
 ) -> ChargeRequest:
     """The ledger request of a step; ``mechanism`` supplies name, notion, neighbour.
 
-    The spec's validation hash is part of the parameters, so the same query on
-    differently validated data is a different release.
+    The spec's validation hash is part of the parameters, so the same query
+    under different validation rules is a different charge. Nothing about the
+    input's content is: the key (:func:`dpcore.charge_keys.charge_key`) names
+    the release, not the data (DESIGN.md rule 2).
     """
     return ChargeRequest(
         dataset=spec.dataset.name,
-        dataset_hash=ingested.content_hash,
         release_id=spec.release_id,
         step=step,
         mechanism=mechanism.name,

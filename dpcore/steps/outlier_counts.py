@@ -411,7 +411,7 @@ def outlier_counts_step(
 def selection_stored(spec: ReleaseSpec, settings: Settings, ingested: IngestResult, plan: OutlierCountsPlan) -> bool:
     """Whether the top-h selection of this plan was released before (then no utility is needed)."""
     req = _selection_request(spec, ingested, plan, noise_source(), None)
-    return open_stores(settings).ledger.lookup(req.key) is not None
+    return open_stores(settings).ledger.lookup(req.key) is not None  # charged but never stored: selected again
 
 
 def _base(spec: ReleaseSpec, attrs: list[str], cands: list[tuple[int, ...]]) -> dict[str, Any]:
@@ -430,7 +430,7 @@ def _selection_params(spec: ReleaseSpec, attrs: list[str], cands: list[tuple[int
 
 def _selection_request(spec, ingested, plan, noise, flow_run_id):
     params = _selection_params(spec, plan.attrs, plan.candidates, plan.split)
-    return charge_request(spec, ingested, "outlier_subspaces", plan.select, plan.select.privacy_map(), params,
+    return charge_request(spec, "outlier_subspaces", plan.select, plan.select.privacy_map(), params,
                           noise, flow_run_id)
 
 
@@ -552,7 +552,7 @@ def release_outlier_counts(
         sub = tuple(attrs.index(a) for a in sub_names)
         count = plan.count_for(sub)
         used[len(sub)] = count
-        req = charge_request(spec, ingested, "outlier_count", count, count.privacy_map(),
+        req = charge_request(spec, "outlier_count", count, count.privacy_map(),
                              _count_params(spec, plan.attrs, plan.candidates, plan.split, count, sub_names), noise, flow_run_id)
 
         def compute(sub: tuple[int, ...] = sub, count: OutlierCountMechanism = count) -> dict[str, Any]:

@@ -40,7 +40,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..budget import BudgetExceededError, PrivacyCost, charge_under
 from ..accuracy import Accuracy, level_text
 from ..bundle import StepOutput
 from ..ingest import IngestResult
@@ -123,11 +122,8 @@ class PcorPlan:
     stored : dict of int to dict
         Target position -> payload already released under the same key (re-run).
     to_compute : tuple of int
-        Target positions reserved by this run whose search must run now.
-    budget_error : BudgetExceededError or None
-        Set when the budget ran out part-way (a concurrent run spent it after
-        the pre-check); raised by :func:`store_pcor` once the reserved
-        targets are stored, so no charge is left without its release.
+        Target positions charged (by this run, or by a crashed one that never
+        stored the answer) whose search must run now.
     """
 
     job: PcorJob
@@ -135,7 +131,6 @@ class PcorPlan:
     from_detector: int
     stored: dict[int, dict[str, Any]] = field(default_factory=dict)
     to_compute: tuple[int, ...] = ()
-    budget_error: BudgetExceededError | None = None
 
 
 def _context_attributes(spec: ReleaseSpec, cfg: PcorSpec) -> list[str]:
@@ -513,7 +508,7 @@ def plan_pcor(
     targets = tuple(
         PcorTarget(
             rid, int(row),
-            charge_request(spec, ingested, "pcor", mech, mech.cost(), {**common, "record_id": rid}, noise, flow_run_id),
+            charge_request(spec, "pcor", mech, mech.cost(), {**common, "record_id": rid}, noise, flow_run_id),
         )
         for rid, row in zip(ids, held)
     )
@@ -521,57 +516,32 @@ def plan_pcor(
 
 
 def reserve_pcor(settings: Settings, plan: PcorPlan) -> PcorPlan:
-    """Per target: reuse a stored release, or reserve its charge (flow process only).
+    """Per target: reuse a stored release, or charge it (flow process only).
 
-    The total of the not-yet-released targets is checked against the
-    remaining budget first, so an over-budget batch fails before any charge.
-    If a concurrent run spends the budget between that check and a
-    reservation, the reservations made so far are kept and computed, and the
-    budget error is raised after they are stored (:attr:`PcorPlan.budget_error`).
+    In a release run every charge draws from the run's reservation
+    (:meth:`~dpcore.ledger.PrivacyLedger.reserve_lines`, made before the
+    run's first charge), so nothing here can go over the budget. A target
+    charged by a crashed run whose answer was never stored is searched again
+    within that charge (:meth:`~dpcore.ledger.PrivacyLedger.reserve` returns
+    False: never charged twice).
 
     Raises
     ------
     BudgetExceededError
-        The pending targets do not fit the remaining budget (nothing charged).
-    OrphanedChargeError
-        A target's key was charged by a crashed run and never stored.
+        Library use without a reservation: a target's charge does not fit
+        (the targets charged before it are searched on the next run).
     """
     ledger = open_stores(settings).ledger
     stored: dict[int, dict[str, Any]] = {}
-    pending = []
+    pending: list[int] = []
     for i, t in enumerate(plan.targets):
         found = ledger.lookup(t.request.key)
         if found is not None:
             stored[i] = found.payload
-        else:
-            pending.append(i)
-    if pending:
-        reqs = [plan.targets[i].request for i in pending]
-        req0 = reqs[0]
-        status = ledger.status(req0.dataset)
-        # what reserve() will charge: each cost converted to the budget's neighbour relation
-        need = sum((charge_under(r.cost, r.neighbour, status.neighbour) for r in reqs[1:]),
-                   charge_under(req0.cost, req0.neighbour, status.neighbour))
-        if not need.fits_within(status.remaining):
-            stated = sum((r.cost for r in reqs[1:]), req0.cost)
-            raise BudgetExceededError(
-                req0.dataset, need, status.spent, status.cap,
-                stated=None if stated == need else (stated, req0.neighbour, status.neighbour),
-            )
-    reserved: list[int] = []
-    error = None
-    for i in pending:
-        req = plan.targets[i].request
-        try:
-            if ledger.reserve(req):
-                reserved.append(i)
-            else:  # a concurrent run with the same key charged it first
-                found = ledger.lookup(req.key)
-                stored[i] = found.payload
-        except BudgetExceededError as exc:
-            error = exc
-            break
-    return replace(plan, stored=stored, to_compute=tuple(reserved), budget_error=error)
+            continue
+        ledger.reserve(t.request)
+        pending.append(i)
+    return replace(plan, stored=stored, to_compute=tuple(pending))
 
 
 def compute_explanation(job: PcorJob, row: int) -> dict[str, Any]:
@@ -656,9 +626,7 @@ def store_pcor(
     ------
     Exception
         The first failed search's exception, after everything else is stored
-        (its charge stays spent, status ``failed``).
-    BudgetExceededError
-        ``plan.budget_error``, after the reserved targets are stored.
+        (its charge stays spent, status ``failed``; a re-run searches it again within that charge).
     """
     stores = open_stores(settings)
     payloads = dict(plan.stored)
@@ -672,14 +640,11 @@ def store_pcor(
             stores.ledger.mark_failed(t.request, type(res).__name__)
             first_error = first_error or res
             continue
-        stores.ledger.store_result(t.request, res["release"])
-        payloads[i] = res["release"]
+        payloads[i] = stores.ledger.store_result(t.request, res["release"])  # the first stored answer wins
         diag.append({"key": t.request.key, "record_id": t.record_id, **res["internal"]})
     _store_diagnostics(stores.warehouse, diag)
     if first_error is not None:
         raise first_error
-    if plan.budget_error is not None:
-        raise plan.budget_error
     return pcor_output(spec, plan, payloads)
 
 

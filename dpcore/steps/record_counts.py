@@ -34,7 +34,7 @@ def record_counts_step(
     mech = InputRowCounts(cfg.epsilon)
     stores = open_stores(settings)
     noise = noise_source()
-    req = charge_request(spec, ingested, "record_counts", mech, mech.privacy_map(1), _params(spec), noise, flow_run_id)
+    req = charge_request(spec, "record_counts", mech, mech.privacy_map(1), _params(spec), noise, flow_run_id)
 
     def compute() -> dict[str, Any]:
         wh = stores.warehouse

@@ -121,7 +121,7 @@ def unattributed_step(spec: ReleaseSpec, settings: Settings, ingested: IngestRes
     mech = check_unattributed(spec)
     stores = open_stores(settings)
     noise = noise_source()
-    req = charge_request(spec, ingested, "unattributed", mech, mech.privacy_map(), _params(spec, mech), noise,
+    req = charge_request(spec, "unattributed", mech, mech.privacy_map(), _params(spec, mech), noise,
                          flow_run_id)
 
     def compute() -> dict[str, Any]:

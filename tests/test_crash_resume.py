@@ -1,0 +1,104 @@
+"""A crash never loses a release (issue 33 §3; DESIGN.md rule 10).
+
+The release is stopped at every task boundary (``after:<task>``; ``before:<next task>`` is the same
+moment) and inside every step between its charge and its draw (``charged:<step>``) and between its draw
+and its store (``computed:<step>``), through the deterministic hook of :mod:`dpcore.faults` in its
+``raise`` mode (a real ``SIGKILL`` at a charge is covered by ``tests/test_operations.py``). Then the same
+release id is run again: it completes, it holds exactly its plan (nothing charged twice, nothing lost),
+every charge has exactly one stored answer, and the published numbers are the stored ones; a third run
+returns the stored release.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from dpcore.cost_plan import plan_release
+from dpcore.faults import InjectedFault
+from dpcore.ledger import PrivacyLedger
+from dpcore.settings import Settings
+from dpcore.spec import load_spec
+from dpcore.warehouse import Warehouse
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+def _ledger() -> PrivacyLedger:
+    return PrivacyLedger(Warehouse(Settings.from_env().warehouse))
+
+
+@pytest.fixture
+def crash_spec(small_spec_path: Path, tmp_path: Path) -> Path:
+    """Every charging step on the small table, small enough to run many times (the detector off: it charges
+    nothing; its tasks' boundaries are covered by the detect flow's own tests)."""
+    spec = yaml.safe_load(small_spec_path.read_text())
+    steps = spec["steps"]
+    steps["detect"]["enabled"] = False
+    steps["rules"]["enabled"] = False
+    steps["aiq"].update({"enabled": True, "record_ids": ["F000001", "F000002"], "from_detector": 0})
+    steps["outlier_counts"]["enabled"] = True
+    steps["coco"].update({"enabled": True, "max_group_size": 60})
+    steps["unattributed"].update({"enabled": True, "max_group_size": 60})
+    steps["pcor"].update({"enabled": True, "record_ids": ["F000010"], "from_detector": 0, "n_samples": 5})
+    spec["budget"]["epsilon"] = 1000
+    path = tmp_path / "crash.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _points(spec: Path, tmp_path: Path, monkeypatch) -> list[str]:
+    """Every fault point one release passes, in order (``before:`` points are the previous ``after:``)."""
+    from flows.release_pipeline import release_pipeline
+
+    log = tmp_path / "points.log"
+    monkeypatch.setenv("DPR_FAULT_LOG", str(log))
+    release_pipeline(spec_path=str(spec), release_id="probe")
+    monkeypatch.delenv("DPR_FAULT_LOG")
+    seen = list(dict.fromkeys(log.read_text().split()))
+    return [p for p in seen if not p.startswith("before:")]
+
+
+def _published_equals_stored(led: PrivacyLedger, rid: str, bundle: Path) -> None:
+    rows = led.wh.query(
+        "SELECT c.key, c.status, o.payload FROM ledger.charges c LEFT JOIN releases.outputs o USING (key) "
+        "WHERE c.release_id = ?", [rid])
+    assert rows and all(status == "released" and payload is not None for _, status, payload in rows), rows
+    stored = {json.loads(p)["noisy_count"] for _, _, p in rows if "noisy_count" in json.loads(p)}
+    table = pd.read_csv(bundle / "tables" / "outlier_counts__counts.csv")
+    assert set(table["noisy_count"]) <= stored | {float(v) for v in stored}
+    counts = [json.loads(p) for _, _, p in rows if "accepted_rows" in json.loads(p)]
+    published = pd.read_csv(bundle / "tables" / "record_counts__counts.csv")
+    assert counts == [dict(zip(published["cell"], published["noisy_count"]))]
+
+
+@pytest.mark.timeout(1800)
+def test_a_release_stopped_at_any_point_completes_on_rerun_within_its_plan(dpr_home, crash_spec, tmp_path,
+                                                                            monkeypatch):
+    from flows.release_pipeline import release_pipeline
+
+    points = _points(crash_spec, tmp_path, monkeypatch)
+    steps = {p.split(":", 1)[1] for p in points if p.startswith("charged:")}
+    assert {"record_counts", "aiq", "outlier_subspaces", "outlier_count", "coco_level0", "unattributed"} <= steps
+    assert {"after:ingest", "after:cost-preflight", "after:pcor-reserve", "after:bundle"} <= set(points)
+    monkeypatch.setenv("DPR_FAULT_MODE", "raise")
+    for i, point in enumerate(points):
+        rid = f"crash-{i}"
+        led = _ledger()
+        plan = plan_release(load_spec(crash_spec, release_id=rid), led)
+        spent = led.status("nycflights13").spent
+        monkeypatch.setenv("DPR_FAULT_AT", point)
+        with pytest.raises(InjectedFault):
+            release_pipeline(spec_path=str(crash_spec), release_id=rid)
+        monkeypatch.delenv("DPR_FAULT_AT")
+        out = release_pipeline(spec_path=str(crash_spec), release_id=rid)
+        assert not out["stored_release"], point
+        led = _ledger()
+        assert led.release_holds("nycflights13", rid)[0] == plan.total, point  # nothing twice, nothing lost
+        assert led.status("nycflights13").spent == spent + plan.total, point
+        assert led.spent_exact("nycflights13") == led.status("nycflights13").spent, point
+        _published_equals_stored(led, rid, Path(out["bundle"]))
+        assert release_pipeline(spec_path=str(crash_spec), release_id=rid)["stored_release"], point
