@@ -211,6 +211,30 @@ def test_pfl_tiny_probabilities_are_kept_exactly():
     assert abs(log_odds - ideal) <= 2 * float(plan["eta"]) + 1e-9 * abs(ideal)
 
 
+def test_pfl_messages_stay_normalised_on_long_inputs():
+    """Every stored message is a mantissa in [2^-64, 2^64) times a power of two, finite, on a long input.
+
+    (A state whose prefix has one term -- the band's lowest -- once grew its mantissa by up to 2x per
+    position and overflowed to inf / nan after about a thousand positions.)
+    """
+    from dpcore.mechanisms.unattributed.pfl import _prepare
+    from dpcore.mechanisms.unattributed.pfl_messages import messages_block
+
+    rng = np.random.default_rng(17)
+    G, K, eps = 3000, 10**4, 1.0
+    x = np.sort(np.minimum(rng.zipf(2.0, G), K).astype(np.int64))[::-1].copy()
+    plan = pfl_plan(eps, G, K)
+    lo, hi = _band(x, plan["half_width"], K)
+    xc, table, width = _prepare(x, lo, hi, plan["em_scale"])
+    om, oe = np.empty((G, width)), np.empty((G, width), dtype=np.int64)
+    messages_block(xc, lo, hi, *table, 0, G, G, np.zeros(width), np.zeros(width, dtype=np.int64), om, oe)
+    n = hi - lo + 1
+    vals = np.concatenate([om[i, :n[i]] for i in range(G)])
+    assert np.all(np.isfinite(vals)) and vals.min() >= 2.0**-64 and vals.max() < 2.0**64
+    y = pfl_release(x, eps, NoiseSource(seed=2), K)
+    _check_invariants(y, G, K)
+
+
 def test_pfl_sampler_matches_its_exact_distribution():
     """Chi-square of many seeded draws of the chain against its exact distribution (seeded noise: tests only)."""
     G, K, eps = 3, 3, 1.0

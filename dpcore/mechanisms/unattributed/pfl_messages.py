@@ -134,5 +134,8 @@ def messages_block(xc, lo, hi, tm, te, start, stop, G, nxt_m, nxt_e, out_m, out_
             while f < _LO and f > 0.0:
                 f *= _HI
                 e -= 64
+            while f >= _HI:
+                f *= _LO
+                e += 64
             out_m[r, k] = f
             out_e[r, k] = e
