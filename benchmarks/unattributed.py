@@ -525,7 +525,7 @@ def patch_speed(section: str, rows: list, methods: tuple[str, ...], load0: float
              and ("(`" in ln or "| `naive` |" in ln)]
     n_run = sum(1 for ln in table if "not available" not in ln)
     n_ok = sum(1 for ln in table if ln.rstrip().endswith("| yes |"))
-    base = [f"{d.split(',')[0]}: {dt / ratio:.2f} s at G = {G:,}" for d, m, G, st, dt, ratio in rows
+    base = [f"{d}: {dt / ratio:.2f} s at G = {G:,}" for d, m, G, st, dt, ratio in rows
             if m in methods and dt is not None and ratio]
     note = (f"Re-measured with `--methods {','.join(methods)}` ({machine()}; 1-minute load average at the start / "
             f"end: {load0:.1f} / {load1:.1f}): the rows of {', '.join(label(m) for m in methods)} above, each "

@@ -33,7 +33,7 @@ def _exact_cell(mant, expo, word: int) -> int | None:
 
 
 def _random_row(rng, n, spread):
-    mant = rng.uniform(2.0**-64, 2.0**64, size=n) if spread else rng.uniform(0.5, 1.0, size=n)
+    mant = 2.0 ** rng.uniform(-64, 65, size=n) if spread else rng.uniform(0.5, 1.0, size=n)
     expo = rng.integers(-spread, spread + 1, size=n) if spread else np.zeros(n, dtype=np.int64)
     return mant, expo.astype(np.int64)
 

@@ -28,10 +28,13 @@ The drawn state is the ``k`` with ``P_{k-1} <= U T < P_k`` (exact prefix sums
   in float64 in the frame of the row's largest exponent.  A sum of ``n``
   non-negative floats is within a relative ``gamma_n = n u / (1 - n u)``
   (``u = 2^-53``) of the exact sum of its terms, and shifting a term into the
-  frame changes it by at most ``2^-1075`` (subnormal rounding) against a
-  total at least the largest-exponent term's mantissa (``>= 2^-64`` for PFL).  The fast path returns ``k`` only if, with a
+  frame changes it by at most ``2^-1075`` (subnormal rounding), or drops it
+  when it is shifted by more than 1100 binary places (a term below
+  ``2^65 2^-1100 = 2^-1035`` for mantissas below ``2^65``, as PFL's are),
+  against a total at least the largest-exponent term's mantissa
+  (``>= 2^-64`` for PFL).  The fast path returns ``k`` only if, with a
   relative margin ``r = (n + 8) 2^-52`` (twice ``gamma_n`` plus the rounding
-  of the few products in the test) and an absolute margin ``(n + 1) 2^-1070``,
+  of the few products in the test) and an absolute margin ``(n + 1) 2^-1030``,
   the whole interval of ``U T`` lies in ``[P_{k-1}, P_k)`` for every exact
   value the float sums can stand for.  Then ``k`` is the exact inverse-CDF
   cell of ``U``, whatever ``U``'s later bits.
@@ -91,7 +94,7 @@ def _row_prefix(mant, expo, cnt, scratch, pow2):
 def _decide(scratch, cnt, total, word):
     """The state index the fast path certifies for the 64-bit word ``word``, or -1 (undecided)."""
     r = (cnt + 8) * 2.0 ** -52
-    a0 = (cnt + 1) * 2.0 ** -1070
+    a0 = (cnt + 1) * 2.0 ** -1030
     fa = float(word)
     ua = fa * 2.0 ** -64
     ub = (fa + 1.0) * 2.0 ** -64
@@ -135,7 +138,10 @@ def _chain_fast(mant, expo, lo, hi, prev, words, y, scratch, pow2):
 
 
 def fast_index(mant: np.ndarray, expo: np.ndarray, word: int) -> int:
-    """The fast path alone on one row (``-1`` when it cannot decide); for tests and audits."""
+    """The fast path alone on one row (``-1`` when it cannot decide); for tests and audits.
+
+    Mantissas must be below ``2^65`` (the absolute margin assumes it; PFL's are below ``2^65``).
+    """
     mant = np.ascontiguousarray(mant, dtype=np.float64)
     expo = np.ascontiguousarray(expo, dtype=np.int64)
     scratch = np.empty(mant.size)

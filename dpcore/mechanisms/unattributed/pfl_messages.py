@@ -16,9 +16,10 @@ small a completion weight is relative to another: every state keeps a
 positive weight.  All arithmetic is on positive numbers: the prefix sums
 ``C`` are sums of at most ``S`` positive terms (relative error
 ``<= gamma_S``), each multiplied by ``t`` (one more rounding), and the
-rescalings by powers of two are exact (a term shifted below ``2^-1022`` of
-the running sum, which is ``>= 2^-64``, is rounded by at most ``2^-1075``
-absolute).  So every stored ``B_i(v)`` is ``t(|x_i - v|)`` times the exact
+rescalings by powers of two are exact (a term shifted into the subnormal
+range is rounded by at most ``2^-1075`` absolute, one shifted by more than
+1100 places, below ``2^64 2^-1100``, is dropped; the running sum is
+``>= 2^-64``, so both are relative errors below ``2^-970``).  So every stored ``B_i(v)`` is ``t(|x_i - v|)`` times the exact
 sum of the *stored* ``B_{i+1}`` up to ``v``, times ``(1 + theta)`` with
 ``|theta| <= (S + 2) 2^-53 (1 + 10^-3)``: the per-position factor that
 :func:`.pfl.pfl_float_slack` bounds along a whole path.
