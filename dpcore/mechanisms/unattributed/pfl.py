@@ -66,9 +66,10 @@ exponential mechanism:
   products only).  The product of the conditionals along ``y`` telescopes
   (the numerator at ``i`` and the denominator at ``i + 1`` are the same
   stored messages), so ``Q_x(y)`` is the ideal probability
-  ``exp(-||x - y||_1 / s) / Z`` up to a factor ``e^{+-eta}``,
-  ``eta = 8 G (S + 2) 2^-53 >= 2 G log(1 / (1 - theta))`` for the
-  path and the same for ``Z`` (:func:`pfl_float_slack`).  The exponential
+  ``exp(-||x - y||_1 / s) / Z`` up to a factor ``e^{+-eta}``: the path's
+  factors are within ``G log(1 / (1 - theta))`` in log, the normaliser's
+  too, and ``2 G log(1 / (1 - theta)) <= eta = 8 G (S + 2) 2^-53``
+  (:func:`pfl_float_slack`).  The exponential
   mechanism is therefore run at ``epsilon_2 - 2 eta``: ``Q_x(y) / Q_x'(y) <=
   e^{epsilon_2 - 2 eta} e^{2 eta} = e^{epsilon_2}`` for every ``y`` and
   neighbours ``x, x'``.
