@@ -1,10 +1,13 @@
 """Unattributed histograms (seed 004, last part; issue 17): every method on real frequency lists, speed, auto goal.
 
-Run: ``PYTHONPATH=. .venv/bin/python -m benchmarks.unattributed [--quick] [--dry-run] [--reps N] [--skip-speed]``.
+Run: ``PYTHONPATH=. .venv/bin/python -m benchmarks.unattributed [--quick] [--dry-run] [--reps N] [--skip-speed]
+[--methods M1,M2]``.
 Writes the ``unattributed`` section of BENCHMARKS.md via :func:`benchmarks._record.record` (figures are never
 typed by hand; the slides' numbers are the ``SLIDES`` constants below, labelled "slides" in the output).
 ``--dry-run`` prints the Markdown without recording it.  ``--quick``: 3 repetitions, speed at a tenth of the
-sizes (a smoke test; its figures are not the benchmark).
+sizes (a smoke test; its figures are not the benchmark).  ``--methods pfl``: re-time only those methods (speed
+part, with ``naive`` timed again in the same run as their baseline) and replace only their rows of the recorded
+speed table, saying so under it (:func:`patch_speed`).
 
 Parts
 -----
@@ -416,7 +419,14 @@ def timed(method: str, x: np.ndarray, K: int, cap: float) -> tuple[str, float | 
     return status, dt
 
 
-def speed(avail: dict, quick: bool) -> str:
+def speed(avail: dict, quick: bool, methods: tuple[str, ...] | None = None) -> str:
+    """The speed table (Markdown) for every method, or for ``methods`` only (with the ``naive`` baselines)."""
+    rows, load0, load1 = speed_rows(avail, quick, methods)
+    return speed_markdown(rows, load0, load1, quick)
+
+
+def speed_rows(avail: dict, quick: bool, methods: tuple[str, ...] | None = None) -> tuple[list, float, float]:
+    """Time every method (or ``methods``) and ``naive`` in this run: rows, load average before / after."""
     div = 10 if quick else 1
     rng = np.random.default_rng(17)  # data, not privacy noise
     Kz = 10**4
@@ -443,6 +453,8 @@ def speed(avail: dict, quick: bool) -> str:
             st, dt = timed("naive", x, K, SPEED_CAP)
             base[G] = dt
         for m in ORDER:
+            if methods is not None and m not in methods:
+                continue
             G = (10**5 if m in HMM else 10**6) // div
             x, K = inputs[(name, G)]
             if avail[m]:
@@ -456,20 +468,26 @@ def speed(avail: dict, quick: bool) -> str:
         rows.append((desc, "naive (baseline, G = 10^5)" if not quick else "naive (baseline)", 10**5 // div, "ok",
                      base[10**5 // div], 1.0))
     load1 = os.getloadavg()[0]
+    return rows, load0, load1
+
+
+def _speed_line(desc, m, G, st, dt, ratio) -> str:
+    if st == "not available":
+        return f"| {desc} | {label(m) if m in METHODS else m} | {G:,} | not available | | |"
+    if dt is None:
+        t = f"> {SPEED_CAP:.0f} (capped)" if st == "timeout" else st
+        return f"| {desc} | {label(m) if m in METHODS else m} | {G:,} | {t} | | **no** |"
+    ok = "yes" if dt <= SPEED_GOAL else "**no**"
+    return f"| {desc} | {label(m) if m in METHODS else m} | {G:,} | {dt:.2f} | {ratio:,.1f} | {ok} |"
+
+
+def speed_markdown(rows: list, load0: float, load1: float, quick: bool) -> str:
     out = [f"One `release` per cell, eps = 1, production `NoiseSource()`, each in a fresh forked child capped at "
            f"{SPEED_CAP:.0f} s; ratio = time / `naive`'s time on the same input in the same run. 1-minute load "
            f"average at the start / end: {load0:.1f} / {load1:.1f} on {os.cpu_count()} cores (shared machine).\n",
            "| input | method | G | time (s) | x naive | <= 60 s |", "|---|---|---:|---:|---:|---|"]
-    for desc, m, G, st, dt, ratio in rows:
-        if st == "not available":
-            out.append(f"| {desc} | {label(m) if m in METHODS else m} | {G:,} | not available | | |")
-        elif dt is None:
-            t = f"> {SPEED_CAP:.0f} (capped)" if st == "timeout" else st
-            out.append(f"| {desc} | {label(m) if m in METHODS else m} | {G:,} | {t} | | **no** |")
-        else:
-            ok = "yes" if dt <= SPEED_GOAL else "**no**"
-            out.append(f"| {desc} | {label(m) if m in METHODS else m} | {G:,} | {dt:.2f} | "
-                       f"{ratio:,.1f} | {ok} |")
+    for r in rows:
+        out.append(_speed_line(*r))
     timed_rows = [r for r in rows if r[1] in METHODS]
     n_ok = sum(1 for r in timed_rows if r[4] is not None and r[4] <= SPEED_GOAL)
     n_run = sum(1 for r in timed_rows if r[3] != "not available")
@@ -480,6 +498,47 @@ def speed(avail: dict, quick: bool) -> str:
     return "\n".join(out)
 
 
+_GOAL_LINE = re.compile(r"^Speed goal \(issue 17: .*$", re.M)
+_REMEASURED = re.compile(r"^Re-measured with `--methods .*$\n?", re.M)
+
+
+def patch_speed(section: str, rows: list, methods: tuple[str, ...], load0: float, load1: float) -> str:
+    """The recorded ``unattributed`` section with the speed rows of ``methods`` replaced by this run's.
+
+    Each replaced row's ratio is against ``naive`` timed in *this* run (as every ratio of the table is against
+    the ``naive`` of its own run); a line under the table says which rows were re-measured, when, and the
+    baselines they were divided by.  The goal count is recounted from the patched table.  Every other figure of
+    the section is left as the full run recorded it.
+    """
+    lines = section.split("\n")
+    for desc, m, G, st, dt, ratio in rows:
+        if m not in METHODS:
+            continue
+        head = f"| {desc} | {label(m)} | "
+        hits = [i for i, ln in enumerate(lines) if ln.startswith(head)]
+        if len(hits) != 1:
+            raise SystemExit(f"BENCHMARKS.md: expected one speed row starting {head!r}, found {len(hits)}; "
+                             "run the whole benchmark instead (without --methods)")
+        lines[hits[0]] = _speed_line(desc, m, G, st, dt, ratio)
+    text = _REMEASURED.sub("", "\n".join(lines))
+    table = [ln for ln in text.split("\n") if ln.startswith("| ") and ln.count(" | ") == 5
+             and ("(`" in ln or "| `naive` |" in ln)]
+    n_run = sum(1 for ln in table if "not available" not in ln)
+    n_ok = sum(1 for ln in table if ln.rstrip().endswith("| yes |"))
+    base = [f"{d}: {dt / ratio:.2f} s at G = {G:,}" for d, m, G, st, dt, ratio in rows
+            if m in methods and dt is not None and ratio]
+    note = (f"Re-measured with `--methods {','.join(methods)}` ({machine()}; 1-minute load average at the start / "
+            f"end: {load0:.1f} / {load1:.1f}): the rows of {', '.join(label(m) for m in methods)} above, each "
+            f"ratio against `naive` timed in that same run on the same input ({'; '.join(base)}); every other "
+            "row is from the full run.")
+    m_goal = _GOAL_LINE.search(text)
+    if m_goal is None:
+        raise SystemExit("BENCHMARKS.md: the speed goal line of the unattributed section is missing; run the whole "
+                         "benchmark instead (without --methods)")
+    goal = re.sub(r"\*\*\d+/\d+\*\*", f"**{n_ok}/{n_run}**", m_goal.group(0))
+    return text[:m_goal.start()] + goal + "\n\n" + note + text[m_goal.end():]
+
+
 # ---------------------------------------------------------------------------
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -487,7 +546,13 @@ def main(argv=None) -> None:
     ap.add_argument("--dry-run", action="store_true", help="print the Markdown, do not write BENCHMARKS.md")
     ap.add_argument("--reps", type=int, default=None, help="repetitions per cell (default 10, quick 3)")
     ap.add_argument("--skip-speed", action="store_true", help="(development) skip the speed part")
+    ap.add_argument("--methods", default=None,
+                    help="comma-separated methods: re-time only these (and the naive baselines, in the same run) "
+                         "and replace only their speed rows in the recorded section; no accuracy part")
     args = ap.parse_args(argv)
+    if args.methods:
+        only_speed(args)
+        return
     reps = args.reps or (3 if args.quick else 10)
     t0 = time.perf_counter()
     load0 = os.getloadavg()[0]
@@ -619,6 +684,26 @@ def main(argv=None) -> None:
         record("unattributed", text)
         log("recorded the 'unattributed' section of BENCHMARKS.md")
     log(f"done in {total:.0f} s")
+
+
+def only_speed(args) -> None:
+    """``--methods``: re-time the given methods against ``naive`` timed now, patch their rows (see :func:`patch_speed`)."""
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise SystemExit(f"--methods: unknown method(s) {bad}; choose from {', '.join(METHODS)}")
+    avail = availability()
+    log(f"speed of {', '.join(methods)} (and naive) ...")
+    rows, load0, load1 = speed_rows(avail, args.quick, methods)
+    if args.quick or args.dry_run:
+        print(speed_markdown(rows, load0, load1, args.quick))
+        return
+    import benchmarks._record as rec
+    found = re.search(r"<!-- BEGIN unattributed -->\n(.*?)\n<!-- END unattributed -->", rec.BENCHMARKS.read_text(), re.S)
+    if found is None:
+        raise SystemExit("BENCHMARKS.md has no unattributed section: run the whole benchmark first")
+    record("unattributed", patch_speed(found.group(1), rows, methods, load0, load1))
+    log("patched the speed rows of the 'unattributed' section of BENCHMARKS.md")
 
 
 if __name__ == "__main__":

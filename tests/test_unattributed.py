@@ -103,7 +103,7 @@ def test_methods_and_exports():
     assert m.params() == {"method": "hg_l1", "epsilon": 0.5, "size_bound": None}
 
 
-@pytest.mark.parametrize("method", [m for m in METHODS if m != "pfl"])
+@pytest.mark.parametrize("method", METHODS)
 def test_privacy_map_is_pure_epsilon(method):
     m = UnattributedHistogramMechanism(method, 0.3, 50)
     assert m.cost == PrivacyCost("0.3", 0)
@@ -111,15 +111,18 @@ def test_privacy_map_is_pure_epsilon(method):
     assert m.cost.delta == 0
 
 
-def test_pfl_charges_epsilon_and_its_sampler_delta_growing_with_G():
+def test_pfl_charges_pure_epsilon_whatever_G():
+    """Issue 28 section 5: pfl's exact chain sampler charges no delta (it charged (1 + e^eps) tv before)."""
     from dpcore.mechanisms.unattributed.pfl import pfl_cost
 
     m = UnattributedHistogramMechanism("pfl", 0.3, 50, groups=1000)
-    assert m.cost == pfl_cost("0.3", 1000, 50) and m.cost.epsilon == Fraction(3, 10) and 0 < m.cost.delta < 1e-9
-    two = m.privacy_map(2)
-    assert two.epsilon == Fraction(3, 5) and two.delta >= 2 * m.cost.delta
-    unknown = UnattributedHistogramMechanism("pfl", 0.3, 50)  # the bound for the public maximum G
-    assert unknown.cost.delta > m.cost.delta
+    assert m.cost == pfl_cost("0.3", 1000, 50) == PrivacyCost("0.3", 0)
+    assert m.privacy_map(2) == PrivacyCost("0.6", 0)
+    assert m.privacy_map(0) == PrivacyCost(0, 0)
+    unknown = UnattributedHistogramMechanism("pfl", 0.3, 50)  # the plan for the public maximum G
+    assert unknown.cost == PrivacyCost("0.3", 0)
+    big = UnattributedHistogramMechanism("pfl", 0.1, 1000, groups=13_775)  # the issue's case: delta was ~8e-6
+    assert big.cost == PrivacyCost("0.1", 0)
     with pytest.raises(ValueError, match="groups=1000 was given"):
         m.release(np.arange(10), NoiseSource(seed=0))
 

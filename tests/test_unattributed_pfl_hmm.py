@@ -1,9 +1,11 @@
-"""PFL (exponential mechanism over sorted vectors) and Lin-Kifer HMM estimators (issue 17).
+"""PFL (exponential mechanism over sorted vectors) and Lin-Kifer HMM estimators (issues 17, 28).
 
 Invariants on random inputs, noiseless limits, an exact privacy audit of PFL on
-tiny inputs (every output enumerated, probabilities from the sampler's own
-conditionals), an audit that fails when the score sensitivity is understated,
-and the HMM's forward-backward / Viterbi against brute-force enumeration of all
+tiny inputs (every output enumerated, probabilities the exact rationals of the
+chain the sampler draws from, so the audit covers the released distribution,
+not an idealisation), an audit that fails when the score sensitivity is
+understated, the sampler against that distribution, and the HMM's
+forward-backward / Viterbi against brute-force enumeration of all
 non-increasing paths.
 """
 from __future__ import annotations
@@ -16,8 +18,9 @@ import pytest
 
 from dpcore.noise import NoiseSource
 from dpcore.mechanisms.unattributed.hmm import HMM_TAIL, _posterior_mean, _viterbi_path, hmm_band, hmm_estimate
-from dpcore.mechanisms.unattributed.pfl import (_band, _stage2, _stage2_log_prob, pfl_cost, pfl_plan,
-                                                pfl_release)
+from dpcore.budget import PrivacyCost
+from dpcore.mechanisms.unattributed.pfl import (_band, _chain, pfl_cost, pfl_float_slack, pfl_output_probability,
+                                                pfl_plan, pfl_release)
 
 
 def _random_sorted(rng, G, K):
@@ -70,11 +73,21 @@ def test_pfl_both_plans_are_exercised():
     p = pfl_plan(1.0, 10, 10**4)
     assert p["stages"] == 2 and p["epsilon_band"] + p["epsilon_em"] == 1
     assert pfl_plan(1.0, 10, None)["stages"] == 2
-    c = pfl_cost(0.5)  # the bound for the public maximum G: the ideal pure mechanism plus the 53-bit sampler's delta
-    assert c.epsilon == pytest.approx(0.5) and 0 < c.delta < 1e-5
-    assert pfl_cost(0.5, 100, 10**4).delta < c.delta  # smaller G, smaller delta
     with pytest.raises(ValueError, match="G must be an integer"):
         pfl_cost(0.5, 10**8)
+
+
+@pytest.mark.parametrize("G,K", [(10**7, None), (13_775, 1000), (100, 10**4), (5, 3)])
+def test_pfl_is_pure_epsilon_dp(G, K):
+    """Issue 28 section 5: the exact chain sampler costs no delta (it was (1 + e^eps) 2 G (S + 1) 2^-53)."""
+    for eps in ("0.1", "1"):
+        assert pfl_cost(eps, G, K) == PrivacyCost(eps, 0)
+        plan = pfl_plan(eps, G, K)
+        # the float slack is paid inside epsilon: the chain runs at eps_em - 2 eta, eta public (G, S only)
+        assert plan["eta"] == pfl_float_slack(G, plan["states"])
+        run = 2 / plan["em_scale"]
+        assert run <= float(plan["epsilon_em"] - 2 * plan["eta"])
+        assert run > float(plan["epsilon_em"]) * (1 - 1e-3) or G == 10**7
 
 
 @pytest.mark.parametrize("K", [6, 10**4, None])
@@ -101,39 +114,46 @@ def test_pfl_errors():
         pfl_release(np.array([2, 1], dtype=np.int64), 0.0, ns, None)
 
 
-def _exact_distribution(x, lo, hi, inv_scale, outputs):
-    return np.array([math.exp(_stage2_log_prob(x, lo, hi, inv_scale, y)) for y in outputs])
+def _exact_distribution(x, lo, hi, scale, outputs):
+    """The exact (rational) probability of every output under the chain the sampler draws from."""
+    return [pfl_output_probability(x, lo, hi, scale, y) for y in outputs]
 
 
-def _max_log_ratio(G, K, inv_scale, lo, hi):
+def _log_ratio(p, q):
+    return abs(math.log(p.numerator * q.denominator) - math.log(q.numerator * p.denominator))
+
+
+def _max_log_ratio(G, K, scale, lo, hi):
     outputs = _monotone_vectors(G, K)
     worst = 0.0
     for x in outputs:
-        px = _exact_distribution(x, lo, hi, inv_scale, outputs)
-        assert px.sum() == pytest.approx(1.0, abs=1e-12)
+        px = _exact_distribution(x, lo, hi, scale, outputs)
+        assert sum(px) == 1  # exactly: a probability distribution over every non-increasing vector
+        assert all(p > 0 for p in px)  # full support, nothing rounded to 0
         for xn in _neighbours(x, K):
-            pn = _exact_distribution(xn, lo, hi, inv_scale, outputs)
-            mask = (px > 0) | (pn > 0)
-            assert np.all(px[mask] > 0) and np.all(pn[mask] > 0)  # same support
-            worst = max(worst, float(np.max(np.abs(np.log(px[mask]) - np.log(pn[mask])))))
+            pn = _exact_distribution(xn, lo, hi, scale, outputs)
+            worst = max(worst, max(_log_ratio(a, b) for a, b in zip(px, pn)))
     return worst
 
 
 @pytest.mark.parametrize("G,K,eps", [(3, 3, 1.0), (2, 4, 0.5), (4, 2, 2.0)])
 def test_pfl_exact_privacy_audit_single_stage(G, K, eps):
+    """Every output's exact probability under every neighbouring pair: the loss is at most the charged epsilon."""
     plan = pfl_plan(eps, G, K)
     assert plan["stages"] == 1
     lo = np.zeros(G, dtype=np.int64)
     hi = np.full(G, K, dtype=np.int64)
-    inv = 1.0 / plan["em_scale"]
-    # The sampler's probabilities are the exponential mechanism's.
+    scale = plan["em_scale"]
+    # The chain's probabilities are the exponential mechanism's (up to the float slack).
     outputs = _monotone_vectors(G, K)
     x = outputs[len(outputs) // 2]
     em = NoiseSource.exponential_mechanism_probabilities(
-        [-float(np.abs(x - y).sum()) for y in outputs], eps, 1)
-    np.testing.assert_allclose(_exact_distribution(x, lo, hi, inv, outputs), em, rtol=1e-10)
-    worst = _max_log_ratio(G, K, inv, lo, hi)
-    assert worst <= float(pfl_cost(eps).epsilon) + 1e-9
+        [-float(np.abs(x - y).sum()) for y in outputs], 2 / scale, 1)
+    np.testing.assert_allclose([float(p) for p in _exact_distribution(x, lo, hi, scale, outputs)], em, rtol=1e-12)
+    worst = _max_log_ratio(G, K, scale, lo, hi)
+    cost = pfl_cost(eps, G, K)
+    assert cost.delta == 0
+    assert worst <= float(cost.epsilon)
     assert worst > 0.5 * eps  # the audit is not vacuous
 
 
@@ -142,7 +162,7 @@ def test_pfl_audit_fails_with_understated_sensitivity():
     lo = np.zeros(G, dtype=np.int64)
     hi = np.full(G, K, dtype=np.int64)
     # Weights exp(-eps ||x - y||_1) = the convention exp(eps u / (2 Delta)) with Delta = 1/2: too little noise.
-    worst = _max_log_ratio(G, K, eps, lo, hi)
+    worst = _max_log_ratio(G, K, 1.0 / eps, lo, hi)
     assert worst > eps + 0.1
 
 
@@ -152,39 +172,109 @@ def test_pfl_two_stage_audit_given_band(center):
     G, K, eps, W = 2, 5, 1.0, 2
     plan = pfl_plan(eps, G, None)
     lo, hi = _band(np.array(center, dtype=np.int64), W, K)
-    inv = 1.0 / plan["em_scale"]
+    scale = plan["em_scale"]
     outputs = [y for y in _monotone_vectors(G, K) if np.all(y >= lo) and np.all(y <= hi)]
     worst = 0.0
     for x in _monotone_vectors(G, K):
-        px = _exact_distribution(x, lo, hi, inv, outputs)
-        assert px.sum() == pytest.approx(1.0, abs=1e-12)
+        px = _exact_distribution(x, lo, hi, scale, outputs)
+        assert sum(px) == 1 and all(p > 0 for p in px)
         for xn in _neighbours(x, K):
-            pn = _exact_distribution(xn, lo, hi, inv, outputs)
-            worst = max(worst, float(np.max(np.abs(np.log(px) - np.log(pn)))))
-    assert worst <= float(plan["epsilon_em"]) + 1e-9
+            pn = _exact_distribution(xn, lo, hi, scale, outputs)
+            worst = max(worst, max(_log_ratio(a, b) for a, b in zip(px, pn)))
+    assert worst <= float(plan["epsilon_em"])
+    assert worst > 0.5 * float(plan["epsilon_em"])
     # Stage 1: discrete Laplace of scale 1/eps_1 on a sensitivity-1 vector: pmf ratio exp(1/scale) <= e^{eps_1}.
     assert 1.0 / plan["band_scale"] <= float(plan["epsilon_band"]) + 1e-15
     assert float(plan["epsilon_band"] + plan["epsilon_em"]) == pytest.approx(eps)
+    assert pfl_cost(eps, G, None) == PrivacyCost(eps, 0)
+
+
+def test_pfl_tiny_probabilities_are_kept_exactly():
+    """A path whose weight is far below 2^-1074 of the likeliest keeps its exact (positive) probability.
+
+    x = (3, ..., 3) on 400 positions, y = (0, ..., 0): ideal log-odds against y = x is -1200 / s (about
+    -600 at eps = 1), where float64 probabilities underflow; the old 53-bit sampler gave such outputs
+    probability 0 (the source of its delta).  The chain's exact log-odds agree with the ideal to the
+    public slack eta.
+    """
+    G, K, eps = 400, 3, 1.0
+    plan = pfl_plan(eps, G, K)
+    lo = np.zeros(G, dtype=np.int64)
+    hi = np.full(G, K, dtype=np.int64)
+    x = np.full(G, 3, dtype=np.int64)
+    p0 = pfl_output_probability(x, lo, hi, plan["em_scale"], np.zeros(G, dtype=np.int64))
+    p1 = pfl_output_probability(x, lo, hi, plan["em_scale"], x)
+    assert 0 < p0 < p1
+    log_odds = math.log(p0.numerator * p1.denominator) - math.log(p1.numerator * p0.denominator)
+    ideal = -3 * G / plan["em_scale"]
+    assert ideal < -500  # below float64's range: exp(ideal) == 0.0
+    assert abs(log_odds - ideal) <= 2 * float(plan["eta"]) + 1e-9 * abs(ideal)
+
+
+def test_pfl_messages_stay_normalised_on_long_inputs():
+    """Every stored message is a mantissa in [2^-64, 2^64) times a power of two, finite, on a long input.
+
+    (A state whose prefix has one term -- the band's lowest -- once grew its mantissa by up to 2x per
+    position and overflowed to inf / nan after about a thousand positions.)
+    """
+    from dpcore.mechanisms.unattributed.pfl import _prepare
+    from dpcore.mechanisms.unattributed.pfl_messages import messages_block
+
+    rng = np.random.default_rng(17)
+    G, K, eps = 3000, 10**4, 1.0
+    x = np.sort(np.minimum(rng.zipf(2.0, G), K).astype(np.int64))[::-1].copy()
+    plan = pfl_plan(eps, G, K)
+    lo, hi = _band(x, plan["half_width"], K)
+    xc, table, width = _prepare(x, lo, hi, plan["em_scale"])
+    om, oe = np.empty((G, width)), np.empty((G, width), dtype=np.int64)
+    messages_block(xc, lo, hi, *table, 0, G, G, np.zeros(width), np.zeros(width, dtype=np.int64), om, oe)
+    n = hi - lo + 1
+    vals = np.concatenate([om[i, :n[i]] for i in range(G)])
+    assert np.all(np.isfinite(vals)) and vals.min() >= 2.0**-64 and vals.max() < 2.0**64
+    y = pfl_release(x, eps, NoiseSource(seed=2), K)
+    _check_invariants(y, G, K)
 
 
 def test_pfl_sampler_matches_its_exact_distribution():
+    """Chi-square of many seeded draws of the chain against its exact distribution (seeded noise: tests only)."""
     G, K, eps = 3, 3, 1.0
     plan = pfl_plan(eps, G, K)
     lo = np.zeros(G, dtype=np.int64)
     hi = np.full(G, K, dtype=np.int64)
-    inv = 1.0 / plan["em_scale"]
     x = np.array([3, 1, 1], dtype=np.int64)
     outputs = _monotone_vectors(G, K)
-    p = _exact_distribution(x, lo, hi, inv, outputs)
+    p = np.array([float(q) for q in _exact_distribution(x, lo, hi, plan["em_scale"], outputs)])
     ns = NoiseSource(seed=11)
     n = 20000
-    u = ns.uniform01(size=(n, G))
     index = {tuple(y): k for k, y in enumerate(outputs)}
     counts = np.zeros(len(outputs))
-    for r in range(n):
-        counts[index[tuple(_stage2(x, lo, hi, inv, u[r]))]] += 1
+    for _ in range(n):
+        counts[index[tuple(_chain(x, lo, hi, plan["em_scale"], ns))]] += 1
     chi2 = float(np.sum((counts - n * p) ** 2 / (n * p)))
     assert chi2 < 80  # df = 19; P(chi2_19 > 80) < 1e-8
+
+
+def test_pfl_chain_across_blocks_matches_its_exact_distribution(monkeypatch):
+    """The checkpointed backward pass and the block-wise forward pass (block = 2 positions here) draw from the
+    same exact distribution as the one-block computation."""
+    import dpcore.mechanisms.unattributed.pfl as pfl
+
+    monkeypatch.setattr(pfl, "_BLOCK", 2)
+    G, K, eps = 5, 2, 1.5
+    plan = pfl_plan(eps, G, K)
+    lo = np.zeros(G, dtype=np.int64)
+    hi = np.full(G, K, dtype=np.int64)
+    x = np.array([2, 2, 1, 0, 0], dtype=np.int64)
+    outputs = _monotone_vectors(G, K)
+    p = np.array([float(q) for q in _exact_distribution(x, lo, hi, plan["em_scale"], outputs)])
+    ns = NoiseSource(seed=5)
+    n = 10000
+    index = {tuple(y): k for k, y in enumerate(outputs)}
+    counts = np.zeros(len(outputs))
+    for _ in range(n):
+        counts[index[tuple(pfl._chain(x, lo, hi, plan["em_scale"], ns))]] += 1
+    chi2 = float(np.sum((counts - n * p) ** 2 / (n * p)))
+    assert chi2 < 70  # df = 20; P(chi2_20 > 70) < 1e-6 (21 outputs)
 
 
 # ---------------------------------------------------------------- HMM

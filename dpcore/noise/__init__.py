@@ -29,6 +29,12 @@ makes goes through :class:`NoiseSource`.  The rules it implements are:
   for Bun & Steinke's concentrated-DP distributions exactly: lazy uniforms
   through the polar normal and the exponential, enclosed in rigorous decimal
   intervals until the rounding is decided (:mod:`dpcore.noise.interval`).
+* **Exact chains with dyadic weights.**  :meth:`NoiseSource.nonincreasing_chain`
+  draws a non-increasing chain whose conditionals are rationals (weights
+  ``m 2^e``, any dynamic range) exactly: inverse CDF on a lazy uniform, a
+  compiled fast path with rigorous float margins, Python integers when the
+  margins cannot decide (:mod:`dpcore.noise.dyadic`; PFL's sampler, so PFL
+  is pure epsilon-DP with no allowance for its sampler).
 * **Production versus tests.**  ``NoiseSource()`` (no seed) is the production
   source: the exact samplers above plus ``os.urandom``/``secrets`` bits.  Its releases are
   publishable.  ``NoiseSource(seed=...)`` is a deterministic
@@ -48,7 +54,9 @@ which OpenDP requires before its measurement constructors can be used).
 ``interval``: exact integer rounding of continuous noise (lazy uniforms,
 rigorous decimal interval arithmetic).  ``smooth_cdp``: the concentrated-DP
 smooth-sensitivity distributions of Bun & Steinke 2019 (Laplace log-normal,
-arsinh-normal), their parameters, tails and exact samplers.
+arsinh-normal), their parameters, tails and exact samplers.  ``dyadic``: the
+exact chain sampler behind :meth:`NoiseSource.nonincreasing_chain` (numba
+kernels, imported on first use).
 Everything public (and the private helpers the tests use) is re-exported here,
 so ``from dpcore.noise import NoiseSource, conservative_scale`` keeps working.
 """

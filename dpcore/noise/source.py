@@ -632,6 +632,57 @@ class NoiseSource:
         bits = self._bit_source()
         return _bernoulli_exp_neg_from(q, lambda r: _bernoulli_from_bits(r, bits))
 
+    # -- exact chains (PFL) ---------------------------------------------------
+
+    def _words(self, n: int) -> np.ndarray:
+        """``n`` uniform 64-bit words (``uint64``): the first bits of ``n`` lazy uniforms."""
+        if self._rng is None:
+            return _urandom_u64(n)
+        return self._rng.integers(0, np.iinfo(np.uint64).max, size=n, dtype=np.uint64, endpoint=True)
+
+    def nonincreasing_chain(self, mant, expo, lo, hi, prev=None) -> np.ndarray:
+        """Draw a block of a non-increasing chain with dyadic weights, exactly.
+
+        Parameters
+        ----------
+        mant, expo : numpy.ndarray
+            ``(n, width)`` positive float64 mantissas (at least ``2^-64``) and int64
+            exponents: entry ``k`` of row ``j`` is the weight
+            ``mant[j, k] * 2**expo[j, k] > 0`` of state ``lo[j] + k``.
+        lo, hi : numpy.ndarray of int64
+            Each position's states ``lo[j] .. hi[j]``, both non-increasing in ``j``.
+        prev : int or None
+            The state drawn just before the block (``None`` for the first block).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``int64`` states ``y`` of length ``n``: ``y[j]`` is drawn from the
+            states ``lo[j] <= v <= min(hi[j], y[j-1])`` (``prev`` for
+            ``j = 0``) with probability **exactly** ``w_j(v) / sum_u w_j(u)``.
+
+        Notes
+        -----
+        For mechanisms whose whole output distribution is defined by such
+        rational conditionals (PFL: :mod:`dpcore.mechanisms.unattributed.pfl`),
+        so the privacy proof needs no allowance for the sampler.  Sampler:
+        inverse CDF on a lazy uniform per position, a compiled fast path with
+        rigorous float margins and an exact integer path when the margins
+        cannot decide (:mod:`dpcore.noise.dyadic`).  Randomness: one 64-bit
+        word per position, plus rare further bits, from ``os.urandom``
+        (production) or the seeded generator (tests).
+        """
+        from .dyadic import sample_chain_block
+
+        lo = np.asarray(lo, dtype=np.int64)
+        mant = np.ascontiguousarray(mant, dtype=np.float64)
+        expo = np.ascontiguousarray(expo, dtype=np.int64)
+        if mant.ndim != 2 or mant.shape != expo.shape or mant.shape[0] != lo.size:
+            raise ValueError(f"mant and expo must be (n, width) arrays with n = len(lo); got {mant.shape}, "
+                             f"{expo.shape} and {lo.size} positions")
+        return sample_chain_block(mant, expo, lo, np.asarray(hi, dtype=np.int64), prev, self._words(lo.size),
+                                  self._bit_source())
+
     # -- uniform sampling inside mechanisms ---------------------------------
 
     def integers(self, low: int, high: int, size=None):

@@ -158,12 +158,11 @@ def unattributed_step(spec: ReleaseSpec, settings: Settings, ingested: IngestRes
 
 
 def _guarantee(mech: UnattributedHistogramMechanism) -> str:
-    """The release's privacy statement in words (pure epsilon-DP, or pfl's delta of its floating-point sampler)."""
+    """The release's privacy statement in words (every method, pfl included, is pure epsilon-DP today)."""
     c = mech.privacy_map()
     if c.delta == 0:
         return f"epsilon = {float(c.epsilon):g}, pure epsilon-DP"
-    return (f"(epsilon, delta) = ({float(c.epsilon):g}, {float(c.delta):.3g})-DP: the exponential mechanism is pure "
-            "epsilon-DP, and delta bounds what its floating-point sampler can add (dpcore.mechanisms.unattributed.pfl)")
+    return f"(epsilon, delta) = ({float(c.epsilon):g}, {float(c.delta):.3g})-DP"
 
 
 def unattributed_accuracy(spec: ReleaseSpec, mech: UnattributedHistogramMechanism, G: int) -> dict[str, dict]:

@@ -203,19 +203,20 @@ class UnattributedHistogramMechanism:
         :data:`NEEDS_SIZE_BOUND` (their vector has length ``K + 1``); for the
         others it clips the output to ``[0, K]``.
     groups : int, optional
-        Public number of groups ``G``.  Only ``pfl`` uses it: its
-        floating-point sampler is charged a ``delta`` that grows with ``G``
-        (:func:`.pfl.pfl_cost`); without it the bound for the public maximum
-        :data:`.pfl.PFL_MAX_GROUPS` is charged, and a release with another
-        ``G`` than given is refused.
+        Public number of groups ``G``.  Only ``pfl`` uses it: its exact
+        chain is run at ``epsilon_2 - 2 eta`` with a float slack ``eta`` that
+        grows with ``G`` (:func:`.pfl.pfl_plan`; the charge is pure
+        ``epsilon`` whatever ``G``); without it the plan for the public
+        maximum :data:`.pfl.PFL_MAX_GROUPS` is checked, and a release with
+        another ``G`` than given is refused.
 
     Notes
     -----
     Input: ``G`` group sizes (``G`` public).  Output: ``G`` non-negative
     integers sorted non-increasing.  Neighbours: one item added to or removed
     from one group (one entry of the sorted vector changes by one).  Notion:
-    ``dp``, pure ``epsilon``-DP, ``delta = 0`` (:meth:`privacy_map`), except
-    ``pfl``: ``(epsilon, delta_fp)`` with the ``delta_fp`` of its 53-bit sampler.
+    ``dp``, pure ``epsilon``-DP, ``delta = 0`` (:meth:`privacy_map`), for
+    every method (``pfl`` included: its chain is sampled exactly).
     The constructor only stores; :meth:`validate` checks.
     """
 
@@ -280,22 +281,17 @@ class UnattributedHistogramMechanism:
             ``(d_in * epsilon, 0)``: every method is pure epsilon-DP for one
             item (its noisy measurements' ``sensitivity / scale`` sum to at
             most ``epsilon``; :meth:`measurement_plan`), and group privacy
-            gives ``d_in * epsilon``.  ``pfl``: ``(epsilon, delta_fp)`` for one
-            item (:func:`.pfl.pfl_cost`: the ideal exponential mechanism is
-            pure, its 53-bit sampler adds ``delta_fp``; ``G`` = ``groups``),
-            and ``(k epsilon, k e^{(k-1) epsilon} delta_fp)`` for ``k`` items.
+            gives ``d_in * epsilon``.  ``pfl`` too (:func:`.pfl.pfl_cost`:
+            its two stages sum to ``epsilon`` and its chain is sampled
+            exactly, so no ``delta``; ``G`` = ``groups`` is checked).
         """
         self.validate()
         if isinstance(d_in, bool) or not isinstance(d_in, numbers.Integral) or d_in < 0:
             raise ValueError(f"d_in must be an integer >= 0 (items added or removed), got {d_in!r}")
-        if self.method == "pfl":  # (eps, delta_fp) for one item; group privacy (k eps, k e^{(k-1) eps} delta)
+        if self.method == "pfl":  # pure (eps, 0) for one item (its plan checked for G); group privacy k eps
             from .pfl import PFL_MAX_GROUPS, pfl_cost
             one = pfl_cost(self.epsilon_exact, self.groups or PFL_MAX_GROUPS, self.size_bound)
-            k = int(d_in)
-            if k == 0:
-                return PrivacyCost(0, 0)
-            grow = Fraction(3) ** math.ceil((k - 1) * one.epsilon)  # >= e^{(k-1) eps}
-            return PrivacyCost(one.epsilon * k, min(Fraction(1), k * grow * one.delta))
+            return PrivacyCost(one.epsilon * int(d_in), 0)  # one.delta == 0: the chain is sampled exactly
         return PrivacyCost(self.epsilon_exact * int(d_in), 0)
 
     @property
@@ -384,7 +380,7 @@ class UnattributedHistogramMechanism:
         if m == "pfl":  # the whole mechanism (Blocki-Datta-Bonneau 2016), epsilon passed exact
             from .pfl import pfl_release
             if self.groups is not None and G != self.groups:
-                raise ValueError(f"groups={self.groups} was given (it sets pfl's charged delta) but {G} sizes were "
+                raise ValueError(f"groups={self.groups} was given (it sets pfl's plan) but {G} sizes were "
                                  "passed; pass the public number of groups")
             return _finish(pfl_release(x, eps, noise, K), G, K)
         if m in ("naive", "hg_l2", "hg_l1", "hmm_forward_backward", "hmm_viterbi"):

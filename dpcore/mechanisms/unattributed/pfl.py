@@ -43,29 +43,39 @@ product's problem and makes the guarantee pure:
   sequential composition.  A band that misses the truth costs accuracy only.
 
 Privacy notion and cost (``notion = "dp"``, add/remove one item of one
-group; the noisy band centre is never returned): the *ideal* mechanism above
-is pure ``epsilon``-DP.  The implemented sampler computes the conditionals in
-floating point and draws them by inverse CDF on 53-bit uniforms, so it is
-charged ``(epsilon, delta_fp)`` (:func:`pfl_cost`), with the floating-point
-part made explicit:
+group; the noisy band centre is never returned): **pure** ``epsilon``-DP,
+``delta = 0`` (:func:`pfl_cost`).  The sampler is exact for the distribution
+it defines, and that distribution is within a public factor of the ideal
+exponential mechanism:
 
+* *The chain.*  The backward messages ``B_i(v)`` (total weight of the
+  completions ``y_i = v, ..., y_G`` in the band) are computed
+  deterministically from ``x``, as dyadic rationals (float64 mantissa and
+  ``int64`` exponent: :mod:`.pfl_messages`; no state's weight underflows to
+  0), and ``y`` is drawn forward with the conditionals
+  ``P(y_i = v | y_{i-1}) = B_i(v) / sum_{u <= y_{i-1}} B_i(u)`` taken
+  **exactly** (:meth:`NoiseSource.nonincreasing_chain`: inverse CDF on a lazy
+  uniform, integer arithmetic when float margins cannot decide).  So the
+  released ``y`` has exactly the probability ``Q_x(y)``, the product of
+  these rational conditionals: no 53-bit rounding, no additive ``delta``.
 * *Multiplicative part.*  With ``S`` states per position (``K + 1``, or
-  ``2 W + 1`` in the band), every float conditional is the exact conditional
-  of the backward messages up to the rounding of one ``exp``, one ``log`` and
-  two sums of at most ``S`` terms, and the product of the conditionals along
-  ``y`` telescopes (numerator and next denominator are sums of the same float
-  messages), so the probability the float conditionals give ``y`` is within a
-  factor ``e^{+-eta}`` of the exact one, ``eta = 8 G (S + 2) 2^-53``
-  (:func:`pfl_float_slack`; a conservative constant).  The exponential
-  mechanism is therefore run at ``epsilon_2 - 2 eta``: the ratio of its
-  float-defined output probabilities on neighbours stays ``<= e^{epsilon_2}``.
-* *Additive part.*  Inverse CDF on a uniform that is a multiple of ``2^-53``
-  gives each state the probability of the grid points in its cell: within
-  ``2^-53`` of the float conditional, per state; states below ``e^-745`` of
-  the step's largest weight get 0 (also within ``2^-53``).  So the output
-  distribution is within total variation ``tv = 2 G (S + 1) 2^-53`` of the
-  float-defined one, and the mechanism is ``(epsilon, (1 + e^epsilon) tv)``-DP
-  (an event's probability moves by at most ``tv`` on each side).
+  ``2 W + 1`` in the band), each stored ``B_i(v)`` is the weight
+  ``t(|x_i - v|)`` (``exp(-|x_i - v| / s)`` to a relative ``2^-53``) times the
+  exact sum of the stored ``B_{i+1}(u)``, ``u <= v``, up to a factor
+  ``1 + theta``, ``|theta| <= (S + 2) 2^-53 (1 + 10^-3)`` (positive sums and
+  products only).  The product of the conditionals along ``y`` telescopes
+  (the numerator at ``i`` and the denominator at ``i + 1`` are the same
+  stored messages), so ``Q_x(y)`` is the ideal probability
+  ``exp(-||x - y||_1 / s) / Z`` up to a factor ``e^{+-eta}``: the path's
+  factors are within ``G log(1 / (1 - theta))`` in log, the normaliser's
+  too, and ``2 G log(1 / (1 - theta)) <= eta = 8 G (S + 2) 2^-53``
+  (:func:`pfl_float_slack`).  The exponential
+  mechanism is therefore run at ``epsilon_2 - 2 eta``: ``Q_x(y) / Q_x'(y) <=
+  e^{epsilon_2 - 2 eta} e^{2 eta} = e^{epsilon_2}`` for every ``y`` and
+  neighbours ``x, x'``.
+* *Clipping.*  The messages use ``x`` clipped into the band: for ``y`` in
+  the band, ``|x_i - y_i| = |clip(x_i) - y_i| + |x_i - clip(x_i)|``, a
+  constant in ``y``, so the distribution is unchanged and ``|x_i - v| < S``.
 
 ``G`` is public (the step passes it; the mechanism's default is the public
 maximum :data:`PFL_MAX_GROUPS`, refused above).
@@ -80,11 +90,13 @@ import numpy as np
 from dpcore.budget import PrivacyCost, exact
 from dpcore.noise import NoiseSource, conservative_scale
 
+from .pfl_messages import messages_block, weight_table
 
-__all__ = ["pfl_release", "pfl_cost", "pfl_plan", "pfl_float_slack", "BAND_FRACTION", "BAND_TAIL_1", "BAND_TAIL_2",
-           "PFL_MAX_GROUPS"]
 
-#: Largest public number of groups PFL accepts (its delta grows with G; module docstring).
+__all__ = ["pfl_release", "pfl_cost", "pfl_plan", "pfl_float_slack", "pfl_output_probability", "BAND_FRACTION",
+           "BAND_TAIL_1", "BAND_TAIL_2", "PFL_MAX_GROUPS"]
+
+#: Largest public number of groups PFL accepts (its float slack ``eta`` grows with G; module docstring).
 PFL_MAX_GROUPS = 10**7
 _U = Fraction(1, 2**53)
 
@@ -99,42 +111,41 @@ BAND_TAIL_2 = 8
 _BLOCK = 1024
 
 
-def pfl_float_slack(G: int, states: int) -> tuple[Fraction, Fraction]:
-    """``(eta, tv)`` of the floating-point sampler for ``G`` positions of at most ``states`` states (module docstring).
+def pfl_float_slack(G: int, states: int) -> Fraction:
+    """``eta = 8 G (states + 2) 2^-53`` for ``G`` positions of at most ``states`` states (module docstring).
 
-    ``eta = 8 G (states + 2) 2^-53`` bounds the log-ratio between the float-defined and the exact output
-    probabilities; ``tv = 2 G (states + 1) 2^-53`` bounds the total variation added by 53-bit inverse-CDF draws.
+    Bounds ``|log Q_x(y) - log P_x(y)|`` between the probability ``Q_x(y)`` the exact sampler gives ``y``
+    (messages stored as dyadic rationals) and the ideal exponential mechanism's ``P_x(y)``, for every ``y``.
     """
-    return 8 * G * (states + 2) * _U, 2 * G * (states + 1) * _U
+    return 8 * G * (states + 2) * _U
 
 
 def pfl_cost(epsilon, G: int = PFL_MAX_GROUPS, size_bound: int | None = None) -> PrivacyCost:
-    """The privacy cost charged by :func:`pfl_release`.
+    """The privacy cost charged by :func:`pfl_release`: pure ``(epsilon, 0)``.
 
     Parameters
     ----------
     epsilon : float, int, str or Fraction
         The total ``epsilon > 0`` given to :func:`pfl_release`.
     G : int
-        Public number of groups (default: the public maximum :data:`PFL_MAX_GROUPS`, a bound for every G).
+        Public number of groups (default: the public maximum :data:`PFL_MAX_GROUPS`).  It does not change
+        the cost; it is checked (and sets the float slack the second stage is run under, :func:`pfl_plan`).
     size_bound : int or None
-        Public ``K`` (decides one or two stages, hence the states per position).
+        Public ``K`` (decides one or two stages).
 
     Returns
     -------
     PrivacyCost
-        ``(epsilon, (1 + e^epsilon) tv)`` under add/remove one item of one
-        group (one entry of the sorted vector changes by one; ``G`` public):
-        the ideal mechanism is pure ``epsilon``-DP (both stages sum to
-        ``epsilon``, the second run at ``epsilon_2 - 2 eta``), and ``tv``
-        (:func:`pfl_float_slack`) is the total variation the 53-bit sampler adds.
-        ``delta`` is rounded up (``e^epsilon <= 3^ceil(epsilon)``).
+        ``(epsilon, 0)`` under add/remove one item of one group (one entry
+        of the sorted vector changes by one; ``G`` public): both stages sum
+        to ``epsilon``, the second run at ``epsilon_2 - 2 eta`` so that the
+        exactly sampled chain, within ``e^{+-eta}`` of the ideal mechanism,
+        is ``epsilon_2``-DP (module docstring).  ``delta = 0``: the sampler
+        adds no additive term (every output probability is the chain's exact
+        rational one).
     """
     plan = pfl_plan(epsilon, G, size_bound)
-    eps = plan["epsilon_band"] + plan["epsilon_em"]
-    e_up = Fraction(3) ** math.ceil(eps)  # >= e^eps
-    delta = min(Fraction(1), (1 + e_up) * plan["tv"])
-    return PrivacyCost(eps, delta)
+    return PrivacyCost(plan["epsilon_band"] + plan["epsilon_em"], 0)
 
 
 def pfl_plan(epsilon, G: int, size_bound: int | None) -> dict:
@@ -155,8 +166,8 @@ def pfl_plan(epsilon, G: int, size_bound: int | None) -> dict:
         ``stages`` (1 or 2), ``epsilon_band`` and ``epsilon_em`` (Fractions,
         summing to ``epsilon``), ``band_scale`` (discrete Laplace scale of the
         centre, or ``None``), ``em_scale`` (``s_2 = 2 / (epsilon_em - 2 eta)`` rounded
-        up: weights ``exp(-||x - y||_1 / s_2)``), ``half_width`` ``W`` (or ``None``) and the
-        float slack ``eta``, ``tv`` (:func:`pfl_float_slack`).
+        up: weights ``exp(-||x - y||_1 / s_2)``), ``half_width`` ``W`` (or ``None``),
+        ``states`` ``S`` per position and the float slack ``eta`` (:func:`pfl_float_slack`).
         A function of public parameters only.
 
     Notes
@@ -169,19 +180,22 @@ def pfl_plan(epsilon, G: int, size_bound: int | None) -> dict:
     if eps <= 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
     if isinstance(G, bool) or not isinstance(G, int) or not 1 <= G <= PFL_MAX_GROUPS:
-        raise ValueError(f"G must be an integer in [1, {PFL_MAX_GROUPS}] for pfl (got {G!r}): its delta grows with G")
+        raise ValueError(f"G must be an integer in [1, {PFL_MAX_GROUPS}] for pfl (got {G!r}): its float slack "
+                         "grows with G")
     eps1 = eps * BAND_FRACTION
     eps2 = eps - eps1
     s1 = conservative_scale(1, eps1)
     s2 = NoiseSource.exponential_mechanism_scale(eps2, 1)
     w = int(math.ceil(BAND_TAIL_1 * s1 + BAND_TAIL_2 * s2))
     if size_bound is not None and size_bound <= 2 * w:
-        eta, tv = pfl_float_slack(G, int(size_bound) + 1)
+        states = int(size_bound) + 1
+        eta = pfl_float_slack(G, states)
         return {"stages": 1, "epsilon_band": Fraction(0), "epsilon_em": eps, "band_scale": None,
-                "em_scale": _em_scale(eps, eta), "half_width": None, "eta": eta, "tv": tv}
-    eta, tv = pfl_float_slack(G, 2 * w + 1)
+                "em_scale": _em_scale(eps, eta), "half_width": None, "states": states, "eta": eta}
+    states = 2 * w + 1
+    eta = pfl_float_slack(G, states)
     return {"stages": 2, "epsilon_band": eps1, "epsilon_em": eps2, "band_scale": s1,
-            "em_scale": _em_scale(eps2, eta), "half_width": w, "eta": eta, "tv": tv}
+            "em_scale": _em_scale(eps2, eta), "half_width": w, "states": states, "eta": eta}
 
 
 def _em_scale(eps_em: Fraction, eta: Fraction) -> float:
@@ -221,83 +235,68 @@ def _band(center: np.ndarray, half_width: int, size_bound: int | None):
     return lo.astype(np.int64), hi.astype(np.int64)
 
 
-def _messages(x, lo, hi, inv_scale, start, stop, nxt):
-    """Backward log-messages ``log B_i`` for ``i`` in ``[start, stop)``, given ``nxt = log B_stop`` (or None).
+def _prepare(x, lo, hi, scale: float):
+    """Sizes clipped into the band (same distribution, module docstring), the weight table, the row width."""
+    xc = np.clip(x, lo, hi).astype(np.int64)
+    width = int((hi - lo).max()) + 1
+    return xc, weight_table(scale, width), width
 
-    ``B_i(v) = w_i(v) * sum_{u <= v, u in band_{i+1}} B_{i+1}(u)`` with
-    ``w_i(v) = exp(-|x_i - v| / s)``, so ``B_i(v)`` is the total weight of the
-    non-increasing completions ``y_i = v, y_{i+1}, ..., y_G`` inside the band.
-    Returns a list indexed ``i - start``; entry ``k`` of ``log B_i`` is state
-    ``lo_i + k``.
+
+def _chain(x, lo, hi, scale: float, noise: NoiseSource) -> np.ndarray:
+    """Draw ``y`` from the exact chain (module docstring) over the non-increasing vectors in the band.
+
+    Backward pass: messages from the last position to the first, keeping one row per block of
+    :data:`_BLOCK` positions; forward pass: per block, the messages are recomputed from the next checkpoint
+    (the same deterministic computation, so the same rows) and the block is drawn exactly by
+    :meth:`NoiseSource.nonincreasing_chain`.
     """
-    out = [None] * (stop - start)
-    # A completion weight below e^-745 of the step's largest becomes log 0 = -inf: the
-    # sampler (53-bit uniforms) cannot draw such a state with its exact probability anyway.
-    with np.errstate(divide="ignore"):
-        _messages_loop(x, lo, hi, inv_scale, start, stop, nxt, out)
-    return out
-
-
-def _messages_loop(x, lo, hi, inv_scale, start, stop, nxt, out):
-    for i in range(stop - 1, start - 1, -1):
-        v = np.arange(lo[i], hi[i] + 1, dtype=np.int64)
-        lw = -np.abs(v - x[i]) * inv_scale
-        if nxt is not None:
-            idx = np.minimum(v - lo[i + 1], nxt.size - 1)
-            m = nxt.max()
-            lw = lw + (m + np.log(np.cumsum(np.exp(nxt - m))[idx]))
-        out[i - start] = lw
-        nxt = lw
-
-
-def _stage2(x, lo, hi, inv_scale, uniforms) -> np.ndarray:
-    """Sample ``y`` with ``P(y) ∝ exp(-||x - y||_1 / s)`` over non-increasing ``y`` in the band."""
     G = x.size
-    # Backward pass: keep log B at each block start only.
+    xc, table, width = _prepare(x, lo, hi, scale)
     ckpt = {}
-    nxt = None
+    nxt_m, nxt_e = np.zeros(width), np.zeros(width, dtype=np.int64)
     for start in range(((G - 1) // _BLOCK) * _BLOCK, -1, -_BLOCK):
         stop = min(start + _BLOCK, G)
-        msgs = _messages(x, lo, hi, inv_scale, start, stop, nxt)
-        nxt = msgs[0]
-        ckpt[start] = nxt
+        out_m, out_e = np.empty((stop - start, width)), np.empty((stop - start, width), dtype=np.int64)
+        messages_block(xc, lo, hi, *table, start, stop, G, nxt_m, nxt_e, out_m, out_e)
+        nxt_m, nxt_e = out_m[0].copy(), out_e[0].copy()
+        ckpt[start] = (nxt_m, nxt_e)
     y = np.empty(G, dtype=np.int64)
     prev = None
     for start in range(0, G, _BLOCK):
         stop = min(start + _BLOCK, G)
-        msgs = _messages(x, lo, hi, inv_scale, start, stop, ckpt.get(stop))
-        for i in range(start, stop):
-            lb = msgs[i - start]
-            if prev is not None:
-                lb = lb[: min(hi[i], prev) - lo[i] + 1]
-            c = np.cumsum(np.exp(lb - lb.max()))
-            k = int(np.searchsorted(c, uniforms[i] * c[-1], side="right"))
-            prev = int(lo[i]) + min(k, c.size - 1)
-            y[i] = prev
+        nm, ne = ckpt.get(stop, (np.zeros(width), np.zeros(width, dtype=np.int64)))
+        out_m, out_e = np.empty((stop - start, width)), np.empty((stop - start, width), dtype=np.int64)
+        messages_block(xc, lo, hi, *table, start, stop, G, nm, ne, out_m, out_e)
+        y[start:stop] = noise.nonincreasing_chain(out_m, out_e, lo[start:stop], hi[start:stop], prev)
+        prev = int(y[stop - 1])
     return y
 
 
-def _stage2_log_prob(x, lo, hi, inv_scale, y) -> float:
-    """Exact log-probability that :func:`_stage2` returns ``y`` (for audits; ``-inf`` outside the band).
+def pfl_output_probability(x, lo, hi, scale: float, y) -> Fraction:
+    """The exact probability (a rational) that the chain draws ``y`` given the band (for audits).
 
-    The product of the conditionals the sampler draws from:
-    ``P(y_1) = B_1(y_1) / sum B_1`` and
-    ``P(y_i | y_{i-1}) = B_i(y_i) / sum_{u <= y_{i-1}} B_i(u)``.
+    ``Q_x(y) = prod_i B_i(y_i) / sum_{lo_i <= u <= min(hi_i, y_{i-1})} B_i(u)`` with the stored dyadic messages
+    (:mod:`.pfl_messages`), i.e. the distribution :meth:`NoiseSource.nonincreasing_chain` samples exactly;
+    ``0`` outside the band or for a vector that is not non-increasing.
     """
     x = np.asarray(x, dtype=np.int64)
     y = np.asarray(y, dtype=np.int64)
+    lo = np.asarray(lo, dtype=np.int64)
+    hi = np.asarray(hi, dtype=np.int64)
     if np.any(y < lo) or np.any(y > hi) or np.any(np.diff(y) > 0):
-        return -math.inf
-    msgs = _messages(x, lo, hi, inv_scale, 0, x.size, None)
-    total = 0.0
+        return Fraction(0)
+    G = x.size
+    xc, table, width = _prepare(x, lo, hi, scale)
+    out_m, out_e = np.empty((G, width)), np.empty((G, width), dtype=np.int64)
+    messages_block(xc, lo, hi, *table, 0, G, G, np.zeros(width), np.zeros(width, dtype=np.int64), out_m, out_e)
+    p = Fraction(1)
     prev = None
-    for i, lb in enumerate(msgs):
-        if prev is not None:
-            lb = lb[: min(hi[i], prev) - lo[i] + 1]
-        m = lb.max()
-        total += lb[y[i] - lo[i]] - (m + math.log(np.exp(lb - m).sum()))
+    for i in range(G):
+        top = int(hi[i]) if prev is None else min(int(hi[i]), prev)
+        row = [Fraction(float(out_m[i, k])) * Fraction(2) ** int(out_e[i, k]) for k in range(top - int(lo[i]) + 1)]
+        p *= row[int(y[i] - lo[i])] / sum(row)
         prev = int(y[i])
-    return total
+    return p
 
 
 def pfl_release(sizes_desc: np.ndarray, epsilon, noise: NoiseSource, size_bound: int | None) -> np.ndarray:
@@ -350,18 +349,17 @@ def pfl_release(sizes_desc: np.ndarray, epsilon, noise: NoiseSource, size_bound:
     ``epsilon``-DP (both stages, sequential composition); ``notion = "dp"``.
 
     Sampling: the normalising sums are a backward dynamic program over
-    positions (each step a cumulative sum over the band's states, log-space),
-    ``y`` is drawn forward from the exact conditionals by inverse CDF on
-    :meth:`NoiseSource.uniform01` (53-bit) uniforms; messages are kept at
+    positions (each step a prefix sum over the band's states, dyadic
+    rationals with their own exponents: :mod:`.pfl_messages`, compiled), and
+    ``y`` is drawn forward from the chain's rational conditionals exactly
+    (:meth:`NoiseSource.nonincreasing_chain`); messages are kept at
     checkpoints every 1024 positions and recomputed per block (memory
     ``O((G / 1024 + 1024) W)``).  Time ``O(G W)`` with ``W ~ 6 / epsilon_1 +
-    16 / epsilon_2``.  Caveat: the conditionals are computed in floating
-    point and drawn with 53-bit uniforms, so a conditional probability below
-    about ``2**-53`` of its step's total is not honoured exactly, and a state
-    whose completion weight is below ``e^-745`` of the largest gets
-    probability 0 (DESIGN rule 3 asks for exact samplers; this one is exact
-    only up to that rounding, so the pure guarantee holds up to events of
-    probability about ``G * 2**-53``).
+    16 / epsilon_2``.  The sampler is exact (DESIGN rule 3): every output
+    has exactly the chain's probability, however small, so the charge has
+    ``delta = 0``; the floating-point messages only move the chain within a
+    public factor ``e^{+-eta}`` of the ideal mechanism, paid for by running it
+    at ``epsilon_2 - 2 eta`` (module docstring).
     """
     x = _check_sizes(sizes_desc, size_bound)
     plan = pfl_plan(epsilon, x.size, size_bound)
@@ -375,5 +373,4 @@ def pfl_release(sizes_desc: np.ndarray, epsilon, noise: NoiseSource, size_bound:
         if size_bound is not None:
             center = np.minimum(center, size_bound)
         lo, hi = _band(center, plan["half_width"], size_bound)
-    uniforms = np.asarray(noise.uniform01(size=G), dtype=np.float64)
-    return _stage2(x, lo, hi, 1.0 / plan["em_scale"], uniforms)
+    return _chain(x, lo, hi, plan["em_scale"], noise)
