@@ -143,10 +143,12 @@ class Run:
     def prefect_home(self) -> Path:
         return self.folder / "prefect"
 
+    release: str = RELEASE_ID
+
     @property
     def bundle(self) -> Path:
         """The bundle folder (where a failed run would have written it)."""
-        return self.dpr_home / "bundles" / "nycflights13" / RELEASE_ID
+        return self.dpr_home / "bundles" / "nycflights13" / self.release
 
 
 CHILD = """
@@ -172,6 +174,45 @@ def _run_all(tmp_path: Path, spec: str, inputs: dict[str, str]) -> dict[str, Run
         results, runs[name].console = finish(proc)
         assert len(results) == 1 and results[0]["run"], f"run {name}:\n{runs[name].console[-4000:]}"
         runs[name].result = results[0]
+    for run in runs.values():
+        run.api = asyncio.run(_read_api(run.result["run"]))
+    return runs
+
+
+SEQUENCE_CHILD = """
+    import subprocess
+    from flows.release_pipeline import release_pipeline
+    report("first", lambda **kw: release_pipeline(spec_path={spec!r}, release_id={first!r}, **kw))
+    Path({input!r}).write_text(Path({second_data!r}).read_text())
+    report("release", lambda **kw: release_pipeline(spec_path={spec!r}, release_id={second!r}, **kw))
+    for cmd in (["plan", {spec!r}, "--release-id", {second!r}], ["budget"]):
+        res = subprocess.run([str(Path(sys.executable).parent / "dpr"), *cmd], capture_output=True, text=True)
+        print(f"DPR {{' '.join(cmd[:1])}} exit {{res.returncode}}\n{{res.stdout}}{{res.stderr}}", flush=True)
+"""
+
+
+def _run_sequences(tmp_path: Path, spec: str, first: str, seconds: dict[str, str], first_id: str,
+                   second_id: str) -> dict[str, Run]:
+    """Per name: one child that releases ``first`` under ``first_id``, then the input is replaced by
+    ``seconds[name]`` and released under ``second_id``; the second run is the one read back and compared.
+    Each child then prints ``dpr plan`` and ``dpr budget`` (compared as part of its console)."""
+    runs, procs = {}, {}
+    for i, (name, data) in enumerate(seconds.items()):
+        folder = tmp_path / f"seq{i}"
+        folder.mkdir()
+        (folder / "spec.yaml").write_text(spec)
+        (folder / "input.csv").write_text(first)
+        (folder / "second.csv").write_text(data)
+        run = runs[name] = Run(name, folder, release=second_id)
+        env = child_env(tmp_path, run.dpr_home, run.prefect_home,
+                        DPR_TEST_NOISE_SEED=NOISE_SEED, DPR_ALLOW_TEST_NOISE="1")
+        procs[name] = spawn(SEQUENCE_CHILD.format(spec=str(folder / "spec.yaml"), first=first_id, second=second_id,
+                                                  input=str(folder / "input.csv"),
+                                                  second_data=str(folder / "second.csv")), env)
+    for name, proc in procs.items():
+        results, runs[name].console = finish(proc)
+        assert len(results) == 2 and all(r["run"] for r in results), f"run {name}:\n{runs[name].console[-4000:]}"
+        runs[name].result = results[1]
     for run in runs.values():
         run.api = asyncio.run(_read_api(run.result["run"]))
     return runs
@@ -638,6 +679,34 @@ def test_neighbouring_inputs_leave_identical_public_traces_except_charged_noise(
         problems += [f"--- {name} vs D ---\n{p}" for p in differences(found["D"], found[name], name)]
     if problems:
         pytest.fail(f"{len(problems)} public surface(s) differ or leak:\n\n" + "\n\n".join(problems), pytrace=False)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("same_id", [True, False], ids=["one-release-id", "two-release-ids"])
+def test_a_rerun_on_changed_data_leaves_the_trace_of_a_rerun_on_unchanged_data(
+    tmp_path, small_spec_path, small_flights_csv, same_id
+):
+    """Issue 28 §1-2: the snapshots (D, D) and (D, D + one record) released in sequence. Under one release
+    id, the second run is the stored release in both cases: every public surface of the second run
+    (bundle, manifest, report, Prefect run, task runs, logs, artifacts, events, the flow's result, the
+    console, ``dpr plan`` and ``dpr budget``) is identical, with nothing masked but random ids and clocks.
+    Under two release ids, the second run is a new release of each snapshot and differs only in the
+    values the ledger charged for (as for the single-run neighbours above)."""
+    inputs = _neighbouring_inputs(small_flights_csv)
+    second = RELEASE_ID if same_id else RELEASE_ID + "-2"
+    runs = _run_sequences(tmp_path, _spec_text(small_spec_path), inputs["D"], {"D": inputs["D"], "D2": inputs["D2"]},
+                          RELEASE_ID, second)
+    for name, run in runs.items():
+        assert run.result["ok"], f"{name}: {run.console[-4000:]}"
+        assert run.result["out"]["stored_release"] is same_id, name
+    found = {name: surfaces(run) for name, run in runs.items()}
+    if same_id:  # nothing masked: the stored release is the stored release
+        problems = differences((found["D"][1], found["D"][1]), (found["D2"][1], found["D2"][1]), "D2")
+    else:
+        problems = differences(found["D"], found["D2"], "D2")
+    assert "DPR plan exit 0" in found["D"][0]["console (stdout + stderr)"]
+    if problems:
+        pytest.fail(f"{len(problems)} public surface(s) differ:\n\n" + "\n\n".join(problems), pytrace=False)
 
 
 GUARD_PROBE = """
