@@ -278,6 +278,7 @@ def _state(home: Path) -> dict:
     }
 
 
+@pytest.mark.timeout(1800)
 def test_one_row_probe_under_a_new_name_has_the_same_public_outcome_whether_its_id_is_in_another_dataset(
         home, small_spec_path, small_flights_csv, tmp_path):
     """Issue 28 hole 3: a one-row CSV under a new dataset name, with an id present in a registered dataset
@@ -292,9 +293,8 @@ def test_one_row_probe_under_a_new_name_has_the_same_public_outcome_whether_its_
     spec["dataset"]["source"] = {"kind": "csv", "path": str(probe_csv)}
     probe = tmp_path / "probe.yaml"
     probe.write_text(yaml.safe_dump(spec))
-    commands = [["plan", str(probe)], ["plan", str(probe), "--json"], ["run", str(probe)], ["budget"],
-                ["budget", "--json"], ["budget", "probe"], ["dataset", "list"], ["dataset", "list", "--json"],
-                ["dataset", "show", "probe"]]
+    commands = [["plan", str(probe)], ["plan", str(probe), "--json"], ["run", str(probe)], ["budget", "--json"],
+                ["budget", "probe"], ["dataset", "list", "--json"], ["dataset", "show", "probe"]]
     before = _state(home)
     seen = {}
     for rid in ("F000042", "F777777"):
@@ -313,6 +313,7 @@ def test_one_row_probe_under_a_new_name_has_the_same_public_outcome_whether_its_
                                       "`dpr dataset add probe --spec SPEC` (nothing was read or charged)")
 
 
+@pytest.mark.timeout(1800)
 def test_dataset_add_shows_the_overlap_to_the_owner_and_records_the_choice(home, small_spec_path, tmp_path):
     """Registration with overlap needs the owner's choice; the overlap is printed on the owner's terminal
     (stdout of `dpr dataset add`), never in the refusal itself; shared and separate choices are recorded."""
