@@ -89,6 +89,11 @@ EOF
 
 ./deployments/deploy.sh "$@"
 
+# A run of an unregistered dataset name is refused before ingest. Whoever starts this local stack is the
+# demo's data owner: register the demo dataset (the monthly-release deployment's spec) in the workers'
+# DPR_HOME; already registered identically, this reads nothing and changes nothing.
+.venv/bin/dpr dataset add nycflights13 --spec specs/demo.yaml
+
 setsid .venv/bin/prefect worker start --pool release-pool --type process >"$logs/worker.log" 2>&1 &
 worker_pid=$!
 echo "$worker_pid" >"$logs/worker.pid"

@@ -52,8 +52,10 @@ PUBLIC_CHARGE_COLUMNS = [
 ALWAYS_NOT_PROTECTED = [
     "The dataset's header (its column names) and whether the input has any row at all: a missing, extra or "
     "reserved column, or an input with no row, stops the run before any charge.",
-    "Budget identity: that this dataset's record ids overlap another dataset's budget (the datasets sharing a "
-    "budget are named in the report).",
+    "Budget identity: which budget this dataset name charges and which datasets the data owner keeps separate, "
+    "as the owner registered them (`dpr dataset add`, deciding on the record-id overlap only the owner saw); "
+    "the datasets sharing a budget and the owner's separations are named in the report. Nothing a run computes "
+    "from its record ids shows.",
     "Neighbour relations are stated on raw input rows: a raw row replaced so that it fails validation is a "
     "removal from the validated table, so every step's guarantee is stated for add/remove of validated rows "
     "(or converted to it by the ledger).",
@@ -351,7 +353,7 @@ def render_report(
         lines.append(
             f"This dataset charges the budget of `{ident['budget']}`, shared by "
             + ", ".join(f"`{d}`" for d in ident["datasets_sharing_it"])
-            + ": their record ids overlap (a budget belongs to the people in the data, not to a name)."
+            + ": the data owner registered it so (a budget belongs to the people in the data, not to a name)."
         )
     else:
         lines.append(f"This dataset charges its own budget `{ident['budget']}`.")

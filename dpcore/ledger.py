@@ -39,14 +39,30 @@ Rules enforced here (DESIGN.md, privacy rules 1, 2, 4):
   running total) and ``stated_eps_units``/``stated_delta_units`` (the
   mechanism's own statement).
 
-* **A budget belongs to the people in the data, not to a name** (issue 15,
-  hole 6). Every ingest fingerprints the record ids of the raw input with an
-  HMAC under the data owner's key (:mod:`dpcore.lineage`; the ids themselves
-  are never stored here) and :meth:`PrivacyLedger.register_records` links a
-  dataset whose ids overlap another budget's records to that budget: a
-  renamed copy spends the same cap. A deliberately separate budget needs the
-  owner's explicit override (``budget.separate_from`` in the spec), recorded
-  in ``ledger.separations`` and printed in every later report of both datasets.
+* **A budget belongs to the people in the data, not to a name; the data
+  owner decides which budget a name charges** (issue 15 hole 6, issue 28
+  hole 3: the registration rule, DESIGN.md rule 12). A dataset name must be
+  registered by the data owner (:meth:`PrivacyLedger.register_dataset`, the
+  owner-only ``dpr dataset add NAME --spec S``) before any run can use it.
+  Registration fingerprints the input's record ids with an HMAC under the
+  owner's key (:mod:`dpcore.lineage`; the ids themselves are never stored),
+  shows the owner which budgets' records they overlap and how many
+  (:meth:`PrivacyLedger.overlaps`), and needs the owner's choice when they
+  overlap: share one of those budgets, or keep a separate budget on purpose
+  (recorded in ``ledger.separations`` with the owner's reason and printed in
+  every later report of both datasets). Without overlap the name gets its
+  own budget with the spec's cap. The choice is recorded in
+  ``ledger.registrations`` (time, choice, reason) and does not change.
+  A run of an unregistered name is refused before ingest
+  (:meth:`PrivacyLedger.require_registered`) for a reason that does not
+  depend on the data. At run time nothing is linked by overlap:
+  :meth:`PrivacyLedger.register_records` only adds the input's fingerprints
+  to the budget the registered name charges (internal, so that a later
+  registration of a renamed copy sees the overlap). Whoever runs a spec thus
+  learns nothing about other datasets' records from any outcome (a probe
+  under a new name is refused, identically, whatever its ids), and a renamed
+  copy of the data cannot get a fresh budget without the owner's recorded
+  decision.
 * **Idempotency keys stay inside the ledger** (DESIGN.md rule 7): they are
   built from the input's content hash. Each charge has a random
   ``public_ref`` (a nonce) that the manifest, the report and operator
@@ -83,6 +99,42 @@ class LedgerError(RuntimeError):
 
 class PlanMismatchError(LedgerError):
     """A charge of a reserved release has no reserved line with room left: the plan and the run disagree (a bug)."""
+
+
+def not_registered_message(dataset: str) -> str:
+    """The refusal of a run of an unregistered dataset name: public text that does not depend on any data."""
+    return (
+        f"dataset {dataset} is not registered: the data owner registers it with "
+        f"`dpr dataset add {dataset} --spec SPEC` (nothing was read or charged)"
+    )
+
+
+class DatasetNotRegisteredError(LedgerError):
+    """A run names a dataset the data owner has not registered (refused before ingest, whatever the data)."""
+
+    def __init__(self, dataset: str):
+        self.dataset = dataset
+        super().__init__(not_registered_message(dataset))
+
+
+class OverlapDecisionRequired(LedgerError):
+    """Registration found records shared with other budgets and the owner has not said what to do.
+
+    ``overlaps`` (budget -> number of this input's record ids already in that
+    budget's records) is private: the owner-only ``dpr dataset add`` prints
+    it on the terminal; the message names the budgets and the choices only.
+    Nothing was recorded.
+    """
+
+    def __init__(self, dataset: str, undecided: list[str], overlaps: dict[str, int]):
+        self.dataset, self.undecided, self.overlaps = dataset, list(undecided), dict(overlaps)
+        names = ", ".join(repr(b) for b in undecided)
+        super().__init__(
+            f"dataset {dataset!r}: its record ids overlap the records of budget(s) {names}; a budget belongs to "
+            "the people in the data, so the data owner decides: --share BUDGET (the name charges that budget) or "
+            "--separate-from BUDGET --reason TEXT (a separate budget on purpose, recorded and printed in every "
+            "later report of both datasets) for each of them. Nothing was registered."
+        )
 
 
 _DDL = [
@@ -147,6 +199,46 @@ _DDL = [
     "ALTER TABLE ledger.charges ADD COLUMN IF NOT EXISTS line_key VARCHAR",
 ]
 
+#: The owner's registrations (issue 28 hole 3): which budget a dataset name charges, the owner's choice
+#: ('own': no overlap; 'share': charges another budget; 'separate': own budget although records overlap),
+#: the owner's reason, the separations (JSON: other budget -> reason), the cap it was registered with, and when.
+_REGISTRATIONS_DDL = """CREATE TABLE IF NOT EXISTS ledger.registrations (
+    dataset VARCHAR PRIMARY KEY, budget VARCHAR NOT NULL, choice VARCHAR NOT NULL, reason VARCHAR,
+    separate_from VARCHAR NOT NULL, eps_cap HUGEINT NOT NULL, delta_cap HUGEINT NOT NULL,
+    neighbour VARCHAR NOT NULL, registered_at TIMESTAMPTZ NOT NULL)"""
+
+#: Reason recorded for names that had a budget before registration existed (they keep working as they were).
+MIGRATED = "charged before dataset registration was required (migrated as it was)"
+
+
+def _migrate_registrations(con) -> None:
+    """Create ``ledger.registrations``; on a warehouse made before it existed, register every name it knew.
+
+    Runs its migration once (when the table is created): each existing budget
+    becomes an 'own' registration and each name linked to another budget a
+    'share' one, with their separations, so existing deployments keep working.
+    """
+    existed = con.execute(
+        "SELECT 1 FROM information_schema.tables WHERE table_schema = 'ledger' AND table_name = 'registrations'"
+    ).fetchone()
+    con.execute(_REGISTRATIONS_DDL)
+    if existed:
+        return
+    seps = {}
+    for d, o, r in con.execute("SELECT dataset, other, reason FROM ledger.separations").fetchall():
+        seps.setdefault(d, {})[o] = r
+    rows = con.execute(
+        "SELECT b.dataset, b.dataset, b.eps_cap, b.delta_cap, b.neighbour FROM ledger.budgets b UNION ALL "
+        "SELECT l.dataset, l.budget, b.eps_cap, b.delta_cap, b.neighbour FROM ledger.dataset_budgets l "
+        "JOIN ledger.budgets b ON b.dataset = l.budget WHERE l.dataset <> l.budget"
+    ).fetchall()
+    for name, budget, ec, dc, nb in rows:
+        choice = "share" if budget != name else ("separate" if seps.get(name) else "own")
+        con.execute(
+            "INSERT OR IGNORE INTO ledger.registrations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [name, budget, choice, MIGRATED, json.dumps(seps.get(name, {}), sort_keys=True), ec, dc, nb, _now()],
+        )
+
 
 def _budget_of(con, dataset: str) -> str:
     """The budget a dataset name charges: its own, or the one its records were linked to."""
@@ -160,8 +252,8 @@ def _datasets_of(con, budget: str) -> list[str]:
     return [budget] + [r[0] for r in rows if r[0] != budget]
 
 
-_UNKNOWN = ("dataset {dataset!r} has no budget in this warehouse's ledger yet: a release run registers it "
-            "(with the cap of its spec's budget section) before its first charge")
+_UNKNOWN = ("dataset {dataset!r} has no budget in this warehouse's ledger: the data owner registers it with "
+            "`dpr dataset add {dataset} --spec SPEC`")
 
 
 def _held(con, dataset: str, release_id: str) -> tuple[PrivacyCost, list[str]]:
@@ -288,6 +380,142 @@ class BudgetStatus:
         return self.cap - self.spent
 
 
+@dataclass(frozen=True)
+class Registration:
+    """The data owner's registration of a dataset name (``ledger.registrations``).
+
+    Public: names, the owner's choice and reason, the cap, the time; never an
+    overlap count (that is shown to the owner at registration only).
+
+    Attributes
+    ----------
+    dataset : str
+    budget : str
+        The budget the name charges (its own name unless ``choice`` is 'share').
+    choice : {"own", "share", "separate"}
+        'own': no overlap was found; 'share': the owner chose to charge
+        ``budget``; 'separate': its own budget although its records overlap the
+        budgets in ``separate_from``.
+    reason : str or None
+        The owner's reason (required for a separation).
+    separate_from : dict of str to str
+        Budgets kept separate on purpose -> reason.
+    cap : PrivacyCost
+    neighbour : str
+    registered_at : datetime
+    """
+
+    dataset: str
+    budget: str
+    choice: str
+    reason: str | None
+    separate_from: dict[str, str]
+    cap: PrivacyCost
+    neighbour: str
+    registered_at: datetime
+
+    def same_as(self, other: "Registration") -> bool:
+        """Whether ``other`` registers the name identically (budget, choice, reason, separations, cap, relation)."""
+        fields_ = ["dataset", "budget", "choice", "separate_from", "cap", "neighbour"]
+        if MIGRATED not in (self.reason, other.reason):  # a migrated name is re-registered by its choice alone
+            fields_.append("reason")
+        return all(getattr(self, f) == getattr(other, f) for f in fields_)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``dpr dataset list/show --json``)."""
+        return {
+            "dataset": self.dataset, "budget": self.budget, "choice": self.choice, "reason": self.reason,
+            "separate_from": dict(self.separate_from),
+            "cap": {"epsilon": float(self.cap.epsilon), "delta": float(self.cap.delta)},
+            "neighbour": self.neighbour, "registered_at": self.registered_at.isoformat(),
+        }
+
+
+def _registration_of(con, dataset: str) -> Registration | None:
+    row = con.execute(
+        "SELECT dataset, budget, choice, reason, separate_from, eps_cap, delta_cap, neighbour, registered_at "
+        "FROM ledger.registrations WHERE dataset = ?", [dataset],
+    ).fetchone()
+    return _registration(row) if row else None
+
+
+def _registration(row) -> Registration:
+    d, b, c, r, sep, ec, dc, nb, t = row
+    return Registration(d, b, c, r, json.loads(sep), PrivacyCost.from_units(ec, dc), nb, t)
+
+
+def _fingerprint_table(con, table_sql: str, id_column: str, pads: list[bytes]) -> None:
+    """``_fp``: the distinct HMAC fingerprints of a raw table's non-null record ids (a temp table)."""
+    con.execute(
+        f'CREATE OR REPLACE TEMP TABLE _fp AS SELECT DISTINCT {hmac_sql(chr(34) + id_column + chr(34))} AS fp '
+        f'FROM {table_sql} WHERE "{id_column}" IS NOT NULL',
+        pads,
+    )
+
+
+def _overlaps(con) -> dict[str, int]:
+    """Budget -> how many of ``_fp``'s fingerprints its records hold (private: the owner's eyes only)."""
+    rows = con.execute(
+        "SELECT f.budget, count(DISTINCT f.fp) FROM ledger.record_fingerprints f JOIN _fp USING (fp) "
+        "GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    return {b: int(n) for b, n in rows}
+
+
+def _add_fingerprints(con, budget: str) -> None:
+    """Add ``_fp``'s fingerprints the budget does not hold yet (an anti-join, which spills), then drop ``_fp``."""
+    con.execute(
+        "INSERT INTO ledger.record_fingerprints SELECT ?, fp FROM _fp WHERE NOT EXISTS "
+        "(SELECT 1 FROM ledger.record_fingerprints f WHERE f.budget = ? AND f.fp = _fp.fp)", [budget, budget])
+    con.execute("DROP TABLE _fp")
+
+
+def _resolve_budget(con, name: str, flag: str) -> str:
+    """The budget ``name`` designates (a budget, or a registered name's budget); refused if there is none."""
+    budget = _budget_of(con, name)
+    if not con.execute("SELECT 1 FROM ledger.budgets WHERE dataset = ?", [budget]).fetchone():
+        known = [r[0] for r in con.execute("SELECT dataset FROM ledger.budgets ORDER BY 1").fetchall()]
+        raise LedgerError(f"{flag} {name}: no budget of that name in the ledger (budgets: {known or 'none'})")
+    return budget
+
+
+def _wanted_registration(con, dataset: str, cap: PrivacyCost, neighbour: str, share: str | None,
+                         separate_from: dict[str, str], reason: str | None) -> Registration:
+    """The registration the owner asks for (names resolved to budgets, reasons checked); nothing recorded."""
+    share_budget = _resolve_budget(con, share, "--share") if share else None
+    seps: dict[str, str] = {}
+    for other, why in separate_from.items():
+        if not (why or "").strip():
+            raise LedgerError(f"--separate-from {other}: a separation needs the owner's reason (--reason TEXT)")
+        seps[_resolve_budget(con, other, "--separate-from")] = why
+    if share_budget is not None and share_budget in seps:
+        raise LedgerError(f"--share {share} and --separate-from {share}: choose one for budget {share_budget!r}")
+    seps.pop(dataset, None)
+    choice = "share" if share_budget else ("separate" if seps else "own")
+    eps_cap, delta_cap = cap.units_floor
+    return Registration(dataset, share_budget or dataset, choice, reason, seps,
+                        PrivacyCost.from_units(eps_cap, delta_cap), neighbour, _now())
+
+
+def _same_registration(con, wanted: Registration) -> Registration | None:
+    """The existing registration if it is ``wanted`` (an identical re-registration); None if there is none.
+
+    Raises
+    ------
+    LedgerError
+        The name is registered differently: a registration does not change.
+    """
+    existing = _registration_of(con, wanted.dataset)
+    if existing is None or existing.same_as(wanted):
+        return existing
+    raise LedgerError(
+        f"dataset {wanted.dataset!r} is already registered ({existing.choice}, budget {existing.budget!r}, "
+        f"cap {existing.cap}, {existing.neighbour} neighbours, reason {existing.reason!r}, separate from "
+        f"{sorted(existing.separate_from) or 'none'}, on {existing.registered_at.isoformat()}); a registration "
+        "does not change. Repeat exactly that registration, or register the data under a new name."
+    )
+
+
 class PrivacyLedger:
     """Budgets and charges in the warehouse's ``ledger`` schema.
 
@@ -304,6 +532,7 @@ class PrivacyLedger:
                 con.execute(stmt)
 
         self.wh.run(ddl)
+        self.wh.run(_migrate_registrations, transaction=True)
 
     # ------------------------------------------------------------------ budgets
     def ensure_budget(self, dataset: str, cap: PrivacyCost, neighbour: Neighbour = "add-remove") -> BudgetStatus:
@@ -330,7 +559,7 @@ class PrivacyLedger:
 
         def op(con):
             budget = _budget_of(con, dataset)
-            shared = "" if budget == dataset else f" (it charges the budget of {budget!r}: their record ids overlap)"
+            shared = "" if budget == dataset else f" (it charges the budget of {budget!r}, as the data owner registered it)"
             row = con.execute(
                 "SELECT eps_cap, delta_cap, neighbour, eps_spent, delta_spent FROM ledger.budgets WHERE dataset = ?",
                 [budget],
@@ -361,91 +590,217 @@ class PrivacyLedger:
         self.wh.run(op, transaction=True)
         return self.status(dataset)
 
-    def register_records(
-        self, dataset: str, table_sql: str, id_column: str, owner_key: bytes, separate_from: dict[str, str] | None = None
-    ) -> str:
-        """Fingerprint a raw table's record ids and link the dataset to the budget its records belong to.
+    def register_records(self, dataset: str, table_sql: str, id_column: str, owner_key: bytes) -> str:
+        """Add the fingerprints of a run's raw record ids to the budget ``dataset`` charges (internal only).
+
+        Links nothing and refuses nothing: which budget a name charges was
+        decided by the data owner at registration (:meth:`register_dataset`),
+        so no public outcome of a run depends on whether its ids overlap
+        another dataset's (the registration rule, module docstring). The
+        fingerprints let a later registration of a renamed copy see the overlap.
 
         Parameters
         ----------
         dataset : str
+            A registered dataset name (:meth:`require_registered` first).
         table_sql : str
             Qualified raw table (``raw."<table>"``).
         id_column : str
             The record-id column (every raw row's id counts, valid or not).
         owner_key : bytes
             The data owner's HMAC key; ids are stored only as HMAC-SHA256 fingerprints.
-        separate_from : dict of str to str, optional
-            The owner's explicit overrides: other dataset (budget) name -> reason.
-            Recorded in ``ledger.separations`` (once) and reported for both datasets.
 
         Returns
         -------
         str
-            The budget this dataset charges: its own name, or the budget of the
-            dataset whose records its ids overlap.
+            The budget ``dataset`` charges.
+        """
+        pads = hmac_pads(owner_key)
+
+        def op(con):
+            budget = _budget_of(con, dataset)
+            _fingerprint_table(con, table_sql, id_column, pads)
+            _add_fingerprints(con, budget)
+            return budget
+
+        return self.wh.run(op, transaction=True)
+
+    # ------------------------------------------------------------ registrations
+    def overlaps(self, table_sql: str, id_column: str, owner_key: bytes) -> dict[str, int]:
+        """Which budgets' records a raw table's record ids overlap, and how many of its ids each holds.
+
+        Private (the data owner's eyes only: ``dpr dataset add`` prints it on
+        the owner's terminal); never logged, stored or published.
+
+        Parameters
+        ----------
+        table_sql, id_column, owner_key
+            As in :meth:`register_records`.
+
+        Returns
+        -------
+        dict of str to int
+            Budget name -> number of the table's distinct record ids already
+            among that budget's records (budgets without overlap are left out).
+        """
+        pads = hmac_pads(owner_key)
+
+        def op(con):
+            _fingerprint_table(con, table_sql, id_column, pads)
+            found = _overlaps(con)
+            con.execute("DROP TABLE _fp")
+            return found
+
+        return self.wh.run(op, transaction=True)
+
+    def register_dataset(
+        self, dataset: str, table_sql: str, id_column: str, owner_key: bytes, cap: PrivacyCost,
+        neighbour: Neighbour = "add-remove", share: str | None = None,
+        separate_from: dict[str, str] | None = None, reason: str | None = None,
+    ) -> tuple[Registration, bool]:
+        """Register a dataset name: the data owner's decision of which budget it charges (the registration rule).
+
+        In one transaction: fingerprint the input's record ids (HMAC under
+        ``owner_key``), find the budgets whose records they overlap, check
+        that the owner decided about every one (``share`` it, or keep a budget
+        separate from it), then record the registration, the separations and
+        the budget (its own with ``cap``, or the shared one), and add the
+        fingerprints to that budget.
+
+        Parameters
+        ----------
+        dataset : str
+        table_sql, id_column, owner_key
+            The input as ingested (``raw."<table>"``), its record-id column, the owner's HMAC key.
+        cap : PrivacyCost
+            The spec's cap, stated under ``neighbour``. A shared budget must
+            have the same cap and relation (one budget, one cap).
+        share : str, optional
+            A budget (or a registered dataset name, meaning its budget) this
+            name charges.
+        separate_from : dict of str to str, optional
+            Budgets this name keeps separate from on purpose -> the owner's reason.
+        reason : str, optional
+            The owner's reason for the choice (recorded).
+
+        Returns
+        -------
+        (Registration, bool)
+            The registration, and whether it already existed (an identical re-registration records nothing).
+
+        Raises
+        ------
+        OverlapDecisionRequired
+            The ids overlap a budget neither shared nor separated; its
+            ``overlaps`` are for the owner's terminal only. Nothing is recorded.
+        LedgerError
+            The name is registered differently (a registration does not change),
+            a named budget does not exist, a separation has no reason, or a
+            shared budget's cap or relation differs from the spec's.
+        """
+        check_neighbour(neighbour)
+        pads = hmac_pads(owner_key)
+        eps_cap, delta_cap = cap.units_floor
+
+        def op(con):
+            wanted = _wanted_registration(con, dataset, cap, neighbour, share, separate_from or {}, reason)
+            existing = _same_registration(con, wanted)
+            if existing is not None:
+                return existing, True
+            budget, seps = wanted.budget, wanted.separate_from
+            _fingerprint_table(con, table_sql, id_column, pads)
+            found = _overlaps(con)
+            undecided = [b for b in found if b != budget and b != dataset and b not in seps]
+            if undecided:
+                raise OverlapDecisionRequired(dataset, undecided, found)
+            row = con.execute(
+                "SELECT eps_cap, delta_cap, neighbour FROM ledger.budgets WHERE dataset = ?", [budget]
+            ).fetchone()
+            if row is None:
+                con.execute(
+                    "INSERT INTO ledger.budgets (dataset, eps_cap, delta_cap, eps_spent, delta_spent, created_at, "
+                    "neighbour) VALUES (?, ?, ?, 0, 0, ?, ?)", [budget, eps_cap, delta_cap, _now(), neighbour],
+                )
+            elif (int(row[0]), int(row[1]), row[2]) != (eps_cap, delta_cap, neighbour):
+                raise LedgerError(
+                    f"budget {budget!r} has cap {PrivacyCost.from_units(row[0], row[1])} under {row[2]} neighbours; "
+                    f"the spec asks for {cap} under {neighbour}. One budget has one cap: set the spec's budget to "
+                    "match (a cap changes only through PrivacyLedger.set_cap, a decision of the data owner)."
+                )
+            if wanted.choice == "share":
+                con.execute("DELETE FROM ledger.dataset_budgets WHERE dataset = ?", [dataset])
+                con.execute("INSERT INTO ledger.dataset_budgets VALUES (?, ?, ?)", [dataset, budget, _now()])
+            for other, why in seps.items():
+                con.execute("INSERT OR IGNORE INTO ledger.separations VALUES (?, ?, ?, ?)", [dataset, other, why, _now()])
+            con.execute(
+                "INSERT INTO ledger.registrations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [dataset, budget, wanted.choice, reason, json.dumps(seps, sort_keys=True), eps_cap, delta_cap, neighbour,
+                 wanted.registered_at],
+            )
+            _add_fingerprints(con, budget)
+            return wanted, False
+
+        return self.wh.run(op, transaction=True)
+
+    def repeat_registration(
+        self, dataset: str, cap: PrivacyCost, neighbour: Neighbour = "add-remove", share: str | None = None,
+        separate_from: dict[str, str] | None = None, reason: str | None = None,
+    ) -> Registration | None:
+        """Check a registration request against an existing one without reading any data.
+
+        Returns
+        -------
+        Registration or None
+            The existing registration when the request is identical to it; None
+            when ``dataset`` is not registered (then :meth:`register_dataset`).
 
         Raises
         ------
         LedgerError
-            The ids overlap several budgets, or overlap another budget after this
-            dataset already spent on its own (say which with ``budget.separate_from``).
+            The name is registered differently (a registration does not change),
+            or the request itself is malformed (unknown budget, missing reason).
         """
-        separate_from = dict(separate_from or {})
-        pads = hmac_pads(owner_key)
+        check_neighbour(neighbour)
 
         def op(con):
-            con.execute(
-                f'CREATE OR REPLACE TEMP TABLE _fp AS SELECT DISTINCT {hmac_sql(chr(34) + id_column + chr(34))} AS fp '
-                f'FROM {table_sql} WHERE "{id_column}" IS NOT NULL',
-                pads,
-            )
-            own = _budget_of(con, dataset)
-            for other, reason in separate_from.items():
-                if other != dataset and not con.execute(
-                    "SELECT 1 FROM ledger.separations WHERE dataset = ? AND other = ?", [dataset, other]
-                ).fetchone():
-                    con.execute("INSERT INTO ledger.separations VALUES (?, ?, ?, ?)", [dataset, other, reason, _now()])
-            separated = {r[0] for r in con.execute(
-                "SELECT other FROM ledger.separations WHERE dataset = ? UNION SELECT dataset FROM ledger.separations "
-                "WHERE other = ?", [dataset, dataset]).fetchall()}
-            overlapping = [r[0] for r in con.execute(
-                "SELECT DISTINCT f.budget FROM ledger.record_fingerprints f JOIN _fp USING (fp) WHERE f.budget <> ? "
-                "ORDER BY 1", [own]).fetchall()]
-            linked = [b for b in overlapping if b not in separated and not (set(_datasets_of(con, b)) & separated)]
-            if len(linked) > 1:
-                raise LedgerError(
-                    f"dataset {dataset!r}: its record ids overlap the records of several budgets ({linked}); "
-                    "a budget belongs to the people in the data. Declare which are separate on purpose with "
-                    "budget.separate_from in the spec (recorded in the ledger and printed in every later report)."
-                )
-            if linked and linked[0] != own:
-                spent = con.execute(
-                    "SELECT eps_spent + delta_spent FROM ledger.budgets WHERE dataset = ?", [own]
-                ).fetchone()
-                if spent and int(spent[0]):
-                    raise LedgerError(
-                        f"dataset {dataset!r} already spent on its own budget, and its record ids now overlap the "
-                        f"records of budget {linked[0]!r}. The data owner decides: declare "
-                        f"budget.separate_from: {{{linked[0]}: <reason>}} in the spec (recorded and reported), or "
-                        "keep the datasets' records apart."
-                    )
-                con.execute("DELETE FROM ledger.budgets WHERE dataset = ? AND eps_spent = 0 AND delta_spent = 0", [own])
-                con.execute("DELETE FROM ledger.dataset_budgets WHERE dataset = ?", [dataset])
-                con.execute("INSERT INTO ledger.dataset_budgets VALUES (?, ?, ?)", [dataset, linked[0], _now()])
-                own = linked[0]
-            con.execute(
-                "INSERT INTO ledger.record_fingerprints SELECT ?, fp FROM _fp WHERE NOT EXISTS "
-                "(SELECT 1 FROM ledger.record_fingerprints f WHERE f.budget = ? AND f.fp = _fp.fp)", [own, own])
-            con.execute("DROP TABLE _fp")
-            return own
+            if _registration_of(con, dataset) is None:
+                return None
+            wanted = _wanted_registration(con, dataset, cap, neighbour, share, separate_from or {}, reason)
+            return _same_registration(con, wanted)
 
-        return self.wh.run(op, transaction=True)
+        return self.wh.run(op)
+
+    def registration(self, dataset: str) -> Registration | None:
+        """The owner's registration of ``dataset``, or None."""
+        return self.wh.run(lambda con: _registration_of(con, dataset))
+
+    def registrations(self) -> list[Registration]:
+        """Every registration, by name (``dpr dataset list``)."""
+        rows = self.wh.query(
+            "SELECT dataset, budget, choice, reason, separate_from, eps_cap, delta_cap, neighbour, registered_at "
+            "FROM ledger.registrations ORDER BY dataset"
+        )
+        return [_registration(r) for r in rows]
+
+    def require_registered(self, dataset: str) -> Registration:
+        """The registration of ``dataset``; a run of an unregistered name is refused (before it reads any data).
+
+        Raises
+        ------
+        DatasetNotRegisteredError
+            With :func:`not_registered_message`, which depends on the name only.
+        """
+        found = self.registration(dataset)
+        if found is None:
+            raise DatasetNotRegisteredError(dataset)
+        return found
 
     def budget_identity(self, dataset: str) -> dict[str, Any]:
         """Which budget ``dataset`` charges, which datasets share it, and the owner's separations touching them.
 
-        Public (names and the owner's stated reasons only); printed in every report.
+        Public (names and the owner's stated reasons only); printed in every report. Every link and
+        separation here is a decision the data owner recorded at registration (:meth:`register_dataset`),
+        never something a run computed from its record ids, so it reveals nothing about a run's data.
         """
 
         def op(con):

@@ -42,8 +42,9 @@ def preflight(spec: ReleaseSpec, steps: list[str] | None = None) -> None:
     for ``steps`` (the sections the flow runs; default every enabled step).
     A release that would fail on a public fact fails here, so bad input never
     leaves half a release (e.g. ``record_counts`` charged, then an AIQ request
-    refused). The cost against the remaining budget is checked after ingest
-    (:func:`cost_preflight`: ingest links the input to its budget).
+    refused). Whether the dataset name is registered is checked before ingest
+    (:func:`require_registered`); the cost against the remaining budget
+    after it (:func:`cost_preflight`).
 
     Raises
     ------
@@ -106,13 +107,44 @@ def cost_preflight(spec: ReleaseSpec, settings: Settings, steps: list[str] | Non
     return plan
 
 
-def ingest_stage(spec: ReleaseSpec, settings: Settings) -> IngestResult:
-    """Store the input in ``raw``, link it to the budget its records belong to, register that budget.
+def require_registered(spec: ReleaseSpec, settings: Settings) -> None:
+    """Refuse a run of a dataset name the data owner has not registered (the registration rule, DESIGN.md rule 12).
 
-    The record ids of every raw row are fingerprinted (HMAC under the owner's
-    key) in the ledger, so a renamed copy of the data charges the same budget
-    (:meth:`~dpcore.ledger.PrivacyLedger.register_records`).
+    Reads no data: the refusal (:class:`~dpcore.ledger.DatasetNotRegisteredError`,
+    "dataset NAME is not registered: the data owner registers it with
+    `dpr dataset add NAME --spec SPEC`") depends on the name only, so a probe
+    under a new name learns nothing about other datasets' records. A
+    registered name's budget must have the spec's cap and relation
+    (:meth:`~dpcore.ledger.PrivacyLedger.ensure_budget`, also data-independent).
+    Called by :func:`ingest_stage` before it reads the input, so every flow
+    that ingests checks it first.
+
+    Raises
+    ------
+    DatasetNotRegisteredError
+        The name is not registered; nothing was read or charged.
+    LedgerError
+        The spec's cap or relation differs from the registered budget's.
     """
+    stores = open_stores(settings)
+    stores.ledger.require_registered(spec.dataset.name)
+    stores.ledger.ensure_budget(
+        spec.dataset.name, PrivacyCost(spec.budget.epsilon_exact, spec.budget.delta_exact), spec.budget.neighbour
+    )
+
+
+def ingest_stage(spec: ReleaseSpec, settings: Settings) -> IngestResult:
+    """Check the name is registered, then store the input in ``raw`` (:func:`require_registered` first).
+
+    A run of an unregistered dataset name is refused before the input is
+    read. The budget the name charges is the one the data owner registered
+    (``dpr dataset add``); nothing is linked by record-id overlap at run time.
+    The record ids of every raw row are fingerprinted (HMAC under the owner's
+    key) into that budget, internally only
+    (:meth:`~dpcore.ledger.PrivacyLedger.register_records`), so that a later
+    registration of a renamed copy of the data sees the overlap.
+    """
+    require_registered(spec, settings)
     stores = open_stores(settings)
     result = ingest(spec, stores.warehouse, settings.data)
     rid = spec.dataset.record_id
@@ -120,12 +152,7 @@ def ingest_stage(spec: ReleaseSpec, settings: Settings) -> IngestResult:
         "SELECT 1 FROM information_schema.columns WHERE table_schema = 'raw' AND table_name = ? AND column_name = ?",
         [result.table, rid],
     ):  # a missing id column is reported by validation (a header-level rule)
-        stores.ledger.register_records(
-            spec.dataset.name, result.qualified_table, rid, settings.owner_secret(), spec.budget.separate_from
-        )
-    stores.ledger.ensure_budget(
-        spec.dataset.name, PrivacyCost(spec.budget.epsilon_exact, spec.budget.delta_exact), spec.budget.neighbour
-    )
+        stores.ledger.register_records(spec.dataset.name, result.qualified_table, rid, settings.owner_secret())
     return result
 
 

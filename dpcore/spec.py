@@ -268,10 +268,11 @@ class BudgetSpec(_Strict):
     separate_from: dict[Slug, Annotated[str, Field(min_length=1)]] = Field(
         default_factory=dict,
         description=(
-            "The data owner's explicit override of budget identity: other dataset name -> reason. A dataset whose "
-            "record ids overlap another budget's records charges that budget (a budget belongs to the people in "
-            "the data, not to a name); listing the other dataset here keeps a separate budget on purpose. The "
-            "override is recorded in the ledger and printed in every later report of both datasets."
+            "The data owner's separations, read by `dpr dataset add` (the owner's registration of the dataset "
+            "name): other budget -> reason, as --separate-from OTHER --reason REASON. When the input's record ids "
+            "overlap another budget's records, the owner registers the name either sharing that budget or kept "
+            "separate from it on purpose; a separation is recorded in the ledger and printed in every later report "
+            "of both datasets. Runs do not read it: the registration decides."
         ),
     )
 

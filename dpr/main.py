@@ -6,6 +6,7 @@ import os
 import click
 
 from .budget_cmd import budget
+from .dataset_cmd import dataset_group
 from .plan_cmd import plan
 from .run_cmd import OPERATOR_FLOWS, operator_command, run
 from .spec_cmd import spec_group
@@ -33,6 +34,7 @@ def cli(home: str | None) -> None:
     Typical session:
       dpr spec draft mydata.csv --id person_id -o my.yaml   # then edit the marked lines
       dpr spec check my.yaml --data
+      dpr dataset add mydata --spec my.yaml                 # the data owner registers the name
       dpr plan my.yaml
       dpr run my.yaml
       dpr budget
@@ -46,6 +48,7 @@ def cli(home: str | None) -> None:
 
 
 cli.add_command(spec_group)
+cli.add_command(dataset_group)
 cli.add_command(plan)
 cli.add_command(run)
 cli.add_command(budget)

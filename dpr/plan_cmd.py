@@ -30,17 +30,22 @@ def plan(spec, release_id, as_json) -> None:
     neighbour relation) and as the ledger would charge it (converted to the budget's relation), the
     total, what the dataset has spent, what would be left, and every problem the release preflight
     would stop on. Charges nothing, draws no noise and reads no data. Exit code 0 when the release
-    fits and has no problem, 2 otherwise.
+    fits and has no problem, 2 otherwise. A dataset name the data owner has not registered
+    (`dpr dataset add`) is planned against the spec's cap, marked as not registered, and refused.
     """
     from dpcore.cost_plan import plan_release
+    from dpcore.ledger import not_registered_message
     from dpcore.spec import load_spec
 
     with refusals():
         loaded = load_spec(spec, release_id=release_id)
-        p = plan_release(loaded, open_ledger())
+        ledger = open_ledger()
+        p = plan_release(loaded, ledger)
+        registered = ledger is not None and ledger.registration(loaded.dataset.name) is not None
+    unregistered = [] if registered else [not_registered_message(loaded.dataset.name)]
     if as_json:
-        print_json(p.as_dict())
-        raise SystemExit(0 if not p.problems else REFUSED)
+        print_json({**p.as_dict(), "registered": registered, "problems": unregistered + list(p.problems)})
+        raise SystemExit(0 if not (p.problems or unregistered) else REFUSED)
     rows = []
     for ln in p.lines:
         c = ln.charge
@@ -62,10 +67,13 @@ def plan(spec, release_id, as_json) -> None:
         out.print(f"release {p.release_id!r} is finished: running it again returns the stored release (no data "
                   "read, nothing charged); new data needs a new release id", markup=False)
     known = "" if p.budget_known else " (a new budget: nothing in the ledger yet)"
+    if not registered:
+        known = " (the spec's cap: the dataset is not registered)"
     out.print(f"budget               : cap {cost(p.cap)}, spent {cost(p.spent)}, left {cost(p.remaining)}{known}",
               markup=False)
-    if p.problems:
-        refuse(f"the release would be refused before its first charge ({len(p.problems)} problem(s)):\n"
-               + "\n".join(f"  - {x}" for x in p.problems))
+    problems = unregistered + list(p.problems)
+    if problems:
+        refuse(f"the release would be refused before its first charge ({len(problems)} problem(s)):\n"
+               + "\n".join(f"  - {x}" for x in problems))
     out.print(f"left after this run  : {cost(p.left_after)}", markup=False)
     out.print("fits: yes (nothing was charged by this preview)", markup=False)

@@ -10,4 +10,21 @@ export PREFECT_SERVER_ANALYTICS_ENABLED=false
 # the temporary Prefect server can take longer than the 20 s default to start on a busy 2-core machine
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="${PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS:-90}"
 export PREFECT_LOGGING_LEVEL="${PREFECT_LOGGING_LEVEL:-INFO}"
+# A run of an unregistered dataset name is refused: the data owner registers it first. The demo's owner is
+# whoever runs it, so the demo registers the dataset of the spec it runs (the bundled demo unless --spec
+# says otherwise); a registration that is already there, identical, is accepted without reading the data.
+spec=specs/demo.yaml
+args=("$@")
+for i in "${!args[@]}"; do
+  case "${args[$i]}" in
+    --spec) spec="${args[$((i + 1))]:-$spec}" ;;
+    --spec=*) spec="${args[$i]#--spec=}" ;;
+  esac
+done
+name=$(.venv/bin/python -c 'import sys
+from dpcore.errors import user_facing
+from dpcore.spec import load_spec
+with user_facing():
+    print(load_spec(sys.argv[1]).dataset.name)' "$spec")
+.venv/bin/dpr dataset add "$name" --spec "$spec"
 exec .venv/bin/python -m flows.release_pipeline "$@"

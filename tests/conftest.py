@@ -2,6 +2,15 @@
 
 The Prefect test harness (a real temporary Prefect server) is started once per
 session, only by tests that ask for the ``prefect_harness`` fixture.
+
+A run of a dataset name the data owner has not registered is refused (the
+registration rule): a test that runs a pipeline on a fresh home registers its
+spec first with the ``register_dataset`` fixture (what ``dpr dataset add``
+does, in the current ``$DPR_HOME``). A test that uses both ``dpr_home`` and
+``small_spec_path`` gets the small spec's dataset (``nycflights13``, the
+demo's cap) registered in that home before it starts (``_registered_small_spec``),
+unless it is marked ``@pytest.mark.unregistered`` (it registers what it needs
+itself, e.g. another cap, or tests the refusal).
 """
 from __future__ import annotations
 
@@ -10,6 +19,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from owner_registration import register_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -32,6 +43,27 @@ def dpr_home(tmp_path, monkeypatch) -> Path:
     monkeypatch.delenv("DPR_WAREHOUSE", raising=False)
     monkeypatch.delenv("DPR_BUNDLES", raising=False)
     return home
+
+
+@pytest.fixture(autouse=True)
+def _registered_small_spec(request):
+    """Register the small spec's dataset in the test's fresh home when the test uses both (see module doc)."""
+    names = request.fixturenames
+    if "dpr_home" in names and "small_spec_path" in names and not request.node.get_closest_marker("unregistered"):
+        request.getfixturevalue("dpr_home")
+        register_spec(request.getfixturevalue("small_spec_path"))
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "unregistered: the test registers its own dataset names (no automatic registration of the "
+                   "small spec in dpr_home)")
+
+
+@pytest.fixture
+def register_dataset():
+    """``register_dataset(spec_path, settings=None, *, home=None, **choice)``: the owner's registration (:func:`register_spec`)."""
+    return register_spec
 
 
 @pytest.fixture(scope="session")

@@ -26,6 +26,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PREFECT = str(BIN / "prefect")
+DPR = str(BIN / "dpr")
 FINAL_STATES = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
@@ -201,6 +202,14 @@ def stop_all(ops: OpsEnv) -> dict[str, list[str]]:
         shutil.rmtree(storage, ignore_errors=True)
     shutil.rmtree(ops.tmpdir, ignore_errors=True)
     return signals
+
+
+def register(ops: OpsEnv, spec: Path, name: str = "nycflights13") -> subprocess.CompletedProcess:
+    """The data owner registers the dataset name in the stack's DPR_HOME (``dpr dataset add``), before any run."""
+    out = run(ops, [DPR, "dataset", "add", name, "--spec", str(spec)])
+    if out.returncode != 0:
+        raise RuntimeError(f"dpr dataset add failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return out
 
 
 def small_spec(path: Path, release_id: str = "ops-r1", limit: int = 3000) -> Path:

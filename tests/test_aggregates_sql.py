@@ -136,6 +136,9 @@ def detected(small_spec_path_module):
         mp.delenv("DPR_WAREHOUSE", raising=False)
         mp.delenv("DPR_BUNDLES", raising=False)
         settings = Settings.from_env()
+    from owner_registration import register_spec
+
+    register_spec(path, settings)  # the data owner registers the name in this module's home
     spec = load_spec(path)
     ingested = ingest_stage(spec, settings)
     validate_stage(spec, settings, ingested)

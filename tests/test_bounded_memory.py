@@ -65,7 +65,8 @@ def _tables(bundle: Path) -> dict[str, pd.DataFrame]:
 
 
 @pytest.mark.timeout(900)
-def test_pipeline_reads_no_table_whole_and_chunks_do_not_change_releases(tmp_path, replicated_spec, monkeypatch):
+def test_pipeline_reads_no_table_whole_and_chunks_do_not_change_releases(tmp_path, replicated_spec, monkeypatch,
+                                                                         register_dataset):
     from dpcore.chunks import MemoryBudget
     from flows.release_pipeline import release_pipeline
 
@@ -73,9 +74,11 @@ def test_pipeline_reads_no_table_whole_and_chunks_do_not_change_releases(tmp_pat
     monkeypatch.setenv("DPR_ALLOW_TEST_NOISE", "1")
 
     monkeypatch.setenv("DPR_HOME", str(tmp_path / "default"))
+    register_dataset(replicated_spec)
     default = release_pipeline(spec_path=str(replicated_spec))
 
     monkeypatch.setenv("DPR_HOME", str(tmp_path / "bounded"))
+    register_dataset(replicated_spec)
     monkeypatch.setenv("DPR_MEMORY_LIMIT", "64MiB")
     monkeypatch.setattr(MemoryBudget, "chunk_rows", lambda self, bytes_per_row, minimum=1: 1000)
     with fetch_guard(monkeypatch, GUARD_ROWS) as seen:

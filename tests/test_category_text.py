@@ -152,6 +152,9 @@ def test_release_with_awkward_category_text(dpr_home, tmp_path):
 
     data, groups, explained = _dataset()
     spec_path = _spec(tmp_path, data, groups, explained)
+    from owner_registration import register_spec
+
+    register_spec(spec_path)  # the data owner registers the dataset name before any run
     spec = load_spec(spec_path)
     assert spec.public_schema.categorical["household"].domain == groups["household"].tolist()
     out = release_pipeline(spec_path=str(spec_path))

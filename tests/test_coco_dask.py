@@ -17,7 +17,8 @@ METHODS = ("top_down_hc", "naive")  # consistency assembly from Hg/V; per-node H
 
 
 @pytest.mark.timeout(600)
-def test_dask_local_cluster_gives_the_same_coco_release_as_the_default_runner(tmp_path, small_spec_path):
+def test_dask_local_cluster_gives_the_same_coco_release_as_the_default_runner(tmp_path, small_spec_path,
+                                                                              register_dataset):
     """The coco_publish flow (two methods) with ``DPR_TASK_RUNNER=dask-local`` (2 worker processes)
     and with the default runner, as two processes on two warehouses, test noise seed: every
     node-chunk task of the Dask run ran on a worker process, those of the default run in the flow
@@ -51,6 +52,8 @@ def test_dask_local_cluster_gives_the_same_coco_release_as_the_default_runner(tm
     """.format(pids=str(pids), spec=str(spec_path), methods=METHODS)
     single = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", DPR_TEST_NOISE_SEED="7", DPR_ALLOW_TEST_NOISE="1")
     runners = ("dask-local", "default")
+    for name in runners:
+        register_dataset(spec_path, home=tmp_path / f"dpr_{name}")  # the data owner, in each run's fresh home
     procs = {name: spawn(code, child_env(tmp_path, tmp_path / f"dpr_{name}", DPR_TASK_RUNNER=name, **single))
              for name in runners}
     finished = {name: finish(p) for name, p in procs.items()}

@@ -47,7 +47,7 @@ def test_plan_matches_what_the_release_charges(dpr_home, small_spec_path, tmp_pa
     path = _full_spec(small_spec_path, tmp_path)
     spec = load_spec(path)
     plan = plan_release(spec, _ledger())
-    assert not plan.problems and plan.fits and not plan.budget_known
+    assert not plan.problems and plan.fits and plan.budget_known and plan.spent == PrivacyCost(0)  # registered
     by_step = {ln.charge.step: ln for ln in plan.lines}
     assert set(by_step) == {"record_counts", "aiq", "outlier_subspaces", "outlier_count", "coco_level0",
                             "coco_level1", "coco_level2", "pcor"}
@@ -90,10 +90,12 @@ def test_plan_reads_no_data_and_charges_nothing(dpr_home, small_spec_path, tmp_p
     assert led.charges().empty
 
 
-def test_over_cap_release_is_refused_before_any_charge(dpr_home, small_spec_path, tmp_path):
+@pytest.mark.unregistered
+def test_over_cap_release_is_refused_before_any_charge(dpr_home, small_spec_path, tmp_path, register_dataset):
     from flows.release_pipeline import release_pipeline
 
     path = _full_spec(small_spec_path, tmp_path, epsilon=1.0)  # the release needs about 6.1 of it
+    register_dataset(path)
     with pytest.raises(BudgetExceededError, match=r"for the whole run \(checked before its first charge\).*"
                                                   r"Nothing was charged by this run. Release 'test-r1' holds "
                                                   r"nothing in the ledger"):
@@ -124,13 +126,16 @@ def test_bad_requests_are_all_listed_and_nothing_is_charged(dpr_home, small_spec
     assert led.charges().empty
 
 
-def test_a_rerun_of_a_release_that_used_the_whole_budget_still_runs(dpr_home, small_spec_path, tmp_path):
+@pytest.mark.unregistered
+def test_a_rerun_of_a_release_that_used_the_whole_budget_still_runs(dpr_home, small_spec_path, tmp_path,
+                                                                    register_dataset):
     from flows.release_pipeline import release_pipeline
 
     spec = yaml.safe_load(small_spec_path.read_text())  # record counts only: 0.1 add/remove = 0.2 replace-one
     spec["budget"]["epsilon"] = 0.2
     path = tmp_path / "exact.yaml"
     path.write_text(yaml.safe_dump(spec))
+    register_dataset(path)
     first = release_pipeline(spec_path=str(path))
     again = release_pipeline(spec_path=str(path))  # nothing new to charge: the preflight lets it through
     assert first["spent_total"] == again["spent_total"] and again["remaining"]["epsilon"] == 0

@@ -48,6 +48,9 @@ def _run(tmp_path, name, spec_path, monkeypatch, mapper):
 
     monkeypatch.setenv("DPR_HOME", str(tmp_path / name))
     settings = Settings.from_env()
+    from owner_registration import register_spec
+
+    register_spec(spec_path, settings)  # the data owner registers the name in this fresh home
     spec = load_spec(spec_path)
     ing = ingest_stage(spec, settings)
     validate_stage(spec, settings, ing, mapper=mapper)

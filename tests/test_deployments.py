@@ -20,6 +20,7 @@ from ops_fixtures import (
     deployment,
     ledger_snapshot,
     make_env,
+    register,
     run,
     run_id_from_cli,
     small_spec,
@@ -47,6 +48,7 @@ def stack(tmp_path_factory):
         timings["deploy_s"] = time.monotonic() - t
         ops.worker = start_worker(ops)  # type: ignore[attr-defined]
         ops.spec = small_spec(ops.base / "small_demo.yaml")  # type: ignore[attr-defined]
+        register(ops, ops.spec)  # the data owner registers the dataset name before any deployed run
         ops.timings = timings  # type: ignore[attr-defined]
         yield ops
     finally:
@@ -173,6 +175,22 @@ def test_bad_parameters_are_refused_or_fail_readably_and_spend_nothing(stack):
     message = final["state"]["message"]
     assert "F999999" in message and "record_ids" in message, message
     assert "F000001" not in message  # only the offending id is named
+
+    # a dataset name the data owner has not registered: the run fails before ingest, for a reason that
+    # does not depend on any data
+    import yaml
+
+    spec = yaml.safe_load(ops.spec.read_text())
+    spec["dataset"]["name"] = "unregistered_copy"
+    copy = ops.base / "unregistered_copy.yaml"
+    copy.write_text(yaml.safe_dump(spec))
+    cli = run(ops, [PREFECT, "deployment", "run", "aiq_query/aiq-query",
+                    "-p", 'record_ids=["F000001"]', "-p", f"spec_path={copy}"])
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    final = wait_final(ops, run_id_from_cli(cli.stdout), worker=ops.worker)
+    assert final["state_type"] == "FAILED", final["state"]
+    assert ("dataset unregistered_copy is not registered: the data owner registers it with "
+            "`dpr dataset add unregistered_copy --spec SPEC`") in final["state"]["message"], final["state"]
 
     after = ledger_snapshot(ops.warehouse)
     assert after["charges"] == before["charges"]

@@ -46,7 +46,15 @@ def _ledger(home: Path) -> PrivacyLedger:
 
 
 SUBCOMMANDS = [[], ["spec"], ["spec", "draft"], ["spec", "check"], ["plan"], ["run"], ["budget"], ["aiq"],
-               ["explain"], ["counts"], ["coco"], ["rules"]]
+               ["explain"], ["counts"], ["coco"], ["rules"], ["dataset"], ["dataset", "add"], ["dataset", "list"],
+               ["dataset", "show"]]
+
+
+def register(spec: str | Path, home: Path, name: str = "nycflights13", *choice: str) -> subprocess.CompletedProcess:
+    """``dpr dataset add NAME --spec SPEC [choice...]``: the data owner registers the name (checked to succeed)."""
+    res = dpr("dataset", "add", name, "--spec", str(spec), *choice, home=home)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res
 
 
 @pytest.mark.parametrize("cmd", SUBCOMMANDS, ids=lambda c: " ".join(c) or "dpr")
@@ -142,12 +150,29 @@ def test_spec_check_lists_every_problem_with_its_path(home, small_spec_path, tmp
 
 def test_plan_run_budget_and_operator_queries(home, small_spec_path, tmp_path):
     spec = str(small_spec_path)
-    # a fresh home: the plan charges nothing and creates no warehouse
+    # a fresh home: the plan charges nothing and creates no warehouse; the name is not registered yet
+    res = dpr("plan", spec, "--json", home=home)
+    assert res.returncode == 2, res.stderr
+    plan = json.loads(res.stdout)
+    assert plan["fits"] and plan["new"]["epsilon"] == pytest.approx(0.2) and not plan["budget_known"]
+    assert not plan["registered"] and plan["problems"] == [
+        "dataset nycflights13 is not registered: the data owner registers it with "
+        "`dpr dataset add nycflights13 --spec SPEC` (nothing was read or charged)"]
+    assert not (home / "warehouse.duckdb").exists()
+    text = dpr("plan", spec, home=home)
+    assert text.returncode == 2 and "the dataset is not registered" in text.stdout
+    assert "dataset nycflights13 is not registered" in text.stderr
+    res = dpr("run", spec, home=home)
+    assert res.returncode == 2 and "dataset nycflights13 is not registered: the data owner registers it" in res.stderr
+    assert _ledger(home).charges().empty
+
+    added = register(spec, home)
+    assert "registered:\ndataset nycflights13: charges its own budget" in added.stdout, added.stdout
+    assert "overlap: none of the input's" in added.stdout
     res = dpr("plan", spec, "--json", home=home)
     assert res.returncode == 0, res.stderr
     plan = json.loads(res.stdout)
-    assert plan["fits"] and plan["new"]["epsilon"] == pytest.approx(0.2) and not plan["budget_known"]
-    assert not (home / "warehouse.duckdb").exists()
+    assert plan["registered"] and plan["budget_known"] and not plan["problems"]
 
     res = dpr("run", spec, home=home)
     assert res.returncode == 0, res.stderr
@@ -194,6 +219,7 @@ def test_over_cap_plan_and_run_refuse_with_nothing_charged(home, small_spec_path
     spec["budget"]["epsilon"] = 0.1  # the record counts need 0.2 against the replace-one cap
     tight = tmp_path / "tight.yaml"
     tight.write_text(yaml.safe_dump(spec))
+    register(tight, home)
     res = dpr("plan", str(tight), home=home)
     assert res.returncode == 2, res.stderr
     assert "would charge (epsilon=0.2, delta=0) but dataset 'nycflights13' has (epsilon=0.1" in res.stderr, res.stderr
@@ -208,6 +234,7 @@ def test_operator_counts_coco_and_explain_run(home, small_spec_path, small_fligh
     ok = pd.read_csv(small_flights_csv).dropna(subset=["arr_delay", "air_time"])
     flights_most_delayed_id = str(ok.loc[ok["arr_delay"].idxmax(), "flight_id"])  # an outlier of its own cell
     spec = str(small_spec_path)
+    register(spec, home)
     res = dpr("counts", "--spec", spec, "--json", home=home)
     assert res.returncode == 0, res.stderr
     counts = json.loads(res.stdout)
@@ -227,6 +254,7 @@ def test_operator_counts_coco_and_explain_run(home, small_spec_path, small_fligh
 
 
 def test_operator_rules_writes_owner_only_rules(home, small_spec_path):
+    register(small_spec_path, home)
     res = dpr("rules", "--spec", str(small_spec_path), "--template", "air_time_by_distance_origin", "--max-rules", "3",
               "--json", home=home)
     assert res.returncode == 0, res.stderr
@@ -234,3 +262,99 @@ def test_operator_rules_writes_owner_only_rules(home, small_spec_path):
     assert out["templates"] == ["air_time_by_distance_origin"] and out["owner_file"].endswith("owner/outlier_rules.csv")
     assert Path(out["owner_file"]).is_file()
     assert _ledger(home).charges().empty  # the owner-only rules charge nothing
+
+
+def _state(home: Path) -> dict:
+    """Everything the ledger and the raw store hold (to compare before and after a refused run)."""
+    led = _ledger(home)
+    q = led.wh.query
+    return {
+        "charges": q("SELECT key, dataset, step, eps_units, status FROM ledger.charges ORDER BY key"),
+        "budgets": q("SELECT dataset, eps_spent, delta_spent FROM ledger.budgets ORDER BY dataset"),
+        "links": q("SELECT dataset, budget FROM ledger.dataset_budgets ORDER BY dataset"),
+        "registrations": [r.as_dict() for r in led.registrations()],
+        "fingerprints": q("SELECT budget, count(*) FROM ledger.record_fingerprints GROUP BY 1 ORDER BY 1"),
+        "raw": q("SELECT table_name FROM information_schema.tables WHERE table_schema = 'raw' ORDER BY 1"),
+    }
+
+
+@pytest.mark.timeout(1800)
+def test_one_row_probe_under_a_new_name_has_the_same_public_outcome_whether_its_id_is_in_another_dataset(
+        home, small_spec_path, small_flights_csv, tmp_path):
+    """Issue 28 hole 3: a one-row CSV under a new dataset name, with an id present in a registered dataset
+    (F000042) or absent (F777777): every public surface an operator has (plan, run, budget, dataset list and
+    show) says the same thing, the run is refused before ingest, and nothing is stored or charged."""
+    register(small_spec_path, home)  # the owner's dataset (its record fingerprints are in the ledger)
+    rows = small_flights_csv.read_text().splitlines()
+    (row,) = [r for r in rows if r.startswith("F000042,")]
+    spec = yaml.safe_load(small_spec_path.read_text())
+    probe_csv = tmp_path / "probe.csv"
+    spec["dataset"]["name"] = "probe"
+    spec["dataset"]["source"] = {"kind": "csv", "path": str(probe_csv)}
+    probe = tmp_path / "probe.yaml"
+    probe.write_text(yaml.safe_dump(spec))
+    commands = [["plan", str(probe)], ["plan", str(probe), "--json"], ["run", str(probe)], ["budget", "--json"],
+                ["budget", "probe"], ["dataset", "list", "--json"], ["dataset", "show", "probe"]]
+    before = _state(home)
+    seen = {}
+    for rid in ("F000042", "F777777"):
+        probe_csv.write_text(rows[0] + "\n" + row.replace("F000042", rid, 1) + "\n")
+        outs = []
+        for cmd in commands:
+            res = dpr(*cmd, home=home)
+            # Prefect's own log lines carry random run names and times: the refusal is the last stderr line
+            err = res.stderr.strip().splitlines()[-1] if cmd[0] == "run" else res.stderr
+            outs.append((cmd[0], res.returncode, res.stdout, err))
+        seen[rid] = outs
+        assert _state(home) == before  # refused before ingest: no raw table, no fingerprint, no charge, no link
+    assert seen["F000042"] == seen["F777777"]
+    run = dict((tuple(c), o) for c, o in zip(map(tuple, commands), seen["F000042"]))[("run", str(probe))]
+    assert run[1] == 2 and run[3] == ("error: dataset probe is not registered: the data owner registers it with "
+                                      "`dpr dataset add probe --spec SPEC` (nothing was read or charged)")
+
+
+@pytest.mark.timeout(1800)
+def test_dataset_add_shows_the_overlap_to_the_owner_and_records_the_choice(home, small_spec_path, tmp_path):
+    """Registration with overlap needs the owner's choice; the overlap is printed on the owner's terminal
+    (stdout of `dpr dataset add`), never in the refusal itself; shared and separate choices are recorded."""
+    register(small_spec_path, home)
+    spec = yaml.safe_load(small_spec_path.read_text())
+    spec["dataset"]["name"] = "flights_copy"
+    copy = tmp_path / "copy.yaml"
+    copy.write_text(yaml.safe_dump(spec))
+    refused = dpr("dataset", "add", "flights_copy", "--spec", str(copy), home=home)
+    assert refused.returncode == 2
+    assert "overlap with existing budgets" in refused.stdout and "nycflights13" in refused.stdout
+    assert "3000" in refused.stdout  # the owner sees how many ids overlap (all 3,000 of the copy)
+    assert "--share BUDGET" in refused.stderr and "3000" not in refused.stderr
+    assert dpr("dataset", "show", "flights_copy", home=home).returncode == 2
+    wrong = dpr("dataset", "add", "other", "--spec", str(copy), home=home)
+    assert wrong.returncode == 2 and "dataset.name 'flights_copy'" in wrong.stderr
+    sep = dpr("dataset", "add", "flights_copy", "--spec", str(copy), "--separate-from", "nycflights13", home=home)
+    assert sep.returncode == 2 and "reason" in sep.stderr
+
+    shared = register(copy, home, "flights_copy", "--share", "nycflights13")
+    assert "charges the budget of 'nycflights13' (shared by the owner's choice)" in shared.stdout
+    again = register(copy, home, "flights_copy", "--share", "nycflights13")
+    assert "already registered, identically (nothing read or recorded)" in again.stdout
+    changed = dpr("dataset", "add", "flights_copy", "--spec", str(copy), home=home)
+    assert changed.returncode == 2 and "a registration does not change" in changed.stderr
+
+    spec["dataset"]["name"] = "flights_wave2"
+    wave = tmp_path / "wave.yaml"
+    wave.write_text(yaml.safe_dump(spec))
+    register(wave, home, "flights_wave2", "--separate-from", "nycflights13", "--reason", "a new consent round")
+    listed = json.loads(dpr("dataset", "list", "--json", home=home).stdout)
+    by_name = {r["dataset"]: r for r in listed}
+    assert set(by_name) == {"nycflights13", "flights_copy", "flights_wave2"}
+    assert (by_name["flights_copy"]["budget"], by_name["flights_copy"]["choice"]) == ("nycflights13", "share")
+    w = by_name["flights_wave2"]
+    assert (w["budget"], w["choice"], w["reason"]) == ("flights_wave2", "separate", "a new consent round")
+    assert w["separate_from"] == {"nycflights13": "a new consent round"} and w["registered_at"]
+    assert by_name["nycflights13"]["choice"] == "own"
+    # the registrations are what the budgets show: the copy charges the demo's budget, the wave its own
+    budgets = {b["budget"]: b for b in json.loads(dpr("budget", "--json", home=home).stdout)}
+    assert set(budgets) == {"nycflights13", "flights_wave2"}
+    assert budgets["nycflights13"]["datasets"] == ["nycflights13", "flights_copy"]
+    shown = dpr("dataset", "show", "flights_wave2", home=home)
+    assert shown.returncode == 0 and "separate from 'nycflights13': a new consent round" in shown.stdout

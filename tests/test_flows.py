@@ -84,13 +84,16 @@ def test_rerun_same_release_spends_nothing_new_and_new_release_spends(dpr_home, 
     assert led.status("nycflights13").spent.epsilon == 2 * Fraction(2, 10)
 
 
-def test_over_budget_run_fails_with_budget_message_and_ledger_unchanged(dpr_home, small_spec_path, tmp_path):
+@pytest.mark.unregistered
+def test_over_budget_run_fails_with_budget_message_and_ledger_unchanged(dpr_home, small_spec_path, tmp_path,
+                                                                        register_dataset):
     from flows.release_pipeline import release_pipeline
 
     spec = yaml.safe_load(small_spec_path.read_text())
     spec["budget"] = {"epsilon": 0.15, "delta": 0.0}
     tight = tmp_path / "tight.yaml"
     tight.write_text(yaml.safe_dump(spec))
+    register_dataset(tight)
     release_pipeline(spec_path=str(tight))
     led = _ledger()
     before = led.charges("nycflights13")

@@ -52,6 +52,7 @@ import pytest
 import yaml
 
 from child_runs import child_env, finish, spawn
+from owner_registration import register_spec
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -167,6 +168,7 @@ def _run_all(tmp_path: Path, spec: str, inputs: dict[str, str]) -> dict[str, Run
         (folder / "spec.yaml").write_text(spec)
         (folder / "input.csv").write_text(data)
         run = runs[name] = Run(name, folder)
+        register_spec(folder / "spec.yaml", home=run.dpr_home)  # the data owner, before the run (no overlap)
         env = child_env(tmp_path, run.dpr_home, run.prefect_home,
                         DPR_TEST_NOISE_SEED=NOISE_SEED, DPR_ALLOW_TEST_NOISE="1")
         procs[name] = spawn(CHILD.format(spec=str(folder / "spec.yaml"), rid=RELEASE_ID), env)

@@ -353,3 +353,37 @@ def test_exact_audit_record_counts_under_replace_one_neighbours(tmp_path):
     assert worst <= charged + 1e-9
     assert worst > float(eps) + 0.1  # the stated add/remove epsilon alone would under-count
     assert charged == pytest.approx(2 * float(eps))
+
+
+def test_a_warehouse_from_before_registration_keeps_its_names_registered_as_they_were(tmp_path):
+    """Issue 28 hole 3: names that had a budget (or were linked to one) before registration existed are
+    registered once, as they were, so existing deployments keep running; a new name is not."""
+    from dpcore.ledger import MIGRATED, DatasetNotRegisteredError
+
+    wh = Warehouse(tmp_path / "old.duckdb")
+    led = PrivacyLedger(wh)
+    led.ensure_budget("old", PrivacyCost(2), "replace-one")
+    led.ensure_budget("apart", PrivacyCost(1))
+
+    def as_before(con):  # what an older warehouse held: budgets, a link, a separation, no registrations
+        con.execute("DROP TABLE ledger.registrations")
+        con.execute("INSERT INTO ledger.dataset_budgets VALUES ('renamed', 'old', now())")
+        con.execute("INSERT INTO ledger.separations VALUES ('apart', 'old', 'another wave', now())")
+
+    wh.run(as_before, transaction=True)
+    led = PrivacyLedger(wh)
+    regs = {r.dataset: r for r in led.registrations()}
+    assert set(regs) == {"old", "renamed", "apart"}
+    assert (regs["old"].choice, regs["old"].budget, regs["old"].neighbour) == ("own", "old", "replace-one")
+    assert (regs["renamed"].choice, regs["renamed"].budget) == ("share", "old")
+    assert (regs["apart"].choice, regs["apart"].separate_from) == ("separate", {"old": "another wave"})
+    assert all(r.reason == MIGRATED for r in regs.values())
+    led.require_registered("renamed")
+    with pytest.raises(DatasetNotRegisteredError, match="dataset new is not registered"):
+        led.require_registered("new")
+    # the demo script's re-registration of a migrated name (same choice and cap, no reason) is accepted
+    assert led.repeat_registration("old", PrivacyCost(2), "replace-one") == regs["old"]
+    with pytest.raises(LedgerError, match="a registration does not change"):
+        led.repeat_registration("old", PrivacyCost(3), "replace-one")
+    again = PrivacyLedger(wh).registrations()  # the migration ran once: nothing re-registered or re-dated
+    assert [(r.dataset, r.registered_at) for r in again] == [(d, regs[d].registered_at) for d in sorted(regs)]

@@ -109,8 +109,9 @@ def test_private_tasks_never_persist_or_cache_and_noise_tasks_retry_once():
 
 # ----------------------------------------------------------------------------- concurrency
 @pytest.mark.timeout(600)
+@pytest.mark.unregistered
 def test_concurrent_release_runs_and_operator_run_share_one_warehouse(tmp_path, dpr_home, small_spec_path,
-                                                                       small_flights_csv):
+                                                                       small_flights_csv, register_dataset):
     """Two release runs (different ids), one AIQ and one PCOR operator run at the same moment,
     one warehouse, a cap that fits only five of the six charges: exactly one charge is refused,
     cleanly; the total never exceeds the cap; every charge has its stored release."""
@@ -123,6 +124,7 @@ def test_concurrent_release_runs_and_operator_run_share_one_warehouse(tmp_path, 
     spec["steps"]["aiq"].update({"enabled": True, "record_ids": ["F000001"], "from_detector": 0, "points": []})
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
+    register_dataset(path)  # the data owner, before the runs (with this test's cap)
     sync = tmp_path / "sync"
     sync.mkdir()
     env = child_env(tmp_path, dpr_home, OPS_SYNC=str(sync))
@@ -437,7 +439,7 @@ def test_no_internal_value_leaves_the_warehouse(tmp_path, dpr_home, small_spec_p
 
 # ----------------------------------------------------------------------------- dask
 @pytest.mark.timeout(600)
-def test_dask_local_cluster_gives_the_same_detection_as_the_default_runner(tmp_path, small_spec_path):
+def test_dask_local_cluster_gives_the_same_detection_as_the_default_runner(tmp_path, small_spec_path, register_dataset):
     """The detect flow, then the release pipeline with PCOR explaining the detector's top 2
     outliers, with ``DPR_TASK_RUNNER=dask-local`` (2 worker processes) and with the default
     runner, as two processes on two warehouses: the fits and the PCOR searches run on worker
@@ -489,6 +491,8 @@ def test_dask_local_cluster_gives_the_same_detection_as_the_default_runner(tmp_p
     single = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", DPR_TEST_NOISE_SEED="7", DPR_ALLOW_TEST_NOISE="1")
     envs = {name: child_env(tmp_path, tmp_path / f"dpr_{name}", DPR_TASK_RUNNER=name, **single)
             for name in ("dask-local", "default")}
+    for name in envs:
+        register_dataset(small_spec_path, home=tmp_path / f"dpr_{name}")
     # the Dask run as the demo does it: no PREFECT_API_URL, Prefect's ephemeral server in the flow
     # process (the workers must be told its address), with its own PREFECT_HOME
     del envs["dask-local"]["PREFECT_API_URL"]

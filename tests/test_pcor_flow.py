@@ -191,8 +191,10 @@ def test_absent_or_quarantined_roster_id_is_charged_like_a_record_without_contex
     assert len(rows) == 2 and rows[0] == rows[1]
 
 
+@pytest.mark.unregistered
 def test_over_budget_batch_is_refused_before_any_charge(dpr_home, small_spec_path, tmp_path, flights):
     from dpcore.pipeline import ingest_stage, validate_stage
+    from dpcore.registration import register
     from dpcore.spec import load_spec
     from dpcore.steps.pcor import pcor_step
 
@@ -201,6 +203,7 @@ def test_over_budget_batch_is_refused_before_any_charge(dpr_home, small_spec_pat
     # 3 x 0.2 stated under add/remove would fit 0.7, but against the demo's replace-one cap they count 3 x 0.4
     spec = spec.model_copy(update={"budget": spec.budget.model_copy(update={"epsilon": 0.7})})
     settings = Settings.from_env()
+    register(spec, settings)  # the data owner registers the name with this cap
     ingested = ingest_stage(spec, settings)
     validate_stage(spec, settings, ingested)
     with pytest.raises(BudgetExceededError, match=r"requested \(epsilon=1.2.*converted to the budget's replace-one.*remaining"):

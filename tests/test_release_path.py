@@ -3,7 +3,8 @@
 * hole 1: no data-derived hash or key in public lineage (random ingest ids, charge refs, keyed spec fingerprint);
 * hole 4: duplicate ids: exact neighbour check on raw rows of every released count, and the exact
   privacy loss of the record counts against the charge;
-* hole 6: a renamed dataset charges the same budget; an owner override is recorded and reported;
+* hole 6 / issue 28 hole 3: a renamed copy cannot run until the data owner registers it; registration with
+  overlap needs the owner's choice (share the budget, or keep it separate: recorded and reported);
 * hole 11: task/flow handles carry no integer (Prefect's ``untrackable_result`` probe);
 * the seeded test-noise mode is refused without the explicit test flag.
 """
@@ -25,7 +26,9 @@ import yaml
 
 from dpcore.budget import PrivacyCost
 from dpcore.ingest import IngestResult
-from dpcore.ledger import ChargeRequest, LedgerError, PrivacyLedger
+from dpcore.ledger import (
+    ChargeRequest, DatasetNotRegisteredError, LedgerError, OverlapDecisionRequired, PrivacyLedger,
+)
 from dpcore.mechanisms.row_counts import L1_SENSITIVITY, InputRowCounts
 from dpcore.settings import Settings
 from dpcore.spec import parse_spec
@@ -122,6 +125,12 @@ def _spec_file(tmp: Path, name: str, data: Path, **budget) -> Path:
     return p
 
 
+def _register(spec_path: Path, settings: Settings, **choice):
+    from owner_registration import register_spec
+
+    return register_spec(spec_path, settings, **choice)
+
+
 def _run(spec_path: Path, settings: Settings):
     from dpcore import pipeline
     from dpcore.spec import load_spec
@@ -146,6 +155,7 @@ def test_no_data_derived_hash_or_key_in_any_public_file(tmp_path, settings):
     """Hole 1: the bundle (every file), the raw table's name and the public handles carry no content hash,
     no prefix of one, no idempotency key; lineage is a random ingest id and charge refs."""
     data = _csv(tmp_path / "d.csv", [(f"r{i}", str(i % 10)) for i in range(30)])
+    _register(_spec_file(tmp_path, "lin", data), settings)
     spec, ing, out, bundle = _run(_spec_file(tmp_path, "lin", data), settings)
     content_hash = hashlib.sha256(data.read_bytes()).hexdigest()
     secrets_ = [content_hash, *out.keys, spec.content_hash()]
@@ -196,13 +206,38 @@ def test_ledger_refusals_never_name_a_charge_key(tmp_path):
 # --------------------------------------------------------------------------- hole 6: budget identity
 
 
-def test_renamed_dataset_charges_the_same_budget_and_an_override_is_recorded_and_reported(tmp_path, settings):
+def test_renamed_copy_runs_only_once_the_owner_registers_it_and_overlap_needs_the_owners_choice(tmp_path, settings):
+    """Issue 28 hole 3 (was hole 6): renaming never gives a fresh budget. A renamed copy is refused before
+    ingest until the owner registers it; registering it with overlap needs the owner's choice; sharing
+    charges the same budget; a separation is recorded (time, choice, reason) and reported for both."""
     data = _csv(tmp_path / "d.csv", [(f"r{i}", str(i % 10)) for i in range(30)])
-    _run(_spec_file(tmp_path, "first", data), settings)
-    _, _, _, second = _run(_spec_file(tmp_path, "renamed", data), settings)  # same people, new name
+    first = _spec_file(tmp_path, "first", data)
+    assert _register(first, settings).overlaps == {}  # no overlap: its own budget with the spec's cap
+    _run(first, settings)
     led = PrivacyLedger(Warehouse(settings.warehouse))
+    renamed = _spec_file(tmp_path, "renamed", data)  # same people, new name
+    raws = led.wh.query("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'raw'")
+    with pytest.raises(DatasetNotRegisteredError, match="dataset renamed is not registered: the data owner "
+                       "registers it with `dpr dataset add renamed --spec SPEC`"):
+        _run(renamed, settings)
+    assert led.wh.query("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'raw'") == raws
+    # registering it without a choice is refused; the overlap goes to the owner (the exception's
+    # attribute, printed by `dpr dataset add`), never into the message
+    with pytest.raises(OverlapDecisionRequired, match="--share BUDGET") as ei:
+        _register(renamed, settings)
+    assert ei.value.overlaps == {"first": 30} and ei.value.overlaps_seen == ({"first": 30}, 30)
+    assert "30" not in str(ei.value)
+    assert led.registration("renamed") is None
+    with pytest.raises(DatasetNotRegisteredError):
+        _run(renamed, settings)
+    # the owner shares the budget: both releases on one cap
+    shared = _register(renamed, settings, share="first")
+    assert shared.overlaps == {"first": 30} and not shared.already
+    reg = led.registration("renamed")
+    assert (reg.budget, reg.choice) == ("first", "share") and reg.registered_at is not None
+    _, _, _, second = _run(renamed, settings)
     assert led.status("renamed").budget == "first"
-    assert led.status("first").spent.epsilon == Fraction(2, 10)  # both releases on one cap
+    assert led.status("first").spent.epsilon == Fraction(2, 10)
     m = json.loads((second.path / "manifest.json").read_text())
     assert m["budget_identity"]["budget"] == "first" and m["budget"]["spent_total"]["epsilon"] == pytest.approx(0.2)
     assert "charges the budget of `first`" in (second.path / "report.md").read_text()
@@ -210,22 +245,44 @@ def test_renamed_dataset_charges_the_same_budget_and_an_override_is_recorded_and
     fps = [r[0] for r in led.wh.query("SELECT fp FROM ledger.record_fingerprints")]
     assert len(fps) == 30 and not ({f"r{i}" for i in range(30)} & set(fps))
     assert all(len(f) == 64 for f in fps)
+    # a registration does not change: identical again is accepted (nothing read), anything else refused
+    assert _register(renamed, settings, share="first").already
+    with pytest.raises(LedgerError, match="already registered"):
+        _register(renamed, settings)
 
     # a partly overlapping third dataset, kept separate on purpose: recorded and printed for both datasets
     part = _csv(tmp_path / "p.csv", [("r1", "1"), ("z9", "2")])
-    spec3 = _spec_file(tmp_path, "third", part, separate_from={"first": "a different survey wave, own consent"})
+    spec3 = _spec_file(tmp_path, "third", part)
+    with pytest.raises(LedgerError, match="reason"):
+        _register(spec3, settings, separate_from=["first"])
+    out3 = _register(spec3, settings, separate_from=["first"], reason="a different survey wave, own consent")
+    assert out3.overlaps == {"first": 1} and out3.ids == 2
+    reg3 = led.registration("third")
+    assert (reg3.budget, reg3.choice, reg3.reason) == ("third", "separate", "a different survey wave, own consent")
+    assert reg3.separate_from == {"first": "a different survey wave, own consent"}
+    assert led.wh.query("SELECT dataset, other, reason FROM ledger.separations") == [
+        ("third", "first", "a different survey wave, own consent")]
     _, _, _, third = _run(spec3, settings)
     assert led.status("third").budget == "third"
     assert "different survey wave" in (third.path / "report.md").read_text()
-    again = _run(_spec_file(tmp_path, "first", data), settings)[3]  # a later report of the other dataset
+    again = _run(first, settings)[3]  # a later report of the other dataset
     assert "different survey wave" in (again.path / "report.md").read_text()
 
-    # overlapping without the override after spending on its own budget: the owner must decide
+    # at run time nothing depends on overlap: a registered name whose data now overlaps another budget
+    # runs on its own budget, with no refusal and no link
     lone = _csv(tmp_path / "l.csv", [("q1", "1")])
+    first_spent = led.status("first").spent
+    _register(_spec_file(tmp_path, "lone", lone), settings)
     _run(_spec_file(tmp_path, "lone", lone), settings)
     grown = _csv(tmp_path / "g.csv", [("q1", "1"), ("r2", "3")])
-    with pytest.raises(LedgerError, match="separate_from"):
-        _run(_spec_file(tmp_path, "lone", grown), settings)
+    _, _, _, lone_bundle = _run(_spec_file(tmp_path, "lone", grown), settings)
+    assert led.status("lone").budget == "lone" and led.status("first").spent == first_spent
+    assert json.loads((lone_bundle.path / "manifest.json").read_text())["budget_identity"]["datasets_sharing_it"] == [
+        "lone"]
+    # ... and a later registration of a copy of it sees both budgets' records (the fingerprints were kept)
+    with pytest.raises(OverlapDecisionRequired) as ei:
+        _register(_spec_file(tmp_path, "copy", grown), settings)
+    assert ei.value.overlaps == {"first": 1, "lone": 2}
 
 
 # --------------------------------------------------------------------------- hole 11 / seeded noise
@@ -242,6 +299,7 @@ def test_task_handles_carry_no_integer_for_prefect_to_probe(tmp_path, settings):
     from dpcore import pipeline
     from dpcore.spec import load_spec
 
+    _register(_spec_file(tmp_path, "h", data), settings)
     spec = load_spec(_spec_file(tmp_path, "h", data))
     ing = pipeline.ingest_stage(spec, settings)
     done = pipeline.validate_stage(spec, settings, ing)

@@ -23,6 +23,7 @@ from dpcore.detect.combine import Template
 from dpcore.detect.streaming import fit_partitions
 from dpcore.partitions import export_partitions, scratch_dir
 from dpcore.spec import load_spec
+from owner_registration import register_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -61,7 +62,9 @@ def _run(tmp_path: Path, small_flights_csv: Path, valid: int, monkeypatch) -> tu
     from flows.release_pipeline import release_pipeline
 
     monkeypatch.setenv("DPR_HOME", str(tmp_path / f"home-{valid}"))
-    out = release_pipeline(spec_path=str(_spec_with_valid_rows(tmp_path, small_flights_csv, valid)))
+    spec_path = _spec_with_valid_rows(tmp_path, small_flights_csv, valid)
+    register_spec(spec_path)  # the data owner registers the name in this fresh home
+    out = release_pipeline(spec_path=str(spec_path))
     return out, Path(out["bundle"])
 
 

