@@ -72,9 +72,10 @@ def cost_preflight(spec: ReleaseSpec, settings: Settings, steps: list[str] | Non
     all at once or nothing. The run's steps then draw their charges from the
     reservation, so a run either charges exactly what its plan said, or
     nothing; it never stops half way for lack of budget, and concurrent runs
-    cannot spend each other's reservations. Runs after ingest (which
-    registers the budget), for ``steps`` (the sections the flow runs;
-    default every enabled step).
+    cannot spend each other's reservations. Runs after validation (an
+    input that fails validation charges nothing), for ``steps`` (the
+    sections the flow runs; default every enabled step); the budget is the
+    one the data owner registered the dataset name with.
 
     Returns
     -------
