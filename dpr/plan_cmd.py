@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .console import REFUSED, cost, eps, out, print_json, refusals, refuse, table
+from .console import REFUSED, cost, eps, err, out, print_json, refusals, refuse, table
 
 
 def open_ledger(create: bool = False):
@@ -29,18 +29,23 @@ def plan(spec, release_id, as_json) -> None:
     Lists every charge of every enabled step: its (ε, δ) as the mechanism states it (under its own
     neighbour relation) and as the ledger would charge it (converted to the budget's relation), the
     total, what the dataset has spent, what would be left, and every problem the release preflight
-    would stop on. Charges nothing, draws no noise and reads no data. Exit code 0 when the release
+    would stop on. Warns (on stderr; "warnings" in --json) when the spec publishes something no
+    guarantee covers (publish_detector_chosen_ids). Charges nothing, draws no noise and reads no data. Exit code 0 when the release
     fits and has no problem, 2 otherwise.
     """
     from dpcore.cost_plan import plan_release
+    from dpcore.plan_warnings import plan_warnings
     from dpcore.spec import load_spec
 
     with refusals():
         loaded = load_spec(spec, release_id=release_id)
         p = plan_release(loaded, open_ledger())
+    warnings = plan_warnings(loaded)  # what the spec asks to publish unprotected (not a refusal)
     if as_json:
-        print_json(p.as_dict())
+        print_json({**p.as_dict(), "warnings": warnings})
         raise SystemExit(0 if not p.problems else REFUSED)
+    for w in warnings:
+        err.print("warning: " + w, markup=False)
     rows = []
     for ln in p.lines:
         c = ln.charge
