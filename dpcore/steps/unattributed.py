@@ -137,6 +137,7 @@ def check_group_column(spec: ReleaseSpec, settings: Settings, ingested: IngestRe
 
     cfg = spec.steps.unattributed
     col = cfg.group_column
+    unattributed_groups(spec)  # a categorical attribute with a public domain (else a StepInputError naming it)
     domain = spec.public_schema.categorical[col].domain
     integers = all(isinstance(v, int) and not isinstance(v, bool) for v in domain)
     want = _INTEGER_TYPES if integers else ("VARCHAR",)
