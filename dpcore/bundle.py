@@ -11,6 +11,8 @@ Layout::
         tables/<name>.csv|.parquet   the private tables (noisy outputs) and the ledger's charges
         owner/validation_summary.json  data-quality summary for the data owner (counts, rules, row
                                  numbers: NOT privacy-protected, never publish this folder)
+        owner/<step>__<name>.csv  a step's owner-only tables, e.g. the answers about the records the
+                                 non-private detector chose (unless the spec publishes them, issue 28)
 
 Only privacy-protected outputs and data-independent metadata go into the
 public part (DESIGN.md rule 6). No identifier derived from the data is
@@ -122,6 +124,12 @@ class StepOutput:
         statement). Functions of public parameters only. Listed per step in
         the manifest; the tables carry them as columns and the report next
         to each number.
+    owner_tables : dict of str to DataFrame
+        Owner-only tables of the step (e.g. the answers about records the
+        non-private detector chose, issue 28), written as
+        ``owner/<step>__<name>.csv`` and never to ``tables/``, the report or
+        an artifact. Which names a step gives must depend on the spec alone
+        (the manifest lists the files); their rows are the owner's.
     """
 
     step: str
@@ -131,6 +139,7 @@ class StepOutput:
     keys: list[str] = field(default_factory=list)
     not_protected: list[str] = field(default_factory=list)
     accuracy: dict[str, dict[str, Any]] = field(default_factory=dict)
+    owner_tables: dict[str, pd.DataFrame] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -277,7 +286,9 @@ def write_bundle(
         (tmp / "owner" / "validation_summary.json").write_text(json.dumps(validation_summary, indent=2, default=str))
         files.append("owner/validation_summary.json")
     owner_notes = [OWNER_NOTES[name] for name in (owner_tables or {}) if name in OWNER_NOTES]
-    for name, table in (owner_tables or {}).items():
+    owned = dict(owner_tables or {})
+    owned.update({f"{out.step}__{name}": t for out in steps for name, t in out.owner_tables.items()})
+    for name, table in owned.items():
         (tmp / "owner").mkdir(exist_ok=True)
         table.to_csv(tmp / "owner" / f"{name}.csv", index=False)
         files.append(f"owner/{name}.csv")

@@ -177,13 +177,21 @@ def validate_stage(spec: ReleaseSpec, settings: Settings, ingested: IngestResult
     ValidationFailed
         A header-level rule failed or the input has no row; the message names
         rules and columns only.
+    StepInputError
+        ``steps.unattributed`` is enabled and the validated group column is
+        not of the type its public domain gives
+        (:func:`dpcore.steps.unattributed.check_group_column`; issue 28,
+        section 6): refused before the release's first charge.
     """
     stores = open_stores(settings)
     table = validated_table_name(ingested, spec)
-    if latest_passing_summary(stores.warehouse, ingested, spec) is not None:
-        return ValidationDone(spec.dataset.name, table)
-    outcome = validate_table(stores.warehouse, ingested, spec, mapper=mapper)  # chunk by chunk, one transaction
-    enforce(outcome, spec)
+    if latest_passing_summary(stores.warehouse, ingested, spec) is None:
+        outcome = validate_table(stores.warehouse, ingested, spec, mapper=mapper)  # chunk by chunk, one transaction
+        enforce(outcome, spec)
+    if spec.steps.unattributed.enabled:  # before the release's first charge: the column's type (public) only
+        from .steps.unattributed import check_group_column
+
+        check_group_column(spec, settings, ingested)
     return ValidationDone(spec.dataset.name, table)
 
 

@@ -218,6 +218,10 @@ class NumericAttribute(_Strict):
             raise ValueError("min and max must be finite numbers")
         if not self.min < self.max:
             raise ValueError(f"min ({self.min}) must be smaller than max ({self.max})")
+        if not math.isfinite(self.max - self.min):
+            # every step scales by the width (distances, the detector's design); an infinite one turns values
+            # near the bounds into NaN, a failure that would depend on the data (issue 28, section 6)
+            raise ValueError(f"max - min ({self.max:g} - {self.min:g}) overflows to infinity; narrow the bounds")
         return self
 
     @property
@@ -374,6 +378,16 @@ class DetectSpec(_Strict):
         return self
 
 
+#: The help text of ``steps.<step>.publish_detector_chosen_ids`` (issue 28, section 4).
+PUBLISH_DETECTOR_CHOSEN_IDS_HELP = (
+    "Publish the ids of the records from_detector chose, and the {answers} about them, in the public bundle "
+    "(tables, report, manifest, Prefect artifacts). Off (default): those {answers} go to the bundle's owner/ folder "
+    "only and the public bundle neither names the ids nor tells how many the detector chose; the charges are the "
+    "same either way. On: the ids are public, and which records the non-private detector chose is NOT protected by "
+    "any guarantee (steps.{step}; dpr plan warns)."
+)
+
+
 class AiqSpec(_Strict):
     """The ``aiq`` private step: (beta, r)-anomaly identification queries (seed 001).
 
@@ -397,8 +411,11 @@ class AiqSpec(_Strict):
         default=0, ge=0, le=100_000,
         description="Also query the top-N records flagged by the detect step (flagged by any template, ranked by "
         "the highest score over all templates: AIQ has no single metric to match a template to). The choice of "
-        "ids is made by the non-private detector, so the published list of queried ids is not protected (stated "
-        "in the report).",
+        "ids is made by the non-private detector: by default the answers about those records go to the bundle's "
+        "owner/ folder only (publish_detector_chosen_ids). Charged for the public bound: from_detector x epsilon.",
+    )
+    publish_detector_chosen_ids: bool = Field(
+        default=False, description=PUBLISH_DETECTOR_CHOSEN_IDS_HELP.format(step="aiq", answers="answers"),
     )
 
 
@@ -584,9 +601,14 @@ class PcorSpec(_Strict):
     record_ids: list[str] = Field(default_factory=list, description="Records to explain (ids are public).")
     from_detector: int = Field(
         default=0, ge=0, le=10_000,
-        description="Also explain the top-N records flagged by the detect step (a non-private choice, stated in the "
-        "report): among the records flagged by the from_template template(s), ranked by the detector's score, "
-        "keeping only own-cell outliers when from_detector_own_cell is on.",
+        description="Also explain the top-N records flagged by the detect step (a non-private choice): among the "
+        "records flagged by the from_template template(s), ranked by the detector's score, keeping only own-cell "
+        "outliers when from_detector_own_cell is on. Always N charges (a slot the detector cannot fill is charged "
+        "and answered no_valid_context, so the charges do not tell how many qualified); by default the "
+        "explanations go to the bundle's owner/ folder only (publish_detector_chosen_ids).",
+    )
+    publish_detector_chosen_ids: bool = Field(
+        default=False, description=PUBLISH_DETECTOR_CHOSEN_IDS_HELP.format(step="pcor", answers="explanations"),
     )
     from_template: Slug | None = Field(
         default=None,

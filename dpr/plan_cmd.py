@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .console import REFUSED, cost, eps, out, print_json, refusals, refuse, table
+from .console import REFUSED, cost, eps, err, out, print_json, refusals, refuse, table
 
 
 def open_ledger(create: bool = False):
@@ -29,12 +29,15 @@ def plan(spec, release_id, as_json) -> None:
     Lists every charge of every enabled step: its (ε, δ) as the mechanism states it (under its own
     neighbour relation) and as the ledger would charge it (converted to the budget's relation), the
     total, what the dataset has spent, what would be left, and every problem the release preflight
-    would stop on. Charges nothing, draws no noise and reads no data. Exit code 0 when the release
-    fits and has no problem, 2 otherwise. A dataset name the data owner has not registered
-    (`dpr dataset add`) is planned against the spec's cap, marked as not registered, and refused.
+    would stop on. Warns (on stderr; "warnings" in --json) when the spec publishes something no
+    guarantee covers (publish_detector_chosen_ids). Charges nothing, draws no noise and reads no data.
+    Exit code 0 when the release fits and has no problem, 2 otherwise. A dataset name the data owner
+    has not registered (`dpr dataset add`) is planned against the spec's cap, marked as not registered,
+    and refused.
     """
     from dpcore.cost_plan import plan_release
     from dpcore.ledger import not_registered_message
+    from dpcore.plan_warnings import plan_warnings
     from dpcore.spec import load_spec
 
     with refusals():
@@ -43,9 +46,13 @@ def plan(spec, release_id, as_json) -> None:
         p = plan_release(loaded, ledger)
         registered = ledger is not None and ledger.registration(loaded.dataset.name) is not None
     unregistered = [] if registered else [not_registered_message(loaded.dataset.name)]
+    warnings = plan_warnings(loaded)  # what the spec asks to publish unprotected (not a refusal)
     if as_json:
-        print_json({**p.as_dict(), "registered": registered, "problems": unregistered + list(p.problems)})
+        print_json({**p.as_dict(), "registered": registered, "warnings": warnings,
+                    "problems": unregistered + list(p.problems)})
         raise SystemExit(0 if not (p.problems or unregistered) else REFUSED)
+    for w in warnings:
+        err.print("warning: " + w, markup=False)
     rows = []
     for ln in p.lines:
         c = ln.charge

@@ -51,7 +51,8 @@ def test_plan_matches_what_the_release_charges(dpr_home, small_spec_path, tmp_pa
     by_step = {ln.charge.step: ln for ln in plan.lines}
     assert set(by_step) == {"record_counts", "aiq", "outlier_subspaces", "outlier_count", "coco_level0",
                             "coco_level1", "coco_level2", "pcor"}
-    assert by_step["pcor"].charge.upper_bound and by_step["pcor"].charge.count == 3
+    # exact: one charge per listed record and per from_detector slot, filled or not (issue 28)
+    assert not by_step["pcor"].charge.upper_bound and by_step["pcor"].charge.count == 3
     assert by_step["outlier_count"].charge.count == spec.steps.outlier_counts.h
 
     release_pipeline(spec_path=str(path))

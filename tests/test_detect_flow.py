@@ -72,7 +72,9 @@ def test_pipeline_with_detector_feeds_aiq_and_bundle_carries_no_internal_values(
     out = release_pipeline(spec_path=str(path))
     bundle = Path(out["bundle"])
     answers = (bundle / "tables" / "aiq__answers.csv").read_text().splitlines()
-    assert len(answers) == 1 + 3
+    assert len(answers) == 1 + 1  # the listed id; the detector's two are the owner's (issue 28)
+    owner = (bundle / "owner" / "aiq__detector_answers.csv").read_text().splitlines()
+    assert len(owner) == 1 + 2 and not {ln.split(",")[0] for ln in owner[1:]} & {ln.split(",")[0] for ln in answers}
     led = PrivacyLedger(Warehouse(Settings.from_env().warehouse))
     ch = led.charges("nycflights13")
     aiq = ch[ch["step"] == "aiq"].iloc[0]

@@ -308,8 +308,8 @@ def test_no_internal_value_leaves_the_warehouse(tmp_path, dpr_home, small_spec_p
     and the public part of the bundle for true counts, detector scores, raw outlier rows, AIQ ball
     counts and PCOR population sizes.
 
-    ``from_detector`` publishes the ids it chose (by design, the report says so): those ids and
-    the explicitly queried ones are left out of the id search; their scores and raw rows are not.
+    The explicitly queried ids are left out of the id search (their scores and raw rows are not);
+    the ids ``from_detector`` chose are owner-only by default (issue 28), so they are searched for too.
     """
     # distinctive true counts: blank arr_delay in ~150 more rows, so ~190 rows are quarantined
     lines = small_flights_csv.read_text().splitlines()
@@ -382,13 +382,14 @@ def test_no_internal_value_leaves_the_warehouse(tmp_path, dpr_home, small_spec_p
     emd = wh.query_df("SELECT emd FROM internal.coco_emd WHERE emd > 0")
     pcor = wh.query_df("SELECT * FROM internal.pcor_diagnostics")
     explained = set(pd.read_csv(bundle / "tables" / "pcor__explanations.csv")["record_id"])
-    assert 1 <= len(explained) <= 3 and len(pcor) == len(explained)
+    assert explained == set()  # PCOR explains only the detector's choice here: owner-only by default (issue 28)
+    owner_pcor = pd.read_csv(bundle / "owner" / "pcor__detector_explanations.csv", dtype=str, keep_default_na=False)
+    assert len(owner_pcor) == 3 and len(pcor) == 3  # three slots, filled or not: three charges
     answers = (bundle / "tables" / "aiq__answers.csv").read_text()
     published_ids = set(re.findall(r"record:(F\d+)", answers))
-    assert len(published_ids) == 5  # 2 listed + the detector's top 3 (published by design)
-    # PCOR explains its own detector choice (issue 16: flagged by the arr_delay template, own-cell outliers),
-    # also published by design
-    published_ids |= explained
+    assert published_ids == {"F000001", "F000002"}  # the listed ids; the detector's top 3 are in owner/ only
+    owner_aiq = (bundle / "owner" / "aiq__detector_answers.csv").read_text()
+    assert len(set(re.findall(r"record:(F\d+)", owner_aiq)) - published_ids) == 3
     numbers_pcor = {int(n) for n in pcor["population"].dropna() if n >= 100}
 
     n_raw = wh.query("SELECT n_rows FROM raw.ingests")[0][0]

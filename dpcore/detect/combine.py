@@ -203,15 +203,17 @@ def fit_template(
 
 
 def fit_params(template: Template, det: RobustRegressionDetector | None, names: list[str], sigma2_floor,
-               n_rows: int, threshold) -> dict:
+               n_rows: int, threshold, unfitted: str = "too_few_rows") -> dict:
     """The plain-JSON params of a fitted filter (:class:`TemplateFit`), in-memory or streamed alike.
 
     ``threshold``: the score of the K-th record (``inf``/None when K = 0; the
     streamed fit learns it from the warehouse after scoring). ``det=None``:
     the unfitted filter of a table with fewer rows than the model has
-    parameters (:func:`~dpcore.detect.streaming.fit_partitions`): zero
-    coefficients, no noise parameters, ``K = 0`` and the diagnostic
-    ``too_few_rows``.
+    parameters, or whose spread leaves no finite scale
+    (:func:`~dpcore.detect.streaming.fit_partitions`): zero coefficients, no
+    noise parameters, ``K = 0`` and the diagnostic ``unfitted`` (the code:
+    ``too_few_rows``, with the model's parameter count, or a
+    :class:`~dpcore.detect.robust_em.DataSpreadError` code).
     """
     j = template.behavioural
     fitted = det is not None
@@ -235,7 +237,8 @@ def fit_params(template: Template, det: RobustRegressionDetector | None, names: 
         "log_likelihood": _finite_or_none(det.log_likelihood_) if fitted else None,
         "n_rows": int(n_rows),
         "diagnostics": ([dict(d) for d in det.diagnostics_] if fitted
-                        else [{"code": "too_few_rows", "n_params": model_parameters(len(names))}]),
+                        else [{"code": "too_few_rows", "n_params": model_parameters(len(names))}
+                              if unfitted == "too_few_rows" else {"code": unfitted}]),
     }
 
 

@@ -323,7 +323,7 @@ import numbers
 import numpy as np
 from scipy.special import expit, ndtri
 
-__all__ = ["START_SAMPLE", "ArrayChunks", "RobustRegressionDetector", "chunk_pass", "model_parameters"]
+__all__ = ["START_SAMPLE", "ArrayChunks", "DataSpreadError", "RobustRegressionDetector", "chunk_pass", "model_parameters"]
 
 #: Constructor parameters, in order (``get_params``).
 _PARAMS = (
@@ -484,6 +484,29 @@ def _one_blas_thread():
     if _TP_CONTROLLER is False:  # pragma: no cover
         return contextlib.nullcontext()
     return _TP_CONTROLLER.limit(limits=1, user_api="blas")
+
+
+class DataSpreadError(ValueError):
+    """The data's spread (a private fact) leaves the fit no finite scale; ``code`` names the case.
+
+    A :class:`ValueError` (the in-memory :meth:`RobustRegressionDetector.fit`
+    raises it as before); the streamed fit of a release catches it and
+    becomes an unfitted filter instead (issue 28, section 6:
+    :func:`dpcore.detect.streaming.fit_partitions`), since whether the data
+    spreads that way is private and the release's earlier steps have charged.
+
+    Attributes
+    ----------
+    code : str
+        ``x_scale_overflow`` (a context column's mean or spread is not a
+        finite float), ``y_scale_overflow`` (the same for y) or
+        ``sigma2_floor_overflow`` (``sigma2_floor / scale**2`` overflows: y
+        spreads far less than the floor).
+    """
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
 
 
 def model_parameters(d: int) -> int:
@@ -1339,6 +1362,10 @@ class RobustRegressionDetector:
             shapes, non-finite values, or fewer rows than parameters. Messages
             name the parameter or the rule and public shapes (context columns,
             model parameters), never data values, row counts or row positions.
+        DataSpreadError
+            (a ValueError) The data's spread leaves no finite scale (``code``
+            says which); the streamed fit of a release turns it into an
+            unfitted filter.
 
         Notes
         -----
@@ -1449,7 +1476,8 @@ class RobustRegressionDetector:
         self._x_loc = Xa.mean(axis=0)
         self._x_scale = Xa.std(axis=0)
         if not (np.all(np.isfinite(self._x_loc)) and np.all(np.isfinite(self._x_scale))):
-            raise ValueError("X has a column whose range is too large to standardise (|values| near the float limit)")
+            raise DataSpreadError(
+                "x_scale_overflow", "X has a column whose range is too large to standardise (|values| near the float limit)")
         self._x_scale = np.where(self._x_scale > 0, self._x_scale, 1.0)
         # 0/1 columns (one-hot levels) stay indicators: centring a rare level's
         # column spreads it over every row and makes its coefficient ill-determined
@@ -1462,7 +1490,7 @@ class RobustRegressionDetector:
         mad = _MAD_TO_SD * float(np.median(np.abs(y - self._y_loc)))
         scale = mad if mad > 0 else float(np.std(y))
         if not math.isfinite(scale):
-            raise ValueError("y has a range too large to standardise (|values| near the float limit)")
+            raise DataSpreadError("y_scale_overflow", "y has a range too large to standardise (|values| near the float limit)")
         self._constant = bool(ymax - ymin == 0)  # np.ptp(y) == 0
         if self._constant:
             return self._fit_constant(ymin, d)
@@ -1472,7 +1500,8 @@ class RobustRegressionDetector:
         sf = 0.0 if self.sigma2_floor is None else float(self.sigma2_floor)
         floor = max(_SIGMA2_FLOOR, sf / (scale * scale))
         if not math.isfinite(floor):
-            raise ValueError("sigma2_floor is too large relative to the spread of y (sigma2_floor / scale**2 overflows)")
+            raise DataSpreadError("sigma2_floor_overflow",
+                                  "sigma2_floor is too large relative to the spread of y (sigma2_floor / scale**2 overflows)")
 
         ys = self._std_y(y)
         Z = self._design(X)

@@ -36,7 +36,7 @@ from ..partitions import Partitions
 from ..spec import PublicSchema
 from .combine import Template, detector_of, fit_params, template_arrays
 from .design import design_matrix
-from .robust_em import _standardised, model_parameters
+from .robust_em import DataSpreadError, _standardised, model_parameters
 from .settings import DetectorSettings
 
 __all__ = ["PartitionChunks", "StreamedFit", "fit_partitions", "template_columns"]
@@ -232,7 +232,11 @@ def fit_partitions(
     Raises
     ------
     KeyError, ValueError
-        As :func:`~dpcore.detect.combine.fit_template`, prefixed with the template's name.
+        As :func:`~dpcore.detect.combine.fit_template`, prefixed with the
+        template's name; except for the data-dependent ones, which give an
+        unfitted filter (:func:`_unfitted`; the reason in its params only):
+        fewer rows than the model's parameters, and a spread that leaves no
+        finite scale (:class:`~dpcore.detect.robust_em.DataSpreadError`).
     """
     src = PartitionChunks(parts, template, schema, mapper)
     det, floor = detector_of(template, schema, settings)
@@ -241,6 +245,8 @@ def fit_partitions(
         return _unfitted(src, template, floor, path)
     try:
         det.fit_chunks(src)
+    except DataSpreadError as exc:  # the data's spread (private): an unfitted filter, not an abort
+        return _unfitted(src, template, floor, path, exc.code)
     except ValueError as exc:
         msg = str(exc)
         raise ValueError(msg if msg.startswith(f"template {template.name!r}") else f"template {template.name!r}: {msg}") from None
@@ -264,18 +270,21 @@ def _score_writer(path: Path):
         yield lambda rows, scores: writer.write_table(pa.table({ROW: rows, "score": scores}, schema=schema_pa))
 
 
-def _unfitted(src: PartitionChunks, template: Template, floor, path: Path) -> StreamedFit:
-    """The filter of a table with fewer rows than the model has parameters: no fit, no score, no label.
+def _unfitted(src: PartitionChunks, template: Template, floor, path: Path, code: str = "too_few_rows") -> StreamedFit:
+    """The filter of a table the model cannot be fitted to: no fit, no score, no label.
 
-    Whether the validated table is that small is a private fact, so it is not
-    an error after the release's earlier steps have charged (DESIGN.md, rule
-    8): every row gets a missing score (NaN), the filter labels no record
-    (``K = 0``), and the params say so (``diagnostics``: ``too_few_rows``),
-    in ``internal.detect_models`` only.
+    Two private facts lead here: fewer rows than the model has parameters
+    (``code`` ``too_few_rows``), or a spread of the data that leaves the fit
+    no finite scale (a :class:`~dpcore.detect.robust_em.DataSpreadError`:
+    ``x_scale_overflow``, ``y_scale_overflow``, ``sigma2_floor_overflow``;
+    issue 28, section 6). Neither is an error after the release's earlier
+    steps have charged (DESIGN.md, rule 8): every row gets a missing score
+    (NaN), the filter labels no record (``K = 0``), and the params say why
+    (``diagnostics``: ``code``), in ``internal.detect_models`` only.
     """
     with _score_writer(path) as write:
         for i in range(src.n_chunks):
             rows = src.frame(i, with_row=True)[ROW].to_numpy(dtype=np.int64)
             write(rows, np.full(rows.shape[0], np.nan))
-    params = fit_params(template, None, src.names, floor, src.n_rows, None)
+    params = fit_params(template, None, src.names, floor, src.n_rows, None, code)
     return StreamedFit(template=template, params=params, scores_path=path, K=0)

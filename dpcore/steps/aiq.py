@@ -21,6 +21,13 @@ Conventions
   validity are never answered for free. The queried record's own value and
   presence are not protected (the query point is its value; rule 9, stated in
   the manifest and report); every other record keeps the charged guarantee.
+* Detector-chosen records (``from_detector``, issue 28 section 4): the
+  choice is the non-private detector's, so by default the answers about
+  those records go to the bundle's ``owner/`` folder only
+  (:func:`split_detector_answers`): the public bundle names neither the ids
+  nor how many were chosen, and the batch is charged for the public bound
+  ``from_detector`` whatever the choice. ``publish_detector_chosen_ids: true``
+  publishes them (stated as not protected, rule 9).
 * Cost (Section 3.1): record-id queries compose sequentially (Claim 3),
   ``n_ids * epsilon``; the positions of records are private, so the
   parallel-composition count of Claim 5 is not computed from them. Explicit
@@ -58,7 +65,7 @@ from ..partitions import Partitions, exported
 from ..quoting import md_cell
 from ..settings import Settings
 from ..spec import AiqSpec, ReleaseSpec
-from .detect import DETECTOR_CHOICE_NOT_PROTECTED, flagged_records
+from .detect import DETECTOR_CHOICE_NOT_PROTECTED, detector_choice_owner_only, flagged_records
 from .common import (
     PlannedCharge, StepInputError, charge_request, check_record_ids, noise_source, open_stores,
     require_public_completeness, validated_table,
@@ -268,7 +275,10 @@ def aiq_step(
     Returns
     -------
     StepOutput
-        Table ``answers`` (query, anomaly) and a report section.
+        Table ``answers`` (query, anomaly) and a report section; with
+        ``from_detector`` and ``publish_detector_chosen_ids`` off, the
+        answers about detector-chosen records are the owner-only table
+        ``detector_answers`` (:func:`split_detector_answers`).
 
     Raises
     ------
@@ -295,7 +305,7 @@ def aiq_step(
     noise = noise_source()
     params = {**_public_params(spec), "record_ids": record_ids}
     req = charge_request(spec, "aiq", mech, cost, params, noise, flow_run_id)
-    labels = [f"record:{i}" for i in record_ids] + [f"point:{json.dumps(p, sort_keys=True)}" for p in cfg.points]
+    labels = [f"record:{i}" for i in record_ids] + [_point_label(p) for p in cfg.points]
 
     def compute() -> dict[str, Any]:
         # record-id queries: the records' own values by a SQL lookup; absent/quarantined ids get the
@@ -318,9 +328,11 @@ def aiq_step(
         return {"answers": [{"query": q, "anomaly": bool(a)} for q, a in zip(labels, answers)]}
 
     released = stores.ledger.release_once(req, compute)
-    table = pd.DataFrame(released.payload["answers"])
     p_err = mech.max_error_probability()
+    table, owner = split_detector_answers(spec, pd.DataFrame(released.payload["answers"], columns=["query", "anomaly"]))
     table["max_error_probability"] = p_err
+    for t in owner.values():
+        t["max_error_probability"] = p_err
     rate = "epsilon / 2" if cfg.mechanism == "compiler" else "epsilon"
     accuracy = Accuracy(
         p_err, 1.0, "error_probability",
@@ -338,21 +350,63 @@ def aiq_step(
         + (
             f"The queried ids include the detector's top {cfg.from_detector} flagged records: that choice is made by "
             "the non-private detector, so the list of queried ids itself is not protected; only the answers are.\n\n"
-            if cfg.from_detector else ""
+            if cfg.from_detector and cfg.publish_detector_chosen_ids else ""
         )
+        + (detector_choice_owner_only("aiq", cfg.from_detector, "answers") + "\n\n"
+           if cfg.from_detector and not cfg.publish_detector_chosen_ids else "")
         + f"Accuracy: {accuracy.statement}.\n\n"
         + "| query | anomaly? | wrong with probability at most |\n|---|---|---|\n"
-        + "\n".join(f"| {md_cell(r['query'])} | {'yes' if r['anomaly'] else 'no'} | {p_err:.3g} |"
-                    for r in released.payload["answers"])
+        + "\n".join(f"| {md_cell(r.query)} | {'yes' if r.anomaly else 'no'} | {p_err:.3g} |"
+                    for r in table.itertuples(index=False))
     )
+    published_detector = bool(cfg.from_detector) and cfg.publish_detector_chosen_ids
     not_protected = []
-    if cfg.record_ids or cfg.from_detector:
+    if cfg.record_ids or published_detector:
         not_protected.append(
             "The queried record's own value and presence: a record-id query uses that record's private values "
             "as the query point (a roster id that is absent or quarantined is answered from a data-independent "
             "input instead), so the guarantee covers every other record, not the queried one."
         )
-    if cfg.from_detector:
+    if published_detector:
         not_protected.append(DETECTOR_CHOICE_NOT_PROTECTED)
     return StepOutput("aiq", {"answers": table}, md, keys=[released.key], not_protected=not_protected,
-                      accuracy={"answers": accuracy.as_dict()})
+                      accuracy={"answers": accuracy.as_dict()}, owner_tables=owner)
+
+
+def _point_label(point: dict[str, float]) -> str:
+    """The ``query`` label of a public point (its coordinates, sorted by attribute)."""
+    return f"point:{json.dumps(point, sort_keys=True)}"
+
+
+def split_detector_answers(spec: ReleaseSpec, answers: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """The batch's answers split into the public table and the owner-only answers about detector-chosen records.
+
+    Issue 28, section 4: which records the non-private detector chose is
+    protected by no guarantee, so unless ``steps.aiq.publish_detector_chosen_ids``
+    is on, the answers about them go to the bundle's ``owner/`` folder only.
+    A row is public when its query is one the spec names (a listed record id
+    or a public point); every other row of the stored answers is about a
+    detector-chosen record. The public table therefore depends on the spec
+    and the noisy answers to the spec's own queries only, never on the
+    detector's choice (nor on how many it chose); the owner table exists
+    whenever ``from_detector`` is set (possibly empty), a fact of the spec.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+    answers : pandas.DataFrame
+        ``query`` and ``anomaly`` of every query of the batch (the ledger's payload).
+
+    Returns
+    -------
+    (pandas.DataFrame, dict of str to pandas.DataFrame)
+        The public answers (spec order kept) and ``{"detector_answers": ...}``
+        when the detector's answers stay owner-only, else ``{}``.
+    """
+    cfg = spec.steps.aiq
+    if not cfg.from_detector or cfg.publish_detector_chosen_ids:
+        return answers.reset_index(drop=True), {}
+    named = {f"record:{i}" for i in cfg.record_ids} | {_point_label(p) for p in cfg.points}
+    public = answers["query"].isin(named).to_numpy()
+    return (answers[public].reset_index(drop=True),
+            {"detector_answers": answers[~public].reset_index(drop=True)})

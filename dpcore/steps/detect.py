@@ -369,6 +369,36 @@ def detector_choice_not_protected(top: int, templates: list[str] | None = None, 
     )
 
 
+def detector_choice_owner_only(step: str, top: int, what: str) -> str:
+    """The public report's sentence on detector-chosen records kept for the data owner (issue 28, section 4).
+
+    Used when ``steps.<step>.publish_detector_chosen_ids`` is off (the
+    default). A function of the spec alone: it names the owner file and the
+    public bound ``top``, never an id nor how many records qualified.
+
+    Parameters
+    ----------
+    step : str
+        ``aiq`` or ``pcor``.
+    top : int
+        ``from_detector`` (public).
+    what : str
+        What the step gives about each record (``answers``, ``explanations``);
+        the owner file is ``owner/<step>__detector_<what>.csv``.
+
+    Returns
+    -------
+    str
+    """
+    return (
+        f"The {what} about the records the non-private detector chose (from_detector: up to {top}) are for the data "
+        f"owner only, in `owner/{step}__detector_{what}.csv` (do not publish the `owner/` folder): which records the "
+        "detector chose is not protected by any guarantee, so this bundle neither names them nor tells how many "
+        f"qualified; the charges are those of {top} records whatever the choice. To publish them, the data owner "
+        f"sets steps.{step}.publish_detector_chosen_ids: true (the choice is then public and not protected)."
+    )
+
+
 def _check_templates(spec: ReleaseSpec, templates: list[str] | None) -> list[str] | None:
     if templates is None:
         return None

@@ -7,6 +7,11 @@ which V is an outlier of the metric attribute, chosen by a sampler and the
 exponential mechanism (:mod:`dpcore.mechanisms.pcor`). Each explanation is
 one ledger charge of the operator's total ε with notion ``ocdp``
 (output-constrained DP, Definition 2.5) and neighbour relation add/remove.
+The detector's choice is non-private (issue 28, section 4): ``from_detector``
+always makes that many charges (an unfilled slot is answered
+``no_valid_context``), and the explanations of detector-chosen records go to
+the bundle's ``owner/`` folder unless ``publish_detector_chosen_ids`` is on
+(:func:`pcor_output`).
 
 The step is split so a flow can map the searches over outliers on a Dask
 cluster while the warehouse and the ledger stay in the flow process:
@@ -57,7 +62,7 @@ from .common import (
     PlannedCharge, StepInputError, charge_request, check_record_ids, noise_source, noise_test_seed, open_stores,
     require_public_completeness, validated_table,
 )
-from .detect import detector_choice_not_protected, flagged_by_score, flagged_records
+from .detect import detector_choice_not_protected, detector_choice_owner_only, flagged_by_score, flagged_records
 
 
 class NoValidContextError(RuntimeError):
@@ -433,15 +438,14 @@ def _common_params(attrs: list[str], metric: str, verifier: str, vparams: dict[s
 def pcor_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
     """One charge per explained record, from the spec alone (:mod:`dpcore.cost_plan`).
 
-    Listed ``record_ids`` are exact; detector-chosen targets are at most ``from_detector`` (how many qualify is
-    data-dependent), so that count is a public upper bound.
+    Exact: one charge per listed ``record_ids`` entry and one per ``from_detector`` slot, whether or not the
+    detector fills it (:func:`plan_pcor`: how many records qualify is private, so it changes no charge).
     """
     cfg = spec.steps.pcor
     attrs, metric, mech_params, vparams, mech, _ = check_pcor(spec)
     common = _common_params(attrs, metric, cfg.verifier, vparams, mech_params)
     ids = list(dict.fromkeys(cfg.record_ids))
-    return [PlannedCharge.of("pcor", mech, mech.cost(), common, count=len(ids) + cfg.from_detector,
-                             upper_bound=bool(cfg.from_detector))]
+    return [PlannedCharge.of("pcor", mech, mech.cost(), common, count=len(ids) + cfg.from_detector)]
 
 
 def plan_pcor(
@@ -478,11 +482,14 @@ def plan_pcor(
     from a lookup by id (:func:`lookup_records`), so memory grows with the
     occupied (cell, value) pairs and the targets, not with the rows.
     ``from_detector`` targets come from :func:`detector_targets` (after the
-    index is built: the own-cell check uses it). When none qualifies and no
-    ``record_ids`` are given the plan has no target: nothing is charged and
-    the report shows an empty table (the count is covered by the
-    not-protected statement of the choice), rather than an abort after the
-    release's earlier steps have charged.
+    index is built: the own-cell check uses it). The plan always has
+    ``from_detector`` detector slots (issue 28, section 4): a slot the
+    detector does not fill (fewer records qualify, or one is also listed in
+    ``record_ids``) is a target with no record (id ``""``, held row ``-1``),
+    charged like the others and answered with the data-independent
+    ``no_valid_context``. So the number of charges, the logs and the progress
+    counts are the spec's, never how many records qualified; the release
+    never aborts for lack of targets after its earlier steps charged.
     """
     cfg = spec.steps.pcor
     attrs, metric, mech_params, vparams, mech, space = check_pcor(spec)
@@ -496,7 +503,7 @@ def plan_pcor(
     if cfg.from_detector and index is not None:  # no validated record: the detector flagged none
         chosen = detector_targets(wh, spec, ingested, index, make_verifier(cfg.verifier, **vparams))
         ids += [i for i in chosen if i not in ids]
-    # no target only when from_detector found none: an empty, stated outcome (no abort mid-release)
+    unfilled = len(dict.fromkeys(cfg.record_ids)) + cfg.from_detector - len(ids)  # detector slots with no record
     seed = noise_test_seed()
     held, codes, values, position = lookup_records(wh, spec, ingested, space, metric, ids,
                                                    positions=seed is not None)
@@ -511,6 +518,13 @@ def plan_pcor(
             charge_request(spec, "pcor", mech, mech.cost(), {**common, "record_id": rid}, noise, flow_run_id),
         )
         for rid, row in zip(ids, held)
+    ) + tuple(
+        PcorTarget(
+            "", -1,
+            charge_request(spec, "pcor", mech, mech.cost(),
+                           {**common, "record_id": None, "detector_slot": k}, noise, flow_run_id),
+        )
+        for k in range(cfg.from_detector - unfilled, cfg.from_detector)
     )
     return PcorPlan(job, targets, cfg.from_detector)
 
@@ -662,11 +676,22 @@ def _choice_summary(spec: ReleaseSpec) -> str:
 
 
 def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str, Any]]) -> StepOutput:
-    """The released table (record, context, bits, status) and the report section."""
+    """The released table (record, context, bits, status) and the report section.
+
+    Issue 28, section 4: the explanations of detector-chosen records (every
+    target not listed in ``steps.pcor.record_ids``, including the slots the
+    detector left unfilled) go to the owner-only table
+    ``detector_explanations`` (``owner/pcor__detector_explanations.csv``; an
+    unfilled slot has an empty ``record_id``) unless
+    ``publish_detector_chosen_ids`` is on; then the chosen records join the
+    public table as before (unfilled slots are not listed). The public table
+    and report depend on the spec's listed records alone by default.
+    """
     cfg = spec.steps.pcor
     job = plan.job
     mech = job.mechanism()
-    table = pd.DataFrame([
+    columns = ["record_id", "status", "context", "bits"]
+    rows = [
         {
             "record_id": t.record_id,
             "status": payloads[i]["status"],
@@ -674,7 +699,13 @@ def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str,
             "bits": payloads[i]["bits"],
         }
         for i, t in enumerate(plan.targets)
-    ], columns=["record_id", "status", "context", "bits"])
+    ]
+    listed = set(cfg.record_ids)
+    publish = not plan.from_detector or cfg.publish_detector_chosen_ids
+    table = pd.DataFrame([r for r in rows if r["record_id"] in listed or (publish and r["record_id"])],
+                         columns=columns)
+    owner = {} if publish else {
+        "detector_explanations": pd.DataFrame([r for r in rows if r["record_id"] not in listed], columns=columns)}
     if mech.n_exponential_calls() > 1:  # DFS / BFS: n search selections + the final one
         split = (f"{cfg.n_samples} search selections at epsilon {float(mech.selection_epsilon()):.6g} each and the "
                  f"final selection at {float(mech.final_epsilon()):.6g}")
@@ -692,13 +723,15 @@ def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str,
         "set of valid contexts of the record unchanged (Shafieinejad et al., Definition 2.5).",
         "",
     ]
-    if plan.from_detector:
+    if plan.from_detector and publish:
         lines += [
             f"The records include up to {plan.from_detector} chosen by the non-private detector: "
             f"{_choice_summary(spec)} That choice is not protected, so the list of explained ids is not either; "
             "only the contexts are.",
             "",
         ]
+    elif plan.from_detector:
+        lines += [detector_choice_owner_only("pcor", plan.from_detector, "explanations"), ""]
     lines += ["| record | context | status |", "|---|---|---|"]
     lines += [
         f"| {md_cell(r.record_id)} | {md_cell(r.context) if isinstance(r.context, str) else '(none)'} | {r.status} |"
@@ -720,12 +753,13 @@ def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str,
         "Neighbouring datasets that change the explained record's set of valid contexts (OCDP, Definition 2.5 "
         "of Shafieinejad et al.): the guarantee holds only for neighbours that keep that set.",
     ]
-    if plan.from_detector:
+    if plan.from_detector and publish:
         not_protected.append(pcor_choice_statement(spec))
-    table["utility_shortfall_bound"] = shortfall
-    table["ci_level"] = 1 - spec.accuracy_alpha
+    for t in (table, *owner.values()):
+        t["utility_shortfall_bound"] = shortfall
+        t["ci_level"] = 1 - spec.accuracy_alpha
     return StepOutput("pcor", {"explanations": table}, "\n".join(lines), keys=[t.request.key for t in plan.targets],
-                      not_protected=not_protected, accuracy={"explanations": accuracy.as_dict()})
+                      not_protected=not_protected, accuracy={"explanations": accuracy.as_dict()}, owner_tables=owner)
 
 
 def pcor_step(

@@ -102,12 +102,55 @@ def group_sizes(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -
     groups = unattributed_groups(spec)
     counts = group_item_counts(open_stores(settings).warehouse, validated_table(spec, ingested), cfg.group_column)
     pos = pd.Index(groups).get_indexer(counts["g"])
-    if (pos < 0).any():  # validation keeps domain values only; a text form the domain does not use (type)
-        raise StepInputError(f"steps.unattributed.group_column {cfg.group_column!r}: the validated values do not "
-                             "read as the domain's text (check the column's type against schema.categorical)")
+    if (pos < 0).any():  # cannot happen once check_group_column passed, unless the warehouse was altered since
+        raise RuntimeError(f"steps.unattributed.group_column {cfg.group_column!r}: the validated table holds a "
+                           "value outside the public domain; the warehouse was altered after validation, re-run it")
     sizes = np.zeros(len(groups), dtype=np.int64)
     sizes[pos] = counts["n"].to_numpy()
     return np.minimum(sizes, cfg.max_group_size)
+
+
+#: DuckDB types of a validated categorical column whose public domain is all integers (else ``VARCHAR``).
+_INTEGER_TYPES = ("BIGINT", "INTEGER", "SMALLINT", "TINYINT", "HUGEINT", "UBIGINT", "UINTEGER", "USMALLINT", "UTINYINT")
+
+
+def check_group_column(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> None:
+    """The pre-charge check of the group column's SQL type (issue 28, section 6): public facts only.
+
+    :func:`group_sizes` reads the group of each row as DuckDB's text of the
+    validated column and finds it in the domain's text. Validation types a
+    categorical column from its public domain alone (``BIGINT`` when every
+    domain value is an integer, else the validated text, ``VARCHAR``:
+    :func:`dpcore.validation.cells._typed`), whatever the input's own type (a
+    Parquet ``DOUBLE`` ``1.0`` is validated as the text ``1``), so each
+    validated value then reads exactly as a domain text. This check refuses,
+    before the step's charge, a validated column of any other type (a
+    warehouse written by other code): the type is a function of the spec,
+    never of the values, and the message names the column and the types only.
+
+    Raises
+    ------
+    StepInputError
+        The validated group column is missing or not of its domain's type; nothing was charged.
+    """
+    from ..validation import validated_table_name
+
+    cfg = spec.steps.unattributed
+    col = cfg.group_column
+    unattributed_groups(spec)  # a categorical attribute with a public domain (else a StepInputError naming it)
+    domain = spec.public_schema.categorical[col].domain
+    integers = all(isinstance(v, int) and not isinstance(v, bool) for v in domain)
+    want = _INTEGER_TYPES if integers else ("VARCHAR",)
+    found = open_stores(settings).warehouse.query(
+        "SELECT data_type FROM information_schema.columns WHERE table_schema = 'validated' AND table_name = ? "
+        "AND column_name = ?", [validated_table_name(ingested, spec), col])
+    have = str(found[0][0]).upper() if found else None
+    if have not in want:
+        raise StepInputError(
+            f"steps.unattributed.group_column {col!r}: the validated table's column is "
+            f"{have or 'missing'}, not {want[0]} as its public domain (schema.categorical.{col}) gives; re-run "
+            "validation of this input under this spec. Nothing was charged"
+        )
 
 
 def unattributed_step(spec: ReleaseSpec, settings: Settings, ingested: IngestResult,
@@ -119,6 +162,7 @@ def unattributed_step(spec: ReleaseSpec, settings: Settings, ingested: IngestRes
     """
     cfg = spec.steps.unattributed
     mech = check_unattributed(spec)
+    check_group_column(spec, settings, ingested)  # before the charge: public facts only
     stores = open_stores(settings)
     noise = noise_source()
     req = charge_request(spec, "unattributed", mech, mech.privacy_map(), _params(spec, mech), noise,
