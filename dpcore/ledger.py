@@ -88,7 +88,7 @@ from .budget import (
     check_neighbour, weakest_notion,
 )
 from .charge_keys import canonical, charge_key, matches
-from .faults import fault_point
+from .fault_injection import fault_point
 from .lineage import hmac_pads, hmac_sql, new_nonce
 from .warehouse import Warehouse
 

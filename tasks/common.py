@@ -33,7 +33,7 @@ from typing import Any, Callable
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from dpcore.faults import fault_point
+from dpcore.fault_injection import fault_point
 from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec, load_spec
 
@@ -140,7 +140,7 @@ _install_warning_guard()
 def _no_retry_for_user_errors(task_, task_run, state) -> bool:
     """Retry condition: retrying cannot cure bad input, an exhausted budget, a ledger refusal or a test fault."""
     from dpcore.budget import BudgetExceededError
-    from dpcore.faults import InjectedFault
+    from dpcore.fault_injection import InjectedFault
     from dpcore.ledger import LedgerError
     from dpcore.steps.common import SeededNoiseRefusedError, StepInputError
 
@@ -183,7 +183,7 @@ def private_task(fn: Callable | None = None, *, worker_safe: bool = False, **kwa
 
 
 def _fault_points(fn: Callable, name: str) -> Callable:
-    """``fn`` between the fault-injection points ``before:<name>`` and ``after:<name>`` (:mod:`dpcore.faults`)."""
+    """``fn`` between the fault-injection points ``before:<name>`` and ``after:<name>`` (:mod:`dpcore.fault_injection`)."""
 
     @functools.wraps(fn)
     def pointed(*args: Any, **kwargs: Any):

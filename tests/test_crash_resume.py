@@ -2,7 +2,7 @@
 
 The release is stopped at every task boundary (``after:<task>``; ``before:<next task>`` is the same
 moment) and inside every step between its charge and its draw (``charged:<step>``) and between its draw
-and its store (``computed:<step>``), through the deterministic hook of :mod:`dpcore.faults` in its
+and its store (``computed:<step>``), through the deterministic hook of :mod:`dpcore.fault_injection` in its
 ``raise`` mode (a real ``SIGKILL`` at a charge is covered by ``tests/test_operations.py``). Then the same
 release id is run again: it completes, it holds exactly its plan (nothing charged twice, nothing lost),
 every charge has exactly one stored answer, and the published numbers are the stored ones; a third run
@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from dpcore.cost_plan import plan_release
-from dpcore.faults import InjectedFault
+from dpcore.fault_injection import InjectedFault
 from dpcore.ledger import PrivacyLedger
 from dpcore.settings import Settings
 from dpcore.spec import load_spec

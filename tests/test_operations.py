@@ -84,7 +84,7 @@ def test_private_tasks_never_persist_or_cache_and_noise_tasks_retry_once():
     from prefect.states import Failed
 
     from dpcore.budget import BudgetExceededError, PrivacyCost
-    from dpcore.faults import InjectedFault
+    from dpcore.fault_injection import InjectedFault
     from dpcore.ledger import PlanMismatchError
     from dpcore.steps.common import StepInputError
     from prefect import Task
