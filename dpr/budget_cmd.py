@@ -23,9 +23,13 @@ def _history(ledger, dataset: str) -> list[dict]:
 class _BudgetGroup(click.Group):
     """``dpr budget [DATASET]`` shows; a first word naming a subcommand (``recover``) runs it."""
 
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        return found if found is not None or cmd_name.startswith("-") else self.commands["show"]
+
     def resolve_command(self, ctx: click.Context, args: list[str]):
         if args and args[0] not in self.commands and not args[0].startswith("-"):
-            return "show", self.commands["show"], args
+            return "show", self.commands["show"], args  # the word is the dataset: keep it
         return super().resolve_command(ctx, args)
 
 
