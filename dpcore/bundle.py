@@ -14,6 +14,11 @@ Layout::
         owner/<step>__<name>.csv  a step's owner-only tables, e.g. the answers about the records the
                                  non-private detector chose (unless the spec publishes them, issue 28)
 
+``owner/`` is created 0700 and its files 0600 whatever the umask (DESIGN.md
+rule 11); the public part gets the owner's usual modes. The manifest's
+``ledger`` section names the ledger that charged the release and its exact
+totals so far (:mod:`dpcore.ledger_home`: a lost warehouse never resets the budget).
+
 Only privacy-protected outputs and data-independent metadata go into the
 public part (DESIGN.md rule 6). No identifier derived from the data is
 published (rule 7): the input is named by its random ``ingest_id``, each charge
@@ -37,8 +42,10 @@ import pandas as pd
 from . import __version__
 from .budget import NOTION_LABELS, PrivacyCost
 from .ledger import PrivacyLedger
+from .ledger_home import manifest_section
 from .lineage import owner_hmac
 from .plots import budget_plot
+from .private_files import private_dir, private_open, publish
 from .spec import ReleaseSpec
 
 #: Ledger columns that are public (data-independent) and may be published.
@@ -282,15 +289,15 @@ def write_bundle(
             images.append(dest)
     files += [p.name for p in images]
     if validation_summary is not None:
-        (tmp / "owner").mkdir()
-        (tmp / "owner" / "validation_summary.json").write_text(json.dumps(validation_summary, indent=2, default=str))
+        with private_open(private_dir(tmp / "owner") / "validation_summary.json") as fh:
+            fh.write(json.dumps(validation_summary, indent=2, default=str))
         files.append("owner/validation_summary.json")
     owner_notes = [OWNER_NOTES[name] for name in (owner_tables or {}) if name in OWNER_NOTES]
     owned = dict(owner_tables or {})
     owned.update({f"{out.step}__{name}": t for out in steps for name, t in out.owner_tables.items()})
     for name, table in owned.items():
-        (tmp / "owner").mkdir(exist_ok=True)
-        table.to_csv(tmp / "owner" / f"{name}.csv", index=False)
+        with private_open(private_dir(tmp / "owner") / f"{name}.csv", newline="") as fh:
+            table.to_csv(fh, index=False)
         files.append(f"owner/{name}.csv")
 
     notions = sorted(set(mine["notion"]), key=list(NOTION_LABELS).index)
@@ -327,10 +334,12 @@ def write_bundle(
             "remaining": {"epsilon": float(status.remaining.epsilon), "delta": float(status.remaining.delta)},
             "exact": {"spent_total_epsilon": str(status.spent.epsilon), "remaining_epsilon": str(status.remaining.epsilon)},
         },
+        "ledger": manifest_section(ledger, ds),
         "files": sorted(files + ["report.md", "manifest.json"]),
     }
     (tmp / "report.md").write_text(render_report(manifest, public, steps, validation_summary, owner_notes))
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    publish(tmp)  # the public part readable as the owner's umask says, owner/ left private
     if final.exists():
         # keep operator sub-bundles that live inside a release's folder
         for child in final.iterdir():

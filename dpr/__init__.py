@@ -11,7 +11,10 @@ Exit codes (every subcommand)
 0
     Success (``spec check``: no problem; ``plan``: the release fits).
 1
-    An unexpected internal error (a traceback is printed: please report it).
+    An environment failure: a full disk, a home that is not writable, a symlink
+    loop, an I/O error, a damaged warehouse file (its first cause in one line:
+    fix the machine and run the same command again); or an unexpected internal
+    error (a traceback is printed: please report it).
 2
     Refused: a bad spec, input, flag or request, or a release that does not
     fit the budget. Nothing was charged unless the message says what was.

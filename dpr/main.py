@@ -41,7 +41,8 @@ def cli(home: str | None) -> None:
 
     \b
     Exit codes: 0 success; 2 refused (bad spec, input, flag or request, or over the budget:
-    nothing charged unless the message says so); 1 unexpected error.
+    nothing charged unless the message says so); 1 an environment failure (full disk, home not
+    writable, symlink loop, I/O error: its cause in one line) or an unexpected error.
     """
     if home:
         os.environ["DPR_HOME"] = home
@@ -55,8 +56,14 @@ cli.add_command(budget)
 
 
 def main() -> None:
-    """Console entry point."""
-    cli(prog_name="dpr")
+    """Console entry point (an environment failure escaping a command: one line, exit 1)."""
+    from dpcore.errors import environment_failure
+
+    try:
+        cli(prog_name="dpr")
+    except Exception as exc:
+        environment_failure(exc)
+        raise
 
 
 if __name__ == "__main__":

@@ -7,15 +7,18 @@ from .console import REFUSED, cost, eps, err, out, print_json, refusals, refuse,
 
 
 def open_ledger(create: bool = False):
-    """The ledger of ``$DPR_HOME``'s warehouse, or None when there is no warehouse yet (and not ``create``)."""
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.settings import Settings
-    from dpcore.warehouse import Warehouse
+    """The ledger of ``$DPR_HOME``'s warehouse, or None when there is no warehouse yet (and not ``create``).
 
-    settings = Settings.from_env()
-    if not settings.warehouse.exists() and not create:
-        return None
-    return PrivacyLedger(Warehouse(settings.warehouse))
+    Refuses (exit 2) a home whose marker or bundles name a ledger its warehouse does not hold
+    (:func:`dpcore.ledger_home.open_home_warehouse`); a damaged warehouse file exits 1 in one line.
+    """
+    from dpcore.ledger import PrivacyLedger
+    from dpcore.ledger_home import open_home_warehouse
+    from dpcore.settings import Settings
+
+    with refusals():
+        wh = open_home_warehouse(Settings.from_env(), create=create)
+    return None if wh is None else PrivacyLedger(wh)
 
 
 @click.command("plan")

@@ -45,10 +45,12 @@ def run(spec, release_id) -> None:
     the remaining budget) and stops before its first charge on any problem. Progress is logged by
     Prefect as the steps run.
     """
+    from dpcore.path_checks import check_paths
+    from dpcore.settings import Settings
     from dpcore.spec import load_spec
 
-    with refusals():
-        load_spec(spec, release_id=release_id)  # fail fast, before Prefect starts a server
+    with refusals():  # fail fast, before Prefect starts a server
+        check_paths(load_spec(spec, release_id=release_id), Settings.from_env())
     prefect_environment()
     from flows.release_pipeline import main as release_main
 

@@ -73,7 +73,9 @@ def draft(data, id_column, name, bounds, domain_from, numeric, categorical, igno
         except ValueError as exc:
             refuse(str(exc))
     if output:
-        Path(output).write_text(text, encoding="utf-8")
+        from dpcore.private_files import write_private_text
+
+        write_private_text(output, text)  # holds values read from the data: the owner's only (0600)
         n = len(marked_lines(text))
         err.print(f"wrote {output}: {n} line(s) hold values read from the data; replace them with public knowledge "
                   "and delete their markers, then run: dpr spec check " + str(output), markup=False)

@@ -138,12 +138,16 @@ _install_warning_guard()
 
 
 def _no_retry_for_user_errors(task_, task_run, state) -> bool:
-    """Retry condition: retrying cannot cure bad input, an exhausted budget, a ledger refusal or a test fault."""
+    """Retry condition: retrying cannot cure bad input, an exhausted budget, a ledger refusal, a full disk or a
+    test fault."""
     from dpcore.budget import BudgetExceededError
     from dpcore.fault_injection import InjectedFault
     from dpcore.ledger import LedgerError
+    from dpcore.faults import is_environment_fault
     from dpcore.steps.common import SeededNoiseRefusedError, StepInputError
 
+    if isinstance(state.data, BaseException) and is_environment_fault(state.data):
+        return False  # a full disk or a read-only home is not cured in a second; the first cause is reported
     return not isinstance(
         state.data, (StepInputError, BudgetExceededError, LedgerError, FlowProcessOnlyError, SeededNoiseRefusedError,
                      InjectedFault)
@@ -297,5 +301,13 @@ class Progress:
 
 
 def resolve(spec_path: str, release_id: str | None) -> tuple[ReleaseSpec, Settings]:
-    """Load the spec (with an optional release-id override) and the settings."""
-    return load_spec(spec_path, release_id=release_id), Settings.from_env()
+    """Load the spec (with an optional release-id override) and the settings; refuse unusable paths.
+
+    Every flow starts here, so a home that is not writable, a bundle path that is a file or an input
+    that is a folder is refused before any charge (:func:`dpcore.path_checks.check_paths`).
+    """
+    from dpcore.path_checks import check_paths
+
+    spec, settings = load_spec(spec_path, release_id=release_id), Settings.from_env()
+    check_paths(spec, settings)
+    return spec, settings

@@ -33,6 +33,7 @@ import pandas as pd
 from ..chunks import serial_map
 from ..lineage import new_nonce
 from ..partitions import Partitions
+from ..private_files import private_open
 from ..spec import PublicSchema
 from .combine import Template, detector_of, fit_params, template_arrays
 from .design import design_matrix
@@ -142,9 +143,8 @@ class PartitionChunks:
         folder.mkdir(mode=0o700, exist_ok=True)
         for path, arr in ((zf, Z), (yf, ys)):
             tmp = path.with_name(f"{path.name}.{new_nonce(4)}.tmp")
-            with open(tmp, "wb") as fh:
+            with private_open(tmp, "xb") as fh:
                 np.save(fh, arr)
-            os.chmod(tmp, 0o600)
             os.replace(tmp, path)
         return Z, ys
 

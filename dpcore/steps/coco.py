@@ -41,6 +41,7 @@ import pandas as pd
 from ..accuracy import Accuracy, discrete_laplace_half_width, level_text
 from ..bundle import StepOutput
 from ..ingest import IngestResult
+from ..private_files import private_umask
 from ..mechanisms.coco.bootstrap import BootstrapError, bootstrap_level_errors
 from ..mechanisms.coco.split import SPLIT_GRID, SPLIT_OBJECTIVE, choose_split
 from ..mechanisms.coco import (CocoMechanism, Hierarchy, NodeChunk, NodeEstimate, coco_histograms, emd, group_counts,
@@ -323,7 +324,8 @@ def finish_coco(
         lambda lv: accuracy.get(f"histograms.level{lv}.measurement", {}).get("bound")).astype(float)
     table["empirical_half_width"] = table["level"].map(
         lambda lv: boot[lv].cell_half_width if lv in boot else None).astype(float)
-    images = coco_plots(est, h, plot_dir or settings.data / "plots" / spec.release_id, cfg.max_group_size)
+    with private_umask():  # under the owner's private data folder (0700 folders, 0600 files); the bundle's copy is public
+        images = coco_plots(est, h, plot_dir or settings.data / "plots" / spec.release_id, cfg.max_group_size)
     eps = [float(mech.epsilon(lv)) for lv in range(h.levels)]
     split_note = ""
     if cfg.epsilon_per_level == "auto":

@@ -73,8 +73,15 @@ class Stores:
 
 
 def open_stores(settings: Settings) -> Stores:
-    """Open (creating if needed) the warehouse file and its ledger tables."""
-    wh = Warehouse(settings.warehouse)
+    """Open (creating if needed) the warehouse file and its ledger tables.
+
+    Refuses a home whose marker or bundles name a ledger its warehouse does not
+    hold (:func:`dpcore.ledger_home.open_home_warehouse`): a lost warehouse
+    never gives a fresh budget.
+    """
+    from ..ledger_home import open_home_warehouse
+
+    wh = open_home_warehouse(settings)
     return Stores(wh, PrivacyLedger(wh))
 
 

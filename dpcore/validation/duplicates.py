@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..ingest import ROW
+from ..private_files import private_umask
 
 
 def _q(name: str) -> str:
@@ -68,12 +69,13 @@ def _duplicate_flags(raw: pd.DataFrame, rid: str) -> np.ndarray:
 
     if rid not in raw.columns or not len(raw):
         return np.zeros(len(raw), dtype=bool)
-    con = duckdb.connect()
-    try:
-        con.register("_raw", raw)
-        columns = {str(d[0]): str(d[1]) for d in con.execute("DESCRIBE SELECT * FROM _raw").fetchall()}
-        dup_rows = con.execute(_duplicated_rows_sql("_raw", columns, rid)).fetchnumpy()[ROW]
-    finally:
-        con.close()
+    with private_umask():  # an in-memory DuckDB spills private rows to ./.tmp
+        con = duckdb.connect()
+        try:
+            con.register("_raw", raw)
+            columns = {str(d[0]): str(d[1]) for d in con.execute("DESCRIBE SELECT * FROM _raw").fetchall()}
+            dup_rows = con.execute(_duplicated_rows_sql("_raw", columns, rid)).fetchnumpy()[ROW]
+        finally:
+            con.close()
     rows = pd.to_numeric(raw[ROW], errors="raise").astype("int64")
     return rows.isin(pd.to_numeric(pd.Series(dup_rows), errors="raise").astype("int64")).to_numpy(dtype=bool)

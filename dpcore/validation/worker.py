@@ -10,13 +10,13 @@ in the export's private scratch folder; only the small
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..private_files import private_open, write_private_text
 from ..spec import ReleaseSpec
 from .check import ChunkVerdict, _check
 
@@ -75,12 +75,11 @@ def _validate_chunk(task: ChunkTask) -> ChunkVerdict:
         "quarantine": out / f"quarantine-{task.index:08d}.parquet",
         "result": out / f"result-{task.index:08d}.json",
     }
-    validated.to_parquet(files["validated"], index=False)
+    with private_open(files["validated"], "wb") as fh:
+        validated.to_parquet(fh, index=False)
     if len(quarantine):
-        quarantine.to_parquet(files["quarantine"], index=False)
-    files["result"].write_text(json.dumps(result), encoding="utf-8")
-    for path in files.values():
-        if path.exists():
-            os.chmod(path, 0o600)
+        with private_open(files["quarantine"], "wb") as fh:
+            quarantine.to_parquet(fh, index=False)
+    write_private_text(files["result"], json.dumps(result))
     verdict.files = {key: str(path) for key, path in files.items()}
     return verdict
