@@ -35,8 +35,8 @@ MODES: list[tuple[str, int]] = [
     (r"bundles/[^/]+/[^/]+/tables/[^/]+\.(csv|parquet)", PUBLIC_FILE),
     # the warehouse (raw rows, quarantine, validation results, the ledger), its log, spill and scratch folders
     (r"warehouse\.duckdb(\.wal)?", PRIVATE_FILE),
-    (r"warehouse\.duckdb\.(tmp|scratch)", PRIVATE_DIR),
-    (r"warehouse\.duckdb\.(tmp|scratch)/.+", None),  # any folder 0700, any file 0600 (checked below)
+    (r"warehouse\.duckdb\.(tmp|scratch|locks)", PRIVATE_DIR),
+    (r"warehouse\.duckdb\.(tmp|scratch|locks)/.+", None),  # any folder 0700, any file 0600 (checked below)
     # the owner key and the home's ledger marker
     (r"owner", PRIVATE_DIR),
     (r"owner/owner\.key", PRIVATE_FILE),
