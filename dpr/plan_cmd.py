@@ -33,9 +33,10 @@ def plan(spec, release_id, as_json) -> None:
     fits and has no problem, 2 otherwise.
     """
     from dpcore.cost_plan import plan_release
-    from dpcore.spec import load_spec
+    from dpcore.spec import check_release_id_flag, load_spec
 
     with refusals():
+        check_release_id_flag(release_id)
         loaded = load_spec(spec, release_id=release_id)
         p = plan_release(loaded, open_ledger())
     if as_json:
