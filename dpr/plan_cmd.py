@@ -41,9 +41,10 @@ def plan(spec, release_id, as_json) -> None:
     from dpcore.cost_plan import plan_release
     from dpcore.ledger import not_registered_message
     from dpcore.plan_warnings import plan_warnings
-    from dpcore.spec import load_spec
+    from dpcore.spec import check_release_id_flag, load_spec
 
     with refusals():
+        check_release_id_flag(release_id)
         loaded = load_spec(spec, release_id=release_id)
         ledger = open_ledger()
         p = plan_release(loaded, ledger)

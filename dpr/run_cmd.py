@@ -47,9 +47,10 @@ def run(spec, release_id) -> None:
     """
     from dpcore.path_checks import check_paths
     from dpcore.settings import Settings
-    from dpcore.spec import load_spec
+    from dpcore.spec import check_release_id_flag, load_spec
 
     with refusals():  # fail fast, before Prefect starts a server
+        check_release_id_flag(release_id)
         check_paths(load_spec(spec, release_id=release_id), Settings.from_env())
     prefect_environment()
     from flows.release_pipeline import main as release_main
@@ -119,11 +120,12 @@ def _build(name: str) -> click.Command:
     params.append(click.Option(["--json", "as_json"], is_flag=True, help="Print the flow's result as JSON."))
 
     def callback(as_json: bool, **kwargs: Any) -> None:
-        from dpcore.spec import load_spec
+        from dpcore.spec import check_release_id_flag, load_spec
 
         values = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kwargs.items()}
         values = {k: v for k, v in values.items() if v is not None and v != []}
         with refusals():
+            check_release_id_flag(values.get("release_id"))  # the --release-id option
             load_spec(values["spec_path"], release_id=values.get("release_id"))  # before Prefect starts a server
             try:
                 result = flow(**values)

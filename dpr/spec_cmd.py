@@ -96,10 +96,11 @@ def check(spec, release_id, with_data) -> None:
     (roster ids, attributes, hierarchy, mechanism parameters). Reads no data unless --data is given.
     Exit code 0 when there is no problem, 2 otherwise.
     """
-    from dpcore.spec import SpecError, load_spec
+    from dpcore.spec import SpecError, check_release_id_flag, load_spec
     from dpcore.cost_plan import plan_release
 
     try:
+        check_release_id_flag(release_id)
         loaded = load_spec(spec, release_id=release_id)
     except SpecError as exc:
         refuse(str(exc))

@@ -17,10 +17,10 @@ from .params import DEMO_SPEC, ReleaseId, SpecPath
 @flow(name="aiq_query", log_prints=False, persist_result=False)
 def aiq_query(
     record_ids: Annotated[list[str], Field(min_length=1, max_length=10_000)],
-    epsilon: Annotated[float, Field(gt=0, le=10)] = 0.1,
-    beta: Annotated[int, Field(ge=1, le=1_000_000)] = 5,
-    r: Annotated[float, Field(ge=0, le=10)] = 0.02,
-    k: Annotated[int, Field(ge=1, le=1_000_000)] = 1,
+    epsilon: Annotated[float, Field(strict=True, gt=0, le=10)] = 0.1,
+    beta: Annotated[int, Field(strict=True, ge=1, le=1_000_000)] = 5,
+    r: Annotated[float, Field(strict=True, ge=0, le=10)] = 0.02,
+    k: Annotated[int, Field(strict=True, ge=1, le=1_000_000)] = 1,
     mechanism: Literal["sp", "dp"] = "sp",
     spec_path: SpecPath = DEMO_SPEC,
     release_id: ReleaseId = None,

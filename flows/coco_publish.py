@@ -51,8 +51,8 @@ def run_coco(spec: ReleaseSpec, settings: Settings, ingested: IngestResult) -> S
 
 @flow(name="coco_publish", log_prints=False, persist_result=False, task_runner=task_runner_from_env())
 def coco_publish(
-    epsilon_per_level: Annotated[float, Field(gt=0, le=10)] = 0.5,
-    max_group_size: Annotated[int, Field(ge=1, le=1_000_000)] = 730,
+    epsilon_per_level: Annotated[float, Field(strict=True, gt=0, le=10)] = 0.5,
+    max_group_size: Annotated[int, Field(strict=True, ge=1, le=1_000_000)] = 730,
     method: Method = "top_down_hc",
     spec_path: SpecPath = DEMO_SPEC,
     release_id: ReleaseId = None,

@@ -19,13 +19,13 @@ from .pcor import run_pcor
 @flow(name="explain_outlier", log_prints=False, persist_result=False)
 def explain_outlier(
     record_id: Annotated[str, Field(min_length=1, max_length=200)],
-    epsilon: Annotated[float, Field(gt=0, le=10)] = 0.2,
+    epsilon: Annotated[float, Field(strict=True, gt=0, le=10)] = 0.2,
     sampler: Literal["bfs", "dfs", "random_walk", "uniform", "direct"] = "bfs",
-    n_samples: Annotated[int, Field(ge=1, le=10_000)] = 50,
+    n_samples: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 50,
     verifier: Literal["grubbs", "lof", "histogram"] = "grubbs",
     utility: Literal["population", "overlap"] = "population",
     start: Literal["auto", "cell", "full", "climb"] = "auto",
-    final_share: Optional[Annotated[float, Field(gt=0, lt=1)]] = 0.25,
+    final_share: Optional[Annotated[float, Field(strict=True, gt=0, lt=1)]] = 0.25,
     metric: Optional[str] = None,
     attributes: Optional[list[str]] = None,
     spec_path: SpecPath = DEMO_SPEC,

@@ -19,8 +19,8 @@ from .runner import task_runner_from_env
 @flow(name="explain_rules", log_prints=False, persist_result=False, task_runner=task_runner_from_env())
 def explain_rules(
     template: Optional[str] = None,
-    max_depth: Annotated[int, Field(ge=1, le=3)] = 2,
-    max_rules: Annotated[int, Field(ge=1, le=100)] = 10,
+    max_depth: Annotated[int, Field(strict=True, ge=1, le=3)] = 2,
+    max_rules: Annotated[int, Field(strict=True, ge=1, le=100)] = 10,
     spec_path: SpecPath = DEMO_SPEC,
     release_id: ReleaseId = None,
 ) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from .params import DEMO_SPEC, ReleaseId, SpecPath
 def ingest_flow(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = None) -> dict[str, str]:
     """Store the release's input in ``raw`` (once per distinct content); returns its public ids only.
 
+    The ingest id is fresh on every run, also for an input stored before (issue 28).
+
     Args:
         spec_path: Path to the release spec YAML.
         release_id: Overrides the spec's release id.

@@ -48,15 +48,15 @@ def run_outlier_counts(spec: ReleaseSpec, settings: Settings, ingested: IngestRe
 
 @flow(name="outlier_counts", log_prints=False, persist_result=False, task_runner=task_runner_from_env())
 def outlier_counts(
-    k: Annotated[Optional[int], Field(ge=1, le=10_000)] = None,
-    r: Annotated[Optional[float], Field(gt=0, le=10)] = None,
-    h: Annotated[Optional[int], Field(ge=1, le=100)] = None,
-    subspace_dim: Annotated[Optional[int], Field(ge=1, le=10)] = None,
-    epsilon_select: Annotated[Optional[float], Field(gt=0, le=10)] = None,
-    epsilon_count: Annotated[Optional[float], Field(gt=0, le=10)] = None,
-    delta_count: Annotated[Optional[float], Field(gt=0, lt=1)] = None,
+    k: Annotated[Optional[int], Field(strict=True, ge=1, le=10_000)] = None,
+    r: Annotated[Optional[float], Field(strict=True, gt=0, le=10)] = None,
+    h: Annotated[Optional[int], Field(strict=True, ge=1, le=100)] = None,
+    subspace_dim: Annotated[Optional[int], Field(strict=True, ge=1, le=10)] = None,
+    epsilon_select: Annotated[Optional[float], Field(strict=True, gt=0, le=10)] = None,
+    epsilon_count: Annotated[Optional[float], Field(strict=True, gt=0, le=10)] = None,
+    delta_count: Annotated[Optional[float], Field(strict=True, gt=0, lt=1)] = None,
     method: Optional[Literal["smooth", "global", "global_laplace", "smooth_student_t", "smooth_lln", "smooth_arsinh", "auto"]] = None,
-    epsilon_total: Annotated[Optional[float], Field(gt=0, le=10)] = None,
+    epsilon_total: Annotated[Optional[float], Field(strict=True, gt=0, le=10)] = None,
     attributes: Optional[list[str]] = None,
     spec_path: SpecPath = DEMO_SPEC,
     release_id: ReleaseId = None,

@@ -112,9 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--release-id", default=None, help="override the spec's release id")
     args = parser.parse_args(argv)
     from dpcore.errors import user_facing
-    from dpcore.spec import load_spec
+    from dpcore.spec import check_release_id_flag, load_spec
 
     with user_facing():
+        check_release_id_flag(args.release_id)  # a bad flag is the flag's fault, not the spec file's
         load_spec(args.spec, release_id=args.release_id)  # fail fast, before Prefect starts a server
         out = release_pipeline(spec_path=args.spec, release_id=args.release_id)
     print()

@@ -21,10 +21,10 @@ Method = Literal[get_args(UnattributedMethod)]  # type: ignore[valid-type]
 
 @flow(name="unattributed_publish", log_prints=False, persist_result=False, task_runner=task_runner_from_env())
 def unattributed_publish(
-    epsilon: Annotated[float, Field(gt=0, le=10)] = 0.5,
+    epsilon: Annotated[float, Field(strict=True, gt=0, le=10)] = 0.5,
     method: Method = "auto",
     metric: Literal["l1", "l2"] = "l2",
-    max_group_size: Annotated[int, Field(ge=1, le=10_000_000)] = 730,
+    max_group_size: Annotated[int, Field(strict=True, ge=1, le=10_000_000)] = 730,
     spec_path: SpecPath = DEMO_SPEC,
     release_id: ReleaseId = None,
 ) -> dict[str, Any]:

@@ -32,7 +32,8 @@ def preflight_task(spec: ReleaseSpec, steps: list[str] | None = None) -> None:
 def ingest_task(spec: ReleaseSpec, settings: Settings) -> IngestResult:
     """Store the input in the warehouse's ``raw`` schema and link it to its budget."""
     res = pipeline.ingest_stage(spec, settings)
-    # no row count, no content hash, not even whether the input was seen before: all private (rules 6-7)
+    # no row count, no content hash, not even whether the input was seen before (rules 6-7): the id is a fresh
+    # random nonce on every ingest (dpcore.ingest.ingest), the raw table it resolved to is not named
     get_run_logger().info("ingested %s as input %s (a random ingest id)", res.dataset, res.ingest_id)
     return res
 

@@ -366,7 +366,9 @@ def test_content_hash_is_the_sha256_of_the_file(tmp_path: Path, monkeypatch):
     res = ingest(spec, wh, tmp_path)
     assert res.content_hash == hashlib.sha256(path.read_bytes()).hexdigest()
     assert wh.query("SELECT n_rows, n_bytes FROM raw.ingests")[0] == (2, path.stat().st_size)
-    assert ingest(spec, wh, tmp_path) == res  # the same content: nothing new stored
+    again = ingest(spec, wh, tmp_path)  # the same content: nothing new stored, but a fresh public id (issue 28)
+    assert again.table == res.table and again.ingest_id != res.ingest_id
+    assert wh.query("SELECT count(*) FROM raw.ingests")[0][0] == 1
 
 
 def test_a_file_changed_while_read_is_refused_and_nothing_is_stored(tmp_path: Path, monkeypatch):
@@ -384,8 +386,10 @@ def test_a_file_changed_while_read_is_refused_and_nothing_is_stored(tmp_path: Pa
     wh = Warehouse(tmp_path / "w.duckdb")
     with pytest.raises(IngestError, match="changed while it was being read"):
         ingest(spec, wh, tmp_path)
-    assert wh.query("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'raw'")[0][0] <= 1
+    tables = {r[0] for r in wh.query("SELECT table_name FROM information_schema.tables WHERE table_schema = 'raw'")}
+    assert tables <= {"ingests", "ingest_log"}  # the catalogues only, no raw table
     assert wh.query("SELECT count(*) FROM raw.ingests")[0][0] == 0
+    assert wh.query("SELECT count(*) FROM raw.ingest_log")[0][0] == 0
 
 
 # --------------------------------------------------------------------------- Parquet

@@ -52,6 +52,7 @@ import pytest
 import yaml
 
 from child_runs import child_env, finish, spawn
+from masking import CONSOLE_TIME, ISO_TIME, UUID, Masker, task_label
 from owner_registration import register_spec
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -206,6 +207,7 @@ def _run_sequences(tmp_path: Path, spec: str, first: str, seconds: dict[str, str
         (folder / "input.csv").write_text(first)
         (folder / "second.csv").write_text(data)
         run = runs[name] = Run(name, folder, release=second_id)
+        register_spec(folder / "spec.yaml", home=run.dpr_home)  # the data owner, before the runs
         env = child_env(tmp_path, run.dpr_home, run.prefect_home,
                         DPR_TEST_NOISE_SEED=NOISE_SEED, DPR_ALLOW_TEST_NOISE="1")
         procs[name] = spawn(SEQUENCE_CHILD.format(spec=str(folder / "spec.yaml"), first=first_id, second=second_id,
@@ -283,9 +285,6 @@ async def _read_api(run_id: str) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- normalisation
-UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
-ISO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})?")
-CONSOLE_TIME = re.compile(r"^\d{2}:\d{2}:\d{2}\.\d{3} \|", re.M)
 #: Fields of Prefect's run, state, log, artifact and event models that are clock readings or
 #: durations (when something happened, how long it took), never a function of the data's content.
 #: Their presence is compared, their value is not. (Timing is a side channel this test does not
@@ -313,6 +312,9 @@ class _Normaliser:
       as a multiset;
     * every other UUID (flow-run, task-run, state, transition, artifact, log and event ids, the
       flow's id): random uuid4/uuid7 from Prefect;
+    * the other random tokens of ``tests/masking.py`` (task-run names in free text, temporary folder
+      names, local ports), through its :class:`~masking.Masker`; 16-hex tokens are NOT masked there
+      (only the known nonces above are): a data-derived hex token must stay visible;
     * clock readings and durations (``CLOCK_FIELDS``, ISO timestamps in the bundle, the console's
       ``HH:MM:SS.mmm`` prefix, the manifest's ``created_at``, the ledger's ``reserved_at``).
     """
@@ -327,7 +329,7 @@ class _Normaliser:
             fp = manifest["spec_fingerprint"]
             exact.update({manifest["input_id"]: "<ingest-id>", fp: "<spec-fingerprint>",
                           fp[:12]: "<spec-fingerprint-12>", **self.refs})
-        self.task_label = {t["id"]: re.sub(r"-[0-9a-f]{3}$", "", t["name"]) for t in run.api["task_runs"]}
+        self.task_label = {t["id"]: task_label(t["name"]) for t in run.api["task_runs"]}
         names = {t["name"]: self.task_label[t["id"]] for t in run.api["task_runs"]}
         exact.update(names)
         assert all(len(k) >= 3 for k in exact), exact
@@ -336,12 +338,14 @@ class _Normaliser:
             rf"(?<![\w-]){re.escape(k)}(?![\w-])" for k in sorted(exact, key=len, reverse=True)))
         self._exact_map = exact
         self._ids = {run.result["run"]: "<flow-run-id>", **{k: f"<task-run:{v}>" for k, v in self.task_label.items()}}
+        self._random = Masker(nonces=False)
 
     def text(self, s: str) -> str:
         s = self._exact.sub(lambda m: self._exact_map[m.group(0)], s)
         s = UUID.sub(lambda m: self._ids.get(m.group(0), "<uuid>"), s)
         s = ISO_TIME.sub("<time>", s)
-        return CONSOLE_TIME.sub("<HH:MM:SS.mmm> |", s)
+        s = CONSOLE_TIME.sub("<HH:MM:SS.mmm> |", s)
+        return self._random(s)  # task-run names in free text, temporary folder names, ports
 
     def obj(self, o: Any, mask: bool = False) -> str:
         """A dumped model as sorted JSON (not yet through :meth:`text`).

@@ -170,10 +170,12 @@ def test_no_data_derived_hash_or_key_in_any_public_file(tmp_path, settings):
     m = json.loads((bundle.path / "manifest.json").read_text())
     assert "input_content_hash" not in m and "spec_hash" not in m and m["input_id"] == ing.ingest_id
     assert all("key" not in r and len(r["ref"]) == 16 for r in m["releases"])
-    # the same content is recognised again (same ingest id), other content gets a fresh random id
+    # every ingest gets a fresh random id, also of the same content (issue 28: the id must not tell whether these
+    # bytes were seen before); the same content is recognised again inside the warehouse only (same raw table)
     from dpcore import pipeline
     from dpcore.spec import load_spec
-    assert pipeline.ingest_stage(load_spec(_spec_file(tmp_path, "lin", data)), settings).ingest_id == ing.ingest_id
+    again = pipeline.ingest_stage(load_spec(_spec_file(tmp_path, "lin", data)), settings)
+    assert again.ingest_id != ing.ingest_id and again.table == ing.table
     other = _csv(tmp_path / "e.csv", [("r1", "1")])
     assert pipeline.ingest_stage(load_spec(_spec_file(tmp_path, "lin", other)), settings).ingest_id != ing.ingest_id
     # the owner's key lives outside the bundles, readable by the owner only

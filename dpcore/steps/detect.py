@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import shutil
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
@@ -53,10 +53,13 @@ from .common import StepInputError, load_columns, open_stores, require_public_co
 
 @dataclass(frozen=True)
 class DetectionDone:
-    """What the detect step may say publicly: which templates ran (no counts, no scores)."""
+    """What the detect step may say publicly: which templates ran (no counts, no scores).
+
+    ``table_suffix`` names the internal tables; it is private (left out of ``repr``).
+    """
 
     templates: tuple[str, ...]
-    table_suffix: str
+    table_suffix: str = field(repr=False)  # private: the same for every ingest of the same bytes (dpcore.ingest)
 
 
 def templates_of(spec: ReleaseSpec) -> list[Template]:

@@ -24,7 +24,7 @@ depends on the spec alone.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import numpy as np
@@ -50,10 +50,13 @@ SAMPLE_SEED = 2013
 
 @dataclass(frozen=True)
 class RulesDone:
-    """Opaque handle of a finished rules step: which templates were explained (public, from the spec)."""
+    """Opaque handle of a finished rules step: which templates were explained (public, from the spec).
+
+    ``table_suffix`` names the internal tables; it is private (left out of ``repr``).
+    """
 
     templates: tuple[str, ...]
-    table_suffix: str
+    table_suffix: str = field(repr=False)  # private: the same for every ingest of the same bytes (dpcore.ingest)
 
 
 def rules_inputs(spec: ReleaseSpec, templates: list[str] | None = None) -> tuple[list[str], dict[str, str], list[str]]:

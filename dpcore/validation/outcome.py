@@ -189,8 +189,10 @@ class ValidationDone:
 
     Whether any row broke a rule, and how many, are private facts; the noisy
     ``record_counts`` step releases them. The exact summary stays in
-    ``internal.validation_results`` and the bundle's owner-only folder.
+    ``internal.validation_results`` and the bundle's owner-only folder. ``table`` (the
+    validated/quarantine table name, derived from the raw table's) is private: left
+    out of ``repr``.
     """
 
     dataset: str
-    table: str
+    table: str = field(repr=False)  # private: the same for every ingest of the same bytes (dpcore.ingest)

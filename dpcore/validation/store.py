@@ -30,8 +30,12 @@ _RESULTS_DDL = """CREATE TABLE IF NOT EXISTS internal.validation_results (
 def validated_table_name(ingest_result: IngestResult, spec: ReleaseSpec) -> str:
     """Table name (in ``validated`` and ``quarantine``) for an input validated under a spec.
 
-    Named by the input's content hash and the spec's validation hash, so two
-    specs with different schemas never overwrite each other's results.
+    Named by the raw table (one per distinct input: the same for every ingest of
+    the same bytes, :func:`dpcore.ingest.ingest`) and the spec's validation hash,
+    so two specs with different schemas never overwrite each other's results.
+    Private, like the raw table's name: a stored validation is reused under the
+    hood (:func:`latest_passing_summary`, keyed on the content hash) and no public
+    name or message says so.
     """
     return f"{ingest_result.table}__v{spec.validation_hash()[:8]}"
 
