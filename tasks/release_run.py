@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from prefect import get_run_logger
 
-from dpcore.charge_keys import PIPELINE
+from dpcore.charge_keys import PIPELINE, run_key
 from dpcore.cost_plan import plan_release
 from dpcore.release_runs import RunHandle, close_run, finish_run, open_run
 from dpcore.settings import Settings
@@ -24,9 +24,8 @@ __all__ = ["PIPELINE", "run_once"]
 
 
 @private_task(name="open-release-run")
-def open_run_task(spec: ReleaseSpec, settings: Settings, unit: str, steps: list[str] | None = None) -> RunHandle:
+def open_run_task(spec: ReleaseSpec, settings: Settings, unit: str, lines: list[str]) -> RunHandle:
     """Take the run's lock (refused if another live run holds it), or find the run finished before."""
-    lines = [ln.key for ln in plan_release(spec, None, steps).lines]  # public: the spec's planned lines
     run = open_run(settings.warehouse, spec.dataset.name, spec.release_id, unit, lines)
     if run.stored is not None:
         get_run_logger().info(
@@ -56,7 +55,13 @@ def run_once(spec: ReleaseSpec, settings: Settings, unit: str, body: Callable[[]
     replay : callable, optional
         Turns a stored result into what a re-run returns (e.g. marks it as the stored release).
     """
-    run = open_run_task(spec, settings, unit, steps)
+    lines = [ln.key for ln in plan_release(spec, None, steps).lines]  # public: the spec's planned lines
+    try:
+        run = open_run_task(spec, settings, unit, lines)
+    except BaseException:  # a failure after the lock was taken must not keep it for this process's life
+        close_run(RunHandle(run_key(spec.dataset.name, spec.release_id, unit, sorted(lines)), spec.dataset.name,
+                            spec.release_id, unit))
+        raise
     if run.stored is not None:
         result = run.stored["result"]
         return replay(result) if replay else result
