@@ -14,7 +14,7 @@ from prefect import get_run_logger
 
 from dpcore.charge_keys import PIPELINE, run_key
 from dpcore.cost_plan import plan_release
-from dpcore.release_runs import RunHandle, close_run, finish_run, open_run
+from dpcore.release_runs import ReleaseInProgressError, RunHandle, close_run, finish_run, open_run
 from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec
 
@@ -58,6 +58,8 @@ def run_once(spec: ReleaseSpec, settings: Settings, unit: str, body: Callable[[]
     lines = [ln.key for ln in plan_release(spec, None, steps).lines]  # public: the spec's planned lines
     try:
         run = open_run_task(spec, settings, unit, lines)
+    except ReleaseInProgressError:  # the lock is another run's
+        raise
     except BaseException:  # a failure after the lock was taken must not keep it for this process's life
         close_run(RunHandle(run_key(spec.dataset.name, spec.release_id, unit, sorted(lines)), spec.dataset.name,
                             spec.release_id, unit))
