@@ -35,6 +35,7 @@ from prefect.cache_policies import NO_CACHE
 
 from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec, load_spec
+from dpcore.spec_dirs import allowed_spec_file
 
 
 class FlowProcessOnlyError(RuntimeError):
@@ -280,5 +281,12 @@ class Progress:
 
 
 def resolve(spec_path: str, release_id: str | None) -> tuple[ReleaseSpec, Settings]:
-    """Load the spec (with an optional release-id override) and the settings."""
-    return load_spec(spec_path, release_id=release_id), Settings.from_env()
+    """Load the spec (with an optional release-id override) and the settings.
+
+    ``spec_path`` comes from the flow's parameters (an operator's UI form), so it
+    must lie inside a folder of ``DPR_SPECS_DIR`` (:func:`dpcore.spec_dirs.allowed_spec_file`,
+    links resolved); any other path is refused before the file is opened.
+    """
+    settings = Settings.from_env()
+    path = allowed_spec_file(spec_path, settings.specs_dirs)
+    return load_spec(path, release_id=release_id), settings
