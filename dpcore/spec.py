@@ -9,6 +9,13 @@ spec, never the other way round.
 Loading goes through :func:`load_spec`, which turns pydantic's errors into a
 :class:`SpecError` whose message names the offending key path
 (``budget.epsilon``) and the problem, so a release officer can fix the YAML.
+The message never quotes a line of the file that is not a spec key (issue 33
+item 7: a flow's ``spec_path`` comes from an operator, and a wrong file may
+hold secrets): a key that does not look like one is named by its line number,
+a YAML syntax error by its line and column, and a quoted value that does not
+look like a name is ``<not shown>`` (:func:`_format_errors`). The same safe
+form serves flows, ``dpr`` and Python callers alike. Which files a flow may
+load at all is :mod:`dpcore.spec_dirs`'s decision.
 """
 from __future__ import annotations
 
@@ -978,8 +985,9 @@ def _hash_json(obj: object) -> str:
 #: A key (or a quoted value in a message) is shown only if it looks like a spec key: short and identifier-like.
 #: Anything else read from the file (a line of some other file, a password hash) is named by its line number only.
 _PLAUSIBLE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,39}")
-#: A quoted piece of a message: a value of the file that a validator or YAML quoted with ``repr``.
-_QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
+#: A quoted piece of a message: a value of the file that a validator or YAML quoted with ``repr``
+#: (an apostrophe inside a word, as in "the step's", opens none).
+_QUOTED = re.compile(r"(?<![A-Za-z0-9])(?:'[^'\n]*'|\"[^\"\n]*\")(?![A-Za-z0-9])")
 #: Quoted pieces that are shown whatever they are: one character (``'\t'``) or a YAML token name (``'<scalar>'``).
 _SAFE_QUOTED = re.compile(r"\\?.|\\x[0-9a-f]{2}|<[a-z ]+>")
 #: Error types whose message may quote the input (custom validators, a discriminator's tag).
@@ -1191,7 +1199,8 @@ def load_spec(path: str | Path, **overrides: object) -> ReleaseSpec:
     ------
     SpecError
         The file is missing or not YAML, a key is invalid (the message names it), or a line still carries
-        :data:`DATA_MARKER` (a drafted value read from the data).
+        :data:`DATA_MARKER` (a drafted value read from the data). No message quotes a line of the file that
+        is not a plausible spec key (lines and columns instead; see :func:`_format_errors`).
     """
     path = Path(path)
     try:

@@ -250,3 +250,23 @@ def test_a_flow_run_reports_a_bad_spec_line_by_number_only(allowed, dpr_home, ca
     assert any("acuracy_alpha: unknown key" in s for s in states), states
     console = capfd.readouterr()
     _no_token(str(exc), repr(exc), *logs, *states, console.out, console.err)
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_dpr_operator_query_on_a_spec_outside_the_folders_is_refused_before_any_charge(tmp_path, allowed):
+    """``dpr aiq`` runs the flow in the owner's shell: the same folders apply, refused with exit 2."""
+    from prefect.settings import PREFECT_API_URL
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    spec = outside / "spec.yaml"
+    spec.write_text(yaml.safe_dump(_good_spec_text()))
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPR_")}
+    env.update(DPR_HOME=str(home), DPR_SPECS_DIR=str(allowed), PREFECT_API_URL=str(PREFECT_API_URL.value()),
+               PREFECT_LOGGING_LEVEL="WARNING", COLUMNS="200")
+    res = subprocess.run([DPR, "aiq", "--spec", str(spec), "--record-id", "F000001"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "is outside the folders flow runs may load specs from" in res.stderr and str(allowed) in res.stderr
+    assert not (home / "warehouse.duckdb").exists()
