@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="dpr-bench-"))
     os.environ["DPR_HOME"] = str(tmp / "home")
+    os.environ["DPR_SPECS_DIR"] = str(tmp)  # the flows load bench_spec.yaml from here
     os.environ.setdefault("PREFECT_HOME", str(tmp / "prefect"))
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")

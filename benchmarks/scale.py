@@ -229,6 +229,7 @@ def run_pipeline(factor: int, spec: Path, run_dir: Path, timeout_s: float, cap_b
         env.pop(k, None)
     if memory_limit:
         env["DPR_MEMORY_LIMIT"] = memory_limit
+    env["DPR_SPECS_DIR"] = str(spec.resolve().parent)  # the flow loads the generated spec from here
     cmd = [sys.executable, "-m", "flows.release_pipeline", "--spec", str(spec)]
     gnu_time = Path("/usr/bin/time")
     if gnu_time.exists():

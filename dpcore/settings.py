@@ -7,12 +7,49 @@ bundles. Paths can be overridden one by one with ``DPR_WAREHOUSE`` and
 ``$DPR_HOME/owner/owner.key`` (``DPR_OWNER_KEY_FILE`` overrides), outside the
 bundles. ``DPR_DASK_ADDRESS`` points mapped tasks at an existing Dask
 cluster (used by the operations issue).
+
+``DPR_SPECS_DIR`` lists the folders a flow run may load its release spec from
+(``os.pathsep``-separated, so ``:`` on Linux; issue 33 item 7): an operator
+types ``spec_path`` into the Prefect UI's form, and without a limit the worker
+would read (and quote in its errors) any file of its machine. Unset or empty,
+the folders are the project's own ``specs/`` (next to ``dpcore/``) and the
+owner's spec folder ``$DPR_HOME/specs`` when it exists. The containment check
+itself is :func:`dpcore.spec_dirs.allowed_spec_file`.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
+
+#: The project's own spec folder (``specs/`` of the checkout that holds this code), allowed by default.
+PROJECT_SPECS = Path(__file__).resolve().parents[1] / "specs"
+
+
+def specs_dirs_from_env(env: Mapping[str, str], home: Path) -> tuple[Path, ...]:
+    """The folders flow runs may load specs from, each with its links resolved.
+
+    Parameters
+    ----------
+    env : mapping
+        The environment; ``DPR_SPECS_DIR`` is read from it (``os.pathsep``-separated folders, relative
+        ones against the working directory; empty entries are skipped).
+    home : Path
+        ``$DPR_HOME``, whose ``specs`` folder is allowed by default when it exists.
+
+    Returns
+    -------
+    tuple of Path
+        Real (symlink-free, absolute) folder paths. Unset or empty ``DPR_SPECS_DIR``: the project's
+        ``specs/`` and ``$DPR_HOME/specs`` if it is a folder.
+    """
+    given = [p for p in env.get("DPR_SPECS_DIR", "").split(os.pathsep) if p.strip()]
+    if given:
+        dirs = [Path(p).expanduser() for p in given]
+    else:
+        dirs = [PROJECT_SPECS] + ([home / "specs"] if (home / "specs").is_dir() else [])
+    return tuple(dict.fromkeys(Path(os.path.realpath(d)) for d in dirs))
 
 
 @dataclass(frozen=True)
@@ -24,6 +61,8 @@ class Settings:
     bundles: Path
     data: Path
     owner_key: Path
+    #: Folders flow runs may load a release spec from (``DPR_SPECS_DIR``; see :func:`specs_dirs_from_env`).
+    specs_dirs: tuple[Path, ...] = ()
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -34,6 +73,7 @@ class Settings:
             bundles=Path(os.environ.get("DPR_BUNDLES", home / "bundles")).resolve(),
             data=home / "data",
             owner_key=Path(os.environ.get("DPR_OWNER_KEY_FILE", home / "owner" / "owner.key")).resolve(),
+            specs_dirs=specs_dirs_from_env(os.environ, home),
         )
 
     def owner_secret(self) -> bytes:

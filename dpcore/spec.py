@@ -9,6 +9,13 @@ spec, never the other way round.
 Loading goes through :func:`load_spec`, which turns pydantic's errors into a
 :class:`SpecError` whose message names the offending key path
 (``budget.epsilon``) and the problem, so a release officer can fix the YAML.
+The message never quotes a line of the file that is not a spec key (issue 33
+item 7: a flow's ``spec_path`` comes from an operator, and a wrong file may
+hold secrets): a key that does not look like one is named by its line number,
+a YAML syntax error by its line and column, and a quoted value that does not
+look like a name is ``<not shown>`` (:func:`_format_errors`). The same safe
+form serves flows, ``dpr`` and Python callers alike. Which files a flow may
+load at all is :mod:`dpcore.spec_dirs`'s decision.
 """
 from __future__ import annotations
 
@@ -1100,13 +1107,87 @@ def _hash_json(obj: object) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
-def _format_errors(err: ValidationError) -> str:
+#: A key (or a quoted value in a message) is shown only if it looks like a spec key: short and identifier-like.
+#: Anything else read from the file (a line of some other file, a password hash) is named by its line number only.
+_PLAUSIBLE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,39}")
+#: A quoted piece of a message: a value of the file that a validator or YAML quoted with ``repr``
+#: (an apostrophe inside a word, as in "the step's", opens none).
+_QUOTED = re.compile(r"(?<![A-Za-z0-9])(?:'[^'\n]*'|\"[^\"\n]*\")(?![A-Za-z0-9])")
+#: Quoted pieces that are shown whatever they are: one character (``'\t'``) or a YAML token name (``'<scalar>'``).
+_SAFE_QUOTED = re.compile(r"\\?.|\\x[0-9a-f]{2}|<[a-z ]+>")
+#: Error types whose message may quote the input (custom validators, a discriminator's tag).
+_QUOTING_TYPES = frozenset({"value_error", "assertion_error", "union_tag_invalid"})
+
+
+def _plausible_key(part: object) -> bool:
+    """Whether a key read from the file may be shown: short, printable, identifier-like."""
+    return bool(_PLAUSIBLE.fullmatch(str(part)))
+
+
+def _scrub(text: str) -> str:
+    """``text`` with every quoted piece that is not plausible as a key or a name replaced by ``<not shown>``."""
+
+    def keep(m: re.Match) -> str:
+        inner = m[0][1:-1]
+        return m[0] if _PLAUSIBLE.fullmatch(inner) or _SAFE_QUOTED.fullmatch(inner) else "<not shown>"
+
+    return _QUOTED.sub(keep, text)
+
+
+def _locate(root: "yaml.Node | None", loc: list) -> list[tuple[str, bool, int | None]]:
+    """Each part of an error's key path: (text, whether it may be shown, line of its key in the file).
+
+    Walks the YAML node tree of the spec file alongside ``loc``. A part that is
+    no key of the file (a union's tag, a key expanded on load such as
+    ``domain`` from ``domain_from``, an override) keeps the walk where it is.
+    List indices are always shown; a key only if :func:`_plausible_key`.
+    """
+    out: list[tuple[str, bool, int | None]] = []
+    node = root
+    for part in loc:
+        line = None
+        child = None
+        is_index = False
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if isinstance(k, yaml.ScalarNode) and k.value == str(part):
+                    line, child = k.start_mark.line + 1, v
+                    break
+            else:
+                child = node
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            child, is_index = node.value[part], True
+        elif node is None and isinstance(part, int):
+            is_index = True  # no file to consult (parse_spec): pydantic's int parts are list indices or int keys
+        out.append((str(part), is_index or part == "[key]" or _plausible_key(part), line))
+        node = child
+    return out
+
+
+def _format_errors(err: ValidationError, root: "yaml.Node | None" = None) -> str:
+    """One line per problem: the key path and what is wrong, nothing of the file that is not a spec key.
+
+    An unknown key is named when it is plausible as a key (short, identifier-like),
+    otherwise by its line ("line 3 is not a spec key"); other keys on the path
+    that are not plausible show as ``<key on line N>``; quoted values in a
+    validator's message are shown only when they are plausible as names.
+    ``root`` is the YAML node tree of the spec file (line numbers), if any.
+    """
     lines = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith(("function-after", "tagged-union")))
+        parts = [p for p in e["loc"] if not str(p).startswith(("function-after", "tagged-union"))]
+        where = _locate(root, parts)
+        shown = [t if ok else (f"<key on line {n}>" if n else "<a key not shown>") for t, ok, n in where]
+        loc = ".".join(shown)
         msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] in _QUOTING_TYPES:
+            msg = _scrub(msg)
         if e["type"] == "extra_forbidden":
             msg = "unknown key (check the spelling; see the spec reference in README.md)"
+            if where and not where[-1][1]:
+                n = where[-1][2]
+                loc = ".".join(shown[:-1])
+                msg = f"line {n} is not a spec key" if n else "a key that is not a spec key (its text is not shown)"
         elif e["type"] == "missing":
             msg = "required key is missing"
         for part in msg.split("\n"):  # a cross-key validator reports each problem on its own line
@@ -1120,14 +1201,57 @@ def parse_spec(data: object, *, origin: str = "<spec>") -> ReleaseSpec:
     Raises
     ------
     SpecError
-        Naming every offending key path and the problem.
+        Naming every offending key path and the problem (keys that do not look
+        like spec keys and quoted values that do not look like names are not
+        shown: see :func:`_format_errors`).
     """
+    return _validate(data, origin, None)
+
+
+def _validate(data: object, origin: str, root: "yaml.Node | None") -> ReleaseSpec:
     if not isinstance(data, dict):
-        raise SpecError(f"{origin}: the spec must be a mapping of keys to values, got {type(data).__name__}")
+        kind = "nothing" if data is None else f"a {type(data).__name__}"
+        raise SpecError(f"{origin}: the spec must be a mapping of keys to values, got {kind} (its content is not shown)")
     try:
         return ReleaseSpec.model_validate(data)
     except ValidationError as err:
-        raise SpecError(f"{origin} is not a valid release spec:\n{_format_errors(err)}") from None
+        raise SpecError(f"{origin} is not a valid release spec:\n{_format_errors(err, root)}") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError, text: str) -> str:
+    """Where and what YAML could not parse, never the text of the line.
+
+    A syntax error gives its line and column and YAML's description of the
+    problem with its quoted pieces scrubbed (:func:`_scrub`: an alias or tag
+    name may be a piece of any file).
+    """
+    if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not accept
+        line = text.count("\n", 0, max(exc.position, 0)) + 1
+        return f"line {line} holds a character YAML does not accept (a control character)"
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        problem = " ".join(_scrub(exc.problem or exc.context or "syntax error").split())
+        said = f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark else problem
+        ctx = exc.context_mark
+        if exc.context and ctx is not None and ctx is not mark and (ctx.line, ctx.column) != (mark.line, mark.column):
+            said += f" ({' '.join(_scrub(exc.context).split())} from line {ctx.line + 1}, column {ctx.column + 1})"
+        return said
+    return "it cannot be parsed"
+
+
+def _parse_yaml(text: str, path: Path) -> tuple[object, "yaml.Node | None"]:
+    """The YAML document of ``text`` and its node tree (for the line numbers of keys)."""
+    loader = None
+    try:
+        loader = yaml.SafeLoader(text)  # checks every character first (ReaderError)
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"spec file {path} is not valid YAML: {_yaml_problem(exc, text)}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    return data, node
 
 
 def _rel(base: Path, p: str) -> str:
@@ -1200,7 +1324,8 @@ def load_spec(path: str | Path, **overrides: object) -> ReleaseSpec:
     ------
     SpecError
         The file is missing or not YAML, a key is invalid (the message names it), or a line still carries
-        :data:`DATA_MARKER` (a drafted value read from the data).
+        :data:`DATA_MARKER` (a drafted value read from the data). No message quotes a line of the file that
+        is not a plausible spec key (lines and columns instead; see :func:`_format_errors`).
     """
     path = Path(path)
     try:
@@ -1209,6 +1334,8 @@ def load_spec(path: str | Path, **overrides: object) -> ReleaseSpec:
         raise SpecError(f"spec file not found: {path}") from None
     except UnicodeDecodeError as exc:
         raise SpecError(f"spec file {path} is not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise SpecError(f"spec file {path} cannot be read ({exc.strerror})") from None
     marked = [n for n, line in enumerate(text.splitlines(), start=1) if DATA_MARKER in line]
     if marked:
         raise SpecError(
@@ -1217,11 +1344,8 @@ def load_spec(path: str | Path, **overrides: object) -> ReleaseSpec:
             "knowledge (a published code list, a physical or legal limit) or confirm it is public, then delete the "
             "marker."
         )
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"spec file {path} is not valid YAML: {exc}") from None
+    data, root = _parse_yaml(text, path)
     if isinstance(data, dict):
         data = {**data, **{k: v for k, v in overrides.items() if v is not None}}
         data = _resolve_files(data, path.parent)
-    return parse_spec(data, origin=str(path))
+    return _validate(data, str(path), root)

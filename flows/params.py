@@ -7,7 +7,14 @@ from pydantic import Field
 
 DEMO_SPEC = "specs/demo.yaml"
 
-SpecPath = Annotated[str, Field(min_length=1, description="Path to the release spec YAML (relative to the working directory).")]
+SpecPath = Annotated[
+    str,
+    Field(
+        min_length=1,
+        description="Path to the release spec YAML (relative to the working directory). It must lie inside a "
+        "folder the data owner allows (DPR_SPECS_DIR; default the project's specs/ and $DPR_HOME/specs).",
+    ),
+]
 ReleaseId = Annotated[
     Optional[str],
     Field(

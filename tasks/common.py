@@ -36,6 +36,7 @@ from prefect.cache_policies import NO_CACHE
 from dpcore.fault_injection import fault_point
 from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec, load_spec
+from dpcore.spec_dirs import allowed_spec_file
 
 
 class FlowProcessOnlyError(RuntimeError):
@@ -303,11 +304,16 @@ class Progress:
 def resolve(spec_path: str, release_id: str | None) -> tuple[ReleaseSpec, Settings]:
     """Load the spec (with an optional release-id override) and the settings; refuse unusable paths.
 
-    Every flow starts here, so a home that is not writable, a bundle path that is a file or an input
-    that is a folder is refused before any charge (:func:`dpcore.path_checks.check_paths`).
+    ``spec_path`` comes from the flow's parameters (an operator's UI form), so it
+    must lie inside a folder of ``DPR_SPECS_DIR`` (:func:`dpcore.spec_dirs.allowed_spec_file`,
+    links resolved); any other path is refused before the file is opened. Every flow starts here,
+    so a home that is not writable, a bundle path that is a file or an input that is a folder is
+    refused before any charge (:func:`dpcore.path_checks.check_paths`).
     """
     from dpcore.path_checks import check_paths
 
-    spec, settings = load_spec(spec_path, release_id=release_id), Settings.from_env()
+    settings = Settings.from_env()
+    path = allowed_spec_file(spec_path, settings.specs_dirs)
+    spec = load_spec(path, release_id=release_id)
     check_paths(spec, settings)
     return spec, settings

@@ -29,11 +29,11 @@ def api_url() -> str:
 
 
 def child_env(tmp_path: Path, dpr_home: Path, prefect_home: Path | None = None, **extra: str) -> dict[str, str]:
-    """A child's environment: no PREFECT_* or DPR_* from the caller, the harness API, INFO logs.
+    """A child's environment: no PREFECT_* or DPR_* from the caller (but DPR_SPECS_DIR), the harness API, INFO logs.
 
     ``prefect_home`` defaults to ``tmp_path/prefect_home`` (shared by the children of one test).
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DPR_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DPR_")) or k == "DPR_SPECS_DIR"}
     home = prefect_home or tmp_path / "prefect_home"
     home.mkdir(parents=True, exist_ok=True)
     env.update(

@@ -26,6 +26,25 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def specs_dirs_for_tests(tmp_path_factory):
+    """Let flow runs load specs from pytest's temporary folders too (``DPR_SPECS_DIR``, issue 33 item 7).
+
+    Flows load a spec only from the folders of ``DPR_SPECS_DIR``; many tests write their
+    spec into a temporary folder, all of which lie under pytest's base temporary folder.
+    The subprocess helpers (``ops_fixtures.make_env``, ``child_runs.child_env``,
+    ``test_dpr_cli.dpr``) pass this variable on. Tests of the refusal itself set their own.
+    """
+    value = os.pathsep.join([str(ROOT / "specs"), str(tmp_path_factory.getbasetemp())])
+    before = os.environ.get("DPR_SPECS_DIR")
+    os.environ["DPR_SPECS_DIR"] = value
+    yield value
+    if before is None:
+        os.environ.pop("DPR_SPECS_DIR", None)
+    else:
+        os.environ["DPR_SPECS_DIR"] = before
+
+
 @pytest.fixture(scope="session")
 def prefect_harness(tmp_path_factory):
     """A real temporary Prefect API for flow runs (``prefect_test_harness``)."""

@@ -75,8 +75,8 @@ class OpsEnv:
 
 
 def make_env(base: Path) -> OpsEnv:
-    """A clean environment for subprocesses: no PREFECT_* or DPR_* from the caller."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DPR_"))}
+    """A clean environment for subprocesses: no PREFECT_* or DPR_* from the caller but DPR_SPECS_DIR (conftest)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DPR_")) or k == "DPR_SPECS_DIR"}
     port = free_port()
     for sub in ("prefect", "dpr", "tmp", "logs"):
         (base / sub).mkdir(parents=True, exist_ok=True)

@@ -32,10 +32,10 @@ def home(tmp_path) -> Path:
 
 
 def dpr(*args: str, home: Path, cwd: Path = ROOT, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run ``dpr`` with a clean DPR_* environment and the test Prefect server."""
+    """Run ``dpr`` with a clean DPR_* environment (but DPR_SPECS_DIR, from conftest) and the test Prefect server."""
     from prefect.settings import PREFECT_API_URL
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DPR_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPR_") or k == "DPR_SPECS_DIR"}
     env.update(DPR_HOME=str(home), PREFECT_API_URL=str(PREFECT_API_URL.value()), PREFECT_LOGGING_LEVEL="WARNING",
                COLUMNS="200")
     return subprocess.run([DPR, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
