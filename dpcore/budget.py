@@ -110,6 +110,12 @@ class PrivacyCost:
         return f"(epsilon={float(self.epsilon):.6g}, delta={float(self.delta):.3g})"
 
 
+def set_cap_hint(dataset: str) -> str:
+    """How the data owner changes a cap; the same words in every message that points there."""
+    return (f"`dpr budget set-cap {dataset} EPSILON [DELTA] --reason \"...\"` (the data owner's decision, recorded "
+            "in the ledger with its time and reason), then state the same budget in the spec")
+
+
 class BudgetExceededError(RuntimeError):
     """A charge would take the dataset over its cap; that charge is not made and nothing is released for it.
 
@@ -146,8 +152,8 @@ class BudgetExceededError(RuntimeError):
         super().__init__(
             f"privacy budget exceeded for dataset {dataset!r}: requested {requested}{how}, "
             f"remaining {self.remaining} (spent {spent} of cap {cap}). {so_far} "
-            "Lower the step's epsilon/delta, drop a step, or raise the dataset's cap (budget in the spec) "
-            "if the data owner approves."
+            f"Lower the step's epsilon/delta, drop a step, or, if the data owner approves, raise the cap with "
+            f"{set_cap_hint(dataset)}."
         )
 
 

@@ -29,7 +29,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from .budget import NeighbourConversionError, PrivacyCost, charge_under
+from .budget import NeighbourConversionError, PrivacyCost, charge_under, set_cap_hint
 from .ledger import LedgerError, PrivacyLedger
 from .spec import ReleaseSpec
 from .steps.common import PlannedCharge, StepInputError
@@ -266,6 +266,7 @@ def plan_release(spec: ReleaseSpec, ledger: PrivacyLedger | None = None,
         problems.append(
             f"budget: this release would charge {plan.new}{' at most' if plan.upper_bound else ''} but dataset "
             f"{name!r} has {plan.remaining} left (spent {spent} of cap {cap}, {neighbour} neighbours). Lower a "
-            "step's epsilon/delta, disable a step, or raise the cap (budget in the spec, if the data owner approves)"
+            f"step's epsilon/delta, disable a step, or, if the data owner approves, raise the cap with "
+            f"{set_cap_hint(name)}"
         )
     return replace(plan, problems=problems)

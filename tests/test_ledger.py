@@ -114,7 +114,7 @@ def test_reserved_without_result_is_orphaned(ledger):
 def test_unknown_dataset_and_conflicting_cap(ledger):
     with pytest.raises(LedgerError, match="unknown dataset"):
         ledger.reserve(_req(dataset="nope"))
-    with pytest.raises(LedgerError, match="set_cap"):
+    with pytest.raises(LedgerError, match="dpr budget set-cap ds"):
         ledger.ensure_budget("ds", PrivacyCost(2, 0))
     ledger.ensure_budget("ds", PrivacyCost(1, Fraction(1, 10**5)))  # same cap: fine
     ledger.reserve(_req(step="a", eps=0.5))
