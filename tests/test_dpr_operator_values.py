@@ -75,8 +75,8 @@ def test_sizes_uses_the_specs_K_says_so_and_set_cap_is_recorded(tmp_path, small_
     res = dpr("sizes", "--epsilon", "0.3", "--json", home=home, env={"DPR_SPEC": str(path)})
     assert res.returncode == 0, res.stderr
     line = [ln for ln in res.stderr.splitlines() if ln.startswith("values used")]
-    assert line == [f"values used (steps.unattributed of {path}): epsilon=0.3 (request), method=hg_l2 (spec), "
-                    "metric=l1 (spec), max_group_size=30000 (spec)"], res.stderr
+    assert line == [f"values used (steps.unattributed of {path}): epsilon=0.3 (request), max_group_size=30000 "
+                    "(spec), method=hg_l2 (spec), metric=l1 (spec)"], res.stderr
     assert json.loads(res.stdout)
     ch = _ledger(home).charges()
     (un,) = [json.loads(p) for s, p in zip(ch["step"], ch["params"]) if s == "unattributed"]
