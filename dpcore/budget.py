@@ -110,6 +110,12 @@ class PrivacyCost:
         return f"(epsilon={float(self.epsilon):.6g}, delta={float(self.delta):.3g})"
 
 
+def set_cap_hint(dataset: str) -> str:
+    """How the data owner changes a cap; the same words in every message that points there."""
+    return (f"`dpr budget set-cap {dataset} EPSILON [DELTA] --reason \"...\"` (the data owner's decision, recorded "
+            "in the ledger with its time and reason), then state the same budget in the spec")
+
+
 class BudgetExceededError(RuntimeError):
     """A charge (or a run's reservation) would take the budget over its cap; it is not made.
 
@@ -146,8 +152,8 @@ class BudgetExceededError(RuntimeError):
         super().__init__(
             f"privacy budget exceeded for dataset {dataset!r}: requested {requested}{how}, "
             f"remaining {self.remaining} (spent {spent} of cap {cap}). {so_far} "
-            "Lower a step's epsilon/delta or disable a step in the spec, or have the data owner raise the cap "
-            f"(`dpr budget set-cap {dataset} EPSILON [DELTA] --reason ...`)."
+            "Lower a step's epsilon/delta or disable a step in the spec, or, if the data owner approves, raise the "
+            f"cap with {set_cap_hint(dataset)}."
         )
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from .budget import NeighbourConversionError, PrivacyCost, charge_under
+from .budget import NeighbourConversionError, PrivacyCost, charge_under, set_cap_hint
 from .charge_keys import line_key
 from .ledger import LedgerError, LineRequest, PrivacyLedger
 from .spec import ReleaseSpec
@@ -283,7 +283,7 @@ def plan_release(spec: ReleaseSpec, ledger: PrivacyLedger | None = None,
         problems.append(
             f"budget: this release would charge {plan.new} but dataset "
             f"{name!r} has {plan.remaining} left (spent {spent} of cap {cap}, {neighbour} neighbours). Lower a "
-            "step's epsilon/delta, disable a step, or have the data owner raise the cap "
-            f"(`dpr budget set-cap {name} EPSILON [DELTA] --reason ...`)"
+            f"step's epsilon/delta, disable a step, or, if the data owner approves, raise the cap with "
+            f"{set_cap_hint(name)}"
         )
     return replace(plan, problems=problems)

@@ -85,7 +85,7 @@ import pandas as pd
 
 from .budget import (
     NOTION_ORDER, BudgetExceededError, Neighbour, NeighbourConversionError, PrivacyCost, charge_under,
-    check_neighbour, weakest_notion,
+    check_neighbour, set_cap_hint, weakest_notion,
 )
 from .charge_keys import canonical, charge_key, matches
 from .fault_injection import fault_point
@@ -197,6 +197,12 @@ _DDL = [
         eps_each HUGEINT NOT NULL, delta_each HUGEINT NOT NULL,
         flow_run_id VARCHAR, reserved_at TIMESTAMPTZ NOT NULL)""",
     "ALTER TABLE ledger.charges ADD COLUMN IF NOT EXISTS line_key VARCHAR",
+    # the data owner's cap changes (dpr budget set-cap): when, from what, to what, why
+    """CREATE TABLE IF NOT EXISTS ledger.cap_changes (
+        budget VARCHAR NOT NULL, changed_at TIMESTAMPTZ NOT NULL,
+        old_eps_cap HUGEINT NOT NULL, old_delta_cap HUGEINT NOT NULL,
+        new_eps_cap HUGEINT NOT NULL, new_delta_cap HUGEINT NOT NULL,
+        reason VARCHAR NOT NULL)""",
 ]
 
 #: The owner's registrations (issue 28 hole 3): which budget a dataset name charges, the owner's choice
@@ -240,6 +246,12 @@ def _migrate_registrations(con) -> None:
         )
 
 
+def unknown_dataset(dataset: str) -> str:
+    """The refusal for a dataset the ledger has no budget for, saying how one is registered."""
+    return (f"unknown dataset {dataset!r}: this warehouse's ledger has no budget for it. The data owner registers it "
+            f"with `dpr dataset add {dataset} --spec SPEC` (check the name: `dpr budget` lists every budget).")
+
+
 def _budget_of(con, dataset: str) -> str:
     """The budget a dataset name charges: its own, or the one its records were linked to."""
     row = con.execute("SELECT budget FROM ledger.dataset_budgets WHERE dataset = ?", [dataset]).fetchone()
@@ -251,9 +263,6 @@ def _datasets_of(con, budget: str) -> list[str]:
     rows = con.execute("SELECT dataset FROM ledger.dataset_budgets WHERE budget = ? ORDER BY dataset", [budget]).fetchall()
     return [budget] + [r[0] for r in rows if r[0] != budget]
 
-
-_UNKNOWN = ("dataset {dataset!r} has no budget in this warehouse's ledger: the data owner registers it with "
-            "`dpr dataset add {dataset} --spec SPEC`")
 
 
 def _held(con, dataset: str, release_id: str) -> tuple[PrivacyCost, list[str]]:
@@ -574,8 +583,8 @@ class PrivacyLedger:
             if (int(row[0]), int(row[1])) != (eps_cap, delta_cap):
                 raise LedgerError(
                     f"dataset {dataset!r}{shared} is registered with cap {PrivacyCost.from_units(row[0], row[1])}, "
-                    f"the spec asks for {cap}. A cap changes only through PrivacyLedger.set_cap "
-                    "(a decision of the data owner), never implicitly."
+                    f"the spec asks for {cap}. A cap never changes implicitly: set the spec's budget to the "
+                    f"registered cap, or change the cap with {set_cap_hint(budget)}. Nothing was charged."
                 )
             if row[2] != neighbour:
                 if int(row[3]) or int(row[4]):
@@ -821,26 +830,56 @@ class PrivacyLedger:
 
         return self.wh.run(op)
 
-    def set_cap(self, dataset: str, cap: PrivacyCost) -> BudgetStatus:
-        """Change a dataset's cap (it may not go below what is already spent)."""
+    def set_cap(self, dataset: str, cap: PrivacyCost, reason: str = "") -> BudgetStatus:
+        """Change the cap of the budget ``dataset`` charges (the data owner's decision; ``dpr budget set-cap``).
+
+        The change is recorded in ``ledger.cap_changes`` with its time, the old and new caps and ``reason``
+        (shown by ``dpr budget``). The relation the cap is stated under does not change.
+
+        Raises
+        ------
+        LedgerError
+            The dataset has no budget yet, or the new cap is below what is already spent (both amounts are
+            stated; nothing changes).
+        """
         eps_cap, delta_cap = cap.units_floor
 
         def op(con):
             budget = _budget_of(con, dataset)
-            row = con.execute("SELECT eps_spent, delta_spent FROM ledger.budgets WHERE dataset = ?", [budget]).fetchone()
+            row = con.execute("SELECT eps_spent, delta_spent, eps_cap, delta_cap, neighbour FROM ledger.budgets "
+                              "WHERE dataset = ?", [budget]).fetchone()
             if row is None:
-                raise LedgerError(_UNKNOWN.format(dataset=dataset))
+                raise LedgerError(unknown_dataset(dataset))
             if eps_cap < row[0] or delta_cap < row[1]:
+                shared = "" if budget == dataset else f" (the budget of {budget!r}, which dataset {dataset!r} charges)"
                 raise LedgerError(
-                    f"new cap {cap} is below what dataset {dataset!r} already spent "
-                    f"{PrivacyCost.from_units(row[0], row[1])}"
+                    f"refused: the requested cap {cap} is below what{shared} is already spent: "
+                    f"{PrivacyCost.from_units(row[0], row[1])} ({row[4]} neighbours). Spent budget is never given "
+                    f"back, so a cap cannot go below it; the cap stays {PrivacyCost.from_units(row[2], row[3])}."
                 )
             con.execute(
                 "UPDATE ledger.budgets SET eps_cap = ?, delta_cap = ? WHERE dataset = ?", [eps_cap, delta_cap, budget]
             )
+            con.execute("INSERT INTO ledger.cap_changes VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        [budget, _now(), int(row[2]), int(row[3]), eps_cap, delta_cap, reason])
 
         self.wh.run(op, transaction=True)
         return self.status(dataset)
+
+    def cap_changes(self, dataset: str | None = None) -> list[dict[str, Any]]:
+        """The recorded cap changes (of the budget ``dataset`` charges, or of every budget), oldest first."""
+
+        def op(con):
+            where, args = "", []
+            if dataset is not None:
+                where, args = "WHERE budget = ?", [_budget_of(con, dataset)]
+            return con.execute(
+                "SELECT budget, changed_at, old_eps_cap, old_delta_cap, new_eps_cap, new_delta_cap, reason "
+                f"FROM ledger.cap_changes {where} ORDER BY changed_at", args).fetchall()
+
+        return [{"budget": b, "time": t, "old_cap": PrivacyCost.from_units(oe, od),
+                 "new_cap": PrivacyCost.from_units(ne, nd), "reason": r}
+                for b, t, oe, od, ne, nd, r in self.wh.run(op)]
 
     def status(self, dataset: str) -> BudgetStatus:
         """Current cap and spending of the budget ``dataset`` charges."""
@@ -855,7 +894,7 @@ class PrivacyLedger:
 
         budget, row = self.wh.run(op)
         if row is None:
-            raise LedgerError(_UNKNOWN.format(dataset=dataset))
+            raise LedgerError(unknown_dataset(dataset))
         ec, dc, es, ds, nb = row
         return BudgetStatus(dataset, PrivacyCost.from_units(ec, dc), PrivacyCost.from_units(es, ds), nb, budget)
 
@@ -904,7 +943,7 @@ class PrivacyLedger:
                 "SELECT eps_cap, delta_cap, eps_spent, delta_spent FROM ledger.budgets WHERE dataset = ?", [budget]
             ).fetchone()
             if row is None:
-                raise LedgerError(_UNKNOWN.format(dataset=dataset))
+                raise LedgerError(unknown_dataset(dataset))
             ec, dc, es, ds = (int(v) for v in row)
             held = {r[0]: int(r[1]) for r in con.execute(
                 "SELECT line_key, n_reserved FROM ledger.reservations WHERE dataset = ? AND release_id = ?",
@@ -987,7 +1026,7 @@ class PrivacyLedger:
                 [budget],
             ).fetchone()
             if row is None:
-                raise LedgerError(_UNKNOWN.format(dataset=req.dataset))
+                raise LedgerError(unknown_dataset(req.dataset))
             ec, dc, es, ds = (int(v) for v in row[:4])
             try:
                 charged = charge_under(req.cost, req.neighbour, row[4])

@@ -1,5 +1,9 @@
-"""``dpr budget``: each dataset's cap, spending and history of charges; ``dpr budget recover --from-bundles``."""
+"""``dpr budget``: each dataset's cap, spending and history of charges; ``dpr budget set-cap``: change a cap;
+``dpr budget recover --from-bundles``."""
 from __future__ import annotations
+
+import math
+from fractions import Fraction
 
 import click
 
@@ -28,8 +32,15 @@ def _history(ledger, dataset: str) -> list[dict]:
     ]
 
 
+def _cap_changes(ledger, budget_name: str) -> list[dict]:
+    return [{"time": str(c["time"]), "old_cap": {"epsilon": float(c["old_cap"].epsilon), "delta": float(c["old_cap"].delta)},
+             "new_cap": {"epsilon": float(c["new_cap"].epsilon), "delta": float(c["new_cap"].delta)},
+             "reason": c["reason"]}
+            for c in ledger.cap_changes(budget_name)]
+
+
 class _BudgetGroup(click.Group):
-    """``dpr budget [DATASET]`` shows; a first word naming a subcommand (``recover``) runs it."""
+    """``dpr budget [DATASET]`` shows; a first word naming a subcommand (``set-cap``, ``recover``) runs it."""
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         found = super().get_command(ctx, cmd_name)
@@ -49,10 +60,13 @@ def budget(ctx: click.Context, as_json: bool) -> None:
 
     \b
     Usage: dpr budget [DATASET] [--json]
+           dpr budget set-cap DATASET EPSILON [DELTA] --reason TEXT
            dpr budget recover --from-bundles
 
     Per budget: the cap, what is spent and what is left, under the neighbour relation the cap is
-    stated in; then every charge: time, release id, step, mechanism, notion, (ε, δ) as stated by the
+    stated in; each release id's reservation (what it holds, what its charges drew); every change of
+    the cap (time, old and new cap, the owner's reason); then every charge: time, release id, step,
+    mechanism, notion, (ε, δ) as stated by the
     mechanism and as charged against the cap, and its status. A dataset whose records overlap another
     dataset's charges that dataset's budget (shown under its name). Spent totals rebuilt from the
     bundles (`dpr budget recover`) are listed as charges of status 'recovered'.
@@ -100,6 +114,7 @@ def _show(dataset: str | None, as_json: bool) -> None:
                 "left": {"epsilon": float(b.remaining.epsilon), "delta": float(b.remaining.delta)},
                 "releases": [{"release_id": t["release_id"], "held": _pair(t["held"]), "drawn": _pair(t["drawn"]),
                               "unused": _pair(t["unused"])} for t in ledger.release_totals(name)],
+                "cap_changes": _cap_changes(ledger, name),
                 "charges": _history(ledger, name),
                 "recoveries": [
                     {"recovered_at": r["recovered_at"], "from_ledger": r["from_ledger"], "manifests": r["manifests"],
@@ -118,6 +133,11 @@ def _show(dataset: str | None, as_json: bool) -> None:
         b = r["_status"]
         out.print(f"\nbudget {r['budget']} (datasets: {', '.join(r['datasets'])}; {r['neighbour']} neighbours): "
                   f"cap {cost(b.cap)}, spent {cost(b.spent)}, left {cost(b.remaining)}", markup=False)
+        if r["cap_changes"]:
+            out.print(table("cap changes", ["time (UTC)", "old cap", "new cap", "reason"], [
+                [c["time"][:19], f"ε={eps(c['old_cap']['epsilon'])} δ={c['old_cap']['delta']:.3g}",
+                 f"ε={eps(c['new_cap']['epsilon'])} δ={c['new_cap']['delta']:.3g}", c["reason"]]
+                for c in r["cap_changes"]]))
         for rec in r["recoveries"]:
             out.print(f"  recovered from bundles {rec['recovered_at'][:19]} UTC: ledger {rec['from_ledger']}, "
                       f"{rec['manifests']} manifest(s), added ε={eps(rec['added']['epsilon'])} "
@@ -168,3 +188,48 @@ def recover(from_bundles: bool, as_json: bool) -> None:
                     [[d.from_ledger, d.budget or "(no bundle)", d.manifests, cost(d.added)] for d in done]))
     out.print("the spent totals are at least what the bundles say; `dpr budget` lists the recovered charges",
               markup=False)
+
+
+def _amount(text: str, name: str, upper: Fraction | None = None) -> Fraction:
+    """An exact ε or δ from its decimal text (as the spec's budget is read), or a refusal naming it."""
+    try:
+        value = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        refuse(f"{name} must be a number, got {text!r}")
+    if not math.isfinite(float(value)) or value < 0 or (name == "EPSILON" and value == 0) or (
+            upper is not None and value >= upper):
+        refuse(f"{name} must be {'> 0' if name == 'EPSILON' else 'in [0, 1)'}, got {text}")
+    return value
+
+
+@budget.command("set-cap")
+@click.argument("dataset")
+@click.argument("epsilon")
+@click.argument("delta", required=False)
+@click.option("--reason", required=True, help="Why the cap changes (recorded in the ledger, shown by `dpr budget`).")
+def set_cap(dataset, epsilon, delta, reason) -> None:
+    """Change the privacy cap of DATASET's budget to EPSILON (and DELTA; default: the current delta cap).
+
+    The data owner's decision, recorded in the ledger with its time, the old and new caps and the reason
+    (`dpr budget` shows it). The cap stays stated under the budget's neighbour relation. Lowering the cap
+    below what is already spent is refused (spent budget is never given back). Then state the same
+    budget (budget.epsilon, budget.delta) in the dataset's spec: a run whose spec states another cap is
+    refused, never applied silently.
+    """
+    from dpcore.budget import PrivacyCost
+
+    if not reason.strip():
+        refuse("--reason must say why the cap changes (it is recorded in the ledger)")
+    eps_new = _amount(epsilon, "EPSILON")
+    ledger = open_ledger()
+    if ledger is None:
+        refuse(f"no ledger yet (no warehouse under $DPR_HOME): dataset {dataset!r} has no budget to change. The "
+               f"data owner registers it, with the spec's cap, by `dpr dataset add {dataset} --spec SPEC`.")
+    with refusals():
+        before = ledger.status(dataset)
+        delta_new = _amount(delta, "DELTA", Fraction(1)) if delta is not None else before.cap.delta
+        after = ledger.set_cap(dataset, PrivacyCost(eps_new, delta_new), reason=reason.strip())
+    out.print(f"cap of budget {after.budget or dataset!r} ({after.neighbour} neighbours): {cost(before.cap)} -> "
+              f"{cost(after.cap)}; spent {cost(after.spent)}, left {cost(after.remaining)}. Recorded with the "
+              f"reason. Now set budget: {{epsilon: {epsilon}, delta: {float(after.cap.delta):g}}} in the spec "
+              "(a run whose spec states another cap is refused).", markup=False)

@@ -6,6 +6,13 @@ lists, choices for literals), with the flow's own ``Args:`` text as help, so
 the command line and the Prefect UI's form can never disagree. Prefect
 validates the values (ranges, patterns) exactly as for a UI run, and every
 charge goes through the ledger like the flows' do.
+
+The spec is ``--spec PATH`` or ``$DPR_SPEC`` (refused without one: nothing
+falls back to the demo's). Every option left out takes the spec's value
+(:mod:`dpcore.operator_values`); one that spends budget or describes the data
+(ε, δ, K, r, β, k, h) and is set nowhere is refused before Prefect starts.
+The values used, and where each came from, are printed first (on stderr
+with ``--json``).
 """
 from __future__ import annotations
 
@@ -16,7 +23,7 @@ from typing import Any, Callable
 
 import click
 
-from .console import out, prefect_environment, print_json, refusals, refuse
+from .console import err, out, prefect_environment, print_json, refusals, refuse
 
 #: subcommand -> (flow module, flow function name, one-line summary)
 OPERATOR_FLOWS = {
@@ -116,17 +123,29 @@ def _build(name: str) -> click.Command:
                               "help": helps.get(p.name, ""), "show_default": not multiple and not required}
         if not required and p.default is not None and not multiple:
             kw["default"] = p.default
+        if p.name == "spec_path":  # never the demo's by default: --spec, else $DPR_SPEC, else refused
+            kw.update(envvar="DPR_SPEC", show_envvar=True, metavar="PATH",
+                      help="Path to the release spec YAML this command runs on (required: --spec or $DPR_SPEC).")
         params.append(click.Option([opt, p.name], **kw))
     params.append(click.Option(["--json", "as_json"], is_flag=True, help="Print the flow's result as JSON."))
 
     def callback(as_json: bool, **kwargs: Any) -> None:
         from dpcore.spec import check_release_id_flag, load_spec
 
+        from dpcore.operator_values import operator_values
+
         values = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kwargs.items()}
         values = {k: v for k, v in values.items() if v is not None and v != []}
+        if not values.get("spec_path"):
+            refuse(f"no spec: dpr {name} needs the release spec it runs on. Give --spec PATH, or set DPR_SPEC=PATH "
+                   "(scripts/demo.sh sets DPR_SPEC=specs/demo.yaml). Nothing was read or charged.")
         with refusals():
             check_release_id_flag(values.get("release_id"))  # the --release-id option
-            load_spec(values["spec_path"], release_id=values.get("release_id"))  # before Prefect starts a server
+            spec = load_spec(values["spec_path"], release_id=values.get("release_id"))  # before Prefect starts
+            # every value left out comes from the spec; one that spends budget and is set nowhere is refused here
+            used = operator_values(func, values["spec_path"], spec, values)
+        (err if as_json else out).print(used.line(), markup=False)
+        with refusals():
             try:
                 result = flow(**values)
             except Exception as exc:  # Prefect's parameter validation names the parameter and the rule

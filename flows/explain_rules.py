@@ -7,21 +7,21 @@ from prefect import flow
 from pydantic import Field
 
 from dpcore.spec import with_step
-from tasks.common import resolve
 from tasks.rules import rules_task
 from tasks.stages import bundle_task, ingest_task, validate_task
 
 from .detect import run_detection
-from .params import DEMO_SPEC, ReleaseId, SpecPath
+from .operator_request import operator_request
+from .params import ReleaseId, SpecPath
 from .runner import task_runner_from_env
 
 
 @flow(name="explain_rules", log_prints=False, persist_result=False, task_runner=task_runner_from_env())
 def explain_rules(
     template: Optional[str] = None,
-    max_depth: Annotated[int, Field(strict=True, ge=1, le=3)] = 2,
-    max_rules: Annotated[int, Field(strict=True, ge=1, le=100)] = 10,
-    spec_path: SpecPath = DEMO_SPEC,
+    max_depth: Annotated[Optional[int], Field(strict=True, ge=1, le=3)] = None,
+    max_rules: Annotated[Optional[int], Field(strict=True, ge=1, le=100)] = None,
+    spec_path: Optional[SpecPath] = None,
     release_id: ReleaseId = None,
 ) -> dict[str, Any]:
     """Find the rules that best explain the detector's outliers, written for the data owner only.
@@ -32,16 +32,20 @@ def explain_rules(
     Prefect's logs, artifacts or this flow's result.
 
     Args:
-        template: Detector template whose outliers to explain (default: every template of steps.detect).
+        template: Detector template whose outliers to explain (default: steps.rules.templates, else every
+            template of steps.detect).
         max_depth: Depth of the operation trees: 1 = single attributes, 2 = one operation on two attributes.
-        max_rules: Rules kept per template, best F1 first.
-        spec_path: Path to the release spec YAML (units in schema.numeric.<name>.unit).
+            Empty = steps.rules.max_depth (default 2).
+        max_rules: Rules kept per template, best F1 first. Empty = steps.rules.max_rules (default 10).
+        spec_path: Path to the release spec YAML (units in schema.numeric.<name>.unit; required, a deployment
+            sets it).
         release_id: Overrides the spec's release id.
     """
-    spec, settings = resolve(spec_path, release_id)
+    spec, settings, v = operator_request("explain_rules", spec_path, release_id, {
+        "template": template, "max_depth": max_depth, "max_rules": max_rules})
     section = spec.steps.rules.model_copy(update={
         "enabled": True, "templates": [template] if template else spec.steps.rules.templates,
-        "max_depth": max_depth, "max_rules": max_rules,
+        "max_depth": v["max_depth"], "max_rules": v["max_rules"],
     })
     spec = with_step(spec, "rules", section)
     ingested = ingest_task(spec, settings)

@@ -11,7 +11,7 @@ from dpcore.bundle import StepOutput
 from dpcore.ingest import IngestResult
 from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec, outlier_counts_section, with_step
-from tasks.common import Progress, resolve
+from tasks.common import Progress
 from tasks.release_run import run_once
 from tasks.outlier_counts import (
     outlier_counts_plan_task,
@@ -21,7 +21,8 @@ from tasks.outlier_counts import (
 )
 from tasks.stages import bundle_task, cost_preflight_task, ingest_task, validate_task
 
-from .params import DEMO_SPEC, ReleaseId, SpecPath
+from .operator_request import operator_request
+from .params import ReleaseId, SpecPath
 from .runner import task_runner_from_env
 
 
@@ -58,13 +59,15 @@ def outlier_counts(
     method: Optional[Literal["smooth", "global", "global_laplace", "smooth_student_t", "smooth_lln", "smooth_arsinh", "auto"]] = None,
     epsilon_total: Annotated[Optional[float], Field(strict=True, gt=0, le=10)] = None,
     attributes: Optional[list[str]] = None,
-    spec_path: SpecPath = DEMO_SPEC,
+    spec_path: Optional[SpecPath] = None,
     release_id: ReleaseId = None,
 ) -> list[dict[str, Any]]:
     """Which h subspaces hold the most distance-based outliers, and how many each holds.
 
-    Every parameter left empty takes the spec's ``steps.outlier_counts`` value (the demo: method auto,
-    epsilon_total 1.5). Costs epsilon_select once plus (epsilon_count, delta_count) per selected subspace
+    Every parameter left empty takes the spec's ``steps.outlier_counts`` value. k, r, h, the budget
+    (epsilon_total, or epsilon_select and epsilon_count) and delta_count (unless the method spends no
+    delta) must be given or set there, else the run is refused before any charge; the values used are
+    logged. Costs epsilon_select once plus (epsilon_count, delta_count) per selected subspace
     (delta 0 for global_laplace and smooth_student_t), or epsilon_total in all when that is the budget form.
     Neighbouring datasets differ in one replaced record (the source paper's convention).
 
@@ -86,15 +89,15 @@ def outlier_counts(
         epsilon_total: One epsilon for the whole step, split between the selection and the counts by the step's
             public rule; excludes epsilon_select and epsilon_count.
         attributes: Numeric attributes to use (default: the spec's).
-        spec_path: Path to the release spec YAML.
+        spec_path: Path to the release spec YAML (required; a deployment sets it).
         release_id: Overrides the spec's release id.
     """
-    spec, settings = resolve(spec_path, release_id)
-    spec = with_step(spec, "outlier_counts", outlier_counts_section(spec, {
+    spec, settings, v = operator_request("outlier_counts", spec_path, release_id, {
         "k": k, "r": r, "h": h, "subspace_dim": subspace_dim, "delta_count": delta_count, "method": method,
-        "attributes": attributes, "epsilon_total": epsilon_total, "epsilon_select": epsilon_select,
+        "attributes": attributes or None, "epsilon_total": epsilon_total, "epsilon_select": epsilon_select,
         "epsilon_count": epsilon_count,
-    }))
+    })
+    spec = with_step(spec, "outlier_counts", outlier_counts_section(spec, {u.name: u.value for u in v.used}))
     return run_once(spec, settings, "outlier_counts", lambda: _count(spec, settings), steps=["outlier_counts"])
 
 

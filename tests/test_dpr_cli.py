@@ -211,7 +211,7 @@ def test_plan_run_budget_and_operator_queries(home, small_spec_path, tmp_path):
     text = dpr("budget", "nycflights13", home=home)
     assert text.returncode == 0 and "test-r1" in text.stdout and "record_counts" in text.stdout
     unknown = dpr("budget", "no-such-data", home=home)
-    assert unknown.returncode == 2 and "dataset 'no-such-data' has no budget" in unknown.stderr
+    assert unknown.returncode == 2 and "unknown dataset 'no-such-data'" in unknown.stderr
 
 
 def test_over_cap_plan_and_run_refuse_with_nothing_charged(home, small_spec_path, tmp_path):

@@ -123,7 +123,7 @@ def test_charged_without_result_is_computed_again_once_and_the_first_stored_answ
 def test_unknown_dataset_and_conflicting_cap(ledger):
     with pytest.raises(LedgerError, match="no budget"):
         ledger.reserve(_req(dataset="nope"))
-    with pytest.raises(LedgerError, match="set_cap"):
+    with pytest.raises(LedgerError, match="dpr budget set-cap ds"):
         ledger.ensure_budget("ds", PrivacyCost(2, 0))
     ledger.ensure_budget("ds", PrivacyCost(1, Fraction(1, 10**5)))  # same cap: fine
     ledger.reserve(_req(step="a", eps=0.5))

@@ -159,10 +159,17 @@ def test_no_valid_context_is_charged_stored_and_reported(dpr_home, small_spec_pa
     from flows.explain_outlier import explain_outlier
 
     spec_path = _spec(small_spec_path, tmp_path, max_start_evaluations=1)
-    with pytest.raises(NoValidContextError, match="charged"):
+    with pytest.raises(NoValidContextError, match="charged") as err:
         explain_outlier(record_id=typical, spec_path=str(spec_path))
     ch = _pcor_charges()
     assert len(ch) == 1 and ch.iloc[0]["status"] == "released"
+    # issue 32: the message states what the ledger counts (the demo's cap is replace-one: twice the stated 0.2)
+    stated, charged = ch.iloc[0]["stated_epsilon"], ch.iloc[0]["epsilon"]
+    assert charged == pytest.approx(2 * stated) and stated == pytest.approx(0.2)
+    assert (f"epsilon = {stated:g} per record (add-remove neighbours), counted as {charged:g} against your "
+            "replace-one cap") in str(err.value), str(err.value)
+    (report,) = (Path(Settings.from_env().bundles) / "nycflights13").rglob("explain-*/report.md")
+    assert f"counted as {charged:g} against your replace-one cap" in report.read_text()
     with pytest.raises(NoValidContextError, match="without a new charge"):
         explain_outlier(record_id=typical, spec_path=str(spec_path))
     assert len(_pcor_charges()) == 1

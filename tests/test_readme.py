@@ -69,6 +69,8 @@ def _resolve(words: list[str]) -> tuple[click.Command, list[str]]:
     rest = list(words)
     while isinstance(cmd, click.Group) and rest and not rest[0].startswith("-"):
         sub = cmd.get_command(ctx, rest[0])
+        if sub is None and cmd.name == "budget":  # `dpr budget DATASET`: a dataset name, not a subcommand
+            break
         assert sub is not None, f"README names an unknown dpr subcommand: dpr {' '.join(words)}"
         cmd, rest = sub, rest[1:]
     if hasattr(cmd, "_load"):

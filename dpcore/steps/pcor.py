@@ -429,6 +429,21 @@ def check_pcor(spec: ReleaseSpec) -> tuple[list[str], str, dict[str, Any], dict[
     return attrs, metric, mech_params, vparams, mech, space
 
 
+def pcor_cost_statement(spec: ReleaseSpec, mech: PCORMechanism | None = None) -> str:
+    """What one explanation costs as the ledger counts it, e.g. "epsilon = 0.2 per record (add-remove
+    neighbours), counted as 0.4 against your replace-one cap".
+
+    The mechanism's cost is stated under add/remove neighbours; against a replace-one cap the ledger counts
+    it converted (:func:`dpcore.budget.charge_under`: twice the epsilon), and this says both numbers.
+    """
+    mech = mech if mech is not None else check_pcor(spec)[4]
+    cost = mech.cost()
+    charged = charge_under(cost, mech.neighbour, spec.budget.neighbour)
+    delta = f", delta = {float(charged.delta):g}" if charged.delta else ""
+    return (f"epsilon = {float(cost.epsilon):g} per record ({mech.neighbour} neighbours), counted as "
+            f"{float(charged.epsilon):g}{delta} against your {spec.budget.neighbour} cap")
+
+
 def _common_params(attrs: list[str], metric: str, verifier: str, vparams: dict[str, Any],
                    mech_params: dict[str, Any]) -> dict[str, Any]:
     """Every target's idempotency parameters except its record id."""
@@ -718,7 +733,7 @@ def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str,
         f"(full public domains, t = {job.space.t}) in which it is an outlier of "
         f"{_metric(spec, cfg)} under the {cfg.verifier} verifier, chosen by "
         f"{cfg.sampler} sampling (n = {cfg.n_samples}) and the exponential mechanism with "
-        f"{cfg.utility} utility. Cost per record: epsilon = {cfg.epsilon:g} ({split}), "
+        f"{cfg.utility} utility. Cost: {pcor_cost_statement(spec, mech)} ({split}); "
         "notion OCDP: the guarantee covers neighbouring datasets (one record added or removed) that leave the "
         "set of valid contexts of the record unchanged (Shafieinejad et al., Definition 2.5).",
         "",
