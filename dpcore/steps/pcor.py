@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from ..accuracy import Accuracy, level_text
+from ..budget import charge_under
 from ..bundle import StepOutput
 from ..ingest import IngestResult
 from ..ledger import ChargeRequest
