@@ -23,8 +23,9 @@ from dpcore.ledger import PrivacyLedger
 from dpcore.settings import Settings
 from dpcore.spec import load_spec
 from dpcore.warehouse import Warehouse
+from owner_registration import register_spec
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.unregistered]  # registers its own cap
 
 
 def _ledger() -> PrivacyLedger:
@@ -32,7 +33,7 @@ def _ledger() -> PrivacyLedger:
 
 
 @pytest.fixture
-def crash_spec(small_spec_path: Path, tmp_path: Path) -> Path:
+def crash_spec(dpr_home: Path, small_spec_path: Path, tmp_path: Path) -> Path:
     """Every charging step on the small table, small enough to run many times (the detector off: it charges
     nothing; its tasks' boundaries are covered by the detect flow's own tests)."""
     spec = yaml.safe_load(small_spec_path.read_text())
@@ -47,6 +48,7 @@ def crash_spec(small_spec_path: Path, tmp_path: Path) -> Path:
     spec["budget"]["epsilon"] = 1000
     path = tmp_path / "crash.yaml"
     path.write_text(yaml.safe_dump(spec))
+    register_spec(path)  # the data owner, with this spec's cap
     return path
 
 

@@ -28,8 +28,9 @@ from dpcore.release_runs import ReleaseIdTakenError, ReleaseInProgressError, clo
 from dpcore.settings import Settings
 from dpcore.spec import load_spec
 from dpcore.warehouse import Warehouse
+from owner_registration import register_spec
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.unregistered]  # registers its own cap
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -45,6 +46,7 @@ def _spec(small_spec_path: Path, tmp_path: Path, data: Path, name="s.yaml", coco
     spec["budget"]["epsilon"] = 100
     path = tmp_path / name
     path.write_text(yaml.safe_dump(spec))
+    register_spec(path)  # the data owner, with this spec's cap (an identical registration again is accepted)
     return path
 
 
