@@ -159,6 +159,8 @@ def test_the_worked_example_runs_as_written(prefect_harness, tmp_path):
     out = res.stdout
     assert "specs/gss_wages.yaml: the spec is valid" in out and "fits: yes" in out, out[-3000:]
     assert "bundle    :" in out and "budget gss_wages" in out, out[-3000:]
+    gss_line = [ln for ln in README.splitlines() if ln.startswith("budget    : this run charged")][1]  # the GSS run's
+    assert gss_line in out.splitlines(), out[-3000:]
     manifest = next((tmp_path / "home" / "bundles" / "gss_wages").glob("*/manifest.json"))
     assert manifest.is_file()
     drafted = (ROOT / "examples" / "my_gss.yaml").read_text()
@@ -172,10 +174,12 @@ def test_the_demo_budget_line_matches_the_demo_specs_cost_plan():
 
     plan = plan_release(load_spec(ROOT / "specs" / "demo.yaml"))
     assert not plan.problems
-    line = next(ln for ln in README.splitlines() if ln.startswith("budget    : this release spent"))  # the demo's
+    line = next(ln for ln in README.splitlines() if ln.startswith("budget    : this run charged"))  # the demo's
     left = plan.cap - plan.total
-    expected = (f"budget    : this release spent epsilon={float(plan.total.epsilon):.6g} "
-                f"delta={float(plan.total.delta):.3g}; total spent epsilon={float(plan.total.epsilon):.6g} of "
+    t = plan.total
+    expected = (f"budget    : this run charged epsilon={float(t.epsilon):.6g} delta={float(t.delta):.3g}; this release "
+                f"holds epsilon={float(t.epsilon):.6g} delta={float(t.delta):.3g}; total spent "
+                f"epsilon={float(plan.total.epsilon):.6g} of "
                 f"{float(plan.cap.epsilon):g}; left epsilon={float(left.epsilon):.6g} delta={float(left.delta):.3g} "
                 f"({plan.neighbour} neighbours)")
     assert line == expected
