@@ -29,17 +29,20 @@ def plan(spec, release_id, as_json) -> None:
     Lists every charge of every enabled step: its (ε, δ) as the mechanism states it (under its own
     neighbour relation) and as the ledger would charge it (converted to the budget's relation), the
     total, what the dataset has spent, what would be left, and every problem the release preflight
-    would stop on. Charges nothing, draws no noise and reads no data. Exit code 0 when the release
-    fits and has no problem, 2 otherwise.
+    would stop on; then warnings on parameters that make an output uninformative (from public
+    parameters only; ``warnings`` in the JSON). Charges nothing, draws no noise and reads no data.
+    Exit code 0 when the release fits and has no problem, 2 otherwise (a warning alone never refuses).
     """
     from dpcore.cost_plan import plan_release
+    from dpcore.plan_warnings import parameter_warnings
     from dpcore.spec import load_spec
 
     with refusals():
         loaded = load_spec(spec, release_id=release_id)
         p = plan_release(loaded, open_ledger())
+        warnings: list[str] = parameter_warnings(loaded)  # public parameters only (dpcore/plan_warnings.py)
     if as_json:
-        print_json(p.as_dict())
+        print_json({**p.as_dict(), "warnings": warnings})
         raise SystemExit(0 if not p.problems else REFUSED)
     rows = []
     for ln in p.lines:
@@ -64,6 +67,8 @@ def plan(spec, release_id, as_json) -> None:
     known = "" if p.budget_known else " (a new budget: nothing in the ledger yet)"
     out.print(f"budget               : cap {cost(p.cap)}, spent {cost(p.spent)}, left {cost(p.remaining)}{known}",
               markup=False)
+    for w in warnings:
+        out.print(f"warning: {w}", markup=False)
     if p.problems:
         refuse(f"the release would be refused before its first charge ({len(p.problems)} problem(s)):\n"
                + "\n".join(f"  - {x}" for x in p.problems))
