@@ -33,7 +33,9 @@ Functions
 
 Every function takes ``alpha`` (significance, ``1 - level``).
 :func:`interval_text`
-    ``"1,204 ± 37 (95%)"`` for reports.
+    ``"1,204 (95%: 1,167 to 1,241)"`` for reports: the interval clipped to
+    what is possible (a count is ``>= 0``; a public upper bound where one
+    exists), saying so when the noise is larger than the count.
 """
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ __all__ = [
     "exact_alpha",
     "discrete_laplace_tail",
     "discrete_laplace_half_width",
+    "discrete_laplace_difference_tail",
     "discrete_laplace_difference_half_width",
     "gaussian_half_width",
     "student_t2_half_width",
@@ -248,14 +251,18 @@ def student_t2_half_width(scale, alpha=DEFAULT_ALPHA) -> int:
     return h
 
 
-def discrete_laplace_difference_half_width(scale: float, alpha: float = DEFAULT_ALPHA) -> int:
-    """Smallest integer ``t`` with ``P(|Z_1 - Z_2| > t) <= alpha`` for two independent discrete Laplace draws.
+def discrete_laplace_difference_tail(scale) -> np.ndarray:
+    """Upper bounds on ``P(|Z_1 - Z_2| > t)``, ``t = 0, 1, ...``, for two independent discrete Laplace draws.
 
     Computed by convolving the pmf on ``[-M, M]`` where each draw's tail
-    beyond ``M`` has mass ``< 1e-15``; that truncated mass is added to the
-    tail (so the returned ``t`` is never too small).
+    beyond ``M`` has mass ``< 1e-15``; that truncated mass (and ``1e-15``) is
+    added to every entry, so each entry is never too small.
+
+    Returns
+    -------
+    numpy.ndarray
+        Entry ``t`` bounds ``P(|D| > t)`` for ``0 <= t <= 2M``.
     """
-    a = check_alpha(alpha)
     s = float(scale)
     if not (math.isfinite(s) and s > 0):
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
@@ -265,13 +272,20 @@ def discrete_laplace_difference_half_width(scale: float, alpha: float = DEFAULT_
     pmf = (1 - q) / (1 + q) * np.exp(-np.abs(z) / s)
     lost = 1.0 - float(pmf.sum())  # both tails of one draw beyond M
     diff = np.convolve(pmf, pmf)  # support [-2M, 2M]
-    dz = np.arange(-2 * M, 2 * M + 1)
-    absz = np.abs(dz)
-    tail_beyond = np.zeros(2 * M + 2)  # tail_beyond[t] = P(|D| > t) within the truncation
+    absz = np.abs(np.arange(-2 * M, 2 * M + 1))
     mass_at = np.bincount(absz, weights=diff, minlength=2 * M + 1)
-    tail_beyond[: 2 * M + 1] = mass_at[::-1].cumsum()[::-1] - mass_at
-    bound = tail_beyond + 2 * max(lost, 0.0) + 1e-15
-    ok = np.flatnonzero(bound[: 2 * M + 1] * (1 + 1e-12) <= a)
+    tail_beyond = mass_at[::-1].cumsum()[::-1] - mass_at  # P(|D| > t) within the truncation
+    return tail_beyond + 2 * max(lost, 0.0) + 1e-15
+
+
+def discrete_laplace_difference_half_width(scale: float, alpha: float = DEFAULT_ALPHA) -> int:
+    """Smallest integer ``t`` with ``P(|Z_1 - Z_2| > t) <= alpha`` for two independent discrete Laplace draws.
+
+    From :func:`discrete_laplace_difference_tail` (never too small).
+    """
+    a = check_alpha(alpha)
+    bound = discrete_laplace_difference_tail(scale)
+    ok = np.flatnonzero(bound * (1 + 1e-12) <= a)
     if not len(ok):
         raise ValueError("alpha too small for the numerical convolution")
     return int(ok[0])
@@ -309,9 +323,44 @@ def level_text(alpha: float) -> str:
     return f"{100 * (1 - check_alpha(alpha)):g}%"
 
 
-def interval_text(value, half_width, alpha: float = DEFAULT_ALPHA) -> str:
-    """``"1,204 ± 37 (95%)"`` (integers with thousands separators, floats with two decimals)."""
+#: What :func:`interval_text` appends when the interval reaches the count's lower limit 0.
+NOISE_LARGER_TEXT = "the noise is larger than the count: 0 is within the interval"
+
+
+def interval_text(value, half_width, alpha: float = DEFAULT_ALPHA, *, lower=0, upper=None) -> str:
+    """A released value with its ``(1 - alpha)`` interval, clipped to what is possible (issue 32, section 4).
+
+    Parameters
+    ----------
+    value : int or float
+        The released (noisy, post-processed) value.
+    half_width : int or float
+        The public half-width ``t`` of the interval ``[value - t, value + t]``.
+    alpha : float
+        Significance (``1 - level``).
+    lower : int or float or None
+        Smallest possible true value (0 for a count; None when unbounded).
+        Clipping changes no coverage: the truth is never below it.
+    upper : int or float or None
+        A public upper bound on the true value (e.g. a public population
+        size), or None.
+
+    Returns
+    -------
+    str
+        ``"1,204 (95%: 1,167 to 1,241)"`` (integers with thousands
+        separators, floats with two decimals); when ``value - t`` reaches
+        ``lower == 0`` it adds ``"; the noise is larger than the count: 0 is
+        within the interval"``, e.g. ``"86 (95%: 0 to 220; the noise ...)"``.
+    """
     def fmt(x) -> str:
         return f"{int(x):,}" if float(x).is_integer() else f"{float(x):,.2f}"
 
-    return f"{fmt(value)} ± {fmt(half_width)} ({level_text(alpha)})"
+    lo, hi = value - half_width, value + half_width
+    clipped_low = lower is not None and lo <= lower
+    if lower is not None:
+        lo = max(lo, lower)
+    if upper is not None:
+        hi = min(hi, upper)
+    note = f"; {NOISE_LARGER_TEXT}" if clipped_low and lower == 0 else ""
+    return f"{fmt(value)} ({level_text(alpha)}: {fmt(lo)} to {fmt(hi)}{note})"

@@ -691,7 +691,10 @@ class PcorSpec(_Strict):
     )
     n_samples: int = Field(default=50, ge=1, le=10_000, description="Samples n (ignored by direct).")
     utility: Literal["population", "overlap"] = Field(
-        default="population", description="|D_C| or |D_C ∩ D_{C_V}| (Section 3.2); sensitivity 1."
+        default="overlap",
+        description="|D_C| or |D_C ∩ D_{C_V}| (Section 3.2); sensitivity 1. overlap (default) keeps the context close "
+        "to the record's own cell; population favours the widest valid context, often all 'any' (measured by "
+        "benchmarks/pcor_default.py; dpr plan warns).",
     )
     start: Literal["auto", "cell", "full", "climb"] = Field(
         default="auto",

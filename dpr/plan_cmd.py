@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .console import REFUSED, cost, eps, err, out, print_json, refusals, refuse, table
+from .console import REFUSED, cost, eps, out, print_json, refusals, refuse, table
 
 
 def open_ledger(create: bool = False):
@@ -32,15 +32,16 @@ def plan(spec, release_id, as_json) -> None:
     Lists every charge of every enabled step: its (ε, δ) as the mechanism states it (under its own
     neighbour relation) and as the ledger would charge it (converted to the budget's relation), the
     total, what the dataset has spent, what would be left, and every problem the release preflight
-    would stop on. Warns (on stderr; "warnings" in --json) when the spec publishes something no
-    guarantee covers (publish_detector_chosen_ids). Charges nothing, draws no noise and reads no data.
-    Exit code 0 when the release fits and has no problem, 2 otherwise. A dataset name the data owner
-    has not registered (`dpr dataset add`) is planned against the spec's cap, marked as not registered,
-    and refused.
+    would stop on; then warnings: what the spec asks to publish that no guarantee covers
+    (publish_detector_chosen_ids), and parameters that make an output uninformative (from public
+    parameters only; ``warnings`` in the JSON). Charges nothing, draws no noise and reads no data.
+    Exit code 0 when the release fits and has no problem, 2 otherwise (a warning alone never refuses).
+    A dataset name the data owner has not registered (`dpr dataset add`) is planned against the
+    spec's cap, marked as not registered, and refused.
     """
     from dpcore.cost_plan import plan_release
     from dpcore.ledger import not_registered_message
-    from dpcore.plan_warnings import plan_warnings
+    from dpcore.plan_warnings import parameter_warnings, plan_warnings
     from dpcore.spec import check_release_id_flag, load_spec
 
     with refusals():
@@ -50,13 +51,12 @@ def plan(spec, release_id, as_json) -> None:
         p = plan_release(loaded, ledger)
         registered = ledger is not None and ledger.registration(loaded.dataset.name) is not None
     unregistered = [] if registered else [not_registered_message(loaded.dataset.name)]
-    warnings = plan_warnings(loaded)  # what the spec asks to publish unprotected (not a refusal)
+    # what the spec asks to publish unprotected, then uninformative parameters (public facts only; never a refusal)
+    warnings = plan_warnings(loaded) + parameter_warnings(loaded)
     if as_json:
         print_json({**p.as_dict(), "registered": registered, "warnings": warnings,
                     "problems": unregistered + list(p.problems)})
         raise SystemExit(0 if not (p.problems or unregistered) else REFUSED)
-    for w in warnings:
-        err.print("warning: " + w, markup=False)
     rows = []
     for ln in p.lines:
         c = ln.charge
@@ -82,6 +82,8 @@ def plan(spec, release_id, as_json) -> None:
         known = " (the spec's cap: the dataset is not registered)"
     out.print(f"budget               : cap {cost(p.cap)}, spent {cost(p.spent)}, left {cost(p.remaining)}{known}",
               markup=False)
+    for w in warnings:
+        out.print(f"warning: {w}", markup=False)
     problems = unregistered + list(p.problems)
     if problems:
         refuse(f"the release would be refused before its first charge ({len(problems)} problem(s)):\n"

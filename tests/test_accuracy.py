@@ -64,8 +64,18 @@ def test_difference_half_width_covers_the_difference_of_two_draws(scale):
 def test_gaussian_half_width_and_text():
     assert gaussian_half_width(10.0, 0.05) == pytest.approx(19.5996, rel=1e-5)
     assert gaussian_half_width(10.0, 0.05) >= 10.0 * 1.959963984540054
-    assert interval_text(1204, 37) == "1,204 ± 37 (95%)"
-    assert interval_text(3.5, 1.25, 0.1) == "3.50 ± 1.25 (90%)"
+    assert interval_text(1204, 37) == "1,204 (95%: 1,167 to 1,241)"
+    assert interval_text(3.5, 1.25, 0.1) == "3.50 (90%: 2.25 to 4.75)"
+
+
+def test_interval_text_clips_to_what_is_possible_and_says_when_the_noise_exceeds_the_count():
+    # issue 32 section 4: "86 ± 134" showed negative counts
+    assert interval_text(86, 134) == (
+        "86 (95%: 0 to 220; the noise is larger than the count: 0 is within the interval)")
+    assert interval_text(0, 5) == "0 (95%: 0 to 5; the noise is larger than the count: 0 is within the interval)"
+    assert interval_text(500, 60, upper=520) == "500 (95%: 440 to 520)"  # a public upper bound clips the top
+    assert interval_text(-3.5, 1.0, lower=None) == "-3.50 (95%: -4.50 to -2.50)"  # unbounded quantity
+    assert "noise" not in interval_text(135, 134)
     for bad in (0, 1, -0.1, 1.5, float("nan"), True):
         with pytest.raises(ValueError, match="alpha"):
             check_alpha(bad)

@@ -275,5 +275,5 @@ def test_every_released_number_carries_a_public_accuracy_statement(dpr_home, sma
         assert acc["coco"][f"histograms.level{lv}.measurement"]["kind"] == "measurement"
     assert {"utility_shortfall_bound"} <= set(pd.read_csv(bundle / "tables" / "pcor__explanations.csv").columns)
     report = (bundle / "report.md").read_text()
-    assert " ± " in report and "(90%)" in report and "wrong with probability at most" in report
+    assert " ± " in report and "(90%: " in report and "wrong with probability at most" in report
     assert "parametric bootstrap from the release" in report and "| released cell ± (empirical) |" in report

@@ -383,18 +383,21 @@ CHARGED = "<charged>"
 #: the lines carrying a value the ledger charged for, with what stays visible. Nothing else is masked.
 CHARGED_REPORT_LINES: dict[str, list[tuple[re.Pattern, str]]] = {
     # record_counts: the noisy (accepted, input) counts and their difference (post-processing)
-    # (the "± t (95%)" accuracy after each count is public, from the spec only: it stays visible)
-    "## Record counts": [(re.compile(r"^\| (accepted_rows|input_rows|quarantined_rows) \| -?[\d,]+( ± .*) \|$"),
-                          rf"| \1 | {CHARGED}\2 |")],
+    # (the interval's level is public and stays visible; its clipped ends and the note on whether 0 is
+    # inside are functions of the charged count, masked with it; the half-width is in the manifest)
+    "## Record counts": [(re.compile(r"^\| (accepted_rows|input_rows|quarantined_rows) \| [\d,]+ \((\d+%): "
+                                     r"[\d,]+ to [\d,]+(?:; [^|]*)?\) \|$"),
+                          rf"| \1 | {CHARGED} (\2: {CHARGED}) |")],
     # aiq: one answer per query (the queries are public: roster ids, detector choice, public points)
     # (the public worst-case error probability after each answer stays visible)
     "## Anomaly identification queries": [(re.compile(r"^\| ((?:record|point):[^|]*) \| (?:yes|no) \|( [^|]+ \|)$"),
                                            rf"| \1 | {CHARGED} |\2")],
     # outlier_counts: the subspace chosen at each rank (exponential mechanism) and its noisy count (an
-    # integer for the discrete Laplace, 2 decimals for the Gaussians); the 95% half-width next to it is
-    # public (a function of the spec only) and stays visible: it must be the same on every neighbour
-    "## Outlier subspaces and counts": [(re.compile(r"^\| (\d+) \| [^|]+ \| \d+(?:\.\d\d)? ± (\d+) \(95%\) \|$"),
-                                         rf"| \1 | {CHARGED} | {CHARGED} ± \2 (95%) |")],
+    # integer for the discrete Laplace, 2 decimals for the Gaussians) with its clipped 95% interval (ends
+    # and the note on 0 are functions of the count; the public half-width is in the manifest)
+    "## Outlier subspaces and counts": [(re.compile(r"^\| (\d+) \| [^|]+ \| [\d,]+(?:\.\d\d)? \((95%): "
+                                                    r"[\d.,]+ to [\d.,]+(?:; [^|]*)?\) \|$"),
+                                         rf"| \1 | {CHARGED} | {CHARGED} (\2: {CHARGED}) |")],
     # coco: the number of non-zero cells of the released (noisy, post-processed) histograms, and the
     # empirical accuracy of each level (a parametric bootstrap from the release: post-processing of it)
     "## Count-of-counts histograms": [

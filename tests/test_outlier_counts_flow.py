@@ -8,6 +8,7 @@ import pytest
 import yaml
 from prefect.exceptions import ParameterTypeError
 
+from dpcore.accuracy import interval_text
 from dpcore.ledger import PrivacyLedger
 from dpcore.settings import Settings
 from dpcore.steps.common import StepInputError
@@ -127,7 +128,8 @@ def test_epsilon_total_with_auto_charges_the_total_as_pure_dp_and_publishes_the_
     assert (t["noisy_count"] >= 0).all() and (t["noisy_count"] == t["noisy_count"].round()).all()
     report = (Path(out["bundle"]) / "report.md").read_text()
     for n in t["noisy_count"]:
-        assert f"| {int(n)} ± {hw} (95%) |" in report
+        assert f"| {interval_text(int(n), hw)} |" in report  # clipped at 0 (issue 32 section 4)
+    assert "where K_1 = 2 is the kissing number in 1 dimension" in report  # K_d defined where used
     assert "discrete Laplace" in report and "epsilon_total = 1.5" in report
     public = "".join(p.read_text(errors="ignore") for p in Path(out["bundle"]).rglob("*")
                      if p.suffix in {".csv", ".md", ".json"} and "owner" not in p.parts)

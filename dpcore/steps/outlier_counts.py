@@ -58,6 +58,7 @@ import numpy as np
 import pandas as pd
 
 from ..budget import exact
+from ..accuracy import interval_text
 from ..bundle import StepOutput
 from ..ingest import IngestResult
 from ..mechanisms.outlier_count import (
@@ -68,6 +69,7 @@ from ..mechanisms.outlier_count import (
     public_global_sensitivity,
     subspace_view,
 )
+from ..mechanisms.kissing import kissing_lower, kissing_upper
 from ..mechanisms.subspace import TopSubspaceSelection, candidate_subspaces
 from ..neighbors import PointMultiset, scale_by_bounds
 from ..settings import Settings
@@ -472,37 +474,44 @@ def outlier_counts_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
     ]
 
 
+def _sensitivity_text(d: int, k: int) -> str:
+    """``G = k K_d + 1 = ...`` with ``K_d`` defined where it is used (public: ``d = |S|`` and ``k`` only)."""
+    lo, up = kissing_lower(d), kissing_upper(d)
+    what = "the kissing number" if lo == up else f"a published upper bound on the kissing number (at least {lo})"
+    return (f"the public global sensitivity G = {public_global_sensitivity(d, k)} (= k K_{d} + 1 = {k} × {up} + 1, "
+            f"where K_{d} = {up} is {what} in {d} dimension{'s' if d != 1 else ''}, the most unit balls that can "
+            f"touch one unit ball without overlapping; adding, removing or replacing one record changes the "
+            f"number of outliers in a {d}-dimensional subspace by at most G, seed 002 Theorem 1)")
+
+
 def _describe_count(count: OutlierCountMechanism, d: int) -> str:
-    """One public sentence on a count mechanism (no data-dependent quantity)."""
+    """One public sentence on a count mechanism (no data-dependent quantity); defines ``K_d`` where used."""
     e = float(count.epsilon)
-    G = public_global_sensitivity(d, int(count.k))
+    k = int(count.k)
+    G = public_global_sensitivity(d, k)
+    gs = _sensitivity_text(d, k)
     if count.method == "global_laplace":
-        return (f"discrete Laplace mechanism with the public global sensitivity G = k K_{d} + 1 = {G} "
+        return (f"discrete Laplace mechanism with {gs} "
                 f"(scale G / epsilon = {count.laplace_scale(d):.4g}; epsilon = {e:g} each, pure epsilon-DP: delta = 0; "
                 "integer counts)")
     if count.method == "global":
-        return (f"Gaussian mechanism with the public global sensitivity G = {G} (Theorem 1; epsilon = {e:g}, "
-                f"delta = {float(count.delta):.2g} each)")
+        return (f"Gaussian mechanism with {gs} (epsilon = {e:g}, delta = {float(count.delta):.2g} each)")
     if count.method == "smooth_student_t":
         return (f"smooth-sensitivity Student's T mechanism (Bun & Steinke 2019, Section 3, 2 degrees of freedom; "
                 f"epsilon = {e:g} each, pure epsilon-DP: delta = 0; integer counts); its stated half-width is a "
-                f"public upper bound (the smooth sensitivity, which depends on the data, replaced by its maximum "
-                f"G = {G}): the actual noise may be smaller and its scale is not published")
+                f"public upper bound (the smooth sensitivity, which depends on the data, replaced by its maximum, "
+                f"{gs}): the actual noise may be smaller and its scale is not published")
     if count.method in CDP_METHODS:
         p = count.cdp
         name = "Laplace log-normal" if p.family == "lln" else "arsinh-normal"
         return (f"smooth-sensitivity {name} mechanism (Bun & Steinke 2019, Section 3; concentrated DP at "
                 f"rho = {p.rho:.4g}, converted to epsilon = {e:g}, delta = {float(count.delta):.2g} each; integer "
                 f"counts); its stated half-width is a public upper bound (the smooth sensitivity, which depends on "
-                f"the data, replaced by its maximum G = {G}): the actual noise may be smaller and its scale is not "
+                f"the data, replaced by its maximum, {gs}): the actual noise may be smaller and its scale is not "
                 f"published")
     return (f"Gaussian mechanism with smooth sensitivity (Theorem 2; epsilon = {e:g}, delta = {float(count.delta):.2g} "
             f"each); its stated half-width is a public upper bound (the smooth sensitivity, which depends on the data, "
-            f"replaced by its maximum G = {G}): the actual noise may be smaller and its scale is not published")
-
-
-def _format_count(v) -> str:
-    return str(int(v)) if isinstance(v, (int, np.integer)) else f"{float(v):.2f}"
+            f"replaced by its maximum, {gs}): the actual noise may be smaller and its scale is not published")
 
 
 def release_outlier_counts(
@@ -593,12 +602,13 @@ def release_outlier_counts(
         f"exponential mechanism, then each count released with the {how}. Budget: {budget}.{auto} Neighbouring "
         "datasets: one validated record replaced, added or removed (a raw row replaced by one that fails validation "
         "is a removal); the number of validated records is not used. Noisy counts are clamped at 0.\n\n"
-        f"count ± t ({level}): for every dataset the noise is within ± t with probability at least {ci_level:g}, so "
-        f"the interval covers the true count with that probability; t depends on the public parameters only "
-        "(the same on every dataset).\n\n"
+        f"count ({level}: low to high): for every dataset the noise is within ± t with probability at least "
+        f"{ci_level:g}, so the interval count - t to count + t covers the true count with that probability; t depends "
+        "on the public parameters only (the same on every dataset). The interval is clipped at 0 (a count is never "
+        "negative).\n\n"
         f"| rank | subspace | noisy outlier count ({level} interval) |\n|---|---|---|\n"
-        + "\n".join(f"| {r['rank']} | {r['subspace']} | {_format_count(r['noisy_count'])} ± {r['ci_half_width']} "
-                     f"({level}) |" for r in rows)
+        + "\n".join(f"| {r['rank']} | {r['subspace']} | "
+                     f"{interval_text(r['noisy_count'], r['ci_half_width'], 1 - ci_level)} |" for r in rows)
     )
     accuracy = {
         f"counts.rank{r['rank']}": {

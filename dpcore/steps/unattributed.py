@@ -215,9 +215,10 @@ def unattributed_accuracy(spec: ReleaseSpec, mech: UnattributedHistogramMechanis
     """The public accuracy statement of the released vector (issue 16), from ``(method, epsilon, G, K, alpha)`` only.
 
     Uses :func:`dpcore.mechanisms.unattributed.accuracy`: a per-entry bound where the method has one (every
-    entry within the stated half-width with probability ``1 - alpha``), an L1 bound for the ``H_c`` route,
-    the measurement's half-width for the HMM estimates, and no figure (labelled so) for the methods whose
-    error is only known empirically.
+    entry within the stated half-width with probability ``1 - alpha``), an L1 bound for the ``H_c`` route;
+    for the HMM, PFL and range-query methods :func:`approximate_statement` says plainly that the released
+    sizes are approximate, how they are made, what is exact (the HMM's measured half-width) and the one bound
+    that holds for every dataset (each entry is within ``K``, as released and true sizes lie in ``0..K``).
     """
     alpha = spec.accuracy_alpha
     a = accuracy(mech.method, mech.epsilon, G, mech.size_bound, alpha)
@@ -234,13 +235,61 @@ def unattributed_accuracy(spec: ReleaseSpec, mech: UnattributedHistogramMechanis
                        "cell by cell)")
     elif a.get("entry_half_width") is not None:
         b = a["entry_half_width"]
-        acc = Accuracy(b, lv, "measurement", f"± {b} is the half-width of each noisy measured size before the "
-                       f"{mech.method} estimate; the estimate's own error is not bounded (benchmarks/unattributed.py "
-                       "measures it)")
+        acc = Accuracy(b, lv, "measurement", approximate_statement(mech, G, measured=b, level=lv))
     else:
-        acc = Accuracy(None, lv, "none", f"no public error bound for {mech.method}: its error is known only "
-                       "empirically (BENCHMARKS.md, unattributed histograms)")
+        acc = Accuracy(None, lv, "none", approximate_statement(mech, G))
     return {"sorted_sizes": acc.as_dict()}
+
+
+#: How each method without a proven error bound makes its released sizes (the approximate number, and how).
+_HOW_APPROXIMATE = {
+    "hmm": ("the estimate of a hidden Markov model over the sorted sizes (Lin & Kifer 2013), fitted to one vector "
+            "of noisy sorted sizes: a smoothing of the noisy sizes whose error has no proven bound"),
+    "pfl": ("one sample of the exponential mechanism over sorted size vectors scored by the L1 distance to the true "
+            "sizes (PFL, Blocki, Datta & Bonneau 2016): close vectors are exponentially more likely, but no per-entry "
+            "bound is stated"),
+    "range": ("the output of a data-adaptive range-query algorithm (DAWA, AHP or a hierarchical tree) run on noisy "
+              "measurements, then sorted and made consistent: how the noise is spread depends on the data, so no "
+              "per-entry bound is stated"),
+}
+
+
+def approximate_statement(mech: UnattributedHistogramMechanism, G: int, measured: int | None = None,
+                          level: float = 0.95) -> str:
+    """Plain words for a method without a proven per-entry bound: which number is approximate and how (issue 32).
+
+    Parameters
+    ----------
+    mech : UnattributedHistogramMechanism
+        Its method and public ``K`` (``size_bound``).
+    G : int
+        Public number of groups.
+    measured : int, optional
+        The exact half-width of each noisy measured size before the estimate (HMM methods).
+    level : float
+        ``1 - alpha``.
+
+    Returns
+    -------
+    str
+        Says that the released sizes are approximate and how they are made, what is exact (the measurement's
+        half-width, when there is one), and the bound that holds for every dataset: every released and every true
+        size lies in ``0..K``, so no entry is off by more than ``K`` (public parameters only).
+    """
+    family = "hmm" if mech.method.startswith("hmm_") else "pfl" if mech.method == "pfl" else "range"
+    text = (f"Approximate: the {G:,} released sizes are {_HOW_APPROXIMATE[family]} (method `{mech.method}`).")
+    if measured is not None:
+        text += (f" Exact: each noisy sorted size the estimate starts from is within ± {measured:,} of the true "
+                 f"sorted size with probability {level:g}; the released estimate is not bound by that figure.")
+    K = mech.size_bound
+    if K is not None:
+        text += (f" Proven for every dataset: each released size and each true size lies between 0 and K = {K:,}, "
+                 f"so no released size is off by more than {K:,}; the typical error is much smaller and is measured "
+                 "on benchmark data, not guaranteed (BENCHMARKS.md, unattributed histograms).")
+    else:
+        text += (" No bound holds for every dataset (no public maximum group size K was given); the typical error is "
+                 "measured on benchmark data, not guaranteed (BENCHMARKS.md, unattributed histograms).")
+    return text
 
 
 def unattributed_payload_summary(out: StepOutput) -> dict[str, Any]:
