@@ -12,7 +12,7 @@ from dpcore.warehouse import Warehouse
 
 
 def _req(step="s", eps=0.1, release="r1", dataset="ds"):
-    return ChargeRequest(dataset=dataset, dataset_hash="h", release_id=release, step=step, mechanism="m",
+    return ChargeRequest(dataset=dataset, release_id=release, step=step, mechanism="m",
                          cost=PrivacyCost(eps, 0), notion="dp", params={})
 
 
@@ -69,7 +69,7 @@ def test_unknown_dataset_says_what_to_do_not_an_internal_name(ledger):
         with pytest.raises(LedgerError) as err:
             call()
         msg = str(err.value)
-        assert msg.startswith("unknown dataset 'nope'") and "ensure_budget" not in msg and "dpr run SPEC" in msg
+        assert msg.startswith("unknown dataset 'nope'") and "ensure_budget" not in msg and "dpr dataset add nope --spec SPEC" in msg
 
 
 def test_the_plan_over_budget_problem_points_to_set_cap(tmp_path):

@@ -46,7 +46,7 @@ def _release(release_id: str, *steps: tuple[str, float]) -> dict:
                                 spec.budget.neighbour)
     keys = []
     for step, eps in steps:
-        req = ChargeRequest(dataset=spec.dataset.name, dataset_hash="h", release_id=release_id, step=step,
+        req = ChargeRequest(dataset=spec.dataset.name, release_id=release_id, step=step,
                             mechanism="m", cost=PrivacyCost(Fraction(str(eps)), Fraction(1, 10**7)), notion="dp")
         keys.append(stores.ledger.release_once(req, lambda: {"value": 1}).key)
     out = write_bundle(settings.bundles, spec, stores.ledger, "ingest-1", None, [StepOutput(release_id, keys=keys)],
