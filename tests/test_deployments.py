@@ -220,7 +220,7 @@ def test_other_operator_deployments_run_from_the_cli(stack):
     ops = stack
     before = ledger_snapshot(ops.warehouse)
     commands = {
-        "outlier_counts/outlier-counts": ["-p", "h=2", "-p", "epsilon_select=0.5"],
+        "outlier_counts/outlier-counts": ["-p", "h=2", "-p", "epsilon_select=0.2", "-p", "epsilon_count=0.65"],
         "coco_publish/coco-publish": ["-p", "epsilon_per_level=0.5"],
     }
     run_ids = {}
