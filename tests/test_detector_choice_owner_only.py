@@ -157,8 +157,8 @@ def test_the_switch_publishes_the_chosen_ids_and_plan_warns(small_spec_path, tmp
     from dpr.plan_cmd import plan
 
     monkeypatch.setenv("DPR_HOME", str(tmp_path / "plan-home"))
-    res = CliRunner().invoke(plan, [str(path)])
-    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(plan, [str(path)])  # a fresh home: not registered (exit 2), the warnings come first
+    assert res.exit_code == 2 and "is not registered" in res.output, res.output
     assert "warning: steps.aiq.publish_detector_chosen_ids is on" in res.output
     assert "warning: steps.pcor.publish_detector_chosen_ids is on" in res.output
     res = CliRunner().invoke(plan, [str(path), "--json"])
@@ -175,7 +175,7 @@ def test_the_demo_and_the_default_publish_no_detector_choice(small_spec_path, tm
 
     monkeypatch.setenv("DPR_HOME", str(tmp_path / "plan-home"))
     res = CliRunner().invoke(plan, [str(_spec(small_spec_path, tmp_path, "plain"))])
-    assert res.exit_code == 0, res.output
-    assert "warning" not in res.output
+    assert res.exit_code == 2 and "is not registered" in res.output, res.output
+    assert "publish_detector_chosen_ids" not in res.output
     on = load_spec(_spec(small_spec_path, tmp_path, "on", publish=True))
     assert len(plan_warnings(on)) == 2 and plan_warnings(on, steps=["pcor"])[0].startswith("steps.pcor.")
