@@ -98,6 +98,9 @@ def _run(spec_path: Path, home: Path, monkeypatch):
     from flows.release_pipeline import release_pipeline
 
     monkeypatch.setenv("DPR_HOME", str(home))
+    from owner_registration import register_spec
+
+    register_spec(spec_path)  # the data owner, before the run (an identical registration again is accepted)
     state = release_pipeline(spec_path=str(spec_path), return_state=True)
     return state, state.result()
 
