@@ -176,7 +176,8 @@ def test_plan_run_budget_and_operator_queries(home, small_spec_path, tmp_path):
 
     res = dpr("run", spec, home=home)
     assert res.returncode == 0, res.stderr
-    assert "bundle    :" in res.stdout and "this release spent epsilon=0.2" in res.stdout, res.stdout
+    assert "bundle    :" in res.stdout, res.stdout
+    assert "this run charged epsilon=0.2 delta=0; this release holds epsilon=0.2" in res.stdout, res.stdout
     before = _ledger(home).charges()
     assert len(before) == 1
 
