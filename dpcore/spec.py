@@ -1338,6 +1338,10 @@ def load_spec(path: str | Path, **overrides: object) -> ReleaseSpec:
     except UnicodeDecodeError as exc:
         raise SpecError(f"spec file {path} is not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
+        from .faults import is_environment_fault
+
+        if is_environment_fault(exc):  # a symlink loop, an I/O error, a full disk: the machine's, exit 1
+            raise
         raise SpecError(f"spec file {path} cannot be read ({exc.strerror})") from None
     marked = [n for n, line in enumerate(text.splitlines(), start=1) if DATA_MARKER in line]
     if marked:
