@@ -35,7 +35,7 @@ def dpr(*args: str, home: Path, env: dict[str, str] | None = None) -> subprocess
     """``dpr`` with a clean DPR_* environment (plus ``env``) and the test Prefect server."""
     from prefect.settings import PREFECT_API_URL
 
-    full = {k: v for k, v in os.environ.items() if not k.startswith("DPR_")}
+    full = {k: v for k, v in os.environ.items() if not k.startswith("DPR_") or k == "DPR_SPECS_DIR"}  # the allowed spec folders
     full.update(DPR_HOME=str(home), PREFECT_API_URL=str(PREFECT_API_URL.value()), PREFECT_LOGGING_LEVEL="WARNING",
                 COLUMNS="200", **(env or {}))
     return subprocess.run([DPR, *args], cwd=ROOT, env=full, capture_output=True, text=True, timeout=600)
@@ -72,6 +72,9 @@ def test_no_spec_is_refused_with_a_hint_and_missing_values_before_any_charge(tmp
 def test_sizes_uses_the_specs_K_says_so_and_set_cap_is_recorded(tmp_path, small_spec_path):
     home = tmp_path / "home"
     path = owner_spec(small_spec_path, tmp_path / "owner.yaml")
+    from owner_registration import register_spec
+
+    register_spec(path, home=home)  # the data owner registers the dataset first
     res = dpr("sizes", "--epsilon", "0.3", "--json", home=home, env={"DPR_SPEC": str(path)})
     assert res.returncode == 0, res.stderr
     line = [ln for ln in res.stderr.splitlines() if ln.startswith("values used")]
