@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from owner_registration import register_spec
 
 from child_runs import read_runs
 from dpcore import pipeline
@@ -53,8 +54,10 @@ def test_every_ingest_gets_a_fresh_id_while_identical_bytes_are_stored_and_valid
     settings = Settings.from_env()
     spec_path = _spec(tmp_path / "in")
     results, done = [], []
-    for data in (D1, D1, D1_PLUS, D1):
+    for i, data in enumerate((D1, D1, D1_PLUS, D1)):
         (tmp_path / "in" / "input.csv").write_text(data)
+        if i == 0:
+            register_spec(spec_path)  # the data owner, once, before the first run
         spec = load_spec(spec_path)
         res = pipeline.ingest_stage(spec, settings)
         results.append(res)
@@ -127,8 +130,10 @@ def test_a_repeated_input_and_a_changed_input_leave_the_same_public_traces(tmp_p
         spec_path = _spec(folder)
         mask = Masker()
         traces[name], ids[name] = [], []
-        for data in sequence:
+        for i, data in enumerate(sequence):
             (folder / "input.csv").write_text(data)
+            if i == 0:
+                register_spec(spec_path)  # the data owner, once, before the first run
             state = validate_flow(spec_path=str(spec_path), return_state=True)
             result = state.result()
             ids[name].append(result["ingest_id"])
