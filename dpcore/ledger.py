@@ -1225,18 +1225,10 @@ class PrivacyLedger:
     def spent_exact(self, dataset: str) -> PrivacyCost:
         """What the budget ``dataset`` charges has spent, recomputed from the rows (audit).
 
-        Reserved lines count whole (used or not); charges outside any line count one by one.
+        The sum of what every release id holds (:meth:`release_totals`: reserved lines whole, charges
+        outside any line one by one), not the running total it is checked against.
         """
-        names = self.wh.run(lambda con: _datasets_of(con, _budget_of(con, dataset)))
-        rows = self.wh.query(
-            "SELECT coalesce(sum(e), 0), coalesce(sum(d), 0) FROM ("
-            "SELECT eps_units AS e, delta_units AS d FROM ledger.charges "
-            "WHERE dataset IN (SELECT unnest(?::VARCHAR[])) AND line_key IS NULL UNION ALL "
-            "SELECT n_reserved * eps_each, n_reserved * delta_each FROM ledger.reservations "
-            "WHERE dataset IN (SELECT unnest(?::VARCHAR[])))",
-            [names, names],
-        )
-        return PrivacyCost.from_units(int(rows[0][0]), int(rows[0][1]))
+        return sum((t["held"] for t in self.release_totals(dataset)), PrivacyCost(0))
 
     def weakest_notion(self, dataset: str) -> str | None:
         """Weakest privacy notion among the dataset's charges (rule 4)."""
