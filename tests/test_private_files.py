@@ -29,6 +29,7 @@ MODES: list[tuple[str, int]] = [
     # the owner-only part of a bundle
     (r"bundles/[^/]+/[^/]+/owner", PRIVATE_DIR),
     (r"bundles/[^/]+/[^/]+/owner/(validation_summary\.json|outlier_rules\.csv)", PRIVATE_FILE),
+    (r"bundles/[^/]+/[^/]+/owner/[a-z_]+__[a-z_]+\.csv", PRIVATE_FILE),  # a step's owner-only table
     # the public part of a bundle
     (r"bundles/[^/]+/[^/]+/(manifest\.json|report\.md|[^/]+\.png)", PUBLIC_FILE),
     (r"bundles/[^/]+/[^/]+/tables", PUBLIC_DIR),
@@ -86,9 +87,10 @@ def demo_spec(tmp_path) -> Path:
 
 
 @pytest.mark.usefixtures("prefect_harness", "umask_022")
-def test_a_whole_release_leaves_every_private_file_0600_and_the_bundle_public(dpr_home, demo_spec):
+def test_a_whole_release_leaves_every_private_file_0600_and_the_bundle_public(dpr_home, demo_spec, register_dataset):
     from flows.release_pipeline import release_pipeline
 
+    register_dataset(demo_spec)  # the data owner, before the run (under the same umask 022)
     out = release_pipeline(spec_path=str(demo_spec))
     bundle = Path(out["bundle"])
     assert (bundle / "owner" / "validation_summary.json").is_file() and (bundle / "owner" / "outlier_rules.csv").is_file()

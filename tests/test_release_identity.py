@@ -166,10 +166,16 @@ def test_every_run_charges_exactly_its_plan_or_nothing(dpr_home, small_spec_path
         data.write_text(datas[rng.randrange(2)].read_text())
         text = yaml.safe_load(specs[spec_i].read_text())
         text["dataset"]["source"]["path"] = str(data)
+        # the owner raises the cap by 10 before each run (more than any run costs; the filler below spends it
+        # down), so a run refused for lack of budget does not end the sequence
+        cap = 100 + 10 * step
+        text["budget"]["epsilon"] = cap
         path = tmp_path / f"run{step}.yaml"
         path.write_text(yaml.safe_dump(text))
         rid = f"prop-{release}"
         led = _ledger()
+        if step:
+            led.set_cap("nycflights13", PrivacyCost(cap, led.status("nycflights13").cap.delta), reason="test sequence")
         plan = plan_release(load_spec(path, release_id=rid), led)
         enough = rng.random() < 0.6
         if plan.budget_known and not plan.problems and plan.new != PrivacyCost(0):
@@ -184,7 +190,7 @@ def test_every_run_charges_exactly_its_plan_or_nothing(dpr_home, small_spec_path
         try:
             out = release_pipeline(spec_path=str(path), release_id=rid)
         except (BudgetExceededError, ReleaseIdTakenError) as exc:
-            outcomes.append((step, rid, type(exc).__name__))
+            outcomes.append((step, rid, type(exc).__name__, str(exc)[:400]))
             assert plan.problems, (step, str(exc))  # the plan said it would be refused
             assert _ledger().status("nycflights13").spent == before, step  # and it charged nothing
             continue

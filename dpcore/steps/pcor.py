@@ -456,12 +456,18 @@ def pcor_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
 
     Exact: one charge per listed ``record_ids`` entry and one per ``from_detector`` slot, whether or not the
     detector fills it (:func:`plan_pcor`: how many records qualify is private, so it changes no charge).
+    Each listed record is its own line (its match names the record id), so two queries about different
+    records under one release id are different run units with different charges, never one the stored
+    answer of the other; the detector's slots share one line (the records it picks are private).
     """
     cfg = spec.steps.pcor
     attrs, metric, mech_params, vparams, mech, _ = check_pcor(spec)
     common = _common_params(attrs, metric, cfg.verifier, vparams, mech_params)
-    ids = list(dict.fromkeys(cfg.record_ids))
-    return [PlannedCharge.of("pcor", mech, mech.cost(), common, count=len(ids) + cfg.from_detector)]
+    lines = [PlannedCharge.of("pcor", mech, mech.cost(), {**common, "record_id": rid})
+             for rid in dict.fromkeys(cfg.record_ids)]
+    if cfg.from_detector:
+        lines.append(PlannedCharge.of("pcor", mech, mech.cost(), common, count=cfg.from_detector))
+    return lines
 
 
 def plan_pcor(
@@ -558,8 +564,8 @@ def reserve_pcor(settings: Settings, plan: PcorPlan) -> PcorPlan:
     Raises
     ------
     BudgetExceededError
-        Library use without a reservation: a target's charge does not fit
-        (the targets charged before it are searched on the next run).
+        Library use without a reservation: the batch's charges do not fit
+        together; none of them was made.
     """
     ledger = open_stores(settings).ledger
     stored: dict[int, dict[str, Any]] = {}
@@ -569,8 +575,8 @@ def reserve_pcor(settings: Settings, plan: PcorPlan) -> PcorPlan:
         if found is not None:
             stored[i] = found.payload
             continue
-        ledger.reserve(t.request)
         pending.append(i)
+    ledger.reserve_many([plan.targets[i].request for i in pending])  # the batch, or nothing of it
     return replace(plan, stored=stored, to_compute=tuple(pending))
 
 
