@@ -47,7 +47,7 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
-from scipy import stats
+from scipy.special import ndtri
 
 from .noise import upper_float
 from .noise.core import _exact_positive
@@ -305,7 +305,7 @@ def gaussian_half_width(sigma, alpha=DEFAULT_ALPHA) -> float:
     -------
     float
         ``t`` with ``P(|N(0, sigma^2)| <= t) >= 1 - alpha``: the quantile
-        (scipy's ``norm.isf``, relative error ~1e-15) and the product are each
+        (scipy's ``norm.isf``, i.e. ``-special.ndtri``, relative error ~1e-15) and the product are each
         rounded up by :func:`dpcore.noise.upper_float` (relative ``2**-40``),
         so the stated half-width is never below the exact one.  Take its
         ``ceil`` for an integer statement.
@@ -314,7 +314,7 @@ def gaussian_half_width(sigma, alpha=DEFAULT_ALPHA) -> float:
     sg = float(sigma) if isinstance(sigma, numbers.Real) and not isinstance(sigma, bool) else math.nan
     if not (math.isfinite(sg) and sg > 0):
         raise ValueError(f"sigma must be a positive finite number, got {sigma!r}")
-    z = upper_float(float(stats.norm.isf(a / 2)))
+    z = upper_float(float(-ndtri(a / 2)))  # scipy's norm.isf(q) is -ndtri(q), without importing scipy.stats
     return upper_float(z * sg)
 
 

@@ -9,12 +9,19 @@ import hashlib
 import re
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+
+def _pyplot():
+    """``matplotlib.pyplot`` on the headless Agg backend, imported on first use (a ~1-2 s import that
+    commands drawing no plot, ``dpr spec check`` and ``dpr plan``, skip)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def budget_plot(charges: pd.DataFrame, cap_epsilon: float, path: Path, title: str) -> Path:
@@ -29,6 +36,7 @@ def budget_plot(charges: pd.DataFrame, cap_epsilon: float, path: Path, title: st
     path : Path
         Output PNG file.
     """
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 3.6), dpi=110)
     bottom = 0.0
     if len(charges):
@@ -118,6 +126,7 @@ def coco_plots(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> l
     paths = []
     cols = min(4, len(top))
     rows = int(np.ceil(len(top) / cols))
+    plt = _pyplot()
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), dpi=90, squeeze=False)
     for ax, node in zip(axes.ravel(), top):
         x, y = _binned(est[node], bins)
@@ -172,6 +181,7 @@ def rank_size_plot(sizes: np.ndarray, path: Path, title: str) -> Path:
     s = np.asarray(sizes, dtype=np.int64)
     rank = np.arange(1, len(s) + 1)
     pos = s > 0
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.0, 3.8), dpi=110)
     if pos.any():
         ax.loglog(rank[pos], s[pos], marker=".", markersize=2, linewidth=0.8)

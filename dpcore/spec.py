@@ -19,6 +19,8 @@ load at all is :mod:`dpcore.spec_dirs`'s decision.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 import hashlib
 import json
 import math
@@ -267,8 +269,8 @@ class CategoricalAttribute(_Strict):
     @field_validator("domain")
     @classmethod
     def _unique(cls, v: list[CategoryValue]) -> list[CategoryValue]:
-        seen = [str(x) for x in v]
-        dup = sorted({x for x in seen if seen.count(x) > 1})
+        counts = Counter(str(x) for x in v)
+        dup = sorted(x for x, n in counts.items() if n > 1)
         if dup:
             raise ValueError(f"domain values must be distinct; repeated: {dup[:5]}")
         return v

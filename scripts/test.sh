@@ -10,4 +10,11 @@ mkdir -p "$PREFECT_HOME"
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="${PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS:-90}"
 export DPR_HOME="$tmp_home/dpr"
+# Worker processes (pytest-xdist): 2 by default (this machine has 2 cores and much of a flow test waits on
+# the Prefect API or a subprocess); DPR_TEST_WORKERS=0 runs everything in this process. Each worker gets its
+# own DPR_HOME and PREFECT_HOME below these (tests/conftest.py). Tests of one module stay on one worker.
+workers="${DPR_TEST_WORKERS:-2}"
+if [ "$workers" != "0" ]; then
+  set -- -n "$workers" --dist loadfile "$@"
+fi
 .venv/bin/python -m pytest "$@"

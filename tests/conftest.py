@@ -25,6 +25,17 @@ from owner_registration import register_spec
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
+# Under pytest-xdist (scripts/test.sh) each worker process gets its own pipeline and Prefect homes below the
+# ones the script made, so two workers never share a warehouse file (one DuckDB writer process per file) or
+# Prefect's local state. Set here, before anything imports prefect (its settings are read at import).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER:
+    for _var in ("DPR_HOME", "PREFECT_HOME"):
+        if os.environ.get(_var):
+            _own = Path(os.environ[_var]) / _WORKER
+            _own.mkdir(parents=True, exist_ok=True)
+            os.environ[_var] = str(_own)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def specs_dirs_for_tests(tmp_path_factory):

@@ -35,7 +35,10 @@ __all__ = [
     "unit_text",
 ]
 
-ureg = pint.UnitRegistry()
+# pint's parsed default definitions are cached in the user's cache folder (``:auto:``; pint's own
+# definitions only, nothing of any dataset): building the registry drops from ~0.8 s to ~0.03 s after the
+# first time, which keeps ``dpr spec check`` and ``dpr plan`` fast.
+ureg = pint.UnitRegistry(cache_folder=":auto:")
 ureg.define("usd = [currency]")
 
 _DIMENSIONLESS = ureg.dimensionless

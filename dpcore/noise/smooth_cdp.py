@@ -64,7 +64,7 @@ from fractions import Fraction
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy import integrate, special
+from scipy import special
 
 from .core import _exact_fraction, _exact_positive, _readings, lower_float, upper_float
 from .interval import REJECT, UNDECIDED, Interval, round_exactly
@@ -298,6 +298,8 @@ def lln_tail(x: float, sigma: float) -> float:
     if x <= 0:
         return 1.0
     f = lambda y: math.exp(-x * math.exp(-sigma * y) - 0.5 * y * y) / math.sqrt(2.0 * math.pi)  # noqa: E731
+    from scipy import integrate  # on first use (a slow import that commands drawing no noise skip)
+
     val, _ = integrate.quad(f, -40.0, 40.0, epsabs=1e-13, epsrel=1e-12, limit=400,
                             points=[math.log(max(x, 1e-300)) / sigma] if sigma > 0 else None)
     return min(1.0, max(0.0, val))

@@ -1,8 +1,10 @@
 """The :class:`NoiseSource`: production (exact samplers + OS CSPRNG) and seeded test modes.
 
 Part of :mod:`dpcore.noise` (the package docstring states the rules).
-Importing it calls ``opendp.prelude.enable_features("contrib")``, which
-OpenDP requires before its measurement constructors can be used.
+OpenDP is imported on first use (:func:`_dp`, which calls
+``opendp.prelude.enable_features("contrib")``, required before its measurement
+constructors can be used): ``opendp.prelude`` pulls in scikit-learn, and
+commands that draw no noise (``dpr spec check``, ``dpr plan``) need neither.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from functools import lru_cache
 from typing import Callable
 
 import numpy as np
-import opendp.prelude as dp
 
 from .core import (
     NotForPublicationError,
@@ -33,7 +34,16 @@ from .dlaplace import MAX_NUMERATOR, OSRandomness, cks_discrete_laplace, saturat
 from .student_t import student_t2_integer_from_bits
 from .smooth_cdp import arsinh_integer_from_bits, lln_integer_from_bits
 
-dp.enable_features("contrib")
+
+
+@lru_cache(maxsize=1)
+def _dp():
+    """``opendp.prelude`` with the contrib features enabled (imported on first use)."""
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    return dp
+
 
 __all__ = ["NoiseSource"]
 
@@ -44,6 +54,7 @@ __all__ = ["NoiseSource"]
 
 @lru_cache(maxsize=256)
 def _opendp_discrete_laplace(scale: float):
+    dp = _dp()
     return dp.m.make_laplace(
         dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64"), scale=scale
     )
@@ -51,6 +62,7 @@ def _opendp_discrete_laplace(scale: float):
 
 @lru_cache(maxsize=256)
 def _opendp_gaussian(scale: float):
+    dp = _dp()
     return dp.m.make_gaussian(
         dp.vector_domain(dp.atom_domain(T=float, nan=False)),
         dp.l2_distance(T=float),
@@ -60,6 +72,7 @@ def _opendp_gaussian(scale: float):
 
 @lru_cache(maxsize=256)
 def _opendp_noisy_max(scale: float):
+    dp = _dp()
     return dp.m.make_noisy_max(
         dp.vector_domain(dp.atom_domain(T=float, nan=False)),
         dp.linf_distance(T=float),

@@ -42,17 +42,58 @@ live in the warehouse's private scratch folder and are removed on exit. :meth:`V
 column names, counts and input row numbers; :class:`ValidationFailed` carries
 rule and column names only.
 """
-from .cells import _as_text, _cells_json, _json_clean, _parse_numbers, _typed
-from .check import ChunkVerdict
-from .chunked import BYTES_PER_DERIVED_CELL, BYTES_PER_TEXT_CELL, validate_table, validation_chunk_rows
-from .combine import PARTIAL_EXAMPLES
-from .enforce import enforce
-from .in_memory import validate
-from .outcome import RuleSummary, ValidationDone, ValidationFailed, ValidationOutcome
-from .rules import DERIVED_PREFIX, NUMBER_PATTERN, ROW_RULES, TABLE_RULES, _num_col, _whole_col
-from .store import _ChunkRows, _store, latest_passing_summary, owner_summary, store_outcome, validated_table_name
-from .suite import _run_checkpoint, build_suite, public_rule_set
-from .worker import ChunkTask
+import importlib
+from typing import Any
+
+#: Each public name -> the submodule that defines it. Loaded on first use (PEP 562): importing
+#: :mod:`dpcore.validation` (e.g. for :func:`validated_table_name`) does not import great-expectations,
+#: which only the validating modules (:mod:`.suite` and those that run it) need; ``dpr spec check`` and
+#: ``dpr plan`` stay fast.
+_EXPORTS: dict[str, str] = {
+    "_as_text": "cells",
+    "_cells_json": "cells",
+    "_json_clean": "cells",
+    "_parse_numbers": "cells",
+    "_typed": "cells",
+    "ChunkVerdict": "check",
+    "BYTES_PER_DERIVED_CELL": "chunked",
+    "BYTES_PER_TEXT_CELL": "chunked",
+    "validate_table": "chunked",
+    "validation_chunk_rows": "chunked",
+    "PARTIAL_EXAMPLES": "combine",
+    "enforce": "enforce",
+    "validate": "in_memory",
+    "RuleSummary": "outcome",
+    "ValidationDone": "outcome",
+    "ValidationFailed": "outcome",
+    "ValidationOutcome": "outcome",
+    "DERIVED_PREFIX": "rules",
+    "NUMBER_PATTERN": "rules",
+    "ROW_RULES": "rules",
+    "TABLE_RULES": "rules",
+    "_num_col": "rules",
+    "_whole_col": "rules",
+    "_ChunkRows": "store",
+    "_store": "store",
+    "latest_passing_summary": "store",
+    "owner_summary": "store",
+    "store_outcome": "store",
+    "validated_table_name": "store",
+    "_run_checkpoint": "suite",
+    "build_suite": "suite",
+    "public_rule_set": "suite",
+    "ChunkTask": "worker",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "RuleSummary",
