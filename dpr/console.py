@@ -65,3 +65,6 @@ def prefect_environment() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
+    from .server_cmd import use_running_server
+
+    use_running_server()  # `dpr server start`: reuse its API instead of a temporary server per command

@@ -9,6 +9,7 @@ from .budget_cmd import budget
 from .dataset_cmd import dataset_group
 from .plan_cmd import plan
 from .run_cmd import OPERATOR_FLOWS, operator_command, run
+from .server_cmd import server_group
 from .spec_cmd import spec_group
 
 
@@ -40,6 +41,10 @@ def cli(home: str | None) -> None:
       dpr budget
 
     \b
+    `dpr server start` keeps one local Prefect server that later commands reuse (fast operator
+    queries; runs visible in its UI); without it each run starts a temporary one.
+
+    \b
     Exit codes: 0 success; 2 refused (bad spec, input, flag or request, or over the budget:
     nothing charged unless the message says so); 1 an environment failure (full disk, home not
     writable, symlink loop, I/O error: its cause in one line) or an unexpected error.
@@ -53,6 +58,7 @@ cli.add_command(dataset_group)
 cli.add_command(plan)
 cli.add_command(run)
 cli.add_command(budget)
+cli.add_command(server_group)
 
 
 def main() -> None:

@@ -69,9 +69,11 @@ def test_streamed_fit_equals_the_in_memory_fit(start, rows):
 def test_streamed_fit_on_a_flat_likelihood_ridge_differs_only_by_amplified_round_off(rows):
     """Student-t(2) errors: EM creeps along the ridge in (p, b, sigma^2) for 72 M-steps, and SQUAREM's
     extrapolation (up to 100x per cycle) amplifies the last-bit differences of chunked sums (even one
-    extra addition: 3999 + 1 rows) to a few 1e-9 in the parameters and below 1e-8 in the scores (the
-    chunks' partial sums are added with one rounding, robust_em._fsum; added in turn they reached
-    1.3e-8); the iteration count, K and the labels are unchanged."""
+    extra addition: 3999 + 1 rows) to a few 1e-9 in the parameters and about 1e-8 in the scores (the
+    chunks' partial sums are added with one rounding, robust_em._fsum). How far depends on the BLAS build
+    and its threads (the in-memory reference's sums): on the CI machine the scores differed by up to
+    1.25e-8 relative (2026-11-26), so they are held to 1e-7; the iteration count, K and the labels are
+    unchanged exactly."""
     X, y = _table(3, 4000, heavy=True)
     kw = dict(random_state=5, sigma2_floor=1 / 12, start_sample=1000)
     ref = RobustRegressionDetector(**kw).fit(X, y)
@@ -80,7 +82,7 @@ def test_streamed_fit_on_a_flat_likelihood_ridge_differs_only_by_amplified_round
     for a in ("coef_", "intercept_", "sigma2_", "p_", "b_", "log_likelihood_"):
         assert _close(getattr(det, a), getattr(ref, a), 1e-8), a
     scores = det.decision_function(X, y)
-    assert _close(scores, ref.decision_scores_, 1e-8)
+    assert _close(scores, ref.decision_scores_, 1e-7)
     assert det.K_ == ref.K_
     assert np.array_equal(_labels_and_threshold(scores, det.K_)[0], ref.labels_)
 

@@ -1,0 +1,179 @@
+"""``dpr server start|stop|status``: one local Prefect server that every ``dpr`` command reuses.
+
+Without it, each command that runs a flow (``dpr run``, ``dpr aiq`` ...)
+starts Prefect's temporary server for its own run and stops it at the end
+(tens of seconds per command). ``dpr server start`` starts ``prefect server
+start`` on 127.0.0.1 (a free port) in the background, with its database in
+``$DPR_HOME/prefect`` (the same ``PREFECT_HOME`` the commands use), and
+records its address in ``$DPR_HOME/prefect/dpr-server.json`` (0600). While
+it answers, every ``dpr`` command that runs a flow uses it
+(``PREFECT_API_URL``, unless the caller set one): runs are recorded in
+Prefect exactly as before, and are visible in its UI at the printed address.
+
+``dpr server stop`` stops it; a server that died leaves a record that the
+next command ignores (and ``status`` reports and removes).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import click
+
+from .console import err, out, refuse
+
+#: Seconds ``dpr server start`` waits for the new server's health check.
+START_TIMEOUT = 120.0
+
+
+def _prefect_home() -> Path:
+    home = os.environ.get("DPR_HOME", "var")
+    return Path(os.environ.get("PREFECT_HOME") or os.path.join(home, "prefect"))
+
+
+def _record_path() -> Path:
+    return _prefect_home() / "dpr-server.json"
+
+
+def _healthy(url: str, timeout: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout) as r:  # noqa: S310 (127.0.0.1 only)
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def running_server() -> dict | None:
+    """The recorded server if its process is alive and its API answers, else None."""
+    path = _record_path()
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or not _alive(int(rec.get("pid", -1))) or not _healthy(str(rec.get("api_url"))):
+        return None
+    return rec
+
+
+def use_running_server() -> str | None:
+    """Point this process's Prefect client at the running ``dpr server`` (if any and if the caller set no API).
+
+    Returns the API URL used, or None (the command then starts Prefect's temporary server, as before).
+    """
+    if os.environ.get("PREFECT_API_URL"):
+        return None
+    rec = running_server()
+    if rec is None:
+        return None
+    os.environ["PREFECT_API_URL"] = rec["api_url"]
+    return rec["api_url"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@click.group("server")
+def server_group() -> None:
+    """A local Prefect server that every dpr command reuses (fast commands; runs visible in its UI)."""
+
+
+@server_group.command("start")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port on 127.0.0.1 (default: a free one).")
+def start(port: int | None) -> None:
+    """Start the server in the background (idempotent: an answering server is kept)."""
+    rec = running_server()
+    if rec is not None:
+        out.print(f"dpr server: already running at {rec['ui_url']} (pid {rec['pid']})", markup=False)
+        return
+    home = _prefect_home()
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    port = port or _free_port()
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    log = home / "dpr-server.log"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    prefect = str(Path(sys.executable).parent / "prefect")
+    proc = subprocess.Popen(
+        [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        stdout=fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+    )
+    os.close(fd)
+    api = f"http://127.0.0.1:{port}/api"
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            refuse(f"the Prefect server exited at start (code {proc.returncode}); its log: {log}")
+        if _healthy(api):
+            break
+        time.sleep(0.5)
+    else:
+        os.killpg(proc.pid, signal.SIGTERM)
+        refuse(f"the Prefect server did not answer within {START_TIMEOUT:g} s (stopped); its log: {log}")
+    rec = {"pid": proc.pid, "api_url": api, "ui_url": f"http://127.0.0.1:{port}", "log": str(log)}
+    path = _record_path()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(rec, f)
+    out.print(f"dpr server: running at {rec['ui_url']} (pid {proc.pid}); dpr commands now use it. "
+              "Stop it with `dpr server stop`.", markup=False)
+
+
+@server_group.command("status")
+def status() -> None:
+    """Say whether the server runs and where (exit 0 if it answers, 3 if not)."""
+    rec = running_server()
+    if rec is None:
+        if _record_path().exists():
+            _record_path().unlink()
+            err.print("dpr server: not running (a stale record was removed); commands start a temporary "
+                      "server per run", markup=False)
+        else:
+            err.print("dpr server: not running; commands start a temporary server per run "
+                      "(`dpr server start` to keep one)", markup=False)
+        raise SystemExit(3)
+    out.print(f"dpr server: running at {rec['ui_url']} (pid {rec['pid']}); log {rec['log']}", markup=False)
+
+
+@server_group.command("stop")
+def stop() -> None:
+    """Stop the server (nothing to do if none runs)."""
+    path = _record_path()
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        out.print("dpr server: not running", markup=False)
+        return
+    pid = int(rec.get("pid", -1))
+    if pid > 0 and _alive(pid):
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        for _ in range(100):
+            if not _alive(pid):
+                break
+            time.sleep(0.1)
+        else:
+            os.killpg(pid, signal.SIGKILL)
+    path.unlink(missing_ok=True)
+    out.print("dpr server: stopped", markup=False)
