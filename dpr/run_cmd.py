@@ -145,6 +145,9 @@ def _build(name: str) -> click.Command:
             # every value left out comes from the spec; one that spends budget and is set nowhere is refused here
             used = operator_values(func, values["spec_path"], spec, values)
         (err if as_json else out).print(used.line(), markup=False)
+        from flows.console_logging import quiet_refusal_tracebacks
+
+        quiet_refusal_tracebacks()  # a refusal (exit 2) prints its message, not Prefect's traceback
         with refusals():
             try:
                 result = flow(**values)

@@ -114,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     from dpcore.errors import user_facing
     from dpcore.spec import check_release_id_flag, load_spec
 
+    from flows.console_logging import quiet_refusal_tracebacks
+
+    quiet_refusal_tracebacks()  # a refusal (exit 2) prints its message, not Prefect's traceback
     with user_facing():
         check_release_id_flag(args.release_id)  # a bad flag is the flag's fault, not the spec file's
         load_spec(args.spec, release_id=args.release_id)  # fail fast, before Prefect starts a server

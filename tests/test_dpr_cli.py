@@ -196,6 +196,7 @@ def test_plan_run_budget_and_operator_queries(home, small_spec_path, tmp_path):
 
     refused = dpr("aiq", "--spec", spec, "--record-id", "F999999", home=home)  # off the public roster
     assert refused.returncode == 2 and "not on the public roster" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr + refused.stdout  # a refusal is its message, not a traceback
     bad_param = dpr("aiq", "--spec", spec, "--record-id", "F000001", "--epsilon", "-1", home=home)
     assert bad_param.returncode == 2 and "epsilon" in bad_param.stderr, bad_param.stderr
     assert len(_ledger(home).charges()) == 2
