@@ -150,7 +150,8 @@ def _build(name: str) -> click.Command:
         quiet_refusal_tracebacks()  # a refusal (exit 2) prints its message, not Prefect's traceback
         with refusals():
             try:
-                result = flow(**values)
+                state = flow(**values, return_state=True)
+                result = state.result()
             except Exception as exc:  # Prefect's parameter validation names the parameter and the rule
                 if type(exc).__name__ == "ParameterTypeError":
                     refuse(str(exc))
@@ -159,9 +160,21 @@ def _build(name: str) -> click.Command:
             print_json(result)
         else:
             out.print(result)
+        _charge_line(spec, str(state.state_details.flow_run_id), as_json)
 
     doc = (inspect.getdoc(fn) or "").split("Args:")[0].strip()
     return click.Command(name, params=params, callback=callback, help=f"{summary}\n\n{doc}", short_help=summary)
+
+
+def _charge_line(spec: Any, flow_run_id: str, as_json: bool) -> None:
+    """The one line saying what the run charged and what is left (stderr with ``--json``)."""
+    from dpcore.charge_summary import run_charge_line
+    from dpcore.ledger import PrivacyLedger
+    from dpcore.settings import Settings
+    from dpcore.warehouse import Warehouse
+
+    ledger = PrivacyLedger(Warehouse(Settings.from_env().warehouse))
+    (err if as_json else out).print(run_charge_line(ledger, spec.dataset.name, flow_run_id), markup=False)
 
 
 class OperatorCommand(click.Command):

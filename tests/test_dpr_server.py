@@ -56,11 +56,17 @@ def test_a_started_server_is_reused_by_operator_queries_and_stops(tmp_path, smal
 
         query = _dpr("aiq", "--spec", str(path), "--record-id", "F000001", "--json", home=home)
         assert query.returncode == 0, query.stdout + query.stderr
+        # one plain line about money (issue 32 §3), the ledger's figure after the neighbour conversion
+        assert ("charged: epsilon=0.2 delta=0 (stated epsilon=0.1 delta=0 under add-remove neighbours, counted as "
+                "epsilon=0.2 delta=0 against your replace-one cap); left epsilon=19.8 delta=1e-05") in query.stderr, \
+            query.stderr
+        again = _dpr("aiq", "--spec", str(path), "--record-id", "F000001", "--json", home=home)
+        assert again.returncode == 0 and "charged: nothing" in again.stderr, again.stderr
         runs = _flow_runs(record["api_url"])
-        assert [r["state_type"] for r in runs if r["name"]] == ["COMPLETED"]  # the query ran on this server
+        assert [r["state_type"] for r in runs] == ["COMPLETED", "COMPLETED"]  # both queries ran on this server
         refused = _dpr("aiq", "--spec", str(path), "--record-id", "F999999", home=home)  # off the roster
         assert refused.returncode == 2 and "Traceback" not in refused.stderr + refused.stdout, refused.stderr
-        assert len(_flow_runs(record["api_url"])) == 2
+        assert len(_flow_runs(record["api_url"])) == 3
     finally:
         stopped = _dpr("server", "stop", home=home)
     assert stopped.returncode == 0 and "stopped" in stopped.stdout

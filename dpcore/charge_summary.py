@@ -1,0 +1,59 @@
+"""One plain line about what a flow run charged (issue 32 §3): for ``dpr`` operator commands.
+
+The figure is the ledger's own: the lines the run reserved
+(:meth:`~dpcore.ledger.PrivacyLedger.reserve_lines`, recorded with the run's
+flow-run id), in the budget's neighbour relation, summed exactly. Beside it, the
+mechanisms' stated costs and the relation they are stated under when the
+ledger converted them, and what is left of the cap. Nothing here depends on the
+data: the charges are functions of the spec and the request.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .budget import PrivacyCost
+from .ledger import PrivacyLedger
+
+__all__ = ["run_charge_line"]
+
+
+def _cost(c: PrivacyCost) -> str:
+    return f"epsilon={float(c.epsilon):.6g} delta={float(c.delta):.3g}"
+
+
+def run_charge_line(ledger: PrivacyLedger, dataset: str, flow_run_id: str) -> str:
+    """``charged: …; left …`` for the flow run ``flow_run_id`` on ``dataset``'s budget.
+
+    Parameters
+    ----------
+    ledger : PrivacyLedger
+    dataset : str
+        The dataset name the run charged (its budget may be shared, as registered).
+    flow_run_id : str
+        The Prefect flow-run id the run's reservation and charges carry.
+
+    Returns
+    -------
+    str
+        E.g. ``"charged: epsilon=0.4 delta=0 (stated epsilon=0.2 delta=0 under add-remove neighbours, counted
+        as epsilon=0.4 delta=0 against your replace-one cap); left epsilon=19.2 delta=1e-05 of the cap epsilon=20
+        delta=1e-05"``, or ``"charged: nothing …"`` for a run that reserved nothing new.
+    """
+    rows = ledger.wh.query(
+        "SELECT n_reserved, eps_each, delta_each FROM ledger.reservations WHERE flow_run_id = ?", [flow_run_id])
+    charged = PrivacyCost.from_units(sum(int(n) * int(e) for n, e, _ in rows), sum(int(n) * int(d) for n, _, d in rows))
+    status = ledger.status(dataset)
+    left = f"left {_cost(status.remaining)} of the cap {_cost(status.cap)}"
+    if charged == PrivacyCost(0):
+        return (f"charged: nothing (this request was answered before under this release id, or charges nothing); "
+                f"{left}")
+    stated: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    charges = ledger.charges(dataset)
+    for r in charges[charges["flow_run_id"] == flow_run_id].itertuples(index=False):
+        stated[r.neighbour][0] += int(r.stated_eps_units)
+        stated[r.neighbour][1] += int(r.stated_delta_units)
+    converted = [f"stated {_cost(PrivacyCost.from_units(*u))} under {nb} neighbours"
+                 for nb, u in sorted(stated.items()) if nb != status.neighbour]
+    how = (f" ({'; '.join(converted)}, counted as {_cost(charged)} against your {status.neighbour} cap)"
+           if converted else f" (under the cap's {status.neighbour} neighbours)")
+    return f"charged: {_cost(charged)}{how}; {left}"
