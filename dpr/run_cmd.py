@@ -130,9 +130,10 @@ def _build(name: str) -> click.Command:
     params.append(click.Option(["--json", "as_json"], is_flag=True, help="Print the flow's result as JSON."))
 
     def callback(as_json: bool, **kwargs: Any) -> None:
-        from dpcore.spec import check_release_id_flag, load_spec
-
         from dpcore.operator_values import operator_values
+        from dpcore.settings import Settings
+        from dpcore.spec import check_release_id_flag, load_spec
+        from dpcore.spec_dirs import allowed_spec_file
 
         values = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kwargs.items()}
         values = {k: v for k, v in values.items() if v is not None and v != []}
@@ -141,6 +142,8 @@ def _build(name: str) -> click.Command:
                    "(scripts/demo.sh sets DPR_SPEC=specs/demo.yaml). Nothing was read or charged.")
         with refusals():
             check_release_id_flag(values.get("release_id"))  # the --release-id option
+            # the folders flow runs may load specs from (DPR_SPECS_DIR) apply first, as in the flow itself
+            allowed_spec_file(values["spec_path"], Settings.from_env().specs_dirs)
             spec = load_spec(values["spec_path"], release_id=values.get("release_id"))  # before Prefect starts
             # every value left out comes from the spec; one that spends budget and is set nowhere is refused here
             used = operator_values(func, values["spec_path"], spec, values)

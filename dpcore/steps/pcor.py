@@ -534,12 +534,18 @@ def plan_pcor(
     held_index = None if index is None else index.with_rows(codes, values)
     job = PcorJob(space, held_index, cfg.verifier, vparams, mech_params, seed, tuple(int(p) for p in position))
     common = _common_params(attrs, metric, cfg.verifier, vparams, mech_params)
+    n_listed = len(dict.fromkeys(cfg.record_ids))
+    # a listed record's charge is named by its (public) id; a detector-chosen record's by its slot only: the
+    # chosen id is private and may differ on a resumed run of changed data, which then finds the slot's
+    # charge (and its stored answer, which names the record it explains) instead of a charge outside the plan
     targets = tuple(
         PcorTarget(
             rid, int(row),
-            charge_request(spec, "pcor", mech, mech.cost(), {**common, "record_id": rid}, noise, flow_run_id),
+            charge_request(spec, "pcor", mech, mech.cost(),
+                           {**common, "record_id": rid} if i < n_listed
+                           else {**common, "record_id": None, "detector_slot": i - n_listed}, noise, flow_run_id),
         )
-        for rid, row in zip(ids, held)
+        for i, (rid, row) in enumerate(zip(ids, held))
     ) + tuple(
         PcorTarget(
             "", -1,
@@ -676,7 +682,9 @@ def store_pcor(
             stores.ledger.mark_failed(t.request, type(res).__name__)
             first_error = first_error or res
             continue
-        payloads[i] = stores.ledger.store_result(t.request, res["release"])  # the first stored answer wins
+        release = res["release"] if "record_id" in t.request.params and t.request.params["record_id"] is not None \
+            else {**res["release"], "record_id": t.record_id}  # a detector slot's answer names its record
+        payloads[i] = stores.ledger.store_result(t.request, release)  # the first stored answer wins
         diag.append({"key": t.request.key, "record_id": t.record_id, **res["internal"]})
     _store_diagnostics(stores.warehouse, diag)
     if first_error is not None:
@@ -715,7 +723,8 @@ def pcor_output(spec: ReleaseSpec, plan: PcorPlan, payloads: dict[int, dict[str,
     columns = ["record_id", "status", "context", "bits"]
     rows = [
         {
-            "record_id": t.record_id,
+            # a detector slot's stored answer names the record it explains (a resumed run may choose another)
+            "record_id": payloads[i].get("record_id", t.record_id),
             "status": payloads[i]["status"],
             "context": payloads[i]["context"],
             "bits": payloads[i]["bits"],
