@@ -313,7 +313,8 @@ def test_aiq_step_answers_and_diagnostics_do_not_depend_on_the_chunks(warehouse_
     b_p, xi_p, _ = mech.counts(data, scale_by_bounds(np.array([[4900.0, 700, 1400, 1400]]), LOWS, HIGHS))
     want_b, want_xi = np.concatenate([b_r, b_p]).tolist(), np.concatenate([xi_r, xi_p]).tolist()
     tables = []
-    for n, rows in enumerate([1, 7, None]):
+    # chunks of n - 1 rows: the last chunk is one row (the edge), without n one-row partitions to export
+    for n, rows in enumerate([len(df) - 1, 7, None]):
         monkeypatch.setattr(aiq_step_module, "chunk_rows", (lambda wh, d, rows=rows: rows) if rows else
                             aiq_step_module.chunk_rows)
         run_spec = spec.model_copy(update={"release_id": f"{spec.release_id}-chunks{n}"})

@@ -26,6 +26,7 @@ from dpcore.spec import load_spec
 from dpcore.steps.common import StepInputError
 from dpcore.steps.unattributed import unattributed_step
 from dpcore.warehouse import Warehouse
+from owner_registration import register_spec
 
 SIZES = {1: 30, 2: 12, 3: 5}  # rows per group; group 4 of the domain has none
 
@@ -51,6 +52,7 @@ def _spec(tmp_path: Path, domain: list, name: str) -> Path:
     }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
+    register_spec(path)  # the data owner, before any run
     return path
 
 
