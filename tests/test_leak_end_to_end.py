@@ -136,6 +136,8 @@ class Run:
     console: str = ""
     result: dict[str, Any] = field(default_factory=dict)
     api: dict[str, Any] = field(default_factory=dict)
+    #: flow-run names (Prefect's random slugs) of the child's earlier runs, which its console also shows
+    earlier_names: list[str] = field(default_factory=list)
 
     @property
     def dpr_home(self) -> Path:
@@ -217,6 +219,7 @@ def _run_sequences(tmp_path: Path, spec: str, first: str, seconds: dict[str, str
         results, runs[name].console = finish(proc)
         assert len(results) == 2 and all(r["run"] for r in results), f"run {name}:\n{runs[name].console[-4000:]}"
         runs[name].result = results[1]
+        runs[name].earlier_names = [asyncio.run(_read_api(results[0]["run"]))["flow_run"]["name"]]
     for run in runs.values():
         run.api = asyncio.run(_read_api(run.result["run"]))
     return runs
@@ -307,7 +310,7 @@ class _Normaliser:
       manifest's charge order (which is the order the steps ran, a public fact);
     * the ``spec_fingerprint``: HMAC of the spec under the data owner's key, a random key created in
       each fresh ``DPR_HOME`` (the spec text is the same in every run);
-    * the flow-run name: Prefect's random adjective-animal slug;
+    * the flow-run name: Prefect's random adjective-animal slug (and those of the child's earlier runs);
     * task-run names: ``<task name>-<first 3 hex digits of a random uuid4>`` (Prefect's dynamic
       key), replaced by the task name; mapped tasks share that name and their lines are compared
       as a multiset;
@@ -321,7 +324,8 @@ class _Normaliser:
     """
 
     def __init__(self, run: Run):
-        exact = {str(run.folder): "<RUN>", run.api["flow_run"]["name"]: "<flow-run-name>"}
+        exact = {str(run.folder): "<RUN>", run.api["flow_run"]["name"]: "<flow-run-name>",
+                 **{n: f"<earlier-flow-run-name-{i}>" for i, n in enumerate(run.earlier_names)}}
         self.refs: dict[str, str] = {}
         path = run.bundle / "manifest.json"
         if path.exists():  # (a run that failed before its bundle has none)

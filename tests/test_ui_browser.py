@@ -182,7 +182,9 @@ def test_operator_fills_the_aiq_form_and_runs_it(local_stack, browser, tmp_path)
     # the form is generated from the flow signature: descriptions are shown
     wait.until(EC.presence_of_element_located(
         (By.XPATH, "//*[contains(normalize-space(), 'Record ids to query')]")))
-    body = driver.find_element(By.TAG_NAME, "body").text
+    # (the form renders in steps under load: wait for its visible text, fail if it never shows)
+    body = wait.until(lambda d: (t := d.find_element(By.TAG_NAME, "body").text) if "epsilon (Optional)" in t
+                      and "Epsilon per query (> 0)" in t else False)
     assert "Epsilon per query (> 0)" in body and "epsilon (Optional)" in body
 
     # record_ids: one list item per id
