@@ -138,6 +138,8 @@ class Run:
     api: dict[str, Any] = field(default_factory=dict)
     #: flow-run names (Prefect's random slugs) of the child's earlier runs, which its console also shows
     earlier_names: list[str] = field(default_factory=list)
+    #: the random ingest ids of the child's earlier runs (their console lines name them)
+    earlier_inputs: list[str] = field(default_factory=list)
 
     @property
     def dpr_home(self) -> Path:
@@ -220,9 +222,21 @@ def _run_sequences(tmp_path: Path, spec: str, first: str, seconds: dict[str, str
         assert len(results) == 2 and all(r["run"] for r in results), f"run {name}:\n{runs[name].console[-4000:]}"
         runs[name].result = results[1]
         runs[name].earlier_names = [asyncio.run(_read_api(results[0]["run"]))["flow_run"]["name"]]
+        first_manifest = Path(results[0]["out"]["bundle"]) / "manifest.json"
+        runs[name].earlier_inputs = [json.loads(first_manifest.read_text())["input_id"]]
     for run in runs.values():
         run.api = asyncio.run(_read_api(run.result["run"]))
     return runs
+
+
+def _progress_free(text: str) -> str:
+    """``text`` with a progress artifact's count done and percentage replaced: its updates reach the API in
+    the background, so how far it had got when the API was read is a matter of timing (the total, ``of N``,
+    is public and kept)."""
+    text = re.sub(r"(type=progress task_run=[^\n]*\n[^\n]*?: )\d+( of \d+ done\n)[\d.]+", r"\1<k>\2<pct>", text)
+    text = re.sub(r'"data": [\d.]+, +"description": "([^"]*?): \d+ of (\d+) done"',
+                  r'"data": <pct>, "description": "\1: <k> of \2 done"', text)
+    return text
 
 
 # ----------------------------------------------------------------------------- the Prefect API
@@ -325,7 +339,8 @@ class _Normaliser:
 
     def __init__(self, run: Run):
         exact = {str(run.folder): "<RUN>", run.api["flow_run"]["name"]: "<flow-run-name>",
-                 **{n: f"<earlier-flow-run-name-{i}>" for i, n in enumerate(run.earlier_names)}}
+                 **{n: f"<earlier-flow-run-name-{i}>" for i, n in enumerate(run.earlier_names)},
+                 **{n: f"<earlier-ingest-id-{i}>" for i, n in enumerate(run.earlier_inputs)}}
         self.refs: dict[str, str] = {}
         path = run.bundle / "manifest.json"
         if path.exists():  # (a run that failed before its bundle has none)
@@ -550,14 +565,14 @@ def surfaces(run: Run) -> tuple[dict[str, str], dict[str, str]]:
         by_key.setdefault(str(a["key"]), []).append(a)
     for key, versions in by_key.items():
         text = "\n-----\n".join(
-            f"type={a['type']} task_run={n.task_label.get(a['task_run_id'], 'flow')}\n{a['description']}\n"
-            + (a["data"] if isinstance(a["data"], str) else json.dumps(a["data"]))
+            _progress_free(f"type={a['type']} task_run={n.task_label.get(a['task_run_id'], 'flow')}\n"
+                           f"{a['description']}\n" + (a["data"] if isinstance(a["data"], str) else json.dumps(a["data"])))
             for a in versions)
         put(f"api: artifact {key}", text, mask_report if versions[0]["type"] == "markdown" else lambda s: s)
     # heartbeats are emitted on a clock while the flow runs: their number is a duration
     events = [e for e in api["events"] if e["event"] != "prefect.flow-run.heartbeat"]
-    put("api: events", "\n".join(n.obj(e).replace("\n", " ") for e in events), unordered=True,
-        masked_text="\n".join(n.obj(e, mask=True).replace("\n", " ") for e in events))
+    put("api: events", "\n".join(_progress_free(n.obj(e).replace("\n", " ")) for e in events), unordered=True,
+        masked_text="\n".join(_progress_free(n.obj(e, mask=True).replace("\n", " ")) for e in events))
     put("console (stdout + stderr)", run.console, unordered=True)
     put("PREFECT_HOME", "\n".join(
         f"{p.relative_to(run.prefect_home)} {hashlib.sha256(p.read_bytes()).hexdigest()}"

@@ -183,8 +183,11 @@ def test_operator_fills_the_aiq_form_and_runs_it(local_stack, browser, tmp_path)
     wait.until(EC.presence_of_element_located(
         (By.XPATH, "//*[contains(normalize-space(), 'Record ids to query')]")))
     # (the form renders in steps under load: wait for its visible text, fail if it never shows)
-    body = wait.until(lambda d: (t := d.find_element(By.TAG_NAME, "body").text) if "epsilon (Optional)" in t
-                      and "Epsilon per query (> 0)" in t else False)
+    def form_text(d):
+        text = d.find_element(By.TAG_NAME, "body").text
+        return text if "epsilon (Optional)" in text and "Epsilon per query (> 0)" in text else False
+
+    body = wait.until(form_text)
     assert "Epsilon per query (> 0)" in body and "epsilon (Optional)" in body
 
     # record_ids: one list item per id
