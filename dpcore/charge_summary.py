@@ -9,8 +9,6 @@ data: the charges are functions of the spec and the request.
 """
 from __future__ import annotations
 
-from collections import defaultdict
-
 from .budget import PrivacyCost
 from .ledger import PrivacyLedger
 
@@ -47,13 +45,11 @@ def run_charge_line(ledger: PrivacyLedger, dataset: str, flow_run_id: str) -> st
     if charged == PrivacyCost(0):
         return (f"charged: nothing (this request was answered before under this release id, or charges nothing); "
                 f"{left}")
-    stated: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    charges = ledger.charges(dataset)
-    for r in charges[charges["flow_run_id"] == flow_run_id].itertuples(index=False):
-        stated[r.neighbour][0] += int(r.stated_eps_units)
-        stated[r.neighbour][1] += int(r.stated_delta_units)
-    converted = [f"stated {_cost(PrivacyCost.from_units(*u))} under {nb} neighbours"
-                 for nb, u in sorted(stated.items()) if nb != status.neighbour]
+    stated = ledger.wh.query(
+        "SELECT neighbour, sum(coalesce(stated_eps_units, eps_units)), sum(coalesce(stated_delta_units, delta_units)) "
+        "FROM ledger.charges WHERE flow_run_id = ? GROUP BY neighbour ORDER BY neighbour", [flow_run_id])
+    converted = [f"stated {_cost(PrivacyCost.from_units(int(e), int(d)))} under {nb} neighbours"
+                 for nb, e, d in stated if nb != status.neighbour]
     how = (f" ({'; '.join(converted)}, counted as {_cost(charged)} against your {status.neighbour} cap)"
            if converted else f" (under the cap's {status.neighbour} neighbours)")
     return f"charged: {_cost(charged)}{how}; {left}"

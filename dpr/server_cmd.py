@@ -164,7 +164,9 @@ def stop() -> None:
         out.print("dpr server: not running", markup=False)
         return
     pid = int(rec.get("pid", -1))
-    if pid > 0 and _alive(pid):
+    # only a server that still answers at the recorded address is stopped: a dead server's pid may have been
+    # reused by another process, which must not be signalled
+    if running_server() is not None and pid > 0:
         try:
             os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:

@@ -6,8 +6,9 @@ request, or over the budget; exit code 2), Prefect's engine logs it with its
 traceback at ERROR level, once for the task and once for the flow. The command
 then prints the error itself. :func:`quiet_refusal_tracebacks` drops the
 traceback of those records on the terminal's handlers only (the log line with
-the error's message stays); unexpected errors keep their traceback, and the
-Prefect API's log handler is left as it is.
+the error's message stays): their formatter leaves it out and restores the
+record, so the Prefect API's log handler still gets it. Unexpected errors keep
+their traceback.
 """
 from __future__ import annotations
 
@@ -18,15 +19,24 @@ from dpcore.errors import expected_errors
 __all__ = ["quiet_refusal_tracebacks"]
 
 
-class _NoRefusalTraceback(logging.Filter):
-    """Clears ``exc_info`` of a record whose exception is an expected (user-fixable) error."""
+class _NoRefusalTraceback(logging.Formatter):
+    """Formats a record with the wrapped formatter, without the traceback when its exception is an expected
+    (user-fixable) error. The record itself is restored afterwards: other handlers see it unchanged."""
 
-    def filter(self, record: logging.LogRecord) -> bool:
+    def __init__(self, inner: logging.Formatter | None):
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
         exc = record.exc_info[1] if record.exc_info else None
-        if exc is not None and isinstance(exc, expected_errors()):
-            record.exc_info = None
-            record.exc_text = None
-        return True
+        if exc is None or not isinstance(exc, expected_errors()):
+            return self.inner.format(record)
+        saved = record.exc_info, record.exc_text
+        record.exc_info, record.exc_text = None, None
+        try:
+            return self.inner.format(record)
+        finally:
+            record.exc_info, record.exc_text = saved
 
 
 def _terminal_handlers() -> list[logging.Handler]:
@@ -39,7 +49,7 @@ def _terminal_handlers() -> list[logging.Handler]:
 
 
 def quiet_refusal_tracebacks() -> None:
-    """Install the filter on every terminal handler of Prefect's loggers (idempotent; call after importing prefect)."""
+    """Wrap the formatter of every terminal handler of Prefect's loggers (idempotent; call after importing prefect)."""
     for handler in _terminal_handlers():
-        if not any(isinstance(f, _NoRefusalTraceback) for f in handler.filters):
-            handler.addFilter(_NoRefusalTraceback())
+        if not isinstance(handler.formatter, _NoRefusalTraceback):
+            handler.setFormatter(_NoRefusalTraceback(handler.formatter))

@@ -17,8 +17,7 @@ such as ``distance / air_time < 3.46 mph`` or ``|t1 - t2| ≥ 180 s ∧ carrier 
 A plain library (numpy, pandas, pint): no Prefect. The rules are internal
 (non-private), like the detector's labels they explain.
 """
-import importlib
-from typing import Any
+from ..lazy_exports import lazy_getattr
 
 #: Each public name -> the submodule that defines it, loaded on first use (PEP 562): the spec's unit check
 #: imports :mod:`.units` alone, not the rule miner and its trees.
@@ -28,13 +27,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 
 
 __all__ = ["RuleMiner", "Rule", "Tree", "generate_trees", "UnitError", "check_unit", "ureg"]

@@ -42,8 +42,7 @@ live in the warehouse's private scratch folder and are removed on exit. :meth:`V
 column names, counts and input row numbers; :class:`ValidationFailed` carries
 rule and column names only.
 """
-import importlib
-from typing import Any
+from ..lazy_exports import lazy_getattr
 
 #: Each public name -> the submodule that defines it. Loaded on first use (PEP 562): importing
 #: :mod:`dpcore.validation` (e.g. for :func:`validated_table_name`) does not import great-expectations,
@@ -86,13 +85,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 
 
 __all__ = [
