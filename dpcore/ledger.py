@@ -525,6 +525,85 @@ def _same_registration(con, wanted: Registration) -> Registration | None:
     )
 
 
+def _reserve_in(con, reqs: list[ChargeRequest]) -> list[bool]:
+    """The body of :meth:`PrivacyLedger.reserve_many` on an open transaction (its checks done)."""
+    first = reqs[0]
+    budget = _budget_of(con, first.dataset)
+    row = con.execute(
+        "SELECT eps_cap, delta_cap, eps_spent, delta_spent, neighbour FROM ledger.budgets WHERE dataset = ?",
+        [budget],
+    ).fetchone()
+    if row is None:
+        raise LedgerError(unknown_dataset(first.dataset))
+    ec, dc, es, ds = (int(v) for v in row[:4])
+    lines = con.execute(
+        "SELECT line_key, step, match, n_reserved, n_used, eps_each, delta_each FROM ledger.reservations "
+        "WHERE dataset = ? AND release_id = ? ORDER BY reserved_at, line_key", [first.dataset, first.release_id],
+    ).fetchall()
+    used = {ln[0]: int(ln[4]) for ln in lines}
+    todo, fresh, seen = [], [], set()
+    for req in reqs:
+        new = req.key not in seen and not con.execute(
+            "SELECT 1 FROM ledger.charges WHERE key = ?", [req.key]).fetchone()
+        seen.add(req.key)
+        fresh.append(new)
+        if not new:
+            continue
+        try:
+            charged = charge_under(req.cost, req.neighbour, row[4])
+        except NeighbourConversionError as exc:
+            raise NeighbourConversionError(
+                f"step {req.step!r} ({req.mechanism}) on dataset {req.dataset!r}: {exc} Nothing was charged."
+            ) from None
+        line = None
+        if lines:
+            # the most specific line with room (a listed record's own line before a shared one)
+            line = max((ln for ln in lines if ln[1] == req.step and used[ln[0]] < int(ln[3])
+                        and matches(json.loads(ln[2]), req.params)),
+                       key=lambda ln: len(json.loads(ln[2])), default=None)
+            if line is None or (int(line[5]), int(line[6])) != charged.units:
+                raise PlanMismatchError(
+                    f"release {req.release_id!r} of dataset {req.dataset!r}: a charge of step {req.step!r} is "
+                    "not among the lines its run reserved (the cost plan and the step disagree: a bug). "
+                    "Nothing was charged for it; report this with the spec."
+                )
+            used[line[0]] += 1
+        todo.append((req, charged, line))
+    if not lines and todo:
+        eps_u = sum(c.units[0] for _, c, _ in todo)
+        delta_u = sum(c.units[1] for _, c, _ in todo)
+        if es + eps_u > ec or ds + delta_u > dc:
+            held, steps = _held(con, first.dataset, first.release_id)
+            total = PrivacyCost.from_units(eps_u, delta_u)
+            stated = PrivacyCost.from_units(sum(r.cost.units[0] for r, _, _ in todo),
+                                            sum(r.cost.units[1] for r, _, _ in todo))
+            raise BudgetExceededError(
+                first.dataset, total, PrivacyCost.from_units(es, ds), PrivacyCost.from_units(ec, dc),
+                stated=None if stated == total else (stated, first.neighbour, row[4]),
+                release=(first.release_id, held, steps),
+            )
+        con.execute(
+            "UPDATE ledger.budgets SET eps_spent = eps_spent + ?, delta_spent = delta_spent + ? "
+            "WHERE dataset = ?", [eps_u, delta_u, budget],
+        )
+    for req, charged, line in todo:
+        if line is not None:
+            con.execute("UPDATE ledger.reservations SET n_used = n_used + 1 WHERE line_key = ?", [line[0]])
+        con.execute(
+            "INSERT INTO ledger.charges (key, dataset, release_id, step, mechanism, notion, neighbour, "
+            "eps_units, delta_units, status, publishable, flow_run_id, params, reserved_at, stated_eps_units, "
+            "stated_delta_units, public_ref, line_key) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                req.key, req.dataset, req.release_id, req.step, req.mechanism, req.notion, req.neighbour,
+                *charged.units, req.publishable, req.flow_run_id,
+                json.dumps(req.params, sort_keys=True, default=str), _now(), *req.cost.units,
+                new_nonce(8), None if line is None else line[0],
+            ],
+        )
+    return fresh
+
+
 class PrivacyLedger:
     """Budgets and charges in the warehouse's ``ledger`` schema.
 
@@ -536,12 +615,12 @@ class PrivacyLedger:
     def __init__(self, warehouse: Warehouse):
         self.wh = warehouse
 
-        def ddl(con):
+        def ddl(con):  # one connection: each costs ~40 ms, and every task opens the ledger
             for stmt in _DDL:
                 con.execute(stmt)
+            _migrate_registrations(con)
 
-        self.wh.run(ddl)
-        self.wh.run(_migrate_registrations, transaction=True)
+        self.wh.setup_once("ledger", ddl)
 
     # ------------------------------------------------------------------ budgets
     def ensure_budget(self, dataset: str, cap: PrivacyCost, neighbour: Neighbour = "add-remove") -> BudgetStatus:
@@ -1036,85 +1115,7 @@ class PrivacyLedger:
             return []
         if len({(r.dataset, r.release_id) for r in reqs}) != 1:
             raise ValueError("reserve_many: every request must be of one dataset and one release id")
-        first = reqs[0]
-
-        def op(con):
-            budget = _budget_of(con, first.dataset)
-            row = con.execute(
-                "SELECT eps_cap, delta_cap, eps_spent, delta_spent, neighbour FROM ledger.budgets WHERE dataset = ?",
-                [budget],
-            ).fetchone()
-            if row is None:
-                raise LedgerError(unknown_dataset(first.dataset))
-            ec, dc, es, ds = (int(v) for v in row[:4])
-            lines = con.execute(
-                "SELECT line_key, step, match, n_reserved, n_used, eps_each, delta_each FROM ledger.reservations "
-                "WHERE dataset = ? AND release_id = ? ORDER BY reserved_at, line_key", [first.dataset, first.release_id],
-            ).fetchall()
-            used = {ln[0]: int(ln[4]) for ln in lines}
-            todo, fresh, seen = [], [], set()
-            for req in reqs:
-                new = req.key not in seen and not con.execute(
-                    "SELECT 1 FROM ledger.charges WHERE key = ?", [req.key]).fetchone()
-                seen.add(req.key)
-                fresh.append(new)
-                if not new:
-                    continue
-                try:
-                    charged = charge_under(req.cost, req.neighbour, row[4])
-                except NeighbourConversionError as exc:
-                    raise NeighbourConversionError(
-                        f"step {req.step!r} ({req.mechanism}) on dataset {req.dataset!r}: {exc} Nothing was charged."
-                    ) from None
-                line = None
-                if lines:
-                    # the most specific line with room (a listed record's own line before a shared one)
-                    line = max((ln for ln in lines if ln[1] == req.step and used[ln[0]] < int(ln[3])
-                                and matches(json.loads(ln[2]), req.params)),
-                               key=lambda ln: len(json.loads(ln[2])), default=None)
-                    if line is None or (int(line[5]), int(line[6])) != charged.units:
-                        raise PlanMismatchError(
-                            f"release {req.release_id!r} of dataset {req.dataset!r}: a charge of step {req.step!r} is "
-                            "not among the lines its run reserved (the cost plan and the step disagree: a bug). "
-                            "Nothing was charged for it; report this with the spec."
-                        )
-                    used[line[0]] += 1
-                todo.append((req, charged, line))
-            if not lines and todo:
-                eps_u = sum(c.units[0] for _, c, _ in todo)
-                delta_u = sum(c.units[1] for _, c, _ in todo)
-                if es + eps_u > ec or ds + delta_u > dc:
-                    held, steps = _held(con, first.dataset, first.release_id)
-                    total = PrivacyCost.from_units(eps_u, delta_u)
-                    stated = PrivacyCost.from_units(sum(r.cost.units[0] for r, _, _ in todo),
-                                                    sum(r.cost.units[1] for r, _, _ in todo))
-                    raise BudgetExceededError(
-                        first.dataset, total, PrivacyCost.from_units(es, ds), PrivacyCost.from_units(ec, dc),
-                        stated=None if stated == total else (stated, first.neighbour, row[4]),
-                        release=(first.release_id, held, steps),
-                    )
-                con.execute(
-                    "UPDATE ledger.budgets SET eps_spent = eps_spent + ?, delta_spent = delta_spent + ? "
-                    "WHERE dataset = ?", [eps_u, delta_u, budget],
-                )
-            for req, charged, line in todo:
-                if line is not None:
-                    con.execute("UPDATE ledger.reservations SET n_used = n_used + 1 WHERE line_key = ?", [line[0]])
-                con.execute(
-                    "INSERT INTO ledger.charges (key, dataset, release_id, step, mechanism, notion, neighbour, "
-                    "eps_units, delta_units, status, publishable, flow_run_id, params, reserved_at, stated_eps_units, "
-                    "stated_delta_units, public_ref, line_key) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        req.key, req.dataset, req.release_id, req.step, req.mechanism, req.notion, req.neighbour,
-                        *charged.units, req.publishable, req.flow_run_id,
-                        json.dumps(req.params, sort_keys=True, default=str), _now(), *req.cost.units,
-                        new_nonce(8), None if line is None else line[0],
-                    ],
-                )
-            return fresh
-
-        return self.wh.run(op, transaction=True)
+        return self.wh.run(lambda con: _reserve_in(con, reqs), transaction=True)
 
     def _charge_state(self, key: str) -> tuple | None:
         rows = self.wh.query(
@@ -1198,10 +1199,16 @@ class PrivacyLedger:
         ------
         BudgetExceededError, PlanMismatchError, LedgerError
         """
-        found = self.lookup(req.key)
+        def lookup_or_reserve(con):  # one transaction: the stored answer, or the charge (False: charged before
+            row = con.execute("SELECT payload FROM releases.outputs WHERE key = ?", [req.key]).fetchone()
+            if row is not None:  # by a crashed or a concurrent run: never charged twice)
+                return json.loads(row[0])
+            _reserve_in(con, [req])
+            return None
+
+        found = self.wh.run(lookup_or_reserve, transaction=True)
         if found is not None:
-            return found
-        self.reserve(req)  # False: charged before (a crashed run, or a concurrent one): never charged twice
+            return Release(req.key, found, reused=True)
         try:
             fault_point(f"charged:{req.step}")
             payload = compute()

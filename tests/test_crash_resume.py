@@ -35,14 +35,15 @@ def _ledger() -> PrivacyLedger:
 @pytest.fixture
 def crash_spec(dpr_home: Path, small_spec_path: Path, tmp_path: Path) -> Path:
     """Every charging step on the small table, small enough to run many times (the detector off: it charges
-    nothing; its tasks' boundaries are covered by the detect flow's own tests)."""
+    nothing; its tasks' boundaries are covered by the detect flow's own tests; coco over the 3 origins
+    only: two measured levels, four pictures, the same tasks and charge points)."""
     spec = yaml.safe_load(small_spec_path.read_text())
     steps = spec["steps"]
     steps["detect"]["enabled"] = False
     steps["rules"]["enabled"] = False
     steps["aiq"].update({"enabled": True, "record_ids": ["F000001", "F000002"], "from_detector": 0})
     steps["outlier_counts"]["enabled"] = True
-    steps["coco"].update({"enabled": True, "max_group_size": 60})
+    steps["coco"].update({"enabled": True, "max_group_size": 60, "levels": ["origin"]})
     steps["unattributed"].update({"enabled": True, "max_group_size": 60})
     steps["pcor"].update({"enabled": True, "record_ids": ["F000010"], "from_detector": 0, "n_samples": 5})
     spec["budget"]["epsilon"] = 1000

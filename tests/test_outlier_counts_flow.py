@@ -183,8 +183,10 @@ def _upper_half_width(line: str) -> float:
     half-width as the reader sees it (the low end may be clipped at 0, the high end never is)."""
     m = re.search(r"\| ([\d,.]+) \(\d+%: [\d,.]+ to ([\d,.]+)", line)
     assert m, line
-    value, high = (float(x.replace(",", "")) for x in m.groups())
-    return high - value
+    from decimal import Decimal
+
+    value, high = (Decimal(x.replace(",", "")) for x in m.groups())  # exact: 752.3 - 12.3 is 740, not 739.99…
+    return float(high - value)
 
 
 @pytest.mark.parametrize("method", ["smooth", "smooth_student_t"])

@@ -35,7 +35,7 @@ MODES: list[tuple[str, int]] = [
     (r"bundles/[^/]+/[^/]+/tables", PUBLIC_DIR),
     (r"bundles/[^/]+/[^/]+/tables/[^/]+\.(csv|parquet)", PUBLIC_FILE),
     # the warehouse (raw rows, quarantine, validation results, the ledger), its log, spill and scratch folders
-    (r"warehouse\.duckdb(\.wal)?", PRIVATE_FILE),
+    (r"warehouse\.duckdb(\.wal|\.lock)?", PRIVATE_FILE),  # .lock: the queue processes wait on (empty)
     (r"warehouse\.duckdb\.(tmp|scratch|locks)", PRIVATE_DIR),
     (r"warehouse\.duckdb\.(tmp|scratch|locks)/.+", None),  # any folder 0700, any file 0600 (checked below)
     # the owner key and the home's ledger marker

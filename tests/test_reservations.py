@@ -80,19 +80,22 @@ def test_a_charge_outside_the_reserved_lines_is_refused_as_a_bug_and_records_not
 
 
 # --------------------------------------------------------------------------------------------- processes
-def _run_release(path: str, release: str, barrier) -> tuple[str, str, str]:
+_OPEN: dict[str, PrivacyLedger] = {}  # per pool process: the ledger of each warehouse file, opened once
+
+
+def _run_release(path: str, ds: str, release: str, barrier) -> tuple[str, str, str]:
     """One release in its own process: reserve the plan, then charge, compute and store every line."""
     from dpcore.budget import BudgetExceededError
 
-    led = PrivacyLedger(Warehouse(path, timeout=120))
+    led = _OPEN.get(path) or _OPEN.setdefault(path, PrivacyLedger(Warehouse(path, timeout=120)))
     barrier.wait(timeout=120)
     try:
-        led.reserve_lines("ds", release, _lines("ds", release))
+        led.reserve_lines(ds, release, _lines(ds, release))
     except BudgetExceededError as exc:
         return release, "refused", str(exc)
     for step, n in zip(STEPS, (1, 1, 2)):
         for i in range(n):
-            led.release_once(_charge("ds", release, step, i), lambda: {"release": release})
+            led.release_once(_charge(ds, release, step, i), lambda: {"release": release})
     return release, "published", ""
 
 
@@ -108,21 +111,22 @@ def pool():
 def test_n_concurrent_releases_against_a_cap_for_k_exactly_k_publish_and_the_rest_charge_nothing(tmp_path, pool, n):
     p, manager = pool
     each = Fraction(4, 10)  # every release plans 0.1 + 0.1 + 2 x 0.1
+    path = str(tmp_path / "w.duckdb")  # one file, a fresh budget (dataset) per round
+    led = PrivacyLedger(Warehouse(path))
     for k in range(n + 1):
         for attempt in range(2 if n == 8 else 1):  # repeated where the race is widest
-            path = str(tmp_path / f"w-{k}-{attempt}.duckdb")
-            led = PrivacyLedger(Warehouse(path))
-            led.ensure_budget("ds", PrivacyCost(each * k))
+            ds = f"ds-{k}-{attempt}"
+            led.ensure_budget(ds, PrivacyCost(each * k))
             barrier = manager.Barrier(n)
-            results = p.starmap(_run_release, [(path, f"r{i}", barrier) for i in range(n)])
+            results = p.starmap(_run_release, [(path, ds, f"r{i}", barrier) for i in range(n)])
             published = sorted(r for r, what, _ in results if what == "published")
             refused = [(r, msg) for r, what, msg in results if what == "refused"]
             assert len(published) == k and len(refused) == n - k, (n, k, results)
             for r, msg in refused:
                 assert "Nothing was charged by this run" in msg and f"Release {r!r} holds nothing" in msg
-            charges = led.charges("ds")
+            charges = led.charges(ds)
             assert sorted(set(charges["release_id"])) == published  # the refused charged exactly nothing
             assert len(charges) == 4 * k and set(charges["status"]) <= {"released"}
-            assert led.status("ds").spent == PrivacyCost(each * k) == led.spent_exact("ds")
+            assert led.status(ds).spent == PrivacyCost(each * k) == led.spent_exact(ds)
             for r in published:
-                assert led.release_holds("ds", r)[0] == PrivacyCost(each)
+                assert led.release_holds(ds, r)[0] == PrivacyCost(each)
