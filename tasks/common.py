@@ -32,7 +32,6 @@ from typing import Any, Callable
 
 from prefect import Task
 from prefect.cache_policies import NO_CACHE
-from prefect.utilities.annotations import BaseAnnotation, quote, unmapped
 
 from dpcore.fault_injection import fault_point
 from dpcore.settings import Settings
@@ -183,45 +182,10 @@ def private_task(fn: Callable | None = None, *, worker_safe: bool = False, **kwa
     def make(f: Callable):
         name = opts.get("name") or f.__name__
         body = f if worker_safe else _flow_process_only(_fault_points(f, name), name)
-        return QuotedArgsTask(fn=_private_warnings(body), **opts)
+        return Task(fn=_private_warnings(body), **opts)
 
     return make if fn is None else make(fn)
 
-
-def _bulky(value: Any) -> bool:
-    """A parameter Prefect need not walk: an object of a ``dpcore`` class (spec, settings, plans,
-    measurements), a frame or an array. None of them ever holds a Prefect future or state (``dpcore``
-    never imports Prefect)."""
-    if isinstance(value, type):
-        return False
-    return type(value).__module__.partition(".")[0] in ("dpcore", "pandas", "numpy", "pyarrow")
-
-
-def _quoted(value: Any) -> Any:
-    if isinstance(value, unmapped) and _bulky(value.value):
-        return quote(value)  # Prefect's map unwraps the quote, keeps the value static, and quotes it per run
-    if isinstance(value, BaseAnnotation) or not _bulky(value):
-        return value
-    return quote(value)
-
-
-class QuotedArgsTask(Task):
-    """A Prefect task whose bulky parameters (:func:`_bulky`) are passed inside :class:`prefect.quote`.
-
-    Prefect walks every parameter of every task run, element by element, looking for upstream futures
-    (``visit_collection``): a spec whose public roster lists 4,000 ids, passed to the 28 tasks of a release,
-    cost about 3 s a run, and a roster of a million ids would cost minutes. Dependencies still come from the
-    futures and states passed directly; the function receives the unwrapped values.
-    """
-
-    def __call__(self, *args: Any, **kwargs: Any):
-        return super().__call__(*map(_quoted, args), **{k: _quoted(v) for k, v in kwargs.items()})
-
-    def submit(self, *args: Any, **kwargs: Any):
-        return super().submit(*map(_quoted, args), **{k: _quoted(v) for k, v in kwargs.items()})
-
-    def map(self, *args: Any, **kwargs: Any):
-        return super().map(*map(_quoted, args), **{k: _quoted(v) for k, v in kwargs.items()})
 
 
 def _fault_points(fn: Callable, name: str) -> Callable:

@@ -44,7 +44,8 @@ def _spec(tmp_path: Path, domain: list, name: str) -> Path:
         "schema": {"categorical": {"grp": {"domain": domain}}, "numeric": {"v": {"min": 0, "max": 1000}}},
         "budget": {"epsilon": 5.0, "delta": 1.0e-6},
         "steps": {
-            "validation": {"max_rejected_fraction": 0.5},
+            # no row is rejected; on 47 rows the record counts' noise alone can pass a 0.5 gate (a flaky stop)
+            "validation": {"max_rejected_fraction": 1.0},
             "record_counts": {"enabled": True},
             "unattributed": {"enabled": True, "group_column": "grp", "max_group_size": 100, "epsilon": 1.0,
                              "method": "hg_l1"},
