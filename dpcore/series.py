@@ -119,6 +119,8 @@ def fill_series(data: dict[str, Any], period: object, origin: str, release_id_ov
         last = parse_period(kind, series["last"], "series.last") if series.get("last") is not None else None
     except PeriodError:
         return data  # reported by the model's validation
+    if last is not None and last < first:
+        return data  # likewise
     if release_id_override:
         raise SpecError(
             f"{origin} is a series spec: each period's release id comes from its release_id template, so "
