@@ -12,19 +12,17 @@ from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
 
-import pandas as pd
 import pytest
-import yaml
 
 from dpcore.ledger import PrivacyLedger
 from dpcore.settings import Settings
 from dpcore.spec import SpecError
 from dpcore.warehouse import Warehouse
+from series_fixtures import MONTHS, make_series_spec
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.unregistered]
 
 UTC = timezone.utc
-MONTHS = ["2013-01", "2013-02", "2013-03"]
 
 
 def _ledger() -> PrivacyLedger:
@@ -33,22 +31,8 @@ def _ledger() -> PrivacyLedger:
 
 @pytest.fixture
 def series_path(tmp_path, small_spec_path, small_flights_csv, dpr_home, register_dataset) -> Path:
-    """A monthly series over three files of 1,000 flights each (record counts only: 0.2 per period), series cap
-    0.5: two periods fit, the third is refused. Registered (with its first period's input)."""
-    rows = pd.read_csv(small_flights_csv, dtype=str, keep_default_na=False)
-    data = tmp_path / "data"
-    data.mkdir()
-    for i, month in enumerate(MONTHS):
-        rows.iloc[i * 1000:(i + 1) * 1000].to_csv(data / f"flights_{month}.csv", index=False)
-    spec = yaml.safe_load(small_spec_path.read_text())
-    spec["release_id"] = "{dataset}-{period}"
-    spec["dataset"]["source"] = {"kind": "csv", "path": str(data / "flights_{period}.csv")}
-    spec["series"] = {"period": "monthly", "first": "2013-01"}
-    spec["budget"]["series_cap"] = {"epsilon": 0.5}
-    spec["steps"]["detect"]["enabled"] = False
-    spec["steps"]["rules"]["enabled"] = False
-    path = tmp_path / "series.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    """The small monthly series (tests/series_fixtures.py; series cap 0.5: two periods fit), registered."""
+    path = make_series_spec(tmp_path, small_spec_path, small_flights_csv)
     register_dataset(path)
     return path
 
@@ -158,3 +142,20 @@ def test_a_deployment_run_releases_the_period_ended_before_its_scheduled_start(s
     assert outs[0]["period"] == "2013-02" and not outs[0]["stored_release"]
     assert outs[1]["stored_release"] and outs[1]["period"] == "2013-02"
     assert _releases(led) == {"nycflights13-2013-02": Fraction(2, 10)}
+
+
+def test_backfill_releases_in_order_returns_released_periods_as_stored_and_stops_at_a_failure(series_path, capsys):
+    from flows.release_pipeline import main
+
+    assert main(["--spec", str(series_path), "--period", "2013-01"]) == 0
+    capsys.readouterr()
+    led = _ledger()
+    # 2013-01 is stored, 2013-02 released, 2013-03 refused by the series cap (0.6 > 0.5): the backfill stops there
+    assert main(["--spec", str(series_path), "--from", "2013-01", "--to", "2013-03"]) == 2
+    out, err = capsys.readouterr()
+    assert "period    : 2013-01" in out and "stored    : this release id was finished before" in out
+    assert "period    : 2013-02" in out
+    assert "backfill stopped at period 2013-03" in err
+    assert "released before it (kept): 2013-01, 2013-02" in err and "not run: none" in err
+    assert "budget.series_cap" in err
+    assert _releases(led) == {"nycflights13-2013-01": Fraction(2, 10), "nycflights13-2013-02": Fraction(2, 10)}
