@@ -75,7 +75,9 @@ def test_deployments_registered_with_schedule_pool_and_constraints(stack):
     release = deployment(ops, "release_pipeline", "monthly-release")
     (sched,) = release["schedules"]
     assert sched["active"] and sched["schedule"]["cron"] == "0 3 1 * *"
-    assert release["parameters"] == {"spec_path": "specs/demo.yaml"}
+    assert release["parameters"] == {"spec_path": "specs/demo_series.yaml"}  # issue 30: the demo as a monthly series
+    period = _bounded(release["parameter_openapi_schema"]["properties"]["period"])
+    assert period["pattern"] and period.get("default") is None and period["description"]
     for flow_name, name in [("aiq_query", "aiq-query"), ("outlier_counts", "outlier-counts"),
                             ("coco_publish", "coco-publish"), ("explain_outlier", "explain-outlier"), ("explain_rules", "explain-rules"),
                             ("unattributed_publish", "unattributed-publish"), ("release_pipeline", "monthly-release")]:
