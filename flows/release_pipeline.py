@@ -22,7 +22,7 @@ from tasks.stages import (
     validate_task,
 )
 
-from tasks.series import check_period_source_task, pick_period
+from tasks.series import check_period_source_task, pick_period, series_page_task
 from tasks.unattributed import unattributed_task
 
 from .coco_publish import run_coco
@@ -55,7 +55,10 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
     period = pick_period(spec_path, period)  # a series spec's period: given, or from the run's schedule
     spec, settings = resolve(spec_path, release_id, period=period) if period else resolve(spec_path, release_id)
     preflight_task(spec)  # every step's public checks before the first charge (no half release on bad input)
-    return run_once(spec, settings, PIPELINE, lambda: _release(spec, settings), replay=_stored)
+    out = run_once(spec, settings, PIPELINE, lambda: _release(spec, settings), replay=_stored)
+    if spec.series is not None:  # the series page, rebuilt from the stored releases only (post-processing)
+        series_page_task(spec, settings)
+    return out
 
 
 def _stored(result: dict[str, Any]) -> dict[str, Any]:

