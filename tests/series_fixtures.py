@@ -26,8 +26,8 @@ def make_series_spec(folder: Path, base_spec: Path, flights_csv: Path, series_ca
     spec["series"] = {"period": "monthly", "first": "2013-01"}
     if series_cap is not None:
         spec["budget"]["series_cap"] = {"epsilon": series_cap}
-    spec["steps"]["detect"]["enabled"] = False
-    spec["steps"]["rules"]["enabled"] = False
+    for step in ("detect", "rules", "aiq", "pcor", "outlier_counts", "coco", "unattributed"):
+        spec["steps"].setdefault(step, {})["enabled"] = False
     path = folder / "series.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
