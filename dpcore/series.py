@@ -408,3 +408,17 @@ def backfill_periods(spec_path: str | Path, start: str, end: str) -> list[str]:
     if last is not None and hi > last:
         raise SpecError(f"--to {hi.label} is after the series' last period {last.label} (series.last)")
     return [p.label for p in periods_between(lo, hi)]
+
+
+def series_without_period(spec_path: str | Path) -> None:
+    """Refuse a flow run of a series spec that names no period (the operator flows take no period yet).
+
+    Raises
+    ------
+    SpecError
+        Naming ``spec_path`` and the fix.
+    """
+    raise SpecError(
+        f"spec_path {str(spec_path)!r} is a series spec: this flow has no period parameter, so it cannot say which "
+        "period's release and input to use; run the release pipeline with its period parameter (dpr run SPEC "
+        "--period 2013-05), or give this flow a spec without series (nothing was read or charged)")

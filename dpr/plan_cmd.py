@@ -109,11 +109,16 @@ def plan(spec, release_id, period, whole_series, max_periods, as_json) -> None:
 
 def _plan_series(spec: str, max_periods: int, as_json: bool) -> None:
     """``dpr plan --series``: per remaining period, its charge and what is left; the first refused period."""
+    from dpcore.ledger import not_registered_message
     from dpcore.series import plan_series
+    from dpcore.spec import load_spec
 
     with refusals():
         ledger = open_ledger()
         rows = plan_series(spec, ledger, max_periods=max_periods)
+        name = load_spec(spec).dataset.name
+        registered = ledger is not None and ledger.registration(name) is not None
+    problems = [] if registered else [not_registered_message(name)]
 
     def pair(c):
         return None if c is None else {"epsilon": float(c.epsilon), "delta": float(c.delta)}
@@ -124,8 +129,9 @@ def _plan_series(spec: str, max_periods: int, as_json: bool) -> None:
         print_json({"periods": [{"period": r.period, "release_id": r.release_id, "status": r.status,
                                  "charge": pair(r.charge), "left_budget": pair(r.left_budget),
                                  "left_series_cap": pair(r.left_series), "reason": r.reason} for r in rows],
-                    "first_refused": refused.period if refused else None, "periods_that_fit": fits})
-        return
+                    "first_refused": refused.period if refused else None, "periods_that_fit": fits,
+                    "registered": registered, "problems": problems})
+        raise SystemExit(REFUSED if problems else 0)
     out.print(table("Series plan (charges nothing, reads no data)",
                     ["period", "release", "status", "charges", "budget left after", "series cap left after",
                      "why refused"],
@@ -138,3 +144,5 @@ def _plan_series(spec: str, max_periods: int, as_json: bool) -> None:
         out.print(f"runway: {runway}; the first refused period is {refused.period}", markup=False)
     else:
         out.print(f"runway: {runway}; none of the {len(rows)} planned period(s) is refused", markup=False)
+    if problems:
+        refuse("every period would be refused before its first charge:\n" + "\n".join(f"  - {x}" for x in problems))

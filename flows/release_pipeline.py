@@ -53,7 +53,7 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
         period: A series spec's period (2013-05, 2013-W05, 2013-05-31, 2013-Q2). Empty on a deployment's run: the period that ended before its scheduled start (UTC). A spec without series takes none.
     """
     period = pick_period(spec_path, period)  # a series spec's period: given, or from the run's schedule
-    spec, settings = resolve(spec_path, release_id, period=period) if period else resolve(spec_path, release_id)
+    spec, settings = resolve(spec_path, release_id, period=period)
     preflight_task(spec)  # every step's public checks before the first charge (no half release on bad input)
     out = run_once(spec, settings, PIPELINE, lambda: _release(spec, settings), replay=_stored)
     if spec.series is not None:  # the series page, rebuilt from the stored releases only (post-processing)

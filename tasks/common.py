@@ -315,5 +315,9 @@ def resolve(spec_path: str, release_id: str | None, period: str | None = None) -
     settings = Settings.from_env()
     path = allowed_spec_file(spec_path, settings.specs_dirs)
     spec = load_spec(path, release_id=release_id, period=period)  # period: a series spec's (issue 30)
+    if spec.series is not None and period is None:  # never a silent first period
+        from dpcore.series import series_without_period
+
+        series_without_period(spec_path)
     check_paths(spec, settings)
     return spec, settings

