@@ -225,12 +225,14 @@ def series_spent(ledger: "PrivacyLedger | None", spec: "ReleaseSpec") -> "Privac
     pattern = series_release_pattern(spec)
     if ledger is None or pattern is None:
         return PrivacyCost(0)
-    try:
-        totals = ledger.release_totals(spec.dataset.name)
-    except LedgerError:  # a budget the ledger does not hold yet
-        return PrivacyCost(0)
-    rx = re.compile(pattern)
-    return sum((t["held"] for t in totals if rx.fullmatch(t["release_id"])), PrivacyCost(0))
+    # the same sum as the reservation's own check (dpcore.ledger._check_series_cap): this dataset name's releases
+    row = ledger.wh.query(
+        "SELECT coalesce(sum(e), 0), coalesce(sum(d), 0) FROM ("
+        "SELECT n_reserved * eps_each AS e, n_reserved * delta_each AS d FROM ledger.reservations "
+        "WHERE dataset = ? AND regexp_full_match(release_id, ?) UNION ALL "
+        "SELECT eps_units, delta_units FROM ledger.charges WHERE dataset = ? AND line_key IS NULL "
+        "AND regexp_full_match(release_id, ?))", [spec.dataset.name, pattern, spec.dataset.name, pattern])
+    return PrivacyCost.from_units(int(row[0][0]), int(row[0][1]))
 
 
 def series_cap_problem(spec: "ReleaseSpec", new: "PrivacyCost", spent: "PrivacyCost") -> str | None:
