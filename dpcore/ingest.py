@@ -93,12 +93,17 @@ DEMO_VERSION = 2
 def materialise_demo(source: DemoSource, data_dir: Path) -> Path:
     """Write the bundled NYC flights 2013 demo as a CSV (once) and return its path.
 
+    With ``source.period`` (a series spec's period, issue 30), only the flights of that period (by their
+    scheduled date in the package data) are written, to a file of their own, keeping the whole demo's ids.
+
     Columns: a synthetic record id ``flight_id`` (``F000001`` … in the
     package's row order) and :data:`DEMO_COLUMNS` (``tailnum`` is the plane:
     the group of the count-of-counts step). Cancelled flights keep their
     empty delay/air-time cells: validation must quarantine them.
     """
     suffix = f"_first{source.limit}" if source.limit else ""
+    if source.period:  # a series' period (issue 30): the flights departing in it (UTC dates), their own ids
+        suffix += f"_{source.period}"
     path = data_dir / f"nycflights13_flights_v{DEMO_VERSION}{suffix}.csv"
     if path.exists():
         tighten(data_dir)  # materialised by an older version with the umask's modes
@@ -110,6 +115,13 @@ def materialise_demo(source: DemoSource, data_dir: Path) -> Path:
     if source.limit:
         df = df.head(source.limit)
     df.insert(0, "flight_id", [f"F{i:06d}" for i in range(1, len(df) + 1)])
+    if source.period:
+        from .periods import parse_label
+
+        p = parse_label(source.period, "dataset.source.period")
+        day = pd.to_datetime(pd.DataFrame({"year": flights["year"], "month": flights["month"],
+                                           "day": flights["day"]})).dt.date.loc[df.index]
+        df = df[(day >= p.start) & (day < p.end)]
     for col in ("distance", "air_time", "dep_delay", "arr_delay", "month"):
         df[col] = df[col].astype("Int64")
     private_dir(data_dir)  # the owner's data: 0700, the file 0600 (DESIGN.md rule 11)
