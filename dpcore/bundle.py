@@ -436,7 +436,8 @@ def render_report(
             "",
             "## Data validation (data owner only)",
             "",
-            "Counts and input row numbers of rejected rows are in `owner/validation_summary.json`. "
+            "Counts and data row numbers (1 = the first row after the header) of rejected rows are in "
+            "`owner/validation_summary.json`; `dpr validation show` prints every failing row of each rule. "
             "They are not privacy-protected: do not publish the `owner/` folder.",
         ]
     for note in owner_notes or []:

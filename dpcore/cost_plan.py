@@ -279,6 +279,12 @@ def plan_release(spec: ReleaseSpec, ledger: PrivacyLedger | None = None,
                     "charges differ from this spec's); a release id names one release: give this release a new "
                     "release id")
     plan = CostPlan(name, spec.release_id, neighbour, cap, spent, known, lines, [], finished)
+    if spec.series is not None and spec.budget.series_cap is not None and not finished:
+        from .series import series_cap_problem, series_spent
+
+        over = series_cap_problem(spec, plan.new, series_spent(ledger, spec))  # before the period's first charge
+        if over:
+            problems.append(over)
     if not plan.fits:
         problems.append(
             f"budget: this release would charge {plan.new} but dataset "

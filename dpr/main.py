@@ -11,6 +11,7 @@ from .plan_cmd import plan
 from .run_cmd import OPERATOR_FLOWS, operator_command, run
 from .server_cmd import server_group
 from .spec_cmd import spec_group
+from .validation_cmd import validation_group
 
 
 class _Lazy(click.Group):
@@ -39,6 +40,7 @@ def cli(home: str | None) -> None:
       dpr plan my.yaml
       dpr run my.yaml
       dpr budget
+      dpr validation show --spec my.yaml                    # which rows broke which rule (owner only)
 
     \b
     `dpr server start` keeps one local Prefect server that later commands reuse (fast operator
@@ -59,6 +61,7 @@ cli.add_command(plan)
 cli.add_command(run)
 cli.add_command(budget)
 cli.add_command(server_group)
+cli.add_command(validation_group)
 
 
 def main() -> None:

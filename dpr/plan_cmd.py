@@ -25,8 +25,14 @@ def open_ledger(create: bool = False):
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--release-id", help="Override the spec's release id (lines this id already reserved are not "
                                    "charged again).")
+@click.option("--period", help="A series spec's period to plan (default: the series' first period).")
+@click.option("--series", "whole_series", is_flag=True,
+              help="A series spec: plan every remaining period (what each charges, what is left, the first refused "
+                   "period).")
+@click.option("--periods", "max_periods", type=click.IntRange(1, 1000), default=24, show_default=True,
+              help="With --series and no series.last: how many periods to plan.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-def plan(spec, release_id, as_json) -> None:
+def plan(spec, release_id, period, whole_series, max_periods, as_json) -> None:
     """Preview what running SPEC would cost, and whether it fits the budget.
 
     Lists every charge of every enabled step: its (ε, δ) as the mechanism states it (under its own
@@ -44,9 +50,18 @@ def plan(spec, release_id, as_json) -> None:
     from dpcore.plan_warnings import parameter_warnings, plan_warnings
     from dpcore.spec import check_release_id_flag, load_spec
 
+    if whole_series:
+        if release_id or period:
+            with refusals():
+                from dpcore.spec import SpecError
+
+                raise SpecError("--series plans every period with its own release id: leave out --release-id and "
+                                "--period")
+        _plan_series(spec, max_periods, as_json)
+        return
     with refusals():
         check_release_id_flag(release_id)
-        loaded = load_spec(spec, release_id=release_id)
+        loaded = load_spec(spec, release_id=release_id, period=period)
         ledger = open_ledger()
         p = plan_release(loaded, ledger)
         registered = ledger is not None and ledger.registration(loaded.dataset.name) is not None
@@ -90,3 +105,44 @@ def plan(spec, release_id, as_json) -> None:
                + "\n".join(f"  - {x}" for x in problems))
     out.print(f"left after this run  : {cost(p.left_after)}", markup=False)
     out.print("fits: yes (nothing was charged by this preview)", markup=False)
+
+
+def _plan_series(spec: str, max_periods: int, as_json: bool) -> None:
+    """``dpr plan --series``: per remaining period, its charge and what is left; the first refused period."""
+    from dpcore.ledger import not_registered_message
+    from dpcore.series import plan_series
+    from dpcore.spec import load_spec
+
+    with refusals():
+        ledger = open_ledger()
+        rows = plan_series(spec, ledger, max_periods=max_periods)
+        name = load_spec(spec).dataset.name
+        registered = ledger is not None and ledger.registration(name) is not None
+    problems = [] if registered else [not_registered_message(name)]
+
+    def pair(c):
+        return None if c is None else {"epsilon": float(c.epsilon), "delta": float(c.delta)}
+
+    refused = next((r for r in rows if r.status == "refused"), None)
+    fits = [r.period for r in rows if r.status == "fits"]
+    if as_json:
+        print_json({"periods": [{"period": r.period, "release_id": r.release_id, "status": r.status,
+                                 "charge": pair(r.charge), "left_budget": pair(r.left_budget),
+                                 "left_series_cap": pair(r.left_series), "reason": r.reason} for r in rows],
+                    "first_refused": refused.period if refused else None, "periods_that_fit": fits,
+                    "registered": registered, "problems": problems})
+        raise SystemExit(REFUSED if problems else 0)
+    out.print(table("Series plan (charges nothing, reads no data)",
+                    ["period", "release", "status", "charges", "budget left after", "series cap left after",
+                     "why refused"],
+                    [[r.period, r.release_id, r.status, cost(r.charge) if r.status != "released" else "stored",
+                      cost(r.left_budget) if r.status != "refused" else "-",
+                      "-" if r.left_series is None or r.status == "refused" else cost(r.left_series), r.reason]
+                     for r in rows]))
+    runway = f"{len(fits)} more period(s) fit" + (f" ({fits[0]} to {fits[-1]})" if fits else "")
+    if refused:
+        out.print(f"runway: {runway}; the first refused period is {refused.period}", markup=False)
+    else:
+        out.print(f"runway: {runway}; none of the {len(rows)} planned period(s) is refused", markup=False)
+    if problems:
+        refuse("every period would be refused before its first charge:\n" + "\n".join(f"  - {x}" for x in problems))

@@ -45,24 +45,40 @@ RENAMED = {"record_ids": "record-id", "spec_path": "spec", "attributes": "attrib
 @click.command("run")
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--release-id", help="Override the spec's release id (the same id again spends nothing new).")
-def run(spec, release_id) -> None:
+@click.option("--period", help="A series spec's period to release (2013-05, 2013-W05, 2013-05-31, 2013-Q2).")
+@click.option("--from", "start", help="Backfill a series spec: the first period to release (with --to).")
+@click.option("--to", "end", help="Backfill a series spec: the last period to release, included (with --from).")
+def run(spec, release_id, period, start, end) -> None:
     """Run the whole release of SPEC (the demo's path) and print where the bundle is and the budget.
 
     The release is checked first as `dpr plan` does (every step's parameters, the whole cost against
     the remaining budget) and stops before its first charge on any problem. Progress is logged by
     Prefect as the steps run.
+
+    A series spec releases one period per run: --period P, or --from A --to B to release every period
+    from A to B in order (each all or nothing; a period released before is returned as stored; the
+    first failed period stops the backfill, and the periods before it stay released).
     """
     from dpcore.path_checks import check_paths
+    from dpcore.series import backfill_periods, check_run_flags
     from dpcore.settings import Settings
     from dpcore.spec import check_release_id_flag, load_spec
 
     with refusals():  # fail fast, before Prefect starts a server
         check_release_id_flag(release_id)
-        check_paths(load_spec(spec, release_id=release_id), Settings.from_env())
+        check_run_flags(spec, period, start, end)
+        if start is not None:
+            backfill_periods(spec, start, end)
+        elif load_spec(spec).series is not None and period is None:
+            refuse("--period: SPEC is a series spec; give the period to release (--period 2013-05) or a range "
+                   "(--from 2013-01 --to 2013-12). Nothing was read or charged.")
+        check_paths(load_spec(spec, release_id=release_id, period=period), Settings.from_env())
     prefect_environment()
     from flows.release_pipeline import main as release_main
 
-    raise SystemExit(release_main(["--spec", spec] + (["--release-id", release_id] if release_id else [])))
+    extra = (["--release-id", release_id] if release_id else []) + (["--period", period] if period else [])
+    extra += ["--from", start, "--to", end] if start is not None else []
+    raise SystemExit(release_main(["--spec", spec] + extra))
 
 
 def _arg_help(doc: str) -> dict[str, str]:

@@ -35,14 +35,18 @@ def _pairs(values: tuple[str, ...], flag: str, sep: str) -> dict[str, str]:
 @click.option("--categorical", multiple=True, metavar="COL", help="Treat COL as categorical (repeatable).")
 @click.option("--ignore", multiple=True, metavar="COL", help="Leave COL undeclared (kept in raw only; repeatable).")
 @click.option("--nullable", multiple=True, metavar="COL", help="COL may be empty (a public fact; repeatable).")
-@click.option("--epsilon", type=float, default=1.0, show_default=True, help="The dataset's total epsilon.")
-@click.option("--delta", type=float, default=1e-6, show_default=True, help="The dataset's total delta.")
+@click.option("--delimiter", metavar="D",
+              help="The CSV's field delimiter: comma, semicolon, tab or pipe (or the character itself). Default: "
+                   "detected from the header line; written to dataset.source.delimiter unless a comma.")
+@click.option("--epsilon", type=float, default=1.0, show_default=True,
+              help="The dataset's total epsilon (finite, > 0).")
+@click.option("--delta", type=float, default=1e-6, show_default=True, help="The dataset's total delta, in [0, 1).")
 @click.option("--neighbour", type=click.Choice(["add-remove", "replace-one"]), default="add-remove",
               show_default=True, help="Neighbour relation the budget is stated under.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the draft here (default: stdout).")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
-def draft(data, id_column, name, bounds, domain_from, numeric, categorical, ignore, nullable, epsilon, delta,
-          neighbour, output, force) -> None:
+def draft(data, id_column, name, bounds, domain_from, numeric, categorical, ignore, nullable, delimiter, epsilon,
+          delta, neighbour, output, force) -> None:
     """Write a starting spec for the CSV DATA.
 
     Every value read from the data (a domain, a bound, nullability) is written on a line marked
@@ -50,7 +54,12 @@ def draft(data, id_column, name, bounds, domain_from, numeric, categorical, igno
     `dpr spec check`, `dpr plan` and `dpr run` until each marked line is replaced with public knowledge
     (or confirmed public) and its marker deleted. Bounds and domains given with --bounds and
     --domain-from are public and not marked.
+
+    File paths are written as the spec reads them, from the spec file's folder: relative to the folder
+    of -o FILE when they lie below it, else absolute (always absolute on standard output). A header that
+    reads as one column although another delimiter splits it is refused (give --delimiter).
     """
+    from dpcore.ingest import DELIMITER_NAMES
     from dpcore.spec_draft import draft_spec, marked_lines
 
     parsed_bounds = {}
@@ -63,13 +72,17 @@ def draft(data, id_column, name, bounds, domain_from, numeric, categorical, igno
     domains = {c: tuple(r.rsplit(":", 1)) for c, r in _pairs(domain_from, "--domain-from", ":").items()}
     kinds = {**{c: "numeric" for c in numeric}, **{c: "categorical" for c in categorical},
              **{c: "undeclared" for c in ignore}}
+    by_name = {**{n: d for d, n in DELIMITER_NAMES.items()}, **{d: d for d in DELIMITER_NAMES}, "\\t": "\t"}
+    if delimiter is not None and delimiter not in by_name:
+        refuse(f"--delimiter {delimiter!r}: give one of comma, semicolon, tab, pipe (or ',', ';', '|')")
     if output and Path(output).exists() and not force:
         refuse(f"{output} exists; pass --force to overwrite it")
     with refusals():
         try:
             text = draft_spec(data, id_column=id_column, name=name, bounds=parsed_bounds, domain_files=domains,
                               kinds=kinds, nullable=list(nullable), epsilon=epsilon, delta=delta, neighbour=neighbour,
-                              spec_dir=Path(output).parent if output else Path.cwd())
+                              spec_dir=Path(output).parent if output else None,
+                              delimiter=by_name[delimiter] if delimiter is not None else None)
         except ValueError as exc:
             refuse(str(exc))
     if output:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from prefect import flow
@@ -21,12 +22,13 @@ from tasks.stages import (
     validate_task,
 )
 
+from tasks.series import check_period_source_task, pick_period, series_page_task
 from tasks.unattributed import unattributed_task
 
 from .coco_publish import run_coco
 from .detect import run_detection
 from .outlier_counts import run_outlier_counts
-from .params import DEMO_SPEC, ReleaseId, SpecPath
+from .params import DEMO_SPEC, Period, ReleaseId, SpecPath
 from .pcor import run_pcor
 from .runner import task_runner_from_env
 
@@ -35,19 +37,28 @@ from .runner import task_runner_from_env
 # runner chosen by DPR_TASK_RUNNER / DPR_DASK_ADDRESS;
 # every warehouse/ledger task is called directly and runs in this flow's process (flows/runner.py)
 @flow(name="release_pipeline", log_prints=False, persist_result=False, task_runner=task_runner_from_env())
-def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = None) -> dict[str, Any]:
+def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = None,
+                     period: Period = None) -> dict[str, Any]:
     """Run a whole release: its planned cost is reserved before the first charge, all or nothing.
 
     A release id names one release: running a finished release id again
     returns its stored outcome without reading the data or charging anything.
+    A series spec (``series:``) releases one period per run: ``period``, or on
+    a deployment's run left empty, the period that ended before the run's
+    scheduled start time (so a late or retried run releases the same period).
 
     Args:
         spec_path: Path to the release spec YAML.
         release_id: Overrides the spec's release id (a finished id returns its stored release; new data needs a new id).
+        period: A series spec's period (2013-05, 2013-W05, 2013-05-31, 2013-Q2). Empty on a deployment's run: the period that ended before its scheduled start (UTC). A spec without series takes none.
     """
-    spec, settings = resolve(spec_path, release_id)
+    period = pick_period(spec_path, period)  # a series spec's period: given, or from the run's schedule
+    spec, settings = resolve(spec_path, release_id, period=period)
     preflight_task(spec)  # every step's public checks before the first charge (no half release on bad input)
-    return run_once(spec, settings, PIPELINE, lambda: _release(spec, settings), replay=_stored)
+    out = run_once(spec, settings, PIPELINE, lambda: _release(spec, settings), replay=_stored)
+    if spec.series is not None:  # the series page, rebuilt from the stored releases only (post-processing)
+        series_page_task(spec, settings)
+    return out
 
 
 def _stored(result: dict[str, Any]) -> dict[str, Any]:
@@ -56,6 +67,7 @@ def _stored(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _release(spec, settings) -> dict[str, Any]:
+    check_period_source_task(spec)  # a series period without its input: refused before ingest (names both)
     ingested = ingest_task(spec, settings)
     validate_task(spec, settings, ingested)
     run_cost = cost_preflight_task(spec, settings)  # whole plan reserved; a failing input charged nothing
@@ -93,6 +105,7 @@ def _release(spec, settings) -> dict[str, Any]:
         "remaining": b["remaining"],
         "cap": b["cap"],
         "neighbour": b["neighbour"],
+        **({"period": spec.period} if spec.period else {}),
     }
 
 
@@ -110,8 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the release pipeline on a spec.")
     parser.add_argument("--spec", default=DEMO_SPEC, help="release spec YAML (default: the bundled demo)")
     parser.add_argument("--release-id", default=None, help="override the spec's release id")
+    parser.add_argument("--period", default=None, help="a series spec's period to release (2013-05)")
+    parser.add_argument("--from", dest="start", default=None, help="backfill a series from this period")
+    parser.add_argument("--to", dest="end", default=None, help="backfill a series up to this period (included)")
     args = parser.parse_args(argv)
     from dpcore.errors import user_facing
+    from dpcore.series import backfill_periods, check_run_flags
     from dpcore.spec import check_release_id_flag, load_spec
 
     from flows.console_logging import quiet_refusal_tracebacks
@@ -119,8 +136,42 @@ def main(argv: list[str] | None = None) -> int:
     quiet_refusal_tracebacks()  # a refusal (exit 2) prints its message, not Prefect's traceback
     with user_facing():
         check_release_id_flag(args.release_id)  # a bad flag is the flag's fault, not the spec file's
-        load_spec(args.spec, release_id=args.release_id)  # fail fast, before Prefect starts a server
-        out = release_pipeline(spec_path=args.spec, release_id=args.release_id)
+        check_run_flags(args.spec, args.period, args.start, args.end)  # names the flag at fault
+        if args.start is not None or args.end is not None:
+            return _backfill(args.spec, backfill_periods(args.spec, args.start, args.end))
+        load_spec(args.spec, release_id=args.release_id, period=args.period)  # fail fast, before Prefect starts
+        out = release_pipeline(spec_path=args.spec, release_id=args.release_id, period=args.period)
+    _print_outcome(out)
+    return 0
+
+
+def _backfill(spec_path: str, periods: list[str]) -> int:
+    """Release each period of ``periods`` in order, each its own all-or-nothing run; stop at the first failure."""
+    from dpcore.errors import expected_errors
+
+    done: list[str] = []
+    for p in periods:
+        try:
+            out = release_pipeline(spec_path=spec_path, period=p)
+        except BaseException as exc:
+            before = ", ".join(done) if done else "none"
+            rest = periods[periods.index(p) + 1:]
+            print(f"\nbackfill stopped at period {p}: that period's release was refused or failed and charged "
+                  f"nothing beyond its own all-or-nothing reservation (see the message below).\n"
+                  f"released before it (kept): {before}\n"
+                  f"not run: {', '.join(rest) if rest else 'none'}", file=sys.stderr)
+            if isinstance(exc, expected_errors()):
+                print(f"refused: {exc}", file=sys.stderr)
+                return 2
+            raise
+        done.append(p)
+        print(f"\nperiod    : {p}")
+        _print_outcome(out)
+    print(f"\nbackfill done: {len(done)} period(s), {periods[0]} to {periods[-1]}")
+    return 0
+
+
+def _print_outcome(out: dict[str, Any]) -> None:
     print()
     if out.get("stored_release"):
         print("stored    : this release id was finished before; this is its stored release (no data read, "
@@ -129,7 +180,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bundle    : {out['bundle']}")
     print(f"report    : {out['bundle']}/report.md")
     print(budget_line(out))
-    return 0
 
 
 if __name__ == "__main__":

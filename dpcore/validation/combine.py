@@ -124,7 +124,9 @@ def _combine(verdicts: list[ChunkVerdict], spec: ReleaseSpec) -> ValidationOutco
         count = sum(v.hits[j][2] for v in verdicts)
         if count:
             examples = [x for v in verdicts for x in v.hits[j][3]][:k]
-            row_failures.append(RuleSummary(rule, col, int(count), examples))
+            attr = spec.public_schema.numeric.get(col) if rule == "in_bounds" else None
+            bounds = (float(attr.min), float(attr.max)) if attr is not None else None  # public spec values
+            row_failures.append(RuleSummary(rule, col, int(count), examples, bounds))
     n_rows = int(sum(v.n_rows for v in verdicts))
     n_valid = int(sum(v.n_valid for v in verdicts))
     return ValidationOutcome(

@@ -28,18 +28,84 @@ class RuleSummary:
     count : int
         Number of distinct input rows breaking the rule (1 for a table rule).
     example_rows : list of int
-        The first few input row numbers (``_row``) breaking it; never values.
+        The first few data row numbers (``_row``: 1 is the first row after the header, blank lines not
+        counted) breaking it; never values.
+    bounds : tuple of float, optional
+        ``in_bounds`` only: the column's public bounds ``(min, max)`` from the spec (public values).
     """
 
     rule: str
     column: str | None
     count: int
     example_rows: list[int] = field(default_factory=list)
+    bounds: tuple[float, float] | None = None
 
     def as_dict(self) -> dict:
-        """Plain-JSON form (used by :meth:`ValidationOutcome.summary`)."""
-        return {"rule": self.rule, "column": self.column, "count": int(self.count),
-                "example_rows": [int(r) for r in self.example_rows]}
+        """Plain-JSON form (used by :meth:`ValidationOutcome.summary`); ``bounds`` only when set."""
+        out = {"rule": self.rule, "column": self.column, "count": int(self.count),
+               "example_rows": [int(r) for r in self.example_rows]}
+        if self.bounds is not None:
+            out["bounds"] = [float(self.bounds[0]), float(self.bounds[1])]
+        return out
+
+
+#: How the owner's texts name row numbers (``_row``): not lines of the file.
+DATA_ROWS = "data rows: 1 = the first row after the header, blank lines not counted"
+
+
+def plural(n: int, word: str) -> str:
+    """``1 row``, ``2 rows`` (``word`` takes an ``s``)."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _bound(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(float(x))
+
+
+def rule_text(rule: str, bounds: list | tuple | None = None) -> str:
+    """What a broken rule means, with the column's public bounds for ``in_bounds`` when known.
+
+    Parameters
+    ----------
+    rule : str
+    bounds : pair of float, optional
+        The public ``[min, max]`` of the column (spec values, never data).
+    """
+    text = _RULE_TEXT.get(rule, rule)
+    if rule == "in_bounds" and bounds is not None:
+        text = text.replace("[min, max]", f"[{_bound(bounds[0])}, {_bound(bounds[1])}]")
+    return text
+
+
+def summary_lines(s: dict) -> list[str]:
+    """The owner's text of a stored summary (:meth:`ValidationOutcome.summary`): rules, columns, counts, rows.
+
+    Row numbers are data rows (:data:`DATA_ROWS`); no cell value is in ``s`` or here.
+    """
+    lines = [
+        f"validation: {plural(s['n_rows'], 'row')}, {s['n_valid']} valid, {s['n_rejected']} rejected "
+        f"({100 * s['rejected_fraction']:.2f}%)"
+    ]
+    if s["table_failures"]:
+        lines.append("table rules failed:")
+        for f in s["table_failures"]:
+            where = f" column {f['column']!r}" if f["column"] is not None else ""
+            lines.append(f"  - {f['rule']}{where}: {rule_text(f['rule'])}")
+    if s["row_failures"]:
+        lines.append(f"row rules failed (rule, column: number of rows breaking it; example {DATA_ROWS}):")
+        for f in s["row_failures"]:
+            ex = ", ".join(str(r) for r in f["example_rows"])
+            more = ", ..." if f["count"] > len(f["example_rows"]) and ex else ""
+            rows = f"; data {'row' if len(f['example_rows']) == 1 and not more else 'rows'} {ex}{more}" if ex else ""
+            lines.append(
+                f"  - {f['rule']}, column {f['column']!r}: {plural(f['count'], 'row')}{rows} "
+                f"({rule_text(f['rule'], f.get('bounds'))})"
+            )
+    if s["ignored_columns"]:
+        lines.append("ignored extra columns (kept in raw only): " + ", ".join(repr(c) for c in s["ignored_columns"]))
+    if not s["table_failures"] and not s["row_failures"]:
+        lines.append("all rules passed")
+    return lines
 
 
 @dataclass
@@ -128,36 +194,16 @@ class ValidationOutcome:
         }
 
     def summary_text(self) -> str:
-        """Readable multi-line rendering of :meth:`summary` (no cell values).
+        """Readable multi-line rendering of :meth:`summary` (:func:`summary_lines`; no cell values).
+
+        Row numbers are data rows (1 = the first row after the header), each ``in_bounds`` rule shows
+        the column's public bounds, counts take their singular or plural.
 
         Returns
         -------
         str
         """
-        s = self.summary()
-        lines = [
-            f"validation: {s['n_rows']} rows, {s['n_valid']} valid, {s['n_rejected']} rejected "
-            f"({100 * s['rejected_fraction']:.2f}%)"
-        ]
-        if s["table_failures"]:
-            lines.append("table rules failed:")
-            for f in s["table_failures"]:
-                where = f" column {f['column']!r}" if f["column"] is not None else ""
-                lines.append(f"  - {f['rule']}{where}: {_RULE_TEXT.get(f['rule'], f['rule'])}")
-        if s["row_failures"]:
-            lines.append("row rules failed (rule, column: rows; example input rows):")
-            for f in s["row_failures"]:
-                ex = ", ".join(str(r) for r in f["example_rows"])
-                more = ", ..." if f["count"] > len(f["example_rows"]) and ex else ""
-                lines.append(
-                    f"  - {f['rule']}, column {f['column']!r}: {f['count']} rows; rows {ex}{more} "
-                    f"({_RULE_TEXT.get(f['rule'], f['rule'])})"
-                )
-        if s["ignored_columns"]:
-            lines.append("ignored extra columns (kept in raw only): " + ", ".join(repr(c) for c in s["ignored_columns"]))
-        if not s["table_failures"] and not s["row_failures"]:
-            lines.append("all rules passed")
-        return "\n".join(lines)
+        return "\n".join(summary_lines(self.summary()))
 
 
 class ValidationFailed(RuntimeError):

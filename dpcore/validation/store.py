@@ -37,7 +37,12 @@ def validated_table_name(ingest_result: IngestResult, spec: ReleaseSpec) -> str:
     hood (:func:`latest_passing_summary`, keyed on the content hash) and no public
     name or message says so.
     """
-    return f"{ingest_result.table}__v{spec.validation_hash()[:8]}"
+    return table_name(ingest_result.table, spec.validation_hash())
+
+
+def table_name(raw_table: str, validation_hash: str) -> str:
+    """:func:`validated_table_name` from the raw table's name and the spec's validation hash (both private)."""
+    return f"{raw_table}__v{validation_hash[:8]}"
 
 
 def latest_passing_summary(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec) -> dict | None:

@@ -1,0 +1,129 @@
+"""The data owner's reading of stored validation results (``dpr validation show``; issue 32, section 5).
+
+Every validation a run stores writes one row to ``internal.validation_results``
+(the combined summary: rules, columns, counts, example row numbers) and its
+rejected rows to ``quarantine."<table>"`` (:mod:`.store`). This module reads
+them back for the owner, without SQL: per dataset the latest result, and for
+each failed rule every data row that broke it.
+
+What it returns is the owner's (exact counts and row numbers of private data,
+DESIGN.md rule 6): for the owner's terminal only, never logged, stored
+elsewhere or published. It carries rule names, column names, counts, data row
+numbers, the input's path and the public bounds of ``in_bounds`` rules; no
+cell value and no record id (the quarantine table's ``cells`` and
+``record_id`` are not read).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ..warehouse import Warehouse
+from .store import table_name
+
+
+@dataclass(frozen=True)
+class StoredValidation:
+    """The latest stored validation of one dataset.
+
+    Attributes
+    ----------
+    dataset : str
+    created_at : datetime
+        When it was stored (UTC).
+    spec_hash : str
+        The validation hash of the spec it ran under (:meth:`~dpcore.spec.ReleaseSpec.validation_hash`).
+    source_path : str or None
+        The input file it read (the owner's path), when the catalogue has it.
+    summary : dict
+        :meth:`~dpcore.validation.ValidationOutcome.summary` as stored.
+    failing_rows : dict
+        ``(rule, column) -> every data row number breaking it``, from the quarantine table; empty when that
+        table is gone (then only the summary's example rows are known).
+    """
+
+    dataset: str
+    created_at: datetime
+    spec_hash: str = field(repr=False)
+    source_path: str | None
+    summary: dict
+    failing_rows: dict[tuple[str, str], list[int]] = field(default_factory=dict, repr=False)
+
+    def rows_of(self, rule: str, column: str | None) -> list[int]:
+        """Every data row breaking ``rule`` on ``column`` (the summary's examples when the rows are gone)."""
+        if (rule, column) in self.failing_rows:
+            return self.failing_rows[(rule, column)]
+        for f in self.summary.get("row_failures", []):
+            if f["rule"] == rule and f["column"] == column:
+                return list(f["example_rows"])
+        return []
+
+    def complete_rows(self) -> bool:
+        """True when :meth:`rows_of` gives every failing row (the quarantine table is there)."""
+        return bool(self.failing_rows) or not self.summary.get("row_failures")
+
+
+def latest_validations(wh: Warehouse, dataset: str | None = None) -> list[StoredValidation]:
+    """The latest stored validation of each dataset (of ``dataset`` only, when given), by dataset name.
+
+    Parameters
+    ----------
+    wh : Warehouse
+    dataset : str, optional
+
+    Returns
+    -------
+    list of StoredValidation
+        Empty when nothing was validated (or stored) yet.
+    """
+    if not wh.table_exists("internal", "validation_results"):
+        return []
+    where, params = ("WHERE dataset = ?", [dataset]) if dataset is not None else ("", [])
+    rows = wh.query(
+        "SELECT dataset, content_hash, spec_hash, created_at, summary_json FROM internal.validation_results "
+        f"{where} QUALIFY row_number() OVER (PARTITION BY dataset ORDER BY created_at DESC) = 1 ORDER BY dataset",
+        params,
+    )
+    catalogued = wh.table_exists("raw", "ingests")
+    out = []
+    for name, content_hash, spec_hash, created_at, summary_json in rows:
+        table = source = None
+        if catalogued:
+            found = wh.query("SELECT table_name, source_path FROM raw.ingests WHERE content_hash = ? AND dataset = ?",
+                             [content_hash, name])
+            if found:
+                table, source = found[0]
+        failing: dict[tuple[str, str], list[int]] = {}
+        quarantine = table_name(table, spec_hash) if table else None
+        if quarantine and wh.table_exists("quarantine", quarantine):
+            for rule, column, numbers in wh.query(
+                f'SELECT rule, "column", list(DISTINCT _row ORDER BY _row) FROM quarantine."{quarantine}" '
+                'GROUP BY rule, "column" ORDER BY rule, "column"'
+            ):
+                failing[(rule, column)] = [int(n) for n in numbers]
+        out.append(StoredValidation(name, created_at, spec_hash, source, json.loads(summary_json), failing))
+    return out
+
+
+def row_ranges(rows: list[int], limit: int = 0) -> str:
+    """Sorted row numbers as ranges (``3, 7-9, 12``); at most ``limit`` numbers shown (0: all).
+
+    Returns
+    -------
+    str
+        With ``, ... (N more)`` when ``limit`` cut the list.
+    """
+    shown = rows if limit <= 0 else rows[:limit]
+    parts: list[str] = []
+    i = 0
+    while i < len(shown):
+        j = i
+        while j + 1 < len(shown) and shown[j + 1] == shown[j] + 1:
+            j += 1
+        parts.append(str(shown[i]) if j == i else f"{shown[i]}-{shown[j]}")
+        i = j + 1
+    text = ", ".join(parts)
+    if len(rows) > len(shown):
+        text += f", ... ({len(rows) - len(shown)} more)"
+    return text

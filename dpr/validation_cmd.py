@@ -1,0 +1,102 @@
+"""``dpr validation show``: the data owner reads the stored validation results (issue 32, section 5).
+
+The data owner's command (like ``dpr dataset add`` and ``dpr spec check --data``): it prints exact
+counts and data row numbers of the owner's data, on this terminal only. Nothing it prints is logged,
+stored or published, and no cell value or record id is printed (DESIGN.md rules 6 and 7): rule names,
+columns, counts, row numbers and the public bounds of ``in_bounds`` rules only.
+"""
+from __future__ import annotations
+
+import click
+
+from .console import out, print_json, refusals, refuse, table
+
+
+@click.group("validation")
+def validation_group() -> None:
+    """Read the stored validation results (the data owner only: exact counts and row numbers)."""
+
+
+def _when(ts) -> str:
+    return ts.strftime("%Y-%m-%d %H:%M:%S UTC") if hasattr(ts, "strftime") else str(ts)
+
+
+@validation_group.command("show")
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False),
+              help="Only the dataset of this spec, and say whether its result was made under the spec's "
+                   "current rules (default: every dataset with a stored result).")
+@click.option("--max-rows", type=click.IntRange(min=0), default=50, show_default=True,
+              help="Row numbers shown per rule (0: all). --json always lists them all.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+def show(spec_path, max_rows, as_json) -> None:
+    """The latest validation result of each dataset, per rule (the data owner only).
+
+    For each dataset of the warehouse (or SPEC's only, with --spec): when its latest validation was
+    stored, the input it read, its row counts, and per failed rule: the rule, the column, the number of
+    rows breaking it, every data row number that broke it (1 is the first row after the header; blank
+    lines are not counted, so these are not line numbers of the file) and what the rule means, with the
+    public bounds of in_bounds rules. The rows are in the quarantine table; no cell value and no record
+    id is printed. Exact counts of your data: do not publish them.
+    Exit code 2 when there is no stored result (of SPEC's dataset).
+    """
+    from dpcore.ledger_home import open_home_warehouse
+    from dpcore.settings import Settings
+    from dpcore.validation.outcome import DATA_ROWS, plural, rule_text, summary_lines
+    from dpcore.validation.results import latest_validations, row_ranges
+
+    spec = None
+    if spec_path:
+        from dpcore.spec import SpecError, load_spec
+
+        try:
+            spec = load_spec(spec_path)
+        except SpecError as exc:
+            refuse(str(exc))
+    with refusals():
+        wh = open_home_warehouse(Settings.from_env(), create=False)
+        if wh is None:
+            refuse("no warehouse in this home ($DPR_HOME or --home) yet: nothing has been validated; "
+                   "`dpr run SPEC` validates the input and stores the result")
+        found = latest_validations(wh, spec.dataset.name if spec is not None else None)
+    if not found:
+        which = f"of dataset {spec.dataset.name!r} " if spec is not None else ""
+        refuse(f"no validation result {which}is stored in this home's warehouse yet: `dpr run SPEC` validates "
+               "the input and stores its result (`dpr spec check SPEC --data` validates without storing)")
+    current = spec.validation_hash() if spec is not None else None
+    if as_json:
+        print_json([{
+            "dataset": v.dataset, "validated_at": v.created_at, "input": v.source_path,
+            **({"under_current_spec": v.spec_hash == current} if current is not None else {}),
+            **v.summary,
+            "row_failures": [{**f, "rows": v.rows_of(f["rule"], f["column"]),
+                              "rows_complete": v.complete_rows()} for f in v.summary.get("row_failures", [])],
+            "row_numbers": DATA_ROWS,
+        } for v in found])
+        return
+    for v in found:
+        s = v.summary
+        out.print(f"dataset {v.dataset}: latest validation stored {_when(v.created_at)}"
+                  + (f", input {v.source_path}" if v.source_path else ""), markup=False)
+        if current is not None:
+            out.print("made under this spec's current rules" if v.spec_hash == current else
+                      "made under other rules than this spec's current ones (the spec changed since): "
+                      "`dpr run` validates the input again under them", markup=False)
+        out.print(summary_lines(s)[0], markup=False)
+        rows = [[f["rule"], f["column"] or "", "table rule", "", rule_text(f["rule"])]
+                for f in s.get("table_failures", [])]
+        for f in s.get("row_failures", []):
+            numbers = v.rows_of(f["rule"], f["column"])
+            shown = row_ranges(numbers, max_rows)
+            if not v.complete_rows() and f["count"] > len(numbers):
+                shown += f", ... (first {len(numbers)} only: the quarantine table is gone)"
+            rows.append([f["rule"], f["column"], plural(f["count"], "row"), shown,
+                         rule_text(f["rule"], f.get("bounds"))])
+        if rows:
+            out.print(table(f"failed rules ({DATA_ROWS})",
+                            ["rule", "column", "failing", "data rows", "what it means"], rows))
+        else:
+            out.print("all rules passed", markup=False)
+        ignored = [ln for ln in summary_lines(s) if ln.startswith("ignored extra columns")]
+        for ln in ignored:
+            out.print(ln, markup=False)
+    out.print("(the data owner's view: exact counts and row numbers of your data; do not publish it)", markup=False)
