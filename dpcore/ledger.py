@@ -1228,9 +1228,11 @@ class PrivacyLedger:
         ------
         BudgetExceededError, PlanMismatchError, LedgerError
         """
-        def lookup_or_reserve(con):  # one transaction: the stored answer, or the charge (False: charged before
+        def lookup_or_reserve(con):
+            """One transaction: the stored answer if there is one; else the charge (none is added for a key a
+            crashed or concurrent run charged already: its answer was never stored, so it is computed again)."""
             row = con.execute("SELECT payload FROM releases.outputs WHERE key = ?", [req.key]).fetchone()
-            if row is not None:  # by a crashed or a concurrent run: never charged twice)
+            if row is not None:
                 return json.loads(row[0])
             _reserve_in(con, [req])
             return None

@@ -30,7 +30,7 @@ import threading
 import warnings
 from typing import Any, Callable
 
-from prefect import Task
+from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from dpcore.fault_injection import fault_point
@@ -182,10 +182,9 @@ def private_task(fn: Callable | None = None, *, worker_safe: bool = False, **kwa
     def make(f: Callable):
         name = opts.get("name") or f.__name__
         body = f if worker_safe else _flow_process_only(_fault_points(f, name), name)
-        return Task(fn=_private_warnings(body), **opts)
+        return task(_private_warnings(body), **opts)
 
     return make if fn is None else make(fn)
-
 
 
 def _fault_points(fn: Callable, name: str) -> Callable:
