@@ -30,7 +30,7 @@ import threading
 import warnings
 from typing import Any, Callable
 
-from prefect import task
+from prefect import Task
 from prefect.cache_policies import NO_CACHE
 
 from dpcore.fault_injection import fault_point
@@ -182,9 +182,53 @@ def private_task(fn: Callable | None = None, *, worker_safe: bool = False, **kwa
     def make(f: Callable):
         name = opts.get("name") or f.__name__
         body = f if worker_safe else _flow_process_only(_fault_points(f, name), name)
-        return task(_private_warnings(body), **opts)
+        return SealedArgsTask(fn=_unsealed(_private_warnings(body)), **opts)
 
     return make if fn is None else make(fn)
+
+
+class _Sealed:
+    """A ``dpcore`` object carried past Prefect's parameter walk (see :class:`SealedArgsTask`)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _seal(value: Any) -> Any:
+    if isinstance(value, type) or not type(value).__module__.startswith("dpcore."):
+        return value
+    return _Sealed(value)
+
+
+def _unsealed(fn: Callable) -> Callable:
+    """``fn`` called with every :class:`_Sealed` argument replaced by the object it carries."""
+
+    @functools.wraps(fn)
+    def unsealed(*args: Any, **kwargs: Any):
+        args = tuple(a.value if isinstance(a, _Sealed) else a for a in args)
+        kwargs = {k: v.value if isinstance(v, _Sealed) else v for k, v in kwargs.items()}
+        return fn(*args, **kwargs)
+
+    return unsealed
+
+
+class SealedArgsTask(Task):
+    """A Prefect task whose ``dpcore`` objects (spec, settings, plans) pass Prefect's parameter walk as one item.
+
+    On every task run Prefect walks each parameter element by element, several times, looking for upstream
+    futures (``visit_collection``, which also rebuilds pydantic models): the demo spec's public schema alone
+    holds 4,230 elements (the tailnum domain), and the walks took about a third of a release of the crash
+    test's spec. A ``dpcore`` object never holds a Prefect future or state (``dpcore`` never imports Prefect),
+    so on a direct call each is passed inside a plain carrier that the walk sees as one item, and the task's
+    function receives the object itself. ``.submit``/``.map`` (the worker-safe fan-outs) are Prefect's own.
+    (Prefect's ``quote``/``opaque`` annotations do the same walk-skipping, but with a Dask task runner they
+    sent flow-process tasks to the workers: ``tests/test_coco_dask.py``.)
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any):
+        return super().__call__(*map(_seal, args), **{k: _seal(v) for k, v in kwargs.items()})
 
 
 def _fault_points(fn: Callable, name: str) -> Callable:

@@ -127,6 +127,23 @@ def _field(driver, label: str):
     )
 
 
+def _optional_property(driver, label: str):
+    """The form block of the optional parameter labelled ``label`` (a type switch above its field)."""
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(
+        By.XPATH, f"//*[normalize-space()='{label}' and not(*[normalize-space()='{label}'])]"
+                  "/ancestor::*[contains(@class, 'schema-form-property-any-of-input')][1]")
+
+
+def _choose_type(driver, label: str, kind: str) -> None:
+    """Pick ``kind`` (e.g. "float") in the type switch of an optional parameter (the form shows "None" first)."""
+    from selenium.webdriver.common.by import By
+
+    button = _optional_property(driver, label).find_element(By.XPATH, f".//button[normalize-space()='{kind}']")
+    driver.execute_script("arguments[0].click();", button)
+
+
 def _type(element, text: str) -> None:
     """Replace a field's text like a user, then Tab out so the form commits it."""
     from selenium.webdriver.common.keys import Keys
@@ -161,11 +178,6 @@ def _flow_runs_of(ops, dep_id: str) -> list[dict]:
     return r.json()
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known regression (2026-11-26): since the operator flows' parameters became optional (spec values, issue 32 "
-    "§1), typing 0 into the form's 'epsilon (Optional)' field submits the run instead of showing the server's "
-    "refusal; what the form sends is not yet established. The API's refusal of epsilon <= 0 is tested in "
-    "tests/test_deployments.py"))
 def test_operator_fills_the_aiq_form_and_runs_it(local_stack, browser, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as EC
@@ -208,6 +220,10 @@ def test_operator_fills_the_aiq_form_and_runs_it(local_stack, browser, tmp_path)
     # epsilon 0 breaks the schema's constraint (> 0, or empty for the spec's value): the run is refused with
     # a message naming the constraint (the server's toast, or the form's own check of the optional field);
     # no run is created
+    # an optional parameter shows a type switch ("float" / "None", None chosen: the spec's value); an operator
+    # who sets epsilon picks "float" first, and only then does the field exist
+    _choose_type(driver, "epsilon (Optional)", "float")
+    wait.until(lambda d: 'Property is type "None"' not in _optional_property(d, "epsilon (Optional)").text)
     _type(_field(driver, "epsilon (Optional)"), "0")
     _submit(driver)
     reasons = ("less than or equal to the minimum of 0", "not valid under any of the given schemas")
