@@ -443,6 +443,19 @@ def read_source_text(source, spec: ReleaseSpec | None = None) -> pd.DataFrame:
             con.close()
 
 
+def read_source_columns(source) -> tuple[pd.DataFrame, list]:
+    """:func:`read_source_text` without ``_row`` and with the source's columns and types (``dpr spec draft``)."""
+    with private_umask():
+        con = duckdb.connect()
+        try:
+            setting = MemoryBudget.from_env().duckdb_setting
+            con.execute(f"SET memory_limit = '{setting}'")
+            cols = create_text_table(con, "_input", source, None, setting)
+            return con.execute(f"SELECT * EXCLUDE ({ROW}) FROM _input ORDER BY {ROW}").df(), cols
+        finally:
+            con.close()
+
+
 def source_delimiter(spec: ReleaseSpec) -> str:
     """The field delimiter of the spec's CSV input (``dataset.source.delimiter``; ``,`` for the demo and Parquet)."""
     return getattr(spec.dataset.source, "delimiter", ",")

@@ -39,7 +39,7 @@ def describe(source) -> str:
 
 
 def create_text_table(con, target: str, source, spec: "ReleaseSpec | None" = None,
-                      memory_setting: str | None = None) -> None:
+                      memory_setting: str | None = None) -> list:
     """Write ``source`` into the new table ``target`` of ``con``: ``_row`` then every column as text.
 
     Parameters
@@ -55,6 +55,11 @@ def create_text_table(con, target: str, source, spec: "ReleaseSpec | None" = Non
     memory_setting : str, optional
         DuckDB ``memory_limit`` for a DuckDB file's own connection.
 
+    Returns
+    -------
+    list of Column
+        The source's columns with their types (public: the catalogue's), in order.
+
     Raises
     ------
     SourceError
@@ -63,14 +68,14 @@ def create_text_table(con, target: str, source, spec: "ReleaseSpec | None" = Non
     if source.kind == "postgres":
         from . import postgres
 
-        postgres.create(con, target, source, spec)
+        return postgres.create(con, target, source, spec)
     elif source.kind == "duckdb":
         from . import duckdb_file
 
-        duckdb_file.create(con, target, source, spec, memory_setting)
+        return duckdb_file.create(con, target, source, spec, memory_setting)
     elif source.kind == "parquet":
         from . import parquet_dataset
 
-        parquet_dataset.create(con, target, source, spec)
+        return parquet_dataset.create(con, target, source, spec)
     else:
         raise ValueError(f"dataset.source.kind {source.kind!r} is not read by dpcore.sources")

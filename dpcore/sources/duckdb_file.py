@@ -66,7 +66,7 @@ def _refusal(source: "DuckdbSource", exc: duckdb.Error) -> SourceError:
 
 
 def create(con, target: str, source: "DuckdbSource", spec: "ReleaseSpec | None",
-           memory_setting: str | None = None) -> None:
+           memory_setting: str | None = None) -> list[Column]:
     """Write the table or query into ``target`` (a table of ``con``) as text cells, ``_row`` first.
 
     Raises
@@ -95,5 +95,6 @@ def create(con, target: str, source: "DuckdbSource", spec: "ReleaseSpec | None",
         write_batches(con, target, cols, guarded(reader, lambda exc: _refusal(source, exc)))
         if stamps([Path(source.path)]) != before:
             raise SourceError(f"{where(source)}: the file changed while it was being read; ingest again")
+        return cols
     finally:
         src.close()

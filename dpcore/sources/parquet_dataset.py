@@ -71,7 +71,7 @@ def columns(con, source: "ParquetSource", paths: list[Path]) -> list[Column]:
     return [Column(r[0], r[1], duckdb_family(r[1])) for r in rows]
 
 
-def create(con, target: str, source: "ParquetSource", spec: "ReleaseSpec | None") -> None:
+def create(con, target: str, source: "ParquetSource", spec: "ReleaseSpec | None") -> list[Column]:
     """Write the dataset into ``target`` as text cells (``_row`` first); types checked first when ``spec`` is given.
 
     Raises
@@ -96,3 +96,4 @@ def create(con, target: str, source: "ParquetSource", spec: "ReleaseSpec | None"
     if stamps(paths) != before:
         raise SourceError(f"{where(source)}: a file changed while it was being read; ingest again once the "
                           "dataset is complete")
+    return cols

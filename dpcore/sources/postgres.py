@@ -104,8 +104,8 @@ def _psycopg():
 _STATES = {
     "28P01": "authentication failed (wrong password or user in the connection string, or ~/.pgpass); fix the "
              "credentials in the {origin}",
-    "28000": "the server refused this login (pg_hba.conf or the role cannot log in); ask the database's "
-             "administrator, or fix the user in the {origin}",
+    "28000": "the server refused this login (no such role, pg_hba.conf, or the role cannot log in); fix the user "
+             "in the {origin}, or ask the database's administrator",
     "3D000": "the database does not exist; fix the database name in the {origin}",
     "42P01": "the table does not exist or is not visible to this user; check dataset.source.table (schema.name) "
              "or the query's FROM",
@@ -120,9 +120,21 @@ _STATES = {
 }
 
 
+def _login_state(exc: BaseException) -> str | None:
+    """The SQLSTATE of a failed login, which libpq reports in its text only (read here, never shown)."""
+    text = str(exc)
+    if "password authentication failed" in text or "no password supplied" in text:
+        return "28P01"
+    if "pg_hba.conf" in text or ('role "' in text and "does not exist" in text):
+        return "28000"
+    if 'database "' in text and "does not exist" in text:
+        return "3D000"
+    return None
+
+
 def _refusal(source: "PostgresSource", exc: BaseException, connecting: bool) -> SourceError:
     """A safe message for a driver or server error: its SQLSTATE class and the fix, never its own text."""
-    state = getattr(exc, "sqlstate", None)
+    state = getattr(exc, "sqlstate", None) or (_login_state(exc) if connecting else None)
     origin = _dsn_origin(source)
     if state in _STATES:
         why = _STATES[state].format(origin=origin)
@@ -209,7 +221,7 @@ class _CopyStream(io.RawIOBase):
         return n
 
 
-def create(con, target: str, source: "PostgresSource", spec: "ReleaseSpec | None") -> None:
+def create(con, target: str, source: "PostgresSource", spec: "ReleaseSpec | None") -> list[Column]:
     """Stream the table or query into ``target`` (a table of ``con``) as text cells, ``_row`` first.
 
     Raises
@@ -254,5 +266,6 @@ def create(con, target: str, source: "PostgresSource", spec: "ReleaseSpec | None
                     yield from reader
 
         write_batches(con, target, cols, guarded(batches(), lambda exc: _refusal(source, exc, connecting=False)))
+        return cols
     finally:
         conn.close()
