@@ -390,9 +390,12 @@ def test_a_refused_source_stops_the_flow_before_its_first_charge(refusal_cases, 
 def test_a_connection_string_in_the_spec_is_refused_without_being_shown(tmp_path, small_spec_path):
     from dpcore.spec import SpecError, load_spec
 
-    for source in ({"kind": "postgres", "dsn": f"postgresql://u:{TOKEN}@h/db", "table": "t"},
-                   {"kind": "postgres", "dsn_env": f"postgresql://u:{TOKEN}@h/db", "table": "t"},
-                   {"kind": "postgres", "dsn_env": "X", "password": TOKEN, "table": "t"}):
+    good = load_spec(_spec(small_spec_path, tmp_path, {"kind": "postgres", "dsn_env": "DPR_PG_DSN", "table": "t"}))
+    assert good.dataset.source.dsn_env == "DPR_PG_DSN"
+    for source, fix in (({"kind": "postgres", "dsn": f"postgresql://u:{TOKEN}@h/db", "table": "t"}, "never written"),
+                        ({"kind": "postgres", "dsn_env": f"postgresql://u:{TOKEN}@h/db", "table": "t"}, "NAME of"),
+                        ({"kind": "postgres", "dsn_env": "X", "password": TOKEN, "table": "t"}, "never written")):
         with pytest.raises(SpecError) as ei:
             load_spec(_spec(small_spec_path, tmp_path, source))
-        assert "dataset.source" in str(ei.value) and TOKEN not in str(ei.value), str(ei.value)
+        text = str(ei.value)
+        assert "dataset.source" in text and fix in text and "dsn_env" in text and TOKEN not in text, text
