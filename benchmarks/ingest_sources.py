@@ -3,13 +3,13 @@
 The workaround an owner has without typed sources: export the table to a CSV (``COPY ... TO`` a file; for
 a Parquet dataset, DuckDB's ``COPY ... TO`` a CSV), then today's CSV ingest. Measured for the NYC flights
 2013 demo at 1x (336,776 rows) and 10x (the rows repeated under new ids), each way in a fresh spawned
-process (its own peak RSS, ``ru_maxrss``, Python and the imports included), under ``DPR_MEMORY_LIMIT``:
+process under ``DPR_MEMORY_LIMIT`` (imports and specs loaded before the clock starts; the peak RSS, VmHWM,
+reset through ``/proc/self/clear_refs`` just before the ingest):
 
 * **postgres**: ``dpcore`` ingest of ``kind: postgres`` (COPY streamed through pyarrow into the warehouse);
 * **postgres workaround**: ``COPY flights TO STDOUT`` written to a CSV file, then the CSV ingest;
 * **parquet dataset**: ``dpcore`` ingest of ``kind: parquet`` over a folder of 8 files;
 * **parquet workaround**: DuckDB ``COPY (read_parquet(...)) TO`` a CSV, then the CSV ingest;
-* **idle**: a process that imports the same modules and ingests nothing (the floor of the RSS column).
 
 Run: ``.venv/bin/python -m benchmarks.ingest_validate --sources [--factors 1 10]`` (or ``-m
 benchmarks.ingest_sources``); records the section ``ingest_sources`` of BENCHMARKS.md. Needs ``pgserver``
@@ -46,48 +46,61 @@ def _spec(folder: Path, source: dict):
 
 
 def _child(job: str, folder: str, arg: dict, out) -> None:
-    """One measurement in a fresh process: seconds, rows, peak RSS (MB)."""
-    import resource
-
+    """One measurement in a fresh process: seconds, rows, peak RSS during the ingest and RSS before it (MB)."""
     os.environ["DPR_MEMORY_LIMIT"] = MEMORY_LIMIT
     from dpcore.ingest import ingest, raw_row_count
     from dpcore.warehouse import Warehouse
 
+    import duckdb
+    import psycopg  # noqa: F401 - imported before the peak is reset: the ingest's own memory is measured
+
     folder = Path(folder)
     wh = Warehouse(folder / f"wh-{job}-{time.monotonic_ns()}.duckdb")
+    specs = {
+        "postgres": _spec(folder, {"kind": "postgres", "dsn_env": "BENCH_PG_DSN", "table": "public.flights"}),
+        "parquet": _spec(folder, {"kind": "parquet", "path": arg.get("dir", str(folder))}),
+        "csv": _spec(folder, {"kind": "csv", "path": str(folder / f"export-{job}.csv")}),
+    }
+    before = _status("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # Linux: reset the peak (VmHWM) to the current RSS
     t0 = time.perf_counter()
     n = 0
     if job == "postgres":
-        res = ingest(_spec(folder, {"kind": "postgres", "dsn_env": "BENCH_PG_DSN", "table": "public.flights"}), wh,
-                     folder)
+        res = ingest(specs["postgres"], wh, folder)
         n = raw_row_count(wh, res)
     elif job == "postgres-workaround":
         import psycopg
 
-        csv = folder / f"export-{time.monotonic_ns()}.csv"
+        csv = folder / f"export-{job}.csv"
         with psycopg.connect(os.environ["BENCH_PG_DSN"]) as con, csv.open("wb") as fh:
             with con.cursor().copy("COPY public.flights TO STDOUT WITH (FORMAT csv, HEADER true)") as cp:
                 for block in cp:
                     fh.write(block)
-        res = ingest(_spec(folder, {"kind": "csv", "path": str(csv)}), wh, folder)
+        res = ingest(specs["csv"], wh, folder)
         n = raw_row_count(wh, res)
         csv.unlink()
     elif job == "parquet":
-        res = ingest(_spec(folder, {"kind": "parquet", "path": arg["dir"]}), wh, folder)
+        res = ingest(specs["parquet"], wh, folder)
         n = raw_row_count(wh, res)
     elif job == "parquet-workaround":
-        import duckdb
-
-        csv = folder / f"export-{time.monotonic_ns()}.csv"
+        csv = folder / f"export-{job}.csv"
         con = duckdb.connect()
         con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
         con.execute(f"COPY (SELECT * FROM read_parquet('{arg['dir']}/*.parquet')) TO '{csv}' (HEADER, DELIMITER ',')")
         con.close()
-        res = ingest(_spec(folder, {"kind": "csv", "path": str(csv)}), wh, folder)
+        res = ingest(specs["csv"], wh, folder)
         n = raw_row_count(wh, res)
         csv.unlink()
     seconds = time.perf_counter() - t0
-    out.put((job, seconds, n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+    out.put((job, seconds, n, _status("VmHWM") / 1024, before / 1024))
+
+
+def _status(key: str) -> int:
+    """A field of /proc/self/status in kB (VmRSS: now; VmHWM: the peak since the last reset)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
 
 
 def _measure(job: str, folder: Path, arg: dict | None = None) -> tuple:
@@ -141,8 +154,6 @@ def _prepare(folder: Path, factor: int, pg) -> tuple[Path, int]:
 def main(factors: list[int]) -> None:
     import pgserver
 
-    from benchmarks._record import machine, record
-
     load0 = os.getloadavg()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -150,7 +161,6 @@ def main(factors: list[int]) -> None:
         srv = pgserver.get_server(str(tmp / "pg"), cleanup_mode="stop")
         try:
             os.environ["BENCH_PG_DSN"] = srv.get_uri()
-            idle = _measure("idle", tmp)
             for f in factors:
                 folder = tmp / f"x{f}"
                 folder.mkdir()
@@ -160,26 +170,34 @@ def main(factors: list[int]) -> None:
                     assert got[2] == n, (job, got[2], n)
                     rows.append((f, n, *got))
                     print(rows[-1], flush=True)
+                _record(rows, load0, factors)  # after each scale: a long 10x run interrupted keeps the 1x figures
         finally:
             srv.cleanup()
+
+
+def _record(rows: list, load0: tuple, factors: list[int]) -> None:
+    from benchmarks._record import machine, record
+
     load1 = os.getloadavg()
     by = {(r[0], r[2]): r for r in rows}
     lines = []
-    for f, n, job, seconds, _, rss in rows:
+    for f, n, job, seconds, _, rss, rss0 in rows:
         base = by[(f, job.split("-")[0] + "-workaround")] if not job.endswith("workaround") else None
         ratio = f"{seconds / base[3]:.2f}×" if base else "1.00×"
-        lines.append(f"| {f}x | {n:,} | {job} | {seconds:.2f} | {n / seconds:,.0f} | {ratio} | {rss:,.0f} |")
+        lines.append(f"| {f}x | {n:,} | {job} | {seconds:.2f} | {n / seconds:,.0f} | {ratio} | {rss:,.0f} | {rss0:,.0f} |")
     md = f"""## Ingest from PostgreSQL and a Parquet dataset vs export-then-CSV (issue 31)
 
 `benchmarks/ingest_sources.py` (`python -m benchmarks.ingest_validate --sources`) — {machine()}.
 **Shared machine**: other engineers' tests and benchmarks ran at the same time (load average
 {load0[0]:.1f} at the start, {load1[0]:.1f} at the end, on 2 cores), so the seconds are noisy; the ratios
 compare runs made one after the other in the same conditions. Each row is a fresh process under
-`DPR_MEMORY_LIMIT={MEMORY_LIMIT}`; peak RSS includes Python and the imports (an idle process with the same
-imports: {idle[3]:,.0f} MB). PostgreSQL is a local `pgserver` (Unix socket).
+`DPR_MEMORY_LIMIT={MEMORY_LIMIT}`: its modules imported and its spec loaded first (RSS then: "before"), the
+peak reset (`/proc/self/clear_refs`), then the timed ingest ("peak": VmHWM, whole process). Scales measured:
+{", ".join(f"{f}x" for f in sorted({r[0] for r in rows}))} of {", ".join(f"{f}x" for f in factors)} asked.
+PostgreSQL is a local `pgserver` (Unix socket).
 
-| scale | rows | how | seconds | rows/s | time vs the workaround | peak RSS (MB) |
-|---|---|---|---|---|---|---|
+| scale | rows | how | seconds | rows/s | time vs the workaround | peak RSS (MB) | RSS before (MB) |
+|---|---|---|---|---|---|---|---|
 {chr(10).join(lines)}
 
 `postgres`: `kind: postgres` ingest (COPY streamed through pyarrow's CSV reader into the warehouse in 4 MB

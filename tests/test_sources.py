@@ -399,3 +399,27 @@ def test_a_connection_string_in_the_spec_is_refused_without_being_shown(tmp_path
             load_spec(_spec(small_spec_path, tmp_path, source))
         text = str(ei.value)
         assert "dataset.source" in text and fix in text and "dsn_env" in text and TOKEN not in text, text
+
+
+def test_a_series_period_is_a_bound_parameter_of_the_query(sources, pg_server, small_spec_path, tmp_path):  # noqa: F811
+    """A series spec's postgres query gets {period_start} / {period_end} as bound parameters (a literal % kept)."""
+    from dpcore.ingest import read_input
+    from dpcore.spec import SpecError, load_spec
+
+    pg_server.execute("DROP TABLE IF EXISTS public.visits", "CREATE TABLE public.visits (flight_id text, day date)",
+                      "INSERT INTO public.visits VALUES ('F1', '2013-01-31'), ('F2', '2013-02-01'), "
+                      "('F3', '2013-02-28'), ('X4', '2013-02-15'), ('F5', '2013-03-01')",
+                      "GRANT SELECT ON public.visits TO dpr_reader")
+    query = "select * from public.visits where day >= {period_start} and day < {period_end} and flight_id like 'F%'"
+    path = _spec(small_spec_path, tmp_path, {**sources["postgres"], "query": query})
+    spec = yaml.safe_load(path.read_text())
+    spec["dataset"]["source"].pop("table")
+    spec.update(release_id="{dataset}-{period}", series={"period": "monthly", "first": "2013-01"})
+    path.write_text(yaml.safe_dump(spec))
+    for period, ids in (("2013-01", ["F1"]), ("2013-02", ["F2", "F3"]), ("2013-04", [])):
+        df = read_input(load_spec(path, period=period), tmp_path)
+        assert df["flight_id"].tolist() == ids, period
+    spec["dataset"]["source"]["query"] = "select * from public.visits"  # no placeholder: every period the same rows
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(SpecError, match=r"dataset.source.query.*\{period\}"):
+        load_spec(path, period="2013-01")

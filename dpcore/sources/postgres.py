@@ -261,9 +261,11 @@ def create(con, target: str, source: "PostgresSource", spec: "ReleaseSpec | None
         def batches():
             with conn.cursor() as cur:
                 with cur.copy(sql, params) as copy:
-                    reader = pacsv.open_csv(io.BufferedReader(_CopyStream(copy), BLOCK_BYTES), read_options=read,
-                                            parse_options=parse, convert_options=convert)
-                    yield from reader
+                    stream = io.BufferedReader(_CopyStream(copy), BLOCK_BYTES)
+                    if not stream.peek(1):  # no row (pyarrow refuses an empty CSV): an empty table
+                        return
+                    yield from pacsv.open_csv(stream, read_options=read, parse_options=parse,
+                                              convert_options=convert)
 
         write_batches(con, target, cols, guarded(batches(), lambda exc: _refusal(source, exc, connecting=False)))
         return cols
