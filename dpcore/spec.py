@@ -174,10 +174,107 @@ class CsvSource(_Plain):
 
 
 class ParquetSource(_Plain):
-    """A Parquet file."""
+    """A Parquet file, or a Parquet dataset: a folder of Parquet files, hive-partitioned or not (issue 31).
+
+    A single file is ingested with its own types (as before issue 31). A folder is read as text cells
+    (:mod:`dpcore.sources.parquet_dataset`), its column types checked against the spec before ingest.
+    """
 
     kind: Literal["parquet"]
-    path: str = Field(description="Path to the Parquet file, absolute or relative to the spec file.")
+    path: str = Field(description="Path to the Parquet file or to the folder of a Parquet dataset, absolute or "
+                      "relative to the spec file.")
+    partitioning: Literal["none", "hive"] | None = Field(
+        default=None,
+        description="A dataset folder's layout: 'hive' (key=value sub-folders become columns, their values read as "
+        "the text of the folder names) or 'none' (the default: every *.parquet file below the folder, same columns).",
+    )
+
+    @model_serializer(mode="wrap")
+    def _default_partitioning_unwritten(self, handler: Any) -> Any:
+        """A source without ``partitioning`` dumps as before the key existed (spec hashes unchanged)."""
+        data = handler(self)
+        if isinstance(data, dict) and self.partitioning is None:
+            data.pop("partitioning", None)
+        return data
+
+
+#: A table name of a database source: ``name`` or ``schema.name`` (or ``catalog.schema.name``), plain identifiers.
+_TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*){0,2}")
+#: Keys that would put a connection string or a password into the spec text (refused: issue 31).
+_SECRET_KEYS = ("dsn", "password", "conninfo", "url", "uri", "connection_string")
+
+
+def _table_or_query(table: str | None, query: str | None) -> None:
+    if (table is None) == (query is None):
+        raise ValueError("give exactly one of 'table' (schema.name) and 'query' (a read-only SELECT)")
+    if table is not None and not _TABLE.fullmatch(table):
+        raise ValueError("table must be a plain name or schema.name (letters, digits, '_', '$'; no quotes): "
+                         "for anything else give a read-only query instead")
+    if query is not None and not query.strip():
+        raise ValueError("query is empty: give a read-only SELECT")
+
+
+class DuckdbSource(_Plain):
+    """A table (or a read-only query) of a DuckDB database file, opened read-only (issue 31)."""
+
+    kind: Literal["duckdb"]
+    path: str = Field(description="Path to the DuckDB database file, absolute or relative to the spec file.")
+    table: str | None = Field(default=None, description="The table to read: name or schema.name.")
+    query: str | None = Field(default=None, description="Instead of table: a read-only SELECT run in that file.")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "DuckdbSource":
+        _table_or_query(self.table, self.query)
+        return self
+
+
+class PostgresSource(_Plain):
+    """A table (or a read-only query) of a PostgreSQL database (issue 31; :mod:`dpcore.sources.postgres`).
+
+    The connection string never appears in the spec: it is read at run time from the environment
+    variable ``dsn_env`` or from the owner-only file ``dsn_file``, and never written anywhere.
+    """
+
+    kind: Literal["postgres"]
+    dsn_env: str | None = Field(default=None, description="Name of the environment variable holding the libpq "
+                                "connection string (e.g. DPR_PG_DSN).")
+    dsn_file: str | None = Field(default=None, description="Instead of dsn_env: a file readable by the owner only "
+                                 "(mode 0600) holding the connection string; relative to the spec file.")
+    table: str | None = Field(default=None, description="The table to read: name or schema.name.")
+    query: str | None = Field(default=None, description="Instead of table: a read-only SELECT (run in a read-only "
+                              "transaction). In a series spec {period}, {period_start} and {period_end} are bound "
+                              "as query parameters (never pasted into the text).")
+    period: str | None = Field(default=None, description="Set by load_spec for a series spec (never written).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_secret_in_spec(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            found = [k for k in _SECRET_KEYS if k in data]
+            if found:
+                raise ValueError(
+                    f"dataset.source.{found[0]}: a connection string or password is never written in the spec "
+                    "(the spec is hashed and may be shared): put it in an environment variable named by dsn_env, "
+                    "or in a file readable by the owner only named by dsn_file")
+        return data
+
+    @model_validator(mode="after")
+    def _where_and_what(self) -> "PostgresSource":
+        if (self.dsn_env is None) == (self.dsn_file is None):
+            raise ValueError("give exactly one of 'dsn_env' (an environment variable's name) and 'dsn_file' "
+                             "(an owner-only file) for the connection string")
+        if self.dsn_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", self.dsn_env):
+            raise ValueError("dsn_env must be the NAME of an environment variable (letters, digits, '_'), "
+                             "not the connection string")
+        _table_or_query(self.table, self.query)
+        return self
+
+    @model_serializer(mode="wrap")
+    def _unset_period_unwritten(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and self.period is None:
+            data.pop("period", None)
+        return data
 
 
 class DemoSource(_Plain):
@@ -206,7 +303,8 @@ class DemoSource(_Plain):
         return value
 
 
-Source = Annotated[Union[CsvSource, ParquetSource, DemoSource], Field(discriminator="kind")]
+Source = Annotated[Union[CsvSource, ParquetSource, DemoSource, DuckdbSource, PostgresSource],
+                   Field(discriminator="kind")]
 
 
 class RosterSpec(_Strict):
@@ -1410,6 +1508,9 @@ def _resolve_files(data: dict, base: Path) -> dict:
     ds = data.get("dataset")
     if isinstance(ds, dict) and isinstance(ds.get("source"), dict) and isinstance(ds["source"].get("path"), str):
         data["dataset"] = {**ds, "source": {**ds["source"], "path": _rel(base, ds["source"]["path"])}}
+    ds = data.get("dataset")
+    if isinstance(ds, dict) and isinstance(ds.get("source"), dict) and isinstance(ds["source"].get("dsn_file"), str):
+        data["dataset"] = {**ds, "source": {**ds["source"], "dsn_file": _rel(base, ds["source"]["dsn_file"])}}
     ds = data.get("dataset")
     if isinstance(ds, dict) and isinstance(ds.get("roster"), dict) and "file" in ds["roster"]:
         src = ds["roster"]

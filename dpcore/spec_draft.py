@@ -218,8 +218,50 @@ def _text(v: str) -> str:
     return json.dumps(v, ensure_ascii=False)
 
 
+def _source_model(source: dict):
+    """The ``dataset.source`` mapping of a draft, validated by the spec's own model (messages name the flag)."""
+    from pydantic import TypeAdapter
+
+    from .spec import Source
+
+    try:
+        return TypeAdapter(Source).validate_python(source)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        msg = err["msg"].removeprefix("Value error, ")
+        flags = {"dsn_env": "--dsn-env", "dsn_file": "--dsn-file", "table": "--table", "query": "--query",
+                 "partitioning": "--partitioning"}
+        where = [str(x) for x in err.get("loc", ()) if str(x) in flags]
+        raise ValueError(f"--source {source.get('kind')}: {flags[where[-1]] + ': ' if where else ''}{msg}") from None
+
+
+def _source_lines(model, spec_dir: str | Path | None) -> tuple[list[str], str]:
+    """The draft's ``source:`` block for a database or Parquet-folder source, and a default dataset name."""
+    lines = [f"    kind: {model.kind}"]
+    if model.kind == "postgres":
+        if model.dsn_env:
+            lines.append(f"    dsn_env: {model.dsn_env}  # the variable's NAME: the connection string is never "
+                         "written in a spec")
+        else:
+            lines.append(f"    dsn_file: {_text(_spec_relative(model.dsn_file, spec_dir))}  # an owner-only "
+                         "file (chmod 600) holding the connection string")
+    else:
+        lines.append(f"    path: {_text(_spec_relative(model.path, spec_dir))}")
+    if getattr(model, "partitioning", None):
+        lines.append(f"    partitioning: {model.partitioning}")
+    if getattr(model, "table", None):
+        lines.append(f"    table: {model.table}")
+        name = model.table.rsplit(".", 1)[-1]
+    elif getattr(model, "query", None):
+        lines.append(f"    query: {_text(model.query)}")
+        name = Path(getattr(model, "path", "") or "data").stem or "data"
+    else:
+        name = Path(model.path.rstrip("/")).name
+    return lines, name
+
+
 def draft_spec(
-    csv_path: str | Path,
+    csv_path: str | Path | None = None,
     *,
     id_column: str | None = None,
     name: str | None = None,
@@ -232,8 +274,9 @@ def draft_spec(
     neighbour: str = "add-remove",
     spec_dir: str | Path | None = None,
     delimiter: str | None = None,
+    source: dict | None = None,
 ) -> str:
-    """The YAML text of a starting spec for ``csv_path``.
+    """The YAML text of a starting spec for ``csv_path`` (or for ``source``: a database or a Parquet dataset).
 
     Parameters
     ----------
@@ -264,6 +307,11 @@ def draft_spec(
     delimiter : str, optional
         The CSV's field delimiter, one of :data:`~dpcore.spec.CSV_DELIMITERS`; None: detected from the header
         line (:func:`detect_delimiter`). Written as ``dataset.source.delimiter`` when not a comma.
+    source : dict, optional
+        Instead of ``csv_path``: a ``dataset.source`` mapping of kind ``postgres``, ``duckdb`` or ``parquet``
+        (issue 31), read as ingest reads it (text cells, :func:`dpcore.ingest.read_source_columns`). A column
+        of a floating-point or decimal type is proposed numeric unless the owner chose its kind (as a category
+        it would be refused by ingest's type check).
 
     Returns
     -------
@@ -280,10 +328,33 @@ def draft_spec(
         ``budget`` (naming ``--epsilon`` or ``--delta``), the delimiter is not accepted, or the header reads
         as one column although another delimiter splits it (naming ``--delimiter``).
     """
-    path = Path(csv_path)
     problem = _budget_problem(epsilon, delta, neighbour)
     if problem:
         raise ValueError(problem)
+    if source is not None and source.get("kind") != "csv":
+        from .ingest import read_source_columns
+        from .sources import SourceError
+        from .sources.columns import DECIMAL, FLOAT
+
+        model = _source_model(source)
+        if model.kind == "parquet" and not Path(model.path).is_dir():
+            raise ValueError(f"--source parquet: {model.path} is not a folder; a single Parquet file keeps its own "
+                             "types and is drafted by hand (or give the dataset's folder)")
+        try:
+            df, columns = read_source_columns(model)
+        except SourceError as exc:
+            raise IngestError(str(exc)) from None
+        kinds = dict(kinds or {})
+        for c in columns:
+            if c.family in (FLOAT, DECIMAL):
+                kinds.setdefault(c.name, "numeric")
+        src_lines, default_name = _source_lines(model, spec_dir)
+        return _draft_text(df, f"the {model.kind} source", src_lines, default_name, id_column=id_column, name=name,
+                           bounds=bounds, domain_files=domain_files, kinds=kinds, nullable=nullable,
+                           epsilon=epsilon, delta=delta, neighbour=neighbour, spec_dir=spec_dir)
+    if csv_path is None:
+        raise ValueError("give the CSV file (DATA), or --source postgres|duckdb|parquet with its flags")
+    path = Path(csv_path)
     if delimiter is not None and delimiter not in CSV_DELIMITERS:
         raise ValueError(f"--delimiter {delimiter!r}: give one of " + ", ".join(
             f"{DELIMITER_NAMES[d]} ({d!r})" for d in CSV_DELIMITERS))
@@ -296,12 +367,26 @@ def draft_spec(
     if problem:
         raise ValueError(problem)
     df = read_csv_text(path, delimiter)
+    source = _spec_relative(path, spec_dir)
+    src_lines = ["    kind: csv", f"    path: {_text(source)}"]
+    if delimiter != ",":
+        how = "detected from the header line" if detected else "given with --delimiter"
+        src_lines.append(f"    delimiter: {_text(delimiter)}  # {delimiter_flag(delimiter)}, {how}")
+    default_name = ''.join(c if c.isalnum() or c in '_.-' else '_' for c in path.stem) or 'data'
+    return _draft_text(df, path.name, src_lines, default_name, id_column=id_column, name=name, bounds=bounds,
+                       domain_files=domain_files, kinds=kinds, nullable=nullable, epsilon=epsilon, delta=delta,
+                       neighbour=neighbour, spec_dir=spec_dir)
+
+
+def _draft_text(df: pd.DataFrame, title: str, src_lines: list[str], default_name: str, *, id_column, name, bounds,
+                domain_files, kinds, nullable, epsilon, delta, neighbour, spec_dir) -> str:
+    """The draft's YAML from the input's text cells ``df`` (any source kind) and its ``source:`` lines."""
     bounds, domain_files, kinds = dict(bounds or {}), dict(domain_files or {}), dict(kinds or {})
     nullable = list(nullable or [])
     named = [*bounds, *domain_files, *kinds, *nullable] + ([id_column] if id_column else [])
     unknown = [c for c in dict.fromkeys(named) if c not in df.columns]
     if unknown:
-        raise ValueError(f"columns {unknown} are not in {path.name} (its columns: {list(df.columns)})")
+        raise ValueError(f"columns {unknown} are not in {title} (its columns: {list(df.columns)})")
     for col, (lo, hi) in bounds.items():
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
             raise ValueError(f"--bounds {col}: need finite min < max, got {lo}:{hi}")
@@ -311,32 +396,26 @@ def draft_spec(
     guessed_id = id_column is None
     rid = id_column or guess_id_column(df)
     cols = guess_columns(df, rid, kinds)
-    source = _spec_relative(path, spec_dir)
     where = (f"relative file paths in a spec are read from the spec file's folder ({os.path.abspath(spec_dir)}): "
              "a file below it is written relative to it, any other absolute" if spec_dir is not None else
              "relative file paths in a spec are read from the spec file's folder; this draft went to standard "
              "output (that folder unknown), so its paths are absolute")
     m = f"  {DATA_MARKER}"
     lines = [
-        f"# Release spec drafted by `dpr spec draft` from {path.name}.",
+        f"# Release spec drafted by `dpr spec draft` from {title}.",
         "# Public metadata only may remain: every line ending with the marker below holds a value read",
         "# from the data. Replace it with public knowledge (a published code list, a physical or legal",
         "# limit), then delete the marker; `dpr spec check` and every release refuse the spec until then.",
         "# The README's spec reference explains every key.",
         "release_id: r1",
         "dataset:",
-        f"  name: {_text(name or ''.join(c if c.isalnum() or c in '_.-' else '_' for c in path.stem) or 'data')}",
+        f"  name: {_text(name or default_name)}",
         "  source:",
-        "    kind: csv",
         f"    # {where}",
-        f"    path: {_text(source)}",
+        *src_lines,
         f"  record_id: {rid}" + ("  # guessed: its cells are distinct and non-empty; choose with --id" if guessed_id else ""),
         "  # dataset.roster: a public list of record ids that may be asked about by id (aiq, pcor)",
     ]
-    if delimiter != ",":
-        how = "detected from the header line" if detected else "given with --delimiter"
-        lines.insert(lines.index(f"    path: {_text(source)}") + 1,
-                     f"    delimiter: {_text(delimiter)}  # {delimiter_flag(delimiter)}, {how}")
     commas = [c.name for c in cols if c.kind != "numeric" and _decimal_comma(df[c.name].astype(str))]
     if commas:
         lines.append("  # numbers with a decimal comma are not numbers to validation (it reads a decimal point only): "

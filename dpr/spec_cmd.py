@@ -24,7 +24,16 @@ def _pairs(values: tuple[str, ...], flag: str, sep: str) -> dict[str, str]:
 
 
 @spec_group.command("draft")
-@click.argument("data", type=click.Path(dir_okay=False))
+@click.argument("data", type=click.Path(), required=False)
+@click.option("--source", "source_kind", type=click.Choice(["csv", "parquet", "duckdb", "postgres"]), default="csv",
+              show_default=True, help="What DATA is: a CSV file, a Parquet dataset folder, a DuckDB file; or postgres "
+                                      "(no DATA: give --dsn-env or --dsn-file and --table or --query).")
+@click.option("--dsn-env", metavar="VAR", help="postgres: the environment variable holding the connection string.")
+@click.option("--dsn-file", metavar="FILE", help="postgres: an owner-only file (chmod 600) holding it.")
+@click.option("--table", metavar="NAME", help="postgres, duckdb: the table to read (name or schema.name).")
+@click.option("--query", metavar="SQL", help="postgres, duckdb: instead of --table, a read-only SELECT.")
+@click.option("--partitioning", type=click.Choice(["none", "hive"]),
+              help="parquet: the dataset folder's layout (hive: key=value sub-folders become columns).")
 @click.option("--id", "id_column", help="The record id column (default: the first column with distinct, non-empty cells).")
 @click.option("--name", help="Dataset name (default: the file name). The budget is kept per dataset.")
 @click.option("--bounds", multiple=True, metavar="COL=MIN:MAX",
@@ -45,9 +54,14 @@ def _pairs(values: tuple[str, ...], flag: str, sep: str) -> dict[str, str]:
               show_default=True, help="Neighbour relation the budget is stated under.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the draft here (default: stdout).")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
-def draft(data, id_column, name, bounds, domain_from, numeric, categorical, ignore, nullable, delimiter, epsilon,
-          delta, neighbour, output, force) -> None:
-    """Write a starting spec for the CSV DATA.
+def draft(data, source_kind, dsn_env, dsn_file, table, query, partitioning, id_column, name, bounds, domain_from,
+          numeric, categorical, ignore, nullable, delimiter, epsilon, delta, neighbour, output, force) -> None:
+    """Write a starting spec for the CSV DATA (or a Parquet dataset, a DuckDB file's table, a PostgreSQL table).
+
+    Examples: `dpr spec draft wages.csv`, `dpr spec draft --source postgres --dsn-env DPR_PG_DSN --table
+    public.wages`, `dpr spec draft --source duckdb owner.duckdb --table wages`, `dpr spec draft --source
+    parquet data/wages/ --partitioning hive`. The connection string is read from the variable or file, never
+    written in the draft.
 
     Every value read from the data (a domain, a bound, nullability) is written on a line marked
     '# from the data: replace with public knowledge before publishing'; the spec is refused by
@@ -77,9 +91,10 @@ def draft(data, id_column, name, bounds, domain_from, numeric, categorical, igno
         refuse(f"--delimiter {delimiter!r}: give one of comma, semicolon, tab, pipe (or ',', ';', '|')")
     if output and Path(output).exists() and not force:
         refuse(f"{output} exists; pass --force to overwrite it")
+    source = _draft_source(source_kind, data, dsn_env, dsn_file, table, query, partitioning, delimiter)
     with refusals():
         try:
-            text = draft_spec(data, id_column=id_column, name=name, bounds=parsed_bounds, domain_files=domains,
+            text = draft_spec(data if source is None else None, source=source, id_column=id_column, name=name, bounds=parsed_bounds, domain_files=domains,
                               kinds=kinds, nullable=list(nullable), epsilon=epsilon, delta=delta, neighbour=neighbour,
                               spec_dir=Path(output).parent if output else None,
                               delimiter=by_name[delimiter] if delimiter is not None else None)
@@ -94,6 +109,36 @@ def draft(data, id_column, name, bounds, domain_from, numeric, categorical, igno
                   "and delete their markers, then run: dpr spec check " + str(output), markup=False)
     else:
         click.echo(text, nl=False)
+
+
+def _draft_source(kind, data, dsn_env, dsn_file, table, query, partitioning, delimiter) -> dict | None:
+    """The ``dataset.source`` mapping ``dpr spec draft`` reads (None: a CSV, the DATA argument)."""
+    given = {"--dsn-env": dsn_env, "--dsn-file": dsn_file, "--table": table, "--query": query,
+             "--partitioning": partitioning}
+    allowed = {"csv": (), "parquet": ("--partitioning",), "duckdb": ("--table", "--query"),
+               "postgres": ("--dsn-env", "--dsn-file", "--table", "--query")}[kind]
+    wrong = [f for f, v in given.items() if v is not None and f not in allowed]
+    if wrong:
+        refuse(f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not apply to --source {kind}")
+    if delimiter is not None and kind != "csv":
+        refuse(f"--delimiter applies to --source csv only, not {kind}")
+    if kind == "csv":
+        if data is None:
+            refuse("give the CSV file (DATA), or --source parquet|duckdb|postgres")
+        if Path(data).is_dir():
+            refuse(f"{data} is a folder: for a Parquet dataset pass --source parquet")
+        return None
+    if kind == "postgres":
+        if data is not None:
+            refuse("--source postgres takes no DATA argument: the connection string comes from --dsn-env or --dsn-file")
+        src = {"kind": "postgres", "dsn_env": dsn_env, "dsn_file": dsn_file, "table": table, "query": query}
+    elif data is None:
+        refuse(f"--source {kind}: give the {'dataset folder' if kind == 'parquet' else 'DuckDB file'} (DATA)")
+    elif kind == "duckdb":
+        src = {"kind": "duckdb", "path": data, "table": table, "query": query}
+    else:
+        src = {"kind": "parquet", "path": data, "partitioning": partitioning}
+    return {k: v for k, v in src.items() if v is not None}
 
 
 @spec_group.command("check")
