@@ -161,9 +161,27 @@ fits the results agree to ~1e-13, on a flat likelihood ridge (heavy-tailed
 errors, tens of SQUAREM cycles) the extrapolation amplifies the difference to a
 few 1e-9 in the parameters and below 1e-8 in the scores (tests/test_detect_stream.py).
 
+One-hot levels (issue 29): the scan pass also finds which 0/1 columns are
+exclusive (contiguous runs in which no row holds two ones: each categorical
+context's one-hot block, :func:`~dpcore.detect.level_design.level_layout`);
+the EM on all rows then works on the factored design
+(:class:`~dpcore.detect.level_design.FactoredDesign`: the dense columns and one
+level code per block), whose normal equations' level blocks are per-level sums
+(``np.bincount``) instead of the dense :math:`n q^2` product. The same sums
+added in another order: the fits agree with the dense product's to round-off
+(tests/test_level_design.py: 1e-8 on seeded cases and the demo's templates,
+the same iterations, ``K`` and labels). The robust start's subsample stays dense.
+
 Labelling (slide "Parameters Learning"): the top :math:`K=\lfloor\sum_i t_i\rfloor`
 records by :math:`t_i` (ties: lower row index first; a ``1e-9`` guard absorbs
-round-off in the sum).
+round-off in the sum), chosen by a threshold (:func:`top_k_labels`), not a full sort.
+
+Modules (issue 29): this module holds the model's derivation (this
+docstring), the start sample and :class:`RobustRegressionDetector`; the EM
+core is :mod:`dpcore.detect.mixture_em`, the robust start
+:mod:`dpcore.detect.robust_start`, the streamed passes
+:mod:`dpcore.detect.em_passes` and the factored design
+:mod:`dpcore.detect.level_design`. Every name they held here is re-exported.
 
 Robust start (``start="auto"`` = ``"lts"``, issue 22)
 ------------------------------------------------------
@@ -316,14 +334,33 @@ Degenerate inputs (documented outcomes, never NaN scores)
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
 
 import numpy as np
-from scipy.special import expit, ndtri
+from scipy.special import expit
 
-__all__ = ["START_SAMPLE", "ArrayChunks", "DataSpreadError", "RobustRegressionDetector", "chunk_pass", "model_parameters"]
+# The three subjects of the fit live in their own modules (issue 29); every name is re-exported here, so
+# ``from dpcore.detect.robust_em import ...`` and ``robust_em._name`` keep working.
+from .em_passes import (  # noqa: F401  (re-exported)
+    _Y_CLIP, ArrayChunks, _as_float, _check_X, _check_y, _design_of, _em, _em_chunks, _estep_pass, _fsum,
+    _serial_map, _standardised, chunk_pass,
+)
+from .level_design import level_layout
+from .mixture_em import (  # noqa: F401  (re-exported)
+    _LOG_2PI, _LOG_PI, _OUTLIER_WEIGHT, _P_FLOOR, _RANK_TOL, _RIDGE, _SIGMA2_FLOOR, _em_loop, _estep, _log_odds,
+    _mstats, _mstep, _noise_step, _one_blas_thread, _ru, _solve, _solve_exact_or_ridge,
+)
+from .robust_start import (  # noqa: F401  (re-exported)
+    _C_STEPS_ALL, _C_STEPS_FINAL, _C_STEPS_KEPT, _C_STEPS_MAX, _ELEMENTAL_WORK, _MAD_TO_SD, _N_ELEMENTAL, _RW_CUT,
+    _c_step, _concentrate, _fast_lts, _level_medians, _lts_h, _lts_objective, _lts_reweight, _lts_starts,
+    _n_subsets_auto, _start_params, _subset_ls, _trimmed_variance_factor,
+)
+
+__all__ = [
+    "START_SAMPLE", "ArrayChunks", "DataSpreadError", "RobustRegressionDetector", "chunk_pass", "model_parameters",
+    "top_k_labels",
+]
 
 #: Constructor parameters, in order (``get_params``).
 _PARAMS = (
@@ -331,159 +368,11 @@ _PARAMS = (
 )
 #: Values of ``start``.
 _STARTS = ("auto", "lts", "ols", "legacy")
-
-_LOG_PI = math.log(math.pi)
-_LOG_2PI = math.log(2.0 * math.pi)
-#: Floor of sigma^2 in standardised units (y has unit robust spread).
-_SIGMA2_FLOOR = 1e-12
-#: p is kept in [_P_FLOOR, 1 - _P_FLOOR] so both log-weights stay finite.
-_P_FLOOR = 1e-9
-#: Standardised y is clipped here so squared residuals cannot overflow.
-_Y_CLIP = 1e100
-#: Relative ridge on the normal equations (collinear contexts).
-_RIDGE = 1e-9
-#: Smallest share of its diagonal entry a Cholesky pivot may keep before the
-#: M-step falls back to the ridge (see :func:`_solve_exact_or_ridge`).
-_RANK_TOL = 1e-10
-#: Lazily created ``threadpoolctl.ThreadpoolController`` (False when unavailable).
-_TP_CONTROLLER = None
-#: Work budget (multiply-adds) of one concentration step over all elemental
-#: starts, ``n_elemental * rows * q**2``; bounds the number of elemental starts
-#: for wide designs (many one-hot columns), never below ``4 * n_starts``.
-_ELEMENTAL_WORK = 1e9
 #: Rows of the robust-start subsample.
 _START_ROWS = 3000
 #: Default rows of the start sample (``start_sample``): the robust start and the scaling see at most this many
 #: rows, drawn with ``random_state``; the EM then runs on all rows in chunks (issue 21).
 START_SAMPLE = 500_000
-#: Elemental subsets drawn for the robust start.
-_N_ELEMENTAL = 300
-#: Concentration steps applied to every elemental start / to the kept ones.
-_C_STEPS_ALL = 2
-_C_STEPS_KEPT = 30
-#: C-steps to convergence on the kept FAST-LTS candidates: at most this many.
-_C_STEPS_MAX = 100
-#: C-steps on all rows after FAST-LTS on the start subsample (large tables).
-_C_STEPS_FINAL = 5
-#: Share of the Cauchy weights t_i * tau_bar_i kept in the coefficient step of start="lts"/"auto"
-#: (module docstring, "Masking"): small enough that no leverage cluster pulls the fit, positive so
-#: that a one-hot level whose rows the Cauchy holds keeps its own weighted mean.
-_OUTLIER_WEIGHT = 1e-3
-#: Reweighting of the LTS fit: rows with |r| <= _RW_CUT * s (the 97.5% quantile of |N(0, 1)|).
-_RW_CUT = 2.241402727604947
-#: Consistency factor of the MAD for the normal distribution.
-_MAD_TO_SD = 1.482602218505602
-
-
-# --------------------------------------------------------------------------- helpers
-def _as_float(a, name: str) -> np.ndarray:
-    """``a`` as a float64 array, refusing complex and non-numeric input (message names ``name``)."""
-    arr = np.asarray(a)
-    if arr.dtype.kind == "c":
-        raise ValueError(f"{name} must be real-valued, got a complex array")
-    try:
-        return np.asarray(arr, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be numeric (convertible to float); got dtype {arr.dtype}") from None
-
-
-def _check_X(X, name: str = "X") -> np.ndarray:
-    arr = _as_float(X, name)
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array (rows x contextual columns), got a {arr.ndim}-D array")
-    if not np.isfinite(arr).all():
-        raise ValueError(f"{name} has NaN or infinite values; every value must be finite")
-    return arr
-
-
-def _check_y(y, n: int, name: str = "y") -> np.ndarray:
-    arr = _as_float(y, name)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be a 1-D array, got a {arr.ndim}-D array")
-    if arr.shape[0] != n:
-        raise ValueError(f"X and {name} have different numbers of rows; they must match")
-    if not np.isfinite(arr).all():
-        raise ValueError(f"{name} has NaN or infinite values; every value must be finite")
-    return arr
-
-
-def _solve_exact_or_ridge(G: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    """Solve one system ``G beta = rhs`` without a ridge when it is well posed, else :func:`_solve`.
-
-    Well posed: the Cholesky factor exists and every pivot keeps more than
-    ``_RANK_TOL`` of its column's diagonal entry (``L_jj^2 > 1e-10 G_jj``, i.e.
-    no column is explained by the earlier ones up to ``1 - 1e-10`` of its
-    weighted variance). The EM M-step uses this: under the measurement floor the
-    Gaussian rows weigh ~1e7 times more than the rows the Cauchy component
-    holds, and even a relative ridge of 1e-9 on the level columns then moved the
-    intercept -- i.e. the mean of the dropped reference level, whose rows were
-    all held by the Cauchy -- far from that level's rows, which kept the whole
-    level flagged (NYC flights ``distance ~ route``: the 55 rows of the
-    reference route, residual 765 miles). Without a ridge the weighted least
-    squares puts every level's fitted value at its own weighted mean, however
-    small its weights. Collinear designs still get the ridge.
-    """
-    diag = np.diagonal(G)
-    if np.all(diag > 0):
-        try:
-            L = np.linalg.cholesky(G)
-        except np.linalg.LinAlgError:
-            L = None
-        if L is not None and np.all(np.square(np.diagonal(L)) > _RANK_TOL * diag):
-            with _one_blas_thread():
-                return np.linalg.solve(G, rhs)
-    return _solve(G, rhs)
-
-
-def _solve(G: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    """Solve (stacks of) normal equations ``G beta = rhs`` with a tiny per-column relative ridge.
-
-    ``G`` has shape (..., q, q), ``rhs`` (..., q). The ridge adds ``1e-9 * G_jj``
-    to each diagonal entry (``1e-9`` times the mean diagonal, or ``1e-9``, where
-    ``G_jj = 0``). Relative to each column's *own* weight, it makes every stack
-    positive definite without changing well-posed solutions beyond round-off.
-    (A ridge relative to the *mean* diagonal shrank the coefficient of a rare
-    one-hot level whose rows all carry small EM weights towards 0 -- a whole
-    category of records was then left unfitted and flagged.)
-
-    Column 0 is the intercept (the constant column of every design here) and
-    gets no ridge: its diagonal entry is the weight of *all* rows, so a ridge
-    relative to it outweighed the rows of the dropped reference level once the
-    EM had down-weighted them, pulled the intercept off that level's mean and
-    flagged the whole level (NYC flights ``distance ~ route``: the 55 rows of
-    the reference route, residual 765 miles). The intercept column is 1 on every
-    row, so ``G`` stays positive definite without it.
-
-    The q x q solves are small; they run with one BLAS thread (``threadpoolctl``),
-    as multi-threaded OpenBLAS is up to ~40x slower on them on a busy machine.
-    """
-    q = G.shape[-1]
-    diag = np.diagonal(G, axis1=-2, axis2=-1)
-    mean = diag.mean(axis=-1, keepdims=True)
-    fill = np.where(mean > 0, mean, 1.0)
-    lam = _RIDGE * np.where(diag > 0, diag, fill)
-    lam[..., 0] = 0.0  # the intercept is never shrunk (see above)
-    G = G + lam[..., None] * np.eye(q)
-    with _one_blas_thread():
-        try:
-            return np.linalg.solve(G, rhs[..., None])[..., 0]
-        except np.linalg.LinAlgError:  # pragma: no cover - ridge makes this practically unreachable
-            return (np.linalg.pinv(G) @ rhs[..., None])[..., 0]
-
-
-def _one_blas_thread():
-    """Context manager limiting BLAS to one thread (a no-op without ``threadpoolctl``)."""
-    global _TP_CONTROLLER
-    if _TP_CONTROLLER is None:
-        try:
-            from threadpoolctl import ThreadpoolController
-
-            _TP_CONTROLLER = ThreadpoolController()
-        except Exception:  # pragma: no cover - threadpoolctl ships with scikit-learn
-            _TP_CONTROLLER = False
-    if _TP_CONTROLLER is False:  # pragma: no cover
-        return contextlib.nullcontext()
-    return _TP_CONTROLLER.limit(limits=1, user_api="blas")
 
 
 class DataSpreadError(ValueError):
@@ -517,159 +406,7 @@ def model_parameters(d: int) -> int:
     return d + 4
 
 
-def _log_odds(r: np.ndarray, s2: float, p: float, b: float) -> np.ndarray:
-    """Posterior log-odds ``log(t_i / (1 - t_i))`` that record i's error is Cauchy (never saturates)."""
-    r2 = r * r
-    lg = (math.log1p(-p) - 0.5 * (_LOG_2PI + math.log(s2))) - r2 * (0.5 / s2)
-    lc = (math.log(p) - _LOG_PI - 0.5 * math.log(2.0 * b)) - np.log1p(r2 * (0.5 / b))
-    return lc - lg
-
-
-def _estep(r: np.ndarray, s2: float, p: float, b: float):
-    """Posterior outlier probabilities, E[tau | outlier] and the log-likelihood."""
-    r2 = r * r
-    lg = (math.log1p(-p) - 0.5 * (_LOG_2PI + math.log(s2))) - r2 * (0.5 / s2)
-    lc = (math.log(p) - _LOG_PI - 0.5 * math.log(2.0 * b)) - np.log1p(r2 * (0.5 / b))
-    ll = float(np.logaddexp(lg, lc).sum())
-    t = expit(lc - lg)
-    etau = 1.0 / (b + 0.5 * r2)
-    return t, etau, ll
-
-
-def _mstats(Z, y, t, etau, s2, outlier_weight: float = 1.0):
-    """The M-step's sufficient statistics of some rows: they add over chunks of rows.
-
-    Returns ``st = sum t``, ``su = sum (1-t)``, ``te = sum t tau_bar``, the
-    weighted normal equations ``G = Z^T W Z`` and ``rhs = Z^T W y`` with
-    ``w = (1-t)/sigma^2 + outlier_weight * t tau_bar`` (module docstring,
-    "EM"). Everything the M-step needs except ``ru = sum (1-t) e_new^2``, which
-    needs the new coefficients (:func:`_ru`).
-    """
-    st = float(t.sum())
-    u = 1.0 - t
-    w = u * (1.0 / s2) + outlier_weight * (t * etau)  # 1.0 * x == x exactly: the exact step is unchanged
-    Zw = Z * w[:, None]
-    return st, float(u.sum()), float(t @ etau), Zw.T @ Z, Zw.T @ y
-
-
-def _ru(Z, y, t, beta_new) -> float:
-    """``sum (1-t_i) e_i^2`` with the residuals of the new coefficients (the sigma^2 update's numerator)."""
-    r = y - Z @ beta_new
-    return float((1.0 - t) @ (r * r))
-
-
-def _mstep(Z, y, t, etau, s2, b, floor: float = _SIGMA2_FLOOR, outlier_weight: float = 1.0):
-    """One ECM sweep: p, then (w, b0), then (sigma^2, b) jointly (see the module docstring).
-
-    ``outlier_weight`` scales the Cauchy part ``t_i tau_bar_i`` of the
-    coefficient step's weights: 1 is the exact ECM step (``start="legacy"``,
-    ``"ols"``); ``_OUTLIER_WEIGHT`` (``start="lts"``) is the inlier-driven step
-    of the module docstring, section "Masking". Built from the same
-    per-chunk statistics as the streamed EM (:func:`_mstats`, :func:`_ru`).
-    """
-    n = y.shape[0]
-    st, su, te, G, rhs = _mstats(Z, y, t, etau, s2, outlier_weight)
-    p = min(max(st / n, _P_FLOOR), 1.0 - _P_FLOOR)
-    beta = _solve_exact_or_ridge(G, rhs)
-    s2, b = _noise_step(su, _ru(Z, y, t, beta), st, te, s2, b, floor)
-    return beta, s2, p, b, y - Z @ beta
-
-
-def _noise_step(
-    su: float, ru: float, st: float, te: float, s2_old: float, b_old: float, floor: float = _SIGMA2_FLOOR
-) -> tuple[float, float]:
-    """Joint conditional maximum of Q over (sigma^2, b) subject to b >= sigma^2.
-
-    ``su = sum(1-t)``, ``ru = sum((1-t) e^2)``, ``st = sum(t)``, ``te = sum(t tau_bar)``.
-    Q(sigma^2, b) = -su/2 log sigma^2 - ru/(2 sigma^2) + st/2 log b - te b is concave
-    in (log 1/sigma^2, log b) and the constraint is the half-plane
-    log b - log sigma^2 >= 0, so: take the unconstrained maximum
-    (ru/su, st/(2 te)) if feasible, else the unique maximum on the boundary
-    b = sigma^2 = v, the positive root of -2 te v^2 + (st - su) v + ru = 0.
-    Vanishing denominators (no inliers / no outliers) keep the old value.
-    ``floor`` (standardised units, >= the numeric floor): sigma^2 >= floor; raising
-    sigma^2 to it and b to max(b, sigma^2) is the exact maximum on the constrained
-    set (Q is separable and unimodal in each part, module docstring).
-    """
-    tiny = 1e-12
-    s2 = ru / su if su > tiny else s2_old
-    b = 0.5 * st / te if (st > tiny and te > 1e-300) else b_old
-    if b < s2 and su > tiny and st > tiny and te > 1e-300 and ru > 0:
-        c = st - su
-        s2 = b = (c + math.sqrt(c * c + 8.0 * te * ru)) / (4.0 * te)
-    s2 = max(s2, floor)
-    return s2, max(b, s2)
-
-
-# --------------------------------------------------------------------------- chunks (issue 21)
-class ArrayChunks:
-    """In-memory rows ``(X, y)`` as a chunk source: consecutive chunks of ``rows`` rows (default: one chunk).
-
-    The chunk-source protocol of the streamed fit
-    (:meth:`RobustRegressionDetector.fit_chunks`): ``n_rows``, ``n_features``,
-    ``load(i)`` (the raw ``X``, ``y`` of chunk ``i``), ``take(rows)`` (the rows
-    at sorted positions ``rows``, or all rows for None), ``standardised(i, std)``
-    (chunk ``i``'s ``(Z, y)``, :func:`_standardised`; a source may cache it) and ``map(fn, state)``
-    (``mapper(fn, [(self, i, state) for every chunk])``). :meth:`fit` runs on
-    one chunk of this class; tests run it with awkward chunk sizes.
-    :class:`dpcore.detect.streaming.PartitionChunks` is the warehouse's source.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n, d)
-    y : ndarray of shape (n,)
-    rows : int, optional
-        Rows per chunk (``None``: one chunk).
-    mapper : callable, optional
-        ``mapper(fn, items) -> list`` (default :func:`dpcore.chunks.serial_map`).
-    """
-
-    def __init__(self, X: np.ndarray, y: np.ndarray, rows: int | None = None, mapper=None) -> None:
-        self.X = X
-        self.y = y
-        self.rows = rows
-        self.mapper = mapper
-
-    @property
-    def n_rows(self) -> int:
-        return int(self.X.shape[0])
-
-    @property
-    def n_features(self) -> int:
-        return int(self.X.shape[1])
-
-    @property
-    def n_chunks(self) -> int:
-        n = self.n_rows
-        if n == 0:
-            return 0
-        rows = n if self.rows is None else int(self.rows)
-        return -(-n // rows)
-
-    def load(self, i: int):
-        """Chunk ``i``: ``(X, y)`` views."""
-        if self.rows is None:
-            return self.X, self.y
-        a = i * int(self.rows)
-        return self.X[a:a + int(self.rows)], self.y[a:a + int(self.rows)]
-
-    def standardised(self, i: int, std):
-        """Chunk ``i`` standardised by ``std`` (:func:`_standardised`)."""
-        X, y = self.load(i)
-        return _standardised(X, y, std)
-
-    def take(self, rows):
-        """Rows at the sorted positions ``rows`` (None: all rows, no copy)."""
-        if rows is None:
-            return self.X, self.y
-        return self.X[rows], self.y[rows]
-
-    def map(self, fn, state) -> list:
-        """``mapper(fn, [(self, i, state) ...])`` over every chunk, results in chunk order."""
-        items = [(self, i, state) for i in range(self.n_chunks)]
-        return (self.mapper or _serial_map)(fn, items)
-
-
+# --------------------------------------------------------------------------- start sample
 def _splitmix64(x: np.ndarray) -> np.ndarray:
     """The SplitMix64 finaliser (Steele, Lea and Flood 2014) on uint64: a bijection that scrambles the bits."""
     x = x + np.uint64(0x9E3779B97F4A7C15)
@@ -711,430 +448,37 @@ def _start_sample_rows(n: int, m: int, key: int) -> np.ndarray:
     return np.sort(best_rows)
 
 
-def _serial_map(fn, items) -> list:
-    from ..chunks import serial_map
+def top_k_labels(scores: np.ndarray, K: int) -> tuple[np.ndarray, float]:
+    """Labels of the top ``K`` scores, ties by lower row, and the ``K``-th score (``inf`` when ``K = 0``).
 
-    return serial_map(fn, items)
+    Slide "Parameters Learning": the filter labels its top :math:`K` records.
+    Chosen by a threshold (issue 29), not a full sort: the ``K``-th largest
+    score ``thr`` by ``np.partition`` (O(n)), every score above it, and of the
+    scores equal to it the first ``K - #{score > thr}`` rows. The labels are
+    those of a stable sort by descending score cut at ``K``. Scores are never NaN
+    (finite inputs; the detector's module docstring).
 
+    Parameters
+    ----------
+    scores : ndarray of shape (n,)
+    K : int
+        ``0 <= K <= n``.
 
-def _standardised(X: np.ndarray, y: np.ndarray, std) -> tuple[np.ndarray, np.ndarray]:
-    """The design ``Z`` (intercept first) and standardised ``y`` of raw rows; ``std=None``: already standardised."""
-    if std is None:
-        return X, y
-    active, x_loc, x_scale, y_loc, y_scale = std
-    return _design_of(X, active, x_loc, x_scale), np.clip((y - y_loc) / y_scale, -_Y_CLIP, _Y_CLIP)
-
-
-def _design_of(X: np.ndarray, active: np.ndarray, x_loc: np.ndarray, x_scale: np.ndarray) -> np.ndarray:
-    """Standardised design of raw rows: the intercept, then the active columns centred and scaled (row-wise)."""
-    Xa = X[:, active]
-    Z = np.empty((X.shape[0], Xa.shape[1] + 1))
-    Z[:, 0] = 1.0
-    np.subtract(Xa, x_loc, out=Z[:, 1:])
-    Z[:, 1:] /= x_scale
-    return Z
-
-
-def chunk_pass(item):
-    """One chunk's share of a pass of the streamed fit: a module-level function a mapper can ship.
-
-    ``item = (source, i, state)``; ``state["kind"]`` says which pass:
-
-    * ``"scan"``: column minima and maxima, whether each column is 0/1, the
-      minimum and maximum of ``y`` (checks finiteness: errors as :meth:`RobustRegressionDetector.fit`);
-    * ``"estep"``: the E-step at ``state``'s parameters (log-likelihood) and the
-      M-step's sufficient statistics :func:`_mstats`;
-    * ``"ru"``: :func:`_ru` with the posteriors at the old parameters and the new coefficients.
-
-    Everything returned adds (or takes extremes) over chunks; the caller combines.
+    Returns
+    -------
+    labels : ndarray of int64, shape (n,)
+    threshold : float
     """
-    src, i, state = item
-    kind = state["kind"]
-    with np.errstate(all="ignore"):
-        if kind == "scan":
-            X, y = src.load(i)
-            X = _check_X(X)
-            y = _check_y(y, X.shape[0])
-            return (X.min(axis=0), X.max(axis=0), np.all((X == 0.0) | (X == 1.0), axis=0), float(y.min()),
-                    float(y.max()))
-        Z, ys = src.standardised(i, state["std"])
-        beta, s2, p, b = state["theta"]
-        r = ys - Z @ beta
-        if kind == "estep":
-            t, etau, ll = _estep(r, s2, p, b)
-            return (ll, *_mstats(Z, ys, t, etau, s2, state["ow"]))
-        if kind == "ru":
-            return _ru(Z, ys, expit(_log_odds(r, s2, p, b)), state["beta_new"])
-    raise ValueError(f"unknown chunk pass kind {kind!r}")
-
-
-def _estep_pass(src, std, beta, s2, p, b, ow):
-    """E-step over every chunk: the state ``(beta, s2, p, b, ll, (st, su, te, G, rhs))``."""
-    parts = src.map(chunk_pass, {"kind": "estep", "std": std, "theta": (beta, s2, p, b), "ow": ow})
-    ll, st, su, te, G, rhs = (_fsum([x[k] for x in parts]) for k in range(6))
-    return (beta, s2, p, b, ll, (st, su, te, G, rhs))
-
-
-def _fsum(parts: list):
-    """The chunks' partial sums added with one rounding (:func:`math.fsum`, element-wise for arrays).
-
-    The order of the chunks then does not matter and the combined sums carry
-    only the chunks' own round-off (one chunk: the partial sum itself, bit for
-    bit). On a flat likelihood ridge, where SQUAREM amplifies last-bit
-    differences, this halves the streamed fit's distance from the in-memory
-    one against adding the partial sums in turn (tests/test_detect_stream.py).
-    """
-    if len(parts) == 1:
-        return parts[0]
-    if np.ndim(parts[0]) == 0:
-        return math.fsum(parts)
-    stacked = np.stack(parts).reshape(len(parts), -1)
-    return np.array([math.fsum(col) for col in stacked.T]).reshape(np.shape(parts[0]))
-
-
-def _em_chunks(
-    src, std, beta, s2, p, b, max_iter: int, tol: float, accelerate: bool = True, floor: float = _SIGMA2_FLOOR,
-    outlier_weight: float = 1.0,
-):
-    """EM over a chunk source: :func:`_em`'s iteration with every row-wise sum taken chunk by chunk.
-
-    Each M-step is two passes over the chunks: the E-step at the current
-    parameters with the statistics :func:`_mstats` (they add over chunks),
-    then, once the new coefficients are solved, :func:`_ru`; the E-step of the
-    next parameters is the next pass. Nothing per row is kept between passes,
-    so memory does not grow with the rows. ``std``: the standardisation
-    ``(active, x_loc, x_scale, y_loc, y_scale)`` applied to each raw chunk, or
-    None for chunks that are already ``(Z, y)``.
-    """
-    n = int(src.n_rows)
-    ow = outlier_weight
-
-    def step(state):
-        beta_o, s2_o, p_o, b_o, _ll, (st, su, te, G, rhs) = state
-        p_n = min(max(st / n, _P_FLOOR), 1.0 - _P_FLOOR)
-        beta_n = _solve_exact_or_ridge(G, rhs)
-        ru = _fsum(src.map(chunk_pass, {"kind": "ru", "std": std, "theta": (beta_o, s2_o, p_o, b_o),
-                                        "beta_new": beta_n}))
-        s2_n, b_n = _noise_step(su, ru, st, te, s2_o, b_o, floor)
-        return _estep_pass(src, std, beta_n, s2_n, p_n, b_n, ow)
-
-    def vec(st):
-        return np.r_[st[0], math.log(st[1]), math.log(st[2]) - math.log1p(-st[2]), math.log(st[3])]
-
-    state = _estep_pass(src, std, beta, s2, p, b, ow)
-    rel = math.inf
-    converged = False
-    it = 0
-    while it < max_iter:
-        ll_old = state[4]
-        if accelerate and max_iter - it >= 3:
-            s1 = step(state)
-            s2_ = step(s1)
-            it += 2
-            new = s2_
-            th0, th1, th2 = vec(state), vec(s1), vec(s2_)
-            rr, v = th1 - th0, th2 - 2.0 * th1 + th0
-            nv = float(np.linalg.norm(v))
-            if nv > 0 and np.all(np.isfinite(v)):
-                alpha = max(min(-float(np.linalg.norm(rr)) / nv, -1.0), -100.0)
-                if alpha < -1.0:
-                    th = th0 - 2.0 * alpha * rr + alpha * alpha * v
-                    q = beta.shape[0]
-                    e_beta = th[:q]
-                    e_s2 = max(math.exp(min(th[q], 700.0)), floor)
-                    e_p = min(max(float(expit(th[q + 1])), _P_FLOOR), 1.0 - _P_FLOOR)
-                    e_b = max(math.exp(min(th[q + 2], 700.0)), _SIGMA2_FLOOR)
-                    if np.all(np.isfinite(e_beta)):  # else the E-step's likelihood is not finite: no candidate
-                        e_state = _estep_pass(src, std, e_beta, e_s2, e_p, e_b, ow)
-                        if math.isfinite(e_state[4]):
-                            cand = step(e_state)
-                            it += 1
-                            if math.isfinite(cand[4]) and cand[4] >= s2_[4]:
-                                new = cand
-            state = new
-        else:
-            state = step(state)
-            it += 1
-        rel = abs(state[4] - ll_old) / max(abs(ll_old), n)
-        if rel < tol:
-            converged = True
-            break
-    beta, s2, p, b = state[:4]
-    return {"beta": beta, "s2": s2, "p": p, "b": b, "ll": state[4], "n_iter": it, "converged": converged, "rel": rel,
-            "st": state[5][0]}
-
-
-def _em(
-    Z, y, beta, s2, p, b, max_iter: int, tol: float, accelerate: bool = True, floor: float = _SIGMA2_FLOOR,
-    outlier_weight: float = 1.0,
-):
-    """Run EM from the given parameters on in-memory ``(Z, y)``; returns a dict with the final state.
-
-    With ``accelerate`` the EM map is extrapolated by SQUAREM (Varadhan and
-    Roland 2008, step length ``-||r|| / ||v||`` clipped to [-100, -1]) on
-    :math:`(\\vec w, b_0, \\log\\sigma^2, \\operatorname{logit} p, \\log b)`: two EM steps,
-    one extrapolated point, one stabilising EM step from it; the result is kept
-    only if its log-likelihood is at least that of the two plain steps, so
-    :math:`\\ell` still never decreases. ``n_iter`` counts M-steps (EM-map
-    evaluations, 3 per accelerated cycle); plain steps finish the budget.
-    ``floor``: lower bound of sigma^2 in standardised units (>= ``_SIGMA2_FLOOR``);
-    ``outlier_weight``: see :func:`_mstep` (1 = the exact ECM).
-
-    The one-chunk case of :func:`_em_chunks` (the same code streams a table in chunks).
-    """
-    return _em_chunks(ArrayChunks(Z, y), None, beta, s2, p, b, max_iter, tol, accelerate, floor, outlier_weight)
-
-
-def _lts_starts(Z: np.ndarray, y: np.ndarray, rng: np.random.Generator, n_keep: int) -> list[np.ndarray]:
-    """``start="legacy"``: FAST-LTS-like robust starts on a (sub)sample, the ``n_keep`` best coefficient vectors."""
-    m, q = Z.shape
-    h = min(m, (m + q + 2) // 2)
-    n_el = max(min(_N_ELEMENTAL, int(_ELEMENTAL_WORK // (m * q * q))), 4 * n_keep)
-    # elemental subsets: q distinct rows each (argpartition of uniform keys)
-    idx = np.argpartition(rng.random((n_el, m)), q - 1, axis=1)[:, :q]
-    A = Z[idx]  # (n_el, q, q)
-    At = np.swapaxes(A, 1, 2)
-    B = _solve(At @ A, (At @ y[idx][..., None])[..., 0])
-    ZZ = (Z[:, :, None] * Z[:, None, :]).reshape(m, q * q)
-    Zy = Z * y[:, None]
-
-    def lts(B):
-        R2 = np.square(y[:, None] - Z @ B.T)  # (m, n_el)
-        part = np.partition(R2, h - 1, axis=0)
-        return R2, part[h - 1], part[:h].sum(axis=0)
-
-    def cstep(B):
-        R2, kth, obj = lts(B)
-        M = (R2 <= kth).astype(np.float64)
-        G = (M.T @ ZZ).reshape(-1, q, q)
-        return _solve(G, M.T @ Zy), obj
-
-    for _ in range(_C_STEPS_ALL):
-        B, _obj = cstep(B)
-    _, _, obj = lts(B)
-    order = np.argsort(obj, kind="stable")
-    kept: list[int] = []
-    seen: list[np.ndarray] = []
-    for k in order:  # at most n_el iterations over candidates (not records)
-        if any(np.allclose(B[k], s, rtol=1e-6, atol=1e-9) for s in seen):
-            continue
-        kept.append(int(k))
-        seen.append(B[k])
-        if len(kept) == n_keep:
-            break
-    Bk = B[kept]
-    prev = np.full(len(kept), np.inf)
-    for _ in range(_C_STEPS_KEPT):
-        Bn, obj = cstep(Bk)
-        if np.all(obj >= prev * (1 - 1e-12)):
-            break
-        prev = obj
-        Bk = Bn
-    return [Bk[i] for i in range(Bk.shape[0])]
-
-
-# --------------------------------------------------------------------------- FAST-LTS (start="lts"/"auto")
-def _lts_h(m: int, q: int) -> int:
-    """Coverage of the LTS fit: ``h = floor((m + q + 1) / 2)`` rows (Rousseeuw and Van Driessen 2006), at most ``m``."""
-    return min(m, (m + q + 1) // 2)
-
-
-def _subset_ls(Z: np.ndarray, y: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """Least squares on each row subset ``idx[k]`` (shape (k, h)), batched; returns (k, q) coefficients.
-
-    Chunked over subsets so the gathered ``Z[idx]`` stays below ~2e7 floats
-    (wide one-hot designs); the tiny relative ridge of :func:`_solve` keeps
-    singular subsets (an elemental set holding two rows of one level) finite.
-    """
-    k, h = idx.shape
-    q = Z.shape[1]
-    out = np.empty((k, q))
-    step = max(1, int(2e7 // max(1, h * q)))
-    for a in range(0, k, step):
-        ii = idx[a:a + step]
-        A = Z[ii]  # (c, h, q)
-        At = np.swapaxes(A, 1, 2)
-        out[a:a + step] = _solve(At @ A, (At @ y[ii][..., None])[..., 0])
-    return out
-
-
-def _lts_objective(Z: np.ndarray, y: np.ndarray, B: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
-    """Trimmed objective of each row of ``B``: the sum of the ``h`` smallest squared residuals, and those rows.
-
-    Returns ``obj`` (k,) and ``idx`` (k, h): for each candidate exactly ``h``
-    row positions (``argpartition``; ties broken arbitrarily but the count is
-    always ``h``, which the C-step theorem needs).
-    """
-    R2 = np.square(y[None, :] - B @ Z.T)  # (k, m)
-    idx = np.argpartition(R2, h - 1, axis=1)[:, :h]
-    return np.take_along_axis(R2, idx, axis=1).sum(axis=1), idx
-
-
-def _c_step(Z: np.ndarray, y: np.ndarray, B: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One concentration step for every candidate (rows of ``B``).
-
-    Rousseeuw and Van Driessen (2006), Theorem 1: refit least squares on the
-    ``h`` rows with the smallest squared residuals; the trimmed objective of
-    the new fit is at most that of the old one (the new fit minimises the sum
-    of squares over those ``h`` rows, and the ``h`` smallest of its own squared
-    residuals sum to no more than that). Returns the new coefficients, the
-    objective of the *old* ones and the old h-subsets.
-    """
-    obj, idx = _lts_objective(Z, y, B, h)
-    return _subset_ls(Z, y, idx), obj, idx
-
-
-def _concentrate(Z, y, B, h: int, max_steps: int):
-    """C-steps until no candidate's objective drops by more than a relative 1e-12 (or ``max_steps``).
-
-    Returns the coefficients and their objectives, both sorted by objective. A
-    step is accepted per candidate only when it lowers the objective, so the
-    returned objective is the smallest one seen (round-off of the ridge cannot
-    make it increase).
-    """
-    obj, _ = _lts_objective(Z, y, B, h)
-    for _ in range(max_steps):
-        Bn, _, _ = _c_step(Z, y, B, h)
-        on, _ = _lts_objective(Z, y, Bn, h)
-        better = on < obj * (1.0 - 1e-12)
-        if not better.any():
-            break
-        B = np.where(better[:, None], Bn, B)
-        obj = np.where(better, on, obj)
-    order = np.argsort(obj, kind="stable")
-    return B[order], obj[order]
-
-
-def _n_subsets_auto(q: int) -> int:
-    """Elemental subsets for a 99% chance of at least one clean one at 40% contamination (at least 500).
-
-    With a fraction ``eps`` of outliers a random ``q``-row subset is clean with
-    probability ``(1 - eps)**q``; ``N`` subsets contain a clean one with
-    probability ``1 - (1 - (1 - eps)**q)**N`` (Rousseeuw and Leroy 1987,
-    Sec. 5.1; Rousseeuw and Van Driessen 2006). For ``eps = 0.4`` and 99%:
-    ``N = log(0.01) / log(1 - 0.6**q)``: 500 cover ``q <= 9`` (8 contextual
-    attributes), ``q = 11`` (p = 10) needs 1,266, capped at 3,000.
-    """
-    pc = 0.6 ** q
-    need = math.log(0.01) / math.log1p(-pc) if pc > 1e-300 else math.inf
-    return int(min(max(500, math.ceil(need)), 3000))
-
-
-def _fast_lts(Z: np.ndarray, y: np.ndarray, rng: np.random.Generator, n_subsets: int, n_keep: int):
-    """FAST-LTS (Rousseeuw and Van Driessen 2006) on ``(Z, y)``, vectorised over the subsets.
-
-    ``n_subsets`` random elemental subsets (``q`` distinct rows each, the exact
-    fit through them; fewer for wide designs, see ``_ELEMENTAL_WORK``), two
-    C-steps on all of them, then the ``max(10, n_keep)`` best distinct ones
-    concentrated to convergence (at most ``_C_STEPS_MAX`` steps). Returns the
-    converged coefficients sorted by trimmed objective (best first) and the
-    objectives, with ``h = floor((m + q + 1) / 2)``.
-    """
-    m, q = Z.shape
-    h = _lts_h(m, q)
-    n_el = max(min(n_subsets, int(_ELEMENTAL_WORK // (m * q * q))), 4 * n_keep)
-    idx = np.argpartition(rng.random((n_el, m)), q - 1, axis=1)[:, :q]
-    B = _subset_ls(Z, y, idx)
-    for _ in range(_C_STEPS_ALL):
-        B, _, _ = _c_step(Z, y, B, h)
-    obj, _ = _lts_objective(Z, y, B, h)
-    order = np.argsort(obj, kind="stable")
-    # distinct candidates: identical converged fits are kept once (vectorised over candidates)
-    Bo = B[order]
-    key = np.round(Bo / np.maximum(np.abs(Bo).max(axis=0), 1e-12), 9)
-    _, first = np.unique(key, axis=0, return_index=True)
-    keep = np.sort(first)[: max(10, n_keep)]
-    return _concentrate(Z, y, Bo[keep], h, _C_STEPS_MAX)
-
-
-def _trimmed_variance_factor(alpha: float) -> float:
-    r"""``E[X^2 | |X| <= z]`` for standard normal ``X`` and ``P(|X| <= z) = alpha``.
-
-    ``= 1 - 2 z \phi(z) / alpha`` with ``z = \Phi^{-1}((1 + alpha) / 2)``; the
-    consistency factor of a trimmed sum of squares (Croux and Rousseeuw 1992;
-    Rousseeuw and Leroy 1987, Sec. 5.1 for the LTS scale).
-    """
-    if alpha >= 1.0:
-        return 1.0
-    z = float(ndtri(0.5 * (1.0 + alpha)))
-    return 1.0 - 2.0 * z * math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi) / alpha
-
-
-def _lts_reweight(Z: np.ndarray, y: np.ndarray, beta: np.ndarray, h: int, floor: float) -> np.ndarray:
-    """The reweighted LTS fit: least squares on the rows within 2.2414 raw LTS scales.
-
-    Raw scale :math:`s_0`: the mean of the ``h`` smallest squared residuals
-    divided by the consistency factor :func:`_trimmed_variance_factor`
-    ``(h / m)``. Reweighting (Rousseeuw and Van Driessen 2006, Sec. 4;
-    Rousseeuw and Leroy 1987, Sec. 5.1): least squares on the rows with
-    ``|r| <= 2.2414 s_0`` (97.5% of ``|N(0, 1)|``); it keeps the 50% breakdown
-    of the LTS fit and gains efficiency. Returns ``beta`` itself when the raw
-    scale is at the floor (an exact fit of at least ``h`` rows) or too few rows
-    pass.
-    """
-    m, q = Z.shape
-    r2 = np.square(y - Z @ beta)
-    s2 = float(np.partition(r2, h - 1)[:h].mean()) / _trimmed_variance_factor(h / m)
-    ok = r2 <= _RW_CUT * _RW_CUT * s2
-    if not s2 > floor or ok.sum() <= q:
-        return beta
-    Zk = Z[ok]
-    return _solve(Zk.T @ Zk, Zk.T @ y[ok])
-
-
-def _level_medians(
-    Z: np.ndarray, y: np.ndarray, beta: np.ndarray, cols: np.ndarray, passes: int = 2, reference: bool = False
-) -> np.ndarray:
-    """Level-wise median correction of a start: a least-absolute-deviations coordinate step per 0/1 column.
-
-    For each indicator column ``j`` (a one-hot level) shift its coefficient by
-    the median residual of the rows in that level (``passes`` backfitting sweeps
-    over the columns, as levels of different attributes overlap). Each step
-    lowers the L1 loss; the median keeps the 50% breakdown *within* a level.
-    Why: LTS keeps the best-fitting half of the rows, so a whole level (a
-    destination served by 1% of the flights) can fall outside the h-subset and
-    keep an arbitrary coefficient; EM then cannot recover, because a single
-    injected record that happens to lie on the wrong fit becomes the level's
-    "inlier" with weight 1/sigma^2 while its genuine rows are Cauchy-weighted.
-
-    ``reference`` (``start="lts"``): the intercept (column 0) joins the sweep
-    with the rows whose indicator columns are all 0 -- the reference level(s),
-    which no level column reaches; the level steps that follow in the same
-    sweep re-centre the other levels. The inlier-driven EM step
-    (``_OUTLIER_WEIGHT``) cannot move a level the start left wholly outside the
-    Gaussian, so the start must fit it.
-    """
-    if cols.size == 0:
-        return beta
-    beta = beta.copy()
-    members = [np.flatnonzero(Z[:, j] == 1.0) for j in cols]
-    if reference:
-        cols = np.r_[0, cols]
-        members = [np.flatnonzero(~(Z[:, cols[1:]] == 1.0).any(axis=1)), *members]
-    r = y - Z @ beta
-    for _ in range(passes):
-        for j, rows in zip(cols, members):
-            if rows.size == 0:
-                continue
-            shift = float(np.median(r[rows]))
-            if shift != 0.0:
-                beta[j] += shift
-                r[rows] -= shift
-    return beta
-
-
-def _start_params(Z, y, beta, p_init: float, floor: float = _SIGMA2_FLOOR):
-    """Mixture parameters from a robust coefficient vector (sigma^2 >= ``floor``, standardised units)."""
-    r = y - Z @ beta
-    r2 = r * r
-    s2 = (_MAD_TO_SD * float(np.median(np.abs(r)))) ** 2
-    if s2 <= _SIGMA2_FLOOR:
-        h = (r.size + 1) // 2
-        s2 = float(np.partition(r2, h - 1)[:h].mean())
-    s2 = max(s2, floor)
-    far = r2 > 6.25 * s2
-    b = 0.5 * float(np.median(r2[far])) if far.any() else 10.0 * s2
-    return s2, p_init, max(b, s2)
+    n = scores.shape[0]
+    labels = np.zeros(n, dtype=np.int64)
+    if K <= 0:
+        return labels, math.inf
+    thr = float(-np.partition(-scores, K - 1)[K - 1])
+    above = scores > thr
+    labels[above] = 1
+    ties = np.flatnonzero(scores == thr)[: K - int(above.sum())]
+    labels[ties] = 1
+    return labels, thr
 
 
 # --------------------------------------------------------------------------- detector
@@ -1458,6 +802,7 @@ class RobustRegressionDetector:
         xmax = np.max(np.stack([s[1] for s in scans]), axis=0)
         binary_all = np.all(np.stack([s[2] for s in scans]), axis=0)
         ymin, ymax = min(s[3] for s in scans), max(s[4] for s in scans)
+        prev_one = np.max(np.stack([s[5] for s in scans]), axis=0)
         del scans
         self._active = (xmax - xmin) > 0  # np.ptp(X, axis=0) > 0
         if not self._active.all():
@@ -1486,6 +831,8 @@ class RobustRegressionDetector:
         self._x_loc = np.where(binary, 0.0, self._x_loc)
         self._x_scale = np.where(binary, 1.0, self._x_scale)
         levels = np.flatnonzero(binary) + 1  # their positions in the design (after the intercept)
+        # exclusive 0/1 columns (one-hot blocks): the EM's normal equations from per-level sums (issue 29)
+        self._layout = level_layout(self._active, binary_all, prev_one)
         self._y_loc = float(np.median(y))
         mad = _MAD_TO_SD * float(np.median(np.abs(y - self._y_loc)))
         scale = mad if mad > 0 else float(np.std(y))
@@ -1524,7 +871,7 @@ class RobustRegressionDetector:
             cands = [_solve(Zs.T @ Zs, Zs.T @ ys_s)]
         else:
             n_sub = _n_subsets_auto(q) if self.n_subsets is None else int(self.n_subsets)
-            B, _ = _fast_lts(Zs, ys_s, rng, n_sub, n_starts)
+            B, _ = _fast_lts(Zs, ys_s, rng, n_sub, n_starts, concentrate=_concentrate)
             if m < n0:  # the subsample's best fit, concentrated on the start sample (module docstring, "Robust start", 4.)
                 B, _ = _concentrate(Z, ys, B[:1], _lts_h(n0, q), _C_STEPS_FINAL)
                 beta_rw = _lts_reweight(Z, ys, B[0], _lts_h(n0, q), floor)
@@ -1546,10 +893,10 @@ class RobustRegressionDetector:
         # ---- EM on all rows (levels absent from the subsample get their median, on the start sample, first)
         beta0 = _level_medians(Z, ys, best["beta"], levels, reference=start == "lts")
         if rows is None:  # the start sample is the table: EM on its standardised rows, one chunk in memory
-            em_src, em_std = ArrayChunks(Z, ys), None
-        else:  # EM over the source's chunks, standardising each
+            em_src, em_std = ArrayChunks(Z if self._layout is None else self._layout.factor(Z), ys), None
+        else:  # EM over the source's chunks, standardising each (in the factored form, dpcore.detect.level_design)
             del Z, ys
-            em_src, em_std = src, self._std()
+            em_src, em_std = src, (*self._std(), self._layout)
         res = _em_chunks(em_src, em_std, beta0, best["s2"], best["p"], best["b"], max_iter, tol, floor=floor,
                          outlier_weight=ow)
         del em_src
@@ -1598,12 +945,8 @@ class RobustRegressionDetector:
         t = self.decision_scores_
         n = t.shape[0]
         K = min(n, int(math.floor(float(self.posterior_.sum()) + 1e-9)))
-        order = np.argsort(-t, kind="stable")
-        labels = np.zeros(n, dtype=np.int64)
-        labels[order[:K]] = 1
         self.K_ = K
-        self.labels_ = labels
-        self.threshold_ = float(t[order[K - 1]]) if K > 0 else math.inf
+        self.labels_, self.threshold_ = top_k_labels(t, K)
 
     # ------------------------------------------------------------ scoring
     def decision_function(self, X, y) -> np.ndarray:

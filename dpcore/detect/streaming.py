@@ -37,6 +37,7 @@ from ..private_files import private_open
 from ..spec import PublicSchema
 from .combine import Template, detector_of, fit_params, template_arrays
 from .design import design_matrix
+from .level_design import FactoredDesign
 from .robust_em import DataSpreadError, _standardised, model_parameters
 from .settings import DetectorSettings
 
@@ -126,22 +127,30 @@ class PartitionChunks:
         a private folder next to the export (removed with it), the later ones
         read them back instead of decoding Parquet and re-encoding the
         categories. Byte for byte what :func:`~dpcore.detect.robust_em._standardised`
-        returns. Files are written to a temporary name and renamed, so
+        returns; with a level layout in ``std`` (issue 29) that is the factored
+        design, stored as its dense columns and level codes (a byte or two per
+        row and categorical context instead of eight per one-hot column). Files are written to a temporary name and renamed, so
         concurrent readers (threads, Dask workers) never see half a file.
         """
         if std is None:
             return self.load(i)
+        arrays, layout = (std[:5], std[5]) if len(std) > 5 else (std, None)
         h = hashlib.sha256()
-        for part in std:
+        for part in arrays:
             h.update(np.ascontiguousarray(np.asarray(part, dtype=np.float64)).tobytes())
+        if layout is not None:
+            h.update(layout.key())
         folder = Path(self.parts.path).parent / f"enc-{self.template.name}-{h.hexdigest()[:16]}"
-        zf, yf = folder / f"{i}-Z.npy", folder / f"{i}-y.npy"
-        if zf.exists() and yf.exists():
-            return np.load(zf), np.load(yf)
+        names = ("Z", "y") if layout is None else ("D", "codes", "y")
+        files = [folder / f"{i}-{name}.npy" for name in names]
+        if all(f.exists() for f in files):
+            got = [np.load(f) for f in files]
+            return (got[0], got[1]) if layout is None else (FactoredDesign(layout, got[0], got[1]), got[2])
         X, y = self.load(i)
         Z, ys = _standardised(X, y, std)
+        arrs = (Z, ys) if layout is None else (Z.D, Z.codes, ys)
         folder.mkdir(mode=0o700, exist_ok=True)
-        for path, arr in ((zf, Z), (yf, ys)):
+        for path, arr in zip(files, arrs):
             tmp = path.with_name(f"{path.name}.{new_nonce(4)}.tmp")
             with private_open(tmp, "xb") as fh:
                 np.save(fh, arr)
@@ -191,12 +200,15 @@ class StreamedFit:
         Parquet file next to the export (removed with it).
     K : int
         Records the filter labels: the top ``K`` scores, ties by lower row.
+    export_path : Path or None
+        The export the fit read (its rows in the order of the score file's rows).
     """
 
     template: Template
     params: dict
     scores_path: Path
     K: int
+    export_path: Path | None = None
 
 
 def fit_partitions(
@@ -254,7 +266,8 @@ def fit_partitions(
         for i in range(src.n_chunks):
             write(*(mapper or serial_map)(score_chunk, [(src, i, det)])[0])
     params = fit_params(template, det, src.names, floor, src.n_rows, None)
-    return StreamedFit(template=template, params=params, scores_path=path, K=int(det.K_))
+    return StreamedFit(template=template, params=params, scores_path=path, K=int(det.K_),
+                      export_path=Path(parts.path))
 
 
 @contextmanager
@@ -287,4 +300,4 @@ def _unfitted(src: PartitionChunks, template: Template, floor, path: Path, code:
             rows = src.frame(i, with_row=True)[ROW].to_numpy(dtype=np.int64)
             write(rows, np.full(rows.shape[0], np.nan))
     params = fit_params(template, None, src.names, floor, src.n_rows, None, code)
-    return StreamedFit(template=template, params=params, scores_path=path, K=0)
+    return StreamedFit(template=template, params=params, scores_path=path, K=0, export_path=Path(src.parts.path))

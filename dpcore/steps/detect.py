@@ -180,7 +180,10 @@ def detection_chunk_rows(spec: ReleaseSpec, budget: MemoryBudget | None = None) 
 def open_detection_partitions(
     spec: ReleaseSpec, settings: Settings, ingested: IngestResult, *, rows: int | None = None
 ) -> Partitions:
-    """The validated table's ``_row`` and every template attribute, exported once in chunks.
+    """The validated table's ``_row``, record id and every template attribute, exported once in chunks.
+
+    The record id is for the store (:func:`store_streamed_detection` takes
+    it from the export by position); the fits read only their attributes.
 
     :func:`dpcore.partitions.export_partitions` into a fresh folder of the
     warehouse's private scratch folder, in input row order, ``rows`` per chunk
@@ -196,7 +199,7 @@ def open_detection_partitions(
     """
     require_public_completeness(spec, "detect")
     attrs = sorted({a for t in templates_of(spec) for a in (t.behavioural, *t.contextual)})
-    cols = ", ".join(f'"{c}"' for c in ["_row", *attrs])
+    cols = ", ".join(f'"{c}"' for c in dict.fromkeys(["_row", spec.dataset.record_id, *attrs]))
     sql = f"SELECT {cols} FROM {validated_table(spec, ingested)} ORDER BY _row"
     wh = open_stores(settings).warehouse
     folder = scratch_dir(wh) / new_nonce(8)
@@ -245,56 +248,71 @@ def store_streamed_detection(
 
     The labels are each template's top ``K`` scores, ties by lower input
     row (slide "Parameters Learning"; as
-    :class:`~dpcore.detect.robust_em.RobustRegressionDetector`), ranked by
-    DuckDB over the score files; a record is flagged if any template labels
-    it (slide "Outlier Detector Overview"; as :func:`~dpcore.detect.combine.combine`),
-    ``max_score`` is its highest score and ``templates_flagging`` the number
-    of templates labelling it. The tables have today's columns and row order
-    (template by template, input row order). No id or score passes through
-    Python. The fits' ``threshold`` (the K-th score) is filled in from the
-    ranking before ``internal.detect_models`` is written.
+    :class:`~dpcore.detect.robust_em.RobustRegressionDetector`), a record is
+    flagged if any template labels it (slide "Outlier Detector Overview"; as
+    :func:`~dpcore.detect.combine.combine`), ``max_score`` is its highest
+    score and ``templates_flagging`` the number of templates labelling it.
+    The tables have today's columns and row order (template by template,
+    input row order). No id or score passes through Python.
+
+    Issue 29: no full sort and no join. Each template's top ``K`` are chosen
+    by a threshold, the ``K``-th pair ``(score, _row)`` in descending score,
+    ascending row (DuckDB's top-N: ``ORDER BY ... LIMIT 1 OFFSET K - 1``), so a
+    row is labelled when its score is above the threshold's or equal to it
+    with a row no later. The score files and the export hold the same rows in
+    the same order (the scoring pass writes chunk by chunk, in the export's
+    row order), so the record ids come from the export by ``POSITIONAL JOIN``
+    and the per-record flags from the score files side by side, instead of a
+    join on ``_row`` and a ``GROUP BY``. The fits' ``threshold`` (the
+    ``K``-th score) is stored in ``internal.detect_models``.
+
+    Raises
+    ------
+    ValueError
+        No fit, or fits of different exports (``StreamedFit.export_path``).
     """
     if not fits:
         raise ValueError("store_streamed_detection needs at least one fitted template")
+    exports = {str(f.export_path) for f in fits}
+    if len(exports) != 1 or None in {f.export_path for f in fits}:
+        raise ValueError("store_streamed_detection needs fits of one export (fit them with fit_streamed on one export)")
     suffix = validated_table_name(ingested, spec)
     rid = spec.dataset.record_id
-    vt = validated_table(spec, ingested)
-    union = " UNION ALL ".join(
-        f"SELECT {k} AS ti, ? AS template, _row, score FROM read_parquet(?)" for k in range(len(fits))
-    )
-    args: list = []
-    for f in fits:
-        args += [f.template.name, str(f.scores_path)]
-    ks = ", ".join(f"({k}, {int(f.K)})" for k, f in enumerate(fits))
+    export = exports.pop()
 
     def op(con):
-        con.execute(
-            "CREATE OR REPLACE TEMP TABLE _detect_ranked AS "
-            "SELECT s.ti, s.template, s._row, s.score, "
-            "CAST(row_number() OVER (PARTITION BY s.ti ORDER BY s.score DESC, s._row) <= k.k AS TINYINT) AS label "
-            f"FROM ({union}) s JOIN (VALUES {ks}) k(ti, k) ON s.ti = k.ti",
-            args,
-        )
-        con.execute(
-            f'CREATE OR REPLACE TABLE internal."detect_scores__{suffix}" AS '
-            f'SELECT v."{rid}", r.template, r.score, r.label FROM _detect_ranked r JOIN {vt} v ON v._row = r._row '
-            "ORDER BY r.ti, r._row"
-        )
+        labels, thresholds = [], []
+        for f in fits:
+            top = None
+            if int(f.K) > 0:
+                top = con.execute("SELECT score, _row FROM read_parquet(?) ORDER BY score DESC, _row LIMIT 1 OFFSET ?",
+                                  [str(f.scores_path), int(f.K) - 1]).fetchone()
+            thresholds.append(None if top is None else float(top[0]))
+            labels.append(("CAST(0 AS TINYINT)", []) if top is None else (
+                "CAST(s.score > ? OR (s.score = ? AND s._row <= ?) AS TINYINT)", [top[0], top[0], int(top[1])]))
+        for k, (f, (label, largs)) in enumerate(zip(fits, labels)):
+            head = (f'CREATE OR REPLACE TABLE internal."detect_scores__{suffix}" AS ' if k == 0
+                    else f'INSERT INTO internal."detect_scores__{suffix}" ')
+            con.execute(
+                head + f'SELECT e."{rid}", CAST(? AS VARCHAR) AS template, s.score, {label} AS label '
+                "FROM read_parquet(?) e POSITIONAL JOIN read_parquet(?) s",
+                [f.template.name, *largs, export, str(f.scores_path)],
+            )
+        joins = " ".join(f"POSITIONAL JOIN (SELECT _row, score FROM read_parquet(?)) s{k}" for k in range(len(fits)))
+        lab = [label.replace("s.", f"s{k}.") for k, (label, _a) in enumerate(labels)]
+        largs = [a for _l, a in labels for a in a]
         con.execute(
             f'CREATE OR REPLACE TABLE internal."detect_flags__{suffix}" AS '
-            f'SELECT v."{rid}", bool_or(r.label = 1) AS flagged, max(r.score) AS max_score, '
-            "CAST(sum(r.label) AS INTEGER) AS templates_flagging "
-            f'FROM _detect_ranked r JOIN {vt} v ON v._row = r._row GROUP BY r._row, v."{rid}" ORDER BY r._row'
+            f'SELECT e."{rid}", ({" OR ".join(f"({x}) = 1" for x in lab)}) AS flagged, '
+            f'{"greatest(" + ", ".join(f"s{k}.score" for k in range(len(fits))) + ")" if len(fits) > 1 else "s0.score"} '
+            f'AS max_score, CAST({" + ".join(lab)} AS INTEGER) AS templates_flagging '
+            f"FROM read_parquet(?) e {joins}",
+            [*largs, *largs, export, *[str(f.scores_path) for f in fits]],
         )
-        thresholds = dict(con.execute(
-            "SELECT ti, min(score) FROM _detect_ranked WHERE label = 1 GROUP BY ti"
-        ).fetchall())
-        con.execute("DROP TABLE _detect_ranked")
         params = []
-        for k, f in enumerate(fits):
+        for f, thr in zip(fits, thresholds):
             p = dict(f.params)
-            thr = thresholds.get(k)
-            p["threshold"] = None if thr is None else float(thr)
+            p["threshold"] = thr
             params.append(json.dumps(p, default=float))
         models = pd.DataFrame({
             "table_suffix": suffix, "template": [f.template.name for f in fits], "params": params,
