@@ -45,13 +45,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
-import pandas as pd
 
 from .chunks import MemoryBudget
 from .lineage import new_nonce
 from .private_files import private_dir, private_open, private_umask, tighten
 from .spec import CSV_DELIMITERS, DemoSource, ReleaseSpec
 from .warehouse import Warehouse
+from .lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 ROW = "_row"
 

@@ -81,8 +81,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-import pandas as pd
-
 from .budget import (
     NOTION_ORDER, BudgetExceededError, Neighbour, NeighbourConversionError, PrivacyCost, charge_under,
     check_neighbour, set_cap_hint, weakest_notion,
@@ -91,6 +89,9 @@ from .charge_keys import canonical, charge_key, matches
 from .fault_injection import fault_point
 from .lineage import hmac_pads, hmac_sql, new_nonce
 from .warehouse import Warehouse
+from .lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
 class LedgerError(RuntimeError):

@@ -10,7 +10,9 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+from .lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
 def _pyplot():

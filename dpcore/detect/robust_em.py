@@ -321,7 +321,9 @@ import math
 import numbers
 
 import numpy as np
-from scipy.special import expit, ndtri
+from ..lazy_modules import lazy_module
+
+_special = lazy_module("scipy.special")  # imported on first use (dpr spec check / plan never load scipy)
 
 __all__ = ["START_SAMPLE", "ArrayChunks", "DataSpreadError", "RobustRegressionDetector", "chunk_pass", "model_parameters"]
 
@@ -531,7 +533,7 @@ def _estep(r: np.ndarray, s2: float, p: float, b: float):
     lg = (math.log1p(-p) - 0.5 * (_LOG_2PI + math.log(s2))) - r2 * (0.5 / s2)
     lc = (math.log(p) - _LOG_PI - 0.5 * math.log(2.0 * b)) - np.log1p(r2 * (0.5 / b))
     ll = float(np.logaddexp(lg, lc).sum())
-    t = expit(lc - lg)
+    t = _special.expit(lc - lg)
     etau = 1.0 / (b + 0.5 * r2)
     return t, etau, ll
 
@@ -764,7 +766,7 @@ def chunk_pass(item):
             t, etau, ll = _estep(r, s2, p, b)
             return (ll, *_mstats(Z, ys, t, etau, s2, state["ow"]))
         if kind == "ru":
-            return _ru(Z, ys, expit(_log_odds(r, s2, p, b)), state["beta_new"])
+            return _ru(Z, ys, _special.expit(_log_odds(r, s2, p, b)), state["beta_new"])
     raise ValueError(f"unknown chunk pass kind {kind!r}")
 
 
@@ -842,7 +844,7 @@ def _em_chunks(
                     q = beta.shape[0]
                     e_beta = th[:q]
                     e_s2 = max(math.exp(min(th[q], 700.0)), floor)
-                    e_p = min(max(float(expit(th[q + 1])), _P_FLOOR), 1.0 - _P_FLOOR)
+                    e_p = min(max(float(_special.expit(th[q + 1])), _P_FLOOR), 1.0 - _P_FLOOR)
                     e_b = max(math.exp(min(th[q + 2], 700.0)), _SIGMA2_FLOOR)
                     if np.all(np.isfinite(e_beta)):  # else the E-step's likelihood is not finite: no candidate
                         e_state = _estep_pass(src, std, e_beta, e_s2, e_p, e_b, ow)
@@ -1056,7 +1058,7 @@ def _trimmed_variance_factor(alpha: float) -> float:
     """
     if alpha >= 1.0:
         return 1.0
-    z = float(ndtri(0.5 * (1.0 + alpha)))
+    z = float(_special.ndtri(0.5 * (1.0 + alpha)))
     return 1.0 - 2.0 * z * math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi) / alpha
 
 
@@ -1385,7 +1387,7 @@ class RobustRegressionDetector:
         with np.errstate(all="ignore"):
             self._fit_source(ArrayChunks(X, y))
             self.decision_scores_ = self.decision_function(X, y)
-            self.posterior_ = expit(self.decision_scores_)
+            self.posterior_ = _special.expit(self.decision_scores_)
             self._label()
         return self
 
