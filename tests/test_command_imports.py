@@ -90,3 +90,18 @@ def test_the_plan_still_covers_every_step(env):
     assert sections == {"steps.record_counts", "steps.aiq", "steps.outlier_counts", "steps.coco",
                         "steps.unattributed", "steps.pcor"}
     assert plan["problems"] == [] and plan["registered"] is True
+
+
+def test_operator_flows_load_no_great_expectations_until_they_validate(tmp_path):
+    """`dpr aiq` (any operator query) imports its flow before it runs: great-expectations (seconds to import)
+    loads only when an input is validated for the first time, and the bundle's budget picture needs no
+    pyplot."""
+    code = ("import json, sys\n"
+            "import flows.aiq_query, flows.explain_outlier, flows.coco_publish, flows.release_pipeline\n"
+            "from dpcore.pipeline import validate_stage\n"
+            "from dpcore.validation import public_rule_set\n"
+            "print(json.dumps(sorted(m for m in ('great_expectations', 'matplotlib.pyplot') if m in sys.modules)))\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env=_env(tmp_path / "home", tmp_path / "cache"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == []
