@@ -47,11 +47,11 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
-from scipy.special import ndtri
 
 from .noise import upper_float
 from .noise.core import _exact_positive
 from .noise.student_t import student_t2_quantile_sq
+from .normal_quantile import ndtri  # scipy's ndtri, same doubles, without importing scipy (issue 32)
 
 __all__ = [
     "Accuracy",
@@ -305,7 +305,8 @@ def gaussian_half_width(sigma, alpha=DEFAULT_ALPHA) -> float:
     -------
     float
         ``t`` with ``P(|N(0, sigma^2)| <= t) >= 1 - alpha``: the quantile
-        (scipy's ``norm.isf``, i.e. ``-special.ndtri``, relative error ~1e-15) and the product are each
+        (scipy's ``norm.isf``, i.e. ``-special.ndtri``, computed by :func:`dpcore.normal_quantile.ndtri`
+        to the same doubles; relative error ~1e-15) and the product are each
         rounded up by :func:`dpcore.noise.upper_float` (relative ``2**-40``),
         so the stated half-width is never below the exact one.  Take its
         ``ceil`` for an integer statement.

@@ -37,8 +37,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from . import __version__
 from .budget import NOTION_LABELS, PrivacyCost
 from .ledger import PrivacyLedger
@@ -47,6 +45,9 @@ from .lineage import owner_hmac
 from .plots import budget_plot
 from .private_files import private_dir, private_open, publish
 from .spec import ReleaseSpec
+from .lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 #: Ledger columns that are public (data-independent) and may be published.
 #: ``epsilon``/``delta`` are charged against the budget (in its neighbour relation), ``stated_*`` are the

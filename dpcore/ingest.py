@@ -48,7 +48,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
-import pandas as pd
 
 from .chunks import MemoryBudget
 from .lineage import new_nonce
@@ -57,6 +56,9 @@ from .sources import create_text_table, is_text_source
 from .sources import describe as describe_source
 from .spec import CSV_DELIMITERS, DemoSource, ReleaseSpec
 from .warehouse import Warehouse
+from .lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 ROW = "_row"
 

@@ -81,16 +81,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-import pandas as pd
-
 from .budget import (
     NOTION_ORDER, BudgetExceededError, Neighbour, NeighbourConversionError, PrivacyCost, charge_under,
     check_neighbour, set_cap_hint, weakest_notion,
 )
 from .charge_keys import canonical, charge_key, matches
 from .fault_injection import fault_point
-from .lineage import hmac_pads, hmac_sql, new_nonce
+from .lineage import hmac_pads, hmac_sql, new_nonce, owner_hmac
 from .warehouse import Warehouse
+from .lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
 class LedgerError(RuntimeError):
@@ -188,6 +189,11 @@ _DDL = [
     # no key: an index over every record's fingerprint would have to fit in DuckDB's memory (issue 21);
     # register_records inserts only fingerprints the budget does not hold yet (an anti-join, which spills)
     """CREATE TABLE IF NOT EXISTS ledger.record_fingerprints (budget VARCHAR NOT NULL, fp VARCHAR NOT NULL)""",
+    # raw tables whose record ids are in a budget's fingerprints (a raw table never changes: issue 32, a run
+    # over a stored input does not fingerprint it again); key_id: an HMAC label of the owner key used
+    """CREATE TABLE IF NOT EXISTS ledger.fingerprinted_tables (
+        budget VARCHAR NOT NULL, table_sql VARCHAR NOT NULL, id_column VARCHAR NOT NULL, key_id VARCHAR NOT NULL,
+        PRIMARY KEY (budget, table_sql, id_column, key_id))""",
     # release reservations (issue 33): every planned line of a run reserved at once, before its first charge
     """CREATE TABLE IF NOT EXISTS ledger.reservations (
         line_key VARCHAR PRIMARY KEY,
@@ -725,11 +731,17 @@ class PrivacyLedger:
             The budget ``dataset`` charges.
         """
         pads = hmac_pads(owner_key)
+        key_id = owner_hmac(owner_key, "dpr ledger.fingerprinted_tables")[:16]
 
         def op(con):
             budget = _budget_of(con, dataset)
+            done = [budget, table_sql, id_column, key_id]
+            if con.execute("SELECT 1 FROM ledger.fingerprinted_tables WHERE budget = ? AND table_sql = ? AND "
+                           "id_column = ? AND key_id = ?", done).fetchone():
+                return budget  # this raw table (which never changes) is in the budget's fingerprints already
             _fingerprint_table(con, table_sql, id_column, pads)
             _add_fingerprints(con, budget)
+            con.execute("INSERT INTO ledger.fingerprinted_tables VALUES (?, ?, ?, ?)", done)
             return budget
 
         return self.wh.run(op, transaction=True)

@@ -45,9 +45,11 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.spatial import cKDTree
 
 from .chunks import serial_map
+from .lazy_modules import lazy_module
+
+_spatial = lazy_module("scipy.spatial")  # imported on first use (dpr spec check / plan never load scipy)
 
 __all__ = [
     "scale_by_bounds",
@@ -304,7 +306,7 @@ def ball_counts(data, queries, r, *, block_rows: int = 65536, cap: int | None = 
         return _blocked_counts(D, Q, r, exact_cap, workers, weights=w)
     if w is not None:
         return _weighted_kdtree_counts(D, w, Q, r, exact_cap, block_rows, workers)
-    tree = cKDTree(D, balanced_tree=False)
+    tree = _spatial.cKDTree(D, balanced_tree=False)
     if cap is None or cap > D.shape[0]:
         return _exact_counts(tree, Q, r, block_rows, workers)
     cap = int(cap)
@@ -323,7 +325,7 @@ def ball_counts(data, queries, r, *, block_rows: int = 65536, cap: int | None = 
     if np.any(good):
         pivots = D[piv_idx[good]]
         rho_g = rho[good]
-        ptree = cKDTree(pivots, balanced_tree=False)
+        ptree = _spatial.cKDTree(pivots, balanced_tree=False)
         kp = min(8, pivots.shape[0])
         for s in range(0, nq, block_rows):
             dist, idx = ptree.query(Q[s : s + block_rows], k=kp, workers=workers)
@@ -344,7 +346,7 @@ def ball_counts(data, queries, r, *, block_rows: int = 65536, cap: int | None = 
     return out
 
 
-def _exact_counts(tree: cKDTree, Q: np.ndarray, r: float, block_rows: int, workers: int) -> np.ndarray:
+def _exact_counts(tree: _spatial.cKDTree, Q: np.ndarray, r: float, block_rows: int, workers: int) -> np.ndarray:
     """Exact closed-ball counts for every row of ``Q`` (blocked KD-tree calls)."""
     out = np.empty(Q.shape[0], dtype=np.int64)
     for s in range(0, Q.shape[0], block_rows):
@@ -354,7 +356,7 @@ def _exact_counts(tree: cKDTree, Q: np.ndarray, r: float, block_rows: int, worke
     return out
 
 
-def _kth_nn_distance(tree: cKDTree, Q: np.ndarray, k: int, r: float, workers: int, block_rows: int = 4096) -> np.ndarray:
+def _kth_nn_distance(tree: _spatial.cKDTree, Q: np.ndarray, k: int, r: float, workers: int, block_rows: int = 4096) -> np.ndarray:
     """Distance from each row of ``Q`` to its ``k``-th nearest data row (inf if > r)."""
     out = np.empty(Q.shape[0], dtype=np.float64)
     ub = np.nextafter(r, np.inf) * (1 + 1e-9) if r > 0 else np.nextafter(0.0, 1.0)
@@ -401,7 +403,7 @@ def _inside(D: np.ndarray, Q: np.ndarray, qi: np.ndarray, dj: np.ndarray, r2: fl
     return _sqdist_ckdtree(Q[qi], D[dj]) <= r2
 
 
-def _weighted_exact(tree: cKDTree, D: np.ndarray, w: np.ndarray, Q: np.ndarray, r: float, workers: int) -> np.ndarray:
+def _weighted_exact(tree: _spatial.cKDTree, D: np.ndarray, w: np.ndarray, Q: np.ndarray, r: float, workers: int) -> np.ndarray:
     """Exact weighted closed-ball counts: candidate pairs at radius ``r (1 + 1e-9)``, each decided exactly.
 
     Queries go in blocks whose candidate pairs number at most :data:`_PAIR_BLOCK`
@@ -420,7 +422,7 @@ def _weighted_exact(tree: cKDTree, D: np.ndarray, w: np.ndarray, Q: np.ndarray, 
         base = ends[start - 1] if start else 0
         stop = max(start + 1, int(np.searchsorted(ends, base + _PAIR_BLOCK, side="right")))
         Qb = Q[start:stop]
-        pairs = cKDTree(Qb, balanced_tree=False).sparse_distance_matrix(tree, r_hi, output_type="ndarray")
+        pairs = _spatial.cKDTree(Qb, balanced_tree=False).sparse_distance_matrix(tree, r_hi, output_type="ndarray")
         if pairs.size:
             qi = pairs["i"].astype(np.int64)
             dj = pairs["j"].astype(np.int64)
@@ -443,7 +445,7 @@ def _weighted_kdtree_counts(D: np.ndarray, w: np.ndarray, Q: np.ndarray, r: floa
     counted exactly (:func:`_weighted_exact`).  Memory: the tree over the
     distinct points plus ``block_rows x kk`` neighbours.
     """
-    tree = cKDTree(D, balanced_tree=False)
+    tree = _spatial.cKDTree(D, balanced_tree=False)
     if cap is None:
         return _weighted_exact(tree, D, w, Q, r, workers)
     nq = Q.shape[0]
@@ -676,7 +678,7 @@ def _tree_order(A: np.ndarray) -> np.ndarray:
     """A spatially coherent permutation of the rows of ``A`` (KD-tree leaf order)."""
     if A.shape[0] <= 1:
         return np.arange(A.shape[0])
-    return cKDTree(A, leafsize=64, balanced_tree=True, compact_nodes=False).indices.astype(np.int64)
+    return _spatial.cKDTree(A, leafsize=64, balanced_tree=True, compact_nodes=False).indices.astype(np.int64)
 
 
 def _blocked_counts(D: np.ndarray, Q: np.ndarray, r: float, cap: int | None, workers: int = -1,
@@ -841,4 +843,20 @@ def pairwise_ball_max(points, radius) -> int:
     rad = _check_radius(radius)
     if P.shape[0] == 0:
         return 0
-    return int(np.max(cKDTree(P).query_ball_point(P, rad, return_length=True)))
+    if P.shape[0] <= _PAIRWISE_MAX_POINTS:  # a spec's few public points: no KD-tree (scipy stays unloaded)
+        r2 = rad * rad  # cKDTree compares d^2 <= r * r (p = 2), d^2 summed in its order (_sqdist_ckdtree)
+        best = 0
+        for start in range(0, P.shape[0], _PAIRWISE_BLOCK):
+            blk = P[start:start + _PAIRWISE_BLOCK]
+            a = np.repeat(blk, P.shape[0], axis=0)
+            b = np.tile(P, (blk.shape[0], 1))
+            within = (_sqdist_ckdtree(a, b) <= r2).reshape(blk.shape[0], P.shape[0])
+            best = max(best, int(within.sum(axis=1).max()))
+        return best
+    return int(np.max(_spatial.cKDTree(P).query_ball_point(P, rad, return_length=True)))
+
+
+#: Up to this many points, :func:`pairwise_ball_max` compares every pair directly (in blocks of
+#: :data:`_PAIRWISE_BLOCK` rows) instead of building a KD-tree.
+_PAIRWISE_MAX_POINTS = 2048
+_PAIRWISE_BLOCK = 64

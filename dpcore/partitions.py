@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-import pandas as pd
-
 from .lineage import new_nonce
 from .warehouse import Warehouse
+from .lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
 def scratch_dir(wh: Warehouse) -> Path:

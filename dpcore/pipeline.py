@@ -19,9 +19,7 @@ from .settings import Settings
 from .spec import ReleaseSpec
 from .steps.common import StepInputError, noise_test_seed, open_stores
 from .steps.rules import RulesDone
-from .validation import (
-    ValidationDone, enforce, latest_passing_summary, owner_summary, validate_table, validated_table_name,
-)
+from .validation import ValidationDone, enforce, latest_passing_summary, owner_summary, validated_table_name
 
 
 class PreflightError(StepInputError):
@@ -190,6 +188,9 @@ def validate_stage(spec: ReleaseSpec, settings: Settings, ingested: IngestResult
     stores = open_stores(settings)
     table = validated_table_name(ingested, spec)
     if latest_passing_summary(stores.warehouse, ingested, spec) is None:
+        # great-expectations loads (seconds) only here: a run over an input validated before never imports it
+        from .validation import validate_table
+
         outcome = validate_table(stores.warehouse, ingested, spec, mapper=mapper)  # chunk by chunk, one transaction
         enforce(outcome, spec)
     if spec.steps.unattributed.enabled:  # before the release's first charge: the column's type (public) only

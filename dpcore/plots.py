@@ -10,7 +10,9 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+from .lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
 def _pyplot():
@@ -22,6 +24,17 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _figure(**kwargs):
+    """A headless :class:`matplotlib.figure.Figure` (Agg) without importing pyplot (which loads the GUI
+    backends' machinery: a second of every operator query's bundle; issue 32, section 2)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(**kwargs)
+    FigureCanvasAgg(fig)
+    return fig
 
 
 def budget_plot(charges: pd.DataFrame, cap_epsilon: float, path: Path, title: str) -> Path:
@@ -36,12 +49,14 @@ def budget_plot(charges: pd.DataFrame, cap_epsilon: float, path: Path, title: st
     path : Path
         Output PNG file.
     """
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 3.6), dpi=110)
+    from matplotlib import colormaps
+
+    fig = _figure(figsize=(6.5, 3.6), dpi=110)
+    ax = fig.subplots()
     bottom = 0.0
     if len(charges):
         per = charges.groupby(["step", "notion"], sort=False)["epsilon"].sum().reset_index()
-        cmap = plt.get_cmap("tab10")
+        cmap = colormaps["tab10"]
         for i, row in enumerate(per.itertuples(index=False)):
             ax.bar(["spent"], [row.epsilon], bottom=bottom, color=cmap(i % 10), label=f"{row.step} ({row.notion})")
             bottom += row.epsilon
@@ -54,7 +69,6 @@ def budget_plot(charges: pd.DataFrame, cap_epsilon: float, path: Path, title: st
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
-    plt.close(fig)
     return path
 
 

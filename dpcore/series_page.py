@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from .periods import parse_label
 from .private_files import publish
 from .spec import ReleaseSpec
+from .lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 #: How many of the largest group sizes the page follows over the periods.
 TOP_SIZES = 3

@@ -421,7 +421,7 @@ class NumericAttribute(_Strict):
     @classmethod
     def _known_unit(cls, v: str | None) -> str | None:
         if v is not None:
-            from .explain.units import check_unit  # pint loads only for specs that declare units
+            from .explain.unit_memo import check_unit  # pint loads only for a unit it has not accepted before
 
             check_unit(v)
         return v
@@ -1495,6 +1495,42 @@ def _rel(base: Path, p: str) -> str:
     return p if Path(p).is_absolute() else str((base / p).resolve())
 
 
+def _public_csv_column(file: str, column: str, key: str) -> list[str]:
+    """The cells of ``column`` of the public CSV ``file``, as text, in file order (``key`` names the spec entry).
+
+    Read with the :mod:`csv` module (loading pandas for one column of a public file would cost ``dpr spec
+    check`` and ``dpr plan`` about a second; issue 32, section 2), as pandas' ``read_csv(dtype=str,
+    keep_default_na=False)`` read it before: UTF-8 (a leading byte-order mark dropped), the first row is the
+    header (the first column of a repeated name is used), blank lines are skipped, an empty cell is ``""``.
+
+    Raises
+    ------
+    SpecError
+        The file is missing or unreadable, has no column ``column``, or a row has no cell in it.
+    """
+    import csv
+
+    try:
+        with open(file, newline="", encoding="utf-8-sig") as fh:
+            rows = csv.reader(fh)
+            header = next(rows, [])
+            if column not in header:
+                raise SpecError(f"{key}.column: no column {column!r} in {file}")
+            at = header.index(column)
+            cells = []
+            for n, row in enumerate(rows, start=1):
+                if not row or (len(row) == 1 and row[0] == ""):
+                    continue  # a blank line
+                if at >= len(row):
+                    raise SpecError(f"{key}.file: {file}: data row {n} has no cell in column {column!r}")
+                cells.append(row[at])
+    except FileNotFoundError:
+        raise SpecError(f"{key}.file: file not found: {file}") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise SpecError(f"{key}.file: {file} cannot be read as a UTF-8 CSV file ({type(exc).__name__})") from None
+    return cells
+
+
 def _resolve_files(data: dict, base: Path) -> dict:
     """Resolve relative file paths against the spec's folder and expand ``domain_from``.
 
@@ -1502,8 +1538,6 @@ def _resolve_files(data: dict, base: Path) -> dict:
     reads a public domain (for example a registry of group ids) from a CSV
     file and replaces itself by ``domain: [...]``.
     """
-    import pandas as pd
-
     data = dict(data)
     ds = data.get("dataset")
     if isinstance(ds, dict) and isinstance(ds.get("source"), dict) and isinstance(ds["source"].get("path"), str):
@@ -1518,12 +1552,7 @@ def _resolve_files(data: dict, base: Path) -> dict:
         if not isinstance(src.get("file"), str) or not isinstance(src.get("column"), str) or set(src) - {"file", "column"}:
             raise SpecError(f"{key}: give either 'ids' (a list) or 'file' (a public CSV path) and 'column'")
         file = _rel(base, src["file"])
-        try:
-            col = pd.read_csv(file, dtype=str, keep_default_na=False, usecols=[src["column"]])[src["column"]]
-        except FileNotFoundError:
-            raise SpecError(f"{key}.file: file not found: {file}") from None
-        except ValueError:
-            raise SpecError(f"{key}.column: no column {src['column']!r} in {file}") from None
+        col = _public_csv_column(file, src["column"], key)
         data["dataset"] = {**ds, "roster": {"ids": list(dict.fromkeys(col))}}
     steps = data.get("steps")
     coco = steps.get("coco") if isinstance(steps, dict) else None
@@ -1540,12 +1569,7 @@ def _resolve_files(data: dict, base: Path) -> dict:
                 if not isinstance(src.get("file"), str) or not isinstance(src.get("column"), str):
                     raise SpecError(f"{key}: give 'file' (a CSV path) and 'column'")
                 file = _rel(base, src["file"])
-                try:
-                    col = pd.read_csv(file, dtype=str, keep_default_na=False, usecols=[src["column"]])[src["column"]]
-                except FileNotFoundError:
-                    raise SpecError(f"{key}.file: file not found: {file}") from None
-                except ValueError:
-                    raise SpecError(f"{key}.column: no column {src['column']!r} in {file}") from None
+                col = _public_csv_column(file, src["column"], key)
                 attr = {k: v for k, v in attr.items() if k != "domain_from"} | {"domain": list(dict.fromkeys(col))}
             out[name] = attr
         data["schema"] = {**schema, "categorical": out}

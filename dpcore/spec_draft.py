@@ -30,11 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from pydantic import ValidationError
 
 from .ingest import DELIMITER_NAMES, IngestError, header_fields, read_csv_text
 from .spec import CSV_DELIMITERS, DATA_MARKER, BudgetSpec, StepsSpec
+from .lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 #: A text column with more distinct values than this is not proposed as categorical (free text, names).
 MAX_CATEGORIES = 100

@@ -45,11 +45,13 @@ from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
 import duckdb
-import pandas as pd
 
 from .chunks import MemoryBudget
 from .faults import EnvironmentFault
 from .private_files import private_umask, tighten
+from .lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 SCHEMAS = ("raw", "validated", "quarantine", "internal", "releases", "ledger")
 T = TypeVar("T")

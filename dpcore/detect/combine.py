@@ -21,12 +21,14 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from ..spec import PublicSchema
 from .design import TRANSFORMS, apply_transform, design_matrix, sigma2_floor_of
 from .robust_em import RobustRegressionDetector, model_parameters
 from .settings import DetectorSettings
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 __all__ = ["Template", "TemplateFit", "combine", "detector_of", "fit_params", "fit_template", "template_arrays"]
 

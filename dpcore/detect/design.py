@@ -18,9 +18,11 @@ warn (e.g. casting floats outside the int64 range).
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from ..spec import PublicSchema
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 __all__ = ["TRANSFORMS", "apply_transform", "design_matrix", "sigma2_floor_of"]
 

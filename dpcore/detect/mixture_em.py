@@ -16,7 +16,9 @@ import contextlib
 import math
 
 import numpy as np
-from scipy.special import expit
+from ..lazy_modules import lazy_module
+
+_special = lazy_module("scipy.special")  # imported on first use (dpr spec check / plan never load scipy)
 
 _LOG_PI = math.log(math.pi)
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -130,7 +132,7 @@ def _estep(r: np.ndarray, s2: float, p: float, b: float):
     lg = (math.log1p(-p) - 0.5 * (_LOG_2PI + math.log(s2))) - r2 * (0.5 / s2)
     lc = (math.log(p) - _LOG_PI - 0.5 * math.log(2.0 * b)) - np.log1p(r2 * (0.5 / b))
     ll = float(np.logaddexp(lg, lc).sum())
-    t = expit(lc - lg)
+    t = _special.expit(lc - lg)
     etau = 1.0 / (b + 0.5 * r2)
     return t, etau, ll
 
@@ -248,7 +250,7 @@ def _em_loop(estep, ru, n: int, beta, s2, p, b, max_iter: int, tol: float, accel
                     q = beta.shape[0]
                     e_beta = th[:q]
                     e_s2 = max(math.exp(min(th[q], 700.0)), floor)
-                    e_p = min(max(float(expit(th[q + 1])), _P_FLOOR), 1.0 - _P_FLOOR)
+                    e_p = min(max(float(_special.expit(th[q + 1])), _P_FLOOR), 1.0 - _P_FLOOR)
                     e_b = max(math.exp(min(th[q + 2], 700.0)), _SIGMA2_FLOOR)
                     if np.all(np.isfinite(e_beta)):  # else the E-step's likelihood is not finite: no candidate
                         e_state = estep(e_beta, e_s2, e_p, e_b)

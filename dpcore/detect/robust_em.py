@@ -338,7 +338,9 @@ import math
 import numbers
 
 import numpy as np
-from scipy.special import expit
+from ..lazy_modules import lazy_module
+
+_special = lazy_module("scipy.special")  # imported on first use (dpr spec check / plan never load scipy)
 
 # The three subjects of the fit live in their own modules (issue 29); every name is re-exported here, so
 # ``from dpcore.detect.robust_em import ...`` and ``robust_em._name`` keep working.
@@ -729,7 +731,7 @@ class RobustRegressionDetector:
         with np.errstate(all="ignore"):
             self._fit_source(ArrayChunks(X, y))
             self.decision_scores_ = self.decision_function(X, y)
-            self.posterior_ = expit(self.decision_scores_)
+            self.posterior_ = _special.expit(self.decision_scores_)
             self._label()
         return self
 

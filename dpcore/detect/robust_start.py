@@ -16,7 +16,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import ndtri
+from ..lazy_modules import lazy_module
+
+_special = lazy_module("scipy.special")  # imported on first use (dpr spec check / plan never load scipy)
 
 from .mixture_em import _SIGMA2_FLOOR, _solve
 
@@ -212,7 +214,7 @@ def _trimmed_variance_factor(alpha: float) -> float:
     """
     if alpha >= 1.0:
         return 1.0
-    z = float(ndtri(0.5 * (1.0 + alpha)))
+    z = float(_special.ndtri(0.5 * (1.0 + alpha)))
     return 1.0 - 2.0 * z * math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi) / alpha
 
 

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from ..chunks import serial_map
 from ..lineage import new_nonce
@@ -40,6 +39,9 @@ from .design import design_matrix
 from .level_design import FactoredDesign
 from .robust_em import DataSpreadError, _standardised, model_parameters
 from .settings import DetectorSettings
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 __all__ = ["PartitionChunks", "StreamedFit", "fit_partitions", "template_columns"]
 

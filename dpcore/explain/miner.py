@@ -47,12 +47,14 @@ import math
 import numbers
 
 import numpy as np
-import pandas as pd
 
 from .ranges import sort_finite
 from .rules import Rule, categorical_rules, numeric_rules, select_rules
 from .trees import Tree, iter_trees
 from .units import parse_unit
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 __all__ = ["RuleMiner"]
 

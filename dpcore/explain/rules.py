@@ -29,12 +29,14 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from .categories import value_predicates
 from .ranges import format_number, search_sorted
 from .select import select_rules
 from .trees import Tree
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 __all__ = ["Rule", "numeric_rules", "categorical_rules", "select_rules"]
 

@@ -59,7 +59,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 import pint
 
 from .units import (
@@ -73,6 +72,9 @@ from .units import (
     same_dimension,
     unit_text,
 )
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 __all__ = ["Tree", "OPS", "leaf", "combine", "iter_trees", "generate_trees", "is_constant", "column_values",
            "CONSTANT_TOL"]

@@ -52,7 +52,6 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
-import pandas as pd
 
 from ..accuracy import Accuracy
 from ..budget import PrivacyCost
@@ -70,6 +69,9 @@ from .common import (
     PlannedCharge, StepInputError, charge_request, check_record_ids, noise_source, open_stores,
     require_public_completeness, validated_table,
 )
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
 def _check_queries(spec: ReleaseSpec, cfg: AiqSpec, attrs: list[str], record_ids: list[str]) -> None:

@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import hashlib
 import io
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
-import pandas as pd
 
 from ..accuracy import Accuracy, discrete_laplace_half_width, level_text
 from ..bundle import StepOutput
@@ -44,77 +44,130 @@ from ..ingest import IngestResult
 from ..private_files import private_umask
 from ..mechanisms.coco.bootstrap import BootstrapError, bootstrap_level_errors
 from ..mechanisms.coco.split import SPLIT_GRID, SPLIT_OBJECTIVE, choose_split
-from ..mechanisms.coco import (CocoMechanism, Hierarchy, NodeChunk, NodeEstimate, coco_histograms, emd, group_counts,
+from ..mechanisms.coco import (CocoMechanism, Hierarchy, NodeChunk, NodeEstimate, coco_histograms, emd,
                                group_sizes_from_counts)
+from ..mechanisms.coco.representations import counts_from_leaf_counts
 from ..plots import coco_plots
 from ..settings import Settings
 from ..spec import ReleaseSpec
 from .common import (PlannedCharge, StepInputError, charge_request, group_item_counts, noise_source, open_stores,
                      validated_table)
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
 @dataclass(frozen=True)
 class CocoInputs:
-    """The public side of the step, read from the groups file."""
+    """The public side of the step, read from the groups file.
+
+    ``group_ids`` and ``leaf_ids`` list the file's groups and the leaf each belongs to, in file order;
+    :attr:`group_leaf` is the same as a pandas Series (built when the step runs: the cost plan needs no
+    pandas).
+    """
 
     hierarchy: Hierarchy
-    group_leaf: pd.Series
+    group_ids: tuple[str, ...]
+    leaf_ids: tuple[str, ...]
     group_counts: dict[str, int]
     file_hash: str
+
+    @property
+    def group_leaf(self) -> pd.Series:
+        """Group id -> leaf node id (index = group id), in the groups file's order."""
+        return pd.Series(list(self.leaf_ids), index=list(self.group_ids), name="leaf", dtype=object)
+
+
+class _GroupsFileError(Exception):
+    """Internal: the groups file is not a UTF-8 CSV with a header row (the reason, for the message)."""
+
+
+def _groups_table(raw: bytes) -> tuple[list[str], list[list[str]]]:
+    """The header and data rows of a groups file, every cell as text (as pandas' ``read_csv(dtype=str,
+    keep_default_na=False)`` read it: a leading byte-order mark dropped, blank lines skipped)."""
+    import csv
+
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise _GroupsFileError("not UTF-8") from None
+    try:
+        rows = [r for r in csv.reader(io.StringIO(text, newline="")) if r and r != [""]]
+    except csv.Error:
+        raise _GroupsFileError("not CSV") from None
+    if not rows:
+        raise _GroupsFileError("no header row")
+    header, data = rows[0], rows[1:]
+    for n, row in enumerate(data, start=1):
+        if len(row) != len(header):
+            raise _GroupsFileError(f"data row {n} has {len(row)} cells, the header {len(header)}")
+    return header, data
 
 
 def coco_inputs(spec: ReleaseSpec) -> CocoInputs:
     """Read and check the public groups file; build the hierarchy and G_τ per node.
 
+    Reads the file with the :mod:`csv` module (no pandas: ``dpr spec check`` and ``dpr plan`` run this).
+
     Raises
     ------
     StepInputError
-        Missing or unreadable file (not UTF-8 CSV, no header), a missing
-        column, a level listed twice, a group mapped to no leaf (empty level
-        value, or a group of the public domain absent from the file) or to two
-        leaves (listed twice).
+        Missing or unreadable file (not UTF-8 CSV, no header, a row with another number of cells than the
+        header), a missing column, a level listed twice, a group mapped to no leaf (empty level value, or a
+        group of the public domain absent from the file) or to two leaves (listed twice).
     """
     cfg = spec.steps.coco
     gid = cfg.group_id or cfg.group_column
     path = Path(cfg.groups_file)
     try:
         raw = path.read_bytes()
-        df = pd.read_csv(io.BytesIO(raw), dtype=str, keep_default_na=False, encoding="utf-8")
+        header, rows = _groups_table(raw)
     except FileNotFoundError:
         raise StepInputError(f"steps.coco.groups_file not found: {path}") from None
-    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+    except (OSError, _GroupsFileError) as exc:
+        why = str(exc) if isinstance(exc, _GroupsFileError) else type(exc).__name__
         raise StepInputError(
-            f"steps.coco.groups_file {path} is not a readable UTF-8 CSV with a header row ({type(exc).__name__})"
+            f"steps.coco.groups_file {path} is not a readable UTF-8 CSV with a header row ({why})"
         ) from None
     if len(set(cfg.levels)) != len(cfg.levels):
         raise StepInputError(f"steps.coco.levels {list(cfg.levels)} repeats a column; list each level once")
-    missing = [c for c in (gid, *cfg.levels) if c not in df.columns]
+    missing = [c for c in (gid, *cfg.levels) if c not in header]
     if missing:
         raise StepInputError(f"steps.coco.groups_file {path.name} has no column(s) {missing}")
-    dup = df[gid][df[gid].duplicated()]
-    if len(dup):
+    at_gid = header.index(gid)
+    at_levels = [header.index(c) for c in cfg.levels]
+    groups = [r[at_gid] for r in rows]
+    seen: set[str] = set()
+    dup = []
+    for g in groups:
+        if g in seen:
+            dup.append(g)
+        seen.add(g)
+    if dup:
         raise StepInputError(
-            f"steps.coco.groups_file: {dup.nunique()} group(s) are mapped to more than one leaf, e.g. {sorted(dup)[:5]}"
+            f"steps.coco.groups_file: {len(set(dup))} group(s) are mapped to more than one leaf, e.g. {sorted(dup)[:5]}"
         )
-    empty = df[gid][(df[list(cfg.levels)] == "").any(axis=1)]
-    if len(empty):
-        raise StepInputError(f"steps.coco.groups_file: {len(empty)} group(s) are mapped to no leaf, e.g. {list(empty)[:5]}")
+    paths = [tuple(r[i] for i in at_levels) for r in rows]
+    empty = [g for g, p in zip(groups, paths) if "" in p]
+    if empty:
+        raise StepInputError(f"steps.coco.groups_file: {len(empty)} group(s) are mapped to no leaf, e.g. {empty[:5]}")
     domain = set(spec.public_schema.categorical[cfg.group_column].domain_strings)
-    unmapped = sorted(domain - set(df[gid]))
+    unmapped = sorted(domain - seen)
     if unmapped:
         raise StepInputError(
             f"steps.coco: {len(unmapped)} group(s) of schema.categorical.{cfg.group_column} are mapped to no leaf "
             f"in {path.name}, e.g. {unmapped[:5]}"
         )
-    paths = df[list(cfg.levels)].drop_duplicates().reset_index(drop=True)
     try:
-        hierarchy = Hierarchy.from_leaf_paths(paths, list(cfg.levels))
+        hierarchy = Hierarchy.from_leaf_rows(list(dict.fromkeys(paths)), list(cfg.levels))
         hierarchy.validate()
     except ValueError as exc:
         raise StepInputError(f"steps.coco hierarchy: {exc}") from None
-    leaves = Hierarchy.node_ids(df[list(cfg.levels)], list(cfg.levels)).iloc[:, -1].to_numpy()
-    group_leaf = pd.Series(leaves, index=df[gid].to_numpy(), name="leaf")
-    return CocoInputs(hierarchy, group_leaf, group_counts(group_leaf, hierarchy), hashlib.sha256(raw).hexdigest())
+    leaves = tuple(ids[-1] for ids in Hierarchy.row_node_ids(paths, list(cfg.levels)))
+    per_leaf = Counter(leaves)
+    leaf_counts = np.array([per_leaf.get(leaf, 0) for leaf in hierarchy.leaves], dtype=np.int64)
+    return CocoInputs(hierarchy, tuple(groups), leaves, counts_from_leaf_counts(leaf_counts, hierarchy),
+                      hashlib.sha256(raw).hexdigest())
 
 
 def level_epsilons(spec: ReleaseSpec, inputs: CocoInputs):

@@ -6,8 +6,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-import pandas as pd
-
 from ..budget import PrivacyCost
 from ..ingest import IngestResult
 from ..ledger import ChargeRequest, PrivacyLedger
@@ -15,6 +13,9 @@ from ..noise import NoiseSource
 from ..settings import Settings
 from ..spec import ReleaseSpec, public_completeness_problems
 from ..warehouse import Warehouse
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
 class StepInputError(ValueError):

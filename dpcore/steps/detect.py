@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-import pandas as pd
 
 from ..chunks import MemoryBudget, serial_map
 from ..detect.combine import Template, TemplateFit, combine, fit_template
@@ -49,6 +48,9 @@ from ..spec import ReleaseSpec
 from ..validation import validated_table_name
 from ..warehouse import Warehouse
 from .common import StepInputError, load_columns, open_stores, require_public_completeness, validated_table
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
 @dataclass(frozen=True)

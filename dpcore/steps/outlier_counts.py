@@ -55,7 +55,6 @@ from typing import Any
 import math
 
 import numpy as np
-import pandas as pd
 
 from ..budget import exact
 from ..accuracy import interval_text
@@ -78,6 +77,9 @@ from .common import (
     PlannedCharge, StepInputError, charge_request, noise_source, open_stores, require_public_completeness,
     validated_table,
 )
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
 def _candidates(spec: ReleaseSpec, attrs: list[str]) -> list[tuple[int, ...]]:

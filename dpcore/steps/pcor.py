@@ -43,7 +43,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from ..accuracy import Accuracy, level_text
 from ..budget import charge_under
@@ -64,6 +63,9 @@ from .common import (
     require_public_completeness, validated_table,
 )
 from .detect import detector_choice_not_protected, detector_choice_owner_only, flagged_by_score, flagged_records
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
 class NoValidContextError(RuntimeError):

@@ -17,7 +17,6 @@ import math
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from ..accuracy import (Accuracy, check_alpha, discrete_laplace_difference_tail, discrete_laplace_half_width,
                         exact_alpha, interval_text, level_text)
@@ -27,6 +26,9 @@ from ..mechanisms.row_counts import InputRowCounts, consistent_counts
 from ..settings import Settings
 from ..spec import ReleaseSpec
 from .common import PlannedCharge, charge_request, noise_source, open_stores, validated_table
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
 def record_counts_step(

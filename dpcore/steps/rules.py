@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import numpy as np
-import pandas as pd
 
 from ..chunks import MemoryBudget, serial_map
 from ..ingest import IngestResult
@@ -36,6 +35,9 @@ from ..partitions import exported
 from ..settings import Settings
 from ..spec import ReleaseSpec
 from .common import StepInputError, open_stores, validated_table
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 #: The warehouse table (schema ``internal``) holding every mined rule.
 RULES_TABLE = "outlier_rules"

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from ..accuracy import Accuracy, level_text
 from ..bundle import StepOutput
@@ -36,6 +35,9 @@ from ..settings import Settings
 from ..spec import ReleaseSpec
 from .common import (PlannedCharge, StepInputError, charge_request, group_item_counts, noise_source, open_stores,
                      validated_table)
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 #: DESIGN.md rule 9 statement for a group domain computed from the protected data.
 DERIVED_DOMAIN_NOT_PROTECTED = (

@@ -86,7 +86,7 @@ _EXPORTS: dict[str, str] = {
     "latest_validations": "results",
     "_run_checkpoint": "suite",
     "build_suite": "suite",
-    "public_rule_set": "suite",
+    "public_rule_set": "rule_set",
     "ChunkTask": "worker",
 }
 

@@ -15,11 +15,13 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from ..ingest import ROW
 from ..spec import ReleaseSpec
 from .rules import _NUMBER_BODY, _num_col
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
 def _int_domain(values: list) -> bool:

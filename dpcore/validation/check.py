@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from ..ingest import ROW
 from ..spec import ReleaseSpec
@@ -24,6 +23,9 @@ from .cells import _as_text, _cells_json, _json_clean, _parse_numbers, _typed
 from .outcome import RuleSummary
 from .rules import DERIVED_PREFIX, _num_col, _whole_col
 from .suite import _run_checkpoint, build_suite
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
 #: Result keys listing every failing row (or counting values over them): kept per chunk only

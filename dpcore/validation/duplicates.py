@@ -10,10 +10,12 @@ through an in-memory DuckDB, on a frame (:func:`_duplicate_flags`,
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from ..ingest import ROW
 from ..private_files import private_umask
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
 def _q(name: str) -> str:

@@ -7,14 +7,15 @@ until :func:`~dpcore.validation.store_outcome` writes them.
 """
 from __future__ import annotations
 
-import pandas as pd
-
 from ..ingest import ROW
 from ..spec import ReleaseSpec
 from .check import _check
 from .combine import _combine
 from .duplicates import _duplicate_flags
 from .outcome import ValidationOutcome
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
 def validate(raw: pd.DataFrame, spec: ReleaseSpec) -> ValidationOutcome:

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pandas as pd
-
 from ..ingest import IngestResult
 from ..spec import ReleaseSpec
 from ..warehouse import Warehouse
 from .outcome import ValidationOutcome
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
 _RESULTS_DDL = """CREATE TABLE IF NOT EXISTS internal.validation_results (

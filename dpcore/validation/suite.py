@@ -4,20 +4,20 @@ The spec's public schema is turned into a great-expectations 1.x
 :class:`~great_expectations.ExpectationSuite` (:func:`build_suite`) and run
 through an ephemeral, file-less Checkpoint with ``result_format="COMPLETE"``
 and ``_row`` (the 1-based input row number) as the unexpected-index column
-(:func:`_run_checkpoint`). :func:`public_rule_set` is the suite's public face:
-the rules checked, one row per (rule, column).
+(:func:`_run_checkpoint`). The expectations themselves come from
+:func:`dpcore.validation.rule_set.suite_entries` (no great-expectations import), whose
+:func:`~dpcore.validation.rule_set.public_rule_set` is the suite's public face.
 """
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 
 import pandas as pd
 
 from ..ingest import ROW
 from ..spec import ReleaseSpec
-from .rules import _RULE_CHECK, NUMBER_PATTERN, _num_col, _whole_col
+from .rule_set import public_rule_set, suite_entries  # noqa: F401  (public_rule_set: imported from here before)
 
 # No usage statistics from great-expectations (the pipeline runs offline).
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
@@ -60,75 +60,13 @@ def build_suite(
         Every expectation carries ``meta = {"rule": ..., "column": ...}``.
     """
     E = gx.expectations
-    rid = spec.dataset.record_id
-    schema = spec.public_schema
-    declared = [rid, *schema.columns]
-    present = set(declared) if present_columns is None else set(present_columns)
-    expectations: list = []
-
-    def add(exp, rule: str, column: str | None):
-        exp.meta = {"rule": rule, "column": column}
+    expectations = []
+    for entry in suite_entries(spec, present_columns, duplicated_ids):
+        exp = getattr(E, entry.expectation)(**entry.kwargs)
+        exp.meta = {"rule": entry.rule, "column": entry.column}
         expectations.append(exp)
-
-    # table level
-    for col in declared:
-        add(E.ExpectColumnToExist(column=col), "column_exists", col)
-    add(E.ExpectTableRowCountToBeBetween(min_value=1, max_value=None), "row_count", None)
-    if spec.dataset.extra_columns == "error":
-        allowed = [ROW, *declared]
-        allowed += [_num_col(c) for c in schema.numeric if c in present]
-        allowed += [_whole_col(c) for c, a in schema.numeric.items() if a.integer and c in present]
-        add(E.ExpectTableColumnsToMatchSet(column_set=allowed, exact_match=True), "extra_columns", None)
-
-    # record id
-    if rid in present:
-        add(E.ExpectColumnValuesToNotBeNull(column=rid), "not_null", rid)
-        if duplicated_ids is None:
-            add(E.ExpectColumnValuesToBeUnique(column=rid), "unique", rid)
-        else:
-            add(E.ExpectColumnValuesToNotBeInSet(column=rid, value_set=list(duplicated_ids)), "unique", rid)
-        add(E.ExpectColumnValuesToMatchRegex(column=rid, regex=f"(?:{spec.dataset.record_id_pattern})\\Z"), "id_pattern", rid)
-
-    for col, attr in schema.categorical.items():
-        if col not in present:
-            continue
-        if not attr.nullable:
-            add(E.ExpectColumnValuesToNotBeNull(column=col), "not_null", col)
-        add(E.ExpectColumnValuesToBeInSet(column=col, value_set=attr.domain_strings), "in_domain", col)
-
-    big = sys.float_info.max
-    for col, attr in schema.numeric.items():
-        if col not in present:
-            continue
-        num = _num_col(col)
-        if not attr.nullable:
-            add(E.ExpectColumnValuesToNotBeNull(column=col), "not_null", col)
-        add(E.ExpectColumnValuesToMatchRegex(column=col, regex=NUMBER_PATTERN), "number", col)
-        add(E.ExpectColumnValuesToBeBetween(column=num, min_value=-big, max_value=big), "finite", col)
-        if attr.integer:
-            add(
-                E.ExpectColumnPairValuesToBeEqual(
-                    column_A=num, column_B=_whole_col(col), ignore_row_if="either_value_is_missing"
-                ),
-                "integer",
-                col,
-            )
-        add(E.ExpectColumnValuesToBeBetween(column=num, min_value=attr.min, max_value=attr.max), "in_bounds", col)
     # Built in one go: adding expectations one by one needs an active data context.
     return gx.ExpectationSuite(name=f"{spec.dataset.name}__validation", expectations=expectations)
-
-
-def public_rule_set(spec: ReleaseSpec) -> list[dict[str, str]]:
-    """The rules the spec makes validation check, one row per (rule, column): public, from the spec only.
-
-    This is what validation may show publicly (DESIGN.md rule 8): the rule set,
-    never which rules were broken or how often.
-    """
-    rows = [
-        {"rule": e.meta["rule"], "column": e.meta["column"] or "", "checks": _RULE_CHECK[e.meta["rule"]]}
-        for e in build_suite(spec).expectations
-    ]
-    return list({(r["rule"], r["column"]): r for r in rows}.values())
 
 
 def _run_checkpoint(frame: pd.DataFrame, suite: gx.ExpectationSuite, name: str):

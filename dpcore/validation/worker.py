@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from ..private_files import private_open, write_private_text
 from ..spec import ReleaseSpec
 from .check import ChunkVerdict, _check
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
 @dataclass(frozen=True)

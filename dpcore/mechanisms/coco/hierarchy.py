@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 import numpy as np
-import pandas as pd
 
 from ...quoting import needs_quotes, quote, read_quoted
+from ...lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 __all__ = ["ROOT", "Hierarchy", "node_segment"]
 
@@ -149,6 +151,64 @@ class Hierarchy:
                 edges.setdefault(c, p)
             parent_col = child_col
         return cls(edges=tuple((p, c) for c, p in edges.items()), root=ROOT)
+
+    @classmethod
+    def from_leaf_rows(cls, rows: Iterable[tuple[str, ...]], level_columns: list[str]) -> "Hierarchy":
+        """:meth:`from_leaf_paths` for plain rows of text (no pandas: the cost plan builds it; issue 32).
+
+        Parameters
+        ----------
+        rows : iterable of tuple of str
+            One tuple per leaf (duplicates merged), its value in every level column, top to bottom.
+        level_columns : list of str
+            The level columns the values belong to.
+
+        Returns
+        -------
+        Hierarchy
+            The same hierarchy (same edges, in the same order) as :meth:`from_leaf_paths` of a table of
+            these rows.
+
+        Raises
+        ------
+        ValueError
+            No level columns, no rows, a row of another length, or an empty value (naming the column and
+            the 0-based row).
+        """
+        if not level_columns:
+            raise ValueError("level_columns must name at least one column (the level below the root)")
+        ids = cls.row_node_ids(rows, level_columns)
+        if not ids:
+            raise ValueError("hierarchy table has no rows: the hierarchy needs at least one leaf")
+        edges: dict[str, str] = {}
+        for i in range(len(level_columns)):
+            for row in ids:
+                edges.setdefault(row[i], row[i - 1] if i else ROOT)
+        return cls(edges=tuple((p, c) for c, p in edges.items()), root=ROOT)
+
+    @staticmethod
+    def row_node_ids(rows: Iterable[tuple[str, ...]], level_columns: list[str]) -> list[tuple[str, ...]]:
+        """:meth:`node_ids` for plain rows of text: per row, its node id at every level (the last: its leaf).
+
+        Raises
+        ------
+        ValueError
+            A row whose length is not ``len(level_columns)``, or an empty value (naming the column and row).
+        """
+        out = []
+        for r, row in enumerate(rows):
+            if len(row) != len(level_columns):
+                raise ValueError(f"hierarchy row {r} has {len(row)} values for the {len(level_columns)} level "
+                                 f"columns {list(level_columns)}")
+            ids, prefix = [], None
+            for col, value in zip(level_columns, row):
+                if value is None or str(value) == "":
+                    raise ValueError(f"hierarchy column {col!r} has a missing or empty value in row {r!r}")
+                seg = node_segment(col, value)
+                prefix = seg if prefix is None else f"{prefix}/{seg}"
+                ids.append(prefix)
+            out.append(tuple(ids))
+        return out
 
     @staticmethod
     def node_ids(paths: pd.DataFrame, level_columns: list[str]) -> pd.DataFrame:

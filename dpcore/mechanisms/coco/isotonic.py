@@ -22,7 +22,9 @@ from __future__ import annotations
 import heapq
 
 import numpy as np
-from scipy.optimize import isotonic_regression as _scipy_isotonic
+from ...lazy_modules import lazy_module
+
+_optimize = lazy_module("scipy.optimize")  # imported on first use (dpr spec check / plan never load scipy)
 
 __all__ = ["isotonic_l1", "isotonic_l2", "isotonic", "blocks_to_sizes"]
 
@@ -48,7 +50,7 @@ def isotonic_l2(y, lo: float | None = None, hi: float | None = None) -> tuple[np
     y = np.asarray(y, dtype=np.float64)
     if y.size == 0:
         return y.copy(), np.zeros(1, dtype=np.int64)
-    res = _scipy_isotonic(y, increasing=True)
+    res = _optimize.isotonic_regression(y, increasing=True)
     x = np.clip(res.x, lo, hi) if (lo is not None or hi is not None) else res.x
     return x, np.asarray(res.blocks, dtype=np.int64)
 

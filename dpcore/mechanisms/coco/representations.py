@@ -26,9 +26,11 @@ from __future__ import annotations
 from typing import Mapping
 
 import numpy as np
-import pandas as pd
 
 from .hierarchy import Hierarchy
+from ...lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 __all__ = [
     "group_sizes_by_leaf", "group_sizes_from_counts", "group_counts", "coco_histograms",

@@ -17,12 +17,15 @@ on a numerical failure of the miniball routine), i.e. it can only *over*-count
 from __future__ import annotations
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
-from scipy.spatial import cKDTree
 
 from ...neighbors import ball_counts
 from .query import _as_points, _check_r
+from ...lazy_modules import lazy_module
+
+# imported on first use (dpr spec check / plan never load scipy)
+_sparse = lazy_module("scipy.sparse")
+_csgraph = lazy_module("scipy.sparse.csgraph")
+_spatial = lazy_module("scipy.spatial")
 
 __all__ = [
     "enclosable",
@@ -178,13 +181,13 @@ def max_enclosable(P, r, floor: int = 0, node_limit: int = DEFAULT_NODE_LIMIT) -
     best = max(best, int(ball_counts(P, P, r).max()))
     if m <= best:
         return best
-    tree = cKDTree(P)
+    tree = _spatial.cKDTree(P)
     two_r = _two_r_eff(r)
     pairs = tree.query_pairs(two_r, output_type="ndarray")
     if pairs.size == 0:
         return max(best, 1)
-    adj = coo_matrix((np.ones(len(pairs), dtype=np.int8), (pairs[:, 0], pairs[:, 1])), shape=(m, m))
-    ncomp, labels = connected_components(adj, directed=False)
+    adj = _sparse.coo_matrix((np.ones(len(pairs), dtype=np.int8), (pairs[:, 0], pairs[:, 1])), shape=(m, m))
+    ncomp, labels = _csgraph.connected_components(adj, directed=False)
     sizes = np.bincount(labels, minlength=ncomp)
     nodes = 0
     lim2 = (r * (1 + _SEB_TOL)) ** 2

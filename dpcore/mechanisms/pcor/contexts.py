@@ -49,9 +49,11 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-import pandas as pd
 
 from ...quoting import needs_quotes, quote, read_quoted
+from ...lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 __all__ = ["ContextSpace", "MAX_BITS"]
 
