@@ -28,6 +28,7 @@ from ..lineage import new_nonce
 from ..partitions import scratch_dir
 from ..spec import ReleaseSpec
 from ..warehouse import Warehouse
+from .by_values import applies, validate_by_values
 from .combine import _combine
 from .duplicates import _duplicated_rows_sql, _q
 from .outcome import ValidationOutcome
@@ -125,6 +126,7 @@ def validate_table(
     *,
     rows: int | None = None,
     mapper: Callable = serial_map,
+    by_values: bool = True,
 ) -> ValidationOutcome:
     """Validate a raw table chunk by chunk and store the result; memory does not grow with the rows.
 
@@ -150,6 +152,11 @@ def validate_table(
         ``mapper(fn, items) -> list`` in the order of ``items``; default
         :func:`dpcore.chunks.serial_map` (a Dask mapper may run the chunks on workers of this machine).
 
+    by_values : bool
+        True (default): validate by distinct values (:mod:`dpcore.validation.by_values`, issue 29) when it
+        applies (:func:`~dpcore.validation.by_values.applies`); False: chunk by chunk whatever the table
+        (the same result; the tests compare the two).
+
     Returns
     -------
     ValidationOutcome
@@ -171,6 +178,12 @@ def validate_table(
     folder = scratch_dir(wh) / new_nonce(8)
     folder.mkdir(mode=0o700)
     try:
+        (n_rows,) = wh.query(f"SELECT count(*) FROM {ingest_result.qualified_table}")[0]
+        if by_values and applies(columns, spec, int(n_rows)):
+            outcome, chunks = validate_by_values(wh, ingest_result, spec, columns, rows=int(rows), memory=wh.memory,
+                                                 mapper=mapper, folder=folder)
+            _store(wh, ingest_result, spec, outcome, chunks)
+            return outcome
         paths, flag = _export_chunks(
             wh, ingest_result.qualified_table, columns, spec.dataset.record_id, int(rows), folder
         )
