@@ -9,14 +9,17 @@ values (the demo's widest, ``tailnum``, 4,043), so:
    (one Parquet file per column, positions ``1..m``).
 2. The spec's great-expectations suite runs, unchanged, on frames of distinct values: row ``p``
    holds the ``p``-th distinct value of every attribute, most frequent first (a shorter column
-   repeats its most frequent value, weight 0, so padding rarely adds a failing row to great-expectations' lists; the record id is the ``p``-th row's, and the id rules' verdicts there are not read). The record id's rules
+   repeats its most frequent value, weight 0, so padding rarely adds a failing row to
+   great-expectations' lists; the record id is the ``p``-th row's, and the id rules' verdicts there
+   are not read). The record id's rules
    (``not_null``, ``unique`` as before with the table's duplicated ids, ``id_pattern``) run on
    the id column alone, streamed in chunks: ids are all different, nothing to share.
    All of these are :class:`~dpcore.validation.worker.ChunkTask` s, so the caller's mapper may spread
    them over processes.
 3. DuckDB joins the failing values back to the rows (the ``quarantine`` rows, with the id chunks'
-   failing rows), and writes the ``validated`` table in one query that joins every column to its
-   typed value (typed in pandas by the same code as before, :func:`~dpcore.validation.cells._typed_column`).
+   failing rows), and writes the ``validated`` table in one query that joins every numeric column to
+   its typed value (typed in pandas by the same code as before, :func:`~dpcore.validation.cells._typed_column`);
+   a categorical cell's typed value is its text or that text as an integer (:func:`_typed_sql`).
 4. great-expectations' result over the whole table is the distinct-value run's result with each
    row-level expectation's counts weighted by the rows holding each value (``unexpected_count`` from
    the quarantine rows, ``missing_count`` from the weights, checked against great-expectations' own
@@ -25,8 +28,27 @@ values (the demo's widest, ``tailnum``, 4,043), so:
 
 The path applies when every declared column is present, the table is not empty, the attribute columns
 have a type DuckDB groups exactly as pandas reads it (text, integers, booleans: :data:`VALUE_TYPES`)
-and the record id is text or an integer (:data:`ID_TYPES`); otherwise :func:`~dpcore.validation.validate_table`
-validates chunk by chunk as before (:func:`applies`).
+and the record id is text or an integer (:data:`ID_TYPES`) (:func:`applies`), and when no column has
+more distinct values than a chunk of the cap holds rows (``max_values``); otherwise
+:func:`~dpcore.validation.validate_table` validates chunk by chunk as before.
+
+The verdict on every row is the row-by-row path's, so the neighbour relation validation gives the
+steps (one raw row changes at most one validated row; ``unique`` rejects every copy) is unchanged.
+
+Memory: a frame of distinct values has at most ``rows`` rows (the chunked path's public chunk size),
+an id chunk :data:`BYTES_PER_ID_ROW` per row within the cap's chunk share, a quarantine chunk ``rows``
+failing rows; the grouping, the joins and the ``validated`` table are DuckDB's (under the warehouse's
+``memory_limit``, spilling to its private temporary folder).
+
+Why not great-expectations' SQL data source (ENVIRONMENT.md: over ``duckdb-engine`` its metric
+queries return no row): ``SqlAlchemyExecutionEngine.execute_query`` returns the cursor result after
+its ``with self.get_connection()`` block has handed the connection back, and with ``duckdb-engine``
+0.17 on DuckDB 2.0 a result read after that is empty (SQLite's and psycopg's cursors keep their rows),
+so ``count(*)`` reads ``[]``. Buffering the rows inside the block (``result.freeze()()``) makes an
+``in_set`` expectation compute correctly (checked on a three-row table; ``pool_reset_on_return=None``
+does not help). It was not adopted: each expectation would be its own scans of the whole table, and the
+regex rules would run as DuckDB's full-match ``~`` on patterns written for Python's ``re.search``
+(``\A``/``\Z``), so not the same verdicts.
 
 Privacy: the distinct values and great-expectations' results carry raw values; they live in the
 warehouse's private scratch folder (removed on exit) and in ``internal.validation_result_chunks``
@@ -47,7 +69,7 @@ from ..ingest import ROW
 from ..private_files import private_open
 from ..spec import ReleaseSpec
 from ..warehouse import Warehouse
-from .cells import _as_text, _cells_json, _typed_column
+from .cells import _as_text, _cells_json, _int_domain, _typed_column
 from .check import ChunkVerdict, _work_frame
 from .combine import PARTIAL_EXAMPLES, _combine
 from .duplicates import _duplicated_rows_sql, _q
@@ -95,12 +117,13 @@ def _read_df(con, sql: str) -> pd.DataFrame:
 
 
 def _export(wh: Warehouse, source: str, columns: dict[str, str], spec: ReleaseSpec, folder: Path,
-            rows: int, id_rows: int, flag: str) -> dict:
+            rows: int, id_rows: int, flag: str, max_values: int) -> dict | None:
     """Step 1: the distinct values of every attribute, the frames of distinct values and the id chunks, to Parquet.
 
     Returns
     -------
-    dict
+    dict or None
+        None when a column has more than ``max_values`` distinct values. Else
         ``values``: per attribute (raw column order) its file of ``(pos, v, n)`` and its count ``m``;
         ``frames``: files of distinct-value frames (ChunkTask inputs); ``ids``: files of id chunks;
         ``n_rows``, ``first_row``, ``last_row``.
@@ -122,6 +145,8 @@ def _export(wh: Warehouse, source: str, columns: dict[str, str], spec: ReleaseSp
             m = con.execute(f"SELECT count(*) FROM read_parquet({_lit(path)})").fetchone()[0]
             values[c] = (path, int(m))
         m_all = max(m for _, m in values.values())
+        if m_all > max_values:  # a column with that many values: row by row (memory stays within the cap)
+            return None
         frames = []
         for k, start in enumerate(range(1, m_all + 1, rows)):
             stop = min(m_all + 1, start + rows)
@@ -165,6 +190,22 @@ def _export(wh: Warehouse, source: str, columns: dict[str, str], spec: ReleaseSp
     return wh.run(op)
 
 
+def _typed_sql(expr: str, duck_type: str, col: str, spec: ReleaseSpec) -> str | None:
+    """SQL for a categorical cell's typed value where it is exact (valid cells only), else None (joined instead).
+
+    A valid categorical cell's text is a domain value's text: as text it is the cell itself (text
+    input, ``''`` missing) or the integer written in decimal (as :func:`_as_text` writes integers); an
+    integer domain's value is that text read as an integer. Numbers and other types are typed by
+    pandas (:func:`_typed_column`) and joined.
+    """
+    attr = spec.public_schema.categorical.get(col)
+    t = duck_type.upper()
+    if attr is None or t not in ID_TYPES:
+        return None
+    text = f"NULLIF({expr}, '')" if t == "VARCHAR" else f"CAST({expr} AS VARCHAR)"
+    return f"CAST({text} AS BIGINT)" if _int_domain(attr.domain) else text
+
+
 def _column_cols(e: dict) -> list[str]:
     """The working-frame columns an expectation reads."""
     kw = e["kwargs"]
@@ -178,7 +219,8 @@ def _value_of(e: dict, entry: dict):
 
 
 def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns: dict[str, str], *, rows: int,
-                       memory: MemoryBudget, mapper: Callable, folder: Path) -> tuple[ValidationOutcome, list]:
+                       memory: MemoryBudget, mapper: Callable, folder: Path,
+                       max_values: int) -> tuple[ValidationOutcome, list] | None:
     """Validate the raw table by its distinct values; return the outcome and the chunks for :func:`_store`.
 
     Parameters
@@ -196,9 +238,14 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
         Runs the great-expectations chunks (:func:`~dpcore.validation.worker._validate_chunk`).
     folder : Path
         The private scratch folder (removed by the caller).
+    max_values : int
+        At most this many distinct values per column (public: the cap's chunk size), so that the
+        per-value arrays held in memory stay within a chunk's share of the cap; more, and this returns
+        None (the caller validates chunk by chunk).
 
     Returns
     -------
+    None, or
     outcome : ValidationOutcome
         Without frames.
     chunks : list of _ChunkRows
@@ -213,7 +260,9 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
 
     flag = _flag_name(columns)
     id_rows = memory.chunk_rows(BYTES_PER_ID_ROW)
-    ex = _export(wh, source, columns, spec, folder, rows, id_rows, flag)
+    ex = _export(wh, source, columns, spec, folder, rows, id_rows, flag, max_values)
+    if ex is None:
+        return None
     values = ex["values"]
     n_frames = len(ex["frames"])
     tasks = [ChunkTask(spec, p, i, flag, str(folder)) for i, p in enumerate(ex["frames"] + ex["ids"])]
@@ -353,6 +402,8 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
     typed_files = {}
     failing = bad.groupby("column")["pos"].agg(lambda s: set(s.tolist())).to_dict() if len(bad) else {}
     for c, (path, m) in values.items():
+        if _typed_sql("x", columns[c], c, spec) is not None:
+            continue
         typed = []
         for v, task in zip(frame_v, tasks[:n_frames]):
             raw, _ = task.read()
@@ -371,6 +422,10 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
     sel.append((f"r.{_q(rid)}" if t == "VARCHAR" else f"CAST(r.{_q(rid)} AS VARCHAR)") + f" AS {_q(rid)}")
     joins = []
     for c in [*spec.public_schema.categorical, *spec.public_schema.numeric]:
+        direct = _typed_sql(f"r.{_q(c)}", columns[c], c, spec)
+        if direct is not None:
+            sel.append(f"{direct} AS {_q(c)}")
+            continue
         a = f"x{len(joins)}"
         joins.append(
             f"JOIN (SELECT d.v, t.t FROM read_parquet({_lit(values[c][0])}) d JOIN read_parquet({_lit(typed_files[c])}) t "
