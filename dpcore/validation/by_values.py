@@ -341,6 +341,8 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
         con.execute(f"COPY ({' UNION ALL '.join(parts)}) TO {_lit(q_path)} (FORMAT parquet)")
         con.execute(f"COPY (SELECT DISTINCT _row FROM read_parquet({_lit(q_path)}) ORDER BY _row) TO "
                     f"{_lit(badrows_path)} (FORMAT parquet)")
+        for path in (q_path, badrows_path):
+            os.chmod(path, 0o600)
         counts = con.execute(
             f"SELECT rule, \"column\", count(*) FROM read_parquet({_lit(q_path)}) GROUP BY ALL").fetchall()
         firsts = con.execute(
