@@ -20,6 +20,9 @@ stop a run.
   memory (tests, ``dpr spec check --data``).
 * :mod:`.chunked` -- :func:`validate_table`, a warehouse table streamed chunk
   by chunk (issue 21), with :func:`validation_chunk_rows`.
+* :mod:`.by_values` -- what :func:`validate_table` does where it applies (issue 29): the
+  suite run once per distinct attribute value and on the id column alone, the verdicts joined
+  back to the rows in DuckDB; the same stored result as chunk by chunk.
 * :mod:`.worker` -- :class:`ChunkTask` and the chunk work a mapper runs on
   other processes.
 * :mod:`.outcome` -- :class:`ValidationOutcome`, :class:`RuleSummary`,

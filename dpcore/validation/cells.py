@@ -95,18 +95,40 @@ def _cells_json(raw: pd.DataFrame, positions: np.ndarray) -> list[str]:
     return [json.dumps(rec, default=_jsonable, ensure_ascii=False) for rec in sub.to_dict("records")]
 
 
+def _typed_column(work: pd.DataFrame, col: str, spec: ReleaseSpec) -> pd.Series:
+    """One declared attribute of the ``validated`` table, typed, from the validator's working frame.
+
+    Parameters
+    ----------
+    work : pandas.DataFrame
+        Rows that pass every rule on ``col`` (the working frame of :func:`~dpcore.validation.check._work_frame`).
+    col : str
+        A categorical or numeric attribute of the spec.
+    spec : ReleaseSpec
+
+    Returns
+    -------
+    pandas.Series
+        Categorical: ``int64`` (``Int64`` when nullable) for an integer domain, else text; numeric: the
+        parsed ``float64``.
+    """
+    schema = spec.public_schema
+    if col in schema.categorical:
+        attr = schema.categorical[col]
+        text = work[col] if col in work.columns else pd.Series([], dtype="str")
+        if _int_domain(attr.domain):
+            return pd.to_numeric(text, errors="raise").astype("Int64" if attr.nullable else "int64")
+        return text.astype("str")
+    num = work[_num_col(col)] if _num_col(col) in work.columns else pd.Series([], dtype="float64")
+    return num.astype("float64")
+
+
 def _typed(work: pd.DataFrame, spec: ReleaseSpec) -> pd.DataFrame:
+    """The ``validated`` rows, typed: ``_row``, the record id as text, then every attribute (:func:`_typed_column`)."""
     rid = spec.dataset.record_id
     schema = spec.public_schema
     out: dict[str, pd.Series] = {ROW: work[ROW].astype("int64")}
     out[rid] = (work[rid] if rid in work.columns else pd.Series([], dtype="str")).astype("str")
-    for col, attr in schema.categorical.items():
-        text = work[col] if col in work.columns else pd.Series([], dtype="str")
-        if _int_domain(attr.domain):
-            out[col] = pd.to_numeric(text, errors="raise").astype("Int64" if attr.nullable else "int64")
-        else:
-            out[col] = text.astype("str")
-    for col in schema.numeric:
-        num = work[_num_col(col)] if _num_col(col) in work.columns else pd.Series([], dtype="float64")
-        out[col] = num.astype("float64")
+    for col in [*schema.categorical, *schema.numeric]:
+        out[col] = _typed_column(work, col, spec)
     return pd.DataFrame(out).reset_index(drop=True)

@@ -73,6 +73,41 @@ class ChunkVerdict:
     files: dict = field(default_factory=dict, repr=False)
 
 
+def _work_frame(raw: pd.DataFrame, spec: ReleaseSpec) -> tuple[pd.Series, dict, pd.DataFrame]:
+    """great-expectations' working frame of a chunk: declared columns as text, the derived parsed numbers.
+
+    Parameters
+    ----------
+    raw : pandas.DataFrame
+        Rows as ingested, with ``_row`` (index reset).
+    spec : ReleaseSpec
+
+    Returns
+    -------
+    rows : pandas.Series
+        ``_row`` as int64.
+    frame : dict
+        Column name -> Series (text for declared columns, as is for the others, then the derived columns).
+    work : pandas.DataFrame
+        ``frame`` as a frame.
+    """
+    rows = pd.to_numeric(raw[ROW], errors="raise").astype("int64")
+    declared = [spec.dataset.record_id, *spec.public_schema.columns]
+    frame: dict[str, pd.Series] = {ROW: rows}
+    for c in raw.columns:
+        if c == ROW:
+            continue
+        frame[c] = _as_text(raw[c]) if c in declared else raw[c]
+    for col, attr in spec.public_schema.numeric.items():
+        if col in raw.columns:
+            num = _parse_numbers(frame[col])
+            frame[_num_col(col)] = num
+            if attr.integer:
+                fin = np.isfinite(num)
+                frame[_whole_col(col)] = np.round(num).where(fin, num)
+    return rows, frame, pd.DataFrame(frame)
+
+
 def _check(raw: pd.DataFrame, duplicated: np.ndarray, spec: ReleaseSpec):
     """Validate one chunk of rows; the unit of work of both paths.
 
@@ -95,7 +130,7 @@ def _check(raw: pd.DataFrame, duplicated: np.ndarray, spec: ReleaseSpec):
     if ROW not in raw.columns:
         raise ValueError(f"raw table has no {ROW!r} column (load it with dpcore.ingest.load_raw)")
     raw = raw.reset_index(drop=True)
-    rows = pd.to_numeric(raw[ROW], errors="raise").astype("int64")
+    rows, frame, work = _work_frame(raw, spec)
     if rows.duplicated().any():
         raise ValueError(f"raw table's {ROW!r} column is not unique")
     raw[ROW] = rows
@@ -105,21 +140,6 @@ def _check(raw: pd.DataFrame, duplicated: np.ndarray, spec: ReleaseSpec):
     declared = [rid, *schema.columns]
     extras = [c for c in raw.columns if c != ROW and c not in declared]
     reserved = [c for c in extras if str(c).startswith(DERIVED_PREFIX)]
-
-    # Working frame for great-expectations: declared columns as text, derived parsed numbers.
-    frame: dict[str, pd.Series] = {ROW: rows}
-    for c in raw.columns:
-        if c == ROW:
-            continue
-        frame[c] = _as_text(raw[c]) if c in declared else raw[c]
-    for col, attr in schema.numeric.items():
-        if col in raw.columns:
-            num = _parse_numbers(frame[col])
-            frame[_num_col(col)] = num
-            if attr.integer:
-                fin = np.isfinite(num)
-                frame[_whole_col(col)] = np.round(num).where(fin, num)
-    work = pd.DataFrame(frame)
 
     dup_ids = None
     if rid in work.columns:

@@ -1,4 +1,10 @@
-"""Validate a warehouse table chunk by chunk (issue 21; DESIGN.md "Scale"): :func:`validate_table`.
+"""Validate a warehouse table without holding it in memory (issues 21 and 29; DESIGN.md "Scale"): :func:`validate_table`.
+
+Where it applies (:func:`~dpcore.validation.by_values.applies`: every declared column present, text or
+integer columns, a non-empty table) :func:`validate_table` validates by distinct values
+(:mod:`dpcore.validation.by_values`, issue 29): great-expectations decides each distinct cell value once
+and DuckDB joins the verdicts back to the rows. Otherwise, and with ``by_values=False``, it validates
+chunk by chunk as described below; both store the same result (tests/test_validation_by_values.py).
 
 :func:`validate_table` never holds the table in memory. It streams the raw table from
 DuckDB in chunks of a public size (:func:`validation_chunk_rows`, from
@@ -28,6 +34,7 @@ from ..lineage import new_nonce
 from ..partitions import scratch_dir
 from ..spec import ReleaseSpec
 from ..warehouse import Warehouse
+from .by_values import applies, validate_by_values
 from .combine import _combine
 from .duplicates import _duplicated_rows_sql, _q
 from .outcome import ValidationOutcome
@@ -125,8 +132,11 @@ def validate_table(
     *,
     rows: int | None = None,
     mapper: Callable = serial_map,
+    by_values: bool = True,
 ) -> ValidationOutcome:
-    """Validate a raw table chunk by chunk and store the result; memory does not grow with the rows.
+    """Validate a raw table and store the result; memory does not grow with the rows.
+
+    By distinct values where that applies (:mod:`dpcore.validation.by_values`); else chunk by chunk:
 
     1. The ``unique`` rule is decided over the whole table in DuckDB, and the table is written
        to the warehouse's private scratch folder as one Parquet file per chunk of ``rows``
@@ -150,6 +160,11 @@ def validate_table(
         ``mapper(fn, items) -> list`` in the order of ``items``; default
         :func:`dpcore.chunks.serial_map` (a Dask mapper may run the chunks on workers of this machine).
 
+    by_values : bool
+        True (default): validate by distinct values (:mod:`dpcore.validation.by_values`, issue 29) when it
+        applies (:func:`~dpcore.validation.by_values.applies`); False: chunk by chunk whatever the table
+        (the same result; the tests compare the two).
+
     Returns
     -------
     ValidationOutcome
@@ -171,6 +186,16 @@ def validate_table(
     folder = scratch_dir(wh) / new_nonce(8)
     folder.mkdir(mode=0o700)
     try:
+        (n_rows,) = wh.query(f"SELECT count(*) FROM {ingest_result.qualified_table}")[0]
+        done = None
+        if by_values and applies(columns, spec, int(n_rows)):
+            done = validate_by_values(wh, ingest_result, spec, columns, rows=int(rows), memory=wh.memory,
+                                      mapper=mapper, folder=folder,
+                                      max_values=validation_chunk_rows(wh.memory, spec, len(columns)))
+        if done is not None:
+            outcome, chunks = done
+            _store(wh, ingest_result, spec, outcome, chunks)
+            return outcome
         paths, flag = _export_chunks(
             wh, ingest_result.qualified_table, columns, spec.dataset.record_id, int(rows), folder
         )

@@ -83,12 +83,22 @@ _CHUNKS_DDL = """CREATE TABLE IF NOT EXISTS internal.validation_result_chunks (
 
 
 @dataclass(frozen=True)
-class _ChunkRows:
-    """One chunk's output for :func:`_store`: frames in memory, or files written by :func:`_validate_chunk`."""
+class SqlRows:
+    """Rows given as a DuckDB query run inside :func:`_store`'s transaction (may read the raw table and Parquet files)."""
 
-    validated: pd.DataFrame | Path
-    quarantine: pd.DataFrame | Path
-    result: dict | Path
+    sql: str
+
+
+@dataclass(frozen=True)
+class _ChunkRows:
+    """One chunk's output for :func:`_store`: frames in memory, files written by :func:`_validate_chunk`, or a query.
+
+    A part that is None adds nothing (no validated rows, no quarantine rows, no result row).
+    """
+
+    validated: pd.DataFrame | Path | SqlRows | None
+    quarantine: pd.DataFrame | Path | None
+    result: dict | Path | None
     n_quarantine: int
     first_row: int | None
     last_row: int | None
@@ -124,11 +134,16 @@ def _store(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec, outcom
         )
         con.execute(_RESULTS_DDL)
         con.execute(_CHUNKS_DDL)
-        for i, ch in enumerate(chunks):
-            v = source(con, ch.validated, "_validated")
-            verb = f"CREATE OR REPLACE TABLE {validated_t} AS" if i == 0 else f"INSERT INTO {validated_t}"
-            con.execute(f"{verb} SELECT * FROM {v}")
-            if ch.n_quarantine:
+        first_validated, n_results = True, 0
+        for ch in chunks:
+            if ch.validated is not None:
+                verb = f"CREATE OR REPLACE TABLE {validated_t} AS" if first_validated else f"INSERT INTO {validated_t}"
+                if isinstance(ch.validated, SqlRows):
+                    con.execute(f"{verb} {ch.validated.sql}")
+                else:
+                    con.execute(f"{verb} SELECT * FROM {source(con, ch.validated, '_validated')}")
+                first_validated = False
+            if ch.n_quarantine and ch.quarantine is not None:
                 q = source(con, ch.quarantine, "_quarantine")
                 con.execute(
                     f'INSERT INTO {quarantine_t} SELECT CAST(_row AS BIGINT), CAST(record_id AS VARCHAR), '
@@ -139,11 +154,16 @@ def _store(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec, outcom
                     con.unregister(name)
                 except Exception:  # noqa: BLE001 (not registered: a file source)
                     pass
+            if ch.result is None:
+                continue
             text = json.dumps(ch.result) if isinstance(ch.result, dict) else Path(ch.result).read_text("utf-8")
             con.execute(
                 "INSERT INTO internal.validation_result_chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [*key, i, ch.first_row, ch.last_row, text],
+                [*key, n_results, ch.first_row, ch.last_row, text],
             )
+            n_results += 1
+        if first_validated:
+            raise ValueError("no chunk holds the validated rows (a programming error)")
         con.execute(
             "INSERT INTO internal.validation_results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [*key, outcome.n_rows, outcome.n_valid, outcome.n_rejected, json.dumps(outcome.summary()),

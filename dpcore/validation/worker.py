@@ -50,17 +50,22 @@ class ChunkTask:
 
     def read(self) -> tuple[pd.DataFrame, np.ndarray]:
         """The chunk as ``load_raw`` types it (DuckDB's pandas conversion) and its duplicate flags."""
-        import duckdb
-        import pyarrow.parquet as pq
-
         if self.path is None:
             return self.header, np.zeros(len(self.header), dtype=bool)
-        con = duckdb.connect()
-        try:
-            df = con.from_arrow(pq.read_table(self.path)).df()
-        finally:
-            con.close()
+        df = read_rows(self.path)
         return df.drop(columns=[self.flag]), df[self.flag].to_numpy(dtype=bool)
+
+
+def read_rows(path: str | Path) -> pd.DataFrame:
+    """A private Parquet file of raw rows as ``load_raw`` types them (DuckDB's pandas conversion)."""
+    import duckdb
+    import pyarrow.parquet as pq
+
+    con = duckdb.connect()
+    try:
+        return con.from_arrow(pq.read_table(path)).df()
+    finally:
+        con.close()
 
 
 def _validate_chunk(task: ChunkTask) -> ChunkVerdict:

@@ -1,0 +1,490 @@
+"""Validate a warehouse table by its distinct values (issue 29): great-expectations decides each cell value once.
+
+Every row-level rule except the record id's reads one cell (``not_null``, ``in_domain``, ``number``,
+``finite``, ``integer``, ``in_bounds`` are functions of the cell's text), so a rule's verdict on a row
+is its verdict on that row's value. A column of 33.7 million rows holds a few thousand distinct
+values (the demo's widest, ``tailnum``, 4,043), so:
+
+1. DuckDB groups every attribute column into its distinct values with their row counts
+   (one Parquet file per column, positions ``1..m``).
+2. The spec's great-expectations suite runs, unchanged, on frames of distinct values: row ``p``
+   holds the ``p``-th distinct value of every attribute, most frequent first (a shorter column
+   repeats its most frequent value, weight 0, so padding rarely adds a failing row to
+   great-expectations' lists; the record id is the ``p``-th row's, and the id rules' verdicts there
+   are not read). The record id's rules
+   (``not_null``, ``unique`` as before with the table's duplicated ids, ``id_pattern``) run on
+   the id column alone, streamed in chunks: ids are all different, nothing to share.
+   All of these are :class:`~dpcore.validation.worker.ChunkTask` s, so the caller's mapper may spread
+   them over processes.
+3. DuckDB joins the failing values back to the rows (the ``quarantine`` rows, with the id chunks'
+   failing rows), and writes the ``validated`` table in one query that joins every numeric column to
+   its typed value (typed in pandas by the same code as before, :func:`~dpcore.validation.cells._typed_column`);
+   a categorical cell's typed value is its text or that text as an integer (:func:`_typed_sql`).
+4. great-expectations' result over the whole table is the distinct-value run's result with each
+   row-level expectation's counts weighted by the rows holding each value (``unexpected_count`` from
+   the quarantine rows, ``missing_count`` from the weights, checked against great-expectations' own
+   unweighted count) and its partial lists taken from the first failing rows of the table; the id
+   rules' from the id chunks. It equals the row-by-row path's (tests/test_validation_by_values.py).
+
+The path applies when every declared column is present, the table is not empty, the attribute columns
+have a type DuckDB groups exactly as pandas reads it (text, integers, booleans: :data:`VALUE_TYPES`)
+and the record id is text or an integer (:data:`ID_TYPES`) (:func:`applies`), and when no column has
+more distinct values than a chunk of the cap holds rows (``max_values``); otherwise
+:func:`~dpcore.validation.validate_table` validates chunk by chunk as before.
+
+The verdict on every row is the row-by-row path's, so the neighbour relation validation gives the
+steps (one raw row changes at most one validated row; ``unique`` rejects every copy) is unchanged.
+
+Memory: a frame of distinct values has at most ``rows`` rows (the chunked path's public chunk size),
+an id chunk :data:`BYTES_PER_ID_ROW` per row within the cap's chunk share, a quarantine chunk ``rows``
+failing rows; the grouping, the joins and the ``validated`` table are DuckDB's (under the warehouse's
+``memory_limit``, spilling to its private temporary folder).
+
+Why not great-expectations' SQL data source (ENVIRONMENT.md: over ``duckdb-engine`` its metric
+queries return no row): ``SqlAlchemyExecutionEngine.execute_query`` returns the cursor result after
+its ``with self.get_connection()`` block has handed the connection back, and with ``duckdb-engine``
+0.17 on DuckDB 2.0 a result read after that is empty (SQLite's and psycopg's cursors keep their rows),
+so ``count(*)`` reads ``[]``. Buffering the rows inside the block (``result.freeze()()``) makes an
+``in_set`` expectation compute correctly (checked on a three-row table; ``pool_reset_on_return=None``
+does not help). It was not adopted: each expectation would be its own scans of the whole table, and the
+regex rules would run as DuckDB's full-match ``~`` on patterns written for Python's ``re.search``
+(``\A``/``\Z``), so not the same verdicts.
+
+Privacy: the distinct values and great-expectations' results carry raw values; they live in the
+warehouse's private scratch folder (removed on exit) and in ``internal.validation_result_chunks``
+only. Nothing is logged; errors name rules and columns only.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from ..chunks import MemoryBudget
+from ..ingest import ROW
+from ..private_files import private_open
+from ..spec import ReleaseSpec
+from ..warehouse import Warehouse
+from .cells import _as_text, _cells_json, _int_domain, _typed_column
+from .check import ChunkVerdict, _work_frame
+from .combine import PARTIAL_EXAMPLES, _combine
+from .duplicates import _duplicated_rows_sql, _q
+from .outcome import ValidationOutcome
+from .store import SqlRows, _ChunkRows
+from .worker import ChunkTask, _validate_chunk, read_rows
+
+#: DuckDB types whose GROUP BY and IS NOT DISTINCT FROM join match pandas' reading of the values exactly
+#: (no NaN, no signed zero, no decimal rounding): text, integers that fit int64, booleans.
+VALUE_TYPES = ("VARCHAR", "BIGINT", "INTEGER", "SMALLINT", "TINYINT", "UINTEGER", "USMALLINT", "UTINYINT", "BOOLEAN")
+#: Record-id types whose text (:func:`~dpcore.validation.cells._as_text`) DuckDB writes the same way.
+ID_TYPES = ("VARCHAR", "BIGINT", "INTEGER", "SMALLINT", "TINYINT", "UINTEGER", "USMALLINT", "UTINYINT")
+#: Bytes per row of an id chunk: ``_row``, the id as text and the duplicate flag.
+BYTES_PER_ID_ROW = 8 + 60 + 1
+
+_ROW_RULES_OF_ID = ("not_null", "unique", "id_pattern")
+
+
+def applies(columns: dict[str, str], spec: ReleaseSpec, n_rows: int) -> bool:
+    """Whether :func:`validate_by_values` validates this table (else the chunk-by-chunk path does).
+
+    Parameters
+    ----------
+    columns : dict
+        The raw table's columns and DuckDB types (public: the header).
+    spec : ReleaseSpec
+    n_rows : int
+        Whether the table is empty (the chunked path validates an empty table as one empty chunk).
+    """
+    rid = spec.dataset.record_id
+    attrs = list(spec.public_schema.columns)
+    if n_rows < 1 or not attrs or rid not in columns or any(c not in columns for c in attrs):
+        return False
+    if columns[rid].upper() not in ID_TYPES:
+        return False
+    return all(columns[c].upper() in VALUE_TYPES for c in attrs)
+
+
+def _lit(path: Path | str) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def _read_df(con, sql: str) -> pd.DataFrame:
+    return con.execute(sql).df()
+
+
+def _export(wh: Warehouse, source: str, columns: dict[str, str], spec: ReleaseSpec, folder: Path,
+            rows: int, id_rows: int, flag: str, max_values: int) -> dict | None:
+    """Step 1: the distinct values of every attribute, the frames of distinct values and the id chunks, to Parquet.
+
+    Returns
+    -------
+    dict or None
+        None when a column has more than ``max_values`` distinct values. Else
+        ``values``: per attribute (raw column order) its file of ``(pos, v, n)`` and its count ``m``;
+        ``frames``: files of distinct-value frames (ChunkTask inputs); ``ids``: files of id chunks;
+        ``n_rows``, ``first_row``, ``last_row``.
+    """
+    rid = spec.dataset.record_id
+    attrs = [c for c in columns if c in set(spec.public_schema.columns)]
+    row = _q(ROW)
+
+    def op(con):
+        n, lo, hi = con.execute(f"SELECT count(*), min({row}), max({row}) FROM {source}").fetchone()
+        values = {}
+        for i, c in enumerate(attrs):
+            path = folder / f"values-{i:04d}.parquet"
+            con.execute(
+                f"COPY (SELECT CAST(row_number() OVER (ORDER BY n DESC, v NULLS LAST) AS BIGINT) AS pos, v, n FROM "
+                f"(SELECT {_q(c)} AS v, count(*) AS n FROM {source} GROUP BY 1)) TO {_lit(path)} (FORMAT parquet)"
+            )
+            os.chmod(path, 0o600)
+            m = con.execute(f"SELECT count(*) FROM read_parquet({_lit(path)})").fetchone()[0]
+            values[c] = (path, int(m))
+        m_all = max(m for _, m in values.values())
+        if m_all > max_values:  # a column with that many values: row by row (memory stays within the cap)
+            return None
+        frames = []
+        for k, start in enumerate(range(1, m_all + 1, rows)):
+            stop = min(m_all + 1, start + rows)
+            sel, joins = [], []
+            for c, t in columns.items():
+                if c == ROW:
+                    sel.append(f"p.pos AS {row}")
+                elif c in values:
+                    path, m = values[c]
+                    a = f"d{len(joins)}"
+                    joins.append(f"JOIN read_parquet({_lit(path)}) {a} ON {a}.pos = CASE WHEN p.pos <= {m} "
+                                 f"THEN p.pos ELSE 1 END")
+                    sel.append(f"{a}.v AS {_q(c)}")
+                elif c == rid:  # the ids of the first rows (their rules are read from the id chunks)
+                    sel.append(f"i.{_q(c)} AS {_q(c)}")
+                else:  # undeclared columns: not validated, no value needed
+                    sel.append(f"CAST(NULL AS {t}) AS {_q(c)}")
+            path = folder / f"frame-{k:08d}.parquet"
+            con.execute(
+                f"COPY (SELECT {', '.join(sel)}, false AS {_q(flag)} FROM range({start}, {stop}) p(pos) "
+                f"{' '.join(joins)} LEFT JOIN {source} i ON i.{row} = p.pos ORDER BY p.pos) TO {_lit(path)} "
+                "(FORMAT parquet)"
+            )
+            os.chmod(path, 0o600)
+            frames.append(str(path))
+        con.execute(f"CREATE TEMP TABLE _dup_rows AS {_duplicated_rows_sql(source, columns, rid)}")
+        ids = []
+        for k, start in enumerate(range(int(lo), int(hi) + 1, id_rows)):
+            stop = start + id_rows
+            path = folder / f"ids-{k:08d}.parquet"
+            con.execute(
+                f"COPY (SELECT r.{row}, r.{_q(rid)}, r.{row} IN (SELECT {row} FROM _dup_rows WHERE {row} >= {start} "
+                f"AND {row} < {stop}) AS {_q(flag)} FROM {source} r WHERE r.{row} >= {start} AND r.{row} < {stop} "
+                f"ORDER BY r.{row}) TO {_lit(path)} (FORMAT parquet)"
+            )
+            os.chmod(path, 0o600)
+            ids.append(str(path))
+        return {"values": values, "frames": frames, "ids": ids, "n_rows": int(n), "first_row": int(lo),
+                "last_row": int(hi)}
+
+    return wh.run(op)
+
+
+def _typed_sql(expr: str, duck_type: str, col: str, spec: ReleaseSpec) -> str | None:
+    """SQL for a categorical cell's typed value where it is exact (valid cells only), else None (joined instead).
+
+    A valid categorical cell's text is a domain value's text: as text it is the cell itself (text
+    input, ``''`` missing) or the integer written in decimal (as :func:`_as_text` writes integers); an
+    integer domain's value is that text read as an integer. Numbers and other types are typed by
+    pandas (:func:`_typed_column`) and joined.
+    """
+    attr = spec.public_schema.categorical.get(col)
+    t = duck_type.upper()
+    if attr is None or t not in ID_TYPES:
+        return None
+    text = f"NULLIF({expr}, '')" if t == "VARCHAR" else f"CAST({expr} AS VARCHAR)"
+    return f"CAST({text} AS BIGINT)" if _int_domain(attr.domain) else text
+
+
+def _column_cols(e: dict) -> list[str]:
+    """The working-frame columns an expectation reads."""
+    kw = e["kwargs"]
+    return [kw["column"]] if "column" in kw else [kw["column_A"], kw["column_B"]]
+
+
+def _value_of(e: dict, entry: dict):
+    """great-expectations' unexpected value of one index-list entry (a pair for the column-pair rule)."""
+    cols = _column_cols(e)
+    return entry[cols[0]] if len(cols) == 1 else [entry[c] for c in cols]
+
+
+def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns: dict[str, str], *, rows: int,
+                       memory: MemoryBudget, mapper: Callable, folder: Path,
+                       max_values: int) -> tuple[ValidationOutcome, list] | None:
+    """Validate the raw table by its distinct values; return the outcome and the chunks for :func:`_store`.
+
+    Parameters
+    ----------
+    wh : Warehouse
+    ingest_result : IngestResult
+    spec : ReleaseSpec
+    columns : dict
+        The raw table's columns and DuckDB types (:func:`applies` is true for them).
+    rows : int
+        Rows per frame of distinct values and per quarantine chunk (the chunked path's public chunk size).
+    memory : MemoryBudget
+        Sizes the id chunks (public: from the cap).
+    mapper : callable
+        Runs the great-expectations chunks (:func:`~dpcore.validation.worker._validate_chunk`).
+    folder : Path
+        The private scratch folder (removed by the caller).
+    max_values : int
+        At most this many distinct values per column (public: the cap's chunk size), so that the
+        per-value arrays held in memory stay within a chunk's share of the cap; more, and this returns
+        None (the caller validates chunk by chunk).
+
+    Returns
+    -------
+    None, or
+    outcome : ValidationOutcome
+        Without frames.
+    chunks : list of _ChunkRows
+        For :func:`~dpcore.validation.store._store`: the validated rows as one query, the quarantine
+        chunks, every great-expectations run's complete result.
+    """
+    import duckdb
+
+    source = ingest_result.qualified_table
+    rid = spec.dataset.record_id
+    from .chunked import _flag_name
+
+    flag = _flag_name(columns)
+    id_rows = memory.chunk_rows(BYTES_PER_ID_ROW)
+    ex = _export(wh, source, columns, spec, folder, rows, id_rows, flag, max_values)
+    if ex is None:
+        return None
+    values = ex["values"]
+    n_frames = len(ex["frames"])
+    tasks = [ChunkTask(spec, p, i, flag, str(folder)) for i, p in enumerate(ex["frames"] + ex["ids"])]
+    verdicts: list[ChunkVerdict] = list(mapper(_validate_chunk, tasks))
+    frame_v, id_v = verdicts[:n_frames], verdicts[n_frames:]
+    first = frame_v[0]
+    metas = [e["meta"] for e in first.expectations]
+
+    local = duckdb.connect()
+    try:
+        # which distinct values fail which rule (positions), and how many rows are missing per rule
+        bad_parts, missing, entries = [], {}, {}
+        weights = {c: local.execute(f"SELECT n FROM read_parquet({_lit(p)}) ORDER BY pos").fetchnumpy()["n"]
+                   for c, (p, _) in values.items()}
+        for v, task in zip(frame_v, tasks[:n_frames]):
+            if [e["meta"] for e in v.expectations] != metas:
+                raise RuntimeError("the frames of distinct values ran different expectation suites")
+            q = pd.read_parquet(v.files["quarantine"]) if v.n_quarantine else None
+            if q is not None:
+                q = q[q["column"].isin(list(values))]
+                bad_parts.append(q[[ROW, "rule", "column"]].rename(columns={ROW: "pos"}))
+            raw, _ = task.read()
+            pos, _, work = _work_frame(raw.reset_index(drop=True), spec)
+            result = json.loads(Path(v.files["result"]).read_text("utf-8"))
+            described = result["validation_results"][0]["expectations"]
+            for j, (e, meta) in enumerate(zip(v.expectations, metas)):
+                col = meta["column"]
+                if col not in values or "missing_count" not in e["result"]:
+                    continue
+                cols = _column_cols(e)
+                mask = work[cols].isna().any(axis=1).to_numpy()
+                if int(mask.sum()) != int(e["result"]["missing_count"]):
+                    raise RuntimeError(
+                        f"validation by distinct values disagrees with great-expectations on the missing cells of "
+                        f"rule {meta['rule']!r}, column {col!r}; validate chunk by chunk (a programming error)"
+                    )
+                w = weights[col]
+                p = pos.to_numpy()
+                wp = np.where(p <= len(w), w[np.minimum(p, len(w)) - 1], 0)
+                missing[j] = missing.get(j, 0) + int(wp[mask].sum())
+            for j, (e, meta) in enumerate(zip(described, metas)):
+                if meta["column"] in values:
+                    for entry in (e.get("result") or {}).get("unexpected_index_list") or []:
+                        entries[(j, int(entry[ROW]))] = entry
+        bad = (pd.concat(bad_parts, ignore_index=True) if bad_parts
+               else pd.DataFrame({"pos": np.array([], dtype="int64"), "rule": [], "column": []}))
+        bad = bad.drop_duplicates(ignore_index=True)
+
+        # the failing rows of the table: values joined back in DuckDB, the id chunks' rows as they are
+        bad_path = folder / "bad-values.parquet"
+        with private_open(bad_path, "wb") as fh:
+            bad.astype({"pos": "int64", "rule": "str", "column": "str"}).to_parquet(fh, index=False)
+        id_q = [v.files["quarantine"] for v in id_v if v.n_quarantine]
+    finally:
+        local.close()
+
+    q_path, badrows_path = folder / "quarantine-rows.parquet", folder / "bad-rows.parquet"
+    row = _q(ROW)
+
+    def find_rows(con):
+        parts = []
+        for c in bad["column"].unique().tolist():
+            path, _ = values[c]
+            parts.append(
+                f"SELECT r.{row} AS _row, x.rule, x.\"column\", x.pos FROM {source} r JOIN (SELECT d.v, b.pos, b.rule, "
+                f"b.\"column\" FROM read_parquet({_lit(path)}) d JOIN read_parquet({_lit(bad_path)}) b ON b.pos = d.pos "
+                f"AND b.\"column\" = {_lit(c)}) x ON r.{_q(c)} IS NOT DISTINCT FROM x.v"
+            )
+        if id_q:
+            files = "[" + ", ".join(_lit(p) for p in id_q) + "]"
+            parts.append(f"SELECT CAST({row} AS BIGINT) AS _row, CAST(rule AS VARCHAR) AS rule, "
+                         f"CAST(\"column\" AS VARCHAR) AS \"column\", CAST(NULL AS BIGINT) AS pos FROM read_parquet({files})")
+        if not parts:
+            parts.append("SELECT CAST(NULL AS BIGINT) AS _row, CAST(NULL AS VARCHAR) AS rule, "
+                         "CAST(NULL AS VARCHAR) AS \"column\", CAST(NULL AS BIGINT) AS pos WHERE false")
+        con.execute(f"COPY ({' UNION ALL '.join(parts)}) TO {_lit(q_path)} (FORMAT parquet)")
+        con.execute(f"COPY (SELECT DISTINCT _row FROM read_parquet({_lit(q_path)}) ORDER BY _row) TO "
+                    f"{_lit(badrows_path)} (FORMAT parquet)")
+        for path in (q_path, badrows_path):
+            os.chmod(path, 0o600)
+        counts = con.execute(
+            f"SELECT rule, \"column\", count(*) FROM read_parquet({_lit(q_path)}) GROUP BY ALL").fetchall()
+        firsts = con.execute(
+            f"SELECT rule, \"column\", _row, pos FROM (SELECT *, row_number() OVER (PARTITION BY rule, \"column\" "
+            f"ORDER BY _row) AS k FROM read_parquet({_lit(q_path)})) WHERE k <= {max(PARTIAL_EXAMPLES, 1)} "
+            "ORDER BY rule, \"column\", _row").fetchall()
+        n_bad = con.execute(f"SELECT count(*) FROM read_parquet({_lit(badrows_path)})").fetchone()[0]
+        # quarantine chunks: the failing rows' raw cells, ``rows`` failing rows per chunk
+        starts = [r[0] for r in con.execute(
+            f"SELECT _row FROM (SELECT _row, row_number() OVER (ORDER BY _row) - 1 AS i FROM "
+            f"read_parquet({_lit(badrows_path)})) WHERE i % {int(rows)} = 0 ORDER BY _row").fetchall()]
+        files = []
+        for k, lo in enumerate(starts):
+            hi = starts[k + 1] if k + 1 < len(starts) else None
+            cond = f"b._row >= {lo}" + (f" AND b._row < {hi}" if hi is not None else "")
+            path = folder / f"qraw-{k:08d}.parquet"
+            con.execute(
+                f"COPY (SELECT r.* FROM {source} r SEMI JOIN (SELECT _row FROM read_parquet({_lit(badrows_path)}) b "
+                f"WHERE {cond}) b ON r.{row} = b._row ORDER BY r.{row}) TO {_lit(path)} (FORMAT parquet)"
+            )
+            os.chmod(path, 0o600)
+            files.append((str(path), lo, hi))
+        return counts, firsts, int(n_bad), files
+
+    counts, firsts, n_bad, qfiles = wh.run(find_rows)
+    count_of = {(r, c): int(n) for r, c, n in counts}
+    first_rows: dict[tuple[str, str], list[tuple[int, int | None]]] = {}
+    for r, c, rr, p in firsts:
+        first_rows.setdefault((r, c), []).append((int(rr), None if p is None else int(p)))
+
+    # the quarantine rows with their record id and cells, as the chunk-by-chunk path writes them
+    q_chunks = []
+    local = duckdb.connect()
+    try:
+        for k, (path, lo, hi) in enumerate(qfiles):
+            raw = read_rows(path)
+            cond = f"_row >= {lo}" + (f" AND _row < {hi}" if hi is not None else "")
+            hits = _read_df(local, f"SELECT _row, rule, \"column\" FROM read_parquet({_lit(q_path)}) WHERE {cond}")
+            rows_k = pd.to_numeric(raw[ROW], errors="raise").astype("int64").to_numpy()
+            cells = pd.Series(_cells_json(raw, np.arange(len(raw))), index=rows_k, dtype=object)
+            ids = _as_text(raw[rid]).astype(object)
+            ids = pd.Series(ids.where(ids.notna(), None).to_numpy(), index=rows_k, dtype=object)
+            hrow = hits[ROW].astype("int64")
+            quarantine = pd.DataFrame({
+                ROW: hrow.to_numpy(),
+                "record_id": ids.reindex(hrow).to_numpy(dtype=object),
+                "rule": hits["rule"].astype(object).to_numpy(),
+                "column": hits["column"].astype(object).to_numpy(),
+                "cells": cells.reindex(hrow).to_numpy(dtype=object),
+            }).sort_values([ROW, "rule", "column"], kind="stable", ignore_index=True)
+            out = folder / f"quarantine-all-{k:08d}.parquet"
+            with private_open(out, "wb") as fh:
+                quarantine.to_parquet(fh, index=False)
+            q_chunks.append(_ChunkRows(None, out, None, len(quarantine), None, None))
+    finally:
+        local.close()
+
+    # the typed value of every distinct value passing all rules of its column
+    typed_files = {}
+    failing = bad.groupby("column")["pos"].agg(lambda s: set(s.tolist())).to_dict() if len(bad) else {}
+    for c, (path, m) in values.items():
+        if _typed_sql("x", columns[c], c, spec) is not None:
+            continue
+        typed = []
+        for v, task in zip(frame_v, tasks[:n_frames]):
+            raw, _ = task.read()
+            pos, _, work = _work_frame(raw.reset_index(drop=True), spec)
+            ok = (pos <= m) & ~pos.isin(failing.get(c, set()))
+            sel = ok.to_numpy()
+            typed.append(pd.DataFrame({"pos": pos[sel].to_numpy(),
+                                       "t": _typed_column(work.loc[sel], c, spec).reset_index(drop=True)}))
+        out = folder / f"typed-{list(values).index(c):04d}.parquet"
+        with private_open(out, "wb") as fh:
+            pd.concat(typed, ignore_index=True).to_parquet(fh, index=False)
+        typed_files[c] = out
+
+    sel = [f"CAST(r.{row} AS BIGINT) AS {row}"]
+    t = columns[rid].upper()
+    sel.append((f"r.{_q(rid)}" if t == "VARCHAR" else f"CAST(r.{_q(rid)} AS VARCHAR)") + f" AS {_q(rid)}")
+    joins = []
+    for c in [*spec.public_schema.categorical, *spec.public_schema.numeric]:
+        direct = _typed_sql(f"r.{_q(c)}", columns[c], c, spec)
+        if direct is not None:
+            sel.append(f"{direct} AS {_q(c)}")
+            continue
+        a = f"x{len(joins)}"
+        joins.append(
+            f"JOIN (SELECT d.v, t.t FROM read_parquet({_lit(values[c][0])}) d JOIN read_parquet({_lit(typed_files[c])}) t "
+            f"ON t.pos = d.pos) {a} ON r.{_q(c)} IS NOT DISTINCT FROM {a}.v"
+        )
+        sel.append(f"{a}.t AS {_q(c)}")
+    validated = SqlRows(
+        f"SELECT {', '.join(sel)} FROM {source} r {' '.join(joins)} ANTI JOIN read_parquet({_lit(badrows_path)}) b "
+        f"ON r.{row} = b._row ORDER BY r.{row}"
+    )
+
+    # great-expectations' result over the table: the distinct-value run's, counts weighted by rows
+    k = spec.steps.validation.examples_per_rule
+    n_rows = ex["n_rows"]
+    expectations, hits = [], []
+    for j, (e, meta) in enumerate(zip(first.expectations, metas)):
+        rule, col = meta["rule"], meta["column"]
+        res = dict(e["result"])
+        if col == rid and rule in _ROW_RULES_OF_ID:
+            parts = [next(p for p in v.expectations if p["meta"] == meta) for v in id_v]
+            for key in ("element_count", "unexpected_count", "missing_count"):
+                if key in res:
+                    res[key] = int(sum(p["result"].get(key) or 0 for p in parts))
+            for key in ("partial_unexpected_list", "partial_unexpected_index_list"):
+                if key in res:
+                    res[key] = [x for p in parts for x in (p["result"].get(key) or [])][:PARTIAL_EXAMPLES]
+            success = all(p["success"] for p in parts)
+        elif col in values and "unexpected_count" in res:
+            u = count_of.get((rule, col), 0)
+            res["element_count"], res["unexpected_count"] = n_rows, u
+            if "missing_count" in res:
+                res["missing_count"] = missing.get(j, 0)
+            listed = [(r, entries[(j, p)]) for r, p in first_rows.get((rule, col), [])][:PARTIAL_EXAMPLES]
+            if "partial_unexpected_index_list" in res:
+                res["partial_unexpected_index_list"] = [{**ent, ROW: r} for r, ent in listed]
+            if "partial_unexpected_list" in res:
+                res["partial_unexpected_list"] = [_value_of(e, ent) for _, ent in listed]
+            success = u == 0
+        else:
+            expectations.append(e)
+            continue
+        expectations.append({**e, "result": res, "success": success})
+        examples = [r for r, _ in first_rows.get((rule, col), [])][:k]
+        hits.append((rule, col, count_of.get((rule, col), 0), examples))
+    # hits in the order of the row-by-row verdict (great-expectations' result order)
+    order = {(r, c): i for i, (r, c, _, _) in enumerate(first.hits)}
+    hits.sort(key=lambda h: order[(h[0], h[1])])
+    whole = ChunkVerdict(
+        n_rows=n_rows, n_valid=n_rows - n_bad, first_row=ex["first_row"], last_row=ex["last_row"],
+        table_failures=list(first.table_failures), ignored_columns=list(first.ignored_columns), hits=hits,
+        expectations=expectations, header=first.header,
+    )
+    outcome = _combine([whole], spec)
+    results = [
+        _ChunkRows(None, None, Path(v.files["result"]), 0, v.first_row if i >= n_frames else None,
+                   v.last_row if i >= n_frames else None)
+        for i, v in enumerate(verdicts)
+    ]
+    chunks = [_ChunkRows(validated, None, None, 0, None, None), *q_chunks, *results]
+    return outcome, chunks

@@ -1,0 +1,172 @@
+"""Validation by distinct values (issue 29) gives what chunk-by-chunk validation gives.
+
+great-expectations runs on the distinct values of each attribute and on the id column in chunks; the
+verdicts are joined back to the rows in DuckDB. The result must be the old path's, row for row: the
+same validated and quarantine tables (rows, order, types), the same summaries, and the same combined
+great-expectations result (expectations, verdicts, counts, percentages, partial lists), on tables where
+every row rule fails somewhere, for any chunk size (several frames of distinct values, padded), on
+other processes, and on typed Parquet input. Where the path does not apply, the old one runs.
+"""
+from __future__ import annotations
+
+import json
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpcore import validation as V
+from dpcore.ingest import load_raw
+from dpcore.validation import by_values as BV
+from dpcore.validation import validate_table, validated_table_name
+from test_validation_chunks import SECRET, assert_same, ingested, random_table, reference_validate, table_and_types
+
+
+def stored(wh, res, spec) -> dict:
+    """Everything a validation stored: tables with types, the summary, the combined result, the result rows."""
+    name = validated_table_name(res, spec)
+    v, vt = table_and_types(wh, f'validated."{name}"')
+    q, qt = table_and_types(wh, f'quarantine."{name}"')
+    (row,) = wh.query("SELECT n_rows, n_valid, n_rejected, summary_json, result_json, created_at "
+                      "FROM internal.validation_results ORDER BY created_at DESC LIMIT 1")
+    n_results = wh.query("SELECT count(*) FROM internal.validation_result_chunks WHERE created_at = ?", [row[5]])[0][0]
+    return {"v": v, "vt": vt, "q": q, "qt": qt, "counts": row[:3], "summary": json.loads(row[3]),
+            "result": json.loads(row[4]), "n_results": n_results}
+
+
+def assert_equal_results(a: dict, b: dict) -> None:
+    """Two stored validations are the same (the per-chunk result rows aside)."""
+    assert (a["vt"], a["qt"]) == (b["vt"], b["qt"])
+    pd.testing.assert_frame_equal(a["v"], b["v"])
+    pd.testing.assert_frame_equal(a["q"], b["q"])
+    assert a["counts"] == b["counts"] and a["summary"] == b["summary"]
+    ra, rb = a["result"], b["result"]
+    assert ra["success"] == rb["success"] and ra["statistics"] == rb["statistics"]
+    ea, eb = ra["validation_results"][0]["expectations"], rb["validation_results"][0]["expectations"]
+    assert [(e["expectation_type"], e["kwargs"], e["success"]) for e in ea] == \
+        [(e["expectation_type"], e["kwargs"], e["success"]) for e in eb]
+    for x, y in zip(ea, eb):
+        assert x["result"].keys() == y["result"].keys(), x["expectation_type"]
+        for key in x["result"]:
+            if isinstance(x["result"][key], float):
+                assert x["result"][key] == pytest.approx(y["result"][key]), (x["expectation_type"], key)
+            else:
+                assert x["result"][key] == y["result"][key], (x["expectation_type"], key)
+
+
+@pytest.mark.parametrize("seed, n, rows", [(0, 60, 3), (1, 35, 1000), (4, 50, 7)])
+def test_by_values_equals_chunk_by_chunk_on_every_kind_of_failure(tmp_path, seed, n, rows):
+    df = random_table(np.random.default_rng(seed), n)
+    spec, wh, res = ingested(tmp_path, df)
+    columns = {str(d[0]): str(d[1]) for d in wh.query(f"DESCRIBE {res.qualified_table}")}
+    assert BV.applies(columns, spec, n)
+    old = validate_table(wh, res, spec, rows=rows, by_values=False)
+    assert {f.rule for f in old.row_failures} == set(V.ROW_RULES)  # every row rule fails somewhere
+    before = stored(wh, res, spec)
+    new = validate_table(wh, res, spec, rows=rows)
+    after = stored(wh, res, spec)
+    assert_equal_results(after, before)
+    assert new.row_failures == old.row_failures and new.table_failures == old.table_failures
+    # great-expectations ran on the distinct values (frames of ``rows`` positions) and on the id column
+    # in one chunk, not once per ``rows`` input rows
+    most = max(wh.query(f'SELECT count(*) FROM (SELECT DISTINCT "{c}" FROM {res.qualified_table})')[0][0]
+               for c in df.columns if c != "id")
+    assert after["n_results"] == -(-most // rows) + 1
+    # and it equals the whole-table great-expectations run that chunking replaced (tests/test_validation_chunks.py)
+    assert_same(tmp_path, wh, res, spec, new, reference_validate(load_raw(wh, res), spec), n_chunks=0)
+
+
+def test_by_values_with_extra_and_reserved_columns(tmp_path):
+    df = random_table(np.random.default_rng(8), 30).assign(notes=SECRET, other="1")
+    spec, wh, res = ingested(tmp_path, df, extra_columns="ignore")
+    old = validate_table(wh, res, spec, rows=4, by_values=False)
+    a = stored(wh, res, spec)
+    new = validate_table(wh, res, spec, rows=4)
+    assert_equal_results(stored(wh, res, spec), a)
+    assert new.ignored_columns == old.ignored_columns == ["notes", "other"]
+    df = df.assign(__dpv_num__distance="1")
+    (tmp_path / "r").mkdir()
+    spec, wh, res = ingested(tmp_path / "r", df, extra_columns="ignore")
+    old = validate_table(wh, res, spec, rows=4, by_values=False)
+    a = stored(wh, res, spec)
+    new = validate_table(wh, res, spec, rows=4)
+    assert_equal_results(stored(wh, res, spec), a)
+    assert [f.rule for f in new.table_failures] == [f.rule for f in old.table_failures] == ["reserved_column"]
+
+
+def _process_pool_mapper(fn, items):
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(fn, items))
+
+
+def test_by_values_on_other_processes(tmp_path):
+    df = random_table(np.random.default_rng(13), 40)
+    spec, wh, res = ingested(tmp_path, df)
+    validate_table(wh, res, spec, rows=5, by_values=False)
+    a = stored(wh, res, spec)
+    validate_table(wh, res, spec, rows=5, mapper=_process_pool_mapper)
+    assert_equal_results(stored(wh, res, spec), a)
+
+
+def test_typed_parquet_with_integer_ids_and_columns(tmp_path):
+    """Integer ids (repeated, missing) and integer / text columns with nulls: grouped by DuckDB as pandas reads them."""
+    n = 45
+    rng = np.random.default_rng(21)
+    df = pd.DataFrame({
+        "id": pd.array(rng.integers(0, 35, n), dtype="Int64"),
+        "carrier": rng.choice(["AA", "UA", "ZZ", None, ""], n),
+        "month": pd.array(rng.choice([1, 2, 3, 4, None], n), dtype="Int64"),
+        "code": pd.array(rng.choice([1, 2, None], n), dtype="Int64"),
+        "distance": rng.integers(-5, 6000, n),
+        "delay": pd.array(rng.choice([0, -150, 99, None], n), dtype="Int64"),
+    })
+    df.loc[3, "id"] = pd.NA
+    spec, wh, res = ingested(tmp_path, df, kind="parquet", record_id_pattern=r"[0-9]+")
+    columns = {str(d[0]): str(d[1]) for d in wh.query(f"DESCRIBE {res.qualified_table}")}
+    assert BV.applies(columns, spec, n)
+    for rows in (2, n):
+        old = validate_table(wh, res, spec, rows=rows, by_values=False)
+        assert {"unique", "in_domain", "in_bounds", "not_null"} <= {f.rule for f in old.row_failures}
+        a = stored(wh, res, spec)
+        validate_table(wh, res, spec, rows=rows)
+        assert_equal_results(stored(wh, res, spec), a)
+
+
+@pytest.mark.parametrize("case", ["float_column", "float_ids", "missing_column", "empty"])
+def test_the_chunked_path_runs_where_values_do_not_group_exactly(tmp_path, case):
+    """Floats (NaN, -0.0), a missing column and an empty table: chunk by chunk, as before (same stored rows)."""
+    df = random_table(np.random.default_rng(3), 12, p_dup=0.0)
+    kind = "csv"
+    if case == "float_column":
+        df, kind = df.assign(delay=np.where(np.arange(12) % 2, -0.0, np.nan), distance="5"), "parquet"
+    elif case == "float_ids":
+        df, kind = df.assign(id=np.arange(12) + 0.5), "parquet"
+    elif case == "missing_column":
+        df = df.drop(columns=["delay"])
+    else:
+        df = df.iloc[:0]
+    spec, wh, res = ingested(tmp_path, df, kind=kind, **({"record_id_pattern": r"[0-9.]+"} if case == "float_ids" else {}))
+    columns = {str(d[0]): str(d[1]) for d in wh.query(f"DESCRIBE {res.qualified_table}")}
+    assert not BV.applies(columns, spec, len(df))
+    validate_table(wh, res, spec, rows=5, by_values=False)
+    a = stored(wh, res, spec)
+    validate_table(wh, res, spec, rows=5)
+    b = stored(wh, res, spec)
+    assert_equal_results(b, a)
+    assert b["n_results"] == a["n_results"] == max(1, -(-len(df) // 5))
+
+
+def test_a_column_with_more_values_than_a_chunk_holds_is_validated_chunk_by_chunk(tmp_path, monkeypatch):
+    """The per-value arrays stay within a chunk's share of the cap: past it, the chunked path runs (same result)."""
+    df = random_table(np.random.default_rng(5), 30)
+    spec, wh, res = ingested(tmp_path, df)
+    validate_table(wh, res, spec, rows=4, by_values=False)
+    a = stored(wh, res, spec)
+    validate_table(wh, res, spec, rows=4)
+    assert stored(wh, res, spec)["n_results"] < a["n_results"]  # by values: fewer great-expectations runs
+    monkeypatch.setattr("dpcore.validation.chunked.validation_chunk_rows", lambda *args: 3)
+    validate_table(wh, res, spec, rows=4)
+    b = stored(wh, res, spec)
+    assert_equal_results(b, a)
+    assert b["n_results"] == a["n_results"] == -(-30 // 4)
