@@ -281,6 +281,11 @@ def store_streamed_detection(
     suffix = validated_table_name(ingested, spec)
     rid = spec.dataset.record_id
     export = exports.pop()
+    # a table with no validated row exports no chunk: an empty file, which is not Parquet (nothing to read)
+    if Path(export).stat().st_size == 0:
+        records, rargs = f'(SELECT CAST(NULL AS VARCHAR) AS "{rid}" WHERE false)', []
+    else:
+        records, rargs = "read_parquet(?)", [export]
 
     def op(con):
         labels, thresholds = [], []
@@ -297,8 +302,8 @@ def store_streamed_detection(
                     else f'INSERT INTO internal."detect_scores__{suffix}" ')
             con.execute(
                 head + f'SELECT e."{rid}", CAST(? AS VARCHAR) AS template, s.score, {label} AS label '
-                "FROM read_parquet(?) e POSITIONAL JOIN read_parquet(?) s",
-                [f.template.name, *largs, export, str(f.scores_path)],
+                f"FROM {records} e POSITIONAL JOIN read_parquet(?) s",
+                [f.template.name, *largs, *rargs, str(f.scores_path)],
             )
         joins = " ".join(f"POSITIONAL JOIN (SELECT _row, score FROM read_parquet(?)) s{k}" for k in range(len(fits)))
         lab = [label.replace("s.", f"s{k}.") for k, (label, _a) in enumerate(labels)]
@@ -308,8 +313,8 @@ def store_streamed_detection(
             f'SELECT e."{rid}", ({" OR ".join(f"({x}) = 1" for x in lab)}) AS flagged, '
             f'{"greatest(" + ", ".join(f"s{k}.score" for k in range(len(fits))) + ")" if len(fits) > 1 else "s0.score"} '
             f'AS max_score, CAST({" + ".join(lab)} AS INTEGER) AS templates_flagging '
-            f"FROM read_parquet(?) e {joins}",
-            [*largs, *largs, export, *[str(f.scores_path) for f in fits]],
+            f"FROM {records} e {joins}",
+            [*largs, *largs, *rargs, *[str(f.scores_path) for f in fits]],
         )
         params = []
         for f, thr in zip(fits, thresholds):
