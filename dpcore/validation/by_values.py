@@ -72,7 +72,7 @@ from ..warehouse import Warehouse
 from .cells import _as_text, _cells_json, _int_domain, _typed_column
 from .check import ChunkVerdict, _work_frame
 from .combine import PARTIAL_EXAMPLES, _combine
-from .duplicates import _duplicated_rows_sql, _q
+from .duplicates import _copy_flagged_ranges, _duplicated_rows_sql, _q
 from .outcome import ValidationOutcome
 from .store import SqlRows, _ChunkRows
 from .worker import ChunkTask, _validate_chunk, read_rows
@@ -173,17 +173,7 @@ def _export(wh: Warehouse, source: str, columns: dict[str, str], spec: ReleaseSp
             os.chmod(path, 0o600)
             frames.append(str(path))
         con.execute(f"CREATE TEMP TABLE _dup_rows AS {_duplicated_rows_sql(source, columns, rid)}")
-        ids = []
-        for k, start in enumerate(range(int(lo), int(hi) + 1, id_rows)):
-            stop = start + id_rows
-            path = folder / f"ids-{k:08d}.parquet"
-            con.execute(
-                f"COPY (SELECT r.{row}, r.{_q(rid)}, r.{row} IN (SELECT {row} FROM _dup_rows WHERE {row} >= {start} "
-                f"AND {row} < {stop}) AS {_q(flag)} FROM {source} r WHERE r.{row} >= {start} AND r.{row} < {stop} "
-                f"ORDER BY r.{row}) TO {_lit(path)} (FORMAT parquet)"
-            )
-            os.chmod(path, 0o600)
-            ids.append(str(path))
+        ids = _copy_flagged_ranges(con, source, f"r.{row}, r.{_q(rid)}", flag, lo, hi, id_rows, folder, "ids")
         return {"values": values, "frames": frames, "ids": ids, "n_rows": int(n), "first_row": int(lo),
                 "last_row": int(hi)}
 

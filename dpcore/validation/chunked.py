@@ -23,7 +23,6 @@ scratch folder and are removed on exit.
 """
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -36,7 +35,7 @@ from ..spec import ReleaseSpec
 from ..warehouse import Warehouse
 from .by_values import applies, validate_by_values
 from .combine import _combine
-from .duplicates import _duplicated_rows_sql, _q
+from .duplicates import _copy_flagged_ranges, _duplicated_rows_sql, _q
 from .outcome import ValidationOutcome
 from .rules import DERIVED_PREFIX
 from .store import _ChunkRows, _store
@@ -106,21 +105,9 @@ def _export_chunks(wh: Warehouse, source: str, columns: dict[str, str], rid: str
         else:
             con.execute(f"CREATE TEMP TABLE _dup_rows ({row} BIGINT)")
         lo, hi = con.execute(f"SELECT min({row}), max({row}) FROM {source}").fetchone()
-        paths: list[str] = []
         if lo is None:
-            return paths
-        for k, start in enumerate(range(int(lo), int(hi) + 1, rows)):
-            stop = start + rows
-            path = folder / f"raw-{k:08d}.parquet"
-            target = str(path).replace("'", "''")
-            con.execute(
-                f"COPY (SELECT r.*, r.{row} IN (SELECT {row} FROM _dup_rows WHERE {row} >= {start} AND {row} < {stop}) "
-                f"AS {_q(flag)} FROM {source} r WHERE r.{row} >= {start} AND r.{row} < {stop} ORDER BY r.{row}) "
-                f"TO '{target}' (FORMAT parquet)"
-            )
-            os.chmod(path, 0o600)
-            paths.append(str(path))
-        return paths
+            return []
+        return _copy_flagged_ranges(con, source, "r.*", flag, lo, hi, rows, folder, "raw")
 
     return wh.run(op), flag
 

@@ -81,3 +81,31 @@ def _duplicate_flags(raw: pd.DataFrame, rid: str) -> np.ndarray:
             con.close()
     rows = pd.to_numeric(raw[ROW], errors="raise").astype("int64")
     return rows.isin(pd.to_numeric(pd.Series(dup_rows), errors="raise").astype("int64")).to_numpy(dtype=bool)
+
+
+def _copy_flagged_ranges(con, source: str, select: str, flag: str, lo: int, hi: int, rows: int, folder,
+                         prefix: str) -> list[str]:
+    """Write ``source``'s rows ``_row`` in ``[lo, hi]`` as Parquet files of ``rows`` rows each, with the duplicate flag.
+
+    File ``k`` (``<prefix>-<k>.parquet``, mode 0600) holds the rows with ``_row`` in ``[lo + k*rows,
+    lo + (k+1)*rows)``, in ``_row`` order, as ``select`` (over alias ``r``) plus the boolean column ``flag``:
+    whether the row is in the temporary table ``_dup_rows`` (:func:`_duplicated_rows_sql`, created by the
+    caller on ``con``). DuckDB reads each range through the ``_row`` zone maps and writes the file itself.
+    """
+    import os
+    from pathlib import Path
+
+    row = _q(ROW)
+    paths: list[str] = []
+    for k, start in enumerate(range(int(lo), int(hi) + 1, rows)):
+        stop = start + rows
+        path = Path(folder) / f"{prefix}-{k:08d}.parquet"
+        target = str(path).replace("'", "''")
+        con.execute(
+            f"COPY (SELECT {select}, r.{row} IN (SELECT {row} FROM _dup_rows WHERE {row} >= {start} AND {row} < {stop}) "
+            f"AS {_q(flag)} FROM {source} r WHERE r.{row} >= {start} AND r.{row} < {stop} ORDER BY r.{row}) "
+            f"TO '{target}' (FORMAT parquet)"
+        )
+        os.chmod(path, 0o600)
+        paths.append(str(path))
+    return paths
