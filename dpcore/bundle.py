@@ -43,7 +43,7 @@ from .ledger import PrivacyLedger
 from .ledger_home import manifest_section
 from .lineage import owner_hmac
 from .plots import budget_plot
-from .private_files import private_dir, private_open, publish
+from .private_files import private_dir, private_open, public_mkdir, publish
 from .spec import ReleaseSpec
 from .lazy_modules import lazy_module
 
@@ -274,7 +274,8 @@ def write_bundle(
     final = root / ds / spec.release_id / subfolder if subfolder else root / ds / spec.release_id
     tmp = final.parent / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    public_mkdir(tmp.parent)  # bundles/<dataset>/...: public folders whatever umask a connection holds
+    tmp.mkdir()
     files: list[str] = []
     public = mine[PUBLIC_CHARGE_COLUMNS].copy()
     public["reserved_at"] = public["reserved_at"].astype(str)
@@ -348,6 +349,7 @@ def write_bundle(
                 child.rename(tmp / child.name)
         shutil.rmtree(final)
     tmp.rename(final)
+    ledger.wh.let_go()  # the charges the manifest names are in the warehouse file itself (a backup holds them)
     return BundleResult(final, manifest)
 
 

@@ -51,7 +51,7 @@ from typing import Any
 from .budget import NOTION_ORDER, PrivacyCost, weakest_notion
 from .ledger import LedgerError, PrivacyLedger
 from .lineage import new_nonce
-from .private_files import write_private_atomic
+from .private_files import public_mkdir, write_private_atomic
 from .settings import Settings
 from .warehouse import Warehouse
 
@@ -147,7 +147,7 @@ def read_marker(settings: Settings) -> str | None:
 
 def write_marker(settings: Settings, lid: str) -> None:
     """Write the home's marker (0600, atomically) naming ledger ``lid``."""
-    settings.home.mkdir(parents=True, exist_ok=True)
+    public_mkdir(settings.home)
     write_private_atomic(marker_path(settings), json.dumps({
         "ledger_id": lid, "warehouse": str(settings.warehouse),
         "note": "the id of this home's ledger; a warehouse holding another ledger, or none, is refused "

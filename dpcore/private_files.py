@@ -83,6 +83,24 @@ def owner_umask() -> int:
         return mask
 
 
+def public_mkdir(path: str | Path) -> Path:
+    """Create ``path`` and its missing parents with the owner's usual folder mode (umask applied), whatever
+    umask a thread of this process holds (:func:`private_umask`, a kept warehouse connection); existing folders
+    are left as they are. Returns ``path``."""
+    path = Path(path)
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    mode = 0o777 & ~owner_umask()
+    for p in reversed(missing):
+        try:
+            p.mkdir()
+        except FileExistsError:
+            if not p.is_dir():
+                raise
+            continue
+        os.chmod(p, mode)
+    return path
+
+
 def private_dir(path: str | Path, *, root: str | Path | None = None) -> Path:
     """Create ``path`` as a private folder (0700), or make an existing one private.
 
@@ -104,7 +122,7 @@ def private_dir(path: str | Path, *, root: str | Path | None = None) -> Path:
     top = Path(root) if root is not None else path.parent
     if not path.is_relative_to(top) or path == top:
         raise ValueError(f"private_dir: {path} is not below {top}")
-    top.mkdir(parents=True, exist_ok=True)
+    public_mkdir(top)
     here = top
     for part in path.relative_to(top).parts:
         here = here / part

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .periods import parse_label
-from .private_files import publish
+from .private_files import public_mkdir, publish
 from .spec import ReleaseSpec
 from .lazy_modules import lazy_module
 
@@ -147,7 +147,7 @@ def build_series_page(spec: ReleaseSpec, bundles: Path) -> SeriesPage | None:
         return None
     df = collect(spec, bundles)
     folder = Path(bundles) / spec.dataset.name / "series"
-    folder.mkdir(parents=True, exist_ok=True)
+    public_mkdir(folder)
     page = SeriesPage(folder, periods=sorted(set(df["period"]), key=lambda p: parse_label(p).start))
     lines = [f"# Series of {spec.dataset.name} ({spec.series.period}, from {spec.series.first})", "",
              "Every number released for the periods of this series, rebuilt from the stored releases' public tables "

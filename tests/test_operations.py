@@ -162,7 +162,7 @@ def test_concurrent_release_runs_and_operator_run_share_one_warehouse(tmp_path, 
     # 6 add/remove charges of 0.1 (2 per release run, 1 per operator run), each 0.2 against the
     # replace-one cap 1.1: exactly one run is refused, at its reservation, having charged nothing (issue 33)
     failed = [r for r in results if not r["ok"]]
-    assert len(failed) == 1, results
+    assert len(failed) == 1, (results, text[-6000:])
     assert failed[0]["error"] == "BudgetExceededError" and "exceed" in failed[0]["message"].lower(), failed
     assert "Nothing was charged by this run" in failed[0]["message"], failed
     led = _ledger(dpr_home)

@@ -35,7 +35,8 @@ MODES: list[tuple[str, int]] = [
     (r"bundles/[^/]+/[^/]+/tables", PUBLIC_DIR),
     (r"bundles/[^/]+/[^/]+/tables/[^/]+\.(csv|parquet)", PUBLIC_FILE),
     # the warehouse (raw rows, quarantine, validation results, the ledger), its log, spill and scratch folders
-    (r"warehouse\.duckdb(\.wal|\.lock)?", PRIVATE_FILE),  # .lock: the queue processes wait on (empty)
+    # .lock: the queue processes wait on; .wait: where a waiting process says so (both empty)
+    (r"warehouse\.duckdb(\.wal|\.lock|\.wait)?", PRIVATE_FILE),
     (r"warehouse\.duckdb\.(tmp|scratch|locks)", PRIVATE_DIR),
     (r"warehouse\.duckdb\.(tmp|scratch|locks)/.+", None),  # any folder 0700, any file 0600 (checked below)
     # the owner key and the home's ledger marker
@@ -64,10 +65,14 @@ def modes_under(home: Path) -> dict[str, int]:
 
 @pytest.fixture
 def umask_022():
+    from dpcore.warehouse_lease import close_all
+
+    close_all()  # a connection an earlier test of this process kept holds the private umask until let go
     old = os.umask(0o022)
     try:
         yield
     finally:
+        close_all()
         os.umask(old)
 
 
@@ -121,6 +126,7 @@ def test_the_warehouse_its_log_and_spill_folder_are_created_private(tmp_path, um
             seen[p.name] = stat.S_IMODE(p.stat().st_mode)
 
     wh.run(op)
+    wh.let_go()  # the process keeps its connection (and the private umask) until it lets go of the file
     assert seen["w.duckdb"] == 0o600 and seen["w.duckdb.wal"] == 0o600, seen
     assert seen.get("w.duckdb.tmp", 0o700) == 0o700, seen
     assert "w.duckdb.tmp" in seen, "the query did not spill: raise its size"

@@ -1,0 +1,209 @@
+"""A warehouse connection kept open while this process keeps using it, and given up when another waits.
+
+DuckDB 2.0 spends about 35 ms creating a database instance (``duckdb.connect``, even in memory: it
+starts and later joins its thread pool), and a release makes about 70 short warehouse operations
+(:meth:`dpcore.warehouse.Warehouse.run`): 2.5 s of a 6 s release of a small table went to opening
+and closing the file. A *lease* keeps the process's connection, its place in the file's queue (the
+advisory ``flock``) and the private umask after an operation ends, so that the next operation of the
+same process reuses them. It is given up
+
+* when another process waits for the file: a waiting process holds a shared ``flock`` on
+  ``<file>.wait`` while it waits (:func:`announce_waiting`), and the holder tests for it after every
+  operation and every few milliseconds while idle (:func:`someone_waits`), so a waiter waits at most
+  for the operation under way plus one tick (:data:`TICK_S`);
+* after :data:`IDLE_S` seconds without an operation (``DPR_WAREHOUSE_IDLE_S``; 0 turns leases off:
+  every operation opens and closes its connection, as before);
+* when an operation fails (the connection may be unusable), when the file was replaced, truncated or
+  written by someone else since (its device, inode, size and modification time are compared), in a
+  forked child (which never touches its parent's connection), and at exit.
+
+Nothing about the data depends on it: each operation still runs in its own transaction when asked
+(:meth:`~dpcore.warehouse.Warehouse.run`) on a cursor of its own (its own transaction context,
+temporary tables, registered frames and pending results, dropped when it ends, as with a connection of
+its own before), and a crash loses exactly what it lost before (committed work is in DuckDB's write-ahead log, the ``flock`` dies with the process).
+"""
+from __future__ import annotations
+
+import atexit
+import fcntl
+import os
+import threading
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: Seconds an unused lease is kept (``DPR_WAREHOUSE_IDLE_S``; 0 = no leases)
+IDLE_S = float(os.environ.get("DPR_WAREHOUSE_IDLE_S", "0.5"))
+#: How often an idle lease looks for a waiting process (seconds)
+TICK_S = 0.01
+
+
+@dataclass
+class Lease:
+    """One process's open connection to one warehouse file (touch only under the file's in-process lock)."""
+
+    pid: int
+    con: object
+    stamp: tuple | None
+    memory: str
+    stack: ExitStack
+    wait_fd: int
+    depth: int = 0
+    last: float = field(default_factory=time.monotonic)
+
+
+_LEASES: dict[str, Lease] = {}
+_GUARD = threading.Lock()
+_REAPER: list = [None, 0]  # [thread, pid]
+#: connections inherited through ``fork``: the child never closes (checkpoints) its parent's database
+_INHERITED: list = []
+
+
+def stamp(path: Path) -> tuple | None:
+    """What identifies the file's state from outside: device, inode, size, modification time (None: no file)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def wait_file(path: Path) -> str:
+    return str(path.with_name(path.name + ".wait"))
+
+
+def open_wait_fd(path: Path) -> int:
+    return os.open(wait_file(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
+def someone_waits(wait_fd: int) -> bool:
+    """True while another process holds its shared "I am waiting" lock on the file's ``.wait`` file."""
+    try:
+        fcntl.flock(wait_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(wait_fd, fcntl.LOCK_UN)
+    return False
+
+
+class announce_waiting:
+    """Hold a shared lock on the file's ``.wait`` file while this process waits for the file's queue."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fd: int | None = None
+
+    def __enter__(self) -> "announce_waiting":
+        return self
+
+    def now(self) -> None:
+        """Start announcing (idempotent): called when the first attempt to take the queue fails."""
+        if self.fd is None:
+            self.fd = open_wait_fd(self.path)
+            fcntl.flock(self.fd, fcntl.LOCK_SH)
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # releases the shared lock
+            self.fd = None
+
+
+def get(key: str) -> Lease | None:
+    lease = _LEASES.get(key)
+    return lease if lease is not None and lease.pid == os.getpid() else None
+
+
+def put(key: str, lease: Lease) -> None:
+    with _GUARD:
+        _LEASES[key] = lease
+    _ensure_reaper()
+
+
+def close(key: str) -> None:
+    """Give up this process's lease on ``key`` (call under the file's in-process lock)."""
+    with _GUARD:
+        lease = _LEASES.pop(key, None)
+    if lease is None or lease.pid != os.getpid():
+        return
+    con, lease.con = lease.con, None  # nothing keeps the connection object alive past its close
+    try:
+        con.close()  # DuckDB checkpoints here
+    except Exception:  # noqa: BLE001  (a connection that failed is closed as well as it can be)
+        pass
+    finally:
+        del con
+        try:
+            os.close(lease.wait_fd)
+        finally:
+            lease.stack.close()  # the queue's flock, then the private umask
+
+
+def _reap() -> None:
+    """Give up leases that are idle for :data:`IDLE_S`, or that another process waits for (daemon thread)."""
+    from .warehouse import _process_lock
+
+    while True:
+        time.sleep(TICK_S)
+        with _GUARD:
+            items = [(k, v) for k, v in _LEASES.items() if v.pid == os.getpid()]
+        for key, lease in items:
+            lock = _process_lock(Path(key))
+            if not lock.acquire(blocking=False):
+                continue  # in use by an operation of this process
+            try:
+                if _LEASES.get(key) is lease and lease.depth == 0 and (
+                        time.monotonic() - lease.last > IDLE_S or someone_waits(lease.wait_fd)):
+                    close(key)
+            finally:
+                lock.release()
+        items = key = lease = None  # the sleeping thread holds no connection
+
+
+def _ensure_reaper() -> None:
+    with _GUARD:
+        thread, pid = _REAPER
+        if thread is not None and pid == os.getpid() and thread.is_alive():
+            return
+        thread = threading.Thread(target=_reap, name="dpr-warehouse-lease", daemon=True)
+        _REAPER[:] = [thread, os.getpid()]
+    thread.start()
+
+
+def close_all() -> None:
+    """Give up every lease of this process (at exit, and before this process hands the file to another)."""
+    from .warehouse import _process_lock
+
+    for key in list(_LEASES):
+        lease = _LEASES.get(key)
+        if lease is None or lease.pid != os.getpid():
+            continue
+        with _process_lock(Path(key)):
+            close(key)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child keeps its parent's connections referenced (never closes or checkpoints them) and closes
+    its copies of the parent's lock descriptors, so that the parent's release of the queue is a release."""
+    global _LEASES, _GUARD
+    from . import warehouse
+
+    _GUARD = threading.Lock()  # the parent's may have been held by another thread at fork time
+    _REAPER[:] = [None, 0]
+    for lease in _LEASES.values():
+        _INHERITED.append(lease)
+        try:
+            os.close(lease.wait_fd)
+        except OSError:
+            pass
+    _LEASES = {}
+    for hold in warehouse._HOLDS.values():
+        try:
+            os.close(hold[1])
+        except OSError:
+            pass
+    warehouse._HOLDS.clear()
+
+
+atexit.register(close_all)
+os.register_at_fork(after_in_child=_after_fork_in_child)
