@@ -114,6 +114,16 @@ def _process_lock(path: Path) -> threading.RLock:
         return _LOCKS.setdefault(str(path), threading.RLock())
 
 
+def let_go(path: str | Path) -> None:
+    """Close this process's kept connection to the warehouse file ``path``, if it has one and no operation of
+    this process is using it (:meth:`Warehouse.let_go`); a run unit calls it when it ends."""
+    path = Path(path).resolve()
+    with _process_lock(path):
+        held = lease.get(str(path))
+        if held is not None and held.depth == 0:
+            lease.close(str(path))
+
+
 class Warehouse:
     """Handle on one DuckDB warehouse file.
 
@@ -288,7 +298,7 @@ class Warehouse:
         held.depth -= 1
         if held.depth:
             return
-        if not ok or lease.IDLE_S <= 0 or lease.someone_waits(held.wait_fd):
+        if not ok or lease.IDLE_S <= 0 or lease.exiting() or lease.someone_waits(held.wait_fd):
             lease.close(key)
         else:
             held.stamp = lease.stamp(self.path)
@@ -299,10 +309,7 @@ class Warehouse:
 
         After it, a copy of the file alone holds everything committed so far (README, "Back up").
         """
-        with self._lock:
-            held = lease.get(str(self.path))
-            if held is not None and held.depth == 0:
-                lease.close(str(self.path))
+        let_go(self.path)
 
     def run(self, op: Callable[[duckdb.DuckDBPyConnection], T], *, transaction: bool = False) -> T:
         """Run ``op(con)`` on this process's connection to the file, retrying on lock errors.

@@ -56,6 +56,7 @@ class Lease:
 _LEASES: dict[str, Lease] = {}
 _GUARD = threading.Lock()
 _REAPER: list = [None, 0]  # [thread, pid]
+_STOP = threading.Event()  # set at exit: the reaper ends before the interpreter does
 #: connections inherited through ``fork``: the child never closes (checkpoints) its parent's database
 _INHERITED: list = []
 
@@ -143,8 +144,7 @@ def _reap() -> None:
     """Give up leases that are idle for :data:`IDLE_S`, or that another process waits for (daemon thread)."""
     from .warehouse import _process_lock
 
-    while True:
-        time.sleep(TICK_S)
+    while not _STOP.wait(TICK_S):
         with _GUARD:
             items = [(k, v) for k, v in _LEASES.items() if v.pid == os.getpid()]
         for key, lease in items:
@@ -160,7 +160,14 @@ def _reap() -> None:
         items = key = lease = None  # the sleeping thread holds no connection
 
 
+def exiting() -> bool:
+    """True once this process has begun to exit (no connection is kept from then on)."""
+    return _STOP.is_set()
+
+
 def _ensure_reaper() -> None:
+    if _STOP.is_set():
+        return
     with _GUARD:
         thread, pid = _REAPER
         if thread is not None and pid == os.getpid() and thread.is_alive():
@@ -185,10 +192,11 @@ def close_all() -> None:
 def _after_fork_in_child() -> None:
     """A forked child keeps its parent's connections referenced (never closes or checkpoints them) and closes
     its copies of the parent's lock descriptors, so that the parent's release of the queue is a release."""
-    global _LEASES, _GUARD
+    global _LEASES, _GUARD, _STOP
     from . import warehouse
 
     _GUARD = threading.Lock()  # the parent's may have been held by another thread at fork time
+    _STOP = threading.Event()
     _REAPER[:] = [None, 0]
     for lease in _LEASES.values():
         _INHERITED.append(lease)
@@ -205,5 +213,15 @@ def _after_fork_in_child() -> None:
     warehouse._HOLDS.clear()
 
 
-atexit.register(close_all)
+def _at_exit() -> None:
+    """Stop the reaper (a daemon thread caught inside DuckDB when the interpreter ends aborts the process), then
+    close this process's leases."""
+    _STOP.set()
+    thread, pid = _REAPER
+    if thread is not None and pid == os.getpid() and thread is not threading.current_thread():
+        thread.join(timeout=10)
+    close_all()
+
+
+atexit.register(_at_exit)
 os.register_at_fork(after_in_child=_after_fork_in_child)

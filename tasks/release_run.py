@@ -15,6 +15,7 @@ from prefect import get_run_logger
 from dpcore.charge_keys import PIPELINE, run_key
 from dpcore.cost_plan import plan_release
 from dpcore.release_runs import ReleaseInProgressError, RunHandle, close_run, finish_run, open_run
+from dpcore.warehouse import let_go
 from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec
 
@@ -65,6 +66,7 @@ def run_once(spec: ReleaseSpec, settings: Settings, unit: str, body: Callable[[]
                             spec.release_id, unit))
         raise
     if run.stored is not None:
+        let_go(settings.warehouse)
         result = run.stored["result"]
         return replay(result) if replay else result
     try:
@@ -73,3 +75,4 @@ def run_once(spec: ReleaseSpec, settings: Settings, unit: str, body: Callable[[]
         return result
     finally:
         close_run(run)
+        let_go(settings.warehouse)  # the run is over: the file is whole for a backup or another program

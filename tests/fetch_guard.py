@@ -1,7 +1,7 @@
 """A guard that fails any warehouse read returning more than a given number of rows (issue 21 tests).
 
 ``with fetch_guard(monkeypatch, limit) as seen:`` wraps every DuckDB
-connection the warehouse opens: a result fetched whole (``fetchall``,
+connection the warehouse opens (and the cursors of it each operation runs on): a result fetched whole (``fetchall``,
 ``fetchnumpy``, ``df``/``fetchdf``, ``arrow``/``to_arrow_table``, through a
 connection or a relation) with more than ``limit`` rows raises
 ``AssertionError`` naming the query; streamed reads (``to_arrow_reader``,
@@ -17,6 +17,7 @@ from contextlib import contextmanager
 import duckdb
 
 import dpcore.warehouse as warehouse_module
+from dpcore.warehouse_lease import close_all
 
 _WHOLE = ("fetchall", "fetchnumpy", "df", "fetchdf", "fetch_df", "arrow", "to_arrow_table", "pl", "fetch_arrow_table")
 
@@ -39,6 +40,9 @@ class _Guarded:
 
     def query(self, sql, *args, **kwargs):
         return self.sql(sql, *args, **kwargs)
+
+    def cursor(self):  # each warehouse operation runs on a cursor of the process's kept connection
+        return _Guarded(self._inner.cursor(), self._limit, "<cursor>", self._seen)
 
     def to_arrow_reader(self, *args, **kwargs):
         reader = self._inner.to_arrow_reader(*args, **kwargs)
@@ -86,8 +90,10 @@ def fetch_guard(monkeypatch, limit: int):
     def connect(*args, **kwargs):
         return _Guarded(real(*args, **kwargs), limit, "<connection>", seen)
 
+    close_all()  # a connection kept from before the guard is not guarded: the next operation opens a guarded one
     monkeypatch.setattr(warehouse_module.duckdb, "connect", connect)
     try:
         yield seen
     finally:
+        close_all()  # nor does a guarded one outlive the guard
         monkeypatch.setattr(warehouse_module.duckdb, "connect", real)

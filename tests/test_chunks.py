@@ -141,6 +141,7 @@ def test_iter_chunks_waits_for_another_process_holding_the_file(tmp_path):
 
     wh = Warehouse(tmp_path / "w.duckdb", timeout=30)
     wh.write_df("internal", "t", pd.DataFrame({"x": np.arange(10)}))
+    wh.let_go()  # this process is idle: a program that does not queue (the DuckDB CLI) may take the file
     holder = subprocess.Popen([sys.executable, "-c", (
         "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(1.5); c.close()"
     ), str(wh.path)], stdout=subprocess.PIPE, text=True)
