@@ -85,8 +85,8 @@ SEED = 21
 #: Prefect task name -> pipeline stage (in the order the flow runs them).
 STAGES = [
     ("startup", ("preflight",)),
-    ("ingest", ("ingest", "cost-preflight")),
-    ("validate", ("validate",)),
+    ("ingest", ("open-release-run", "ingest")),
+    ("validate", ("validate", "cost-preflight")),  # the whole plan is reserved once the input is validated
     ("record_counts", ("record-counts", "rejected-fraction-gate")),
     ("detect", ("detection-frame", "fit-template", "store-detection")),
     ("rules", ("outlier-rules",)),
@@ -399,8 +399,9 @@ def section(results: list[dict], args) -> str:
         "Peak RSS = `/usr/bin/time`'s maximum resident set size (the largest single process: the flow process); "
         "tree = the largest sum over the process tree (flow + temporary Prefect server) sampled every 0.5 s. "
         "Stage times from the Prefect \"Task run ... Finished\" lines: end of the previous stage to the end of "
-        "the stage's last task (startup = process start, imports, Prefect server, preflight; ingest includes the "
-        "cost preflight; teardown = after the bundle to process exit). Load = 1-minute load average before / "
+        "the stage's last task (startup = process start, imports, Prefect server, preflight; ingest includes "
+        "opening the release run; validate includes the cost preflight, which reserves the whole plan once the "
+        "input is validated; teardown = after the bundle to process exit). Load = 1-minute load average before / "
         "highest during / after: on 2 shared cores, times taken at a load above 2 are inflated by the other work "
         "(memory is not). A factor other than 1 / 10 / 100 is an extra point for the extrapolation that decides "
         "whether 100x is run (from the two largest factors measured, linear in rows).",

@@ -96,7 +96,8 @@ def pytest_configure(config):
 #: the workers in collection order, so these go first: the long ones overlap with everything else instead of
 #: leaving one worker running them at the end. The other modules keep their order.
 SLOW_FIRST = [
-    "tests/test_crash_resume.py", "tests/test_dpr_cli.py", "tests/test_leak_end_to_end.py", "tests/test_sources.py",
+    "tests/test_crash_resume.py", "tests/test_crash_resume_late.py", "tests/test_dpr_cli.py",
+    "tests/test_leak_end_to_end.py", "tests/test_sources.py",
     "tests/test_operations.py", "tests/test_pcor_privacy.py", "tests/test_neighbours_bounded.py",
     "tests/test_flows.py", "tests/test_aiq_flow.py", "tests/test_deployments.py", "tests/test_release_identity.py",
     "tests/test_outlier_counts_flow.py", "tests/test_validation_chunks.py", "tests/test_pcor_aggregates.py",

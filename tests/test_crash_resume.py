@@ -4,8 +4,9 @@ One release is stopped at every task boundary (``after:<task>``; ``before:<next 
 moment) and inside every step between its charge and its draw (``charged:<step>``) and between its draw
 and its store (``computed:<step>``), through the deterministic hook of :mod:`dpcore.fault_injection` in its
 ``raise`` mode (a real ``SIGKILL`` at a charge is covered by ``tests/test_operations.py``), one point
-after the other: each run resumes the stopped one and stops at the next point. Then the release id runs to
-the end: it holds exactly its plan (nothing charged twice, nothing lost), every charge has exactly one
+after the other: each run resumes the stopped one and stops at the next point. The points are cut into two
+halves, each its own release id and module (this one and ``tests/test_crash_resume_late.py``), so that the
+two test workers run them at once. Then each release id runs to the end: it holds exactly its plan (nothing charged twice, nothing lost), every charge has exactly one
 stored answer, and the published numbers are the stored ones; a further run returns the stored release.
 """
 from __future__ import annotations
@@ -79,28 +80,30 @@ def _published_equals_stored(led: PrivacyLedger, rid: str, bundle: Path) -> None
     assert counts == [dict(zip(published["cell"], published["noisy_count"]))]
 
 
-@pytest.mark.timeout(1800)
-def test_a_release_stopped_at_every_point_in_turn_completes_within_its_plan(dpr_home, crash_spec, tmp_path,
-                                                                           monkeypatch):
-    """One release id, stopped at each fault point in turn (every run after the first resumes the one before
-    and stops at the next point), then run to the end: after every stop the ledger is consistent and the
-    release never holds more than its plan; at the end it holds exactly its plan, every charge has exactly
-    one stored answer, the published numbers are the stored ones, and a further run is the stored release."""
+def run_chain(spec: Path, tmp_path: Path, monkeypatch, part: int, parts: int = 2) -> None:
+    """Stop one release id at each point of the ``part``-th of ``parts`` consecutive slices of the fault points
+    in turn (the first stop of a later slice is a fresh release stopped there), then run it to the end: after
+    every stop the ledger is consistent and the release holds all of its plan or nothing; at the end it holds
+    exactly its plan, every charge has exactly one stored answer, the published numbers are the stored ones,
+    and a further run is the stored release. The slices run in two modules (two test workers)."""
     from flows.release_pipeline import release_pipeline
 
-    points = _points(crash_spec, tmp_path, monkeypatch)
+    points = _points(spec, tmp_path, monkeypatch)
     steps = {p.split(":", 1)[1] for p in points if p.startswith("charged:")}
     assert {"record_counts", "aiq", "outlier_subspaces", "outlier_count", "coco_level0", "unattributed"} <= steps
     assert {"after:ingest", "after:cost-preflight", "after:pcor-reserve", "after:bundle"} <= set(points)
-    rid = "crash-chain"
+    size = -(-len(points) // parts)
+    mine = points[part * size:(part + 1) * size]
+    assert mine, (part, parts, len(points))
+    rid = f"crash-chain-{part}"
     led = _ledger()
-    plan = plan_release(load_spec(crash_spec, release_id=rid), led)
+    plan = plan_release(load_spec(spec, release_id=rid), led)
     spent = led.status("nycflights13").spent
     monkeypatch.setenv("DPR_FAULT_MODE", "raise")
-    for point in points:
+    for point in mine:
         monkeypatch.setenv("DPR_FAULT_AT", point)
         with pytest.raises(InjectedFault):
-            release_pipeline(spec_path=str(crash_spec), release_id=rid)
+            release_pipeline(spec_path=str(spec), release_id=rid)
         led = _ledger()
         assert led.spent_exact("nycflights13") == led.status("nycflights13").spent, point
         held = led.release_holds("nycflights13", rid)[0]
@@ -110,11 +113,19 @@ def test_a_release_stopped_at_every_point_in_turn_completes_within_its_plan(dpr_
                             "WHERE c.release_id = ? GROUP BY c.key HAVING count(*) > 1", [rid])
         assert done == [], point  # never two answers for one charge
     monkeypatch.delenv("DPR_FAULT_AT")
-    out = release_pipeline(spec_path=str(crash_spec), release_id=rid)
+    out = release_pipeline(spec_path=str(spec), release_id=rid)
     assert not out["stored_release"]
     led = _ledger()
     assert led.release_holds("nycflights13", rid)[0] == plan.total  # nothing twice, nothing lost
     assert led.status("nycflights13").spent == spent + plan.total
     _published_equals_stored(led, rid, Path(out["bundle"]))
-    again = release_pipeline(spec_path=str(crash_spec), release_id=rid)
+    again = release_pipeline(spec_path=str(spec), release_id=rid)
     assert again["stored_release"] and again["bundle"] == out["bundle"]
+
+
+@pytest.mark.timeout(1800)
+def test_a_release_stopped_at_every_early_point_in_turn_completes_within_its_plan(dpr_home, crash_spec, tmp_path,
+                                                                                 monkeypatch):
+    """The first half of the fault points (ingest to the middle of the steps); the second half is
+    ``tests/test_crash_resume_late.py``."""
+    run_chain(crash_spec, tmp_path, monkeypatch, part=0)

@@ -210,14 +210,23 @@ class _CopyStream(io.RawIOBase):
         return True
 
     def readinto(self, b) -> int:
-        while not self._buf:
+        """Fill ``b`` with as many of the server's messages as fit (one per row): pyarrow's reader is called once
+        per block, not once per row."""
+        view = memoryview(b).cast("B")
+        want, n = len(view), 0
+        if self._buf:
+            n = min(want, len(self._buf))
+            view[:n] = self._buf[:n]
+            self._buf = self._buf[n:]
+        while n < want:
             chunk = self._copy.read()
             if not chunk:
-                return 0
-            self._buf = bytes(chunk)
-        n = min(len(b), len(self._buf))
-        b[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
+                break
+            k = min(want - n, len(chunk))
+            view[n:n + k] = chunk[:k]
+            if k < len(chunk):
+                self._buf = bytes(chunk[k:])
+            n += k
         return n
 
 
