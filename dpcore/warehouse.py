@@ -237,10 +237,10 @@ class Warehouse:
         for schema in SCHEMAS:
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
 
-    def _open(self, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    def _open(self) -> duckdb.DuckDBPyConnection:
         """A connection; call it inside :func:`private_umask` (held until the connection is closed)."""
         try:
-            con = duckdb.connect(str(self.path), read_only=read_only)
+            con = duckdb.connect(str(self.path))
         except duckdb.Error as exc:
             if _is_corrupt(exc):
                 raise WarehouseCorruptError(self.path) from None

@@ -70,12 +70,9 @@ def stamp(path: Path) -> tuple | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def wait_file(path: Path) -> str:
-    return str(path.with_name(path.name + ".wait"))
-
-
 def open_wait_fd(path: Path) -> int:
-    return os.open(wait_file(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    """A descriptor of the file's ``.wait`` file (empty, 0600), where waiting processes say so."""
+    return os.open(path.with_name(path.name + ".wait"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
 
 def someone_waits(wait_fd: int) -> bool:
@@ -130,8 +127,8 @@ def close(key: str) -> None:
     con, lease.con = lease.con, None  # nothing keeps the connection object alive past its close
     try:
         con.close()  # DuckDB checkpoints here
-    except Exception:  # noqa: BLE001  (a connection that failed is closed as well as it can be)
-        pass
+    except Exception:  # noqa: BLE001  (a failed close, e.g. a full disk at the checkpoint, loses nothing:
+        pass  # every committed transaction is in the write-ahead log, which the next open replays)
     finally:
         del con
         try:
@@ -178,15 +175,12 @@ def _ensure_reaper() -> None:
 
 
 def close_all() -> None:
-    """Give up every lease of this process (at exit, and before this process hands the file to another)."""
-    from .warehouse import _process_lock
+    """Give up every lease of this process that no operation is using (at exit; tests before they change the
+    umask or the connection factory)."""
+    from .warehouse import let_go
 
     for key in list(_LEASES):
-        lease = _LEASES.get(key)
-        if lease is None or lease.pid != os.getpid():
-            continue
-        with _process_lock(Path(key)):
-            close(key)
+        let_go(key)
 
 
 def _after_fork_in_child() -> None:

@@ -65,14 +65,13 @@ def run_once(spec: ReleaseSpec, settings: Settings, unit: str, body: Callable[[]
         close_run(RunHandle(run_key(spec.dataset.name, spec.release_id, unit, sorted(lines)), spec.dataset.name,
                             spec.release_id, unit))
         raise
-    if run.stored is not None:
-        let_go(settings.warehouse)
-        result = run.stored["result"]
-        return replay(result) if replay else result
     try:
+        if run.stored is not None:
+            result = run.stored["result"]
+            return replay(result) if replay else result
         result = body()
         finish_run_task(settings, run, {"result": result})
         return result
     finally:
-        close_run(run)
+        close_run(run)  # idempotent: a finished run's unit holds no lock
         let_go(settings.warehouse)  # the run is over: the file is whole for a backup or another program

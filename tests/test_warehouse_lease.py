@@ -23,18 +23,25 @@ def opens(monkeypatch):
     count = [0]
     real = Warehouse._open
 
-    def counted(self, read_only=False):
+    def counted(self):
         count[0] += 1
-        return real(self, read_only)
+        return real(self)
 
     monkeypatch.setattr(Warehouse, "_open", counted)
     return count
 
 
-def test_consecutive_operations_of_a_process_share_one_connection(tmp_path, opens, monkeypatch):
+@pytest.fixture
+def kept(tmp_path, monkeypatch) -> Warehouse:
+    """A warehouse with an empty table ``internal.t (x INT)``, its connection kept for a minute between operations."""
     monkeypatch.setattr(lease, "IDLE_S", 60.0)
     wh = Warehouse(tmp_path / "w.duckdb")
     wh.run(lambda con: con.execute("CREATE TABLE internal.t (x INT)"), transaction=True)
+    return wh
+
+
+def test_consecutive_operations_of_a_process_share_one_connection(opens, kept):
+    wh = kept
     before = opens[0]
     for i in range(5):
         wh.run(lambda con, i=i: con.execute("INSERT INTO internal.t VALUES (?)", [i]), transaction=True)
@@ -65,10 +72,8 @@ def test_an_idle_lease_is_given_up_after_its_idle_time(tmp_path, monkeypatch):
     assert not wh.wal.exists()  # closed: DuckDB folded its log into the file
 
 
-def test_a_failed_operation_gives_the_connection_up_and_rolls_back(tmp_path, monkeypatch):
-    monkeypatch.setattr(lease, "IDLE_S", 60.0)
-    wh = Warehouse(tmp_path / "w.duckdb")
-    wh.run(lambda con: con.execute("CREATE TABLE internal.t (x INT)"), transaction=True)
+def test_a_failed_operation_gives_the_connection_up_and_rolls_back(kept):
+    wh = kept
 
     def bad(con):
         con.execute("INSERT INTO internal.t VALUES (1)")
@@ -80,10 +85,8 @@ def test_a_failed_operation_gives_the_connection_up_and_rolls_back(tmp_path, mon
     assert wh.query("SELECT count(*) FROM internal.t") == [(0,)]
 
 
-def test_an_operation_nested_in_another_gets_its_own_cursor(tmp_path, monkeypatch):
-    monkeypatch.setattr(lease, "IDLE_S", 60.0)
-    wh = Warehouse(tmp_path / "w.duckdb")
-    wh.run(lambda con: con.execute("CREATE TABLE internal.t (x INT)"), transaction=True)
+def test_an_operation_nested_in_another_gets_its_own_cursor(kept):
+    wh = kept
 
     def outer(con):
         con.execute("INSERT INTO internal.t VALUES (1)")
@@ -120,12 +123,10 @@ def test_let_go_leaves_everything_committed_in_the_file_alone(tmp_path, monkeypa
     con.close()
 
 
-def test_another_process_waiting_for_the_file_makes_the_holder_let_go(tmp_path, monkeypatch):
+def test_another_process_waiting_for_the_file_makes_the_holder_let_go(kept):
     """This process keeps an idle lease meant to last a minute; another process asking for the file gets it
     within a second, and this process's next operation opens the file again and sees the other's write."""
-    monkeypatch.setattr(lease, "IDLE_S", 60.0)
-    wh = Warehouse(tmp_path / "w.duckdb", timeout=30)
-    wh.run(lambda con: con.execute("CREATE TABLE internal.t (x INT)"), transaction=True)
+    wh = kept
     assert lease.get(str(wh.path)) is not None
     code = ("import sys, time; sys.path.insert(0, %r); from dpcore.warehouse import Warehouse; t = time.monotonic(); "
             "Warehouse(%r, timeout=30).run(lambda con: con.execute('INSERT INTO internal.t VALUES (42)'), "
