@@ -65,6 +65,8 @@ def prefect_environment() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
-    from .server_cmd import use_running_server
+    from flows.prefect_api import start_temporary
 
-    use_running_server()  # `dpr server start`: reuse its API instead of a temporary server per command
+    # the caller's PREFECT_API_URL, else the server `dpr server start` keeps, else a temporary server for this
+    # command, started now so that it boots while the command imports its flow (flows/prefect_api.py)
+    start_temporary()

@@ -167,7 +167,9 @@ def _build(name: str) -> click.Command:
         from flows.console_logging import quiet_refusal_tracebacks
 
         quiet_refusal_tracebacks()  # a refusal (exit 2) prints its message, not Prefect's traceback
-        with refusals():
+        from flows.prefect_api import ready
+
+        with refusals(), ready():
             try:
                 state = flow(**values, return_state=True)
                 result = state.result()

@@ -1,8 +1,8 @@
 """``dpr server start|stop|status``: one local Prefect server that every ``dpr`` command reuses.
 
 Without it, each command that runs a flow (``dpr run``, ``dpr aiq`` ...)
-starts Prefect's temporary server for its own run and stops it at the end
-(tens of seconds per command). ``dpr server start`` starts ``prefect server
+starts a temporary Prefect API server for its own run and stops it at the end
+(about ten seconds per command; :mod:`flows.prefect_api`). ``dpr server start`` starts ``prefect server
 start`` on 127.0.0.1 (a free port) in the background, with its database in
 ``$DPR_HOME/prefect`` (the same ``PREFECT_HOME`` the commands use), and
 records its address in ``$DPR_HOME/prefect/dpr-server.json`` (0600). While
@@ -18,14 +18,19 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import click
+
+from flows.prefect_api import free_port as _free_port
+from flows.prefect_api import healthy as _healthy
+from flows.prefect_api import kept_server as running_server
+from flows.prefect_api import kept_server_record
+from flows.prefect_api import pid_alive as _alive
+from flows.prefect_api import prefect_home as _prefect_home
 
 from .console import err, out, refuse
 
@@ -33,63 +38,8 @@ from .console import err, out, refuse
 START_TIMEOUT = 120.0
 
 
-def _prefect_home() -> Path:
-    home = os.environ.get("DPR_HOME", "var")
-    return Path(os.environ.get("PREFECT_HOME") or os.path.join(home, "prefect"))
-
-
 def _record_path() -> Path:
-    return _prefect_home() / "dpr-server.json"
-
-
-def _healthy(url: str, timeout: float = 1.0) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=timeout) as r:  # noqa: S310 (127.0.0.1 only)
-            return r.status == 200
-    except OSError:
-        return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def running_server() -> dict | None:
-    """The recorded server if its process is alive and its API answers, else None."""
-    path = _record_path()
-    try:
-        rec = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(rec, dict) or not _alive(int(rec.get("pid", -1))) or not _healthy(str(rec.get("api_url"))):
-        return None
-    return rec
-
-
-def use_running_server() -> str | None:
-    """Point this process's Prefect client at the running ``dpr server`` (if any and if the caller set no API).
-
-    Returns the API URL used, or None (the command then starts Prefect's temporary server, as before).
-    """
-    if os.environ.get("PREFECT_API_URL"):
-        return None
-    rec = running_server()
-    if rec is None:
-        return None
-    os.environ["PREFECT_API_URL"] = rec["api_url"]
-    return rec["api_url"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return kept_server_record()
 
 
 @click.group("server")

@@ -1,6 +1,11 @@
 """Parent flow: ingest → validate → private steps → release bundle."""
 from __future__ import annotations
 
+if __name__ == "__main__":  # the Prefect API starts while the imports below load (flows/prefect_api.py)
+    from flows.prefect_api import start_temporary
+
+    start_temporary()
+
 import argparse
 import sys
 from typing import Any
@@ -30,6 +35,7 @@ from .detect import run_detection
 from .outlier_counts import run_outlier_counts
 from .params import DEMO_SPEC, Period, ReleaseId, SpecPath
 from .pcor import run_pcor
+from .prefect_api import ready
 from .runner import task_runner_from_env
 
 
@@ -140,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.start is not None or args.end is not None:
             return _backfill(args.spec, backfill_periods(args.spec, args.start, args.end))
         load_spec(args.spec, release_id=args.release_id, period=args.period)  # fail fast, before Prefect starts
-        out = release_pipeline(spec_path=args.spec, release_id=args.release_id, period=args.period)
+        with ready():
+            out = release_pipeline(spec_path=args.spec, release_id=args.release_id, period=args.period)
     _print_outcome(out)
     return 0
 
@@ -152,7 +159,8 @@ def _backfill(spec_path: str, periods: list[str]) -> int:
     done: list[str] = []
     for p in periods:
         try:
-            out = release_pipeline(spec_path=spec_path, period=p)
+            with ready():
+                out = release_pipeline(spec_path=spec_path, period=p)
         except BaseException as exc:
             before = ", ".join(done) if done else "none"
             rest = periods[periods.index(p) + 1:]
