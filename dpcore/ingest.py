@@ -51,6 +51,7 @@ import duckdb
 
 from .chunks import MemoryBudget
 from .lineage import new_nonce
+from .partitions import scratch_dir
 from .private_files import private_dir, private_open, private_umask, tighten
 from .sources import create_text_table, is_text_source
 from .sources import describe as describe_source
@@ -612,7 +613,7 @@ def _ingest_text_source(spec: ReleaseSpec, wh: Warehouse) -> IngestResult:
 
     def op(con) -> tuple[str, str]:
         table = f"{dataset}__{new_nonce(8)}"  # private storage name, independent of every public id
-        create_text_table(con, f'raw."{table}"', src, spec, wh.memory.duckdb_setting)
+        create_text_table(con, f'raw."{table}"', src, spec, wh.memory.duckdb_setting, scratch_dir(wh))
         key = content_key(con, f'raw."{table}"', src.kind)
         known = con.execute(
             "SELECT table_name FROM raw.ingests WHERE content_hash = ? AND dataset = ? AND ingest_id IS NOT NULL",

@@ -39,7 +39,7 @@ def describe(source) -> str:
 
 
 def create_text_table(con, target: str, source, spec: "ReleaseSpec | None" = None,
-                      memory_setting: str | None = None) -> list:
+                      memory_setting: str | None = None, scratch: "Path | None" = None) -> list:
     """Write ``source`` into the new table ``target`` of ``con``: ``_row`` then every column as text.
 
     Parameters
@@ -54,6 +54,9 @@ def create_text_table(con, target: str, source, spec: "ReleaseSpec | None" = Non
         (:func:`~dpcore.sources.columns.check_types`); ``dpr spec draft`` has no spec yet.
     memory_setting : str, optional
         DuckDB ``memory_limit`` for a DuckDB file's own connection.
+    scratch : Path, optional
+        A private folder (0700) for a PostgreSQL source's spool file, the warehouse's scratch folder
+        (:func:`dpcore.partitions.scratch_dir`); None: a new private temporary folder.
 
     Returns
     -------
@@ -68,7 +71,7 @@ def create_text_table(con, target: str, source, spec: "ReleaseSpec | None" = Non
     if source.kind == "postgres":
         from . import postgres
 
-        return postgres.create(con, target, source, spec)
+        return postgres.create(con, target, source, spec, scratch)
     elif source.kind == "duckdb":
         from . import duckdb_file
 

@@ -11,10 +11,16 @@ instead of ``dsn_env``). How it reads:
 2. The connection is read-only (``default_transaction_read_only``: the server refuses any write of a query).
 3. The column types of the table or query are read with ``LIMIT 0`` (no row) and checked against the spec
    (:func:`~dpcore.sources.columns.check_types`) before any row is read.
-4. ``COPY (SELECT <every column>::text ...) TO STDOUT (FORMAT csv)`` streams the rows; pyarrow's streaming
-   CSV reader parses the stream in blocks of :data:`~dpcore.sources.table.BLOCK_BYTES` (C++, no per-row
-   Python) and each block is appended to the warehouse table. Memory is flat in rows; measured against the
-   owner's workaround (``COPY ... TO`` a CSV, then CSV ingest) in ``benchmarks/ingest_validate.py``.
+4. ``COPY (SELECT <every column>::text ...) TO STDOUT (FORMAT csv)`` streams the rows into a private spool
+   file (0600) in the warehouse's private scratch folder (0700), and DuckDB's parallel CSV reader, with the
+   options of a CSV ingest, writes the warehouse table from it; the spool is removed as soon as the read
+   ends, whatever its outcome (a process killed in between leaves it in the scratch folder, which holds the
+   same rows as the warehouse file beside it under the same owner-only modes). Memory is flat in rows (a
+   1 MB write buffer; DuckDB under its ``memory_limit``). Why a spool and not a stream: DuckDB's CSV reader
+   needs a file to read in parallel, and streaming the rows through pyarrow's single-threaded reader and
+   DuckDB's appender in 4 MB blocks was 1.10-1.29x slower than the owner's workaround (``COPY ... TO`` a CSV,
+   then a CSV ingest) with a peak RSS growing 499 to 829 MB from 1x to 10x (BENCHMARKS "Ingest from
+   typed sources", ``benchmarks/ingest_sources.py``).
 
 Cells are PostgreSQL's text of each value (``::text``: ``true``/``false`` for booleans, ISO dates), NULL as the
 empty cell. ``_row`` numbers the rows in the order the server sends them: a table in its storage order, a
@@ -25,15 +31,18 @@ query parameter (the period's label, its first day and the day after its last), 
 """
 from __future__ import annotations
 
-import io
 import os
+import shutil
 import stat
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .columns import BOOLEAN, DECIMAL, FLOAT, INTEGER, OTHER, TEXT, Column, check_names, check_types
+from ..lineage import new_nonce
+from ..private_files import private_open
+from .columns import BOOLEAN, DECIMAL, FLOAT, INTEGER, OTHER, ROW, TEXT, Column, check_names, check_types
 from .errors import SourceError
-from .table import BLOCK_BYTES, guarded, write_batches
+from .table import _ident
 
 if TYPE_CHECKING:
     from ..spec import PostgresSource, ReleaseSpec
@@ -46,6 +55,10 @@ _OIDS = {16: (BOOLEAN, "boolean"), 20: (INTEGER, "bigint"), 21: (INTEGER, "small
          2950: (OTHER, "uuid"), 114: (OTHER, "json"), 3802: (OTHER, "jsonb")}
 #: Seconds to wait for the server to answer a connection.
 CONNECT_TIMEOUT = 10
+#: Bytes buffered before each write of a spool part.
+SPOOL_BUFFER = 1 << 20
+#: Bytes of rows per spool part (DuckDB reads a part while the next is written).
+PART_BYTES = 64 << 20
 #: Names a series spec's query may use (bound as parameters; dpcore.series.PERIOD_PARAMETERS).
 PERIOD_PARAMETERS = ("period", "period_start", "period_end")
 
@@ -199,39 +212,117 @@ def _columns(cur, source: "PostgresSource") -> list[Column]:
     return out
 
 
-class _CopyStream(io.RawIOBase):
-    """The bytes of a ``COPY ... TO STDOUT`` as a readable file (for pyarrow's streaming CSV reader)."""
+class _PartLoader:
+    """Loads the spool's closed parts into ``target`` in order, in one background thread, while the next is written.
 
-    def __init__(self, copy):
-        self._copy = copy
-        self._buf = b""
+    Each part is a CSV file with a header of ``names``; its rows get ``_row`` numbers continuing the previous
+    part's (``row_number() OVER ()`` over DuckDB's parallel scan numbers rows in file order, as for a CSV ingest).
+    A part is removed once loaded (or when the load stops). The first error is kept and raised by :meth:`close`;
+    later parts are then removed unread.
+    """
 
-    def readable(self) -> bool:
-        return True
+    def __init__(self, con, target: str, columns: list[Column], names: list[str]):
+        import queue
+        import threading
 
-    def readinto(self, b) -> int:
-        """Fill ``b`` with as many of the server's messages as fit (one per row): pyarrow's reader is called once
-        per block, not once per row."""
-        view = memoryview(b).cast("B")
-        want, n = len(view), 0
-        if self._buf:
-            n = min(want, len(self._buf))
-            view[:n] = self._buf[:n]
-            self._buf = self._buf[n:]
-        while n < want:
-            chunk = self._copy.read()
-            if not chunk:
-                break
-            k = min(want - n, len(chunk))
-            view[n:n + k] = chunk[:k]
-            if k < len(chunk):
-                self._buf = bytes(chunk[k:])
-            n += k
-        return n
+        from ..ingest import _CSV_OPTIONS, MAX_ROW_BYTES
+
+        types = ", ".join(f"'{n}': 'VARCHAR'" for n in names)
+        out = ", ".join(f"coalesce({n}, '') AS {_ident(c.name)}" for n, c in zip(names, columns))
+        self._sql = (f"INSERT INTO {target} SELECT row_number() OVER () + ? AS {ROW}, {out} FROM read_csv(?, "
+                     f"columns = {{{types}}}, {_CSV_OPTIONS}, delim = ',', max_line_size = {int(MAX_ROW_BYTES)}, "
+                     "null_padding = false, parallel = true)")
+        self._con, self._rows, self.error = con, 0, None
+        con.execute(f"CREATE TABLE {target} ({ROW} BIGINT, "
+                    + ", ".join(f"{_ident(c.name)} VARCHAR" for c in columns) + ")")
+        self._parts: "queue.Queue[Path | None]" = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="dpr-postgres-load", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (part := self._parts.get()) is not None:
+            try:
+                if self.error is None:
+                    self._rows += self._con.execute(self._sql, [self._rows, str(part)]).fetchone()[0]
+            except BaseException as exc:  # noqa: BLE001 - kept and raised by close() in the caller's thread
+                self.error = exc
+            finally:
+                part.unlink(missing_ok=True)
+
+    def put(self, part: Path) -> None:
+        """Queue a closed part (raises the load's error at once, so the writer stops early)."""
+        self._parts.put(part)
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> int:
+        """Wait for the queued parts; the rows loaded. Raises the first load error."""
+        self._parts.put(None)
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        return self._rows
 
 
-def create(con, target: str, source: "PostgresSource", spec: "ReleaseSpec | None") -> list[Column]:
-    """Stream the table or query into ``target`` (a table of ``con``) as text cells, ``_row`` first.
+def _copy_in_parts(conn, sql: str, params: dict | None, names: list[str], folder: Path,
+                   loader: _PartLoader) -> None:
+    """Write the ``COPY ... TO STDOUT`` stream to private part files (0600) of about :data:`PART_BYTES` each.
+
+    The server sends one message per row (PostgreSQL's protocol, CopyData), so a part ends at a row's end. Each
+    closed part goes to ``loader`` while the next is written: the server's formatting and DuckDB's parsing
+    overlap, and at most two parts of the table are on disk at a time. An error of the server or the driver is
+    raised as is (the caller replaces it by its refusal); a write error (a full disk) is raised as the
+    ``OSError`` it is, naming the scratch folder.
+    """
+    header = (",".join(names) + "\n").encode("ascii")
+    fh, path, size = None, None, 0
+    try:
+        with conn.cursor() as cur, cur.copy(sql, params) as copy:
+            for block in copy:
+                if fh is None:
+                    path = folder / f"postgres-{new_nonce(8)}.csv"
+                    fh = private_open(path, "xb", buffering=SPOOL_BUFFER)
+                    fh.write(header)
+                    size = 0
+                try:
+                    fh.write(block)
+                except OSError as exc:
+                    raise OSError(exc.errno, f"writing the postgres source's private spool in {folder}: "
+                                             f"{exc.strerror}") from None
+                size += len(block)
+                if size >= PART_BYTES:
+                    fh.close()
+                    fh, done, path = None, path, None
+                    loader.put(done)
+        if fh is not None:
+            fh.close()
+            fh, done, path = None, path, None
+            loader.put(done)
+    finally:
+        if fh is not None:
+            fh.close()
+        if path is not None:
+            path.unlink(missing_ok=True)
+
+
+def _load_failure(source: "PostgresSource", exc: BaseException) -> Exception:
+    """DuckDB failed on the spooled rows (its text may quote a row): the type and where, never the text."""
+    import duckdb
+
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return MemoryError(f"{where(source)}: DuckDB ran out of memory while loading the rows; raise "
+                           "DPR_MEMORY_LIMIT (nothing was stored or charged)")
+    return RuntimeError(f"{where(source)}: DuckDB could not load the spooled rows ({type(exc).__name__}); "
+                        "nothing was stored or charged")
+
+
+def create(con, target: str, source: "PostgresSource", spec: "ReleaseSpec | None",
+           scratch: Path | None = None) -> list[Column]:
+    """Copy the table or query into ``target`` (a table of ``con``) as text cells, ``_row`` first.
+
+    The rows are spooled to private part files in ``scratch`` (the warehouse's scratch folder; None: a new
+    private temporary folder), each read by DuckDB's parallel CSV reader with the options of a CSV ingest while
+    the next is written (:func:`_copy_in_parts`); every part is removed once read, whatever the outcome.
 
     Raises
     ------
@@ -240,11 +331,11 @@ def create(con, target: str, source: "PostgresSource", spec: "ReleaseSpec | None
         or writing query, a permission error, a refused column type or name: each names the source kind,
         the table or spec key and the fix; never the DSN, the password, the server's text or a value.
     """
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-
     relation, params = _statement(source, spec)
     conn = _connect(source)
+    own = scratch is None
+    folder = Path(tempfile.mkdtemp(prefix="dpr-postgres-")) if own else scratch
+    loader = None
     try:
         try:
             with conn.cursor() as cur:
@@ -262,21 +353,27 @@ def create(con, target: str, source: "PostgresSource", spec: "ReleaseSpec | None
         cells = ", ".join(f"coalesce(dpr_q.\"{c.name.replace(chr(34), chr(34) * 2)}\"::text, '')" for c in cols)
         sql = f"COPY (SELECT {cells} FROM {relation} AS dpr_q) TO STDOUT WITH (FORMAT csv)"
         names = [f"c{i}" for i in range(len(cols))]
-        read = pacsv.ReadOptions(column_names=names, block_size=BLOCK_BYTES, use_threads=False)
-        parse = pacsv.ParseOptions(newlines_in_values=True)
-        convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, strings_can_be_null=False,
-                                       quoted_strings_can_be_null=False)
-
-        def batches():
-            with conn.cursor() as cur:
-                with cur.copy(sql, params) as copy:
-                    stream = io.BufferedReader(_CopyStream(copy), BLOCK_BYTES)
-                    if not stream.peek(1):  # no row (pyarrow refuses an empty CSV): an empty table
-                        return
-                    yield from pacsv.open_csv(stream, read_options=read, parse_options=parse,
-                                              convert_options=convert)
-
-        write_batches(con, target, cols, guarded(batches(), lambda exc: _refusal(source, exc, connecting=False)))
+        loader = _PartLoader(con, target, cols, names)
+        err = None
+        try:
+            _copy_in_parts(conn, sql, params, names, folder, loader)
+            loader, pending = None, loader
+            pending.close()
+        except OSError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the server's, the driver's or DuckDB's text may quote a value
+            err = _load_failure(source, exc) if loader is None or exc is loader.error else \
+                _refusal(source, exc, connecting=False)
+        if err is not None:
+            raise err from None
         return cols
     finally:
+        if loader is not None:  # stopped early: let the loader finish what it holds (and remove it) first
+            loader.error = loader.error or RuntimeError("stopped")
+            try:
+                loader.close()
+            except BaseException:  # noqa: BLE001 - the error being raised already says what failed
+                pass
         conn.close()
+        if own:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -13,8 +13,6 @@ from .columns import ROW, Column
 
 #: Rows per Arrow batch read from a DuckDB source (a few MB of text: memory flat in rows).
 BATCH_ROWS = 65_536
-#: Bytes per block read from a PostgreSQL ``COPY`` stream (one block parsed at a time).
-BLOCK_BYTES = 4 << 20
 
 
 def _ident(name: str) -> str:
