@@ -428,3 +428,18 @@ def test_the_postgres_spool_parts_are_private_removed_and_numbered_in_order(sour
     assert "nothing was read or charged" in str(info.value)
     assert parts and not any(p.exists() for p, _, _ in parts)
     assert not list(scratch_dir(wh).glob("postgres-*"))
+
+
+def test_a_spool_part_fits_duckdbs_memory_share(monkeypatch):
+    """A part is at most a quarter of DuckDB's share of the cap (DuckDB's CSV reader may hold a small file whole:
+    64 MB parts ran out of memory under DPR_MEMORY_LIMIT=256MB), at most 16 MB, at least 1 MB."""
+    from dpcore.chunks import DUCKDB_SHARE
+    from dpcore.sources.postgres import _part_bytes
+
+    monkeypatch.setenv("DPR_MEMORY_LIMIT", "256MB")
+    assert _part_bytes() == int(256_000_000 * DUCKDB_SHARE) // 4 < 16 << 20
+    monkeypatch.setenv("DPR_MEMORY_LIMIT", "8GB")
+    assert _part_bytes() == 16 << 20
+    monkeypatch.setattr("dpcore.chunks.DUCKDB_SHARE", 1 / 64)  # the 1 MB floor (the cap's own floor is 64 MiB)
+    monkeypatch.setenv("DPR_MEMORY_LIMIT", "64MiB")
+    assert _part_bytes() == 1 << 20

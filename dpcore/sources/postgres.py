@@ -57,8 +57,17 @@ _OIDS = {16: (BOOLEAN, "boolean"), 20: (INTEGER, "bigint"), 21: (INTEGER, "small
 CONNECT_TIMEOUT = 10
 #: Bytes buffered before each write of a spool part.
 SPOOL_BUFFER = 1 << 20
-#: Bytes of rows per spool part (DuckDB reads a part while the next is written).
-PART_BYTES = 64 << 20
+#: Most bytes of rows per spool part (DuckDB reads a part while the next is written); at most a quarter of
+#: DuckDB's ``memory_limit`` too (:func:`_part_bytes`): DuckDB's CSV reader may hold a small file whole, and a
+#: 64 MB part failed under ``DPR_MEMORY_LIMIT=256MB`` (a 61 MiB ``memory_limit``).
+PART_BYTES = 16 << 20
+
+
+def _part_bytes() -> int:
+    """:data:`PART_BYTES`, or a quarter of DuckDB's share of ``DPR_MEMORY_LIMIT`` when that is smaller (>= 1 MB)."""
+    from ..chunks import DUCKDB_SHARE, MemoryBudget
+
+    return min(PART_BYTES, max(1 << 20, int(MemoryBudget.from_env().effective_limit * DUCKDB_SHARE) // 4))
 #: Names a series spec's query may use (bound as parameters; dpcore.series.PERIOD_PARAMETERS).
 PERIOD_PARAMETERS = ("period", "period_start", "period_end")
 
@@ -266,7 +275,7 @@ class _PartLoader:
 
 def _copy_in_parts(conn, sql: str, params: dict | None, names: list[str], folder: Path,
                    loader: _PartLoader) -> None:
-    """Write the ``COPY ... TO STDOUT`` stream to private part files (0600) of about :data:`PART_BYTES` each.
+    """Write the ``COPY ... TO STDOUT`` stream to private part files (0600) of about :func:`_part_bytes` each.
 
     The server sends one message per row (PostgreSQL's protocol, CopyData), so a part ends at a row's end. Each
     closed part goes to ``loader`` while the next is written: the server's formatting and DuckDB's parsing
@@ -275,6 +284,7 @@ def _copy_in_parts(conn, sql: str, params: dict | None, names: list[str], folder
     ``OSError`` it is, naming the scratch folder.
     """
     header = (",".join(names) + "\n").encode("ascii")
+    part_bytes = _part_bytes()
     fh, path, size = None, None, 0
     try:
         with conn.cursor() as cur, cur.copy(sql, params) as copy:
@@ -290,7 +300,7 @@ def _copy_in_parts(conn, sql: str, params: dict | None, names: list[str], folder
                     raise OSError(exc.errno, f"writing the postgres source's private spool in {folder}: "
                                              f"{exc.strerror}") from None
                 size += len(block)
-                if size >= PART_BYTES:
+                if size >= part_bytes:
                     fh.close()
                     fh, done, path = None, path, None
                     loader.put(done)
