@@ -1,7 +1,7 @@
 """Validation chunk by chunk (issue 21, item 2) equals the whole-table validation it replaced.
 
 The reference is the whole-table implementation as it was before chunking (kept below, verbatim
-but for names, as the test oracle): one great-expectations checkpoint over the whole frame, with
+but for names, as the test oracle): one great-expectations suite run over the whole frame, with
 GE's own ``expect_column_values_to_be_unique``. The chunked path (:func:`validate_table`) must
 give the same validated and quarantine tables (rows, order, DuckDB types), the same summaries,
 counts and example rows, and the same per-row GE detail, for any chunk size.
@@ -59,7 +59,7 @@ def reference_validate(raw: pd.DataFrame, spec) -> dict:
     work = pd.DataFrame(frame)
     suite = V.build_suite(spec, present_columns=list(work.columns))  # GE's own uniqueness expectation
     assert any(e.expectation_type == "expect_column_values_to_be_unique" for e in suite.expectations) or rid not in work
-    result = V._run_checkpoint(work, suite, name=spec.dataset.name.replace(".", "_"))
+    result = V._run_suite(work, suite, name=spec.dataset.name.replace(".", "_"))
     full_result = V._json_clean(result.describe_dict())
     table_failures, row_hits = [], []
     for vr in result.run_results.values():

@@ -8,7 +8,7 @@ stop a run.
 * :mod:`.rules` -- the rule names (table and row level) and what each checks;
   the validator's derived columns.
 * :mod:`.suite` -- :func:`build_suite` and :func:`public_rule_set` from the
-  spec; the ephemeral, file-less Checkpoint that runs a suite on a frame.
+  spec; :func:`_run_suite`, a suite run on a frame (ephemeral, file-less).
 * :mod:`.cells` -- cells as text and as parsed numbers, the validated rows'
   types, raw cells as JSON.
 * :mod:`.duplicates` -- the ``unique`` rule, decided over the whole table in
@@ -87,7 +87,7 @@ _EXPORTS: dict[str, str] = {
     "validated_table_name": "store",
     "StoredValidation": "results",
     "latest_validations": "results",
-    "_run_checkpoint": "suite",
+    "_run_suite": "suite",
     "build_suite": "suite",
     "public_rule_set": "rule_set",
     "ChunkTask": "worker",
