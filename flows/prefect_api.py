@@ -116,6 +116,7 @@ class _TemporaryServer:
     def __init__(self) -> None:
         self.port = free_port()
         self.started = time.monotonic()
+        self.answered = False
         self.proc = self._spawn()
 
     @property
@@ -146,6 +147,7 @@ class _TemporaryServer:
                 raise RuntimeError(f"the temporary Prefect API server exited at start (code {code}); its errors "
                                    "are printed above. Start one with `dpr server start` or set PREFECT_API_URL.")
             if healthy(self.api_url, timeout=0.5):
+                self.answered = True
                 return
             if time.monotonic() > deadline:
                 self.stop()
@@ -184,11 +186,21 @@ def start_temporary() -> str | None:
     return _temporary.api_url
 
 
+def booting() -> bool:
+    """Whether this process started a temporary server that has not yet been waited for (:func:`ready`).
+
+    An entry point may use the boot (seconds, on the other core) to import what its run will need anyway.
+    """
+    return _temporary is not None and not _temporary.answered
+
+
 def _stop_temporary() -> None:
+    """At exit: SIGTERM to the temporary server, without waiting for its shutdown (about a second of uvicorn's
+    and Prefect's services): nothing of the run is left in it to flush, and it exits on its own."""
     global _temporary
     server, _temporary = _temporary, None
-    if server is not None:
-        server.stop()
+    if server is not None and server.proc.poll() is None:
+        server.proc.terminate()
 
 
 @contextlib.contextmanager
