@@ -147,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.start is not None or args.end is not None:
             return _backfill(args.spec, backfill_periods(args.spec, args.start, args.end))
         load_spec(args.spec, release_id=args.release_id, period=args.period)  # fail fast, before Prefect starts
-        if booting():  # the temporary API server boots on the other core: load great-expectations meanwhile
-            import dpcore.validation.suite  # noqa: F401  (about 5 s; validation imports it anyway)
+        if booting():  # the temporary API server boots on the other core: load what the steps need meanwhile
+            import dpcore.explain.rules  # noqa: F401  (pint, about 1 s; the rules step imports it anyway)
+            import dpcore.validation.suite  # noqa: F401  (great-expectations, about 5 s; validation imports it)
         with ready():
             out = release_pipeline(spec_path=args.spec, release_id=args.release_id, period=args.period)
     _print_outcome(out)
