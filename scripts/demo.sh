@@ -10,6 +10,12 @@ export PREFECT_SERVER_ANALYTICS_ENABLED=false
 # the temporary Prefect server can take longer than the 20 s default to start on a busy 2-core machine
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="${PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS:-90}"
 export PREFECT_LOGGING_LEVEL="${PREFECT_LOGGING_LEVEL:-INFO}"
+# Prefect's database is created once, as part of the set-up (about 15 s): a run's temporary API server then
+# starts in about 9 s instead of about 22 s (flows/prefect_api.py)
+if [ ! -s "$PREFECT_HOME/prefect.db" ] && [ -z "${PREFECT_API_URL:-}" ]; then
+  echo "demo: creating Prefect's database in $PREFECT_HOME (once)"
+  .venv/bin/prefect server database upgrade -y >/dev/null
+fi
 # the spec the demo runs on (dpr's operator commands read DPR_SPEC when --spec is not given)
 export DPR_SPEC="${DPR_SPEC:-specs/demo.yaml}"
 # A run of an unregistered dataset name is refused: the data owner registers it first. The demo's owner is
