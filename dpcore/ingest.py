@@ -49,7 +49,7 @@ from pathlib import Path
 
 import duckdb
 
-from .chunks import MemoryBudget
+from .chunks import DUCKDB_SHARE, MemoryBudget
 from .lineage import new_nonce
 from .partitions import scratch_dir
 from .private_files import private_dir, private_open, private_umask, tighten
@@ -156,8 +156,23 @@ _CSV_OPTIONS = (
 DELIMITER_NAMES = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
 #: The longest row (bytes) the CSV reader accepts (DuckDB's ``max_line_size``; pandas had no limit).
 MAX_ROW_BYTES = 8 * 1024**2
-#: Extra ``read_csv`` options (tests set a small ``buffer_size`` to force DuckDB's parallel scanner on small files).
-CSV_EXTRA_OPTIONS = ""
+#: DuckDB ``read_csv``'s ``buffer_size`` in bytes; None: from the memory cap (:func:`csv_buffer_bytes`). Tests set a
+#: small one to force DuckDB's parallel scanner on small files.
+CSV_BUFFER_BYTES: int | None = None
+
+
+def csv_buffer_bytes() -> int:
+    """The CSV reader's buffer: an eighth of DuckDB's share of ``DPR_MEMORY_LIMIT``, between one and sixteen
+    :data:`MAX_ROW_BYTES` (a buffer holds at least the longest row).
+
+    DuckDB's default is sixteen times ``max_line_size``, 128 MiB with ours: more than DuckDB's whole
+    ``memory_limit`` under ``DPR_MEMORY_LIMIT=256MB`` (61 MiB), where a 10x demo CSV could not be read at all
+    ("could not allocate block of size 128.0 MiB", BENCHMARKS "Ingest from PostgreSQL").
+    """
+    if CSV_BUFFER_BYTES is not None:
+        return int(CSV_BUFFER_BYTES)
+    share = int(MemoryBudget.from_env().effective_limit * DUCKDB_SHARE)
+    return int(min(16 * MAX_ROW_BYTES, max(MAX_ROW_BYTES, share // 8)))
 
 _NOT_UTF8 = (
     "input file {path} is not UTF-8 text (some bytes are not valid UTF-8). Re-export the file as UTF-8; "
@@ -304,7 +319,7 @@ def _csv_select(path: Path, padding: bool, delimiter: str = ",") -> tuple[str, l
         f"SELECT row_number() OVER () AS {ROW}, {cells} FROM read_csv(?, columns = {{{columns}}}, {_CSV_OPTIONS}, "
         f"delim = chr({ord(delimiter)}), "
         f"skip = {int(skipped)}, max_line_size = {int(MAX_ROW_BYTES)}, null_padding = {str(padding).lower()}, "
-        f"parallel = true{CSV_EXTRA_OPTIONS}) "
+        f"buffer_size = {csv_buffer_bytes()}, parallel = true) "
         f"WHERE NOT ({blank})"
     )
     return sql, [str(path)]

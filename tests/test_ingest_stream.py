@@ -198,7 +198,7 @@ def test_row_numbers_follow_the_file_when_duckdb_reads_it_with_several_threads(
     tmp_path: Path, monkeypatch, quoted_line_breaks: bool
 ):
     """Small buffers make DuckDB split the file among threads; ``_row`` must still be the file position."""
-    monkeypatch.setattr(ingest_mod, "CSV_EXTRA_OPTIONS", ", buffer_size = 65536")
+    monkeypatch.setattr(ingest_mod, "CSV_BUFFER_BYTES", 65536)
     monkeypatch.setattr(ingest_mod, "MAX_ROW_BYTES", 65536)
     n = 200_003
     ids = np.arange(1, n + 1)

@@ -443,3 +443,17 @@ def test_a_spool_part_fits_duckdbs_memory_share(monkeypatch):
     monkeypatch.setattr("dpcore.chunks.DUCKDB_SHARE", 1 / 64)  # the 1 MB floor (the cap's own floor is 64 MiB)
     monkeypatch.setenv("DPR_MEMORY_LIMIT", "64MiB")
     assert _part_bytes() == 1 << 20
+
+
+def test_the_csv_readers_buffer_fits_duckdbs_memory_share(monkeypatch):
+    """DuckDB's default CSV buffer (16 x max_line_size = 128 MiB) exceeded DuckDB's whole memory_limit under
+    DPR_MEMORY_LIMIT=256MB; the buffer is an eighth of DuckDB's share, between 1 and 16 longest rows."""
+    from dpcore.chunks import DUCKDB_SHARE
+    from dpcore.ingest import MAX_ROW_BYTES, csv_buffer_bytes
+
+    monkeypatch.setenv("DPR_MEMORY_LIMIT", "256MB")
+    assert csv_buffer_bytes() == MAX_ROW_BYTES  # an eighth of 64 MB is below one longest row
+    monkeypatch.setenv("DPR_MEMORY_LIMIT", "2GiB")
+    assert csv_buffer_bytes() == int(2 * 2**30 * DUCKDB_SHARE) // 8 == 64 * 2**20
+    monkeypatch.setenv("DPR_MEMORY_LIMIT", "64GB")
+    assert csv_buffer_bytes() == 16 * MAX_ROW_BYTES

@@ -234,13 +234,13 @@ class _PartLoader:
         import queue
         import threading
 
-        from ..ingest import _CSV_OPTIONS, MAX_ROW_BYTES
+        from ..ingest import _CSV_OPTIONS, MAX_ROW_BYTES, csv_buffer_bytes
 
         types = ", ".join(f"'{n}': 'VARCHAR'" for n in names)
         out = ", ".join(f"coalesce({n}, '') AS {_ident(c.name)}" for n, c in zip(names, columns))
         self._sql = (f"INSERT INTO {target} SELECT row_number() OVER () + ? AS {ROW}, {out} FROM read_csv(?, "
                      f"columns = {{{types}}}, {_CSV_OPTIONS}, delim = ',', max_line_size = {int(MAX_ROW_BYTES)}, "
-                     "null_padding = false, parallel = true)")
+                     f"buffer_size = {csv_buffer_bytes()}, null_padding = false, parallel = true)")
         self._con, self._rows, self.error = con, 0, None
         con.execute(f"CREATE TABLE {target} ({ROW} BIGINT, "
                     + ", ".join(f"{_ident(c.name)} VARCHAR" for c in columns) + ")")
