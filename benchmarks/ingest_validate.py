@@ -154,7 +154,7 @@ def versus_sql(factors: list[int], chunks_up_to: int, dry_run: bool, from_json: 
         "## Validation against plain SQL (issue 29, goal 2)",
         "",
         f"`.venv/bin/python -m benchmarks.ingest_validate --factors {' '.join(map(str, factors))} --chunks-up-to "
-        f"{chunks_up_to}` ({machine()}; 2 cores shared with three other engineers' work: see the load column).",
+        f"{chunks_up_to}` ({machine()}; the 1-minute load at the start and end of each factor in the load column).",
         "",
         "The scaled demo tables of `benchmarks/scale.py` (f copies of the NYC flights, ids renumbered, seeded jitter), "
         "ingested into a fresh warehouse; then on the same raw text table, with the warehouse's DuckDB settings: "
