@@ -25,21 +25,13 @@ from pathlib import Path
 
 import click
 
-from flows.prefect_api import free_port as _free_port
-from flows.prefect_api import healthy as _healthy
+from flows.prefect_api import free_port, healthy, kept_server_record, pid_alive, prefect_home
 from flows.prefect_api import kept_server as running_server
-from flows.prefect_api import kept_server_record
-from flows.prefect_api import pid_alive as _alive
-from flows.prefect_api import prefect_home as _prefect_home
 
 from .console import err, out, refuse
 
 #: Seconds ``dpr server start`` waits for the new server's health check.
 START_TIMEOUT = 120.0
-
-
-def _record_path() -> Path:
-    return kept_server_record()
 
 
 @click.group("server")
@@ -55,9 +47,9 @@ def start(port: int | None) -> None:
     if rec is not None:
         out.print(f"dpr server: already running at {rec['ui_url']} (pid {rec['pid']})", markup=False)
         return
-    home = _prefect_home()
+    home = prefect_home()
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    port = port or _free_port()
+    port = port or free_port()
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
     log = home / "dpr-server.log"
@@ -73,14 +65,14 @@ def start(port: int | None) -> None:
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             refuse(f"the Prefect server exited at start (code {proc.returncode}); its log: {log}")
-        if _healthy(api):
+        if healthy(api):
             break
         time.sleep(0.5)
     else:
         os.killpg(proc.pid, signal.SIGTERM)
         refuse(f"the Prefect server did not answer within {START_TIMEOUT:g} s (stopped); its log: {log}")
     rec = {"pid": proc.pid, "api_url": api, "ui_url": f"http://127.0.0.1:{port}", "log": str(log)}
-    path = _record_path()
+    path = kept_server_record()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(rec, f)
@@ -93,8 +85,8 @@ def status() -> None:
     """Say whether the server runs and where (exit 0 if it answers, 3 if not)."""
     rec = running_server()
     if rec is None:
-        if _record_path().exists():
-            _record_path().unlink()
+        if kept_server_record().exists():
+            kept_server_record().unlink()
             err.print("dpr server: not running (a stale record was removed); commands start a temporary "
                       "server per run", markup=False)
         else:
@@ -107,7 +99,7 @@ def status() -> None:
 @server_group.command("stop")
 def stop() -> None:
     """Stop the server (nothing to do if none runs)."""
-    path = _record_path()
+    path = kept_server_record()
     try:
         rec = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -122,7 +114,7 @@ def stop() -> None:
         except ProcessLookupError:
             pass
         for _ in range(100):
-            if not _alive(pid):
+            if not pid_alive(pid):
                 break
             time.sleep(0.1)
         else:
