@@ -43,7 +43,7 @@ class DemoShape:
 
 def baseline_coco_plots(est: dict, hierarchy: DemoShape, out_dir: Path, K: int, bins: int = 40) -> list[Path]:
     """The earlier drawing (bars and ``tight_layout``), same files and layout as :func:`dpcore.plots.coco_plots`."""
-    plt = plots._pyplot()
+    plt = plots.pyplot()
     top = hierarchy.nodes_at(1)
     width = max(K + 1, 1) / bins
 
@@ -101,7 +101,7 @@ def main() -> None:
     args = ap.parse_args()
     h = DemoShape()
     rng = np.random.default_rng(0)
-    plots._pyplot()  # the import is not part of the figure
+    plots.pyplot()  # the import is not part of the figure
     rows = []
     for K in (60, 730):
         est = {}

@@ -111,9 +111,9 @@ _TITLES = {
 
 
 def _plot(df: pd.DataFrame, what: str, path: Path) -> None:
-    from .plots import _pyplot
+    from .plots import pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
     periods = sorted(df["period"].unique(), key=lambda p: parse_label(p).start)
     x = {p: i for i, p in enumerate(periods)}

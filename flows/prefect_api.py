@@ -116,7 +116,6 @@ class _TemporaryServer:
     def __init__(self) -> None:
         self.port = free_port()
         self.started = time.monotonic()
-        self.answered = False
         self.proc = self._spawn()
 
     @property
@@ -147,7 +146,6 @@ class _TemporaryServer:
                 raise RuntimeError(f"the temporary Prefect API server exited at start (code {code}); its errors "
                                    "are printed above. Start one with `dpr server start` or set PREFECT_API_URL.")
             if healthy(self.api_url, timeout=0.5):
-                self.answered = True
                 return
             if time.monotonic() > deadline:
                 self.stop()
@@ -184,14 +182,6 @@ def start_temporary() -> str | None:
     _temporary = _TemporaryServer()
     atexit.register(_stop_temporary)
     return _temporary.api_url
-
-
-def booting() -> bool:
-    """Whether this process started a temporary server that has not yet been waited for (:func:`ready`).
-
-    An entry point may use the boot (seconds, on the other core) to import what its run will need anyway.
-    """
-    return _temporary is not None and not _temporary.answered
 
 
 def _stop_temporary() -> None:

@@ -36,7 +36,8 @@ from .detect import run_detection
 from .outlier_counts import run_outlier_counts
 from .params import DEMO_SPEC, Period, ReleaseId, SpecPath
 from .pcor import run_pcor
-from .prefect_api import booting, ready
+from .preload import start_preload
+from .prefect_api import ready
 from .runner import task_runner_from_env
 
 
@@ -147,9 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.start is not None or args.end is not None:
             return _backfill(args.spec, backfill_periods(args.spec, args.start, args.end))
         load_spec(args.spec, release_id=args.release_id, period=args.period)  # fail fast, before Prefect starts
-        if booting():  # the temporary API server boots on the other core: load what the steps need meanwhile
-            import dpcore.explain.rules  # noqa: F401  (pint, about 1 s; the rules step imports it anyway)
-            import dpcore.validation.suite  # noqa: F401  (great-expectations, about 5 s; validation imports it)
+        start_preload()  # great-expectations, pint, matplotlib: on a thread, while the server boots and the run starts
         with ready():
             out = release_pipeline(spec_path=args.spec, release_id=args.release_id, period=args.period)
     _print_outcome(out)

@@ -684,3 +684,24 @@ def test_plot_files_of_lookalike_nodes_do_not_overwrite_each_other(tmp_path):
     names = [f.name for f in files]
     assert len(set(names)) == len(names) == 5
     assert "coco_r-a-b.png" in names and "coco_r-AA.png" in names
+
+
+def test_each_nodes_picture_is_the_same_as_drawn_alone(tmp_path):
+    """coco_plots draws every node's file on one reused figure: each file's pixels equal a drawing of that node
+    alone (a fresh figure), whatever the nodes before it drew (scales, children, legend)."""
+    from PIL import Image
+
+    from dpcore.plots import coco_plots
+
+    leaves = pd.DataFrame({"r": ["a", "a", "b", "c", "c", "c"], "s": ["x", "y", "x", "x", "y", "z"]})
+    h = Hierarchy.from_leaf_paths(leaves, ["r", "s"])
+    rng = np.random.default_rng(7)
+    scale = {"r=a": 1000, "r=b": 3, "r=c": 40}
+    est = {n: rng.integers(0, scale.get(n.split("/")[0], 1) + 1, 31) for n in h.nodes}
+    together = coco_plots(est, h, tmp_path / "together", 30, bins=12)
+    for top in h.nodes_at(1):
+        value = top.split("=", 1)[1]
+        alone_h = Hierarchy.from_leaf_paths(leaves[leaves["r"] == value], ["r", "s"])
+        alone = coco_plots(est, alone_h, tmp_path / f"alone-{value}", 30, bins=12)[1]
+        mine = next(f for f in together if f.name == alone.name)
+        assert np.array_equal(np.asarray(Image.open(mine)), np.asarray(Image.open(alone))), top
