@@ -45,11 +45,13 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .ranges import sort_finite
-from .rules import Rule, categorical_rules, numeric_rules, select_rules
+from .rules import Rule, categorical_rules, select_rules, sorted_rules
+from .space import CategoricalCodes, TreeRows, condition_codes
 from .trees import Tree, iter_trees
 from .units import parse_unit
 from ..lazy_modules import lazy_module
@@ -85,6 +87,9 @@ class RuleMiner:
     random_state : None, int or numpy.random.Generator, default None
         Validated and stored for API compatibility; the search is deterministic
         and draws no random numbers.
+    n_jobs : None or int ≥ 1, default None
+        Threads searching trees at once (None: 1). numpy's sorts, gathers and
+        cumulative sums release the GIL; the rules are the same for any value.
 
     Attributes
     ----------
@@ -108,13 +113,20 @@ class RuleMiner:
     """
 
     def __init__(self, max_depth=2, max_rules=10, min_support=10, max_categories=5, n_thresholds=32,
-                 random_state=None):
+                 random_state=None, n_jobs=None):
         self.max_depth = max_depth
         self.max_rules = max_rules
         self.min_support = min_support
         self.max_categories = max_categories
         self.n_thresholds = n_thresholds
         self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    def get_params(self) -> dict:
+        """The constructor's parameters (scikit-learn convention)."""
+        return {"max_depth": self.max_depth, "max_rules": self.max_rules, "min_support": self.min_support,
+                "max_categories": self.max_categories, "n_thresholds": self.n_thresholds,
+                "random_state": self.random_state, "n_jobs": self.n_jobs}
 
     def _validate_params(self) -> None:
         if not _is_int(self.max_depth) or self.max_depth not in (1, 2, 3):
@@ -139,9 +151,11 @@ class RuleMiner:
             raise ValueError(f"random_state must be None, an integer ≥ 0 or a numpy Generator, got {rs!r}")
         if _is_int(rs) and rs < 0:
             raise ValueError(f"random_state must be None, an integer ≥ 0 or a numpy Generator, got {rs!r}")
+        if not (self.n_jobs is None or (_is_int(self.n_jobs) and self.n_jobs >= 1)):
+            raise ValueError(f"n_jobs must be None or an integer ≥ 1, got {self.n_jobs!r}")
 
     @staticmethod
-    def _check_inputs(frame, labels, units, categorical):
+    def _check_inputs(frame, units, categorical):
         if not isinstance(frame, pd.DataFrame):
             raise TypeError(f"frame must be a pandas DataFrame, got {type(frame).__name__}")
         if units is None:
@@ -172,8 +186,12 @@ class RuleMiner:
             if not (pd.api.types.is_numeric_dtype(s.dtype) or pd.api.types.is_bool_dtype(s.dtype)):
                 raise ValueError(f"numeric attribute {col!r} has non-numeric data (dtype {s.dtype}); "
                                  "convert it to numbers or list it as categorical")
+        return parsed, categorical
+
+    @staticmethod
+    def _check_labels(labels, n_rows):
         y = np.asarray(labels)
-        if y.ndim != 1 or y.shape[0] != len(frame):
+        if y.ndim != 1 or y.shape[0] != n_rows:
             raise ValueError("labels must be one-dimensional with one entry per row of frame")
         if y.dtype != bool:
             if not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.floating)):
@@ -186,7 +204,7 @@ class RuleMiner:
             raise ValueError("labels mark no outlier: there is nothing to explain")
         if n_pos == y.size:
             raise ValueError("labels mark every row as an outlier: there is nothing to separate")
-        return parsed, categorical, y.copy(), n_pos
+        return y.copy(), n_pos
 
     def fit(self, frame: pd.DataFrame, labels, units: dict[str, str] | None = None,
             categorical: list[str] | None = None) -> "RuleMiner":
@@ -220,36 +238,130 @@ class RuleMiner:
         TypeError
             ``frame`` is not a DataFrame.
         """
-        self._validate_params()
-        units_, categorical, y, n_pos = self._check_inputs(frame, labels, units, categorical)
-        n = y.size
-        ms = self.min_support
-        min_support = int(ms) if _is_int(ms) else max(1, math.ceil(float(ms) * n))
+        return self._fit_all(frame, [labels], units, categorical, [self])[0]
 
-        cat = categorical_rules(frame, y, categorical, n_pos, min_support, self.max_categories)
-        cond_masks = [r.covers(frame) for r in cat]
-        candidates: list[Rule] = list(cat)
+    def fit_each(self, frame: pd.DataFrame, labels_seq, units: dict[str, str] | None = None,
+                 categorical: list[str] | None = None) -> list["RuleMiner"]:
+        """One fitted miner per label vector of ``labels_seq``, all on ``frame``, sharing the label-independent work.
+
+        Seed 004, slide "Outlier Rules Discovery - Search Space Generation": the
+        operation trees, their values, their sorts and the rows of every
+        categorical value in that order do not depend on the labels, so they
+        are computed once per tree for every label vector
+        (:mod:`~dpcore.explain.space`). Each returned miner, a new
+        :class:`RuleMiner` with this one's parameters, has exactly the
+        attributes ``RuleMiner(**self.get_params()).fit(frame, labels, units,
+        categorical)`` would have (the same rules, texts, order and scores).
+        This miner is not modified.
+
+        Parameters
+        ----------
+        frame : pandas.DataFrame
+        labels_seq : sequence of array-like of bool (or 0/1)
+            One label vector per fit (for the pipeline: one per detector template).
+        units, categorical
+            As :meth:`fit`.
+
+        Returns
+        -------
+        list of RuleMiner
+            In the order of ``labels_seq``.
+
+        Raises
+        ------
+        ValueError, TypeError
+            As :meth:`fit`, for any of the label vectors.
+        """
+        labels_seq = list(labels_seq)
+        if not labels_seq:
+            raise ValueError("labels_seq must hold at least one label vector")
+        miners = [type(self)(**self.get_params()) for _ in labels_seq]
+        return self._fit_all(frame, labels_seq, units, categorical, miners)
+
+    def _fit_all(self, frame, labels_seq, units, categorical, miners: list["RuleMiner"]) -> list["RuleMiner"]:
+        """Validate, search every tree once for all label vectors, set each miner's attributes (module docstring)."""
+        self._validate_params()
+        units_, categorical = self._check_inputs(frame, units, categorical)
+        fits = []
+        masks: dict = {}  # (column, values) -> covered rows: label vectors often share categorical rules
+        for labels in labels_seq:
+            y, n_pos = self._check_labels(labels, len(frame))
+            ms = self.min_support
+            min_support = int(ms) if _is_int(ms) else max(1, math.ceil(float(ms) * y.size))
+            cat = categorical_rules(frame, y, categorical, n_pos, min_support, self.max_categories)
+            conds = []
+            for r in cat:
+                key = (r.column, r.values)
+                if key not in masks:
+                    masks[key] = r.covers(frame)
+                conds.append(masks[key])
+            fits.append(_LabelFit(y, n_pos, min_support, cat, conds))
+        used = list(dict.fromkeys(r.column for f in fits for r in f.cat))
+        codes = {c: CategoricalCodes.of(frame[c]) for c in used}
+        for f in fits:
+            f.resolve(codes)
         trees: list[Tree] = []
-        for tree, values in iter_trees(frame, units_, self.max_depth):
-            trees.append(tree)
-            order = sort_finite(values)
-            base = numeric_rules(tree, values, order, y, n_pos, min_support, self.n_thresholds)
-            candidates.extend(base)
-            best = max((r.f1 for r in base), default=0.0)
-            for cond, mask in zip(cat, cond_masks):
-                floor = max(best, cond.f1)
-                sub = order[mask[order]]
-                for r in numeric_rules(tree, values, sub, y, n_pos, min_support, self.n_thresholds, cond):
-                    if r.f1 > floor:
-                        candidates.append(r)
-        self.units_ = units_
-        self.n_outliers_ = n_pos
-        self.trees_ = trees
-        self.n_candidates_ = len(candidates)
-        self.rules_ = select_rules(candidates, frame, self.max_rules)
-        return self
+        per_tree: list[list[list[Rule]]] = []  # tree -> label vector -> candidates
+        n_jobs = self.n_jobs or 1
+
+        def search(tree: Tree, values: np.ndarray) -> list[list[Rule]]:
+            rows = TreeRows(values, codes)
+            return [f.search(tree, rows, self.n_thresholds) for f in fits]
+
+        if n_jobs == 1:
+            for tree, values in iter_trees(frame, units_, self.max_depth):
+                trees.append(tree)
+                per_tree.append(search(tree, values))
+        else:
+            with ThreadPoolExecutor(max_workers=n_jobs, thread_name_prefix="rules") as pool:
+                pending: deque = deque()
+                for tree, values in iter_trees(frame, units_, self.max_depth):
+                    trees.append(tree)
+                    pending.append(pool.submit(search, tree, values))
+                    if len(pending) >= 2 * n_jobs:  # bounded: a few trees' sorted rows in memory at once
+                        per_tree.append(pending.popleft().result())
+                while pending:
+                    per_tree.append(pending.popleft().result())
+        for k, (f, miner) in enumerate(zip(fits, miners)):
+            candidates: list[Rule] = list(f.cat)
+            for found in per_tree:
+                candidates.extend(found[k])
+            miner.units_ = dict(units_)
+            miner.n_outliers_ = f.n_pos
+            miner.trees_ = list(trees)
+            miner.n_candidates_ = len(candidates)
+            miner.rules_ = select_rules(candidates, frame, self.max_rules)
+        return miners
 
     def __repr__(self) -> str:
         return (f"RuleMiner(max_depth={self.max_depth!r}, max_rules={self.max_rules!r}, "
                 f"min_support={self.min_support!r}, max_categories={self.max_categories!r}, "
-                f"n_thresholds={self.n_thresholds!r}, random_state={self.random_state!r})")
+                f"n_thresholds={self.n_thresholds!r}, random_state={self.random_state!r}, n_jobs={self.n_jobs!r})")
+
+
+class _LabelFit:
+    """One label vector's state in :meth:`RuleMiner._fit_all`: labels, categorical rules and their rows."""
+
+    def __init__(self, y: np.ndarray, n_pos: int, min_support: int, cat: list[Rule], masks: list[np.ndarray]):
+        self.y, self.n_pos, self.min_support, self.cat, self.masks = y, n_pos, min_support, cat, masks
+        self.codes: list[tuple[int, ...] | None] = []
+
+    def resolve(self, codes: dict[str, CategoricalCodes]) -> None:
+        """Each categorical rule's codes (:func:`~dpcore.explain.space.condition_codes`; None: search its mask)."""
+        self.codes = [condition_codes(m, codes[r.column]) for r, m in zip(self.cat, self.masks)]
+
+    def search(self, tree: Tree, rows: TreeRows, n_thresholds: int) -> list[Rule]:
+        """The tree's rules on all rows, then its conjunctions that beat both parts (module docstring, step 4)."""
+        y, n_pos, ms = self.y, self.n_pos, self.min_support
+        a = rows.all
+        ys = y[a.rows]  # one gather per tree; a condition's labels are a selection of these
+        base = sorted_rules(tree, a.vs, ys, n_pos, ms, n_thresholds, bnd=a.bnd)
+        out = list(base)
+        best = max((r.f1 for r in base), default=0.0)
+        for cond, mask, code in zip(self.cat, self.masks, self.codes):
+            floor = max(best, cond.f1)
+            seg = rows.masked(mask) if code is None else rows.segment(cond.column, code)
+            for r in sorted_rules(tree, seg.vs, ys[seg.sel], n_pos, ms, n_thresholds, cond, seg.bnd):
+                if r.f1 > floor:
+                    out.append(r)
+        return out

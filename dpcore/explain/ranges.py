@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Cut", "sort_finite", "search_sorted", "nice_between", "format_number"]
+__all__ = ["Cut", "sort_finite", "boundaries", "search_sorted", "nice_between", "format_number"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,16 @@ def sort_finite(values: np.ndarray) -> np.ndarray:
     """Row indices of the finite ``values``, sorted by value (NaN and ±inf rows left out)."""
     valid = np.flatnonzero(np.isfinite(values))
     return valid[np.argsort(values[valid])]
+
+
+def boundaries(vs: np.ndarray) -> np.ndarray:
+    """Cut positions ``0..m`` of sorted values ``vs``: 0, every ``k`` with ``vs[k - 1] != vs[k]``, and ``m``.
+
+    Depends on the values only, not on the labels, so several label vectors
+    searched over the same sorted values share it (:func:`search_sorted`'s
+    ``bnd``; :class:`~dpcore.explain.space.SearchSpace`).
+    """
+    return np.flatnonzero(np.concatenate(([True], vs[1:] != vs[:-1], [True])))
 
 
 def nice_between(lo: float, hi: float) -> float:
@@ -85,7 +95,8 @@ def _f1(tp: np.ndarray, cov: np.ndarray, n_pos: int) -> np.ndarray:
     return 2.0 * tp / (cov + n_pos)
 
 
-def search_sorted(vs: np.ndarray, ys: np.ndarray, n_pos: int, min_support: int, n_thresholds: int) -> list[Cut]:
+def search_sorted(vs: np.ndarray, ys: np.ndarray, n_pos: int, min_support: int, n_thresholds: int,
+                  bnd: np.ndarray | None = None) -> list[Cut]:
     """Best ``v < t``, ``v ≥ t`` and ``lo ≤ v < hi`` for sorted finite values ``vs`` with labels ``ys``.
 
     Parameters
@@ -98,6 +109,8 @@ def search_sorted(vs: np.ndarray, ys: np.ndarray, n_pos: int, min_support: int, 
         Rules covering fewer rows are not returned.
     n_thresholds : int
         Grid size of the two-sided search (module docstring).
+    bnd : ndarray of int, optional
+        ``boundaries(vs)``, when already computed (it does not depend on ``ys``).
 
     Returns
     -------
@@ -114,7 +127,8 @@ def search_sorted(vs: np.ndarray, ys: np.ndarray, n_pos: int, min_support: int, 
     tot = int(cum[m])
     if tot == 0:
         return []
-    bnd = np.flatnonzero(np.concatenate(([True], vs[1:] != vs[:-1], [True])))  # cut positions 0..m
+    if bnd is None:
+        bnd = boundaries(vs)  # cut positions 0..m
     inner = bnd[1:-1]
     if inner.size == 0:
         return []

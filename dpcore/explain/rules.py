@@ -15,6 +15,7 @@ those measured on the training table by :class:`~dpcore.explain.RuleMiner`;
 
 * :func:`numeric_rules` -- every tree into rules by range search (:mod:`.ranges`),
   over all rows or within the rows of a categorical predicate (a conjunction);
+  :func:`sorted_rules` the same from values already in sorted order;
 * :func:`categorical_rules` -- values with reasonable precision and recall
   (:mod:`.categories`);
 * :func:`select_rules` -- near-duplicate grouping and ranking by F1 (:mod:`.select`).
@@ -38,7 +39,7 @@ from ..lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
-__all__ = ["Rule", "numeric_rules", "categorical_rules", "select_rules"]
+__all__ = ["Rule", "numeric_rules", "sorted_rules", "categorical_rules", "select_rules"]
 
 
 def _value_text(v) -> str:
@@ -212,7 +213,18 @@ def numeric_rules(tree: Tree, values: np.ndarray, order: np.ndarray, y: np.ndarr
     condition : Rule, optional
         A categorical rule; the results are conjunctions with it.
     """
-    cuts = search_sorted(values[order], y[order], n_pos, min_support, n_thresholds)
+    return sorted_rules(tree, values[order], y[order], n_pos, min_support, n_thresholds, condition)
+
+
+def sorted_rules(tree: Tree, vs: np.ndarray, ys: np.ndarray, n_pos: int, min_support: int, n_thresholds: int,
+                 condition: Rule | None = None, bnd: np.ndarray | None = None) -> list[Rule]:
+    """:func:`numeric_rules` from the searched rows' values ``vs`` (sorted, finite) and labels ``ys`` in that order.
+
+    ``bnd`` may pass :func:`~.ranges.boundaries` of ``vs`` when it is already
+    known (label vectors searched over the same rows share it; seed 004,
+    "Outlier Rules Discovery - Search Space Generation").
+    """
+    cuts = search_sorted(vs, ys, n_pos, min_support, n_thresholds, bnd)
     extra = {} if condition is None else {"column": condition.column, "values": condition.values}
     return [Rule(tree=tree, lower=c.lower, upper=c.upper, **extra, **_scores(c.tp, c.support, n_pos))
             for c in cuts]

@@ -263,7 +263,7 @@ def _chunk_rows(units: dict[str, str], categorical: list[str], n_templates: int)
 def mine_rules(
     spec: ReleaseSpec, settings: Settings, ingested: IngestResult, templates: list[str] | None = None,
     max_depth: int | None = None, max_rules: int | None = None, sample_rows: int | None = None,
-    chunk_rows: int | None = None, mapper=serial_map,
+    chunk_rows: int | None = None, mapper=serial_map, n_jobs: int | None = None,
 ) -> RulesDone:
     """Mine each template's rules against its stored labels and write them to ``internal.outlier_rules``.
 
@@ -279,7 +279,10 @@ def mine_rules(
        per template are one SQL aggregate.
     2. :class:`~dpcore.explain.RuleMiner` (seed 004, "Outlier Rules
        Discovery": operation trees, ranges, categorical rules, conjunctions,
-       selection) runs on at most ``sample_rows`` rows: the whole table in
+       selection) runs on at most ``sample_rows`` rows, once for all templates
+       (:meth:`~dpcore.explain.RuleMiner.fit_each`: the trees, their sorts and
+       the rows of each categorical value are computed once and searched with
+       every template's labels; the rules are those of one fit per template): the whole table in
        input order when it has no more (the in-memory search, unchanged), else a
        uniform random sample without replacement of exactly ``sample_rows``
        rows (:func:`sample_positions`, public seed :data:`SAMPLE_SEED`), kept in
@@ -312,6 +315,9 @@ def mine_rules(
         :class:`~dpcore.chunks.MemoryBudget`); results do not depend on it.
     mapper : callable
         Maps the per-chunk counts (:func:`dpcore.chunks.serial_map`, or a Dask mapper).
+    n_jobs : int, optional
+        Threads of the rule search (:class:`~dpcore.explain.RuleMiner`'s
+        ``n_jobs``; default 1); the rules do not depend on it.
 
     Returns
     -------
@@ -345,6 +351,7 @@ def mine_rules(
                               "sample_rows": int(m)})
     now = datetime.now(timezone.utc)
     rows, found = [], []  # note rows; (template index, Rule) of the kept rules
+    mined: list[tuple[int, np.ndarray]] = []  # (template index, labels) of the templates to mine
     for i, template in enumerate(chosen):
         labels = frame[_label(i)].to_numpy(dtype=bool)
         k = int(labels.sum())
@@ -358,9 +365,11 @@ def mine_rules(
             rows.append({"template": template, "n_flagged": flagged[i], "rank": 0, "rule": None,
                          "precision": np.nan, "recall": np.nan, "f1": np.nan, "support": 0, "note": note})
             continue
-        miner = RuleMiner(max_depth=depth, max_rules=top).fit(
-            frame[columns], labels, units=units, categorical=categorical)
-        found += [(i, rule) for rule in miner.rules_]
+        mined.append((i, labels))
+    if mined:  # one search over the frame for every template: trees, sorts and categorical rows are shared
+        miners = RuleMiner(max_depth=depth, max_rules=top, n_jobs=n_jobs).fit_each(
+            frame[columns], [labels for _, labels in mined], units=units, categorical=categorical)
+        found += [(i, rule) for (i, _), miner in zip(mined, miners) for rule in miner.rules_]
     del frame
     if found:
         used = [c for c in columns if any(c in r.columns for _, r in found)]
