@@ -20,6 +20,7 @@ from ..lazy_modules import lazy_module
 
 _special = lazy_module("scipy.special")  # imported on first use (dpr spec check / plan never load scipy)
 
+from ..chunks import CHUNK_SHARE, MemoryBudget
 from .mixture_em import _SIGMA2_FLOOR, _solve
 
 #: Work budget (multiply-adds) of one concentration step over all elemental
@@ -94,17 +95,32 @@ def _lts_h(m: int, q: int) -> int:
     return min(m, (m + q + 1) // 2)
 
 
+def _gather_floats() -> int:
+    """Floats of one gather of :func:`_subset_ls`: a chunk's share of ``DPR_MEMORY_LIMIT``, halved.
+
+    :data:`dpcore.chunks.CHUNK_SHARE` of the cap (:class:`dpcore.chunks.MemoryBudget`),
+    for the gathered ``(c, h, q)`` rows and the copy of their transpose (8
+    bytes each): 1 Mi floats under 512 MiB, 4 Mi under the 2 GiB default.
+    Before issue 29 (goal 4) it was a fixed 2e7 floats, about 320 MB with
+    the copy, which alone took a 512 MiB run above its cap on the demo.
+    """
+    return int(MemoryBudget.from_env().effective_limit * CHUNK_SHARE) // 16
+
+
 def _subset_ls(Z: np.ndarray, y: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """Least squares on each row subset ``idx[k]`` (shape (k, h)), batched; returns (k, q) coefficients.
 
-    Chunked over subsets so the gathered ``Z[idx]`` stays below ~2e7 floats
-    (wide one-hot designs); the tiny relative ridge of :func:`_solve` keeps
-    singular subsets (an elemental set holding two rows of one level) finite.
+    Chunked over subsets so the gathered ``Z[idx]`` and the contiguous copy
+    of its transpose that the batched product makes stay within
+    :func:`_gather_floats` (a share of ``DPR_MEMORY_LIMIT``; each subset's
+    fit is computed alone, so the chunking never changes the result); the
+    tiny relative ridge of :func:`_solve` keeps singular subsets (an
+    elemental set holding two rows of one level) finite.
     """
     k, h = idx.shape
     q = Z.shape[1]
     out = np.empty((k, q))
-    step = max(1, int(2e7 // max(1, h * q)))
+    step = max(1, _gather_floats() // max(1, h * q))
     for a in range(0, k, step):
         ii = idx[a:a + step]
         A = Z[ii]  # (c, h, q)
