@@ -1,6 +1,6 @@
 """Outlier rules discovery: speed on the NYC flights, and the rules that explain the real detector's outliers.
 
-Run: ``PYTHONPATH=. .venv/bin/python -m benchmarks.rules [--labels both|standin|detector] [--quick] [--dry-run]``.
+Run: ``PYTHONPATH=. .venv/bin/python -m benchmarks.rules [--labels both|standin|detector|step] [--quick] [--dry-run]``.
 Two parts, both by default (``--labels both``), each writing its own section of
 BENCHMARKS.md (:func:`benchmarks._record.record`): ``rules`` (``--labels standin``:
 speed and rules on stand-in labels, below) and ``rules_detector`` (``--labels
@@ -47,6 +47,30 @@ Measured in one run, on the same labels:
   ratio ≥ 3 and outlier support ≥ 1% of the outliers. Reported: its best F1
   among kept predicates, the F1 of their union, and the best F1 of any
   single predicate.
+
+Step speed part (issue 29, ``--labels step``; section ``rules_step``)
+--------------------------------------------------------------------
+
+The pipeline's owner-only ``rules`` step (:func:`dpcore.steps.rules.mine_rules`)
+on the 1x demo, in a temporary ``DPR_HOME``: the demo spec is registered,
+ingested, validated and the detector fitted and stored exactly as the pipeline
+does (not timed), then the step runs with its own labels for both templates.
+
+* **before**: the step with one :class:`RuleMiner` fit per template by the
+  search as it was before issue 29 (:func:`reference_fit`, kept here as the
+  baseline: one sort per tree per template, one mask gather per tree and
+  categorical rule), patched in for :class:`RuleMiner` (:class:`ReferenceMiner`);
+* **after**: the step as it is (:meth:`RuleMiner.fit_each`: trees, sorts and
+  each categorical value's rows in sort order computed once for both
+  templates), single-threaded and with ``n_jobs=2``.
+
+Each variant runs ``--repeats`` times (default 3) in rotating order after one
+untimed warm-up; the medians are compared. Every run's stored
+``internal.outlier_rules`` rows (all columns but ``created_at``) are asserted
+identical to the baseline's. The rule search alone (the step's mining frame
+and labels; reference fits vs ``fit_each``) is timed the same way. The
+1-minute load average is recorded before and after each timed run: the machine
+has 2 cores and is shared, so the figures are only comparable within one run.
 
 Detector labels part (issue 18)
 -------------------------------
@@ -96,16 +120,24 @@ Datasets:
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import shutil
+import statistics
+import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pandas as pd
 
 from benchmarks._record import machine, record
 from dpcore.explain import RuleMiner
-from dpcore.explain.rules import categorical_rules
-from dpcore.explain.trees import generate_trees
+from dpcore.explain.miner import _is_int
+from dpcore.explain.ranges import Cut, _f1, nice_between, sort_finite
+from dpcore.explain.rules import Rule, _scores, categorical_rules, select_rules
+from dpcore.explain.trees import generate_trees, iter_trees
 
 UNITS = {"arr_delay": "minute", "dep_delay": "minute", "air_time": "minute", "distance": "mile",
          "hour": "hour", "sched_arr": "minute"}
@@ -549,11 +581,290 @@ def detector_markdown(res: dict, quick: bool, whole_s: float | None) -> str:
     return "\n".join(md)
 
 
+# ---------------------------------------------------------------------------
+# step speed (issue 29)
+# ---------------------------------------------------------------------------
+
+STEP_REPEATS = 3
+
+
+def former_search_sorted(vs: np.ndarray, ys: np.ndarray, n_pos: int, min_support: int, n_thresholds: int) -> list[Cut]:
+    """The range search as it was before issue 29 (``dpcore.explain.ranges.search_sorted``), kept as the baseline."""
+    m = vs.size
+    if m < 2 or n_pos <= 0:
+        return []
+    cum = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum(ys, out=cum[1:])
+    tot = int(cum[m])
+    if tot == 0:
+        return []
+    bnd = np.flatnonzero(np.concatenate(([True], vs[1:] != vs[:-1], [True])))  # cut positions 0..m
+    inner = bnd[1:-1]
+    if inner.size == 0:
+        return []
+    out: list[Cut] = []
+
+    def cut_value(k: int) -> float:
+        return nice_between(float(vs[k - 1]), float(vs[k]))
+
+    # v < t: the first k rows
+    tp = cum[inner]
+    f1 = np.where(inner >= min_support, _f1(tp, inner, n_pos), -1.0)
+    i = int(np.argmax(f1))
+    if f1[i] > 0:
+        k = int(inner[i])
+        out.append(Cut(-np.inf, cut_value(k), int(tp[i]), k))
+    # v ≥ t: the rows from k on
+    cov = m - inner
+    tp = tot - cum[inner]
+    f1 = np.where(cov >= min_support, _f1(tp, cov, n_pos), -1.0)
+    i = int(np.argmax(f1))
+    if f1[i] > 0:
+        k = int(inner[i])
+        out.append(Cut(cut_value(k), np.inf, int(tp[i]), int(cov[i])))
+    # lo ≤ v < hi on a grid of g + 1 cuts, then refined
+    g = min(n_thresholds, bnd.size - 1)
+    idx = np.clip(np.searchsorted(bnd, np.linspace(0, m, g + 1)), 0, bnd.size - 1)
+    grid = np.unique(bnd[idx])
+    if grid.size < 3:
+        return out
+    cg = cum[grid]
+    tp2 = cg[None, :] - cg[:, None]
+    cov2 = grid[None, :] - grid[:, None]
+    ok = (cov2 >= max(min_support, 1)) & np.triu(np.ones((grid.size, grid.size), bool), 1)
+    ok[0, -1] = False  # the whole table
+    f2 = np.where(ok, _f1(tp2, np.maximum(cov2, 0), n_pos), -1.0)
+    gi, gj = np.unravel_index(int(np.argmax(f2)), f2.shape)
+    if f2[gi, gj] <= 0:
+        return out
+    lo_k, hi_k = int(grid[gi]), int(grid[gj])
+
+    def window(gk: int) -> np.ndarray:
+        a = grid[max(gk - 1, 0)]
+        b = grid[min(gk + 1, grid.size - 1)]
+        return bnd[np.searchsorted(bnd, a): np.searchsorted(bnd, b, side="right")]
+
+    lo_w, hi_w = window(gi), window(gj)
+    best = float(f2[gi, gj])
+    for _ in range(2):
+        c = lo_w[lo_w < hi_k]
+        cv = hi_k - c
+        f = np.where(cv >= min_support, _f1(cum[hi_k] - cum[c], cv, n_pos), -1.0)
+        j = int(np.argmax(f))
+        if f[j] > best:
+            best, lo_k = float(f[j]), int(c[j])
+        c = hi_w[hi_w > lo_k]
+        cv = c - lo_k
+        f = np.where(cv >= min_support, _f1(cum[c] - cum[lo_k], cv, n_pos), -1.0)
+        j = int(np.argmax(f))
+        if f[j] > best:
+            best, hi_k = float(f[j]), int(c[j])
+    if lo_k == 0 or hi_k == m:  # one-sided: already found exactly above
+        return out
+    out.append(Cut(cut_value(lo_k), cut_value(hi_k), int(cum[hi_k] - cum[lo_k]), hi_k - lo_k))
+    return out
+
+
+def former_numeric_rules(tree, values, order, y, n_pos, min_support, n_thresholds, condition=None):
+    """The former ``numeric_rules``: :func:`former_search_sorted` on ``values[order]``, ``y[order]``."""
+    cuts = former_search_sorted(values[order], y[order], n_pos, min_support, n_thresholds)
+    extra = {} if condition is None else {"column": condition.column, "values": condition.values}
+    return [Rule(tree=tree, lower=c.lower, upper=c.upper, **extra, **_scores(c.tp, c.support, n_pos))
+            for c in cuts]
+
+
+def reference_fit(frame: pd.DataFrame, labels, units: dict, categorical: list, max_depth: int = 2,
+                  max_rules: int = 10, min_support=10, max_categories: int = 5, n_thresholds: int = 32):
+    """The rule search as ``RuleMiner.fit`` ran it before issue 29 (the baseline): ``(trees, candidates, rules)``.
+
+    One sort per tree and, per tree and categorical rule, the rule's row mask
+    gathered in the tree's sort order (``order[mask[order]]``), each searched
+    by :func:`former_search_sorted`; nothing shared between label vectors.
+    """
+    y = np.asarray(labels).astype(bool)
+    n_pos = int(y.sum())
+    ms = int(min_support) if _is_int(min_support) else max(1, math.ceil(float(min_support) * y.size))
+    units_ = RuleMiner._check_inputs(frame, units, categorical)[0]
+    cat = categorical_rules(frame, y, categorical, n_pos, ms, max_categories)
+    cond_masks = [r.covers(frame) for r in cat]
+    candidates = list(cat)
+    trees = []
+    for tree, values in iter_trees(frame, units_, max_depth):
+        trees.append(tree)
+        order = sort_finite(values)
+        base = former_numeric_rules(tree, values, order, y, n_pos, ms, n_thresholds)
+        candidates.extend(base)
+        best = max((r.f1 for r in base), default=0.0)
+        for cond, mask in zip(cat, cond_masks):
+            floor = max(best, cond.f1)
+            sub = order[mask[order]]
+            for r in former_numeric_rules(tree, values, sub, y, n_pos, ms, n_thresholds, cond):
+                if r.f1 > floor:
+                    candidates.append(r)
+    return trees, candidates, select_rules(candidates, frame, max_rules)
+
+
+class ReferenceMiner(RuleMiner):
+    """:class:`RuleMiner` whose ``fit_each`` runs one :func:`reference_fit` per label vector (the step's baseline)."""
+
+    def fit_each(self, frame, labels_seq, units=None, categorical=None):
+        out = []
+        for y in labels_seq:
+            trees, cands, rules = reference_fit(frame, y, units, categorical, self.max_depth, self.max_rules,
+                                                self.min_support, self.max_categories, self.n_thresholds)
+            m = RuleMiner(**self.get_params())
+            m.trees_, m.n_candidates_, m.rules_, m.n_outliers_ = trees, len(cands), rules, int(np.sum(y))
+            out.append(m)
+        return out
+
+
+def _demo_home(tmp: Path):
+    """A temporary DPR_HOME with the demo spec registered, ingested, validated and its detector stored (not timed)."""
+    os.environ["DPR_HOME"] = str(tmp / "home")
+    for k in ("DPR_WAREHOUSE", "DPR_BUNDLES", "DPR_OWNER_KEY_FILE", "DPR_MEMORY_LIMIT"):
+        os.environ.pop(k, None)
+    from dpcore import pipeline
+    from dpcore.registration import register
+    from dpcore.settings import Settings
+    from dpcore.spec import load_spec
+    from dpcore.steps.detect import detection_frame, fit_one, store_detection, templates_of
+
+    spec = load_spec(Path(__file__).resolve().parents[1] / "specs" / "demo.yaml")  # its files resolve next to it
+    settings = Settings.from_env()
+    register(spec, settings)
+    ing = pipeline.ingest_stage(spec, settings)
+    pipeline.validate_stage(spec, settings, ing)
+    df = detection_frame(spec, settings, ing)
+    fits = [fit_one(df, t, spec) for t in templates_of(spec)]
+    store_detection(spec, settings, ing, df[spec.dataset.record_id].to_numpy(), fits)
+    return spec, settings, ing
+
+
+def _timed(fn) -> dict:
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    out = fn()
+    return {"seconds": time.perf_counter() - t0, "load": (load0, os.getloadavg()[0]), "out": out}
+
+
+def _rotate(variants: dict, repeats: int) -> dict:
+    """Each variant ``repeats`` times, in rotating order: name -> list of :func:`_timed` results."""
+    names = list(variants)
+    runs = {k: [] for k in names}
+    for rep in range(repeats):
+        for k in names[rep % len(names):] + names[:rep % len(names)]:
+            runs[k].append(_timed(variants[k]))
+            print(f"  {k}: {runs[k][-1]['seconds']:.2f} s (load {runs[k][-1]['load'][0]:.2f})", flush=True)
+    return runs
+
+
+def run_step(repeats: int = STEP_REPEATS) -> dict:
+    """The rules step and its rule search, before vs after (module docstring, "Step speed part"); in a temporary home."""
+    tmp = Path(tempfile.mkdtemp(prefix="dpr-bench-rules-"))
+    try:
+        return _run_step(tmp, repeats)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_step(tmp: Path, repeats: int) -> dict:
+    import dpcore.explain
+    from dpcore.steps.common import open_stores
+    from dpcore.steps.rules import RULES_TABLE, _label, _mining_frame, labelled_query, mine_rules, rules_inputs
+    from dpcore.validation import validated_table_name
+
+    t_all = time.perf_counter()
+    t0 = time.perf_counter()
+    spec, settings, ing = _demo_home(tmp)
+    setup_s = time.perf_counter() - t0
+    wh = open_stores(settings).warehouse
+    suffix = validated_table_name(ing, spec)
+
+    def stored():
+        return wh.query_df(f"SELECT * EXCLUDE (created_at) FROM internal.{RULES_TABLE} ORDER BY template, rank")
+
+    def step(n_jobs=None, reference=False):
+        def go():
+            if reference:
+                with mock.patch.object(dpcore.explain, "RuleMiner", ReferenceMiner):
+                    mine_rules(spec, settings, ing)
+            else:
+                mine_rules(spec, settings, ing, n_jobs=n_jobs)
+            return stored()
+        return go
+
+    step()()  # warm-up: imports, pint's registry, DuckDB's caches
+    print("rules step:", flush=True)
+    runs = _rotate({"before": step(reference=True), "after": step(), "after, n_jobs=2": step(2)}, repeats)
+    base = runs["before"][0]["out"]
+    for k, rs in runs.items():
+        for r in rs:
+            pd.testing.assert_frame_equal(r.pop("out"), base)  # identical stored rules, every run
+    # the rule search alone, on the step's own mining frame and labels
+    templates, units, cats = rules_inputs(spec)
+    columns = [*units, *cats]
+    sql, params = labelled_query(spec, ing, suffix, templates, columns)
+    n = int(wh.query(f"SELECT count(*) FROM ({sql})", params)[0][0])
+    frame, _ = _mining_frame(wh, spec, ing, suffix, templates, columns, n, int(spec.steps.rules.sample_rows))
+    ys = [frame[_label(i)].to_numpy(dtype=bool) for i in range(len(templates))]
+    x = frame[columns]
+    depth, top = spec.steps.rules.max_depth, spec.steps.rules.max_rules
+
+    def search(n_jobs=None, reference=False):
+        cls = ReferenceMiner if reference else RuleMiner
+        return lambda: [m.rules_ for m in cls(max_depth=depth, max_rules=top, n_jobs=n_jobs).fit_each(
+            x, ys, units=units, categorical=cats)]
+
+    print("rule search alone:", flush=True)
+    sruns = _rotate({"before": search(reference=True), "after": search(), "after, n_jobs=2": search(2)}, repeats)
+    sbase = sruns["before"][0]["out"]
+    for rs in sruns.values():
+        for r in rs:
+            assert [[q.as_dict() for q in t] for t in r.pop("out")] == [[q.as_dict() for q in t] for t in sbase]
+    return {"step": runs, "search": sruns, "n": len(frame), "flagged": [int(y.sum()) for y in ys],
+            "templates": templates, "setup_s": setup_s, "seconds": time.perf_counter() - t_all,
+            "repeats": repeats, "rules": len(base)}
+
+
+def step_markdown(res: dict) -> str:
+    md = ["## Explain: speed of the rules step (issue 29)\n"]
+    md.append(
+        f"`PYTHONPATH=. .venv/bin/python -m benchmarks.rules --labels step`; {machine()}; this part "
+        f"{res['seconds']:.0f} s (set-up {res['setup_s']:.0f} s, not timed). The pipeline's `rules` step "
+        "(`dpcore.steps.rules.mine_rules`) on the 1x demo in a temporary home (registered, ingested, validated, "
+        f"detector stored as the pipeline does): {res['n']:,} validated flights mined whole, templates "
+        + ", ".join(f"`{t}` ({k:,} flagged)" for t, k in zip(res["templates"], res["flagged"]))
+        + f"; depth 2, {res['rules']} stored rules. **before** = one fit per template by the former search "
+        "(`reference_fit`, this script: one sort per tree per template, one mask gather per tree and categorical "
+        "rule); **after** = `RuleMiner.fit_each` (trees, sorts and each categorical value's rows in sort order "
+        "computed once for both templates). Median of "
+        f"{res['repeats']} runs per variant in rotating order after a warm-up; every run's stored "
+        "`internal.outlier_rules` rows (and the search's rules) asserted identical to the baseline's. Load = "
+        "1-minute load average before / after each run (2 cores shared with other work: compare within this run "
+        "only).\n")
+    for key, title in (("step", "Rules step (`mine_rules`: mining frame from DuckDB, search, exact counts, write)"),
+                       ("search", "Rule search alone (both templates, the step's frame and labels)")):
+        runs = res[key]
+        before = statistics.median(r["seconds"] for r in runs["before"])
+        md.append(f"### {title}\n")
+        md.append("| what | median s | runs (s) | ratio before / this | load before → after (per run) |")
+        md.append("|---|---|---|---|---|")
+        for name, rs in runs.items():
+            med = statistics.median(r["seconds"] for r in rs)
+            secs = ", ".join(f"{r['seconds']:.2f}" for r in rs)
+            loads = ", ".join(f"{r['load'][0]:.2f} → {r['load'][1]:.2f}" for r in rs)
+            md.append(f"| {name} | {med:.2f} | {secs} | {before / med:.2f}× | {loads} |")
+        md.append("")
+    return "\n".join(md)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--labels", choices=("both", "standin", "detector"), default="both",
+    ap.add_argument("--labels", choices=("both", "standin", "detector", "step"), default="both",
                     help="which part: stand-in labels (speed, section 'rules'), the detector's labels "
-                         "(section 'rules_detector'), or both (default)")
+                         "(section 'rules_detector'), both (default), or the rules step's speed before / after "
+                         "issue 29 on the 1x demo (section 'rules_step')")
+    ap.add_argument("--repeats", type=int, default=STEP_REPEATS, help="timed runs per variant of --labels step")
     ap.add_argument("--quick", action="store_true", help=f"a seeded sample of {QUICK_ROWS:,} flights")
     ap.add_argument("--dry-run", action="store_true", help="print, do not write BENCHMARKS.md")
     args = ap.parse_args(argv)
@@ -561,6 +872,8 @@ def main(argv=None) -> None:
     sections = []
     if args.labels in ("both", "standin"):
         sections.append(("rules", markdown(run(args.quick), args.quick)))
+    if args.labels == "step":
+        sections.append(("rules_step", step_markdown(run_step(args.repeats))))
     if args.labels in ("both", "detector"):
         res = run_detector(args.quick)
         whole = time.perf_counter() - t0 if args.labels == "both" else None

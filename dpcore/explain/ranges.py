@@ -137,21 +137,25 @@ def search_sorted(vs: np.ndarray, ys: np.ndarray, n_pos: int, min_support: int, 
     def cut_value(k: int) -> float:
         return nice_between(float(vs[k - 1]), float(vs[k]))
 
-    # v < t: the first k rows
-    tp = cum[inner]
-    f1 = np.where(inner >= min_support, _f1(tp, inner, n_pos), -1.0)
-    i = int(np.argmax(f1))
-    if f1[i] > 0:
-        k = int(inner[i])
-        out.append(Cut(-np.inf, cut_value(k), int(tp[i]), k))
-    # v ≥ t: the rows from k on
-    cov = m - inner
-    tp = tot - cum[inner]
-    f1 = np.where(cov >= min_support, _f1(tp, cov, n_pos), -1.0)
-    i = int(np.argmax(f1))
-    if f1[i] > 0:
-        k = int(inner[i])
-        out.append(Cut(cut_value(k), np.inf, int(tp[i]), int(cov[i])))
+    ci = cum[inner]
+    # v < t: the first k rows; inner increases, so the cuts with k ≥ min_support are a suffix of it
+    s = int(np.searchsorted(inner, min_support))
+    if s < inner.size:
+        f1 = _f1(ci[s:], inner[s:], n_pos)
+        i = int(np.argmax(f1))  # the first best cut, as over all cuts with the others scored -1
+        if f1[i] > 0:
+            k = int(inner[s + i])
+            out.append(Cut(-np.inf, cut_value(k), int(ci[s + i]), k))
+    # v ≥ t: the rows from k on; the cuts with m - k ≥ min_support are a prefix of inner
+    e = int(np.searchsorted(inner, m - min_support, side="right"))
+    if e > 0:
+        cov = m - inner[:e]
+        tp = tot - ci[:e]
+        f1 = _f1(tp, cov, n_pos)
+        i = int(np.argmax(f1))
+        if f1[i] > 0:
+            k = int(inner[i])
+            out.append(Cut(cut_value(k), np.inf, int(tp[i]), int(cov[i])))
     # lo ≤ v < hi on a grid of g + 1 cuts, then refined
     g = min(n_thresholds, bnd.size - 1)
     idx = np.clip(np.searchsorted(bnd, np.linspace(0, m, g + 1)), 0, bnd.size - 1)
