@@ -222,7 +222,7 @@ def test_a_condition_that_is_not_a_union_of_codes_falls_back_to_its_mask():
     for mask in (col.isin(["a"]).to_numpy(), col.isin(["a", "b"]).to_numpy()):
         codes = condition_codes(mask, cc)
         for seg in (rows.segment("c", codes), rows.masked(mask)):
-            np.testing.assert_array_equal(seg.rows, order[mask[order]])
+            np.testing.assert_array_equal(rows.rows(seg), order[mask[order]])
             np.testing.assert_array_equal(seg.vs, values[order[mask[order]]])
 
 

@@ -34,7 +34,11 @@ there lowers recall.
 
 Cost: one sort per tree plus linear passes per (tree, categorical rule);
 depth 2 over 6 numeric and 3 categorical attributes of the 336,776 NYC flights
-runs in seconds (``benchmarks/rules.py``, BENCHMARKS.md).
+runs in seconds (``benchmarks/rules.py``, BENCHMARKS.md). Several label vectors
+over one table (:meth:`RuleMiner.fit_each`, one per detector template in the
+pipeline) share the label-independent part -- the trees, their values and
+sorts, each categorical value's rows in sort order (:mod:`.space`) -- and give
+exactly the rules of separate fits; ``n_jobs`` threads search trees at once.
 
 The rules, like the labels and scores they explain, are internal (non-private)
 and leave the warehouse only through a differentially private mechanism
@@ -298,15 +302,18 @@ class RuleMiner:
             fits.append(_LabelFit(y, n_pos, min_support, cat, conds))
         used = list(dict.fromkeys(r.column for f in fits for r in f.cat))
         codes = {c: CategoricalCodes.of(frame[c]) for c in used}
-        for f in fits:
-            f.resolve(codes)
+        conditions: dict[tuple, list[tuple[int, int]]] = {}  # distinct condition -> (label vector, rule) using it
+        for k, f in enumerate(fits):
+            for j, (r, mask) in enumerate(zip(f.cat, f.masks)):
+                c = condition_codes(mask, codes[r.column])
+                key = ("mask", k, j) if c is None else ("codes", r.column, c)
+                conditions.setdefault(key, []).append((k, j))
         trees: list[Tree] = []
         per_tree: list[list[list[Rule]]] = []  # tree -> label vector -> candidates
         n_jobs = self.n_jobs or 1
 
         def search(tree: Tree, values: np.ndarray) -> list[list[Rule]]:
-            rows = TreeRows(values, codes)
-            return [f.search(tree, rows, self.n_thresholds) for f in fits]
+            return _search_tree(tree, TreeRows(values, codes), fits, conditions, self.n_thresholds)
 
         if n_jobs == 1:
             for tree, values in iter_trees(frame, units_, self.max_depth):
@@ -344,24 +351,27 @@ class _LabelFit:
 
     def __init__(self, y: np.ndarray, n_pos: int, min_support: int, cat: list[Rule], masks: list[np.ndarray]):
         self.y, self.n_pos, self.min_support, self.cat, self.masks = y, n_pos, min_support, cat, masks
-        self.codes: list[tuple[int, ...] | None] = []
 
-    def resolve(self, codes: dict[str, CategoricalCodes]) -> None:
-        """Each categorical rule's codes (:func:`~dpcore.explain.space.condition_codes`; None: search its mask)."""
-        self.codes = [condition_codes(m, codes[r.column]) for r, m in zip(self.cat, self.masks)]
 
-    def search(self, tree: Tree, rows: TreeRows, n_thresholds: int) -> list[Rule]:
-        """The tree's rules on all rows, then its conjunctions that beat both parts (module docstring, step 4)."""
-        y, n_pos, ms = self.y, self.n_pos, self.min_support
-        a = rows.all
-        ys = y[a.rows]  # one gather per tree; a condition's labels are a selection of these
-        base = sorted_rules(tree, a.vs, ys, n_pos, ms, n_thresholds, bnd=a.bnd)
-        out = list(base)
-        best = max((r.f1 for r in base), default=0.0)
-        for cond, mask, code in zip(self.cat, self.masks, self.codes):
-            floor = max(best, cond.f1)
-            seg = rows.masked(mask) if code is None else rows.segment(cond.column, code)
-            for r in sorted_rules(tree, seg.vs, ys[seg.sel], n_pos, ms, n_thresholds, cond, seg.bnd):
-                if r.f1 > floor:
-                    out.append(r)
-        return out
+def _search_tree(tree: Tree, rows: TreeRows, fits: list[_LabelFit], conditions: dict,
+                 n_thresholds: int) -> list[list[Rule]]:
+    """One tree's candidates for every label vector: its rules on all rows, then its conjunctions that beat
+    both parts (module docstring, steps 2 and 4), in the order of a separate fit per label vector.
+
+    Each distinct condition's rows (``conditions``: key -> ``(label vector, categorical rule)`` pairs) are
+    selected once and searched with every label vector using it, then dropped, so one tree holds one
+    condition's rows at a time.
+    """
+    ys = [f.y[rows.order] for f in fits]  # one gather per tree; a condition's labels are a selection of these
+    a = rows.all
+    base = [sorted_rules(tree, a.vs, y, f.n_pos, f.min_support, n_thresholds, bnd=a.bnd) for f, y in zip(fits, ys)]
+    best = [max((r.f1 for r in b), default=0.0) for b in base]
+    conj: list[list[list[Rule]]] = [[[] for _ in f.cat] for f in fits]
+    for key, users in conditions.items():
+        seg = rows.masked(fits[key[1]].masks[key[2]]) if key[0] == "mask" else rows.segment(key[1], key[2])
+        for k, j in users:
+            f, cond = fits[k], fits[k].cat[j]
+            floor = max(best[k], cond.f1)
+            conj[k][j] = [r for r in sorted_rules(tree, seg.vs, ys[k][seg.sel], f.n_pos, f.min_support,
+                                                  n_thresholds, cond, seg.bnd) if r.f1 > floor]
+    return [b + [r for found in c for r in found] for b, c in zip(base, conj)]

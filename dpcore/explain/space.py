@@ -17,20 +17,24 @@ same rows).
   codes; otherwise the search falls back to the rule's own row mask.
 * :class:`TreeRows` -- one tree's sorted finite rows (:func:`~.ranges.sort_finite`),
   sorted values and cut boundaries (:func:`~.ranges.boundaries`), and, per
-  categorical attribute, a stable grouping of the sorted rows by code, so the
-  rows of one value in value order are a slice instead of a gather of a mask
-  over all rows (the grouping is a stable counting sort of small integer codes).
+  categorical attribute, the codes gathered once in that sort order (one byte
+  per row), so the rows of one value in value order are found by a comparison
+  of small integers instead of a gather of the value's row mask per tree and rule.
 
 Exactness: the rows a conjunction is searched on are the same rows in the same
 order as ``order[mask[order]]`` (the per-rule mask over the tree's sort order
-that :class:`~dpcore.explain.RuleMiner` used before), because the grouping is
-stable; the label-dependent search (:func:`~.ranges.search_sorted`) is
-unchanged. So rules, scores and order are identical to separate fits
-(``tests/test_explain_rules.py``).
+that :class:`~dpcore.explain.RuleMiner` used before): a comparison of the codes
+in sort order selects exactly the positions ``mask[order]`` selects, once
+:func:`condition_codes` has checked that the mask is those codes' rows. The
+label-dependent search (:func:`~.ranges.search_sorted`) finds the same cuts as
+before. So rules, scores and order are identical to separate fits and to the
+former search (``tests/test_explain_rules_shared.py``).
 
-Memory: at most the trees being searched (``n_jobs`` of them, plus as many
-queued) hold their sorted rows and per-value segments, a few arrays of the
-table's length per categorical attribute; nothing is kept across trees.
+Memory: only the trees being searched (``n_jobs`` of them, plus as many
+queued) hold their sorted rows (order, values and boundaries: three arrays of
+the table's length), one byte per row per categorical attribute for the codes
+in sort order, and the rows of one condition at a time; nothing is kept
+across trees.
 """
 from __future__ import annotations
 
@@ -93,12 +97,12 @@ def condition_codes(mask: np.ndarray, cc: CategoricalCodes) -> tuple[int, ...] |
 class Segment:
     """Rows searched for one condition, in value order.
 
-    ``sel`` are their positions (increasing) among the tree's sorted finite rows (:attr:`TreeRows.order`);
-    ``rows`` are their row indices, ``vs`` their values, ``bnd`` the cut boundaries of ``vs``.
+    ``sel`` are their positions (increasing) among the tree's sorted finite rows
+    (:attr:`TreeRows.order`; None: all of them), ``vs`` their values, ``bnd`` the
+    cut boundaries of ``vs``; :meth:`TreeRows.rows` gives their row indices.
     """
 
     sel: np.ndarray | None
-    rows: np.ndarray
     vs: np.ndarray
     bnd: np.ndarray
 
@@ -125,32 +129,31 @@ class TreeRows:
         self.codes = codes
         self.order = sort_finite(values)
         vs = values[self.order]
-        self.all = Segment(None, self.order, vs, boundaries(vs))
+        self.all = Segment(None, vs, boundaries(vs))
         self._sorted_codes: dict[str, np.ndarray] = {}
-        self._segments: dict[tuple, Segment] = {}
 
     def _select(self, sel: np.ndarray) -> Segment:
-        idx = np.flatnonzero(sel)  # increasing positions: the gathers below stay in order (cache-friendly)
+        idx = np.flatnonzero(sel)  # increasing positions: the gathers from them stay in order (cache-friendly)
         vs = self.all.vs[idx]
-        return Segment(idx, self.order[idx], vs, boundaries(vs))
+        return Segment(idx, vs, boundaries(vs))
+
+    def rows(self, seg: Segment) -> np.ndarray:
+        """The row indices of ``seg``, in value order (``order[mask[order]]`` for its condition's rows ``mask``)."""
+        return self.order if seg.sel is None else self.order[seg.sel]
 
     def segment(self, column: str, codes: tuple[int, ...]) -> Segment:
-        """The rows with one of ``codes`` in ``column``, in value order (cached per tree).
+        """The rows with one of ``codes`` in ``column``, in value order.
 
         The same rows in the same order as ``order[mask[order]]`` for the rows
         ``mask`` of those codes; the codes are gathered in sort order once per
-        attribute and tree.
+        attribute and tree, a segment costs one comparison over them.
         """
-        key = (column, codes)
-        seg = self._segments.get(key)
-        if seg is None:
-            sc = self._sorted_codes.get(column)
-            if sc is None:
-                sc = self._sorted_codes[column] = self.codes[column].shifted[self.order]
-            sel = sc == codes[0] + 1 if len(codes) == 1 else self.codes[column].lookup(codes)[sc]
-            seg = self._segments[key] = self._select(sel)
-        return seg
+        sc = self._sorted_codes.get(column)
+        if sc is None:
+            sc = self._sorted_codes[column] = self.codes[column].shifted[self.order]
+        sel = sc == codes[0] + 1 if len(codes) == 1 else self.codes[column].lookup(codes)[sc]
+        return self._select(sel)
 
     def masked(self, mask: np.ndarray) -> Segment:
-        """The rows of ``mask`` in value order (the fallback of :func:`condition_codes`; not cached)."""
+        """The rows of ``mask`` in value order (the fallback of :func:`condition_codes`)."""
         return self._select(mask[self.order])
