@@ -126,8 +126,8 @@ class RuleMiner:
         self.random_state = random_state
         self.n_jobs = n_jobs
 
-    def get_params(self) -> dict:
-        """The constructor's parameters (scikit-learn convention)."""
+    def get_params(self, deep: bool = True) -> dict:
+        """The constructor's parameters (scikit-learn convention; ``deep`` is accepted and has no effect)."""
         return {"max_depth": self.max_depth, "max_rules": self.max_rules, "min_support": self.min_support,
                 "max_categories": self.max_categories, "n_thresholds": self.n_thresholds,
                 "random_state": self.random_state, "n_jobs": self.n_jobs}
