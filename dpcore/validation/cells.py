@@ -88,11 +88,57 @@ def _json_clean(obj: Any) -> Any:
     return fix(json.loads(json.dumps(obj, default=_jsonable)))
 
 
+#: Characters ``json.dumps(..., ensure_ascii=False)`` escapes in a string: the quote, the backslash, controls.
+_JSON_ESCAPED = r'[\x00-\x1f"\\]'
+
+
+def _json_cells_of(s: pd.Series):
+    """Each cell of one column as ``json.dumps(cell, default=_jsonable, ensure_ascii=False)`` writes it.
+
+    Returns a :class:`pyarrow.StringArray` without nulls: a missing cell is ``null``. Text cells are
+    quoted by Arrow as they are unless they hold a character JSON escapes (:data:`_JSON_ESCAPED`; those
+    few go through :func:`json.dumps`); cells of other types (a typed Parquet column) are each written
+    by :func:`json.dumps`.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    present = s.notna().to_numpy(dtype=bool)
+    if present.any() and pd.api.types.infer_dtype(s[present], skipna=False) == "string":
+        text = pa.array(s, type=pa.string(), from_pandas=True)  # missing cells (None, NaN) are nulls
+        enc = pc.binary_join_element_wise('"', text, '"', "")
+        odd = pc.fill_null(pc.match_substring_regex(text, _JSON_ESCAPED), False)
+        if pc.any(odd).as_py():
+            fixed = [json.dumps(v, ensure_ascii=False) for v in pc.filter(text, odd).to_pylist()]
+            enc = pc.replace_with_mask(enc, odd, pa.array(fixed, type=pa.string()))
+    else:
+        values = s.astype(object).to_numpy(dtype=object)
+        enc = pa.array([json.dumps(v, default=_jsonable, ensure_ascii=False) if ok else None
+                        for v, ok in zip(values, present)], type=pa.string())
+    return pc.fill_null(enc, "null")
+
+
 def _cells_json(raw: pd.DataFrame, positions: np.ndarray) -> list[str]:
-    """JSON text of the raw cells of the given row positions (quarantined rows only)."""
+    """JSON text of the raw cells of the given row positions (quarantined rows only).
+
+    Byte for byte ``json.dumps(record, default=_jsonable, ensure_ascii=False)`` of each row as a dict
+    of column to cell (missing cells ``null``), built a column at a time: one JSON text per cell
+    (:func:`_json_cells_of`), joined with the column names by Arrow's element-wise string join
+    (tests/test_validation_cells.py holds the per-row reference).
+    """
+    import pyarrow.compute as pc
+
     sub = raw.iloc[positions].drop(columns=[ROW])
-    sub = sub.astype(object).where(sub.notna(), None)
-    return [json.dumps(rec, default=_jsonable, ensure_ascii=False) for rec in sub.to_dict("records")]
+    if not len(sub):
+        return []
+    if not sub.columns.size:
+        return ["{}"] * len(sub)
+    parts: list = ["{"]
+    for k, col in enumerate(sub.columns):
+        parts.append(("" if k == 0 else ", ") + json.dumps({col: 0}, ensure_ascii=False)[1:-2])  # '"name": '
+        parts.append(_json_cells_of(sub.iloc[:, k]))
+    parts.append("}")
+    return pc.binary_join_element_wise(*parts, "").to_pylist()
 
 
 def _typed_column(work: pd.DataFrame, col: str, spec: ReleaseSpec) -> pd.Series:
