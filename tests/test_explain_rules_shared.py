@@ -201,6 +201,24 @@ def test_shared_and_threaded_equal_separate_fits(seed, depth, min_support):
             assert miner.n_outliers_ == int(y.sum())
 
 
+def test_pairs_that_cannot_beat_their_floor_are_not_searched(monkeypatch):
+    """The bound of ``_LabelFit`` skips (tree, categorical rule) searches here, and the rules do not change."""
+    import dpcore.explain.miner as miner_module
+
+    df, ys = table(0)
+    calls = []
+    search = miner_module.sorted_rules
+    monkeypatch.setattr(miner_module, "sorted_rules", lambda *a, **k: calls.append(1) or search(*a, **k))
+    miners = RuleMiner().fit_each(df, ys, units=UNITS, categorical=CATS)
+    pairs = 0
+    for y, m in zip(ys, miners):
+        trees, cands, rules = reference_fit(df, y, UNITS, CATS)
+        assert_same(summary(m), (trees, len(cands), rules))
+        n_cat = sum(1 for r in cands if r.tree is None)
+        pairs += len(trees) * (1 + n_cat)
+    assert 0 < len(calls) < pairs
+
+
 def test_shared_search_with_a_sample_and_integer_labels():
     df, ys = table(7, n=3000)
     ys = [y.astype(int) for y in ys]  # 0/1 labels are accepted as by fit

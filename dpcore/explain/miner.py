@@ -347,10 +347,21 @@ class RuleMiner:
 
 
 class _LabelFit:
-    """One label vector's state in :meth:`RuleMiner._fit_all`: labels, categorical rules and their rows."""
+    """One label vector's state in :meth:`RuleMiner._fit_all`: labels, categorical rules and their rows.
+
+    ``bounds[j]`` is the highest F1 any conjunction with categorical rule ``j``
+    can reach: with ``p`` labelled outliers among the rule's rows, a
+    conjunction covering ``tp ≤ p`` outliers in ``support ≥ tp`` rows has
+    ``F1 = 2 tp / (support + n_pos) ≤ 2 p / (p + n_pos)``, and the same holds
+    for the floating-point values (the division is correctly rounded, hence
+    monotone). A conjunction is kept only when its F1 beats a floor, so a
+    (tree, rule) pair whose bound does not beat the floor cannot add a
+    candidate and is not searched.
+    """
 
     def __init__(self, y: np.ndarray, n_pos: int, min_support: int, cat: list[Rule], masks: list[np.ndarray]):
         self.y, self.n_pos, self.min_support, self.cat, self.masks = y, n_pos, min_support, cat, masks
+        self.bounds = [2.0 * p / (p + n_pos) for p in (int(np.count_nonzero(m & y)) for m in masks)]
 
 
 def _search_tree(tree: Tree, rows: TreeRows, fits: list[_LabelFit], conditions: dict,
@@ -360,7 +371,8 @@ def _search_tree(tree: Tree, rows: TreeRows, fits: list[_LabelFit], conditions: 
 
     Each distinct condition's rows (``conditions``: key -> ``(label vector, categorical rule)`` pairs) are
     selected once and searched with every label vector using it, then dropped, so one tree holds one
-    condition's rows at a time.
+    condition's rows at a time. Pairs that cannot beat their floor (:class:`_LabelFit`'s ``bounds``) are
+    skipped, and a condition none of whose pairs can is not selected at all.
     """
     ys = [f.y[rows.order] for f in fits]  # one gather per tree; a condition's labels are a selection of these
     a = rows.all
@@ -368,10 +380,13 @@ def _search_tree(tree: Tree, rows: TreeRows, fits: list[_LabelFit], conditions: 
     best = [max((r.f1 for r in b), default=0.0) for b in base]
     conj: list[list[list[Rule]]] = [[[] for _ in f.cat] for f in fits]
     for key, users in conditions.items():
+        floors = {(k, j): max(best[k], fits[k].cat[j].f1) for k, j in users}
+        live = [(k, j) for k, j in users if fits[k].bounds[j] > floors[k, j]]
+        if not live:
+            continue
         seg = rows.masked(fits[key[1]].masks[key[2]]) if key[0] == "mask" else rows.segment(key[1], key[2])
-        for k, j in users:
-            f, cond = fits[k], fits[k].cat[j]
-            floor = max(best[k], cond.f1)
+        for k, j in live:
+            f, cond, floor = fits[k], fits[k].cat[j], floors[k, j]
             conj[k][j] = [r for r in sorted_rules(tree, seg.vs, ys[k][seg.sel], f.n_pos, f.min_support,
                                                   n_thresholds, cond, seg.bnd) if r.f1 > floor]
     return [b + [r for found in c for r in found] for b, c in zip(base, conj)]
