@@ -6,6 +6,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpcore.detect.combine import Template, TemplateFit, combine, fit_template
 from dpcore.detect.design import design_matrix
@@ -384,3 +386,20 @@ def test_detector_settings_from_spec_build_the_detector_the_keywords_built(schem
     with pytest.raises(ValueError, match=r"^template 't': max_iter must be an integer >= 1"):
         fit_template(df, t, schema, bad)
     assert fit_template(df, t, schema).params == fit_template(df, t, schema, DetectorSettings()).params
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.sampled_from(["AA", "B6", "9E", "", " AA", "Ünï", "zz", "1"])), max_size=40),
+       st.sampled_from([["AA", "B6", "9E"], ["AA", "", "Ünï", "1"], ["zz"]]))
+def test_text_cells_get_the_codes_of_the_general_path(cells, domain):
+    """The Arrow lookup of a text column gives pandas' Categorical codes of the cells' text (issue 29)."""
+    import warnings
+
+    from dpcore.detect.design import _as_text, _domain_codes
+
+    col = pd.Series(cells, dtype="str")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pandas warns about values outside the categories
+        expected = pd.Categorical(_as_text(col), categories=domain).codes.astype(np.int64)
+    got = _domain_codes(col, domain)
+    assert got.dtype == np.int64 and np.array_equal(got, expected)
