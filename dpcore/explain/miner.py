@@ -22,7 +22,9 @@ Selection Phase"):
    each categorical rule (one sort per tree; the subset keeps the sorted order);
    a conjunction is a candidate only when its F1 beats both the tree's best
    rule on all rows and the categorical rule alone ("combine numeric rules and
-   categorical rules to improve the precision and/or recall").
+   categorical rules to improve the precision and/or recall"). A (tree,
+   categorical rule) pair is not searched when no conjunction could: F1 is at
+   most ``2 p / (p + n_pos)`` with ``p`` outliers among the rule's rows.
 5. **Selection**: near-duplicates (Jaccard ≥ 0.9 of covered rows) grouped, the
    rest ranked by F1, the top ``max_rules`` kept (:mod:`.select`).
 
