@@ -160,8 +160,18 @@ class PartitionChunks:
         return Z, ys
 
     def take(self, rows) -> tuple[np.ndarray, np.ndarray]:
-        """The rows at sorted positions ``rows`` (None: all rows) as ``(X, y)``, one chunk read at a time."""
-        frames = []
+        """The rows at sorted positions ``rows`` (None: all rows) as ``(X, y)``, one chunk read at a time.
+
+        Each chunk's rows are encoded on their own (the design is the public
+        schema's, row by row: :func:`~dpcore.detect.combine.template_arrays`)
+        into ``X`` and ``y`` allocated once for all the rows, so one chunk's
+        frame is held at a time and never a frame of all the rows (its text
+        cells cost ~60 bytes each; issue 29, goal 4); the arrays are the ones
+        the whole frame gives.
+        """
+        total = self.n_rows if rows is None else len(rows)
+        X = y = None
+        at = 0
         for i in range(self.n_chunks):
             df = self.frame(i)
             if rows is not None:
@@ -170,10 +180,22 @@ class PartitionChunks:
                 if lo == hi:
                     continue
                 df = df.iloc[rows[lo:hi] - a]
-            frames.append(df)
-        df = pd.concat(frames, ignore_index=True) if len(frames) != 1 else frames[0]
-        X, y, _ = template_arrays(df, self.template, self.schema)
+            Xc, yc, _ = template_arrays(df, self.template, self.schema)
+            del df
+            if X is None:
+                X = np.empty((total, Xc.shape[1]), dtype=Xc.dtype)
+                y = np.empty(total, dtype=yc.dtype)
+            X[at:at + len(yc)] = Xc
+            y[at:at + len(yc)] = yc
+            at += len(yc)
+        if X is None:  # no row taken: the arrays of an empty frame of the template's attributes
+            X, y, _ = template_arrays(self._empty(), self.template, self.schema)
         return X, y
+
+    def _empty(self) -> pd.DataFrame:
+        """An empty frame of the template's attributes, typed from the public schema."""
+        return pd.DataFrame({c: pd.Series([], dtype="float64" if c in self.schema.numeric else "string")
+                             for c in template_columns(self.template)})
 
     def map(self, fn, state) -> list:
         """``mapper(fn, [(self, i, state) for every chunk])``."""
