@@ -148,7 +148,7 @@ def coco_plots(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> l
     for ax, node in zip(axes.ravel(), top):
         edges, y = _binned(est[node], bins)
         ax.stairs(y, edges, fill=True, color="#4c72b0")
-        ax.set_title(_label(node), fontsize=8)
+        ax.set_title(_label(node), fontsize=8, y=1.0)  # y given: no search for overlapping tick labels (same pixels)
         ax.tick_params(labelsize=6)
     for ax in axes.ravel()[len(top):]:
         ax.axis("off")
@@ -180,7 +180,7 @@ def coco_plots(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> l
             bottom = top_y
         ax.relim()
         ax.autoscale_view()
-        ax.set_title(_label(f"{node}: released histogram"), fontsize=9)
+        ax.set_title(_label(f"{node}: released histogram"), fontsize=9, y=1.0)
         if children:
             ax.legend(fontsize=6, ncol=2)
         path = out_dir / file_name
