@@ -7,13 +7,11 @@ so :meth:`RuleMiner.fit_each` computes them once for several label vectors
 rules, their texts, order, precision, recall, F1 and support, the trees and the
 number of candidates must equal those of one single-threaded fit per label
 vector, and those of the search as it was before sharing (:func:`reference_fit`,
-a frozen copy of the former ``RuleMiner.fit`` loop and range search), on tables
+the frozen copy of the former ``RuleMiner.fit`` loop and range search in ``benchmarks/rules.py``), on tables
 with several label vectors, missing values, categorical value sets and
 conjunctions; the range search alone equals the former one on any sorted input.
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pandas as pd
@@ -21,125 +19,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpcore.explain import Rule, RuleMiner
-from dpcore.explain.ranges import Cut, _f1, boundaries, nice_between, search_sorted, sort_finite
-from dpcore.explain.rules import _scores, categorical_rules, select_rules
+from dpcore.explain import RuleMiner
+from dpcore.explain.ranges import boundaries, search_sorted, sort_finite
 from dpcore.explain.space import CategoricalCodes, TreeRows, condition_codes
-from dpcore.explain.trees import iter_trees
+from benchmarks.rules import former_search_sorted, reference_fit  # the former search, frozen (one copy)
 
 UNITS = {"distance": "mile", "air_time": "minute", "dep_delay": "minute", "arr_delay": "minute", "fare": "usd"}
 CATS = ["carrier", "origin", "week"]
-
-
-def former_search_sorted(vs: np.ndarray, ys: np.ndarray, n_pos: int, min_support: int, n_thresholds: int) -> list[Cut]:
-    """The former ``search_sorted`` (before issue 29), verbatim but for its name and this docstring."""
-    m = vs.size
-    if m < 2 or n_pos <= 0:
-        return []
-    cum = np.zeros(m + 1, dtype=np.int64)
-    np.cumsum(ys, out=cum[1:])
-    tot = int(cum[m])
-    if tot == 0:
-        return []
-    bnd = np.flatnonzero(np.concatenate(([True], vs[1:] != vs[:-1], [True])))  # cut positions 0..m
-    inner = bnd[1:-1]
-    if inner.size == 0:
-        return []
-    out: list[Cut] = []
-
-    def cut_value(k: int) -> float:
-        return nice_between(float(vs[k - 1]), float(vs[k]))
-
-    # v < t: the first k rows
-    tp = cum[inner]
-    f1 = np.where(inner >= min_support, _f1(tp, inner, n_pos), -1.0)
-    i = int(np.argmax(f1))
-    if f1[i] > 0:
-        k = int(inner[i])
-        out.append(Cut(-np.inf, cut_value(k), int(tp[i]), k))
-    # v ≥ t: the rows from k on
-    cov = m - inner
-    tp = tot - cum[inner]
-    f1 = np.where(cov >= min_support, _f1(tp, cov, n_pos), -1.0)
-    i = int(np.argmax(f1))
-    if f1[i] > 0:
-        k = int(inner[i])
-        out.append(Cut(cut_value(k), np.inf, int(tp[i]), int(cov[i])))
-    # lo ≤ v < hi on a grid of g + 1 cuts, then refined
-    g = min(n_thresholds, bnd.size - 1)
-    idx = np.clip(np.searchsorted(bnd, np.linspace(0, m, g + 1)), 0, bnd.size - 1)
-    grid = np.unique(bnd[idx])
-    if grid.size < 3:
-        return out
-    cg = cum[grid]
-    tp2 = cg[None, :] - cg[:, None]
-    cov2 = grid[None, :] - grid[:, None]
-    ok = (cov2 >= max(min_support, 1)) & np.triu(np.ones((grid.size, grid.size), bool), 1)
-    ok[0, -1] = False  # the whole table
-    f2 = np.where(ok, _f1(tp2, np.maximum(cov2, 0), n_pos), -1.0)
-    gi, gj = np.unravel_index(int(np.argmax(f2)), f2.shape)
-    if f2[gi, gj] <= 0:
-        return out
-    lo_k, hi_k = int(grid[gi]), int(grid[gj])
-
-    def window(gk: int) -> np.ndarray:
-        a = grid[max(gk - 1, 0)]
-        b = grid[min(gk + 1, grid.size - 1)]
-        return bnd[np.searchsorted(bnd, a): np.searchsorted(bnd, b, side="right")]
-
-    lo_w, hi_w = window(gi), window(gj)
-    best = float(f2[gi, gj])
-    for _ in range(2):
-        c = lo_w[lo_w < hi_k]
-        cv = hi_k - c
-        f = np.where(cv >= min_support, _f1(cum[hi_k] - cum[c], cv, n_pos), -1.0)
-        j = int(np.argmax(f))
-        if f[j] > best:
-            best, lo_k = float(f[j]), int(c[j])
-        c = hi_w[hi_w > lo_k]
-        cv = c - lo_k
-        f = np.where(cv >= min_support, _f1(cum[c] - cum[lo_k], cv, n_pos), -1.0)
-        j = int(np.argmax(f))
-        if f[j] > best:
-            best, hi_k = float(f[j]), int(c[j])
-    if lo_k == 0 or hi_k == m:  # one-sided: already found exactly above
-        return out
-    out.append(Cut(cut_value(lo_k), cut_value(hi_k), int(cum[hi_k] - cum[lo_k]), hi_k - lo_k))
-    return out
-
-
-def former_numeric_rules(tree, values, order, y, n_pos, min_support, n_thresholds, condition=None):
-    """The former ``numeric_rules``: :func:`former_search_sorted` on ``values[order]``, ``y[order]``."""
-    cuts = former_search_sorted(values[order], y[order], n_pos, min_support, n_thresholds)
-    extra = {} if condition is None else {"column": condition.column, "values": condition.values}
-    return [Rule(tree=tree, lower=c.lower, upper=c.upper, **extra, **_scores(c.tp, c.support, n_pos))
-            for c in cuts]
-
-
-def reference_fit(frame, labels, units, categorical, max_depth=2, max_rules=10, min_support=10,
-                  max_categories=5, n_thresholds=32):
-    """The search as ``RuleMiner.fit`` ran it before the shared search: one sort per tree, one mask per condition."""
-    y = np.asarray(labels).astype(bool)
-    n_pos = int(y.sum())
-    ms = int(min_support) if isinstance(min_support, int) else max(1, math.ceil(float(min_support) * y.size))
-    units_ = RuleMiner._check_inputs(frame, units, categorical)[0]
-    cat = categorical_rules(frame, y, categorical, n_pos, ms, max_categories)
-    cond_masks = [r.covers(frame) for r in cat]
-    candidates = list(cat)
-    trees = []
-    for tree, values in iter_trees(frame, units_, max_depth):
-        trees.append(tree)
-        order = sort_finite(values)
-        base = former_numeric_rules(tree, values, order, y, n_pos, ms, n_thresholds)
-        candidates.extend(base)
-        best = max((r.f1 for r in base), default=0.0)
-        for cond, mask in zip(cat, cond_masks):
-            floor = max(best, cond.f1)
-            sub = order[mask[order]]
-            for r in former_numeric_rules(tree, values, sub, y, n_pos, ms, n_thresholds, cond):
-                if r.f1 > floor:
-                    candidates.append(r)
-    return trees, candidates, select_rules(candidates, frame, max_rules)
 
 
 def table(seed: int, n: int = 6000) -> tuple[pd.DataFrame, list[np.ndarray]]:
