@@ -63,7 +63,7 @@ def boundaries(vs: np.ndarray) -> np.ndarray:
 
     Depends on the values only, not on the labels, so several label vectors
     searched over the same sorted values share it (:func:`search_sorted`'s
-    ``bnd``; :class:`~dpcore.explain.space.SearchSpace`).
+    ``bnd``; :class:`~dpcore.explain.space.TreeRows`).
     """
     return np.flatnonzero(np.concatenate(([True], vs[1:] != vs[:-1], [True])))
 

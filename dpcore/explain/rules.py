@@ -13,9 +13,9 @@ categorical part (``column ∈ values``). Its precision, recall, F1 and support 
 those measured on the training table by :class:`~dpcore.explain.RuleMiner`;
 :meth:`Rule.covers` re-evaluates it on any table with the columns it reads.
 
-* :func:`numeric_rules` -- every tree into rules by range search (:mod:`.ranges`),
-  over all rows or within the rows of a categorical predicate (a conjunction);
-  :func:`sorted_rules` the same from values already in sorted order;
+* :func:`sorted_rules` -- every tree into rules by range search (:mod:`.ranges`)
+  over its sorted values, on all rows or within the rows of a categorical
+  predicate (a conjunction);
 * :func:`categorical_rules` -- values with reasonable precision and recall
   (:mod:`.categories`);
 * :func:`select_rules` -- near-duplicate grouping and ranking by F1 (:mod:`.select`).
@@ -39,7 +39,7 @@ from ..lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
-__all__ = ["Rule", "numeric_rules", "sorted_rules", "categorical_rules", "select_rules"]
+__all__ = ["Rule", "sorted_rules", "categorical_rules", "select_rules"]
 
 
 def _value_text(v) -> str:
@@ -194,35 +194,27 @@ def _scores(tp: int, support: int, n_pos: int) -> dict:
             "support": int(support)}
 
 
-def numeric_rules(tree: Tree, values: np.ndarray, order: np.ndarray, y: np.ndarray, n_pos: int,
-                  min_support: int, n_thresholds: int, condition: Rule | None = None) -> list[Rule]:
+def sorted_rules(tree: Tree, vs: np.ndarray, ys: np.ndarray, n_pos: int, min_support: int, n_thresholds: int,
+                 condition: Rule | None = None, bnd: np.ndarray | None = None) -> list[Rule]:
     """Rules ``tree < t``, ``tree ≥ t`` and ``lo ≤ tree < hi`` (best F1 of each form), optionally ∧ ``condition``.
 
     Parameters
     ----------
     tree : Tree
-    values : ndarray
-        ``tree.values(frame)`` on the training table.
-    order : ndarray of int
-        Rows to search, sorted by value, finite values only: :func:`~.ranges.sort_finite`
-        of ``values`` (all rows), or its restriction to the rows of ``condition``.
-    y : ndarray of bool
-        Labels of all rows; ``n_pos = y.sum()`` is the recall denominator.
+    vs : ndarray
+        The tree's finite values on the rows searched, sorted (all rows, or the
+        rows of ``condition``, in the order of :func:`~.ranges.sort_finite`).
+    ys : ndarray of bool
+        Those rows' labels in the same order; ``n_pos`` (all outliers of the
+        table) is the recall denominator.
     min_support, n_thresholds : int
         See :func:`~.ranges.search_sorted`.
     condition : Rule, optional
         A categorical rule; the results are conjunctions with it.
-    """
-    return sorted_rules(tree, values[order], y[order], n_pos, min_support, n_thresholds, condition)
-
-
-def sorted_rules(tree: Tree, vs: np.ndarray, ys: np.ndarray, n_pos: int, min_support: int, n_thresholds: int,
-                 condition: Rule | None = None, bnd: np.ndarray | None = None) -> list[Rule]:
-    """:func:`numeric_rules` from the searched rows' values ``vs`` (sorted, finite) and labels ``ys`` in that order.
-
-    ``bnd`` may pass :func:`~.ranges.boundaries` of ``vs`` when it is already
-    known (label vectors searched over the same rows share it; seed 004,
-    "Outlier Rules Discovery - Search Space Generation").
+    bnd : ndarray of int, optional
+        :func:`~.ranges.boundaries` of ``vs`` when already known (label vectors
+        searched over the same rows share it; seed 004, "Outlier Rules
+        Discovery - Search Space Generation").
     """
     cuts = search_sorted(vs, ys, n_pos, min_support, n_thresholds, bnd)
     extra = {} if condition is None else {"column": condition.column, "values": condition.values}
