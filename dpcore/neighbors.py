@@ -692,7 +692,7 @@ def _blocked_counts(D: np.ndarray, Q: np.ndarray, r: float, cap: int | None, wor
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from threadpoolctl import threadpool_limits
+    from .blas_threads import one_blas_thread
 
     n, d = D.shape
     nq = Q.shape[0]
@@ -762,7 +762,7 @@ def _blocked_counts(D: np.ndarray, Q: np.ndarray, r: float, cap: int | None, wor
         out[qi] = np.minimum(cnt, limit)
 
     nw = (os.cpu_count() or 1) if workers == -1 else max(1, int(workers))
-    with threadpool_limits(limits=1, user_api="blas"):
+    with one_blas_thread():  # shared with concurrent users (dpcore.blas_threads)
         if nw == 1:
             for qs in range(0, nq, q_block):
                 run(qs)

@@ -72,12 +72,18 @@ class Partitions:
         return self.n_chunks
 
 
-def export_partitions(wh: Warehouse, sql: str, params: list | None, rows: int, directory: Path) -> Partitions:
+def export_partitions(
+    wh: Warehouse, sql: str, params: list | None, rows: int, directory: Path, distinct: tuple[str, ...] = ()
+) -> Partitions:
     """Write ``sql``'s result to ``directory`` as one Parquet file with a row group of ``rows`` rows per chunk.
 
     Streams through :meth:`~dpcore.warehouse.Warehouse.iter_batches`: one
     chunk in memory at a time. The caller deletes the file
-    (:func:`exported` does).
+    (:func:`exported` does). ``distinct``: columns whose values are all
+    distinct (a row number, a record id), written without a dictionary
+    encoding (Parquet's writer otherwise builds one per chunk and drops it;
+    that was half of the detection export's writing, issue 29). The values
+    read back are the same either way.
     """
     import pyarrow.parquet as pq
 
@@ -90,7 +96,8 @@ def export_partitions(wh: Warehouse, sql: str, params: list | None, rows: int, d
     try:
         for batch in wh.iter_batches(sql, params, rows=rows):
             if writer is None:
-                writer = pq.ParquetWriter(path, batch.schema)
+                dictionary = [c for c in batch.schema.names if c not in distinct]
+                writer = pq.ParquetWriter(path, batch.schema, use_dictionary=dictionary or False)
                 columns = tuple(batch.schema.names)
             writer.write_batch(batch, row_group_size=rows)
             n += 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from ..blas_threads import one_blas_thread
 from ..lazy_modules import lazy_module
 
 _special = lazy_module("scipy.special")  # imported on first use (dpr spec check / plan never load scipy)
@@ -170,11 +171,12 @@ def chunk_pass(item):
       M-step's sufficient statistics :func:`_mstats`;
     * ``"ru"``: :func:`_ru` with the posteriors at the old parameters and the new coefficients.
 
-    Everything returned adds (or takes extremes) over chunks; the caller combines.
+    Everything returned adds (or takes extremes) over chunks; the caller combines. BLAS runs on one
+    thread (:func:`dpcore.blas_threads.one_blas_thread`).
     """
     src, i, state = item
     kind = state["kind"]
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), one_blas_thread():  # also on a Dask worker: dpcore.blas_threads
         if kind == "scan":
             X, y = src.load(i)
             X = _check_X(X)

@@ -12,10 +12,10 @@ add over chunks. Nothing here logs or warns; callers run it under
 """
 from __future__ import annotations
 
-import contextlib
 import math
 
 import numpy as np
+from ..blas_threads import one_blas_thread
 from ..lazy_modules import lazy_module
 
 _special = lazy_module("scipy.special")  # imported on first use (dpr spec check / plan never load scipy)
@@ -31,8 +31,6 @@ _RIDGE = 1e-9
 #: Smallest share of its diagonal entry a Cholesky pivot may keep before the
 #: M-step falls back to the ridge (see :func:`_solve_exact_or_ridge`).
 _RANK_TOL = 1e-10
-#: Lazily created ``threadpoolctl.ThreadpoolController`` (False when unavailable).
-_TP_CONTROLLER = None
 #: Share of the Cauchy weights t_i * tau_bar_i kept in the coefficient step of start="lts"/"auto"
 #: (robust_em module docstring, "Masking"): small enough that no leverage cluster pulls the fit, positive so
 #: that a one-hot level whose rows the Cauchy holds keeps its own weighted mean.
@@ -62,7 +60,7 @@ def _solve_exact_or_ridge(G: np.ndarray, rhs: np.ndarray) -> np.ndarray:
         except np.linalg.LinAlgError:
             L = None
         if L is not None and np.all(np.square(np.diagonal(L)) > _RANK_TOL * diag):
-            with _one_blas_thread():
+            with one_blas_thread():
                 return np.linalg.solve(G, rhs)
     return _solve(G, rhs)
 
@@ -86,8 +84,9 @@ def _solve(G: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     the reference route, residual 765 miles). The intercept column is 1 on every
     row, so ``G`` stays positive definite without it.
 
-    The q x q solves are small; they run with one BLAS thread (``threadpoolctl``),
-    as multi-threaded OpenBLAS is up to ~40x slower on them on a busy machine.
+    The q x q solves are small; they run with one BLAS thread
+    (:func:`dpcore.blas_threads.one_blas_thread`), as multi-threaded OpenBLAS
+    is up to ~40x slower on them on a busy machine.
     """
     q = G.shape[-1]
     diag = np.diagonal(G, axis1=-2, axis2=-1)
@@ -96,26 +95,11 @@ def _solve(G: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     lam = _RIDGE * np.where(diag > 0, diag, fill)
     lam[..., 0] = 0.0  # the intercept is never shrunk (see above)
     G = G + lam[..., None] * np.eye(q)
-    with _one_blas_thread():
+    with one_blas_thread():
         try:
             return np.linalg.solve(G, rhs[..., None])[..., 0]
         except np.linalg.LinAlgError:  # pragma: no cover - ridge makes this practically unreachable
             return (np.linalg.pinv(G) @ rhs[..., None])[..., 0]
-
-
-def _one_blas_thread():
-    """Context manager limiting BLAS to one thread (a no-op without ``threadpoolctl``)."""
-    global _TP_CONTROLLER
-    if _TP_CONTROLLER is None:
-        try:
-            from threadpoolctl import ThreadpoolController
-
-            _TP_CONTROLLER = ThreadpoolController()
-        except Exception:  # pragma: no cover - threadpoolctl ships with scikit-learn
-            _TP_CONTROLLER = False
-    if _TP_CONTROLLER is False:  # pragma: no cover
-        return contextlib.nullcontext()
-    return _TP_CONTROLLER.limit(limits=1, user_api="blas")
 
 
 def _log_odds(r: np.ndarray, s2: float, p: float, b: float) -> np.ndarray:

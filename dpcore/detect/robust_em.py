@@ -338,6 +338,7 @@ import math
 import numbers
 
 import numpy as np
+from ..blas_threads import one_blas_thread
 from ..lazy_modules import lazy_module
 
 _special = lazy_module("scipy.special")  # imported on first use (dpr spec check / plan never load scipy)
@@ -351,7 +352,7 @@ from .em_passes import (  # noqa: F401  (re-exported)
 from .level_design import level_layout
 from .mixture_em import (  # noqa: F401  (re-exported)
     _LOG_2PI, _LOG_PI, _OUTLIER_WEIGHT, _P_FLOOR, _RANK_TOL, _RIDGE, _SIGMA2_FLOOR, _em_loop, _estep, _log_odds,
-    _mstats, _mstep, _noise_step, _one_blas_thread, _ru, _solve, _solve_exact_or_ridge,
+    _mstats, _mstep, _noise_step, _ru, _solve, _solve_exact_or_ridge,
 )
 from .robust_start import (  # noqa: F401  (re-exported)
     _C_STEPS_ALL, _C_STEPS_FINAL, _C_STEPS_KEPT, _C_STEPS_MAX, _ELEMENTAL_WORK, _MAD_TO_SD, _N_ELEMENTAL, _RW_CUT,
@@ -728,7 +729,7 @@ class RobustRegressionDetector:
         n, d = X.shape
         y = _check_y(y, n)
         self._check_shape(n, d)
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), one_blas_thread():  # one BLAS thread: dpcore.blas_threads
             self._fit_source(ArrayChunks(X, y))
             self.decision_scores_ = self.decision_function(X, y)
             self.posterior_ = _special.expit(self.decision_scores_)
@@ -769,7 +770,7 @@ class RobustRegressionDetector:
         self._validate_params()
         n, d = int(source.n_rows), int(source.n_features)
         self._check_shape(n, d)
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), one_blas_thread():  # one BLAS thread: dpcore.blas_threads
             return self._fit_source(source)
 
     def _check_shape(self, n: int, d: int) -> None:
@@ -982,6 +983,8 @@ class RobustRegressionDetector:
         y = _check_y(y, X.shape[0])
         if self._constant:
             return np.where(y != self.intercept_, np.inf, -np.inf)
-        with np.errstate(all="ignore"):  # thread-local; no floating-point warning leaves (module docstring)
+        # errstate is thread-local: no floating-point warning leaves (module docstring); one BLAS thread:
+        # dpcore.blas_threads
+        with np.errstate(all="ignore"), one_blas_thread():
             r = self._std_y(y) - self._design(X) @ self._beta
             return _log_odds(r, self._s2, self._p, self._b)

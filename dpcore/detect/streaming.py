@@ -296,14 +296,16 @@ def fit_partitions(
 
 @contextmanager
 def _score_writer(path: Path):
-    """A private (0600) Parquet file of ``(_row, score)``; yields ``write(rows, scores)`` for one chunk."""
+    """A private (0600) Parquet file of ``(_row, score)``, without dictionaries; yields ``write(rows, scores)`` for one chunk."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.close(fd)
     schema_pa = pa.schema([(ROW, pa.int64()), ("score", pa.float64())])
-    with pq.ParquetWriter(path, schema_pa) as writer:
+    # no dictionary: every _row and nearly every score is distinct, and trying one first made writing
+    # the scores 5.6x slower (issue 29, BENCHMARKS "detect_blas")
+    with pq.ParquetWriter(path, schema_pa, use_dictionary=False) as writer:
         yield lambda rows, scores: writer.write_table(pa.table({ROW: rows, "score": scores}, schema=schema_pa))
 
 

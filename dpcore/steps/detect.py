@@ -207,7 +207,8 @@ def open_detection_partitions(
     folder = scratch_dir(wh) / new_nonce(8)
     folder.mkdir(mode=0o700)
     try:
-        return export_partitions(wh, sql, None, int(rows or detection_chunk_rows(spec)), folder)
+        return export_partitions(wh, sql, None, int(rows or detection_chunk_rows(spec)), folder,
+                                 distinct=("_row", spec.dataset.record_id))
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise

@@ -1,0 +1,95 @@
+"""One BLAS thread while row-wise numerical work runs: a process-wide, reference-counted limit.
+
+Why (issue 29, goal 3; BENCHMARKS "detect_blas"): the detector's passes over
+chunks of rows make many small BLAS calls (``D^T W D``, ``Z^T W y``, dot
+products over ~10^5 rows). Multi-threaded OpenBLAS wakes its second thread for
+each; when the two templates are fitted at once on this 2-core machine (the
+flow's thread pool), or anything else runs, that thread is often not scheduled
+and every call waits for a time slice. Measured on one template at 10x: the
+E-step passes took 17.0 s with the default threads and 7.1 s with one. The
+same limit keeps the q x q solves fast (``mixture_em._solve``) and the
+neighbour counts' thread pool from oversubscribing (``dpcore.neighbors``).
+
+One thread also fixes the summation order of OpenBLAS's dot products, so a
+fit no longer depends, in its last bits, on how many threads BLAS happened to
+use.
+
+``threadpoolctl`` sets the limit for the whole process (every thread), so
+concurrent users share one limit: the first to enter sets it, the last to
+leave restores the libraries' original thread counts. (A plain
+``threadpool_limits`` per call would let one fit's exit restore two threads
+while the other fit still runs.)
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+
+_LOCK = threading.Lock()
+_USERS = 0
+_LIMITER = None
+
+
+def _controller():
+    """A ``threadpoolctl.ThreadpoolController`` of the libraries loaded now (None without threadpoolctl).
+
+    Built afresh at each outermost entry (about 0.6 ms here), so a BLAS loaded
+    since the last use (scipy's, imported lazily) is limited too.
+    """
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
+        return None
+    return ThreadpoolController()
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """Run the block with every loaded BLAS library limited to one thread (re-entrant, thread-safe).
+
+    Nested and concurrent uses share one limit, set by the first to enter and
+    restored by the last to leave. Without ``threadpoolctl`` it does nothing.
+    A library loaded while the limit holds keeps its own thread count until
+    the next outermost entry.
+    """
+    global _USERS, _LIMITER
+    with _LOCK:
+        if _USERS == 0:
+            ctl = _controller()
+            if ctl:
+                with _openblas_control():
+                    _LIMITER = ctl.limit(limits=1, user_api="blas")
+        _USERS += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _USERS -= 1
+            if _USERS == 0 and _LIMITER is not None:
+                with _openblas_control():
+                    _LIMITER.restore_original_limits()
+                _LIMITER = None
+
+
+@contextlib.contextmanager
+def _openblas_control() -> Iterator[None]:
+    """Let this thread's call set OpenBLAS's process-wide thread count, and leave the control free after.
+
+    threadpoolctl lets only one "controlling" thread change OpenBLAS's limit
+    (the first to set one, until its ``with threadpool_limits`` blocks end);
+    the calls of any other thread silently do nothing. A fit runs in a worker
+    thread of the flow, and the last fit to finish (the one that restores)
+    may not be the one that set the limit, so the control is released
+    before and after each change (:meth:`threadpoolctl.OpenBLASController.clear_controlling_thread`).
+    """
+    try:
+        from threadpoolctl import OpenBLASController
+    except ImportError:  # pragma: no cover - an older threadpoolctl has no controlling thread
+        yield
+        return
+    OpenBLASController.clear_controlling_thread(force=True)
+    try:
+        yield
+    finally:
+        OpenBLASController.clear_controlling_thread(force=True)
