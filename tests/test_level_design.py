@@ -172,3 +172,26 @@ def test_factored_design_is_what_the_chunk_cache_returns():
     F, ys = ArrayChunks(X, y, rows=250).standardised(1, std)
     assert isinstance(F, FactoredDesign) and len(F) == 250
     assert np.array_equal(F.toarray(), np.c_[np.ones(250), X[250:500][:, active]])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_factored_standardisation_from_raw_rows_is_bit_identical_to_factoring_the_dense_design(seed):
+    """LevelLayout.standardise (the chunk cache's path) against factor(_design_of(...)), the former path."""
+    from dpcore.detect.em_passes import _design_of
+
+    X, _y = _design(seed, 3000)
+    X[:, 0] *= 1e3  # a spread far from 1, so the division's rounding is exercised
+    active, lay = _layout_of(X)
+    rng = np.random.default_rng(seed)
+    binary = np.all((X == 0) | (X == 1), axis=0)[active]
+    x_loc = np.where(binary, 0.0, rng.normal(size=active.sum()) * 7)
+    x_scale = np.where(binary, 1.0, rng.gamma(2.0, 3.0, active.sum()))
+    old = lay.factor(_design_of(X, active, x_loc, x_scale))
+    new = lay.standardise(X, active, x_loc, x_scale)
+    assert new.D.dtype == old.D.dtype and new.codes.dtype == old.codes.dtype
+    assert np.array_equal(new.D, old.D) and np.array_equal(new.codes, old.codes)
+    # a centred group column is refused, never silently factored
+    bad = x_loc.copy()
+    bad[np.flatnonzero(binary)[0]] = 0.5
+    with pytest.raises(ValueError, match="centred or scaled"):
+        lay.standardise(X, active, bad, x_scale)

@@ -143,9 +143,10 @@ def _standardised(X: np.ndarray, y: np.ndarray, std) -> tuple[np.ndarray, np.nda
     if std is None:
         return X, y
     active, x_loc, x_scale, y_loc, y_scale, *layout = std
-    Z = _design_of(X, active, x_loc, x_scale)
-    if layout and layout[0] is not None:  # the factored form (dpcore.detect.level_design)
-        Z = layout[0].factor(Z)
+    if layout and layout[0] is not None:  # the factored form, straight from X (dpcore.detect.level_design)
+        Z = layout[0].standardise(X, active, x_loc, x_scale)
+    else:
+        Z = _design_of(X, active, x_loc, x_scale)
     return Z, np.clip((y - y_loc) / y_scale, -_Y_CLIP, _Y_CLIP)
 
 
