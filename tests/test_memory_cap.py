@@ -32,6 +32,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+import benchmarks.scale as _scale
+
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_SPEC = ROOT / "specs" / "demo.yaml"
 BIN = Path(sys.executable).parent
@@ -39,10 +41,8 @@ MiB = 1024**2
 
 #: The cap the run gets (``DPR_MEMORY_LIMIT``).
 LIMIT = 512 * MiB
-#: The temporary Prefect server's own RSS, a fixed share that does not grow with the rows: its peak over the
-#: demo run (1x, 336,776 rows) under DPR_MEMORY_LIMIT=512MiB was 226 MiB (psutil, every 0.2 s, 2026-11-27;
-#: README "DPR_MEMORY_LIMIT", the table of what is measured). The cap covers the flow process.
-SERVER_SHARE = 226 * MiB
+#: The temporary Prefect server's own RSS (benchmarks.scale.SERVER_SHARE, where its measurement is told).
+SERVER_SHARE = _scale.SERVER_SHARE
 #: What the process tree may hold at any sample.
 ALLOWANCE = LIMIT + SERVER_SHARE
 #: The tree's peak measured on 2026-11-27 (1,098 MiB, in the detector's fits) plus 10% for sampling and
