@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .background_plots import wait_for as wait_for_pictures
 from .budget import NOTION_LABELS, PrivacyCost
 from .ledger import PrivacyLedger
 from .ledger_home import manifest_section
@@ -285,6 +286,7 @@ def write_bundle(
             files += _write_table(table, tmp / "tables", f"{out.step}__{name}")
     images = [budget_plot(all_charges, float(status.cap.epsilon), tmp / "budget.png", f"Privacy budget of {ds}")]
     for out in steps:
+        wait_for_pictures(out.images)  # drawn in a child process (dpcore.background_plots): raises if that failed
         for img in out.images:
             dest = tmp / img.name
             shutil.copyfile(img, dest)

@@ -6,6 +6,7 @@ charges are data-independent; private tables are noisy outputs.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from pathlib import Path
 
@@ -112,6 +113,38 @@ def _binned(h: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
     return edges, np.add.reduceat(np.asarray(h, dtype=float), edges[:-1])
 
 
+def _top_nodes(hierarchy) -> list[str]:
+    """The nodes that get a picture each: level 1 (level 0 for a root-only hierarchy)."""
+    return hierarchy.nodes_at(1) if hierarchy.levels > 1 else hierarchy.nodes_at(0)
+
+
+def _stacked(hierarchy, node: str) -> list[str]:
+    """The nodes stacked in ``node``'s picture: its children (a hierarchy of three levels or more), else itself."""
+    return (hierarchy.children(node) if hierarchy.levels > 2 else []) or [node]
+
+
+def drawn_nodes(hierarchy) -> list[str]:
+    """Every node whose histogram :func:`coco_plots` draws (the top nodes and the nodes stacked in them)."""
+    top = _top_nodes(hierarchy)
+    return list(dict.fromkeys(top + [n for node in top for n in _stacked(hierarchy, node)]))
+
+
+def coco_plot_paths(hierarchy, out_dir: Path) -> list[Path]:
+    """The files :func:`coco_plots` writes, in its order: the overview, then one per top node."""
+    return [out_dir / "coco_overview.png", *(out_dir / n for n in _node_file_names(_top_nodes(hierarchy)))]
+
+
+def _save(fig, path: Path) -> None:
+    """Write ``fig`` to ``path`` as a PNG through a temporary name and a rename (a killed drawing never leaves a
+    half-written picture under its name)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fig.savefig(tmp, format="png")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def coco_plots(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> list[Path]:
     """PNG plots of released count-of-counts histograms.
 
@@ -136,8 +169,8 @@ def coco_plots(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> l
         The overview first, then one file per top-level node.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    top = hierarchy.nodes_at(1) if hierarchy.levels > 1 else hierarchy.nodes_at(0)
-    paths = []
+    top = _top_nodes(hierarchy)
+    paths = coco_plot_paths(hierarchy, out_dir)
     cols = min(4, len(top))
     rows = int(np.ceil(len(top) / cols))
     plt = pyplot()
@@ -153,10 +186,8 @@ def coco_plots(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> l
     for ax in axes.ravel()[len(top):]:
         ax.axis("off")
     fig.suptitle("Released count-of-counts: groups per size (binned)", fontsize=9)
-    overview = out_dir / "coco_overview.png"
-    fig.savefig(overview)
+    _save(fig, paths[0])
     plt.close(fig)
-    paths.append(overview)
     cmap = plt.get_cmap("tab20")
     # one figure for every node: its histograms and legend are replaced between files, its axes and their
     # ticks kept (building a figure's ticks was about half of each file's time; the pixels are the same as
@@ -165,14 +196,14 @@ def coco_plots(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> l
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.15, top=0.9)
     ax.set_xlabel("group size (binned)")
     ax.set_ylabel("number of groups")
-    for node, file_name in zip(top, _node_file_names(top)):
+    for node, path in zip(top, paths[1:]):
         for patch in list(ax.patches):
             patch.remove()
         if ax.get_legend() is not None:
             ax.get_legend().remove()
         bottom = None
         children = hierarchy.children(node) if hierarchy.levels > 2 else []
-        for i, child in enumerate(children or [node]):
+        for i, child in enumerate(_stacked(hierarchy, node)):
             edges, y = _binned(est[child], bins)
             top_y = y if bottom is None else bottom + y
             ax.stairs(top_y, edges, baseline=0 if bottom is None else bottom, fill=True, color=cmap(i % 20),
@@ -183,9 +214,7 @@ def coco_plots(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> l
         ax.set_title(_label(f"{node}: released histogram"), fontsize=9, y=1.0)
         if children:
             ax.legend(fontsize=6, ncol=2)
-        path = out_dir / file_name
-        fig.savefig(path)
-        paths.append(path)
+        _save(fig, path)
     plt.close(fig)
     return paths
 

@@ -28,6 +28,7 @@ from tasks.stages import (
     validate_task,
 )
 
+from tasks.coco import start_coco_pictures
 from tasks.series import check_period_source_task, pick_period, series_page_task
 from tasks.unattributed import unattributed_task
 
@@ -93,6 +94,8 @@ def _release(spec, settings) -> dict[str, Any]:
             rules = rules_task(spec, settings, ingested)
     if spec.steps.aiq.enabled:
         outputs.append(aiq_task(spec, settings, ingested))
+    if spec.steps.coco.enabled:  # its pictures' process loads matplotlib meanwhile (after the detector's peak)
+        start_coco_pictures()
     if spec.steps.outlier_counts.enabled:
         outputs.append(run_outlier_counts(spec, settings, ingested))
     if spec.steps.coco.enabled:

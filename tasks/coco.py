@@ -1,6 +1,7 @@
 """Tasks of the coco step: measuring (charges) and finishing in the flow process; node estimates mapped."""
 from __future__ import annotations
 
+from dpcore import background_plots
 from dpcore.bundle import StepOutput
 from dpcore.ingest import IngestResult
 from dpcore.mechanisms.coco import CocoMechanism, NodeChunk, NodeEstimate
@@ -9,6 +10,12 @@ from dpcore.spec import ReleaseSpec
 from dpcore.steps.coco import CocoMeasured, finish_coco, measure_coco
 
 from .common import NOISE_RETRIES, Progress, flow_run_id, private_task
+
+
+def start_coco_pictures() -> None:
+    """Start the process that draws the coco pictures now, so that its imports overlap the steps before coco
+    (not a task: it touches no data; :mod:`dpcore.background_plots`)."""
+    background_plots.start()
 
 
 @private_task(name="coco", **NOISE_RETRIES)
@@ -33,6 +40,7 @@ def coco_finish_task(
     spec: ReleaseSpec, settings: Settings, measured: CocoMeasured, estimates: dict[str, NodeEstimate] | None
 ) -> StepOutput:
     """Private step, second half: consistency assembly, internal error diagnostic (warehouse), the bootstrap's
-    accuracy figures, table, plots."""
+    accuracy figures, table; the plots are drawn by a child process while the next steps run (the bundle waits
+    for them)."""
     progress = Progress(f"coco-accuracy-{spec.dataset.name}", "coco accuracy replicates", 0)
-    return finish_coco(spec, settings, measured, estimates, progress=progress)
+    return finish_coco(spec, settings, measured, estimates, progress=progress, background_plots=True)

@@ -47,6 +47,7 @@ from ..mechanisms.coco.split import SPLIT_GRID, SPLIT_OBJECTIVE, choose_split
 from ..mechanisms.coco import (CocoMechanism, Hierarchy, NodeChunk, NodeEstimate, coco_histograms, emd,
                                group_sizes_from_counts)
 from ..mechanisms.coco.representations import counts_from_leaf_counts
+from ..background_plots import submit as draw_in_background
 from ..plots import coco_plots
 from ..settings import Settings
 from ..spec import ReleaseSpec
@@ -342,7 +343,7 @@ def measure_coco(
 def finish_coco(
     spec: ReleaseSpec, settings: Settings, measured: CocoMeasured,
     estimates: Mapping[str, NodeEstimate] | None = None, plot_dir: Path | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None, background_plots: bool = False,
 ) -> StepOutput:
     """Assemble the release from the per-node estimates, store the error diagnostic, build the output.
 
@@ -357,6 +358,10 @@ def finish_coco(
     plot_dir : Path, optional
     progress : callable, optional
         ``progress(done, total)`` over the bootstrap replicates of the accuracy figures.
+    background_plots : bool
+        Draw the pictures in a child process (:mod:`dpcore.background_plots`): the output names them before
+        they exist, and :func:`dpcore.bundle.write_bundle` waits for them (raising if the drawing failed).
+        Default: drawn here, before this returns.
     """
     cfg = spec.steps.coco
     mech, h = measured.mechanism, measured.inputs.hierarchy
@@ -377,8 +382,12 @@ def finish_coco(
         lambda lv: accuracy.get(f"histograms.level{lv}.measurement", {}).get("bound")).astype(float)
     table["empirical_half_width"] = table["level"].map(
         lambda lv: boot[lv].cell_half_width if lv in boot else None).astype(float)
-    with private_umask():  # under the owner's private data folder (0700 folders, 0600 files); the bundle's copy is public
-        images = coco_plots(est, h, plot_dir or settings.data / "plots" / spec.release_id, cfg.max_group_size)
+    plot_dir = plot_dir or settings.data / "plots" / spec.release_id
+    if background_plots:
+        images = draw_in_background(est, h, plot_dir, cfg.max_group_size)
+    else:
+        with private_umask():  # under the owner's private data folder (0700 folders, 0600 files); the bundle's copy is public
+            images = coco_plots(est, h, plot_dir, cfg.max_group_size)
     eps = [float(mech.epsilon(lv)) for lv in range(h.levels)]
     split_note = ""
     if cfg.epsilon_per_level == "auto":

@@ -1,0 +1,108 @@
+"""The count-of-counts pictures drawn in a child process (dpcore.background_plots; issue 29, goal 5): the same
+bytes as a drawing in the process, private modes, a failure or a kill raises at the wait (never a missing file
+without an error), a killed drawing leaves no half-written picture under a picture's name, and a release whose
+drawing fails fails with that error."""
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from dpcore import background_plots
+from dpcore.background_plots import PictureError, submit, wait_for
+from dpcore.mechanisms.coco import Hierarchy
+from dpcore.plots import coco_plot_paths, coco_plots, drawn_nodes
+
+
+@pytest.fixture
+def shape():
+    """Three levels (root, 6 carriers, carrier x origin), histograms of K = 60, as the demo draws them."""
+    leaves = pd.DataFrame({"carrier": [c for c in "ABCDEF" for _ in range(3)], "origin": ["EWR", "JFK", "LGA"] * 6})
+    h = Hierarchy.from_leaf_paths(leaves, ["carrier", "origin"])
+    rng = np.random.default_rng(3)
+    return {n: rng.integers(0, 50, 61) for n in h.nodes}, h
+
+
+def _modes(folder: Path) -> set[tuple[str, int]]:
+    return {(p.name, stat.S_IMODE(p.stat().st_mode)) for p in [folder, *folder.iterdir()]}
+
+
+def test_pictures_are_the_bytes_drawn_in_the_process_and_private(tmp_path, shape):
+    est, h = shape
+    here = coco_plots(est, h, tmp_path / "here", 60)
+    paths = submit(est, h, tmp_path / "child", 60)
+    assert paths == coco_plot_paths(h, tmp_path / "child") and [p.name for p in paths] == [p.name for p in here]
+    wait_for(paths)
+    assert [p.read_bytes() for p in paths] == [p.read_bytes() for p in here]
+    assert {m for _, m in _modes(tmp_path / "child")} == {0o700, 0o600}  # the folder 0700, every file 0600
+    assert not list((tmp_path / "child").glob(".*"))  # no temporary file left
+    wait_for(paths)  # a second wait (another step's images, a retried bundle) returns at once
+
+
+def test_only_the_drawn_nodes_are_needed(shape):
+    est, h = shape
+    assert set(drawn_nodes(h)) == set(h.nodes_at(1)) | set(h.nodes_at(2))
+
+
+def test_a_failed_drawing_raises_with_its_cause(tmp_path, shape):
+    est, h = shape
+    (tmp_path / "plots").write_text("a file where the pictures' folder goes")
+    paths = submit(est, h, tmp_path / "plots" / "r1", 60)
+    with pytest.raises(PictureError, match="pictures were not drawn.*failed: NotADirectoryError") as err:
+        wait_for(paths)
+    assert isinstance(err.value.__cause__, NotADirectoryError)  # an OSError: an environment fault as before
+    with pytest.raises(PictureError):
+        wait_for(paths)  # it stays failed: a retried bundle does not publish without the pictures
+
+
+def test_a_killed_drawing_raises_and_leaves_no_half_written_picture(tmp_path, shape):
+    est, h = shape
+    background_plots.start()
+    proc = background_plots._idle
+    paths = submit(est, h, tmp_path / "plots", 60)
+    deadline = time.monotonic() + 60
+    while not any((tmp_path / "plots").glob("*.png")) and time.monotonic() < deadline:
+        time.sleep(0.01)  # kill it while it draws: some files written, the others not
+    os.kill(proc.pid, signal.SIGKILL)
+    with pytest.raises(PictureError, match="killed by signal SIGKILL"):
+        wait_for(paths)
+    for p in paths:
+        if p.exists():  # a file under a picture's name is a whole PNG (its last chunk is IEND)
+            assert p.read_bytes()[-12:-4] == b"\x00\x00\x00\x00IEND", p
+
+
+def test_a_newer_drawing_of_the_same_files_replaces_the_older(tmp_path, shape):
+    est, h = shape
+    first = submit(est, h, tmp_path / "plots", 60)
+    second = submit({n: v + 1 for n, v in est.items()}, h, tmp_path / "plots", 60)
+    wait_for(second)
+    assert first == second and all(p.is_file() for p in second)
+    assert [p.read_bytes() for p in second] == [p.read_bytes() for p in
+                                                coco_plots({n: v + 1 for n, v in est.items()}, h, tmp_path / "x", 60)]
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_release_whose_drawing_fails_fails_with_that_error(dpr_home, small_spec_path, tmp_path):
+    """The pictures are drawn while the later steps run; their failure fails the release at the bundle, which
+    is then not written (never a bundle without its pictures)."""
+    from dpcore.settings import Settings
+    from flows.release_pipeline import release_pipeline
+
+    spec = yaml.safe_load(small_spec_path.read_text())
+    spec["steps"]["coco"].update({"enabled": True, "max_group_size": 60, "levels": ["origin"]})
+    path = tmp_path / "coco.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    settings = Settings.from_env()
+    plots = settings.data / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    (plots / spec["release_id"]).write_text("a file where the release's pictures go")
+    with pytest.raises(PictureError, match="count-of-counts pictures were not drawn"):
+        release_pipeline(spec_path=str(path))
+    assert not (settings.bundles / spec["dataset"]["name"] / spec["release_id"]).exists()
