@@ -39,6 +39,16 @@ _PORT_IN_USE = 3
 
 _temporary: "_TemporaryServer | None" = None
 
+#: The temporary server skips registering Prefect's block types (and importing every installed Prefect
+#: collection, such as prefect-dask, to find theirs): no flow of this project uses a block, the server lives
+#: for one command (its UI is off), and a kept ``dpr server`` or Prefect's own server registers them in the
+#: same database when it starts. Measured on 2 cores (server CPU seconds until its health check answers,
+#: 3 starts each at a load of 5-7): 6.0-7.5 -> 3.7-4.6 on a database fresh from ``prefect server database
+#: upgrade`` (the first run of a home: every block type written); on later starts 4.8 -> 4.2-5.2, within
+#: the noise (issue 29, goal 5).
+NO_BLOCK_REGISTRATION = {"PREFECT_API_BLOCKS_REGISTER_ON_START": "false",
+                         "PREFECT_MEMOIZE_BLOCK_AUTO_REGISTRATION": "false"}
+
 
 def prefect_home() -> Path:
     """``PREFECT_HOME``, else ``$DPR_HOME/prefect`` (``var/prefect``), as the commands set it."""
@@ -123,9 +133,10 @@ class _TemporaryServer:
         return f"http://127.0.0.1:{self.port}/api"
 
     def _spawn(self) -> subprocess.Popen:
-        # the command and environment of prefect.server.api.server.SubprocessASGIServer._run_uvicorn_command
+        # the command and environment of prefect.server.api.server.SubprocessASGIServer._run_uvicorn_command,
+        # without the registration of Prefect's block types at start (:data:`NO_BLOCK_REGISTRATION`)
         env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
-               "PREFECT__SERVER_FINAL": "1"}
+               "PREFECT__SERVER_FINAL": "1", **NO_BLOCK_REGISTRATION}
         env.pop("PREFECT_API_URL", None)
         return subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
