@@ -23,6 +23,9 @@ stop a run.
 * :mod:`.by_values` -- what :func:`validate_table` does where it applies (issue 29): the
   suite run once per distinct attribute value and on the id column alone, the verdicts joined
   back to the rows in DuckDB; the same stored result as chunk by chunk.
+* :mod:`.id_forms` -- record ids by their form under the id pattern (issue 29): the id rules decided once
+  per form.
+* :mod:`.quarantine_rows` -- the quarantine rows of validation by values, one chunk at a time.
 * :mod:`.worker` -- :class:`ChunkTask` and the chunk work a mapper runs on
   other processes.
 * :mod:`.outcome` -- :class:`ValidationOutcome`, :class:`RuleSummary`,

@@ -12,20 +12,27 @@ values (the demo's widest, ``tailnum``, 4,043), so:
    shorter column repeats its most frequent non-blank value, weight 0, so padding rarely adds a failing
    row to great-expectations' lists: padding with a blank, a column's most frequent cell when many are
    missing, made each ``not_null`` list thousands of rows long and cost seconds of great-expectations'
-   result building; the record id is the ``p``-th row's, and the id rules' verdicts there are not read). The record id's rules
-   (``not_null``, ``unique`` as before with the table's duplicated ids, ``id_pattern``) run on
-   the id column alone, streamed in chunks: ids are all different, nothing to share.
-   All of these are :class:`~dpcore.validation.worker.ChunkTask` s, so the caller's mapper may spread
-   them over processes.
+   result building). The record id is grouped the same way by its *form* (:mod:`~dpcore.validation.id_forms`:
+   each ASCII letter or digit replaced by a representative of the characters the id pattern cannot tell
+   apart, so ``not_null`` and ``id_pattern`` give the same verdict on an id and on its form; the forms are
+   counted from Arrow batches of the ids, streamed); ``unique`` (``not_in_set`` with the table's duplicated
+   ids) runs on the rows whose id DuckDB found duplicated only, in chunks: every other row's id is outside
+   that set by construction. When the pattern is outside the syntax the forms handle, or the id has more
+   forms than ``max_values``, the id rules run on the whole id column in chunks, as before. All of these
+   are :class:`~dpcore.validation.worker.ChunkTask` s, so the caller's mapper may spread them over processes.
 3. DuckDB joins the failing values back to the rows (the ``quarantine`` rows, with the id chunks'
    failing rows), and writes the ``validated`` table in one query that joins every numeric column to
    its typed value (typed in pandas by the same code as before, :func:`~dpcore.validation.cells._typed_column`);
-   a categorical cell's typed value is its text or that text as an integer (:func:`_typed_sql`).
+   a categorical cell's typed value is its text or that text as an integer (:func:`_typed_sql`). A failing id
+   form is joined back through the rows holding it (streamed again, :func:`~dpcore.validation.id_forms.write_rows_of_forms`).
+   The quarantine rows' cells are built (:mod:`~dpcore.validation.quarantine_rows`) while DuckDB writes the
+   validated table (:class:`~dpcore.validation.store.LaterRows`).
 4. great-expectations' result over the whole table is the distinct-value run's result with each
    row-level expectation's counts weighted by the rows holding each value (``unexpected_count`` from
    the quarantine rows, ``missing_count`` from the weights, checked against great-expectations' own
-   unweighted count) and its partial lists taken from the first failing rows of the table; the id
-   rules' from the id chunks. It equals the row-by-row path's (tests/test_validation_by_values.py).
+   unweighted count) and its partial lists taken from the first failing rows of the table (with each row's own
+   id where a form stood for it); ``unique``'s counts over the table, its lists from the id chunks. It equals
+   the row-by-row path's (tests/test_validation_by_values.py, tests/test_validation_id_forms.py).
 
 The path applies when every declared column is present, the table is not empty, the attribute columns
 have a type DuckDB groups exactly as pandas reads it (text, integers, booleans: :data:`VALUE_TYPES`)
@@ -59,6 +66,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -70,13 +78,16 @@ from ..ingest import ROW
 from ..private_files import private_open
 from ..spec import ReleaseSpec
 from ..warehouse import Warehouse
-from .cells import _as_text, _cells_json, _int_domain, _typed_column
+from .cells import _int_domain, _typed_column
 from .check import ChunkVerdict, _work_frame
 from .combine import PARTIAL_EXAMPLES, _combine
-from .duplicates import _copy_flagged_ranges, _duplicated_rows_sql, _q
+from .duplicates import _copy_flagged_ranges, _duplicated_rows_sql, _q, chunk_starts, copy_duplicated_rows
+from .id_forms import form_map, id_text_sql, write_form_counts, write_rows_of_forms
 from .outcome import ValidationOutcome
-from .store import SqlRows, _ChunkRows
-from .worker import ChunkTask, _validate_chunk, read_rows
+from .rule_set import suite_entries
+from .quarantine_rows import quarantine_chunk
+from .store import LaterRows, SqlRows, _ChunkRows
+from .worker import ChunkTask, _validate_chunk
 
 #: DuckDB types whose GROUP BY and IS NOT DISTINCT FROM join match pandas' reading of the values exactly
 #: (no NaN, no signed zero, no decimal rounding): text, integers that fit int64, booleans.
@@ -109,28 +120,43 @@ def applies(columns: dict[str, str], spec: ReleaseSpec, n_rows: int) -> bool:
     return all(columns[c].upper() in VALUE_TYPES for c in attrs)
 
 
+def _values_of_file(path: Path) -> list[tuple[int, str | None]]:
+    """A column's distinct values file as ``(pos, v)`` pairs."""
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path, columns=["pos", "v"])
+    return list(zip(t.column("pos").to_pylist(), t.column("v").to_pylist()))
+
+
 def _lit(path: Path | str) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def _read_df(con, sql: str) -> pd.DataFrame:
-    return con.execute(sql).df()
-
-
 def _export(wh: Warehouse, source: str, columns: dict[str, str], spec: ReleaseSpec, folder: Path,
-            rows: int, id_rows: int, flag: str, max_values: int) -> dict | None:
+            rows: int, id_rows: int, flag: str, max_values: int, forms: tuple[str, str] | None) -> dict | None:
     """Step 1: the distinct values of every attribute, the frames of distinct values and the id chunks, to Parquet.
+
+    With ``forms`` (:func:`~dpcore.validation.id_forms.form_map`) the record id is grouped like an
+    attribute, by its form, and the id chunks hold only the rows whose id is duplicated (the ``unique``
+    rule); if the id has more than ``max_values`` forms (counting stops there), or without ``forms``, the
+    id chunks hold every row.
 
     Returns
     -------
     dict or None
-        None when a column has more than ``max_values`` distinct values. Else
-        ``values``: per attribute (raw column order) its file of ``(pos, v, n)`` and its count ``m``;
-        ``frames``: files of distinct-value frames (ChunkTask inputs); ``ids``: files of id chunks;
+        None when an attribute has more than ``max_values`` distinct values. Else
+        ``values``: per attribute (raw column order; the record id first when grouped by form) its file of
+        ``(pos, v, n)`` and its count ``m``; ``frames``: files of distinct-value frames (ChunkTask inputs);
+        ``ids``: files of id chunks; ``forms``: the forms used (None: the ids row by row);
         ``n_rows``, ``first_row``, ``last_row``.
     """
     rid = spec.dataset.record_id
     attrs = [c for c in columns if c in set(spec.public_schema.columns)]
+    counted = {}
+    if forms is not None and write_form_counts(wh, source, rid, columns[rid], forms, id_rows, max_values,
+                                               folder / "id-forms.parquet"):
+        attrs = [rid, *attrs]  # the ids' forms counted from Arrow batches, read back as a column's values
+        counted[rid] = folder / "id-forms.parquet"
     row = _q(ROW)
 
     def op(con):
@@ -138,14 +164,16 @@ def _export(wh: Warehouse, source: str, columns: dict[str, str], spec: ReleaseSp
         values = {}
         for i, c in enumerate(attrs):
             path = folder / f"values-{i:04d}.parquet"
+            counts = (f"SELECT v, n FROM read_parquet({_lit(counted[c])})" if c in counted
+                      else f"SELECT {_q(c)} AS v, count(*) AS n FROM {source} GROUP BY 1")
             con.execute(
                 f"COPY (SELECT CAST(row_number() OVER (ORDER BY nullif(trim(CAST(v AS VARCHAR)), '') IS NULL, n DESC, v NULLS LAST) "
-                f"AS BIGINT) AS pos, v, n FROM "
-                f"(SELECT {_q(c)} AS v, count(*) AS n FROM {source} GROUP BY 1)) TO {_lit(path)} (FORMAT parquet)"
+                f"AS BIGINT) AS pos, v, n FROM ({counts})) TO {_lit(path)} (FORMAT parquet)"
             )
             os.chmod(path, 0o600)
             m = con.execute(f"SELECT count(*) FROM read_parquet({_lit(path)})").fetchone()[0]
             values[c] = (path, int(m))
+        by_form = rid in values
         m_all = max(m for _, m in values.values())
         if m_all > max_values:  # a column with that many values: row by row (memory stays within the cap)
             return None
@@ -169,15 +197,19 @@ def _export(wh: Warehouse, source: str, columns: dict[str, str], spec: ReleaseSp
             path = folder / f"frame-{k:08d}.parquet"
             con.execute(
                 f"COPY (SELECT {', '.join(sel)}, false AS {_q(flag)} FROM range({start}, {stop}) p(pos) "
-                f"{' '.join(joins)} LEFT JOIN {source} i ON i.{row} = p.pos ORDER BY p.pos) TO {_lit(path)} "
+                f"{' '.join(joins)} {'' if by_form else f'LEFT JOIN {source} i ON i.{row} = p.pos '}ORDER BY p.pos) "
+                f"TO {_lit(path)} "
                 "(FORMAT parquet)"
             )
             os.chmod(path, 0o600)
             frames.append(str(path))
         con.execute(f"CREATE TEMP TABLE _dup_rows AS {_duplicated_rows_sql(source, columns, rid)}")
-        ids = _copy_flagged_ranges(con, source, f"r.{row}, r.{_q(rid)}", flag, lo, hi, id_rows, folder, "ids")
-        return {"values": values, "frames": frames, "ids": ids, "n_rows": int(n), "first_row": int(lo),
-                "last_row": int(hi)}
+        if by_form:  # the ids' own rules are read from the frames: only the duplicated ids, for ``unique``
+            ids = copy_duplicated_rows(con, source, f"r.{row}, r.{_q(rid)}", flag, id_rows, folder, "ids")
+        else:
+            ids = _copy_flagged_ranges(con, source, f"r.{row}, r.{_q(rid)}", flag, lo, hi, id_rows, folder, "ids")
+        return {"values": values, "frames": frames, "ids": ids, "forms": forms if by_form else None,
+                "n_rows": int(n), "first_row": int(lo), "last_row": int(hi)}
 
     return wh.run(op)
 
@@ -252,10 +284,11 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
 
     flag = _flag_name(columns)
     id_rows = memory.chunk_rows(BYTES_PER_ID_ROW)
-    ex = _export(wh, source, columns, spec, folder, rows, id_rows, flag, max_values)
+    pattern = next(e.kwargs["regex"] for e in suite_entries(spec) if e.rule == "id_pattern")
+    ex = _export(wh, source, columns, spec, folder, rows, id_rows, flag, max_values, form_map(pattern))
     if ex is None:
         return None
-    values = ex["values"]
+    values, forms = ex["values"], ex["forms"]
     n_frames = len(ex["frames"])
     tasks = [ChunkTask(spec, p, i, flag, str(folder)) for i, p in enumerate(ex["frames"] + ex["ids"])]
     verdicts: list[ChunkVerdict] = list(mapper(_validate_chunk, tasks))
@@ -308,9 +341,17 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
         with private_open(bad_path, "wb") as fh:
             bad.astype({"pos": "int64", "rule": "str", "column": "str"}).to_parquet(fh, index=False)
         id_q = [v.files["quarantine"] for v in id_v if v.n_quarantine]
+        id_rules = "('unique')" if forms is not None else "('not_null', 'unique', 'id_pattern')"
     finally:
         local.close()
 
+    form_rows = None
+    if forms is not None and (bad["column"] == rid).any():  # the rows of the id's failing forms
+        form_pos = set(bad.loc[bad["column"] == rid, "pos"].tolist())
+        vals = _values_of_file(values[rid][0])
+        form_rows = folder / "id-form-rows.parquet"
+        write_rows_of_forms(wh, source, rid, columns[rid], forms, id_rows,
+                            {v: p for p, v in vals if p in form_pos}, form_rows)
     q_path, badrows_path = folder / "quarantine-rows.parquet", folder / "bad-rows.parquet"
     row = _q(ROW)
 
@@ -318,6 +359,12 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
         parts = []
         for c in bad["column"].unique().tolist():
             path, _ = values[c]
+            if c == rid and form_rows is not None:
+                parts.append(
+                    f"SELECT f._row, b.rule, b.\"column\", b.pos FROM read_parquet({_lit(form_rows)}) f JOIN "
+                    f"read_parquet({_lit(bad_path)}) b ON b.pos = f.pos AND b.\"column\" = {_lit(c)}"
+                )
+                continue
             parts.append(
                 f"SELECT r.{row} AS _row, x.rule, x.\"column\", x.pos FROM {source} r JOIN (SELECT d.v, b.pos, b.rule, "
                 f"b.\"column\" FROM read_parquet({_lit(path)}) d JOIN read_parquet({_lit(bad_path)}) b ON b.pos = d.pos "
@@ -326,7 +373,8 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
         if id_q:
             files = "[" + ", ".join(_lit(p) for p in id_q) + "]"
             parts.append(f"SELECT CAST({row} AS BIGINT) AS _row, CAST(rule AS VARCHAR) AS rule, "
-                         f"CAST(\"column\" AS VARCHAR) AS \"column\", CAST(NULL AS BIGINT) AS pos FROM read_parquet({files})")
+                         f"CAST(\"column\" AS VARCHAR) AS \"column\", CAST(NULL AS BIGINT) AS pos FROM read_parquet({files}) "
+                         f"WHERE rule IN {id_rules}")
         if not parts:
             parts.append("SELECT CAST(NULL AS BIGINT) AS _row, CAST(NULL AS VARCHAR) AS rule, "
                          "CAST(NULL AS VARCHAR) AS \"column\", CAST(NULL AS BIGINT) AS pos WHERE false")
@@ -342,10 +390,13 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
             f"ORDER BY _row) AS k FROM read_parquet({_lit(q_path)})) WHERE k <= {max(PARTIAL_EXAMPLES, 1)} "
             "ORDER BY rule, \"column\", _row").fetchall()
         n_bad = con.execute(f"SELECT count(*) FROM read_parquet({_lit(badrows_path)})").fetchone()[0]
+        # the ids of the first rows failing an id rule by form (great-expectations' lists show the ids)
+        shown = sorted({int(rr) for _, c, rr, p in firsts if c == rid and p is not None})
+        listed_ids = dict(con.execute(
+            f"SELECT {row}, {id_text_sql(rid, columns[rid], 'r')} FROM {source} r "
+            f"WHERE {row} IN ({', '.join(map(str, shown))})").fetchall()) if shown else {}
         # quarantine chunks: the failing rows' raw cells, ``rows`` failing rows per chunk
-        starts = [r[0] for r in con.execute(
-            f"SELECT _row FROM (SELECT _row, row_number() OVER (ORDER BY _row) - 1 AS i FROM "
-            f"read_parquet({_lit(badrows_path)})) WHERE i % {int(rows)} = 0 ORDER BY _row").fetchall()]
+        starts = chunk_starts(con, f"SELECT _row FROM read_parquet({_lit(badrows_path)})", rows)
         files = []
         for k, lo in enumerate(starts):
             hi = starts[k + 1] if k + 1 < len(starts) else None
@@ -357,46 +408,25 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
             )
             os.chmod(path, 0o600)
             files.append((str(path), lo, hi))
-        return counts, firsts, int(n_bad), files
+        return counts, firsts, int(n_bad), files, listed_ids
 
-    counts, firsts, n_bad, qfiles = wh.run(find_rows)
+    counts, firsts, n_bad, qfiles, listed_ids = wh.run(find_rows)
     count_of = {(r, c): int(n) for r, c, n in counts}
     first_rows: dict[tuple[str, str], list[tuple[int, int | None]]] = {}
     for r, c, rr, p in firsts:
         first_rows.setdefault((r, c), []).append((int(rr), None if p is None else int(p)))
 
-    # the quarantine rows with their record id and cells, as the chunk-by-chunk path writes them
-    q_chunks = []
-    local = duckdb.connect()
-    try:
-        for k, (path, lo, hi) in enumerate(qfiles):
-            raw = read_rows(path)
-            cond = f"_row >= {lo}" + (f" AND _row < {hi}" if hi is not None else "")
-            hits = _read_df(local, f"SELECT _row, rule, \"column\" FROM read_parquet({_lit(q_path)}) WHERE {cond}")
-            rows_k = pd.to_numeric(raw[ROW], errors="raise").astype("int64").to_numpy()
-            cells = pd.Series(_cells_json(raw, np.arange(len(raw))), index=rows_k, dtype=object)
-            ids = _as_text(raw[rid]).astype(object)
-            ids = pd.Series(ids.where(ids.notna(), None).to_numpy(), index=rows_k, dtype=object)
-            hrow = hits[ROW].astype("int64")
-            quarantine = pd.DataFrame({
-                ROW: hrow.to_numpy(),
-                "record_id": ids.reindex(hrow).to_numpy(dtype=object),
-                "rule": hits["rule"].astype(object).to_numpy(),
-                "column": hits["column"].astype(object).to_numpy(),
-                "cells": cells.reindex(hrow).to_numpy(dtype=object),
-            }).sort_values([ROW, "rule", "column"], kind="stable", ignore_index=True)
-            out = folder / f"quarantine-all-{k:08d}.parquet"
-            with private_open(out, "wb") as fh:
-                quarantine.to_parquet(fh, index=False)
-            q_chunks.append(_ChunkRows(None, out, None, len(quarantine), None, None))
-    finally:
-        local.close()
+    # the quarantine rows with their record id and cells, as the chunk-by-chunk path writes them: built by
+    # _store on a thread while DuckDB writes the validated rows
+    q_chunks = [_ChunkRows(None, LaterRows(partial(quarantine_chunk, path, lo, hi, q_path, rid,
+                                                   folder / f"quarantine-all-{k:08d}.parquet")), None, 0, None, None)
+                for k, (path, lo, hi) in enumerate(qfiles)]
 
     # the typed value of every distinct value passing all rules of its column
     typed_files = {}
     failing = bad.groupby("column")["pos"].agg(lambda s: set(s.tolist())).to_dict() if len(bad) else {}
     for c, (path, m) in values.items():
-        if _typed_sql("x", columns[c], c, spec) is not None:
+        if c == rid or _typed_sql("x", columns[c], c, spec) is not None:
             continue
         typed = []
         for v, task in zip(frame_v, tasks[:n_frames]):
@@ -438,11 +468,15 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
     for j, (e, meta) in enumerate(zip(first.expectations, metas)):
         rule, col = meta["rule"], meta["column"]
         res = dict(e["result"])
-        if col == rid and rule in _ROW_RULES_OF_ID:
+        if col == rid and rule in _ROW_RULES_OF_ID and (forms is None or rule == "unique"):
             parts = [next(p for p in v.expectations if p["meta"] == meta) for v in id_v]
             for key in ("element_count", "unexpected_count", "missing_count"):
                 if key in res:
                     res[key] = int(sum(p["result"].get(key) or 0 for p in parts))
+            if forms is not None:  # the id chunks held the duplicated rows only: the table's counts
+                res["element_count"], res["unexpected_count"] = n_rows, count_of.get((rule, col), 0)
+                if "missing_count" in res:
+                    res["missing_count"] = missing.get(j, 0)
             for key in ("partial_unexpected_list", "partial_unexpected_index_list"):
                 if key in res:
                     res[key] = [x for p in parts for x in (p["result"].get(key) or [])][:PARTIAL_EXAMPLES]
@@ -453,6 +487,8 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
             if "missing_count" in res:
                 res["missing_count"] = missing.get(j, 0)
             listed = [(r, entries[(j, p)]) for r, p in first_rows.get((rule, col), [])][:PARTIAL_EXAMPLES]
+            if col == rid and rule != "not_null":  # a form stands for the ids: show each row's own id
+                listed = [(r, {**ent, rid: listed_ids[r]}) for r, ent in listed]
             if "partial_unexpected_index_list" in res:
                 res["partial_unexpected_index_list"] = [{**ent, ROW: r} for r, ent in listed]
             if "partial_unexpected_list" in res:

@@ -109,3 +109,36 @@ def _copy_flagged_ranges(con, source: str, select: str, flag: str, lo: int, hi: 
         os.chmod(path, 0o600)
         paths.append(str(path))
     return paths
+
+
+def chunk_starts(con, rows_sql: str, rows: int) -> list[int]:
+    """The first ``_row`` of every chunk of ``rows`` rows of ``rows_sql`` (a query of distinct ``_row``), in order."""
+    return [int(r[0]) for r in con.execute(
+        f"SELECT _row FROM (SELECT _row, row_number() OVER (ORDER BY _row) - 1 AS i FROM ({rows_sql})) "
+        f"WHERE i % {int(rows)} = 0 ORDER BY _row").fetchall()]
+
+
+def copy_duplicated_rows(con, source: str, select: str, flag: str, rows: int, folder, prefix: str) -> list[str]:
+    """Write the rows of ``source`` listed in the temporary table ``_dup_rows`` as Parquet files of ``rows`` rows each.
+
+    As :func:`_copy_flagged_ranges` (``select`` over alias ``r``, plus ``flag``, here always true), but only
+    the duplicated rows: file ``k`` (``<prefix>-<k>.parquet``, mode 0600) holds the ``k``-th ``rows`` of them
+    in ``_row`` order; none when no id is duplicated.
+    """
+    import os
+    from pathlib import Path
+
+    row = _q(ROW)
+    starts = chunk_starts(con, f"SELECT {row} AS _row FROM _dup_rows", rows)
+    paths: list[str] = []
+    for k, lo in enumerate(starts):
+        cond = f"r.{row} >= {lo}" + (f" AND r.{row} < {starts[k + 1]}" if k + 1 < len(starts) else "")
+        path = Path(folder) / f"{prefix}-{k:08d}.parquet"
+        target = str(path).replace("'", "''")
+        con.execute(
+            f"COPY (SELECT {select}, true AS {_q(flag)} FROM {source} r SEMI JOIN _dup_rows d ON r.{row} = d.{row} "
+            f"WHERE {cond} ORDER BY r.{row}) TO '{target}' (FORMAT parquet)"
+        )
+        os.chmod(path, 0o600)
+        paths.append(str(path))
+    return paths

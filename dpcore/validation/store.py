@@ -10,9 +10,11 @@ one transaction (:func:`_store`), ``raw`` is never touched.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 from ..ingest import IngestResult
 from ..spec import ReleaseSpec
@@ -89,6 +91,18 @@ class SqlRows:
     sql: str
 
 
+@dataclass(frozen=True, eq=False)
+class LaterRows:
+    """Quarantine rows still to be written to a private Parquet file: ``build()`` returns the file and its row count.
+
+    :func:`_store` runs every ``build`` on one thread, in order, while DuckDB writes the ``validated``
+    table (the builds must not use the warehouse's connection), and waits for them before it returns or
+    raises (the caller removes their folder afterwards).
+    """
+
+    build: Callable[[], tuple[Path, int]]
+
+
 @dataclass(frozen=True)
 class _ChunkRows:
     """One chunk's output for :func:`_store`: frames in memory, files written by :func:`_validate_chunk`, or a query.
@@ -97,7 +111,7 @@ class _ChunkRows:
     """
 
     validated: pd.DataFrame | Path | SqlRows | None
-    quarantine: pd.DataFrame | Path | None
+    quarantine: pd.DataFrame | Path | LaterRows | None
     result: dict | Path | None
     n_quarantine: int
     first_row: int | None
@@ -110,7 +124,8 @@ def _store(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec, outcom
 
     ``validated`` and ``quarantine`` are replaced (validation is re-derivable from ``raw``):
     created from the first chunk and appended to chunk by chunk in row order, inside the
-    transaction, so a crash leaves the previous tables (or none), never half a table. Each
+    transaction, so a crash leaves the previous tables (or none), never half a table. Quarantine rows
+    given as :class:`LaterRows` are built on a thread meanwhile (issue 29, goal 2). Each
     chunk's complete great-expectations result is one row of
     ``internal.validation_result_chunks``; the combined outcome one row of
     ``internal.validation_results`` (same ``created_at``).
@@ -126,6 +141,11 @@ def _store(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec, outcom
             con.register(name, obj)
             return name
         return "read_parquet('" + str(obj).replace("'", "''") + "')"
+
+    def quarantine_of(ch: _ChunkRows) -> tuple[object, int]:
+        if isinstance(ch.quarantine, LaterRows):
+            return later[id(ch.quarantine)].result()
+        return ch.quarantine, ch.n_quarantine
 
     def op(con):
         con.execute(
@@ -143,8 +163,9 @@ def _store(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec, outcom
                 else:
                     con.execute(f"{verb} SELECT * FROM {source(con, ch.validated, '_validated')}")
                 first_validated = False
-            if ch.n_quarantine and ch.quarantine is not None:
-                q = source(con, ch.quarantine, "_quarantine")
+            q_rows, n_q = quarantine_of(ch)
+            if n_q and q_rows is not None:
+                q = source(con, q_rows, "_quarantine")
                 con.execute(
                     f'INSERT INTO {quarantine_t} SELECT CAST(_row AS BIGINT), CAST(record_id AS VARCHAR), '
                     f'CAST(rule AS VARCHAR), CAST("column" AS VARCHAR), CAST(cells AS VARCHAR) FROM {q}'
@@ -170,7 +191,13 @@ def _store(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec, outcom
              json.dumps(outcome.full_result)],
         )
 
-    wh.run(op, transaction=True)
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        later = {id(ch.quarantine): pool.submit(ch.quarantine.build) for ch in chunks
+                 if isinstance(ch.quarantine, LaterRows)}
+        wh.run(op, transaction=True)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     return {"validated": validated_t, "quarantine": quarantine_t, "results": "internal.validation_results"}
 
 
