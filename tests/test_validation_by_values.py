@@ -1,7 +1,8 @@
 """Validation by distinct values (issue 29) gives what chunk-by-chunk validation gives.
 
-great-expectations runs on the distinct values of each attribute and on the id column in chunks; the
-verdicts are joined back to the rows in DuckDB. The result must be the old path's, row for row: the
+great-expectations runs on the distinct values of each attribute and on the ids' forms (the ids
+themselves in chunks when the pattern gives no forms; tests/test_validation_id_forms.py), ``unique`` on
+the duplicated ids; the verdicts are joined back to the rows in DuckDB. The result must be the old path's, row for row: the
 same validated and quarantine tables (rows, order, types), the same summaries, and the same combined
 great-expectations result (expectations, verdicts, counts, percentages, partial lists), on tables where
 every row rule fails somewhere, for any chunk size (several frames of distinct values, padded), on
@@ -68,8 +69,8 @@ def test_by_values_equals_chunk_by_chunk_on_every_kind_of_failure(tmp_path, seed
     after = stored(wh, res, spec)
     assert_equal_results(after, before)
     assert new.row_failures == old.row_failures and new.table_failures == old.table_failures
-    # great-expectations ran on the distinct values (frames of ``rows`` positions) and on the id column
-    # in one chunk, not once per ``rows`` input rows
+    # great-expectations ran on the distinct values and id forms (frames of ``rows`` positions) and on the
+    # duplicated ids in one chunk, not once per ``rows`` input rows
     most = max(wh.query(f'SELECT count(*) FROM (SELECT DISTINCT "{c}" FROM {res.qualified_table})')[0][0]
                for c in df.columns if c != "id")
     assert after["n_results"] == -(-most // rows) + 1
