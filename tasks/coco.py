@@ -13,9 +13,10 @@ from .common import NOISE_RETRIES, Progress, flow_run_id, private_task
 
 
 def start_coco_pictures() -> None:
-    """Start the process that draws the coco pictures now, so that its imports overlap the steps before coco
-    (not a task: it touches no data; :mod:`dpcore.background_plots`)."""
-    background_plots.start()
+    """Start the process that draws the coco pictures now, so that its imports overlap the steps before coco,
+    if a core is free for it (not a task: it touches no data; :mod:`dpcore.background_plots`)."""
+    if background_plots.core_free():
+        background_plots.start()
 
 
 @private_task(name="coco", **NOISE_RETRIES)
@@ -40,7 +41,8 @@ def coco_finish_task(
     spec: ReleaseSpec, settings: Settings, measured: CocoMeasured, estimates: dict[str, NodeEstimate] | None
 ) -> StepOutput:
     """Private step, second half: consistency assembly, internal error diagnostic (warehouse), the bootstrap's
-    accuracy figures, table; the plots are drawn by a child process while the next steps run (the bundle waits
-    for them)."""
+    accuracy figures, table, plots: drawn by the child process of :func:`start_coco_pictures` while the next
+    steps run (the bundle waits for them) when one was started, else here."""
     progress = Progress(f"coco-accuracy-{spec.dataset.name}", "coco accuracy replicates", 0)
-    return finish_coco(spec, settings, measured, estimates, progress=progress, background_plots=True)
+    return finish_coco(spec, settings, measured, estimates, progress=progress,
+                       background_plots=background_plots.waiting())

@@ -46,6 +46,27 @@ def test_pictures_are_the_bytes_drawn_in_the_process_and_private(tmp_path, shape
     wait_for(paths)  # a second wait (another step's images, a retried bundle) returns at once
 
 
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_busy_machine_draws_in_the_flow_process(dpr_home, small_spec_path, tmp_path, monkeypatch):
+    """No free core (load average at or above the cores): no drawing process, the pictures drawn by coco-finish
+    itself, the same files in the bundle."""
+    import subprocess
+
+    from flows.release_pipeline import release_pipeline
+
+    monkeypatch.setattr(background_plots, "core_free", lambda: False)
+    monkeypatch.setattr(background_plots, "_idle", None)
+    spawned = []
+    monkeypatch.setattr(background_plots, "_spawn", lambda: spawned.append(1) or subprocess.Popen(["false"]))
+    spec = yaml.safe_load(small_spec_path.read_text())
+    spec["steps"]["coco"].update({"enabled": True, "max_group_size": 60, "levels": ["origin"]})
+    path = tmp_path / "coco.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = release_pipeline(spec_path=str(path))
+    assert spawned == [] and (Path(out["bundle"]) / "coco_overview.png").is_file()
+    assert len(list(Path(out["bundle"]).glob("coco_*.png"))) == 1 + 3  # the overview and the 3 origins
+
+
 def test_only_the_drawn_nodes_are_needed(shape):
     est, h = shape
     assert set(drawn_nodes(h)) == set(h.nodes_at(1)) | set(h.nodes_at(2))
@@ -62,8 +83,10 @@ def test_a_failed_drawing_raises_with_its_cause(tmp_path, shape):
         wait_for(paths)  # it stays failed: a retried bundle does not publish without the pictures
 
 
-def test_a_killed_drawing_raises_and_leaves_no_half_written_picture(tmp_path, shape):
-    est, h = shape
+def test_a_killed_drawing_raises_and_leaves_no_half_written_picture(tmp_path):
+    # 80 pictures (several seconds of drawing, whatever the load): the kill lands while it draws
+    h = Hierarchy.from_leaf_paths(pd.DataFrame({"carrier": [f"C{i:02d}" for i in range(80)]}), ["carrier"])
+    est = {n: np.arange(61) % 7 for n in h.nodes}
     background_plots.start()
     proc = background_plots._idle
     paths = submit(est, h, tmp_path / "plots", 60)
@@ -89,11 +112,13 @@ def test_a_newer_drawing_of_the_same_files_replaces_the_older(tmp_path, shape):
 
 
 @pytest.mark.usefixtures("prefect_harness")
-def test_a_release_whose_drawing_fails_fails_with_that_error(dpr_home, small_spec_path, tmp_path):
+def test_a_release_whose_drawing_fails_fails_with_that_error(dpr_home, small_spec_path, tmp_path, monkeypatch):
     """The pictures are drawn while the later steps run; their failure fails the release at the bundle, which
     is then not written (never a bundle without its pictures)."""
     from dpcore.settings import Settings
     from flows.release_pipeline import release_pipeline
+
+    monkeypatch.setattr(background_plots, "core_free", lambda: True)  # whatever the machine's load
 
     spec = yaml.safe_load(small_spec_path.read_text())
     spec["steps"]["coco"].update({"enabled": True, "max_group_size": 60, "levels": ["origin"]})
