@@ -81,8 +81,9 @@ def core_free() -> bool:
     """Whether a core is free for a drawing process: the 1-minute load average below the number of cores.
 
     On a busy machine the child only competes with the release for the same cores and pays its own start
-    (Python, numpy and matplotlib: 0.65-0.75 s of CPU, 3 starts at a load of 7.5): measured at a load of 6-11 on 2 cores, coco to the end of the bundle took longer
-    with it (median of 4 runs 8.8 s against 6.2 s drawn in the flow process).
+    (Python, numpy and matplotlib: 0.65-0.75 s of CPU, 3 starts at a load of 7.5): measured at a load of
+    6-11 on 2 cores, coco to the end of the bundle took longer with it (median of 4 runs 8.8 s against 6.2 s
+    drawn in the flow process).
     """
     try:
         return os.getloadavg()[0] < (os.cpu_count() or 1)
