@@ -417,7 +417,10 @@ def section(results: list[dict], args) -> str:
         f"`.venv/bin/python -m benchmarks.scale --factors {' '.join(map(str, args.factors))}"
         + (f" --memory-limit {args.memory_limit}" if args.memory_limit else "")
         + (f" --before {args.before}" if args.before else "")
-        + f"` ({machine()}; 2 cores shared with other work, 24 GiB RAM; code at commit "
+        + f"` ({machine()}"
+        + ("; this section rebuilt with --from-json from the runs' result.json files: each run's own time is in "
+           "its row" if args.from_json else "")
+        + "; 2 cores shared with other work, 24 GiB RAM; code at commit "
         + ", ".join(sorted({str(r.get('commit', '?')) for r in results if not r.get('skipped')}) or ["?"])
         + "). `DPR_MEMORY_LIMIT` "
         + (f"= {args.memory_limit}" if args.memory_limit else "unset (the 2 GiB default: chunks sized for it, DuckDB's memory_limit a quarter of it)")
