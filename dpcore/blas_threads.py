@@ -5,8 +5,10 @@ chunks of rows make many small BLAS calls (``D^T W D``, ``Z^T W y``, dot
 products over ~10^5 rows). Multi-threaded OpenBLAS wakes its second thread for
 each; when the two templates are fitted at once on this 2-core machine (the
 flow's thread pool), or anything else runs, that thread is often not scheduled
-and every call waits for a time slice. Measured on one template at 10x: the
-E-step passes took 17.0 s with the default threads and 7.1 s with one. The
+and every call waits for a time slice. Measured at 10x: the two fits in 2
+threads took 17.0 s with the default threads and 11.0 s with one on a quiet
+machine, 90.8 s and 24.5 s at a load of 3-7; one template's E-step passes
+alone, at a load of 3-4, 17.0 s and 7.1 s. The
 same limit keeps the q x q solves fast (``mixture_em._solve``) and the
 neighbour counts' thread pool from oversubscribing (``dpcore.neighbors``).
 

@@ -304,7 +304,7 @@ def _score_writer(path: Path):
     os.close(fd)
     schema_pa = pa.schema([(ROW, pa.int64()), ("score", pa.float64())])
     # no dictionary: every _row and nearly every score is distinct, and trying one first made writing
-    # the scores 5.6x slower (issue 29, BENCHMARKS "detect_blas")
+    # the scores about twice as slow (issue 29, BENCHMARKS "detect_blas")
     with pq.ParquetWriter(path, schema_pa, use_dictionary=False) as writer:
         yield lambda rows, scores: writer.write_table(pa.table({ROW: rows, "score": scores}, schema=schema_pa))
 
