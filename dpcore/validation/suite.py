@@ -30,6 +30,8 @@ from great_expectations.data_context.types.base import (  # noqa: E402
 )
 from great_expectations.execution_engine import pandas_execution_engine as _pandas_engine  # noqa: E402
 
+from .config_memo import memoised_configurations  # noqa: E402  (imports great-expectations)
+
 # great-expectations fingerprints every pandas batch smaller than this many bytes (an md5 over
 # ``pandas.util.hash_pandas_object`` of the whole frame, twice per validation) only to put it in the
 # batch's markers, which no stored result carries (``describe_dict`` leaves them out). For the id
@@ -119,6 +121,7 @@ def _run_suite(frame: pd.DataFrame, suite: gx.ExpectationSuite, name: str) -> Su
         .add_batch_definition_whole_dataframe("whole")
         .get_batch(batch_parameters={"dataframe": frame})
     )
-    result = batch.validate(suite, result_format={"result_format": "COMPLETE",
-                                                  "unexpected_index_column_names": [ROW]})
+    with memoised_configurations():  # each expectation's configuration built once (config_memo, issue 29)
+        result = batch.validate(suite, result_format={"result_format": "COMPLETE",
+                                                      "unexpected_index_column_names": [ROW]})
     return SuiteRun(f"{name}_{tag}", result)
