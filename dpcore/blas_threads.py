@@ -25,11 +25,10 @@ while the other fit still runs.)
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 
-_LOCK = threading.Lock()
-_USERS = 0
+from .shared_scope import SharedScope
+
 _LIMITER = None
 
 
@@ -46,32 +45,28 @@ def _controller():
     return ThreadpoolController()
 
 
-@contextlib.contextmanager
-def one_blas_thread() -> Iterator[None]:
-    """Run the block with every loaded BLAS library limited to one thread (re-entrant, thread-safe).
+def _limit() -> None:
+    global _LIMITER
+    ctl = _controller()
+    if ctl:
+        with _openblas_control():
+            _LIMITER = ctl.limit(limits=1, user_api="blas")
 
-    Nested and concurrent uses share one limit, set by the first to enter and
-    restored by the last to leave. Without ``threadpoolctl`` it does nothing.
-    A library loaded while the limit holds keeps its own thread count until
-    the next outermost entry.
-    """
-    global _USERS, _LIMITER
-    with _LOCK:
-        if _USERS == 0:
-            ctl = _controller()
-            if ctl:
-                with _openblas_control():
-                    _LIMITER = ctl.limit(limits=1, user_api="blas")
-        _USERS += 1
-    try:
-        yield
-    finally:
-        with _LOCK:
-            _USERS -= 1
-            if _USERS == 0 and _LIMITER is not None:
-                with _openblas_control():
-                    _LIMITER.restore_original_limits()
-                _LIMITER = None
+
+def _restore() -> None:
+    global _LIMITER
+    if _LIMITER is not None:
+        with _openblas_control():
+            _LIMITER.restore_original_limits()
+        _LIMITER = None
+
+
+#: ``with one_blas_thread():`` runs the block with every loaded BLAS library limited to one thread
+#: (re-entrant, thread-safe). Nested and concurrent uses share one limit, set by the first to enter and
+#: restored by the last to leave (:class:`dpcore.shared_scope.SharedScope`). Without ``threadpoolctl`` it
+#: does nothing. A library loaded while the limit holds keeps its own thread count until the next
+#: outermost entry.
+one_blas_thread = SharedScope(_limit, _restore)
 
 
 @contextlib.contextmanager

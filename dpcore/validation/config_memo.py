@@ -21,15 +21,14 @@ never reused for another expectation while it holds).
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import threading
-from collections.abc import Iterator
 
 from great_expectations.expectations.expectation import Expectation
 
-_LOCK = threading.Lock()
-_USERS = 0
+from ..shared_scope import SharedScope
+
+_LOCK = threading.Lock()  # the memo's writes
 _ORIGINAL = Expectation.__dict__["configuration"]
 #: id(expectation) -> (the expectation, kept alive while the memo holds; its configuration)
 _MEMO: dict[int, tuple[object, object]] = {}
@@ -47,19 +46,17 @@ def _memoised(self):
     return out
 
 
-@contextlib.contextmanager
-def memoised_configurations() -> Iterator[None]:
-    """Within the block, ``Expectation.configuration`` is built once per expectation (module docstring)."""
-    global _USERS
+def _install() -> None:
+    Expectation.configuration = property(_memoised, doc=_ORIGINAL.__doc__)
+
+
+def _uninstall() -> None:
+    Expectation.configuration = _ORIGINAL
     with _LOCK:
-        if _USERS == 0:
-            Expectation.configuration = property(_memoised, doc=_ORIGINAL.__doc__)
-        _USERS += 1
-    try:
-        yield
-    finally:
-        with _LOCK:
-            _USERS -= 1
-            if _USERS == 0:
-                Expectation.configuration = _ORIGINAL
-                _MEMO.clear()
+        _MEMO.clear()
+
+
+#: ``with memoised_configurations():`` -- within the block, ``Expectation.configuration`` is built once per
+#: expectation (module docstring); nested and concurrent blocks share one memo
+#: (:class:`dpcore.shared_scope.SharedScope`).
+memoised_configurations = SharedScope(_install, _uninstall)
