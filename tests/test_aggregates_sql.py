@@ -176,8 +176,9 @@ def _reference(spec, settings, ingested):
     wh = Warehouse(settings.warehouse)
     rid = spec.dataset.record_id
     frame = load_columns(wh, spec, ingested, [*units, *categorical])
-    scores = wh.query_df(f'SELECT "{rid}", template, label FROM internal."detect_scores__'
-                         f'{validated_table_name(ingested, spec)}"')
+    suffix = validated_table_name(ingested, spec)
+    scores = wh.query_df(f'SELECT v."{rid}", s.template, s.label FROM internal."detect_scores__{suffix}" s '
+                         f'JOIN validated."{suffix}" v USING (_row)')
     labels = {t: scores[scores["template"] == t].set_index(rid)["label"].reindex(frame[rid]).fillna(0)
               .to_numpy(dtype=bool) for t in chosen}
     return chosen, units, categorical, frame, labels

@@ -64,8 +64,8 @@ def _run(tmp_path, name, spec_path, monkeypatch, mapper):
     tables = {
         "validated": wh.query_df(f'SELECT * FROM validated."{t}" ORDER BY _row'),
         "quarantine": wh.query_df(f'SELECT * FROM quarantine."{t}" ORDER BY _row, rule, "column"'),
-        "scores": wh.query_df(f'SELECT * FROM internal."detect_scores__{t}" ORDER BY template, flight_id'),
-        "flags": wh.query_df(f'SELECT * FROM internal."detect_flags__{t}" ORDER BY flight_id'),
+        "scores": wh.query_df(f'SELECT * FROM internal."detect_scores__{t}" ORDER BY template, _row'),
+        "flags": wh.query_df(f'SELECT * FROM internal."detect_flags__{t}" ORDER BY _row'),
         "rules": wh.query_df("SELECT template, rank, rule, precision, recall, f1, support, n_flagged, note "
                              "FROM internal.outlier_rules ORDER BY template, rank"),
         "aiq": out.tables["answers"],

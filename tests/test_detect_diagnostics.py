@@ -88,6 +88,11 @@ def test_non_converging_fit_emits_no_warning_and_stores_diagnostics_in_internal(
         assert "warnings" not in p  # no warning text kept anywhere
     # written to internal.detect_models only, as JSON data
     ingested = IngestResult(dataset=spec.dataset.name, ingest_id="test-nonce", table="raw_test_diag", content_hash="x")
+    from dpcore.validation import validated_table_name  # the stored tables are keyed by the validated table's _row
+
+    Warehouse(Settings.from_env().warehouse).write_df(
+        "validated", validated_table_name(ingested, spec),
+        pd.DataFrame({"_row": np.arange(len(df), dtype=np.int64), "flight_id": df["flight_id"]}))
     done = store_detection(spec, Settings.from_env(), ingested, df["flight_id"].to_numpy(), fits)
     assert done.templates == tuple(t.name for t in templates)
     wh = Warehouse(Settings.from_env().warehouse)

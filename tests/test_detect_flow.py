@@ -43,11 +43,13 @@ def test_detect_flow_writes_internal_tables_only(dpr_home, small_spec_path, capl
     n_valid = wh.query(f'SELECT count(*) FROM validated."{vtable}"')[0][0]
     per = dict(wh.query(f'SELECT template, count(*) FROM internal."{scores_t}" GROUP BY template'))
     assert per == {"air_time_by_distance_origin": n_valid, "arr_delay_by_dep_delay_carrier": n_valid}
-    flags = wh.query_df(f'SELECT * FROM internal."{flags_t}" ORDER BY max_score DESC')
+    flags = wh.query_df(f'SELECT f.*, v.flight_id FROM internal."{flags_t}" f JOIN validated."{vtable}" v USING (_row) '
+                        "ORDER BY f.max_score DESC")
     assert len(flags) == n_valid and flags["flagged"].any() and not flags["max_score"].isna().any()
     # a record is flagged iff at least one template labels it
-    lab = wh.query_df(f'SELECT flight_id, max(label) AS any_label FROM internal."{scores_t}" GROUP BY flight_id')
-    merged = flags.merge(lab, on="flight_id")
+    lab = wh.query_df(f'SELECT _row, max(label) AS any_label FROM internal."{scores_t}" GROUP BY _row')
+    merged = flags.merge(lab, on="_row")
+    assert len(merged) == n_valid
     assert (merged["flagged"] == (merged["any_label"] == 1)).all()
     models = wh.query_df("SELECT * FROM internal.detect_models")
     assert set(models["template"]) == set(names)

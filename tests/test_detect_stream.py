@@ -216,6 +216,7 @@ def test_streamed_step_writes_todays_tables_on_the_demo_sample(dpr_home, small_s
 def test_streamed_step_with_a_start_sample_equals_the_in_memory_fit(dpr_home, small_spec_path, rows):
     from dpcore.detect.combine import fit_template
     from dpcore.detect.settings import DetectorSettings
+    from dpcore.steps.common import open_stores, validated_table
     from dpcore.steps.detect import detection_frame, run_detection_streamed, templates_of
 
     spec, settings, ing = _prepared(dpr_home, small_spec_path, start_sample=1000, random_state=3)
@@ -226,8 +227,6 @@ def test_streamed_step_with_a_start_sample_equals_the_in_memory_fit(dpr_home, sm
     if rows == 1:
         from dpcore.detect.streaming import fit_partitions
         from dpcore.partitions import exported
-        from dpcore.steps.common import open_stores, validated_table
-
         t = templates_of(spec)[0]
         wh = open_stores(settings).warehouse
         sql = (f'SELECT _row, "{t.behavioural}", {", ".join(chr(34) + c + chr(34) for c in t.contextual)} '
@@ -252,7 +251,8 @@ def test_streamed_step_with_a_start_sample_equals_the_in_memory_fit(dpr_home, sm
             assert _close(got[k], ref.params[k]), k
         assert got["K"] == ref.params["K"] and got["n_iter"] == ref.params["n_iter"]
         mine = scores[scores["template"] == ref.template.name]
-        assert list(mine["flight_id"]) == list(df["flight_id"])
+        assert list(mine["_row"]) == [r for (r,) in open_stores(settings).warehouse.query(
+            f"SELECT _row FROM {validated_table(spec, ing)} ORDER BY _row")]
         assert _close(mine["score"].to_numpy(), ref.scores)
         assert np.array_equal(mine["label"].to_numpy(), ref.labels)
     any_label = np.max([r.labels for r in refs], axis=0).astype(bool)

@@ -615,12 +615,14 @@ def _warehouse_facts(run: Run) -> dict[str, Any]:
 
     wh = Warehouse(run.dpr_home / "warehouse.duckdb")
     (vt,) = [r[0] for r in wh.query("SELECT table_name FROM information_schema.tables WHERE table_schema = 'validated'")]
-    top = wh.query(f'SELECT flight_id FROM internal."detect_flags__{vt}" WHERE flagged ORDER BY max_score DESC LIMIT 2')
+    top = wh.query(f'SELECT v.flight_id FROM internal."detect_flags__{vt}" f JOIN validated."{vt}" v USING (_row) '
+                   "WHERE f.flagged ORDER BY f.max_score DESC LIMIT 2")
     return {
         "n_raw": wh.query("SELECT n_rows FROM raw.ingests")[0][0],
         "n_valid": wh.query(f'SELECT count(*) FROM validated."{vt}"')[0][0],
         "valid_ids": {r[0] for r in wh.query(f'SELECT flight_id FROM validated."{vt}"')},
-        "scores": wh.query_df(f'SELECT flight_id, template, score FROM internal."detect_scores__{vt}" ORDER BY ALL'),
+        "scores": wh.query_df(f'SELECT v.flight_id, s.template, s.score FROM internal."detect_scores__{vt}" s '
+                              f'JOIN validated."{vt}" v USING (_row) ORDER BY ALL'),
         "top2": sorted(r[0] for r in top),
         "outlier_true_counts": dict(wh.query("SELECT subspace, true_count FROM internal.outlier_count_diagnostics")),
         # the owner-only outlier rules (issue 18): texts and scores that must reach no public surface

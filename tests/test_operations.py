@@ -376,9 +376,10 @@ def test_no_internal_value_leaves_the_warehouse(tmp_path, dpr_home, small_spec_p
     (vt,) = [r[0] for r in wh.query("SELECT table_name FROM information_schema.tables WHERE table_schema = 'validated'")]
     n_valid = wh.query(f'SELECT count(*) FROM validated."{vt}"')[0][0]
     n_quar = wh.query(f'SELECT count(DISTINCT _row) FROM quarantine."{vt}"')[0][0]
-    flags = wh.query_df(f'SELECT * FROM internal."detect_flags__{vt}" WHERE flagged ORDER BY max_score DESC LIMIT 20')
-    scores = wh.query_df(f'SELECT * FROM internal."detect_scores__{vt}" WHERE flight_id IN (SELECT unnest(?::VARCHAR[]))',
-                         [list(flags["flight_id"])])
+    flags = wh.query_df(f'SELECT f.*, v.flight_id FROM internal."detect_flags__{vt}" f JOIN validated."{vt}" v '
+                        "USING (_row) WHERE f.flagged ORDER BY f.max_score DESC LIMIT 20")
+    scores = wh.query_df(f'SELECT * FROM internal."detect_scores__{vt}" WHERE _row IN (SELECT unnest(?::BIGINT[]))',
+                         [[int(r) for r in flags["_row"]]])
     diag = wh.query_df("SELECT * FROM internal.aiq_diagnostics")
     emd = wh.query_df("SELECT emd FROM internal.coco_emd WHERE emd > 0")
     pcor = wh.query_df("SELECT * FROM internal.pcor_diagnostics")
@@ -558,8 +559,8 @@ def test_dask_local_cluster_gives_the_same_detection_as_the_default_runner(tmp_p
         wh = Warehouse(home / "warehouse.duckdb")
         (vt,) = [r[0] for r in wh.query("SELECT table_name FROM information_schema.tables WHERE table_schema = 'validated'")]
         return (
-            wh.query_df(f'SELECT * FROM internal."detect_scores__{vt}" ORDER BY template, flight_id'),
-            wh.query_df(f'SELECT * FROM internal."detect_flags__{vt}" ORDER BY flight_id'),
+            wh.query_df(f'SELECT * FROM internal."detect_scores__{vt}" ORDER BY template, _row'),
+            wh.query_df(f'SELECT * FROM internal."detect_flags__{vt}" ORDER BY _row'),
             # table_suffix names the input by its random ingest id (issue 15, hole 1): it differs per home
             wh.query_df("SELECT template, params FROM internal.detect_models ORDER BY template"),
         )

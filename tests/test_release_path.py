@@ -334,8 +334,10 @@ def test_detector_chosen_records_are_returned_in_id_order_not_score_order(tmp_pa
     spec = _tiny_spec()
     ing = IngestResult("dup", "0123456789abcdef", "dup__0123456789abcdef", "x" * 64)
     wh = Warehouse(tmp_path / "w.duckdb")
-    flags = pd.DataFrame({"id": ["r1", "r2", "r3", "r4"], "flagged": [True, True, True, False],
+    flags = pd.DataFrame({"_row": [3, 2, 1, 0], "flagged": [True, True, True, False],
                           "max_score": [1.0, 9.0, 5.0, 99.0]})
-    wh.write_df("internal", f"detect_flags__{validated_table_name(ing, spec)}", flags)
+    suffix = validated_table_name(ing, spec)
+    wh.write_df("validated", suffix, pd.DataFrame({"_row": [3, 2, 1, 0], "id": ["r1", "r2", "r3", "r4"]}))
+    wh.write_df("internal", f"detect_flags__{suffix}", flags)
     assert flagged_records(wh, spec, ing, 2) == ["r2", "r3"]  # top two by score (9, 5), published by id
     assert flagged_records(wh, spec, ing, 3) == ["r1", "r2", "r3"]  # score order would be r2, r3, r1

@@ -20,9 +20,16 @@ row counts or row positions.
 
 Tables (suffix = the validated table's name):
 
-``internal."detect_scores__<t>"``   record id, template, score, label
-``internal."detect_flags__<t>"``    record id, flagged (any template), max score, templates flagging it
+``internal."detect_scores__<t>"``   ``_row``, template, score, label
+``internal."detect_flags__<t>"``    ``_row``, flagged (any template), max score, templates flagging it
 ``internal.detect_models``          template, fitted parameters and diagnostics as JSON (``params``)
+
+The score tables are keyed by ``_row``, the validated table's input row
+number (unique, BIGINT), not by the record id: the record id is read from
+the validated table by ``_row`` where it is needed (:func:`flagged_by_score`,
+a few records), so the detector's 2 x n scores and n flags never copy an id
+(issue 29, goal 3: at 100x the store wrote 33.7M ids three times, most of its
+49 s; BENCHMARKS "detect_store").
 """
 from __future__ import annotations
 
@@ -42,7 +49,7 @@ from ..detect.settings import DetectorSettings
 from ..detect.streaming import StreamedFit, fit_partitions
 from ..lineage import new_nonce
 from ..partitions import Partitions, export_partitions, scratch_dir
-from ..ingest import IngestResult
+from ..ingest import ROW, IngestResult
 from ..settings import Settings
 from ..spec import ReleaseSpec
 from ..validation import validated_table_name
@@ -117,21 +124,32 @@ def store_detection(
 ) -> DetectionDone:
     """Write scores, combined flags and fitted parameters (with their diagnostics) to ``internal``.
 
+    The in-memory path (tests, small tables): ``ids`` are the record ids of
+    the rows the fits scored, in their order (:func:`detection_frame`); each
+    is looked up in the validated table for its ``_row``, the tables' key
+    (as :func:`store_streamed_detection`'s).
     ``internal.detect_models.params`` holds each fit's params as JSON,
     including ``converged`` and ``diagnostics`` (see
     :class:`~dpcore.detect.combine.TemplateFit`); nothing is logged or returned
     beyond the template names.
+
+    Raises
+    ------
+    ValueError
+        An id is not in the validated table (the fits are of another input).
     """
     suffix = validated_table_name(ingested, spec)
     flagged, max_score = combine(fits)
     n_flagging = np.sum([f.labels for f in fits], axis=0) if fits else np.zeros(len(ids), dtype=int)
     rid = spec.dataset.record_id
+    wh = open_stores(settings).warehouse
+    rows = _rows_of_ids(wh, spec, ingested, ids)
     scores = pd.concat(
-        [pd.DataFrame({rid: ids, "template": f.template.name, "score": f.scores, "label": f.labels.astype(np.int8)})
+        [pd.DataFrame({ROW: rows, "template": f.template.name, "score": f.scores, "label": f.labels.astype(np.int8)})
          for f in fits],
         ignore_index=True,
     )
-    flags = pd.DataFrame({rid: ids, "flagged": flagged.astype(bool), "max_score": max_score,
+    flags = pd.DataFrame({ROW: rows, "flagged": flagged.astype(bool), "max_score": max_score,
                           "templates_flagging": n_flagging.astype(np.int32)})
     models = pd.DataFrame({
         "table_suffix": suffix,
@@ -147,8 +165,35 @@ def store_detection(
             con.unregister("_df")
         _write_models(con, suffix, models)
 
-    open_stores(settings).warehouse.run(op, transaction=True)
+    wh.run(op, transaction=True)
     return DetectionDone(tuple(f.template.name for f in fits), suffix)
+
+
+def _rows_of_ids(wh: Warehouse, spec: ReleaseSpec, ingested: IngestResult, ids: np.ndarray) -> np.ndarray:
+    """The validated table's ``_row`` of each record id, in the ids' order (int64).
+
+    Raises
+    ------
+    ValueError
+        An id is not in the validated table (its message names no id).
+    """
+    rid = spec.dataset.record_id
+    frame = pd.DataFrame({"_pos": np.arange(len(ids), dtype=np.int64), rid: pd.array(ids, dtype="string")})
+
+    def op(con):
+        con.register("_ids", frame)
+        try:
+            return con.execute(
+                f'SELECT v._row FROM _ids i JOIN {validated_table(spec, ingested)} v ON v."{rid}" = i."{rid}" '
+                "ORDER BY i._pos").fetchnumpy()["_row"]
+        finally:
+            con.unregister("_ids")
+
+    rows = np.asarray(wh.run(op), dtype=np.int64)
+    if rows.shape[0] != len(ids):
+        raise ValueError("store_detection: some record ids are not in the validated table of this input "
+                         "(pass the ids of detection_frame's rows, in its order)")
+    return rows
 
 
 # --------------------------------------------------------------------------- streamed detection (issue 21)
@@ -182,10 +227,10 @@ def detection_chunk_rows(spec: ReleaseSpec, budget: MemoryBudget | None = None) 
 def open_detection_partitions(
     spec: ReleaseSpec, settings: Settings, ingested: IngestResult, *, rows: int | None = None
 ) -> Partitions:
-    """The validated table's ``_row``, record id and every template attribute, exported once in chunks.
+    """The validated table's ``_row`` and every template attribute, exported once in chunks.
 
-    The record id is for the store (:func:`store_streamed_detection` takes
-    it from the export by position); the fits read only their attributes.
+    No record id: the stored tables are keyed by ``_row`` (the module's
+    docstring); the fits read only their attributes.
 
     :func:`dpcore.partitions.export_partitions` into a fresh folder of the
     warehouse's private scratch folder, in input row order, ``rows`` per chunk
@@ -201,14 +246,14 @@ def open_detection_partitions(
     """
     require_public_completeness(spec, "detect")
     attrs = sorted({a for t in templates_of(spec) for a in (t.behavioural, *t.contextual)})
-    cols = ", ".join(f'"{c}"' for c in dict.fromkeys(["_row", spec.dataset.record_id, *attrs]))
+    cols = ", ".join(f'"{c}"' for c in dict.fromkeys([ROW, *attrs]))
     sql = f"SELECT {cols} FROM {validated_table(spec, ingested)} ORDER BY _row"
     wh = open_stores(settings).warehouse
     folder = scratch_dir(wh) / new_nonce(8)
     folder.mkdir(mode=0o700)
     try:
         return export_partitions(wh, sql, None, int(rows or detection_chunk_rows(spec)), folder,
-                                 distinct=("_row", spec.dataset.record_id))
+                                 distinct=(ROW,))
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -255,19 +300,20 @@ def store_streamed_detection(
     flagged if any template labels it (slide "Outlier Detector Overview"; as
     :func:`~dpcore.detect.combine.combine`), ``max_score`` is its highest
     score and ``templates_flagging`` the number of templates labelling it.
-    The tables have today's columns and row order (template by template,
-    input row order). No id or score passes through Python.
+    The tables have :func:`store_detection`'s columns and row order
+    (template by template, input row order). No score passes through Python.
 
-    Issue 29: no full sort and no join. Each template's top ``K`` are chosen
-    by a threshold, the ``K``-th pair ``(score, _row)`` in descending score,
-    ascending row (DuckDB's top-N: ``ORDER BY ... LIMIT 1 OFFSET K - 1``), so a
-    row is labelled when its score is above the threshold's or equal to it
-    with a row no later. The score files and the export hold the same rows in
-    the same order (the scoring pass writes chunk by chunk, in the export's
-    row order), so the record ids come from the export by ``POSITIONAL JOIN``
-    and the per-record flags from the score files side by side, instead of a
-    join on ``_row`` and a ``GROUP BY``. The fits' ``threshold`` (the
-    ``K``-th score) is stored in ``internal.detect_models``.
+    Issue 29: no full sort, no join and no record id. Each template's top
+    ``K`` are chosen by a threshold, the ``K``-th pair ``(score, _row)`` in
+    descending score, ascending row (DuckDB's top-N: ``ORDER BY ... LIMIT 1
+    OFFSET K - 1``), so a row is labelled when its score is above the
+    threshold's or equal to it with a row no later. The tables are keyed by
+    the score files' ``_row`` (the module's docstring), and the score files
+    hold the same rows in the same order (the scoring pass writes chunk by
+    chunk, in the export's row order), so the per-record flags come from the
+    score files side by side (``POSITIONAL JOIN``) instead of a join on
+    ``_row`` and a ``GROUP BY``. The fits' ``threshold`` (the ``K``-th score)
+    is stored in ``internal.detect_models``.
 
     Raises
     ------
@@ -280,13 +326,6 @@ def store_streamed_detection(
     if len(exports) != 1 or None in {f.export_path for f in fits}:
         raise ValueError("store_streamed_detection needs fits of one export (fit them with fit_streamed on one export)")
     suffix = validated_table_name(ingested, spec)
-    rid = spec.dataset.record_id
-    export = exports.pop()
-    # a table with no validated row exports no chunk: an empty file, which is not Parquet (nothing to read)
-    if Path(export).stat().st_size == 0:
-        records, rargs = f'(SELECT CAST(NULL AS VARCHAR) AS "{rid}" WHERE false)', []
-    else:
-        records, rargs = "read_parquet(?)", [export]
 
     def op(con):
         labels, thresholds = [], []
@@ -302,20 +341,20 @@ def store_streamed_detection(
             head = (f'CREATE OR REPLACE TABLE internal."detect_scores__{suffix}" AS ' if k == 0
                     else f'INSERT INTO internal."detect_scores__{suffix}" ')
             con.execute(
-                head + f'SELECT e."{rid}", CAST(? AS VARCHAR) AS template, s.score, {label} AS label '
-                f"FROM {records} e POSITIONAL JOIN read_parquet(?) s",
-                [f.template.name, *largs, *rargs, str(f.scores_path)],
+                head + f"SELECT s._row, CAST(? AS VARCHAR) AS template, s.score, {label} AS label "
+                "FROM read_parquet(?) s",
+                [f.template.name, *largs, str(f.scores_path)],
             )
-        joins = " ".join(f"POSITIONAL JOIN (SELECT _row, score FROM read_parquet(?)) s{k}" for k in range(len(fits)))
+        joins = " POSITIONAL JOIN ".join(f"(SELECT _row, score FROM read_parquet(?)) s{k}" for k in range(len(fits)))
         lab = [label.replace("s.", f"s{k}.") for k, (label, _a) in enumerate(labels)]
         largs = [a for _l, a in labels for a in a]
         con.execute(
             f'CREATE OR REPLACE TABLE internal."detect_flags__{suffix}" AS '
-            f'SELECT e."{rid}", ({" OR ".join(f"({x}) = 1" for x in lab)}) AS flagged, '
+            f'SELECT s0._row, ({" OR ".join(f"({x}) = 1" for x in lab)}) AS flagged, '
             f'{"greatest(" + ", ".join(f"s{k}.score" for k in range(len(fits))) + ")" if len(fits) > 1 else "s0.score"} '
             f'AS max_score, CAST({" + ".join(lab)} AS INTEGER) AS templates_flagging '
-            f"FROM {records} e {joins}",
-            [*largs, *largs, *rargs, *[str(f.scores_path) for f in fits]],
+            f"FROM {joins}",
+            [*largs, *largs, *[str(f.scores_path) for f in fits]],
         )
         params = []
         for f, thr in zip(fits, thresholds):
@@ -478,17 +517,18 @@ def flagged_by_score(
     rid = spec.dataset.record_id
     lim = "" if limit is None else f" LIMIT {int(limit)}"
     if templates is None:
-        rows = wh.query(
-            f'SELECT "{rid}" FROM internal."detect_flags__{suffix}" WHERE flagged '
-            f'ORDER BY max_score DESC, "{rid}"{lim}'
-        )
+        ranked, args = f'SELECT _row, max_score AS s FROM internal."detect_flags__{suffix}" WHERE flagged', []
     else:
         marks = ", ".join("?" for _ in templates)
-        rows = wh.query(
-            f'SELECT "{rid}", max(score) AS s FROM internal."detect_scores__{suffix}" '
-            f'WHERE label = 1 AND template IN ({marks}) GROUP BY "{rid}" ORDER BY s DESC, "{rid}"{lim}',
-            templates,
-        )
+        ranked, args = (f'SELECT _row, max(score) AS s FROM internal."detect_scores__{suffix}" '
+                        f"WHERE label = 1 AND template IN ({marks}) GROUP BY _row", list(templates))
+    if limit is not None:  # only the records scored at least the limit-th score need their id (ties by id)
+        ranked = (f"WITH r AS ({ranked}) SELECT _row, s FROM r WHERE s >= "
+                  f"(SELECT s FROM r ORDER BY s DESC LIMIT 1 OFFSET {max(int(limit), 1) - 1}) "
+                  f"OR (SELECT count(*) FROM r) < {max(int(limit), 1)}")
+    rows = wh.query(
+        f'SELECT v."{rid}" FROM ({ranked}) f JOIN {validated_table(spec, ingested)} v USING (_row) '
+        f'ORDER BY f.s DESC, v."{rid}"{lim}', args)
     return [r[0] for r in rows]
 
 

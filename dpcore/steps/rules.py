@@ -99,10 +99,10 @@ def labelled_query(spec: ReleaseSpec, ingested: IngestResult, suffix: str, templ
                    columns: list[str], where: str = "") -> tuple[str, list]:
     """SQL of the validated rows with ``columns`` and one boolean label column per template (``_dpr_label_<i>``).
 
-    The labels come from ``internal.detect_scores__<suffix>`` by a semi-join in
-    the warehouse (``EXISTS``: a record the template did not flag, or that has
-    no score, is labelled False; a record is never repeated), so no list of
-    record ids is held in Python. The query
+    The labels come from ``internal.detect_scores__<suffix>`` by a semi-join on
+    ``_row`` in the warehouse (``EXISTS``: a record the template did not flag,
+    or that has no score, is labelled False; a record is never repeated), so
+    no list of records is held in Python. The query
     also returns ``_row`` (input row order) and has no ``ORDER BY``;
     ``where`` (a condition on the validated table ``v``) keeps some rows
     before the labels are joined.
@@ -112,10 +112,9 @@ def labelled_query(spec: ReleaseSpec, ingested: IngestResult, suffix: str, templ
     (str, list)
         The query and its parameters (the template names).
     """
-    rid = _q(spec.dataset.record_id)
     scores = f'internal."detect_scores__{suffix}"'
     cols = "".join(f", v.{_q(c)}" for c in columns)
-    labels = "".join(f", EXISTS (SELECT 1 FROM {scores} s WHERE s.{rid} = v.{rid} AND s.template = ? "
+    labels = "".join(f", EXISTS (SELECT 1 FROM {scores} s WHERE s._row = v._row AND s.template = ? "
                      f"AND s.label <> 0) AS {_label(i)}" for i in range(len(templates)))
     cond = f" WHERE {where}" if where else ""
     return f'SELECT v."_row"{cols}{labels} FROM {validated_table(spec, ingested)} v{cond}', list(templates)
@@ -133,31 +132,91 @@ def sample_positions(n: int, m: int, seed: int = SAMPLE_SEED) -> np.ndarray | No
     return np.sort(np.random.default_rng(seed).choice(n, size=m, replace=False))
 
 
+#: DuckDB's ``memory_limit`` while the rows to mine are fetched (:func:`_mining_frame`): this share of the
+#: cap (``DPR_MEMORY_LIMIT``), not :data:`dpcore.chunks.DUCKDB_SHARE`, and never below
+#: :data:`FRAME_DUCKDB_MIN`. DuckDB then spills the query's sort, window and joins beyond it while the frame
+#: is built beside it in Python: the rules step's peak, with the cap at 1 GiB on 10x the demo, fell from
+#: +300 to +140 MiB over the step's start (BENCHMARKS "Scale under DPR_MEMORY_LIMIT=1GiB").
+FRAME_DUCKDB_SHARE = 1 / 16
+#: The lowest ``memory_limit`` of :data:`FRAME_DUCKDB_SHARE` (bytes): 32 MiB ran out of memory on 10x the demo.
+FRAME_DUCKDB_MIN = 64 * 2**20
+
+
+def _frame_memory_limit() -> int:
+    """Bytes of DuckDB's ``memory_limit`` while :func:`_mining_frame` fetches its rows
+    (:data:`FRAME_DUCKDB_SHARE` of the cap, at least :data:`FRAME_DUCKDB_MIN`; public: the cap only)."""
+    return max(FRAME_DUCKDB_MIN, int(MemoryBudget.from_env().effective_limit * FRAME_DUCKDB_SHARE))
+
+
+def _arrow_frame(con, table) -> pd.DataFrame:
+    """``table`` (a DuckDB result as an Arrow table) as the pandas frame DuckDB's ``.df()`` returns.
+
+    Arrow's conversion keeps text in Arrow buffers (pandas' ``str`` columns
+    are Arrow-backed), where ``.df()`` makes a Python string per cell first:
+    about 80 MiB more for two text columns of 400,000 rows. The two agree on
+    the columns of the mined attributes: integers and booleans without NULLs,
+    floating point, text (``tests/test_rules_sample.py``). Any other column
+    (an integer with NULLs is ``Int64`` in ``.df()``, ``float64`` in Arrow; a
+    decimal, a date) goes back through DuckDB (``con.from_arrow(...).df()``),
+    so the frame is ``.df()``'s whatever the types.
+    """
+    import pyarrow as pa
+
+    def same(field: pa.Field, column) -> bool:
+        t = field.type
+        if pa.types.is_integer(t) or pa.types.is_boolean(t):
+            return column.null_count == 0
+        return (pa.types.is_floating(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+                or pa.types.is_string_view(t))
+
+    if all(same(f, table.column(i)) for i, f in enumerate(table.schema)):
+        return table.to_pandas(self_destruct=True)
+    return con.from_arrow(table).df()
+
+
 def _mining_frame(wh, spec: ReleaseSpec, ingested: IngestResult, suffix: str, templates: list[str],
                   columns: list[str], n: int, m: int) -> tuple[pd.DataFrame, bool]:
     """The rows to mine with their labels, in input row order: all ``n`` rows, or the
-    :func:`sample_positions` rows when ``n > m`` (picked in the warehouse before the labels are joined)."""
+    :func:`sample_positions` rows when ``n > m`` (picked in the warehouse before the labels are joined).
+
+    Fetched as Arrow and converted by :func:`_arrow_frame` (the same frame as
+    ``.df()``, with less memory), with DuckDB's ``memory_limit`` lowered to
+    :func:`_frame_memory_limit` while the query runs
+    (:meth:`dpcore.warehouse.Warehouse.run`); if DuckDB runs out of memory
+    under it, the query runs again under the budget's own limit. The rows
+    and their order do not depend on the limit.
+    """
+    import duckdb
+
     pos = sample_positions(n, m)
     if pos is None:
         sql, params = labelled_query(spec, ingested, suffix, templates, columns)
-        return wh.query_df(f'SELECT * FROM ({sql}) ORDER BY "_row"', params), False
-    picked = pd.DataFrame({"p": pos.astype(np.int64)})
-    sql, params = labelled_query(spec, ingested, suffix, templates, columns,
-                                 where='v."_row" IN (SELECT "_row" FROM picked)')
-    query = (
-        'WITH picked AS (SELECT r."_row" FROM (SELECT "_row", row_number() OVER (ORDER BY "_row") - 1 AS p '
-        f"FROM {validated_table(spec, ingested)}) r JOIN _dpr_sample USING (p)) "
-        f'SELECT * FROM ({sql}) ORDER BY "_row"'
-    )
+        query, picked = f'SELECT * FROM ({sql}) ORDER BY "_row"', None
+    else:
+        picked = pd.DataFrame({"p": pos.astype(np.int64)})
+        sql, params = labelled_query(spec, ingested, suffix, templates, columns,
+                                     where='v."_row" IN (SELECT "_row" FROM picked)')
+        query = (
+            'WITH picked AS (SELECT r."_row" FROM (SELECT "_row", row_number() OVER (ORDER BY "_row") - 1 AS p '
+            f"FROM {validated_table(spec, ingested)}) r JOIN _dpr_sample USING (p)) "
+            f'SELECT * FROM ({sql}) ORDER BY "_row"'
+        )
 
     def op(con):
-        con.register("_dpr_sample", picked)
+        if picked is not None:
+            con.register("_dpr_sample", picked)
         try:
-            return con.execute(query, params).df()
+            table = con.sql(query, params=params or None).to_arrow_table()
         finally:
-            con.unregister("_dpr_sample")
+            if picked is not None:
+                con.unregister("_dpr_sample")
+        return _arrow_frame(con, table)
 
-    return wh.run(op), True
+    try:
+        frame = wh.run(op, memory_limit=_frame_memory_limit())
+    except duckdb.OutOfMemoryException:
+        frame = wh.run(op)
+    return frame, pos is not None
 
 
 def _tree_spec(tree):
