@@ -341,3 +341,20 @@ def test_detector_chosen_records_are_returned_in_id_order_not_score_order(tmp_pa
     wh.write_df("internal", f"detect_flags__{suffix}", flags)
     assert flagged_records(wh, spec, ing, 2) == ["r2", "r3"]  # top two by score (9, 5), published by id
     assert flagged_records(wh, spec, ing, 3) == ["r1", "r2", "r3"]  # score order would be r2, r3, r1
+
+
+def test_detection_tables_of_an_older_version_ask_for_the_detect_step_again(tmp_path):
+    """Before issue 29's store the tables were keyed by the record id: reading them is refused with what to do."""
+    from dpcore.steps.common import StepInputError
+    from dpcore.steps.detect import flagged_records
+    from dpcore.validation import validated_table_name
+
+    spec = _tiny_spec()
+    ing = IngestResult("dup", "0123456789abcdef", "dup__0123456789abcdef", "x" * 64)
+    wh = Warehouse(tmp_path / "w.duckdb")
+    with pytest.raises(StepInputError, match="run steps.detect first"):
+        flagged_records(wh, spec, ing, 2)
+    wh.write_df("internal", f"detect_flags__{validated_table_name(ing, spec)}",
+                pd.DataFrame({"id": ["r1"], "flagged": [True], "max_score": [1.0]}))
+    with pytest.raises(StepInputError, match="older version .* run steps.detect again"):
+        flagged_records(wh, spec, ing, 2)

@@ -467,6 +467,28 @@ def detector_choice_owner_only(step: str, top: int, what: str) -> str:
     )
 
 
+def require_detection(wh: Warehouse, spec: ReleaseSpec, ingested: IngestResult, table: str = "detect_scores") -> str:
+    """The qualified name of ``internal."<table>__<suffix>"``, checked to be this version's (keyed by ``_row``).
+
+    Raises
+    ------
+    StepInputError
+        The detect step has not run on this input under this spec, or its
+        tables were stored by a version that keyed them by the record id
+        (before issue 29's store): run the detect step again (it charges
+        nothing).
+    """
+    name = f"{table}__{validated_table_name(ingested, spec)}"
+    if not wh.table_exists("internal", name):
+        raise StepInputError("no detection results for this input: enable and run steps.detect first")
+    cols = {r[0] for r in wh.query("SELECT column_name FROM information_schema.columns "
+                                   "WHERE table_schema = 'internal' AND table_name = ?", [name])}
+    if ROW not in cols:
+        raise StepInputError("the detection results of this input were stored by an older version (keyed by the "
+                             "record id, not _row): run steps.detect again (the detector charges nothing)")
+    return f'internal."{name}"'
+
+
 def _check_templates(spec: ReleaseSpec, templates: list[str] | None) -> list[str] | None:
     if templates is None:
         return None
@@ -511,9 +533,7 @@ def flagged_by_score(
     """
     templates = _check_templates(spec, templates)
     suffix = validated_table_name(ingested, spec)
-    table = "detect_flags" if templates is None else "detect_scores"
-    if not wh.table_exists("internal", f"{table}__{suffix}"):
-        raise StepInputError("no detection results for this input: enable and run steps.detect first")
+    require_detection(wh, spec, ingested, "detect_flags" if templates is None else "detect_scores")
     rid = spec.dataset.record_id
     lim = "" if limit is None else f" LIMIT {int(limit)}"
     if templates is None:

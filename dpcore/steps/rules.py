@@ -35,6 +35,7 @@ from ..partitions import exported
 from ..settings import Settings
 from ..spec import ReleaseSpec
 from .common import StepInputError, open_stores, validated_table
+from .detect import require_detection
 from ..lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
@@ -386,7 +387,8 @@ def mine_rules(
     Raises
     ------
     StepInputError
-        Bad templates or attributes (:func:`rules_inputs`), or ``sample_rows`` / ``chunk_rows`` not an integer >= 1.
+        Bad templates or attributes (:func:`rules_inputs`), ``sample_rows`` / ``chunk_rows`` not an integer >= 1,
+        or no detection results of this version (:func:`~dpcore.steps.detect.require_detection`).
     """
     from ..explain import RuleMiner
     from ..validation import validated_table_name
@@ -400,6 +402,7 @@ def mine_rules(
             raise StepInputError(f"{name} must be an integer >= 1, got {value!r}")
     wh = open_stores(settings).warehouse
     suffix = validated_table_name(ingested, spec)
+    require_detection(wh, spec, ingested)
     columns = [*units, *categorical]
     sql, params = labelled_query(spec, ingested, suffix, chosen, columns)
     flagged_sql = "".join(f", coalesce(count_if({_label(i)}), 0)" for i in range(len(chosen)))
