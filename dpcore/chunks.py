@@ -96,13 +96,18 @@ class MemoryBudget:
         return self.limit if self.limit is not None else DEFAULT_LIMIT
 
     @property
-    def duckdb_setting(self) -> str:
-        """The value for DuckDB's ``memory_limit``: :data:`DUCKDB_SHARE` of the cap, in bytes.
+    def duckdb_bytes(self) -> int:
+        """DuckDB's ``memory_limit`` in bytes: :data:`DUCKDB_SHARE` of the cap.
 
         The rest is for the interpreter and its libraries and the Python side
         of a stage (its chunk, the arrays it builds).
         """
-        return f"{int(self.effective_limit * DUCKDB_SHARE)}B"
+        return int(self.effective_limit * DUCKDB_SHARE)
+
+    @property
+    def duckdb_setting(self) -> str:
+        """The value for DuckDB's ``memory_limit``: :attr:`duckdb_bytes` as ``"<n>B"``."""
+        return f"{self.duckdb_bytes}B"
 
     def chunk_rows(self, bytes_per_row: int, minimum: int = MIN_CHUNK_ROWS) -> int:
         """Rows per chunk so that one chunk of ``bytes_per_row`` takes at most :data:`CHUNK_SHARE` of the cap.

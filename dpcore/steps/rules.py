@@ -136,8 +136,9 @@ def sample_positions(n: int, m: int, seed: int = SAMPLE_SEED) -> np.ndarray | No
 #: DuckDB's ``memory_limit`` while the rows to mine are fetched (:func:`_mining_frame`): this share of the
 #: cap (``DPR_MEMORY_LIMIT``), not :data:`dpcore.chunks.DUCKDB_SHARE`, and never below
 #: :data:`FRAME_DUCKDB_MIN`. DuckDB then spills the query's sort, window and joins beyond it while the frame
-#: is built beside it in Python: the rules step's peak, with the cap at 1 GiB on 10x the demo, fell from
-#: +300 to +140 MiB over the step's start (BENCHMARKS "Scale under DPR_MEMORY_LIMIT=1GiB").
+#: is built beside it in Python. Under a 1 GiB cap on 10x the demo (issue 29, goal 4), with
+#: :func:`_arrow_frame`: the fetch's peak 297 -> 61 MiB over its start (one process, the same frame), and the
+#: rules stage's process-tree peak in ``benchmarks.scale`` 1,173 -> 1,043 MiB.
 FRAME_DUCKDB_SHARE = 1 / 16
 #: The lowest ``memory_limit`` of :data:`FRAME_DUCKDB_SHARE` (bytes): 32 MiB ran out of memory on 10x the demo.
 FRAME_DUCKDB_MIN = 64 * 2**20
@@ -156,7 +157,7 @@ def _arrow_frame(con, table) -> pd.DataFrame:
     are Arrow-backed), where ``.df()`` makes a Python string per cell first:
     about 80 MiB more for two text columns of 400,000 rows. The two agree on
     the columns of the mined attributes: integers and booleans without NULLs,
-    floating point, text (``tests/test_rules_sample.py``). Any other column
+    floating point, text (``tests/test_frame_memory.py``). Any other column
     (an integer with NULLs is ``Int64`` in ``.df()``, ``float64`` in Arrow; a
     decimal, a date) goes back through DuckDB (``con.from_arrow(...).df()``),
     so the frame is ``.df()``'s whatever the types.
