@@ -325,3 +325,38 @@ def test_aiq_step_answers_and_diagnostics_do_not_depend_on_the_chunks(warehouse_
         assert diag["ball_count"].tolist() == want_b and diag["multiplicity"].tolist() == want_xi
     for t in tables[1:]:
         pd.testing.assert_frame_equal(t, tables[0])
+
+
+def test_aiq_step_sql_counts_equal_the_kdtree_and_the_chunked_path(warehouse_run, monkeypatch):
+    """Issue 29: the step's one SQL aggregate gives today's KD-tree counts and the same answers as the fallback."""
+    import dpcore.steps.aiq as aiq_step_module
+    from dpcore.neighbors_sql import sql_countable
+    from dpcore.steps.common import open_stores
+
+    spec, settings, ingested, df = warehouse_run
+    cfg = spec.steps.aiq
+    mech = AnomalyIdentification(beta=cfg.beta, r=cfg.r, epsilon=cfg.epsilon, k=cfg.k, mechanism=cfg.mechanism)
+    data = scale_by_bounds(df[ATTRS].to_numpy(dtype=float), LOWS, HIGHS)
+    pos = pd.Index(df[spec.dataset.record_id].astype(str)).get_indexer(list(cfg.record_ids))
+    present = pos >= 0
+    Q = np.vstack([data[pos[present]], scale_by_bounds(np.array([[4900.0, 700, 1400, 1400]]), LOWS, HIGHS)])
+    kd_b = ball_counts(data, Q, float(cfg.r), cap=mech.saturation_cap(), method="kdtree")  # today's counting
+    kd_xi = multiplicities(data, Q)
+    want_b = np.zeros(len(present) + 1, dtype=np.int64)
+    want_xi = np.zeros(len(present) + 1, dtype=np.int64)
+    live = np.concatenate([present, [True]])
+    want_b[live], want_xi[live] = kd_b, kd_xi
+    wh = open_stores(settings).warehouse
+    assert sql_countable(aiq_step_module.column_types(wh, spec, ingested, ATTRS))  # the demo's columns take SQL
+    tables = []
+    for n, sql in enumerate([True, False]):
+        if not sql:
+            monkeypatch.setattr(aiq_step_module, "sql_countable", lambda types: False)
+            monkeypatch.setattr(aiq_step_module, "chunk_rows", lambda wh, d: 7)
+        run_spec = spec.model_copy(update={"release_id": f"{spec.release_id}-sql{n}"})
+        out = aiq_step_module.aiq_step(run_spec, settings, ingested)
+        tables.append(out.tables["answers"])
+        diag = wh.query_df(
+            "SELECT ball_count, multiplicity FROM internal.aiq_diagnostics WHERE key = ? ORDER BY rowid", [out.keys[0]])
+        assert diag["ball_count"].tolist() == want_b.tolist() and diag["multiplicity"].tolist() == want_xi.tolist()
+    pd.testing.assert_frame_equal(tables[1], tables[0])
