@@ -104,3 +104,18 @@ def test_mining_frame_runs_again_under_the_budget_when_the_lowered_limit_is_too_
     frame, sampled = rules._mining_frame(Wh(), None, None, "s", ["t"], ["x"], 10, 100)
     assert calls == [rules._frame_memory_limit(), None] and not sampled
     pd.testing.assert_frame_equal(frame, pd.DataFrame({"_row": np.arange(10), "x": np.arange(10) * 2.0}))
+
+
+@pytest.mark.parametrize("env, first, expected", [(None, "dpcore", "system"), (None, "pyarrow", "system"),
+                                                  ("mimalloc", "dpcore", "mimalloc")])
+def test_arrow_allocates_through_the_system_unless_told(env, first, expected):
+    import os
+    import subprocess
+    import sys
+
+    environ = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if env:
+        environ["ARROW_DEFAULT_MEMORY_POOL"] = env
+    code = f"import {first}, dpcore, pyarrow; print(pyarrow.default_memory_pool().backend_name)"
+    out = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == expected
