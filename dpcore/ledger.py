@@ -498,6 +498,11 @@ def _overlaps(con) -> dict[str, int]:
     return {b: int(n) for b, n in rows}
 
 
+def _fingerprinted_row(budget: str, table_sql: str, id_column: str, owner_key: bytes) -> list[str]:
+    """The ``ledger.fingerprinted_tables`` row of a raw table whose ids are in ``budget``'s fingerprints under this key."""
+    return [budget, table_sql, id_column, owner_hmac(owner_key, "dpr ledger.fingerprinted_tables")[:16]]
+
+
 def _add_fingerprints(con, budget: str) -> None:
     """Add ``_fp``'s fingerprints the budget does not hold yet (an anti-join, which spills), then drop ``_fp``."""
     con.execute(
@@ -731,11 +736,10 @@ class PrivacyLedger:
             The budget ``dataset`` charges.
         """
         pads = hmac_pads(owner_key)
-        key_id = owner_hmac(owner_key, "dpr ledger.fingerprinted_tables")[:16]
 
         def op(con):
             budget = _budget_of(con, dataset)
-            done = [budget, table_sql, id_column, key_id]
+            done = _fingerprinted_row(budget, table_sql, id_column, owner_key)
             if con.execute("SELECT 1 FROM ledger.fingerprinted_tables WHERE budget = ? AND table_sql = ? AND "
                            "id_column = ? AND key_id = ?", done).fetchone():
                 return budget  # this raw table (which never changes) is in the budget's fingerprints already
@@ -859,6 +863,9 @@ class PrivacyLedger:
                  wanted.registered_at],
             )
             _add_fingerprints(con, budget)
+            # the run that follows a registration reads the same stored raw table: not fingerprinted again
+            con.execute("INSERT OR IGNORE INTO ledger.fingerprinted_tables VALUES (?, ?, ?, ?)",
+                        _fingerprinted_row(budget, table_sql, id_column, owner_key))
             return wanted, False
 
         return self.wh.run(op, transaction=True)
