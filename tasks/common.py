@@ -268,8 +268,12 @@ def _worker_map(fn: Callable, items: Any) -> list:
         return _dask_map(client, fn, items)
 
 
-def chunk_mapper() -> Callable[[Callable, Any], list]:
+def chunk_mapper(pooled: bool = False) -> Callable[[Callable, Any], list]:
     """The mapper for dpcore's chunked stages (:func:`dpcore.chunks.serial_map` or Dask).
+
+    ``pooled``: without Dask, :func:`dpcore.pooled_map.pooled_map` instead of
+    ``serial_map`` (the detector's concurrent fits: their chunks share one
+    pool of a thread per core, so the last fit running uses every core).
 
     When the current flow run uses a Dask task runner (``DPR_TASK_RUNNER=dask-local``
     or ``DPR_DASK_ADDRESS``, :mod:`flows.runner`), chunk functions run on
@@ -288,17 +292,19 @@ def chunk_mapper() -> Callable[[Callable, Any], list]:
     from prefect.context import FlowRunContext
 
     from dpcore.chunks import serial_map
+    from dpcore.pooled_map import pooled_map
 
+    local = pooled_map if pooled else serial_map
     if on_dask_worker():
         return _worker_map
     ctx = FlowRunContext.get()
     runner = getattr(ctx, "task_runner", None) if ctx is not None else None
     if runner is None or "prefect_dask" not in sys.modules:
-        return serial_map  # prefect_dask is imported by flows.runner whenever a Dask runner is chosen
+        return local  # prefect_dask is imported by flows.runner whenever a Dask runner is chosen
     from prefect_dask import DaskTaskRunner
 
     if not isinstance(runner, DaskTaskRunner):
-        return serial_map
+        return local
     return functools.partial(_dask_map, runner.client)
 
 

@@ -34,9 +34,10 @@ def fit_streamed_task(parts: Partitions, template: Template, spec: ReleaseSpec) 
     Reads and writes only the warehouse's private scratch folder, never the
     warehouse: runs in the flow's thread pool or on a Dask worker of the same
     machine; on a Dask worker the EM's chunk passes go to every worker of the
-    cluster (:func:`~tasks.common.chunk_mapper`).
+    cluster (:func:`~tasks.common.chunk_mapper`), otherwise to the process's
+    shared pool of a thread per core (:mod:`dpcore.pooled_map`).
     """
-    fit = fit_streamed(parts, template, spec, mapper=chunk_mapper())
+    fit = fit_streamed(parts, template, spec, mapper=chunk_mapper(pooled=True))
     get_run_logger().info("template %s fitted (diagnostics in internal.detect_models)", template.name)
     return fit
 
