@@ -31,6 +31,11 @@ CHUNK_SHARE = 1 / 32
 #: Share of the cap given to DuckDB's ``memory_limit``: DuckDB keeps pages cached up to its limit, so at
 #: scale its share is held for the whole run, on top of the interpreter and the chunk being worked on.
 DUCKDB_SHARE = 1 / 4
+#: Share of the cap DuckDB gets for a query a stage runs while it holds a large part of its work in Python (the
+#: rules step's sample frame, PCOR's index): :meth:`MemoryBudget.held_duckdb_bytes`.
+HELD_DUCKDB_SHARE = 1 / 16
+#: ... never below this (bytes): 32 MiB ran out of memory fetching the rules step's frame on 10x the demo.
+HELD_DUCKDB_MIN = 64 * 1024**2
 #: Chunks never get smaller than this many rows (per-chunk overhead would dominate), unless asked for explicitly.
 MIN_CHUNK_ROWS = 4096
 
@@ -103,6 +108,17 @@ class MemoryBudget:
         of a stage (its chunk, the arrays it builds).
         """
         return int(self.effective_limit * DUCKDB_SHARE)
+
+    @property
+    def held_duckdb_bytes(self) -> int:
+        """DuckDB's ``memory_limit`` (bytes) for a query run while the stage holds much in Python.
+
+        :data:`HELD_DUCKDB_SHARE` of the cap, at least :data:`HELD_DUCKDB_MIN`
+        (:meth:`dpcore.warehouse.Warehouse.run`'s ``memory_limit``,
+        :meth:`~dpcore.warehouse.Warehouse.memory_limited`): DuckDB spills
+        beyond it rather than growing beside the Python side (issue 29, goal 4).
+        """
+        return max(HELD_DUCKDB_MIN, int(self.effective_limit * HELD_DUCKDB_SHARE))
 
     @property
     def duckdb_setting(self) -> str:

@@ -172,6 +172,7 @@ class Warehouse:
         self.timeout = timeout
         self.memory = memory if memory is not None else MemoryBudget.from_env()
         self._lock = _process_lock(self.path)
+        self._scoped = threading.local()  # this thread's memory_limited() limit (``limit``), if any
         public_mkdir(self.path.parent)  # the home: the usual mode, whatever umask a connection holds
         for made_before in (self.path, self.wal, self.spill):  # by an older version, with the umask's mode
             tighten(made_before)
@@ -373,6 +374,7 @@ class Warehouse:
         WarehouseBusyError
             The file stayed locked for ``timeout`` seconds.
         """
+        memory_limit = self._lowest(memory_limit)
         lowered = memory_limit is not None and int(memory_limit) < self.memory.duckdb_bytes
 
         def attempt() -> T:
@@ -402,6 +404,39 @@ class Warehouse:
                     self._unleased(con, ok)
 
         return self._retrying(attempt)
+
+    def _lowest(self, memory_limit: int | None) -> int | None:
+        """The lower of ``memory_limit`` and this thread's :meth:`memory_limited` limit (None: neither)."""
+        scoped = getattr(getattr(self, "_scoped", None), "limit", None)
+        if scoped is None or (memory_limit is not None and int(memory_limit) <= scoped):
+            return memory_limit
+        return scoped
+
+    @contextmanager
+    def memory_limited(self, limit: int) -> Iterator["Warehouse"]:
+        """Run this thread's operations on this handle inside the block under DuckDB ``memory_limit`` ``limit``.
+
+        Each :meth:`run` (so :meth:`query` and :meth:`query_df`) inside it
+        behaves as ``run(..., memory_limit=limit)`` (not :meth:`iter_batches`): the limit is lowered for the
+        operation and the budget's set back after it, so other threads'
+        operations and other handles are not affected, and nested blocks keep
+        the lowest limit. For queries a stage runs while it holds a large
+        structure in Python (PCOR's index while the detector's candidates are
+        ranked and looked up): DuckDB spills beyond the lower limit instead of
+        growing beside the structure. A query that cannot spill enough raises
+        ``duckdb.OutOfMemoryException``.
+
+        Parameters
+        ----------
+        limit : int
+            Bytes (no effect at or above the budget's :attr:`dpcore.chunks.MemoryBudget.duckdb_bytes`).
+        """
+        prev = getattr(self._scoped, "limit", None)
+        self._scoped.limit = int(limit) if prev is None else min(prev, int(limit))
+        try:
+            yield self
+        finally:
+            self._scoped.limit = prev
 
     def _retrying(self, attempt: Callable[[], T]) -> T:
         """``attempt()``, retried on the file lock (and write conflicts) with backoff and jitter until ``timeout``."""

@@ -71,6 +71,30 @@ def test_run_lowers_duckdb_memory_limit_for_the_operation_only(tmp_path):
     assert wh.query("SELECT sum(x) FROM internal.t")[0][0] == 3 and wh.run(limit) == base
 
 
+def test_memory_limited_lowers_each_operation_of_this_thread_and_keeps_the_lowest(tmp_path):
+    import threading
+
+    budget = MemoryBudget(1024**3)
+    wh = Warehouse(tmp_path / "w.duckdb", memory=budget)
+
+    def limit(con) -> str:
+        return con.execute("SELECT current_setting('memory_limit')").fetchone()[0].replace(" ", "").upper()
+
+    base = wh.run(limit)
+    seen = []
+    with wh.memory_limited(96 * 2**20):
+        assert wh.run(limit) in {"96.0MIB", "96MIB"}
+        assert wh.run(limit, memory_limit=64 * 2**20) in {"64.0MIB", "64MIB"}
+        with wh.memory_limited(128 * 2**20):  # nested: the lowest stays
+            assert wh.run(limit) in {"96.0MIB", "96MIB"}
+        other = threading.Thread(target=lambda: seen.append(wh.run(limit)))
+        other.start()
+        other.join()
+    assert seen == [base] and wh.run(limit) == base
+    assert budget.held_duckdb_bytes == 64 * 2**20 and MemoryBudget(4 * 1024**3).held_duckdb_bytes == 256 * 2**20
+    assert MemoryBudget(256 * 2**20).held_duckdb_bytes == 64 * 2**20
+
+
 @pytest.mark.parametrize("rows", [1, 3, 7, 10, 64, 1000])
 @pytest.mark.parametrize("sizes", [[], [5], [10, 10, 10], [3, 0, 7, 1, 20, 2], [64, 64, 13]])
 def test_recut_gives_exact_rows_in_order(sizes, rows):

@@ -515,6 +515,8 @@ def plan_pcor(
     counts are the spec's, never how many records qualified; the release
     never aborts for lack of targets after its earlier steps charged.
     """
+    import duckdb
+
     cfg = spec.steps.pcor
     attrs, metric, mech_params, vparams, mech, space = check_pcor(spec)
     stores = open_stores(settings)
@@ -524,13 +526,24 @@ def plan_pcor(
     except ValueError as exc:
         raise StepInputError(f"steps.pcor: {exc}") from None
     ids = list(dict.fromkeys(cfg.record_ids))
-    if cfg.from_detector and index is not None:  # no validated record: the detector flagged none
-        chosen = detector_targets(wh, spec, ingested, index, make_verifier(cfg.verifier, **vparams))
-        ids += [i for i in chosen if i not in ids]
-    unfilled = len(dict.fromkeys(cfg.record_ids)) + cfg.from_detector - len(ids)  # detector slots with no record
     seed = noise_test_seed()
-    held, codes, values, position = lookup_records(wh, spec, ingested, space, metric, ids,
-                                                   positions=seed is not None)
+
+    def targets_and_lookup():
+        chosen = []
+        if cfg.from_detector and index is not None:  # no validated record: the detector flagged none
+            chosen = detector_targets(wh, spec, ingested, index, make_verifier(cfg.verifier, **vparams))
+        wanted = ids + [i for i in chosen if i not in ids]
+        return wanted, lookup_records(wh, spec, ingested, space, metric, wanted, positions=seed is not None)
+
+    # the index is held while the detector's candidates are ranked and looked up: those queries run under
+    # DuckDB's lower limit for such work (MemoryBudget.held_duckdb_bytes; issue 29, goal 4), again under the
+    # budget's own if DuckDB cannot spill enough (the same reads: the same records)
+    try:
+        with wh.memory_limited(wh.memory.held_duckdb_bytes):
+            ids, (held, codes, values, position) = targets_and_lookup()
+    except duckdb.OutOfMemoryException:
+        ids, (held, codes, values, position) = targets_and_lookup()
+    unfilled = len(dict.fromkeys(cfg.record_ids)) + cfg.from_detector - len(ids)  # detector slots with no record
     noise = noise_source()
     # no validated record: every target is absent (held row -1), searched by no one, the same charge
     held_index = None if index is None else index.with_rows(codes, values)

@@ -133,21 +133,14 @@ def sample_positions(n: int, m: int, seed: int = SAMPLE_SEED) -> np.ndarray | No
     return np.sort(np.random.default_rng(seed).choice(n, size=m, replace=False))
 
 
-#: DuckDB's ``memory_limit`` while the rows to mine are fetched (:func:`_mining_frame`): this share of the
-#: cap (``DPR_MEMORY_LIMIT``), not :data:`dpcore.chunks.DUCKDB_SHARE`, and never below
-#: :data:`FRAME_DUCKDB_MIN`. DuckDB then spills the query's sort, window and joins beyond it while the frame
-#: is built beside it in Python. Under a 1 GiB cap on 10x the demo (issue 29, goal 4), with
-#: :func:`_arrow_frame`: the fetch's peak 297 -> 61 MiB over its start (one process, the same frame), and the
-#: rules stage's process-tree peak in ``benchmarks.scale`` 1,173 -> 1,043 MiB.
-FRAME_DUCKDB_SHARE = 1 / 16
-#: The lowest ``memory_limit`` of :data:`FRAME_DUCKDB_SHARE` (bytes): 32 MiB ran out of memory on 10x the demo.
-FRAME_DUCKDB_MIN = 64 * 2**20
-
-
 def _frame_memory_limit() -> int:
-    """Bytes of DuckDB's ``memory_limit`` while :func:`_mining_frame` fetches its rows
-    (:data:`FRAME_DUCKDB_SHARE` of the cap, at least :data:`FRAME_DUCKDB_MIN`; public: the cap only)."""
-    return max(FRAME_DUCKDB_MIN, int(MemoryBudget.from_env().effective_limit * FRAME_DUCKDB_SHARE))
+    """Bytes of DuckDB's ``memory_limit`` while :func:`_mining_frame` fetches its rows:
+    :attr:`dpcore.chunks.MemoryBudget.held_duckdb_bytes` (1/16 of the cap, at least 64 MiB; public: the cap
+    only). DuckDB then spills the query's sort, window and joins beyond it while the frame is built beside it
+    in Python. Under a 1 GiB cap on 10x the demo (issue 29, goal 4), with :func:`_arrow_frame`: the fetch's
+    peak 297 -> 61 MiB over its start (one process, the same frame), and the rules stage's process-tree peak
+    in ``benchmarks.scale`` 1,173 -> 1,043 MiB."""
+    return MemoryBudget.from_env().held_duckdb_bytes
 
 
 def _arrow_frame(con, table) -> pd.DataFrame:
