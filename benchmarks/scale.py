@@ -552,13 +552,25 @@ def before_table(folder: Path, now: dict[int, dict]) -> list[str]:
         return []
     out = ["", f"Before (the runs in `{folder}`, code at commit {', '.join(sorted({str(r.get('commit', '?')) for r in old}))}, "
            "measured " + ", ".join(r["started"].replace("T", " ")[:16] for r in old) + " UTC): the same harness on the "
-           "code before issue 21's changes.", "",
+           "code at that commit.", "",
            "| factor | wall s before | peak RSS GB before | now / before (peak RSS) | now / before (wall) |", "|---|---|---|---|---|"]
     for r in old:
         n = now.get(r["factor"]) if now.get(r["factor"], {}).get("ok") else None
         rss = f"{n['peak_rss'] / r['peak_rss']:.2f}" if n and n.get("peak_rss") and r.get("peak_rss") else "-"
         wall = f"{n['wall_s'] / r['wall_s']:.2f}" if n else "-"
         out.append(f"| {r['factor']}x | {secs(r['wall_s'])} | {gb(r['peak_rss'])} | {rss} | {wall} |")
+    pairs = [(r, now[r["factor"]]) for r in old if now.get(r["factor"], {}).get("ok")]
+    if pairs:
+        out += ["", "Seconds per stage, before -> now (each run's own stages, as in the table above):", "",
+                "| stage | " + " | ".join(f"{r['factor']}x before -> now" for r, _ in pairs) + " |",
+                "|---|" + "---|" * len(pairs)]
+        stages = list(dict.fromkeys(k for r, n in pairs for k in [*r["stages"], *n["stages"]]))
+        for st in stages:
+            cells = []
+            for r, n in pairs:
+                b, a = r["stages"].get(st), n["stages"].get(st)
+                cells.append(f"{secs(b) if b is not None else '-'} -> {secs(a) if a is not None else '-'}")
+            out.append(f"| {st} | " + " | ".join(cells) + " |")
     return out
 
 
