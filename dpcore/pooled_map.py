@@ -14,9 +14,12 @@ passes' array work, and each pass holds one BLAS thread
 
 Same numbers as :func:`~dpcore.chunks.serial_map`: the results come back in
 item order and the caller combines them in that order, so sums over chunks
-are added in the same order. At most ``os.cpu_count()`` chunks are in work
-at once in the whole process (the pool's size), which is what the detect
-step's concurrent fits held before (one chunk per fit, one fit per core).
+are added in the same order. At most :func:`pool_size` chunks are in work at
+once in the whole process, one per thread: the cores this process may run
+on, never more than :data:`MAX_THREADS` (each chunk is sized to
+:data:`dpcore.chunks.CHUNK_SHARE` of the memory cap, so the pool holds at
+most ``MAX_THREADS / 32`` of it, whatever the machine's core count). On
+this 2-core machine that is 2, what the two concurrent fits held before.
 A call from one of the pool's own threads runs its items there, in order
 (a pool thread never waits on the pool: no deadlock).
 """
@@ -26,7 +29,10 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["pooled_map", "pool_size"]
+__all__ = ["MAX_THREADS", "pooled_map", "pool_size"]
+
+#: The pool's threads never exceed this: each holds one chunk in memory (module docstring).
+MAX_THREADS = 4
 
 _LOCK = threading.Lock()
 _POOL: ThreadPoolExecutor | None = None
@@ -34,8 +40,12 @@ _IN_POOL = threading.local()
 
 
 def pool_size() -> int:
-    """int: the pool's threads, one per core (``os.cpu_count()``, at least 1)."""
-    return max(1, os.cpu_count() or 1)
+    """int: the pool's threads: one per core this process may run on (its CPU affinity), 1 to :data:`MAX_THREADS`."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this platform
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_THREADS))
 
 
 def _pool() -> ThreadPoolExecutor:

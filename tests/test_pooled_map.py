@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from dpcore.chunks import serial_map
-from dpcore.pooled_map import pool_size, pooled_map
+from dpcore.pooled_map import MAX_THREADS, pool_size, pooled_map
 
 
 def _slow_square(x):
@@ -28,6 +28,7 @@ def test_results_come_back_in_item_order_from_the_pool():
     assert [v for v, _ in out] == [x * x for x in range(40)]
     assert {name.split("_")[0] for _, name in out} == {"dpr-chunks"}
     assert len({name for _, name in out}) <= pool_size()
+    assert 1 <= pool_size() <= MAX_THREADS  # each thread holds one chunk: bounded whatever the core count
 
 
 def _fail_on_7(x):
