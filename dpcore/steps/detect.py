@@ -178,7 +178,7 @@ def _rows_of_ids(wh: Warehouse, spec: ReleaseSpec, ingested: IngestResult, ids: 
         An id is not in the validated table (its message names no id).
     """
     rid = spec.dataset.record_id
-    frame = pd.DataFrame({"_pos": np.arange(len(ids), dtype=np.int64), rid: pd.array(ids, dtype="string")})
+    frame = pd.DataFrame({"_pos": np.arange(len(ids), dtype=np.int64), rid: np.asarray(ids)})  # the ids' own type
 
     def op(con):
         con.register("_ids", frame)
