@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..spec import PublicSchema
-from .design import TRANSFORMS, apply_transform, design_matrix, sigma2_floor_of
+from .design import TRANSFORMS, DesignColumns, apply_transform, design_columns, sigma2_floor_of
 from .robust_em import RobustRegressionDetector, model_parameters
 from .settings import DetectorSettings
 from ..lazy_modules import lazy_module
@@ -132,6 +132,17 @@ def template_arrays(df: pd.DataFrame, template: Template, schema: PublicSchema) 
         messages name the template and the attribute, never values, counts or
         row positions.
     """
+    cols, y = template_encoded(df, template, schema)
+    return cols.toarray(), y, cols.names
+
+
+def template_encoded(df: pd.DataFrame, template: Template, schema: PublicSchema) -> tuple[DesignColumns, np.ndarray]:
+    """:func:`template_arrays` before the categorical codes are spread into indicator columns.
+
+    Returns the contexts as :class:`~dpcore.detect.design.DesignColumns`
+    (``toarray()`` is :func:`template_arrays`' ``X``, bit for bit) and the
+    behavioural values ``y``; same checks and errors as :func:`template_arrays`.
+    """
     j = template.behavioural
     if j not in schema.numeric:
         if j in schema.categorical:
@@ -140,7 +151,7 @@ def template_arrays(df: pd.DataFrame, template: Template, schema: PublicSchema) 
     if j not in df.columns:
         raise KeyError(f"template {template.name!r}: behavioural attribute {j!r} is not a column of the data frame")
     tr = template.transform_of
-    X, names = design_matrix(df, list(template.contextual), schema, tr)
+    cols = design_columns(df, list(template.contextual), schema, tr)
     y = pd.to_numeric(df[j], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     if not np.isfinite(y).all():
         raise ValueError(f"template {template.name!r}: behavioural attribute {j!r} has missing or non-numeric values")
@@ -148,7 +159,7 @@ def template_arrays(df: pd.DataFrame, template: Template, schema: PublicSchema) 
         y = apply_transform(y, j, tr.get(j))
     except ValueError as exc:
         raise ValueError(f"template {template.name!r}: behavioural {exc}") from None
-    return X, y, names
+    return cols, y
 
 
 def fit_template(

@@ -24,7 +24,7 @@ from ..lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
-__all__ = ["TRANSFORMS", "apply_transform", "design_matrix", "sigma2_floor_of"]
+__all__ = ["TRANSFORMS", "DesignColumns", "apply_transform", "design_columns", "design_matrix", "sigma2_floor_of"]
 
 #: Per-attribute transforms a correlation template may declare (numeric attributes only).
 TRANSFORMS = ("log",)
@@ -186,6 +186,77 @@ def design_matrix(
         value. The message names the attribute and the rule, never the values,
         the number of offending rows or their positions.
     """
+    cols = design_columns(df, contextual, schema, transforms)
+    return cols.toarray(), cols.names
+
+
+class DesignColumns:
+    """A design matrix as its attributes' encoded columns: numbers and level codes (issue 29).
+
+    What :func:`design_matrix` builds before it spreads the categorical codes
+    into one-hot columns: for each contextual attribute, in order, either the
+    numeric column's values (already scaled by the public bounds or
+    transformed) or the positions of the cells' values in the public domain
+    (``0`` the reference level, ``1..L`` the ``L`` indicator columns). A byte
+    or two per categorical cell instead of eight per indicator, so a streamed
+    fit can keep a chunk's encoded rows between its passes over the chunks
+    (:class:`dpcore.detect.streaming.PartitionChunks`) instead of decoding
+    Parquet and looking up the domains again. :meth:`toarray` gives the
+    design matrix, the same values bit for bit.
+
+    Parameters
+    ----------
+    widths : tuple of (int or None)
+        Per attribute: None for a numeric attribute (one column), else its
+        number of indicator columns ``L`` (domain size - 1; 0 for a one-level domain).
+    columns : tuple of ndarray
+        Per attribute: float64 values (numeric) or integer codes in ``0..L``.
+    names : list of str
+        The design's column names (as :func:`design_matrix` returns them).
+    n : int
+        Rows.
+    """
+
+    def __init__(self, widths, columns, names, n: int) -> None:
+        self.widths, self.columns, self.names, self.n = tuple(widths), tuple(columns), list(names), int(n)
+
+    @property
+    def n_columns(self) -> int:
+        return sum(1 if w is None else w for w in self.widths)
+
+    def take(self, rows: np.ndarray) -> "DesignColumns":
+        """The rows at positions ``rows``."""
+        return DesignColumns(self.widths, [c[rows] for c in self.columns], self.names, len(rows))
+
+    def toarray(self) -> np.ndarray:
+        """The design matrix (float64, C order): numbers as they are, each code ``a > 0`` a 1 in its level's column."""
+        X = np.zeros((self.n, self.n_columns))
+        at = 0
+        for w, col in zip(self.widths, self.columns):
+            if w is None:
+                X[:, at] = col
+                at += 1
+                continue
+            codes = col.astype(np.int64, copy=False)
+            sel = codes > 0
+            X[np.flatnonzero(sel), at + codes[sel] - 1] = 1.0
+            at += w
+        return X
+
+
+def _code_dtype(levels: int):
+    """The smallest unsigned integer type holding codes ``0..levels``."""
+    return np.uint8 if levels < 2**8 else np.uint16 if levels < 2**16 else np.int64
+
+
+def design_columns(
+    df: pd.DataFrame, contextual: list[str], schema: PublicSchema, transforms: dict[str, str] | None = None
+) -> DesignColumns:
+    """:func:`design_matrix`'s checks and encoding, without spreading the codes into indicator columns.
+
+    Parameters, errors: as :func:`design_matrix`. Returns
+    :class:`DesignColumns` (``toarray()`` is :func:`design_matrix`'s ``X``).
+    """
     transforms = dict(transforms or {})
     if isinstance(contextual, str):
         raise TypeError("contextual must be a list of attribute names, not a single string")
@@ -194,7 +265,8 @@ def design_matrix(
     if dup:
         raise ValueError(f"contextual attributes must be distinct; repeated: {dup}")
     n = len(df)
-    blocks: list[np.ndarray] = []
+    widths: list[int | None] = []
+    columns: list[np.ndarray] = []
     names: list[str] = []
     for c in contextual:
         if c not in schema.numeric and c not in schema.categorical:
@@ -209,11 +281,12 @@ def design_matrix(
             if np.any((v < attr.min) | (v > attr.max)):
                 raise ValueError(f"numeric attribute {c!r}: some values lie outside the public bounds [min, max]")
             if c in transforms:
-                blocks.append(apply_transform(v, c, transforms[c])[:, None])
+                columns.append(np.ascontiguousarray(apply_transform(v, c, transforms[c]), dtype=np.float64))
                 names.append(f"{transforms[c]}({c})")
             else:
-                blocks.append(((v - attr.min) / attr.width)[:, None])
+                columns.append((v - attr.min) / attr.width)
                 names.append(c)
+            widths.append(None)
         else:
             if c in transforms:
                 raise ValueError(f"categorical attribute {c!r} cannot take the transform {transforms[c]!r}")
@@ -221,10 +294,7 @@ def design_matrix(
             codes = _domain_codes(df[c], domain)
             if np.any(codes < 0):
                 raise ValueError(f"categorical attribute {c!r}: some values are missing or outside the public domain")
-            onehot = np.zeros((n, len(domain) - 1))
-            sel = codes > 0
-            onehot[np.flatnonzero(sel), codes[sel] - 1] = 1.0
-            blocks.append(onehot)
+            columns.append(codes.astype(_code_dtype(len(domain) - 1)))
+            widths.append(len(domain) - 1)
             names.extend(f"{c}={v}" for v in domain[1:])
-    X = np.hstack(blocks) if blocks else np.empty((n, 0))
-    return X, names
+    return DesignColumns(widths, columns, names, n)

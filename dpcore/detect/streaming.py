@@ -32,10 +32,10 @@ import numpy as np
 from ..chunks import serial_map
 from ..lineage import new_nonce
 from ..partitions import Partitions
-from ..private_files import private_open
 from ..spec import PublicSchema
-from .combine import Template, detector_of, fit_params, template_arrays
-from .design import design_matrix
+from .chunk_cache import load_npy, save_npys
+from .combine import Template, detector_of, fit_params, template_arrays, template_encoded
+from .design import DesignColumns, design_columns
 from .level_design import FactoredDesign
 from .robust_em import DataSpreadError, _standardised, model_parameters
 from .settings import DetectorSettings
@@ -86,8 +86,8 @@ class PartitionChunks:
         empty = pd.DataFrame({c: pd.Series([], dtype="float64" if c in self.schema.numeric else "string")
                               for c in self.template.contextual})
         # the design's columns from the public schema alone (no row is read)
-        self._names = design_matrix(empty, list(self.template.contextual), self.schema,
-                                    self.template.transform_of)[1] if self.template.contextual else []
+        cols = design_columns(empty, list(self.template.contextual), self.schema, self.template.transform_of)
+        self._names, self._widths = cols.names, cols.widths
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -116,10 +116,34 @@ class PartitionChunks:
         cols = template_columns(self.template) + ([ROW] if with_row else [])
         return self.parts.read(i, columns=cols)
 
+    def rows(self, i: int) -> np.ndarray:
+        """Chunk ``i``'s ``_row`` values (the validated table's row positions)."""
+        return self.parts.read(i, columns=[ROW])[ROW].to_numpy(dtype=np.int64)
+
+    def encoded(self, i: int) -> tuple[DesignColumns, np.ndarray]:
+        """Chunk ``i``'s contexts as :class:`~dpcore.detect.design.DesignColumns` and ``y``, decoded once.
+
+        The first call decodes the chunk's Parquet row group and encodes it
+        (:func:`~dpcore.detect.combine.template_encoded`: the checks, the
+        bounds' scaling, the domains' codes) and keeps the result next to the
+        export (:mod:`dpcore.detect.chunk_cache`: a byte or two per categorical
+        cell); the fit's later passes that need the raw rows (the robust
+        start's sample, the first EM pass, the scoring) read that instead of
+        Parquet (issue 29: four decodings of every chunk became one).
+        """
+        folder = Path(self.parts.path).parent / f"raw-{self.template.name}"
+        files = [folder / f"{i}-c{k}.npy" for k in range(len(self._widths))] + [folder / f"{i}-y.npy"]
+        if all(f.exists() for f in files):
+            got = [load_npy(f) for f in files]
+            return DesignColumns(self._widths, got[:-1], self._names, got[-1].shape[0]), got[-1]
+        cols, y = template_encoded(self.frame(i), self.template, self.schema)
+        save_npys(files, [*cols.columns, y])
+        return cols, y
+
     def load(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """Chunk ``i`` as the detector's ``(X, y)`` (:func:`~dpcore.detect.combine.template_arrays`)."""
-        X, y, _ = template_arrays(self.frame(i), self.template, self.schema)
-        return X, y
+        """Chunk ``i`` as the detector's ``(X, y)`` (:func:`~dpcore.detect.combine.template_arrays`, from :meth:`encoded`)."""
+        cols, y = self.encoded(i)
+        return cols.toarray(), y
 
     def standardised(self, i: int, std) -> tuple[np.ndarray, np.ndarray]:
         """Chunk ``i``'s standardised ``(Z, y)``, encoded once per standardisation and kept next to the export.
@@ -146,17 +170,11 @@ class PartitionChunks:
         names = ("Z", "y") if layout is None else ("D", "codes", "y")
         files = [folder / f"{i}-{name}.npy" for name in names]
         if all(f.exists() for f in files):
-            got = [np.load(f) for f in files]
+            got = [load_npy(f) for f in files]
             return (got[0], got[1]) if layout is None else (FactoredDesign(layout, got[0], got[1]), got[2])
         X, y = self.load(i)
         Z, ys = _standardised(X, y, std)
-        arrs = (Z, ys) if layout is None else (Z.D, Z.codes, ys)
-        folder.mkdir(mode=0o700, exist_ok=True)
-        for path, arr in zip(files, arrs):
-            tmp = path.with_name(f"{path.name}.{new_nonce(4)}.tmp")
-            with private_open(tmp, "xb") as fh:
-                np.save(fh, arr)
-            os.replace(tmp, path)
+        save_npys(files, (Z, ys) if layout is None else (Z.D, Z.codes, ys))
         return Z, ys
 
     def take(self, rows) -> tuple[np.ndarray, np.ndarray]:
@@ -173,15 +191,17 @@ class PartitionChunks:
         X = y = None
         at = 0
         for i in range(self.n_chunks):
-            df = self.frame(i)
             if rows is not None:
                 a, b = self._starts[i], self._starts[i + 1]
                 lo, hi = np.searchsorted(rows, [a, b])
                 if lo == hi:
                     continue
-                df = df.iloc[rows[lo:hi] - a]
-            Xc, yc, _ = template_arrays(df, self.template, self.schema)
-            del df
+            cols, yc = self.encoded(i)
+            if rows is not None:
+                local = rows[lo:hi] - a
+                cols, yc = cols.take(local), yc[local]
+            Xc = cols.toarray()
+            del cols
             if X is None:
                 X = np.empty((total, Xc.shape[1]), dtype=Xc.dtype)
                 y = np.empty(total, dtype=yc.dtype)
@@ -205,9 +225,8 @@ class PartitionChunks:
 def score_chunk(item) -> tuple[np.ndarray, np.ndarray]:
     """One chunk's ``(_row, score)``: the fitted detector's posterior log-odds (a module-level function a mapper can ship)."""
     src, i, det = item
-    df = src.frame(i, with_row=True)
-    X, y, _ = template_arrays(df, src.template, src.schema)
-    return df[ROW].to_numpy(dtype=np.int64), det.decision_function(X, y)
+    X, y = src.load(i)
+    return src.rows(i), det.decision_function(X, y)
 
 
 @dataclass

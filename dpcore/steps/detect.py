@@ -46,6 +46,7 @@ import numpy as np
 from ..chunks import MemoryBudget, serial_map
 from ..detect.combine import Template, TemplateFit, combine, fit_template
 from ..detect.settings import DetectorSettings
+from ..detect.kth_pair import kth_pair
 from ..detect.streaming import StreamedFit, fit_partitions
 from ..lineage import new_nonce
 from ..partitions import Partitions, export_partitions, scratch_dir
@@ -305,8 +306,10 @@ def store_streamed_detection(
 
     Issue 29: no full sort, no join and no record id. Each template's top
     ``K`` are chosen by a threshold, the ``K``-th pair ``(score, _row)`` in
-    descending score, ascending row (DuckDB's top-N: ``ORDER BY ... LIMIT 1
-    OFFSET K - 1``), so a row is labelled when its score is above the
+    descending score, ascending row, found by radix selection over the score
+    file (:func:`dpcore.detect.kth_pair.kth_pair`: the pair of ``ORDER BY
+    score DESC, _row LIMIT 1 OFFSET K - 1`` in a few streamed passes, not a
+    heap of ``K`` rows; DuckDB's query for a file with a NaN score), so a row is labelled when its score is above the
     threshold's or equal to it with a row no later. The tables are keyed by
     the score files' ``_row`` (the module's docstring), and the score files
     hold the same rows in the same order (the scoring pass writes chunk by
@@ -332,8 +335,10 @@ def store_streamed_detection(
         for f in fits:
             top = None
             if int(f.K) > 0:
-                top = con.execute("SELECT score, _row FROM read_parquet(?) ORDER BY score DESC, _row LIMIT 1 OFFSET ?",
-                                  [str(f.scores_path), int(f.K) - 1]).fetchone()
+                top = kth_pair(f.scores_path, int(f.K))  # radix selection over the score file
+                if top is None:  # a NaN score: DuckDB's order (NaN first)
+                    top = con.execute("SELECT score, _row FROM read_parquet(?) ORDER BY score DESC, _row LIMIT 1 "
+                                      "OFFSET ?", [str(f.scores_path), int(f.K) - 1]).fetchone()
             thresholds.append(None if top is None else float(top[0]))
             labels.append(("CAST(0 AS TINYINT)", []) if top is None else (
                 "CAST(s.score > ? OR (s.score = ? AND s._row <= ?) AS TINYINT)", [top[0], top[0], int(top[1])]))
