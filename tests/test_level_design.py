@@ -195,3 +195,22 @@ def test_factored_standardisation_from_raw_rows_is_bit_identical_to_factoring_th
     bad[np.flatnonzero(binary)[0]] = 0.5
     with pytest.raises(ValueError, match="centred or scaled"):
         lay.standardise(X, active, bad, x_scale)
+
+
+def test_one_dense_column_product_is_blas_s_bit_for_bit():
+    """With one dense column, ``F @ beta`` skips BLAS: each row's one product, the same bits as BLAS's (issue 29)."""
+    from dpcore.detect.level_design import LevelLayout
+
+    rng = np.random.default_rng(5)
+    n = 20_000
+    lay = LevelLayout(q=6, dense=(1,), groups=((2, 3, 4, 5),))
+    D = rng.normal(size=(n, 1)) * rng.choice([1e-300, 1e-8, 1.0, 1e8, 1e300], size=(n, 1))
+    codes = rng.integers(0, 5, size=(n, 1)).astype(np.uint8)
+    F = FactoredDesign(lay, D, codes)
+    with np.errstate(all="ignore"):  # products overflow to inf on purpose
+        for _ in range(20):
+            beta = rng.normal(size=6) * rng.choice([1e-10, 1.0, 1e10])
+            blas = D @ beta[[1]]
+            blas += beta[0]
+            blas += np.r_[0.0, beta[2:]][codes[:, 0]]
+            assert (F @ beta).tobytes() == blas.tobytes()

@@ -17,12 +17,9 @@ import math
 
 import numpy as np
 from ..blas_threads import one_blas_thread
-from ..lazy_modules import lazy_module
-
-_special = lazy_module("scipy.special")  # imported on first use (dpr spec check / plan never load scipy)
 
 from .level_design import previous_one
-from .mixture_em import _SIGMA2_FLOOR, _em_loop, _estep, _log_odds, _mstats, _ru
+from .mixture_em import _SIGMA2_FLOOR, _em_loop, _estep, _log_odds, _mstats, _posterior, _ru
 
 #: Standardised y is clipped here so squared residuals cannot overflow.
 _Y_CLIP = 1e100
@@ -191,7 +188,7 @@ def chunk_pass(item):
             t, etau, ll = _estep(r, s2, p, b)
             return (ll, *_mstats(Z, ys, t, etau, s2, state["ow"]))
         if kind == "ru":
-            return _ru(Z, ys, _special.expit(_log_odds(r, s2, p, b)), state["beta_new"])
+            return _ru(Z, ys, _posterior(_log_odds(r, s2, p, b)), state["beta_new"])
     raise ValueError(f"unknown chunk pass kind {kind!r}")
 
 

@@ -199,7 +199,10 @@ class FactoredDesign:
 
     def __matmul__(self, beta: np.ndarray) -> np.ndarray:
         lay = self.layout
-        out = self.D @ beta[list(lay.dense)] if lay.dense else np.zeros(len(self))
+        if len(lay.dense) == 1:  # one product per row, as BLAS's one-term dot gives it, without a BLAS call
+            out = np.multiply(self.D[:, 0], beta[lay.dense[0]])
+        else:
+            out = self.D @ beta[list(lay.dense)] if lay.dense else np.zeros(len(self))
         out += beta[0]
         for g, cols in enumerate(lay.groups):
             out += np.r_[0.0, beta[list(cols)]][self.codes[:, g]]

@@ -110,15 +110,54 @@ def _log_odds(r: np.ndarray, s2: float, p: float, b: float) -> np.ndarray:
     return lc - lg
 
 
+def _posterior(d: np.ndarray, e: np.ndarray | None = None) -> np.ndarray:
+    """``t = expit(d)`` from ``e = exp(-|d|)``: ``1 / (1 + e)`` where ``d >= 0``, ``e / (1 + e)`` elsewhere.
+
+    Never overflows (``e <= 1``) and is within an ulp or two of
+    ``scipy.special.expit``; one vectorised ``exp`` per row (numpy's SIMD
+    loop) instead of expit's scalar one, which was a fifth of an E-step pass
+    (issue 29). Every posterior of the EM (:func:`_estep`, the ``ru`` pass)
+    comes from here, so they agree bit for bit. ``e`` may be passed when the
+    caller has it; it is overwritten.
+    """
+    if e is None:
+        e = np.exp(-np.abs(d))
+    one = e + 1.0
+    np.divide(e, one, out=e)  # e / (1 + e): where d < 0
+    np.divide(1.0, one, out=one)  # 1 / (1 + e): where d >= 0
+    np.copyto(e, one, where=d >= 0)
+    return e
+
+
 def _estep(r: np.ndarray, s2: float, p: float, b: float):
-    """Posterior outlier probabilities, E[tau | outlier] and the log-likelihood."""
+    """Posterior outlier probabilities, E[tau | outlier] and the log-likelihood.
+
+    With the log-densities ``lg`` (Gaussian) and ``lc`` (Cauchy) of each row's
+    residual and their difference ``d = lc - lg`` (the posterior log-odds,
+    :func:`_log_odds`): ``t = expit(d)`` (:func:`_posterior`) and each row's
+    log-likelihood ``logaddexp(lg, lc) = max(lg, lc) + log1p(exp(-|d|))``,
+    both from one ``exp(-|d|)`` (issue 29: numpy's ``logaddexp`` and scipy's
+    ``expit`` each evaluate their own ``exp`` in a scalar loop; the fits agree
+    with theirs to round-off, BENCHMARKS "detect_passes").
+    """
     r2 = r * r
-    lg = (math.log1p(-p) - 0.5 * (_LOG_2PI + math.log(s2))) - r2 * (0.5 / s2)
-    lc = (math.log(p) - _LOG_PI - 0.5 * math.log(2.0 * b)) - np.log1p(r2 * (0.5 / b))
-    ll = float(np.logaddexp(lg, lc).sum())
-    t = _special.expit(lc - lg)
-    etau = 1.0 / (b + 0.5 * r2)
-    return t, etau, ll
+    etau = np.multiply(r2, 0.5)
+    etau += b
+    np.divide(1.0, etau, out=etau)  # 1 / (b + r^2 / 2)
+    lc = np.multiply(r2, 0.5 / b)
+    np.log1p(lc, out=lc)
+    np.subtract(math.log(p) - _LOG_PI - 0.5 * math.log(2.0 * b), lc, out=lc)
+    lg = np.multiply(r2, 0.5 / s2, out=r2)
+    np.subtract(math.log1p(-p) - 0.5 * (_LOG_2PI + math.log(s2)), lg, out=lg)
+    d = lc - lg
+    np.maximum(lg, lc, out=lg)  # max(lg, lc)
+    e = np.abs(d)
+    np.negative(e, out=e)
+    np.exp(e, out=e)  # exp(-|d|) <= 1
+    lc = np.log1p(e, out=lc)
+    lc += lg
+    ll = float(lc.sum())
+    return _posterior(d, e), etau, ll
 
 
 def _mstats(Z, y, t, etau, s2, outlier_weight: float = 1.0):
