@@ -122,11 +122,11 @@ def run_once(kind: str, spec, settings, ing) -> dict:
     wh = open_stores(settings).warehouse
     suffix = validated_table_name(ing, spec)
     out["result"] = (
-        wh.query_df(f'SELECT * FROM internal."detect_scores__{suffix}" ORDER BY template, _row'),
-        wh.query_df(f'SELECT * FROM internal."detect_flags__{suffix}" ORDER BY _row'),
+        f'internal."detect_scores__{suffix}"', f'internal."detect_flags__{suffix}"',
         [json.loads(p) for (p,) in wh.query(
             "SELECT params FROM internal.detect_models WHERE table_suffix = ? ORDER BY template", [suffix])],
     )
+    out["wh"] = wh
     return out
 
 
@@ -140,18 +140,43 @@ def _rel(a, b) -> float:
     return float(np.max(np.abs(a - b) / np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-300), initial=0.0))
 
 
+def keep_first(run: dict) -> None:
+    """Copy the first run's stored tables aside (``bench_first_scores`` / ``_flags``, dropped at the end) for :func:`compare`."""
+    scores, flags, _m = run["result"]
+
+    def op(con):
+        con.execute(f"CREATE OR REPLACE TABLE bench_first_scores AS SELECT * FROM {scores}")
+        con.execute(f"CREATE OR REPLACE TABLE bench_first_flags AS SELECT * FROM {flags}")
+
+    run["wh"].run(op)
+
+
 def compare(x: dict, y: dict) -> dict:
     """Labels, flags, K and the number of iterations equal; scores and fitted parameters within 1e-8 relative.
 
     Runs of one variant are equal bit for bit; the two variants' E-steps round differently (the
-    posterior from one ``exp``), so their fits agree to round-off. Returns the largest differences.
+    posterior from one ``exp``), so their fits agree to round-off. In SQL (the tables hold 2 rows per
+    input row): ``y``'s tables against the first run's copy (:func:`keep_first`). Returns the largest
+    relative differences.
     """
-    (sa, fa, ma), (sb, fb, mb) = x["result"], y["result"]
-    for col in ("_row", "template", "label"):
-        assert sa[col].equals(sb[col]), f"scores' {col} differ"
-    for col in ("_row", "flagged", "templates_flagging"):
-        assert fa[col].equals(fb[col]), f"flags' {col} differ"
-    out = {"score": _rel(sa["score"], sb["score"]), "max_score": _rel(fa["max_score"], fb["max_score"])}
+    scores, flags, mb = y["result"]
+    ma = x["result"][2]
+    rel = "max(abs(a.{c} - b.{c}) / greatest(abs(a.{c}), abs(b.{c}), 1e-300))"
+
+    def op(con):
+        n = con.execute(f"SELECT (SELECT count(*) FROM {scores}), (SELECT count(*) FROM bench_first_scores), "
+                        f"(SELECT count(*) FROM {flags}), (SELECT count(*) FROM bench_first_flags)").fetchone()
+        s = con.execute(f"SELECT count(*) FILTER (WHERE a.label <> b.label), {rel.format(c='score')}, count(*) "
+                        f"FROM bench_first_scores a JOIN {scores} b USING (template, _row)").fetchone()
+        f = con.execute(f"SELECT count(*) FILTER (WHERE a.flagged <> b.flagged OR a.templates_flagging <> "
+                        f"b.templates_flagging), {rel.format(c='max_score')}, count(*) "
+                        f"FROM bench_first_flags a JOIN {flags} b USING (_row)").fetchone()
+        return n, s, f
+
+    n, s, f = y["wh"].run(op)
+    assert n[0] == n[1] == s[2] and n[2] == n[3] == f[2], f"row counts differ: {n}, joined {s[2]}, {f[2]}"
+    assert s[0] == 0 and f[0] == 0, f"labels or flags differ: {s[0]} labels, {f[0]} flags"
+    out = {"score": float(s[1] or 0.0), "max_score": float(f[1] or 0.0)}
     for pa, pb in zip(ma, mb):
         assert (pa["K"], pa["n_iter"]) == (pb["K"], pb["n_iter"]), "K or the iterations differ"
         for k in ("coef", "intercept", "sigma2", "p", "b", "log_likelihood", "threshold"):
@@ -171,13 +196,15 @@ def main() -> None:
     for r in range(args.repeats):
         for kind in (("before", "after") if r % 2 == 0 else ("after", "before")):
             res = run_once(kind, spec, settings, ing)
-            print({k: (round(v, 2) if isinstance(v, float) else v) for k, v in res.items() if k != "result"},
+            print({k: (round(v, 2) if isinstance(v, float) else v) for k, v in res.items() if k not in ("result", "wh")},
                   flush=True)
             runs.append(res)
-            if len(runs) > 1:  # compare with the first run now, and keep only its tables
+            if len(runs) == 1:
+                keep_first(res)
+            else:
                 diffs.append(compare(runs[0], res))
                 print(diffs[-1], flush=True)
-                del res["result"]
+    runs[0]["wh"].run(lambda con: con.execute("DROP TABLE IF EXISTS bench_first_scores; DROP TABLE IF EXISTS bench_first_flags"))
     rows = []
     for key in ("export", "fits", "store", "detect", "cpu"):
         b = min(r[key] for r in runs if r["kind"] == "before")
