@@ -13,11 +13,15 @@ the shared pool (:func:`dpcore.pooled_map.pooled_map`), then the store. The two 
   EM pass, the scoring) decodes its Parquet row group and encodes it again (``PartitionChunks.encoded``
   without its cache); the E-step is the reference copy :func:`_estep_before` (numpy's ``logaddexp`` and
   scipy's ``expit``, as is the ``ru`` pass's posterior) and a one-column dense product goes through BLAS;
+  the scan reads the dense design (``X.min``, ``X.max``, the 0/1 test, ``previous_one`` column by column)
+  and the scoring pass the decoded rows' dense design (``decision_function`` before);
   the store finds each template's K-th ``(score, _row)`` with DuckDB's ``ORDER BY score DESC, _row
   LIMIT 1 OFFSET K - 1``;
 * **after** -- the code as it is: each chunk decoded once (:meth:`dpcore.detect.streaming.PartitionChunks.encoded`),
   the posterior and the log-likelihood from one ``exp(-|d|)`` per row (:func:`dpcore.detect.mixture_em._estep`),
-  the one-column product without BLAS, and the K-th pair by radix selection (:func:`dpcore.detect.kth_pair.kth_pair`).
+  the one-column product without BLAS, the scan from the encoded columns (:func:`dpcore.detect.level_design.encoded_scan`),
+  the scores from the chunk cache's factored design (``standardised_scores``) and the K-th pair by radix
+  selection (:func:`dpcore.detect.kth_pair.kth_pair`).
 
 Labels, flags, K and the iterations must be equal and the scores and fitted parameters within 1e-8
 relative (:func:`compare`; the largest differences are recorded); the script stops otherwise. Time =
@@ -48,8 +52,30 @@ def _before():
 
     from dpcore.detect import em_passes, level_design, mixture_em
 
+    from dpcore.detect import robust_em
+
     real = (streaming.PartitionChunks.encoded, step.kth_pair, em_passes._estep, em_passes._posterior,
-            level_design.FactoredDesign.__matmul__)
+            level_design.FactoredDesign.__matmul__, em_passes.chunk_pass, robust_em.chunk_pass,
+            streaming.score_chunk)
+    chunk_pass = em_passes.chunk_pass
+
+    class _Dense:  # a source without encoded columns: chunk_pass scans its dense design
+        def __init__(self, src):
+            self.src = src
+
+        def load(self, i):
+            return self.src.load(i)
+
+    def chunk_pass_before(item):
+        src, i, state = item
+        return chunk_pass((_Dense(src), i, state) if state["kind"] == "scan" else item)
+
+    def score_chunk_before(item):  # the dense design of the decoded rows, as decision_function was
+        src, i, det = item
+        X, y = src.load(i)
+        with np.errstate(all="ignore"):
+            r = det._std_y(y) - det._design(X) @ det._beta
+            return src.rows(i), mixture_em._log_odds(r, det._s2, det._p, det._b)
 
     def encoded_every_pass(self, i):
         return template_encoded(self.frame(i), self.template, self.schema)
@@ -66,11 +92,14 @@ def _before():
     step.kth_pair = lambda path, K: None  # the store's fallback: DuckDB's ORDER BY ... LIMIT 1 OFFSET K - 1
     em_passes._estep, em_passes._posterior = _estep_before, _special_expit
     level_design.FactoredDesign.__matmul__ = matmul_blas
+    em_passes.chunk_pass = robust_em.chunk_pass = chunk_pass_before
+    streaming.score_chunk = score_chunk_before
     try:
         yield
     finally:
         (streaming.PartitionChunks.encoded, step.kth_pair, em_passes._estep, em_passes._posterior,
-         level_design.FactoredDesign.__matmul__) = real
+         level_design.FactoredDesign.__matmul__, em_passes.chunk_pass, robust_em.chunk_pass,
+         streaming.score_chunk) = real
 
 
 def _special_expit(d):
@@ -222,8 +251,9 @@ def main() -> None:
         "`ORDER BY score DESC, _row LIMIT 1 OFFSET K-1`. **after**: each chunk decoded once "
         "(`PartitionChunks.encoded`, `dpcore/detect/chunk_cache.py`) and the K-th pair by radix selection "
         "(`dpcore/detect/kth_pair.py`); the E-step's posterior and log-likelihood from one vectorised `exp(-|d|)` "
-        "per row (`mixture_em._estep`, `_posterior`) instead of numpy's `logaddexp` and scipy's `expit`, and a "
-        "one-column dense product without BLAS. Labels, flags, K and iterations are equal; scores and parameters "
+        "per row (`mixture_em._estep`, `_posterior`) instead of numpy's `logaddexp` and scipy's `expit`, a "
+        "one-column dense product without BLAS, the scan from the encoded columns (`level_design.encoded_scan`) "
+        "and the scores from the cached factored design (`standardised_scores`) instead of the dense one. Labels, flags, K and iterations are equal; scores and parameters "
         "agree to round-off (checked by the script, largest differences below).\n",
         f"Seconds (the fastest of {args.repeats} run(s) of each; CPU = this process's CPU time):\n",
         "| part | before s | after s | after / before |", "|---|---|---|---|", *rows, "",

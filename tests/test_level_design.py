@@ -214,3 +214,56 @@ def test_one_dense_column_product_is_blas_s_bit_for_bit():
             blas += beta[0]
             blas += np.r_[0.0, beta[2:]][codes[:, 0]]
             assert (F @ beta).tobytes() == blas.tobytes()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_encoded_scan_is_the_dense_scan(seed):
+    """The scan from encoded columns gives the dense design's minima, maxima, 0/1 columns and previous_one."""
+    from dpcore.detect.design import DesignColumns
+    from dpcore.detect.level_design import encoded_scan
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    widths, columns = [], []
+    for _ in range(int(rng.integers(1, 6))):
+        kind = rng.integers(0, 4)
+        if kind == 0:  # numeric, with exact 0s and 1s (they take part in previous_one)
+            widths.append(None)
+            columns.append(rng.choice([0.0, 1.0, 0.5, -0.0, 2.0], size=n, p=[0.3, 0.3, 0.2, 0.1, 0.1]))
+        elif kind == 1:  # numeric 0/1 only
+            widths.append(None)
+            columns.append(rng.integers(0, 2, size=n).astype(np.float64))
+        else:  # categorical: L levels (maybe 0), some unused, maybe one level on every row
+            L = int(rng.integers(0, 7))
+            widths.append(L)
+            codes = rng.integers(0, L + 1, size=n) if L and rng.random() < 0.8 else np.full(n, min(L, 1))
+            columns.append(codes.astype(np.uint8))
+    cols = DesignColumns(widths, columns, [], n)
+    X = cols.toarray()
+    xmin, xmax, binary, prev = encoded_scan(cols)
+    if X.shape[1]:
+        assert np.array_equal(xmin, X.min(axis=0)) and np.array_equal(xmax, X.max(axis=0))
+    assert np.array_equal(binary, np.all((X == 0.0) | (X == 1.0), axis=0))
+    assert np.array_equal(prev, previous_one(X))
+
+
+def test_scores_use_the_factored_design_only_where_the_layout_holds():
+    """decision_function: the factored product on rows the layout holds for (the training rows, also as
+    standardised_scores of the cached chunk), the dense design on rows that break it (issue 29)."""
+    from dpcore.detect.em_passes import _design_of, _standardised
+    from dpcore.detect.mixture_em import _log_odds
+
+    X, y = _design(7, 3000)
+    det = RobustRegressionDetector(random_state=0, start_sample=1000).fit_chunks(ArrayChunks(X, y, rows=700))
+    assert det._layout is not None and det._layout.holds_for(X, det._active)
+    Z, ys = _standardised(X, y, (*det._std(), det._layout))
+    s = det.decision_function(X, y)
+    assert s.tobytes() == det.standardised_scores(Z, ys).tobytes()
+    bad = X[:5].copy()
+    g = np.flatnonzero(det._active)[np.asarray(det._layout.groups[0]) - 1]
+    bad[0, g[:2]] = 1.0  # two levels on one row
+    bad[1, g[0]] = 0.5  # not an indicator
+    assert not det._layout.holds_for(bad, det._active)
+    dense = _log_odds(det._std_y(y[:5]) - _design_of(bad, det._active, det._x_loc, det._x_scale) @ det._beta,
+                      det._s2, det._p, det._b)
+    assert det.decision_function(bad, y[:5]).tobytes() == dense.tobytes()

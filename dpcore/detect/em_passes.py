@@ -18,7 +18,7 @@ import math
 import numpy as np
 from ..blas_threads import one_blas_thread
 
-from .level_design import previous_one
+from .level_design import encoded_scan, previous_one
 from .mixture_em import _SIGMA2_FLOOR, _em_loop, _estep, _log_odds, _mstats, _posterior, _ru
 
 #: Standardised y is clipped here so squared residuals cannot overflow.
@@ -164,7 +164,9 @@ def chunk_pass(item):
 
     * ``"scan"``: column minima and maxima, whether each column is 0/1, the
       minimum and maximum of ``y`` (checks finiteness: errors as :meth:`RobustRegressionDetector.fit`),
-      :func:`~dpcore.detect.level_design.previous_one` (which 0/1 columns are exclusive);
+      :func:`~dpcore.detect.level_design.previous_one` (which 0/1 columns are exclusive); from a source's
+      encoded columns when it has them (``encoded(i)``: :func:`~dpcore.detect.level_design.encoded_scan`,
+      the same values without the dense design);
     * ``"estep"``: the E-step at ``state``'s parameters (log-likelihood) and the
       M-step's sufficient statistics :func:`_mstats`;
     * ``"ru"``: :func:`_ru` with the posteriors at the old parameters and the new coefficients.
@@ -176,6 +178,11 @@ def chunk_pass(item):
     kind = state["kind"]
     with np.errstate(all="ignore"), one_blas_thread():  # also on a Dask worker: dpcore.blas_threads
         if kind == "scan":
+            if hasattr(src, "encoded"):  # a warehouse export: from the encoded columns (level_design.encoded_scan)
+                cols, y = src.encoded(i)
+                xmin, xmax, binary, prev = encoded_scan(cols)
+                y = _check_y(y, cols.n)
+                return (xmin, xmax, binary, float(y.min()), float(y.max()), prev)
             X, y = src.load(i)
             X = _check_X(X)
             y = _check_y(y, X.shape[0])

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["FactoredDesign", "LevelLayout", "level_layout", "previous_one"]
+__all__ = ["FactoredDesign", "LevelLayout", "encoded_scan", "level_layout", "previous_one"]
 
 
 def previous_one(X: np.ndarray) -> np.ndarray:
@@ -52,6 +52,60 @@ def previous_one(X: np.ndarray) -> np.ndarray:
             prev[j] = int(last[ones].max())
             last[ones] = j
     return prev
+
+
+def encoded_scan(cols) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The detector's scan of a chunk's design from its encoded columns, without the dense design.
+
+    For :class:`~dpcore.detect.design.DesignColumns` ``cols`` whose dense
+    design is ``X = cols.toarray()``: ``X.min(axis=0)``, ``X.max(axis=0)``,
+    ``np.all((X == 0) | (X == 1), axis=0)`` and :func:`previous_one` ``(X)``,
+    the same values. A categorical attribute's indicator columns come from
+    one ``np.bincount`` of its codes (a column's minimum is 1 only when every
+    row has its level) and, for :func:`previous_one`, a second one over the
+    pairs (code, last 1 before the attribute): the indicators of one
+    attribute are exclusive, so a level's rows hold no 1 in the attribute's
+    earlier columns (issue 29: a pass per attribute instead of per column).
+
+    Raises
+    ------
+    ValueError
+        A numeric column has NaN or infinite values (as the dense scan's check).
+    """
+    n, d = cols.n, cols.n_columns
+    xmin, xmax = np.empty(d), np.empty(d)
+    binary = np.ones(d, dtype=bool)
+    prev = np.full(d, -1, dtype=np.int64)
+    last = np.full(n, -1, dtype=np.int64)
+    at = 0
+    for w, col in zip(cols.widths, cols.columns):
+        if w is None:
+            v = np.asarray(col, dtype=np.float64)
+            if not np.isfinite(v).all():
+                raise ValueError("X has NaN or infinite values; every value must be finite")
+            if n:
+                xmin[at], xmax[at] = v.min(), v.max()
+            binary[at] = bool(np.all((v == 0.0) | (v == 1.0)))
+            ones = v == 1.0
+            if ones.any():
+                prev[at] = int(last[ones].max())
+                last[ones] = at
+            at += 1
+            continue
+        if w == 0:
+            continue
+        c = np.asarray(col).astype(np.intp)
+        counts = np.bincount(c, minlength=w + 1)[1:]
+        xmin[at:at + w] = (counts == n).astype(np.float64)
+        xmax[at:at + w] = (counts > 0).astype(np.float64)
+        m = at + 1  # last + 1 takes the values 0..at
+        pairs = np.bincount(c * m + (last + 1), minlength=(w + 1) * m).reshape(w + 1, m)[1:] > 0
+        top = m - 1 - np.argmax(pairs[:, ::-1], axis=1)  # the largest last + 1 seen with each level
+        prev[at:at + w] = np.where(pairs.any(axis=1), top - 1, -1)
+        on = c > 0
+        last[on] = at + c[on] - 1
+        at += w
+    return xmin, xmax, binary, prev
 
 
 @dataclass(frozen=True)
@@ -116,6 +170,19 @@ class LevelLayout:
                 raise ValueError("a level group's column is centred or scaled: factor the dense design instead")
             codes[:, g] = X[:, src[at]] @ np.arange(1, len(cols) + 1, dtype=np.float64)
         return FactoredDesign(self, D, codes)
+
+    def holds_for(self, X: np.ndarray, active: np.ndarray) -> bool:
+        """Whether every group's columns of ``X`` (raw rows; ``active`` as in :meth:`standardise`) are 0/1 with at most one 1 per row.
+
+        True for the rows the layout was found on (the scan saw them); new
+        rows may break it, and then only the dense design is right.
+        """
+        src = np.flatnonzero(active)
+        for cols in self.groups:
+            G = X[:, src[np.asarray(cols, dtype=np.intp) - 1]]
+            if not (np.all((G == 0.0) | (G == 1.0)) and np.all(G.sum(axis=1) <= 1.0)):
+                return False
+        return True
 
     def key(self) -> bytes:
         """Bytes naming the layout (for a cache key)."""

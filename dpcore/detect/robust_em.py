@@ -956,7 +956,12 @@ class RobustRegressionDetector:
         """Posterior outlier log-odds ``log(t_i / (1 - t_i))`` of new rows under the fitted parameters.
 
         Same E-step as the fit (module docstring), so on the training rows it
-        returns exactly ``decision_scores_``.
+        returns exactly ``decision_scores_``. When the fit's level layout
+        holds for the rows (every one-hot group 0/1 with at most one level
+        per row, as on the training rows), the product ``Z @ beta`` is the
+        factored one of the EM's passes
+        (:class:`~dpcore.detect.level_design.FactoredDesign`), else the dense
+        design's; the two agree to round-off.
 
         Parameters
         ----------
@@ -983,8 +988,25 @@ class RobustRegressionDetector:
         y = _check_y(y, X.shape[0])
         if self._constant:
             return np.where(y != self.intercept_, np.inf, -np.inf)
+        lay = getattr(self, "_layout", None)
+        if lay is not None and lay.holds_for(X, self._active):  # the factored design, as the EM's passes use it
+            Z = lay.standardise(X, self._active, self._x_loc, self._x_scale)
+        else:
+            Z = self._design(X)
+        return self.standardised_scores(Z, self._std_y(y))
+
+    def standardised_scores(self, Z, ys) -> np.ndarray:
+        """:meth:`decision_function` of rows already standardised by this fit (a chunk source's ``standardised``).
+
+        ``Z`` is the dense standardised design or its factored form
+        (:class:`~dpcore.detect.level_design.FactoredDesign`, which
+        :meth:`decision_function` uses whenever the fit's level layout holds
+        for the rows, as on the training rows), ``ys`` the standardised
+        ``y``: the streamed scoring pass reads both from the chunk cache
+        instead of encoding the rows again (issue 29). Not for a fit of a
+        constant ``y`` (no standardisation; :meth:`decision_function`).
+        """
         # errstate is thread-local: no floating-point warning leaves (module docstring); one BLAS thread:
         # dpcore.blas_threads
         with np.errstate(all="ignore"), one_blas_thread():
-            r = self._std_y(y) - self._design(X) @ self._beta
-            return _log_odds(r, self._s2, self._p, self._b)
+            return _log_odds(ys - Z @ self._beta, self._s2, self._p, self._b)

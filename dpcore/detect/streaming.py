@@ -223,10 +223,19 @@ class PartitionChunks:
 
 
 def score_chunk(item) -> tuple[np.ndarray, np.ndarray]:
-    """One chunk's ``(_row, score)``: the fitted detector's posterior log-odds (a module-level function a mapper can ship)."""
+    """One chunk's ``(_row, score)``: the fitted detector's posterior log-odds (a module-level function a mapper can ship).
+
+    From the chunk's standardised rows in the chunk cache (:meth:`PartitionChunks.standardised`, written
+    by the EM's first pass) with :meth:`~dpcore.detect.robust_em.RobustRegressionDetector.standardised_scores`:
+    the values of ``decision_function`` on the chunk's rows, without encoding them again.
+    """
     src, i, det = item
-    X, y = src.load(i)
-    return src.rows(i), det.decision_function(X, y)
+    if det._constant:
+        X, y = src.load(i)
+        return src.rows(i), det.decision_function(X, y)
+    # the chunk as the fit's passes standardised it (the chunk cache): decision_function's values, bit for bit
+    Z, ys = src.standardised(i, (*det._std(), det._layout))
+    return src.rows(i), det.standardised_scores(Z, ys)
 
 
 @dataclass
