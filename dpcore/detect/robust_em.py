@@ -339,6 +339,7 @@ import numbers
 
 import numpy as np
 from ..blas_threads import one_blas_thread
+from ..heap import trim_heap
 from ..lazy_modules import lazy_module
 
 _special = lazy_module("scipy.special")  # imported on first use (dpr spec check / plan never load scipy)
@@ -347,7 +348,7 @@ _special = lazy_module("scipy.special")  # imported on first use (dpr spec check
 # ``from dpcore.detect.robust_em import ...`` and ``robust_em._name`` keep working.
 from .em_passes import (  # noqa: F401  (re-exported)
     _Y_CLIP, ArrayChunks, _as_float, _check_X, _check_y, _design_of, _em, _em_chunks, _estep_pass, _fsum,
-    _serial_map, _standardised, chunk_pass,
+    _column_moments, _serial_map, _standardised, chunk_pass,
 )
 from .level_design import level_layout
 from .mixture_em import (  # noqa: F401  (re-exported)
@@ -819,10 +820,8 @@ class RobustRegressionDetector:
         X, y = src.take(rows)
         X = _as_float(X, "X")
         y = _as_float(y, "y")
-        # ---- scaling (on the start sample)
-        Xa = X[:, self._active]
-        self._x_loc = Xa.mean(axis=0)
-        self._x_scale = Xa.std(axis=0)
+        # ---- scaling (on the start sample): column by column, no copy of X's active columns (_column_moments)
+        self._x_loc, self._x_scale = _column_moments(X, self._active)
         if not (np.all(np.isfinite(self._x_loc)) and np.all(np.isfinite(self._x_scale))):
             raise DataSpreadError(
                 "x_scale_overflow", "X has a column whose range is too large to standardise (|values| near the float limit)")
@@ -855,7 +854,7 @@ class RobustRegressionDetector:
 
         ys = self._std_y(y)
         Z = self._design(X)
-        del X, Xa, y
+        del X, y
         q = Z.shape[1]
         n0 = Z.shape[0]  # rows of the start sample
 
@@ -899,6 +898,7 @@ class RobustRegressionDetector:
             em_src, em_std = ArrayChunks(Z if self._layout is None else self._layout.factor(Z), ys), None
         else:  # EM over the source's chunks, standardising each (in the factored form, dpcore.detect.level_design)
             del Z, ys
+            trim_heap()  # the start sample's arrays and the robust start's leave free heap resident (dpcore.heap)
             em_src, em_std = src, (*self._std(), self._layout)
         res = _em_chunks(em_src, em_std, beta0, best["s2"], best["p"], best["b"], max_iter, tol, floor=floor,
                          outlier_weight=ow)
