@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from ..chunks import MemoryBudget, serial_map
+from ..heap import trim_heap
 from ..ingest import IngestResult
 from ..partitions import exported
 from ..settings import Settings
@@ -426,7 +427,9 @@ def mine_rules(
         miners = RuleMiner(max_depth=depth, max_rules=top, n_jobs=n_jobs).fit_each(
             frame[columns], [labels for _, labels in mined], units=units, categorical=categorical)
         found += [(i, rule) for (i, _), miner in zip(mined, miners) for rule in miner.rules_]
+        del miners
     del frame
+    trim_heap()  # the sample frame and the search's trees and sorts: free heap handed back (dpcore.heap)
     if found:
         used = [c for c in columns if any(c in r.columns for _, r in found)]
         used_sql, _ = labelled_query(spec, ingested, suffix, chosen, used)
