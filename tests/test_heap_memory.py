@@ -184,3 +184,57 @@ def test_the_rules_step_trims_once_after_its_search_with_the_same_rules(tmp_path
     assert len(trimmed) > 0
     pd_testing = pytest.importorskip("pandas.testing")
     pd_testing.assert_frame_equal(trimmed, wh.query_df(sql))
+
+
+def _lts_objective_whole(Z, y, B, h):
+    """The trimmed objective as computed before issue 29's blocks (one (k, m) selection)."""
+    R2 = np.square(y[None, :] - B @ Z.T)
+    idx = np.argpartition(R2, h - 1, axis=1)[:, :h]
+    return np.take_along_axis(R2, idx, axis=1).sum(axis=1), idx
+
+
+@pytest.mark.parametrize("floats", [5_000, 10**9])  # several blocks of candidates; one
+def test_lts_objective_in_blocks_gives_the_same_bits_and_rows(monkeypatch, floats):
+    from dpcore.detect import robust_start
+
+    monkeypatch.setattr(robust_start, "_gather_floats", lambda: floats)
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        m, q, k = int(rng.integers(20, 3000)), int(rng.integers(1, 18)), int(rng.integers(1, 400))
+        Z = rng.normal(size=(m, q))
+        y = rng.normal(size=m)
+        if trial % 3 == 0:  # ties among the residuals
+            Z, y = np.round(Z), np.round(y)
+        B = rng.normal(size=(k, q))
+        h = min(m, (m + q + 1) // 2)
+        obj, idx = robust_start._lts_objective(Z, y, B, h)
+        ref_obj, ref_idx = _lts_objective_whole(Z, y, B, h)
+        assert np.array_equal(_bits(obj), _bits(ref_obj))
+        assert np.array_equal(idx, ref_idx)
+
+
+@pytest.mark.parametrize("cap, less", [("512MiB", 4), ("2GiB", None)])
+def test_lts_objective_holds_less_than_the_whole_selection(monkeypatch, cap, less):
+    """Under 512 MiB (four blocks) at least a quarter of a (k, m) array less; under 2 GiB (one block) no more."""
+    from dpcore.detect.robust_start import _lts_objective
+
+    monkeypatch.setenv("DPR_MEMORY_LIMIT", cap)
+    rng = np.random.default_rng(9)
+    m, q, k = 3000, 17, 1153  # the robust start of the 10x table's widest template
+    Z, y, B = rng.normal(size=(m, q)), rng.normal(size=m), rng.normal(size=(k, q))
+    h = (m + q + 1) // 2
+    peaks = []
+    for fn in (_lts_objective_whole, _lts_objective):
+        tracemalloc.start()
+        try:
+            kept = fn(Z, y, B, h)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        peaks.append(peak)
+        del kept
+    whole, blocked = peaks
+    if less:
+        assert blocked < whole - k * m * 8 // less, (whole / MiB, blocked / MiB)
+    else:
+        assert blocked <= whole + MiB, (whole / MiB, blocked / MiB)
