@@ -47,7 +47,7 @@ from typing import Callable, Iterator, TypeVar
 import duckdb
 
 from . import warehouse_lease as lease
-from .chunks import MemoryBudget
+from .chunks import EVICT_TO, MemoryBudget
 from .faults import EnvironmentFault
 from .private_files import private_umask, public_mkdir, tighten
 from .lazy_modules import lazy_module
@@ -324,6 +324,11 @@ class Warehouse:
         con.close()
         if held is None:
             return
+        if held.depth == 1 and ok:  # the outermost operation ends (no stream of this file is open)
+            try:
+                self._evict_cache(held.con)
+            except duckdb.Error:  # the budget's limit could not be set back: the lease is closed below
+                ok = False
         held.depth -= 1
         if held.depth:
             return
@@ -332,6 +337,25 @@ class Warehouse:
         else:
             held.stamp = lease.stamp(self.path)
             held.last = time.monotonic()
+
+    def _evict_cache(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Make DuckDB give back its cached pages, under a small cap (:attr:`MemoryBudget.evicts_between_operations`).
+
+        ``memory_limit`` is lowered to :data:`dpcore.chunks.EVICT_TO` (DuckDB
+        evicts unpinned pages to meet it; where it cannot, it keeps the old
+        limit and raises, having evicted what it could) and set back to
+        the budget's. Called when the outermost operation on the lease ends, so
+        no query of this process is running on the file; results never depend
+        on it (the pages are read again when needed).
+        """
+        if not self.memory.evicts_between_operations:
+            return
+        try:
+            con.execute(f"SET memory_limit = '{EVICT_TO}B'")
+        except duckdb.Error:
+            pass
+        finally:
+            con.execute(f"SET memory_limit = '{self.memory.duckdb_setting}'")
 
     def let_go(self) -> None:
         """Close this process's kept connection to the file now (DuckDB folds its write-ahead log into the file).
