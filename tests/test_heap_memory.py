@@ -238,3 +238,32 @@ def test_lts_objective_holds_less_than_the_whole_selection(monkeypatch, cap, les
         assert blocked < whole - k * m * 8 // less, (whole / MiB, blocked / MiB)
     else:
         assert blocked <= whole + MiB, (whole / MiB, blocked / MiB)
+
+
+@pytest.mark.parametrize("floats", [5_000, 10**9])  # several blocks of subsets; one
+def test_elemental_subsets_in_blocks_are_the_same_subsets_and_leave_the_same_generator(monkeypatch, floats):
+    from dpcore.detect import robust_start
+
+    monkeypatch.setattr(robust_start, "_gather_floats", lambda: floats)
+    for n_el, m, q in [(1153, 3000, 17), (500, 40, 3), (7, 10, 10), (1, 5, 1)]:
+        a, b = np.random.default_rng(21), np.random.default_rng(21)
+        got = robust_start._elemental_subsets(a, n_el, m, q)
+        want = np.argpartition(b.random((n_el, m)), q - 1, axis=1)[:, :q]
+        assert got.shape == (n_el, q) and np.array_equal(got, want)
+        assert a.random() == b.random()  # the same numbers drawn: the generator is where it was
+
+
+def test_elemental_subsets_hold_their_positions_only(monkeypatch):
+    from dpcore.detect import robust_start
+
+    monkeypatch.setenv("DPR_MEMORY_LIMIT", "512MiB")
+    n_el, m, q = 1153, 3000, 17
+    tracemalloc.start()
+    try:
+        idx = robust_start._elemental_subsets(np.random.default_rng(2), n_el, m, q)
+        kept, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    whole = n_el * m * 8  # one (n_el, m) array: the keys, or their positions
+    assert kept < n_el * q * 8 + MiB and peak < whole, (kept / MiB, peak / MiB, whole / MiB)
+    assert idx.base is None
