@@ -17,11 +17,13 @@ the store). :func:`kth_pair` finds the same pair by radix selection:
    (``np.bincount`` over 65,536 buckets), the bucket holding the ``j``-th key is
    kept; once that bucket holds at most ``cap`` keys, one more pass collects
    them and sorts them (usually after the first pass);
-3. among the rows whose score equals the ``K``-th score, the one at the rank
-   left is found the same way on the row numbers.
+3. the candidates are collected with their rows and sorted by (key, row), so
+   ties need no pass of their own; only when more than ``cap`` rows share the
+   ``K``-th score itself is the row at the rank left found the same way on
+   the row numbers.
 
 Memory: one chunk of the file and at most ``cap`` candidates; passes: usually
-three reads of the score column (two of ``_row``). Exact: the same pair as the
+two (the score column, then the score and ``_row`` columns). Exact: the same pair as the
 SQL (tests/test_kth_pair.py compares them on ties, signed zeros and random
 scores). A score file with a NaN is not handled here (None: the caller asks
 DuckDB). Internal: scores and rows are private and never leave this function
@@ -48,10 +50,18 @@ class _NaNScore(Exception):
 
 
 def _descending_keys(scores: np.ndarray) -> np.ndarray:
-    """Unsigned 64-bit keys in the order of descending score (``-0.0`` and ``0.0`` equal)."""
+    """Unsigned 64-bit keys in the order of descending score (``-0.0`` and ``0.0`` equal).
+
+    The float's bits with every bit flipped for a negative score and the sign
+    bit flipped for a positive one give keys in ascending score; their
+    complement, in descending score.
+    """
     bits = (np.asarray(scores, dtype=np.float64) + 0.0).view(np.uint64)  # + 0.0: -0.0 becomes 0.0
-    ascending = np.where(bits & _SIGN, ~bits, bits | _SIGN)
-    return ~ascending
+    flip = np.uint64(0) - (bits >> np.uint64(63))  # all ones for a negative score, else 0
+    flip |= _SIGN
+    np.invert(flip, out=flip)
+    flip ^= bits
+    return flip
 
 
 def _select(stream: Callable[[], Iterator[np.ndarray]], j: int, cap: int) -> tuple[int, int]:
@@ -118,20 +128,65 @@ def kth_pair(path: str | Path, K: int, cap: int = CAP) -> tuple[float, int] | No
                 raise _NaNScore
             yield _descending_keys(s)
 
-    try:
-        key, above = _select(keys, int(K), cap)
-    except _NaNScore:
+    pairs = _pair_select(pf, keys, int(K), cap)
+    if pairs is None:
         return None
+    key, row, above = pairs
+    if row is None:  # more than ``cap`` rows share the K-th score: its rows selected by number
 
-    def tied_rows() -> Iterator[np.ndarray]:
-        for g in range(pf.num_row_groups):
-            t = pf.read_row_group(g, columns=["score", "_row"])
-            rows = t.column("_row").to_numpy()
-            if rows.size and rows.min() < 0:
-                raise ValueError("_row must be non-negative")
-            yield rows[_descending_keys(t.column("score").to_numpy()) == np.uint64(key)].astype(np.uint64)
+        def tied_rows() -> Iterator[np.ndarray]:
+            for g in range(pf.num_row_groups):
+                t = pf.read_row_group(g, columns=["score", "_row"])
+                rows = t.column("_row").to_numpy()
+                if rows.size and rows.min() < 0:
+                    raise ValueError("_row must be non-negative")
+                yield rows[_descending_keys(t.column("score").to_numpy()) == np.uint64(key)].astype(np.uint64)
 
-    row, _ = _select(tied_rows, int(K) - above, cap)
+        row, _ = _select(tied_rows, int(K) - above, cap)
     score = (~np.array([key], dtype=np.uint64))
     score = np.where(score & _SIGN, score & ~_SIGN, ~score).view(np.float64)[0]
     return float(score), int(row)
+
+
+def _pair_select(pf, keys, K: int, cap: int):
+    """The ``K``-th (key, row) in ascending key, ascending row: ``(key, row, above)``, or ``(key, None, above)``.
+
+    ``above`` counts the keys smaller than the K-th. Histogram passes over
+    the keys narrow 16 bits at a time to the bucket holding the K-th; once it
+    holds at most ``cap`` rows, one pass collects their keys and rows and
+    sorts them (ties by row), so ties need no pass of their own. ``row`` is
+    None when more than ``cap`` rows share the K-th key itself. None: a NaN score.
+    """
+    prefix, bits, below = 0, 0, 0
+    try:
+        while True:
+            shift = np.uint64(64 - bits - _DIGIT)
+            counts = np.zeros(_BUCKETS, dtype=np.int64)
+            for v in keys():
+                if bits:
+                    v = v[(v >> np.uint64(64 - bits)) == np.uint64(prefix)]
+                counts += np.bincount(((v >> shift) & np.uint64(_BUCKETS - 1)).astype(np.intp), minlength=_BUCKETS)
+            cum = np.cumsum(counts)
+            d = int(np.searchsorted(cum, K - below))  # first bucket whose cumulative count reaches the rank
+            below += int(cum[d - 1]) if d else 0
+            prefix, bits = (prefix << _DIGIT) | d, bits + _DIGIT
+            if counts[d] <= cap:
+                break
+            if bits == 64:
+                return prefix, None, below
+    except _NaNScore:
+        return None
+    ks, rs = [], []
+    for g in range(pf.num_row_groups):
+        t = pf.read_row_group(g, columns=["score", "_row"])
+        v = _descending_keys(t.column("score").to_numpy())
+        sel = (v >> np.uint64(64 - bits)) == np.uint64(prefix)
+        ks.append(v[sel])
+        rs.append(t.column("_row").to_numpy()[sel])
+    k, r = np.concatenate(ks), np.concatenate(rs)
+    if r.size and r.min() < 0:
+        raise ValueError("_row must be non-negative")
+    order = np.lexsort((r, k))
+    i = order[K - below - 1]
+    key = int(k[i])
+    return key, int(r[i]), below + int(np.count_nonzero(k < np.uint64(key)))
