@@ -55,7 +55,8 @@ def load_npy(path: str | Path) -> np.ndarray:
     Raises
     ------
     OSError
-        The file is shorter than its header says (a truncated file).
+        The file is shorter than its header says (a truncated file); the message names no file (a chunk's
+        number is private: :meth:`dpcore.partitions.Partitions.read`).
     """
     with open(path, "rb", buffering=0) as fh:
         head = fh.read(10)
@@ -72,7 +73,7 @@ def load_npy(path: str | Path) -> np.ndarray:
             while got < out.nbytes:
                 k = fh.readinto(view[got:])
                 if not k:
-                    raise OSError(f"{Path(path).name}: the file ends before its array does")
+                    raise OSError("a cached chunk file ends before its array does")  # its name holds a chunk number
                 got += k
         return out
 

@@ -64,11 +64,27 @@ def _descending_keys(scores: np.ndarray) -> np.ndarray:
     return flip
 
 
-def _select(stream: Callable[[], Iterator[np.ndarray]], j: int, cap: int) -> tuple[int, int]:
-    """The ``j``-th smallest (1-based) of the uint64 values ``stream()`` yields, and how many are smaller.
+def _in_bucket(v: np.ndarray, prefix: int, bits: int) -> np.ndarray:
+    """Whether each key's top ``bits`` bits are ``prefix`` (``bits`` >= 1)."""
+    return (v >> np.uint64(64 - bits)) == np.uint64(prefix)
 
-    ``stream`` is called once per pass and must yield the same values each
-    time. Requires ``1 <= j <= `` their number.
+
+def _narrow(stream: Callable[[], Iterator[np.ndarray]], j: int, cap: int) -> tuple[int, int, int, int]:
+    """Histogram passes: the bucket of keys holding the ``j``-th smallest (1-based) key ``stream()`` yields.
+
+    Each pass counts the next 16 bits of the keys in the bucket found so far
+    (65,536 buckets) and keeps the one where the rank falls, until it holds at
+    most ``cap`` keys or every bit is fixed. ``stream`` is called once per pass
+    and must yield the same keys each time; requires ``1 <= j <=`` their number.
+
+    Returns
+    -------
+    prefix, bits : int
+        The bucket: the keys whose top ``bits`` bits are ``prefix``.
+    below : int
+        How many keys are smaller than every key of the bucket.
+    n : int
+        How many keys the bucket holds.
     """
     prefix, bits, below = 0, 0, 0
     while True:
@@ -76,19 +92,33 @@ def _select(stream: Callable[[], Iterator[np.ndarray]], j: int, cap: int) -> tup
         counts = np.zeros(_BUCKETS, dtype=np.int64)
         for v in stream():
             if bits:
-                v = v[(v >> np.uint64(64 - bits)) == np.uint64(prefix)]
+                v = v[_in_bucket(v, prefix, bits)]
             counts += np.bincount(((v >> shift) & np.uint64(_BUCKETS - 1)).astype(np.intp), minlength=_BUCKETS)
         cum = np.cumsum(counts)
         d = int(np.searchsorted(cum, j - below))  # first bucket whose cumulative count reaches the rank
         below += int(cum[d - 1]) if d else 0
         prefix, bits = (prefix << _DIGIT) | d, bits + _DIGIT
-        if bits == 64:
-            return prefix, below
-        if counts[d] <= cap:
-            got = [v[(v >> np.uint64(64 - bits)) == np.uint64(prefix)] for v in stream()]
-            cand = np.sort(np.concatenate(got)) if got else np.zeros(0, dtype=np.uint64)
-            value = int(cand[j - below - 1])
-            return value, below + int(np.searchsorted(cand, np.uint64(value), side="left"))
+        if counts[d] <= cap or bits == 64:
+            return prefix, bits, below, int(counts[d])
+
+
+def _select(stream: Callable[[], Iterator[np.ndarray]], j: int, cap: int) -> tuple[int, int]:
+    """The ``j``-th smallest (1-based) of the uint64 values ``stream()`` yields, and how many are smaller.
+
+    :func:`_narrow`, then the bucket's values collected and sorted (unless every bit is fixed: one value).
+    """
+    prefix, bits, below, _n = _narrow(stream, j, cap)
+    if bits == 64:
+        return prefix, below
+    cand = np.sort(np.concatenate([v[_in_bucket(v, prefix, bits)] for v in stream()]))
+    value = int(cand[j - below - 1])
+    return value, below + int(np.searchsorted(cand, np.uint64(value), side="left"))
+
+
+def _score_of_key(key: int) -> float:
+    """The score whose :func:`_descending_keys` key is ``key``."""
+    asc = ~np.array([key], dtype=np.uint64)
+    return float(np.where(asc & _SIGN, asc & ~_SIGN, ~asc).view(np.float64)[0])
 
 
 def kth_pair(path: str | Path, K: int, cap: int = CAP) -> tuple[float, int] | None:
@@ -119,7 +149,7 @@ def kth_pair(path: str | Path, K: int, cap: int = CAP) -> tuple[float, int] | No
     pf = pq.ParquetFile(path)
     n = pf.metadata.num_rows
     if not 1 <= int(K) <= n:
-        raise ValueError(f"K must be between 1 and the score file's rows; got K={int(K)}")
+        raise ValueError("K must be between 1 and the score file's number of rows")  # K and rows are private
 
     def keys() -> Iterator[np.ndarray]:
         for g in range(pf.num_row_groups):
@@ -143,44 +173,29 @@ def kth_pair(path: str | Path, K: int, cap: int = CAP) -> tuple[float, int] | No
                 yield rows[_descending_keys(t.column("score").to_numpy()) == np.uint64(key)].astype(np.uint64)
 
         row, _ = _select(tied_rows, int(K) - above, cap)
-    score = (~np.array([key], dtype=np.uint64))
-    score = np.where(score & _SIGN, score & ~_SIGN, ~score).view(np.float64)[0]
-    return float(score), int(row)
+    return _score_of_key(key), int(row)
 
 
 def _pair_select(pf, keys, K: int, cap: int):
     """The ``K``-th (key, row) in ascending key, ascending row: ``(key, row, above)``, or ``(key, None, above)``.
 
     ``above`` counts the keys smaller than the K-th. Histogram passes over
-    the keys narrow 16 bits at a time to the bucket holding the K-th; once it
-    holds at most ``cap`` rows, one pass collects their keys and rows and
+    the keys narrow 16 bits at a time to the bucket holding the K-th
+    (:func:`_narrow`); once it holds at most ``cap`` rows, one pass collects their keys and rows and
     sorts them (ties by row), so ties need no pass of their own. ``row`` is
     None when more than ``cap`` rows share the K-th key itself. None: a NaN score.
     """
-    prefix, bits, below = 0, 0, 0
     try:
-        while True:
-            shift = np.uint64(64 - bits - _DIGIT)
-            counts = np.zeros(_BUCKETS, dtype=np.int64)
-            for v in keys():
-                if bits:
-                    v = v[(v >> np.uint64(64 - bits)) == np.uint64(prefix)]
-                counts += np.bincount(((v >> shift) & np.uint64(_BUCKETS - 1)).astype(np.intp), minlength=_BUCKETS)
-            cum = np.cumsum(counts)
-            d = int(np.searchsorted(cum, K - below))  # first bucket whose cumulative count reaches the rank
-            below += int(cum[d - 1]) if d else 0
-            prefix, bits = (prefix << _DIGIT) | d, bits + _DIGIT
-            if counts[d] <= cap:
-                break
-            if bits == 64:
-                return prefix, None, below
+        prefix, bits, below, n = _narrow(keys, K, cap)
     except _NaNScore:
         return None
+    if n > cap:
+        return prefix, None, below
     ks, rs = [], []
     for g in range(pf.num_row_groups):
         t = pf.read_row_group(g, columns=["score", "_row"])
         v = _descending_keys(t.column("score").to_numpy())
-        sel = (v >> np.uint64(64 - bits)) == np.uint64(prefix)
+        sel = _in_bucket(v, prefix, bits)
         ks.append(v[sel])
         rs.append(t.column("_row").to_numpy()[sel])
     k, r = np.concatenate(ks), np.concatenate(rs)
