@@ -31,13 +31,19 @@ CHUNK_SHARE = 1 / 32
 #: Share of the cap given to DuckDB's ``memory_limit``: DuckDB keeps pages cached up to its limit, so at
 #: scale its share is held for the whole run, on top of the interpreter and the chunk being worked on.
 DUCKDB_SHARE = 1 / 4
+#: DuckDB's share under a small cap (:attr:`MemoryBudget.favours_memory`): the flow process's floor is most of
+#: such a cap, so DuckDB spills sooner; never below :data:`HELD_DUCKDB_MIN` unless :data:`DUCKDB_SHARE` of the cap
+#: is smaller (64 MiB from 256 to 512 MiB, cap/8 above; a 64 MiB cap keeps its 16 MiB: 8 MiB ran out of memory).
+SMALL_CAP_DUCKDB_SHARE = 1 / 8
 #: Share of the cap DuckDB gets for a query a stage runs while it holds a large part of its work in Python (the
 #: rules step's sample frame, PCOR's index): :meth:`MemoryBudget.held_duckdb_bytes`.
 HELD_DUCKDB_SHARE = 1 / 16
 #: ... never below this (bytes): 32 MiB ran out of memory fetching the rules step's frame on 10x the demo.
 HELD_DUCKDB_MIN = 64 * 1024**2
-#: Below this cap DuckDB's cached pages are evicted after every warehouse operation
-#: (:attr:`MemoryBudget.evicts_between_operations`): the process's own floor then leaves no room for them.
+#: Below this cap a run favours memory over speed (:attr:`MemoryBudget.favours_memory`): DuckDB's cached pages
+#: are evicted after every warehouse operation, its share is :data:`SMALL_CAP_DUCKDB_SHARE`, the detector's
+#: templates are fitted one at a time and no work is started early or beside the release: the process's own
+#: floor then leaves no room for them.
 EVICT_BELOW = 1024**3
 #: DuckDB's ``memory_limit`` for a moment after an operation, when evicting: it evicts unpinned pages down to this.
 EVICT_TO = 8 * 1024**2
@@ -106,13 +112,71 @@ class MemoryBudget:
         return self.limit if self.limit is not None else DEFAULT_LIMIT
 
     @property
+    def favours_memory(self) -> bool:
+        """Whether the cap is small (below :data:`EVICT_BELOW`, 1 GiB): the run trades speed for memory.
+
+        The flow process's floor (its imports, library pages and Python objects: about 460 MiB on 10x the
+        demo, README "DPR_MEMORY_LIMIT") and the temporary Prefect server's (about 200 MiB) are most of such a
+        cap, so a run under it (issue 29, goal 4):
+
+        * gives DuckDB :data:`SMALL_CAP_DUCKDB_SHARE` of the cap, not :data:`DUCKDB_SHARE`
+          (:attr:`duckdb_bytes`), and evicts its cached pages after every operation
+          (:attr:`evicts_between_operations`);
+        * validates in a short-lived child process (:attr:`validates_in_child`), so great-expectations and what
+          it loads never stay in the flow process;
+        * fits the detector's templates one at a time (:attr:`concurrent_fits`);
+        * starts nothing early or beside the release (:attr:`works_ahead`): no background imports of the later
+          steps' libraries, no separate process for the count-of-counts pictures.
+
+        At or above 1 GiB (the 2 GiB default included) none of this applies.
+        """
+        return self.effective_limit < EVICT_BELOW
+
+    @property
+    def works_ahead(self) -> bool:
+        """Whether a run may start work early or beside the release to save time (not under a small cap).
+
+        The later steps' libraries imported on a thread at start (:mod:`flows.preload`: great-expectations,
+        pint and matplotlib, held from then on) and the count-of-counts pictures drawn by a second Python
+        process (:mod:`dpcore.background_plots`, 65-87 MiB) save 1-3 s of a run; under a small cap
+        (:attr:`favours_memory`) the libraries are imported by the step that needs them and the pictures are
+        drawn in the flow process.
+        """
+        return not self.favours_memory
+
+    @property
+    def validates_in_child(self) -> bool:
+        """Whether validation's great-expectations work runs in a child process (under a small cap, :attr:`favours_memory`).
+
+        Imported, great-expectations and its imports (pandas, scipy.stats, altair, sqlalchemy) take about
+        260 MiB that a process keeps until it exits; validation is the only step that needs them. Under a
+        small cap the chunks of distinct values go to one child process that ends with validation
+        (:func:`dpcore.child_map.child_map`: the same function on the same files, the same verdicts), so the
+        flow process's floor through the detector, the rules and the private steps is about 160 MiB lower;
+        the child's start and imports add 3-5 s to the run.
+        """
+        return self.favours_memory
+
+    @property
+    def concurrent_fits(self) -> int | None:
+        """How many detector templates may be fitted at once: 1 under a small cap (:attr:`favours_memory`), else
+        None (as many as the task runner runs: each fit's start sample and first passes hold 80-90 MiB
+        of arrays on 10x the demo)."""
+        return 1 if self.favours_memory else None
+
+    @property
     def duckdb_bytes(self) -> int:
-        """DuckDB's ``memory_limit`` in bytes: :data:`DUCKDB_SHARE` of the cap.
+        """DuckDB's ``memory_limit`` in bytes: :data:`DUCKDB_SHARE` of the cap (under a small cap,
+        :attr:`favours_memory`, :data:`SMALL_CAP_DUCKDB_SHARE` of it but at least :data:`HELD_DUCKDB_MIN`, at most
+        the quarter).
 
         The rest is for the interpreter and its libraries and the Python side
         of a stage (its chunk, the arrays it builds).
         """
-        return int(self.effective_limit * DUCKDB_SHARE)
+        quarter = int(self.effective_limit * DUCKDB_SHARE)
+        if not self.favours_memory:
+            return quarter
+        return min(quarter, max(int(self.effective_limit * SMALL_CAP_DUCKDB_SHARE), HELD_DUCKDB_MIN))
 
     @property
     def held_duckdb_bytes(self) -> int:
@@ -142,7 +206,7 @@ class MemoryBudget:
         CPU (issue 29, goal 4). At or above the threshold (the 2 GiB default)
         nothing changes.
         """
-        return self.effective_limit < EVICT_BELOW
+        return self.favours_memory
 
     @property
     def duckdb_setting(self) -> str:

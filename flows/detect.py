@@ -4,6 +4,7 @@ from __future__ import annotations
 from prefect import flow, unmapped
 from prefect.futures import as_completed
 
+from dpcore.chunks import MemoryBudget
 from dpcore.ingest import IngestResult
 from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec
@@ -25,15 +26,23 @@ def run_detection(spec: ReleaseSpec, settings: Settings, ingested: IngestResult)
     in the thread pool or on Dask workers of the same machine), and the store
     ranks, labels and combines the scores in SQL (flow process). The export
     is removed when the step ends, also on error. A progress artifact counts
-    the templates fitted.
+    the templates fitted. Under a small memory cap the templates are fitted
+    one at a time (:attr:`dpcore.chunks.MemoryBudget.concurrent_fits`).
     """
     templates = templates_of(spec)
     parts = detection_export_task(spec, settings, ingested)
     try:
         progress = Progress(f"detect-templates-{spec.dataset.name}", "detector templates fitted", len(templates))
-        futures = fit_streamed_task.map(parts=unmapped(parts), template=templates, spec=unmapped(spec))
-        for _ in as_completed(list(futures)):
-            progress()
+        if MemoryBudget.from_env().concurrent_fits == 1:
+            futures = []
+            for template in templates:
+                futures.append(fit_streamed_task.submit(parts=parts, template=template, spec=spec))
+                futures[-1].wait()
+                progress()
+        else:
+            futures = fit_streamed_task.map(parts=unmapped(parts), template=templates, spec=unmapped(spec))
+            for _ in as_completed(list(futures)):
+                progress()
         fits = [f.result() for f in futures]  # re-raises a failed template instead of skipping it silently
         return store_streamed_task(spec, settings, ingested, fits)
     finally:

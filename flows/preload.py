@@ -8,6 +8,11 @@ the server, creates the flow run (HTTP round trips) and ingests (DuckDB): work t
 step that needs a module before the thread has loaded it waits for Python's import lock of that module and
 then finds it loaded; nothing is imported twice.
 
+Under a small memory cap (:attr:`dpcore.chunks.MemoryBudget.works_ahead` false: below 1 GiB) nothing is
+loaded ahead: great-expectations runs in validation's child process then
+(:attr:`~dpcore.chunks.MemoryBudget.validates_in_child`), and pint and matplotlib are imported by the steps
+that need them, so they are not held through validation and the detector's fits (issue 29, goal 4).
+
 A failed import is not reported here: the step that needs the module imports it again and fails with its
 own message. At exit the thread is joined, so the interpreter never shuts down inside an import.
 """
@@ -43,11 +48,19 @@ def _load_all(loads: tuple[Callable[[], object], ...]) -> None:
             return
 
 
-def start_preload(loads: tuple[Callable[[], object], ...] = LOADS) -> None:
-    """Start ``loads`` (imports) on a daemon thread, in order (once per process; later calls do nothing)."""
+def start_preload(loads: tuple[Callable[[], object], ...] | None = None) -> None:
+    """Start ``loads`` (imports) on a daemon thread, in order (once per process; later calls do nothing).
+
+    ``loads`` defaults to :data:`LOADS`, none under a small memory cap
+    (:attr:`dpcore.chunks.MemoryBudget.works_ahead`).
+    """
     global _thread
     if _thread is not None:
         return
+    if loads is None:
+        from dpcore.chunks import MemoryBudget
+
+        loads = LOADS if MemoryBudget.from_env().works_ahead else ()
     _thread = threading.Thread(target=_load_all, args=(loads,), name="dpr-preload", daemon=True)
     _thread.start()
     atexit.register(wait_for_preload)

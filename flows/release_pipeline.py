@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.start is not None or args.end is not None:
             return _backfill(args.spec, backfill_periods(args.spec, args.start, args.end))
         load_spec(args.spec, release_id=args.release_id, period=args.period)  # fail fast, before Prefect starts
-        start_preload()  # great-expectations, pint, matplotlib: on a thread, while the server boots and the run starts
+        start_preload()  # great-expectations, pint, matplotlib (none under a small cap): on a thread, while the server boots and the run starts
         with ready():
             out = release_pipeline(spec_path=args.spec, release_id=args.release_id, period=args.period)
     _print_outcome(out)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dpcore import background_plots
 from dpcore.bundle import StepOutput
+from dpcore.chunks import MemoryBudget
 from dpcore.ingest import IngestResult
 from dpcore.mechanisms.coco import CocoMechanism, NodeChunk, NodeEstimate
 from dpcore.settings import Settings
@@ -14,8 +15,9 @@ from .common import NOISE_RETRIES, Progress, flow_run_id, private_task
 
 def start_coco_pictures() -> None:
     """Start the process that draws the coco pictures now, so that its imports overlap the steps before coco,
-    if a core is free for it (not a task: it touches no data; :mod:`dpcore.background_plots`)."""
-    if background_plots.core_free():
+    if a core is free for it and the memory cap is not small (not a task: it touches no data;
+    :mod:`dpcore.background_plots`, :attr:`dpcore.chunks.MemoryBudget.works_ahead`)."""
+    if MemoryBudget.from_env().works_ahead and background_plots.core_free():
         background_plots.start()
 
 

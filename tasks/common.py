@@ -308,6 +308,20 @@ def chunk_mapper(pooled: bool = False) -> Callable[[Callable, Any], list]:
     return functools.partial(_dask_map, runner.client)
 
 
+def validation_mapper() -> Callable[[Callable, Any], list]:
+    """The mapper for validation's great-expectations chunks: :func:`chunk_mapper`, or, when that runs them in
+    this process and the memory cap is small, :func:`dpcore.child_map.child_map` (one child process for the
+    step: :attr:`dpcore.chunks.MemoryBudget.validates_in_child`)."""
+    from dpcore.chunks import MemoryBudget, serial_map
+
+    mapper = chunk_mapper()
+    if mapper is serial_map and MemoryBudget.from_env().validates_in_child:
+        from dpcore.child_map import child_map
+
+        return child_map
+    return mapper
+
+
 def flow_run_id() -> str | None:
     """The current Prefect flow-run id (recorded with each ledger charge)."""
     from prefect.runtime import flow_run

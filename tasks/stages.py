@@ -19,7 +19,7 @@ from dpcore.steps.rules import RulesDone
 from dpcore.steps.record_counts import record_counts_step, rejected_fraction_gate
 from dpcore.validation import ValidationDone, ValidationFailed, public_rule_set
 
-from .common import NOISE_RETRIES, artifact_key, chunk_mapper, flow_run_id, private_task
+from .common import NOISE_RETRIES, artifact_key, chunk_mapper, flow_run_id, private_task, validation_mapper
 
 
 @private_task(name="preflight")
@@ -62,7 +62,7 @@ def validate_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult)
             "rows; the exact result is the data owner's (warehouse internal.validation_results, bundle owner/)."
         ),
     )
-    done = pipeline.validate_stage(spec, settings, ingested, mapper=chunk_mapper())
+    done = pipeline.validate_stage(spec, settings, ingested, mapper=validation_mapper())
     get_run_logger().info("validation finished; rows breaking a rule are quarantined (exact result: data owner only)")
     return done
 

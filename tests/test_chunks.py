@@ -43,10 +43,30 @@ def test_chunk_bounds_cover_every_row_once():
             assert covered == list(range(n))
 
 
-def test_warehouse_sets_duckdb_memory_limit(tmp_path):
-    wh = Warehouse(tmp_path / "w.duckdb", memory=MemoryBudget(512 * 1024**2))
+@pytest.mark.parametrize("cap, expected", [(512 * 1024**2, {"64.0MIB", "64MIB"}),  # small cap: 1/8
+                                           (1024**3, {"256.0MIB", "256MIB"})])       # 1 GiB and up: 1/4
+def test_warehouse_sets_duckdb_memory_limit(tmp_path, cap, expected):
+    wh = Warehouse(tmp_path / "w.duckdb", memory=MemoryBudget(cap))
     setting = wh.query("SELECT current_setting('memory_limit')")[0][0]
-    assert setting.replace(" ", "").upper() in {"128.0MIB", "128MIB", "134.2MB"}
+    assert setting.replace(" ", "").upper() in expected
+
+
+def test_a_small_cap_favours_memory_and_a_larger_one_does_not():
+    """Below 1 GiB (issue 29, goal 4): DuckDB 1/8, evictions, validation in a child, one fit at a time,
+    nothing started ahead; at 1 GiB and the 2 GiB default none of it."""
+    from dpcore.chunks import EVICT_BELOW, SMALL_CAP_DUCKDB_SHARE
+
+    small = MemoryBudget(512 * 1024**2)
+    assert small.favours_memory and small.evicts_between_operations and small.validates_in_child
+    assert small.concurrent_fits == 1 and not small.works_ahead
+    assert small.duckdb_bytes == int(512 * 1024**2 * SMALL_CAP_DUCKDB_SHARE) == 64 * 1024**2
+    assert MemoryBudget(768 * 1024**2).duckdb_bytes == 96 * 1024**2  # cap/8 above 512 MiB
+    assert MemoryBudget(256 * 1024**2).duckdb_bytes == 64 * 1024**2  # never below 64 MiB (HELD_DUCKDB_MIN) ...
+    assert MemoryBudget(64 * 1024**2).duckdb_bytes == 16 * 1024**2  # ... unless the quarter is smaller
+    for big in (MemoryBudget(EVICT_BELOW), MemoryBudget(), MemoryBudget(4 * 1024**3)):
+        assert not big.favours_memory and not big.evicts_between_operations and not big.validates_in_child
+        assert big.concurrent_fits is None and big.works_ahead
+        assert big.duckdb_bytes == big.effective_limit // 4
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 7, 2048, 5000, 10**6])

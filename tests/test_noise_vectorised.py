@@ -624,3 +624,18 @@ def test_int64_input_is_not_copied_or_modified_and_the_output_is_fresh(seed, sca
     v = np.arange(-5, 5, dtype=np.int64)
     out = NoiseSource(seed=seed).discrete_laplace(v, scale)
     assert v.tolist() == list(range(-5, 5)) and not np.shares_memory(out, v)
+
+
+def test_opendp_draws_without_loading_scikit_learn():
+    """OpenDP's measurements come from its own modules, not ``opendp.prelude`` (whose extras load scikit-learn:
+    about 30 MiB and a second a release never uses; issue 29, goal 4)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np\n"
+            "from dpcore.noise import source\n"
+            "x = source._opendp_discrete_laplace_add(np.zeros(5, dtype=np.int64), 3.0)\n"
+            "g = source._opendp_gaussian(1.0)\n"
+            "print(len(x), 'sklearn' in sys.modules, 'opendp.extras' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["5", "False", "False"], out.stderr[-2000:]

@@ -173,6 +173,15 @@ def test_grubbs_critical_value_table():
     np.testing.assert_allclose(v.critical([10, 3, 10, 1000]), grubbs_critical_value([10, 3, 10, 1000], 0.05))
 
 
+def test_grubbs_critical_value_is_the_scipy_stats_formula_bit_for_bit():
+    """Computed with scipy.special.stdtrit (no scipy.stats import, issue 29): the doubles of stats.t.ppf."""
+    n = np.arange(3, 20_000, dtype=np.float64)
+    for alpha in (0.05, 0.01, 1e-6, 0.5):
+        t = stats.t.ppf(1.0 - alpha / (2.0 * n), n - 2.0)
+        ref = (n - 1.0) / np.sqrt(n) * np.sqrt(t * t / (n - 2.0 + t * t))
+        assert np.array_equal(grubbs_critical_value(n, alpha), ref)
+
+
 def test_grubbs_hand_computation():
     y = np.array([2.1, 2.3, 1.9, 2.0, 2.2, 2.4, 1.8, 2.05, 2.15, 3.1])
     n = y.size

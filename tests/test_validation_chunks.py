@@ -457,6 +457,19 @@ def test_chunks_run_in_other_processes(tmp_path):
     assert_same(tmp_path, wh, res, spec, out, ref, n_chunks=4)
 
 
+@pytest.mark.parametrize("by_values", [True, False])
+def test_chunks_run_in_a_child_process(tmp_path, by_values):
+    """Under a small cap the great-expectations chunks run in one child process (dpcore.child_map): the same
+    tables, summaries and details as the whole-table reference, by distinct values and chunk by chunk."""
+    from dpcore.child_map import child_map
+
+    df = random_table(np.random.default_rng(17), 23)
+    spec, wh, res = ingested(tmp_path, df)
+    ref = reference_validate(load_raw(wh, res), spec)
+    out = validate_table(wh, res, spec, rows=6, mapper=child_map, by_values=by_values)
+    assert_same(tmp_path, wh, res, spec, out, ref, n_chunks=4, by_values_allowed=by_values)
+
+
 def test_chunk_rows_are_public(monkeypatch):
     """Rows per chunk depend on the memory cap and the columns only."""
     from dpcore.chunks import MemoryBudget

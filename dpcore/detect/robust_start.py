@@ -254,8 +254,8 @@ def _fast_lts(Z: np.ndarray, y: np.ndarray, rng: np.random.Generator, n_subsets:
     n_el = max(min(n_subsets, int(_ELEMENTAL_WORK // (m * q * q))), 4 * n_keep)
     B = _subset_ls(Z, y, _elemental_subsets(rng, n_el, m, q))
     for _ in range(_C_STEPS_ALL):
-        B, _, _ = _c_step(Z, y, B, h)
-    obj, _ = _lts_objective(Z, y, B, h)
+        B = _c_step(Z, y, B, h)[0]  # the step's (k, h) positions are not kept alive into the next selection
+    obj = _lts_objective(Z, y, B, h)[0]
     order = np.argsort(obj, kind="stable")
     # distinct candidates: identical converged fits are kept once (vectorised over candidates)
     Bo = B[order]
@@ -326,9 +326,12 @@ def _level_medians(
         return beta
     beta = beta.copy()
     members = [np.flatnonzero(Z[:, j] == 1.0) for j in cols]
-    if reference:
+    if reference:  # the rows no level column reaches, one column at a time (not an n x len(cols) copy of Z)
+        outside = np.ones(Z.shape[0], dtype=bool)
+        for rows in members:
+            outside[rows] = False
         cols = np.r_[0, cols]
-        members = [np.flatnonzero(~(Z[:, cols[1:]] == 1.0).any(axis=1)), *members]
+        members = [np.flatnonzero(outside), *members]
     r = y - Z @ beta
     for _ in range(passes):
         for j, rows in zip(cols, members):

@@ -47,7 +47,7 @@ Layout
 ------
 ``core``: argument checks, conservative rounding of scales, exact Bernoulli
 samplers and OS bit sources (pure functions of a bit stream).  ``source``:
-:class:`NoiseSource` (its first OpenDP draw calls ``opendp.prelude.enable_features("contrib")``,
+:class:`NoiseSource` (its first OpenDP draw calls ``opendp.mod.enable_features("contrib")``,
 which OpenDP requires before its measurement constructors can be used).
 ``student_t``: the exact integer Student's T (nu = 2) sampler and its CDF.
 ``dlaplace``: the vectorised exact discrete Laplace sampler.

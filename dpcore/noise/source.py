@@ -2,9 +2,12 @@
 
 Part of :mod:`dpcore.noise` (the package docstring states the rules).
 OpenDP is imported on first use (:func:`_dp`, which calls
-``opendp.prelude.enable_features("contrib")``, required before its measurement
-constructors can be used): ``opendp.prelude`` pulls in scikit-learn, and
-commands that draw no noise (``dpr spec check``, ``dpr plan``) need neither.
+``opendp.mod.enable_features("contrib")``, required before its measurement
+constructors can be used), and only the modules the measurements below are built
+from: ``opendp.prelude`` also imports ``opendp.extras``, whose scikit-learn
+wrappers load scikit-learn (about 30 MiB and 1 s that a release never uses:
+issue 29, goal 4). Commands that draw no noise (``dpr spec check``, ``dpr plan``)
+import neither.
 """
 
 from __future__ import annotations
@@ -38,11 +41,23 @@ from .smooth_cdp import arsinh_integer_from_bits, lln_integer_from_bits
 
 @lru_cache(maxsize=1)
 def _dp():
-    """``opendp.prelude`` with the contrib features enabled (imported on first use)."""
-    import opendp.prelude as dp
+    """OpenDP's domains, metrics, measures and measurements (``m``), contrib features enabled (on first use).
 
-    dp.enable_features("contrib")
-    return dp
+    The same functions ``opendp.prelude`` exports, without its ``opendp.extras`` (scikit-learn).
+    """
+    from types import SimpleNamespace
+
+    import opendp.domains as domains
+    import opendp.measurements as m
+    import opendp.measures as measures
+    import opendp.metrics as metrics
+    from opendp.mod import enable_features
+
+    enable_features("contrib")
+    return SimpleNamespace(m=m, vector_domain=domains.vector_domain, atom_domain=domains.atom_domain,
+                           l1_distance=metrics.l1_distance, l2_distance=metrics.l2_distance,
+                           linf_distance=metrics.linf_distance,
+                           zero_concentrated_divergence=measures.zero_concentrated_divergence)
 
 
 __all__ = ["NoiseSource"]

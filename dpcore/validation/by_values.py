@@ -71,7 +71,6 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import pandas as pd
 
 from ..chunks import MemoryBudget
 from ..ingest import ROW
@@ -88,6 +87,9 @@ from .rule_set import suite_entries
 from .quarantine_rows import quarantine_chunk
 from .store import LaterRows, SqlRows, _ChunkRows
 from .worker import ChunkTask, _validate_chunk
+from ..lazy_modules import lazy_module
+
+pd = lazy_module("pandas")  # on first use: after the great-expectations chunks (a child process may run them)
 
 #: DuckDB types whose GROUP BY and IS NOT DISTINCT FROM join match pandas' reading of the values exactly
 #: (no NaN, no signed zero, no decimal rounding): text, integers that fit int64, booleans.

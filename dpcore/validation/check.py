@@ -22,7 +22,6 @@ from ..spec import ReleaseSpec
 from .cells import _as_text, _cells_json, _json_clean, _parse_numbers, _typed
 from .outcome import RuleSummary
 from .rules import DERIVED_PREFIX, _num_col, _whole_col
-from .suite import _run_suite, build_suite
 from ..lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
@@ -144,6 +143,8 @@ def _check(raw: pd.DataFrame, duplicated: np.ndarray, spec: ReleaseSpec):
     dup_ids = None
     if rid in work.columns:
         dup_ids = sorted(work[rid][np.asarray(duplicated, dtype=bool)].dropna().unique().tolist())
+    from .suite import _run_suite, build_suite  # great-expectations, here only: the caller's other code never loads it
+
     suite = build_suite(spec, present_columns=list(work.columns), duplicated_ids=dup_ids)
     result = _run_suite(work, suite, name=spec.dataset.name.replace(".", "_"))
     full_result = _json_clean(result.describe_dict())
