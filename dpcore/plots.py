@@ -16,6 +16,37 @@ from .lazy_modules import lazy_module
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
 
+def _draw_privately(job: tuple) -> object:
+    """``fn(*args)`` under the private umask (0700 folders, 0600 files): the unit of :func:`draw_privately`."""
+    from .private_files import private_umask
+
+    fn, args = job
+    with private_umask():  # under the owner's private data folder; the bundle's copy is public
+        return fn(*args)
+
+
+def draw_privately(fn, *args):
+    """``fn(*args)`` (a drawing function of this module) with private file modes, in this process or, under a
+    small memory cap, in a short-lived child process.
+
+    matplotlib, once imported, holds about 45 MiB for the rest of a process's life. Under a cap below
+    1 GiB (:attr:`dpcore.chunks.MemoryBudget.favours_memory`) the drawing runs in a child process that ends
+    when it is drawn (:func:`dpcore.child_map.child_map`: the same function on the same values, so the same
+    bytes; its errors raised here), and the flow process never loads matplotlib (issue 29, goal 4).
+
+    Returns
+    -------
+    What ``fn`` returns (the files' paths).
+    """
+    from .chunks import MemoryBudget
+
+    if MemoryBudget.from_env().favours_memory:
+        from .child_map import child_map
+
+        return child_map(_draw_privately, [(fn, args)])[0]
+    return _draw_privately((fn, args))
+
+
 def pyplot():
     """``matplotlib.pyplot`` on the headless Agg backend, imported on first use (a ~1-2 s import that
     commands drawing no plot, ``dpr spec check`` and ``dpr plan``, skip)."""

@@ -46,6 +46,35 @@ def test_pictures_are_the_bytes_drawn_in_the_process_and_private(tmp_path, shape
     wait_for(paths)  # a second wait (another step's images, a retried bundle) returns at once
 
 
+def test_under_a_small_cap_pictures_are_drawn_by_a_child_process_with_the_same_bytes(tmp_path, shape, monkeypatch):
+    """draw_privately under DPR_MEMORY_LIMIT=512MiB: a child process draws (matplotlib never loads in the caller:
+    checked in a fresh interpreter), the same bytes and private modes as a drawing here (issue 29, goal 4)."""
+    import pickle
+    import subprocess
+    import sys
+
+    from dpcore.plots import draw_privately, rank_size_plot
+
+    est, h = shape
+    here = coco_plots(est, h, tmp_path / "here", 60)
+    monkeypatch.setenv("DPR_MEMORY_LIMIT", "512MiB")
+    child = draw_privately(coco_plots, {n: est[n] for n in drawn_nodes(h)}, h, tmp_path / "child", 60)
+    assert [p.name for p in child] == [p.name for p in here]
+    assert [p.read_bytes() for p in child] == [p.read_bytes() for p in here]
+    assert {m for _, m in _modes(tmp_path / "child")} == {0o700, 0o600}
+    job = tmp_path / "job.pkl"
+    job.write_bytes(pickle.dumps((np.arange(50, 0, -1), tmp_path / "rank" / "r.png")))
+    code = ("import pickle, sys\n"
+            "from dpcore.plots import draw_privately, rank_size_plot\n"
+            f"sizes, path = pickle.loads(open({str(job)!r}, 'rb').read())\n"
+            "draw_privately(rank_size_plot, sizes, path, 'sizes')\n"
+            "print(path.exists(), 'matplotlib' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "False"], out.stderr[-2000:]
+    assert (tmp_path / "rank" / "r.png").read_bytes() == rank_size_plot(
+        np.arange(50, 0, -1), tmp_path / "rank-here.png", "sizes").read_bytes()
+
+
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_busy_machine_draws_in_the_flow_process(dpr_home, small_spec_path, tmp_path, monkeypatch):
     """No free core (load average at or above the cores): no drawing process, the pictures drawn by coco-finish

@@ -41,14 +41,13 @@ import numpy as np
 from ..accuracy import Accuracy, discrete_laplace_half_width, level_text
 from ..bundle import StepOutput
 from ..ingest import IngestResult
-from ..private_files import private_umask
 from ..mechanisms.coco.bootstrap import BootstrapError, bootstrap_level_errors
 from ..mechanisms.coco.split import SPLIT_GRID, SPLIT_OBJECTIVE, choose_split
 from ..mechanisms.coco import (CocoMechanism, Hierarchy, NodeChunk, NodeEstimate, coco_histograms, emd,
                                group_sizes_from_counts)
 from ..mechanisms.coco.representations import counts_from_leaf_counts
 from ..background_plots import submit as draw_in_background
-from ..plots import coco_plots
+from ..plots import coco_plots, draw_privately, drawn_nodes
 from ..settings import Settings
 from ..spec import ReleaseSpec
 from .common import (PlannedCharge, StepInputError, charge_request, group_item_counts, noise_source, open_stores,
@@ -385,9 +384,8 @@ def finish_coco(
     plot_dir = plot_dir or settings.data / "plots" / spec.release_id
     if background_plots:
         images = draw_in_background(est, h, plot_dir, cfg.max_group_size)
-    else:
-        with private_umask():  # under the owner's private data folder (0700 folders, 0600 files); the bundle's copy is public
-            images = coco_plots(est, h, plot_dir, cfg.max_group_size)
+    else:  # private modes (the bundle's copy is public); in a child process under a small cap (draw_privately)
+        images = draw_privately(coco_plots, {n: est[n] for n in drawn_nodes(h)}, h, plot_dir, cfg.max_group_size)
     eps = [float(mech.epsilon(lv)) for lv in range(h.levels)]
     split_note = ""
     if cfg.epsilon_per_level == "auto":

@@ -29,8 +29,7 @@ from ..accuracy import Accuracy, level_text
 from ..bundle import StepOutput
 from ..ingest import IngestResult
 from ..mechanisms.unattributed import UnattributedHistogramMechanism, accuracy, choose_method
-from ..plots import rank_size_plot
-from ..private_files import private_umask
+from ..plots import draw_privately, rank_size_plot
 from ..settings import Settings
 from ..spec import ReleaseSpec
 from .common import (PlannedCharge, StepInputError, charge_request, group_item_counts, noise_source, open_stores,
@@ -182,9 +181,9 @@ def unattributed_step(spec: ReleaseSpec, settings: Settings, ingested: IngestRes
     a = acc["sorted_sizes"]
     table["ci_level"] = a["level"]
     table["ci_half_width"] = a["bound"]
-    with private_umask():  # under the owner's private data folder (0700 folders, 0600 files); the bundle's copy is public
-        images = [rank_size_plot(est, (plot_dir or settings.data / "plots" / spec.release_id) / "unattributed.png",
-                                 f"{cfg.group_column}: released group sizes, largest first ({mech.method})")]
+    # private modes (the bundle's copy is public); in a child process under a small cap (dpcore.plots.draw_privately)
+    images = [draw_privately(rank_size_plot, est, (plot_dir or settings.data / "plots" / spec.release_id) / "unattributed.png",
+                             f"{cfg.group_column}: released group sizes, largest first ({mech.method})")]
     top = ", ".join(f"{v:,}" for v in est[:10])
     chosen = (f"`auto` chose `{mech.method}` from public parameters only (epsilon, G, K, metric {cfg.metric}; "
               "`dpcore.mechanisms.unattributed.choose_method`)" if cfg.method == "auto" else f"method `{mech.method}`")
