@@ -4,8 +4,9 @@
 every call made in a child process (``python -m dpcore.child_map``) that ends when the map does. What the
 child imports to do the work stays out of the caller's process. The release uses it for validation under
 a small memory cap (:attr:`dpcore.chunks.MemoryBudget.validates_in_child`): great-expectations and what
-it loads (pandas, scipy.stats, altair, sqlalchemy: about 260 MiB, README "DPR_MEMORY_LIMIT") would otherwise
-stay resident in the flow process for the whole run, after validation needs them no more.
+it loads (pandas, pyarrow, sqlalchemy, pydantic: about 190 MiB, README "DPR_MEMORY_LIMIT") would otherwise
+stay resident in the flow process for the whole run, after validation needs them no more; the pictures'
+matplotlib likewise (:func:`dpcore.plots.draw_privately`).
 
 Protocol: the parent writes one length-prefixed pickle ``(fn, item)`` at a time to the child's standard input
 and reads one back from its standard output: ``("ok", result)`` or ``("error", exception, traceback text)``.

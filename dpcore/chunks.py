@@ -40,10 +40,9 @@ SMALL_CAP_DUCKDB_SHARE = 1 / 8
 HELD_DUCKDB_SHARE = 1 / 16
 #: ... never below this (bytes): 32 MiB ran out of memory fetching the rules step's frame on 10x the demo.
 HELD_DUCKDB_MIN = 64 * 1024**2
-#: Below this cap a run favours memory over speed (:attr:`MemoryBudget.favours_memory`): DuckDB's cached pages
-#: are evicted after every warehouse operation, its share is :data:`SMALL_CAP_DUCKDB_SHARE`, the detector's
-#: templates are fitted one at a time and no work is started early or beside the release: the process's own
-#: floor then leaves no room for them.
+#: Below this cap a run favours memory over speed (:attr:`MemoryBudget.favours_memory`: DuckDB's smaller share
+#: and evictions, great-expectations and matplotlib in short-lived child processes, one fit at a time, nothing
+#: started ahead): the process's own floor then leaves no room for more.
 EVICT_BELOW = 1024**3
 #: DuckDB's ``memory_limit`` for a moment after an operation, when evicting: it evicts unpinned pages down to this.
 EVICT_TO = 8 * 1024**2
@@ -115,20 +114,22 @@ class MemoryBudget:
     def favours_memory(self) -> bool:
         """Whether the cap is small (below :data:`EVICT_BELOW`, 1 GiB): the run trades speed for memory.
 
-        The flow process's floor (its imports, library pages and Python objects: about 460 MiB on 10x the
-        demo, README "DPR_MEMORY_LIMIT") and the temporary Prefect server's (about 200 MiB) are most of such a
-        cap, so a run under it (issue 29, goal 4):
+        The flow process's floor (its imports, library pages and Python objects: about 250 MiB before
+        validation, 430-500 MiB late in a run of 10x the demo; README "DPR_MEMORY_LIMIT") and the temporary
+        Prefect server's (about 200 MiB) are most of such a cap, so a run under it (issue 29, goal 4):
 
         * gives DuckDB :data:`SMALL_CAP_DUCKDB_SHARE` of the cap, not :data:`DUCKDB_SHARE`
           (:attr:`duckdb_bytes`), and evicts its cached pages after every operation
           (:attr:`evicts_between_operations`);
         * validates in a short-lived child process (:attr:`validates_in_child`), so great-expectations and what
-          it loads never stay in the flow process;
+          it loads never stay in the flow process, and draws its pictures in another
+          (:func:`dpcore.plots.draw_privately`), so matplotlib does not either;
         * fits the detector's templates one at a time (:attr:`concurrent_fits`);
-        * starts nothing early or beside the release (:attr:`works_ahead`): no background imports of the later
-          steps' libraries, no separate process for the count-of-counts pictures.
+        * starts nothing early or beside the release (:attr:`works_ahead`);
+        * hands the free heap back to the system after every task (``tasks.common``, :mod:`dpcore.heap`).
 
-        At or above 1 GiB (the 2 GiB default included) none of this applies.
+        At or above 1 GiB (the 2 GiB default included) none of this applies. On 10x the demo under 512 MiB
+        the run took 40 s against 22 s at the default cap (BENCHMARKS "Scale under DPR_MEMORY_LIMIT=512MiB").
         """
         return self.effective_limit < EVICT_BELOW
 
@@ -138,9 +139,10 @@ class MemoryBudget:
 
         The later steps' libraries imported on a thread at start (:mod:`flows.preload`: great-expectations,
         pint and matplotlib, held from then on) and the count-of-counts pictures drawn by a second Python
-        process (:mod:`dpcore.background_plots`, 65-87 MiB) save 1-3 s of a run; under a small cap
-        (:attr:`favours_memory`) the libraries are imported by the step that needs them and the pictures are
-        drawn in the flow process.
+        process started before they are needed (:mod:`dpcore.background_plots`, 65-87 MiB from the outlier
+        counts to the bundle) save 1-3 s of a run; under a small cap (:attr:`favours_memory`) the libraries
+        are imported where they are needed (great-expectations and matplotlib in short-lived child
+        processes) and nothing is started ahead.
         """
         return not self.favours_memory
 
@@ -148,12 +150,14 @@ class MemoryBudget:
     def validates_in_child(self) -> bool:
         """Whether validation's great-expectations work runs in a child process (under a small cap, :attr:`favours_memory`).
 
-        Imported, great-expectations and its imports (pandas, scipy.stats, altair, sqlalchemy) take about
-        260 MiB that a process keeps until it exits; validation is the only step that needs them. Under a
+        Imported, great-expectations and its imports (pandas, pyarrow, sqlalchemy, pydantic) take about
+        190 MiB that a process keeps until it exits (the child measured 251 MiB at its peak on 10x the
+        demo); validation is the only step that needs them. Under a
         small cap the chunks of distinct values go to one child process that ends with validation
         (:func:`dpcore.child_map.child_map`: the same function on the same files, the same verdicts), so the
         flow process's floor through the detector, the rules and the private steps is about 160 MiB lower;
-        the child's start and imports add 3-5 s to the run.
+        the child's start and imports cost about 3 s (validation of 10x the demo: 9.8 s under 512 MiB,
+        3.7 s at the default cap, BENCHMARKS "Scale").
         """
         return self.favours_memory
 
