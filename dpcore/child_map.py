@@ -46,8 +46,12 @@ class ChildProcessFailed(RuntimeError):
     """The child process of :func:`child_map` ended without answering (killed, out of memory, crashed)."""
 
 
-def _send(stream: BinaryIO, obj: Any) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+def _dumps(obj: Any) -> bytes:
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _write(stream: BinaryIO, data: bytes) -> None:
+    """One message: its length, then the pickled bytes."""
     stream.write(_HEADER.pack(len(data)))
     stream.write(data)
     stream.flush()
@@ -109,7 +113,7 @@ def child_map(fn: Callable, items: Iterable) -> list:
     try:
         for item in items:
             try:
-                _send(proc.stdin, (fn, item))
+                _write(proc.stdin, _dumps((fn, item)))
             except BrokenPipeError:  # the child died: its exit status says how (below)
                 break
             ok, reply = _receive(proc.stdout)
@@ -134,12 +138,22 @@ def child_map(fn: Callable, items: Iterable) -> list:
     how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
     raise ChildProcessFailed(
         f"the child process running {fn.__module__}.{fn.__qualname__} (dpcore.child_map) {how} before it answered; "
-        "its messages, if any, are above (a memory cap too small for the work kills it: raise DPR_MEMORY_LIMIT)"
+        "its messages, if any, are above (signal 9 is also what the system sends when the machine runs out of memory)"
     )
 
 
 def main() -> int:
-    """The child: answer each ``(fn, item)`` on standard input until it closes."""
+    """The child: answer each ``(fn, item)`` on standard input until it closes.
+
+    The work is private (DESIGN.md rule 6): as in a private task of the flow process, whose warnings are
+    dropped (``tasks.common``), no Python warning and no log record of the libraries it calls is shown; an
+    error travels back to the caller only.
+    """
+    import logging
+    import warnings
+
+    warnings.simplefilter("ignore")  # a warning's text can quote a value
+    logging.disable(logging.CRITICAL)  # as can a library's log record (the child has no owner-facing log)
     report: BinaryIO = os.fdopen(os.dup(1), "wb")  # the protocol; anything printed goes to standard error
     os.dup2(2, 1)
     requests: BinaryIO = sys.stdin.buffer
@@ -149,17 +163,14 @@ def main() -> int:
             return 0
         fn, item = job
         try:
-            answer = pickle.dumps(("ok", fn(item)), protocol=pickle.HIGHEST_PROTOCOL)  # a result that does not
-        except BaseException as exc:  # noqa: BLE001  (reported to the parent, which raises it)  # pickle: an error
+            answer = _dumps(("ok", fn(item)))  # a result that does not pickle is an error too
+        except BaseException as exc:  # noqa: BLE001  (reported to the parent, which raises it)
             text = traceback.format_exc()
             try:
-                _send(report, ("error", exc, text))
+                answer = _dumps(("error", exc, text))
             except Exception:  # noqa: BLE001  (an exception that does not pickle: its text only)
-                _send(report, ("error", None, text))
-            continue
-        report.write(_HEADER.pack(len(answer)))
-        report.write(answer)
-        report.flush()
+                answer = _dumps(("error", None, text))
+        _write(report, answer)
 
 
 if __name__ == "__main__":

@@ -125,8 +125,7 @@ class MemoryBudget:
           it loads never stay in the flow process, and draws its pictures in another
           (:func:`dpcore.plots.draw_privately`), so matplotlib does not either;
         * fits the detector's templates one at a time (:attr:`concurrent_fits`);
-        * starts nothing early or beside the release (:attr:`works_ahead`);
-        * hands the free heap back to the system after every task (``tasks.common``, :mod:`dpcore.heap`).
+        * starts nothing early or beside the release (:attr:`works_ahead`).
 
         At or above 1 GiB (the 2 GiB default included) none of this applies. On 10x the demo under 512 MiB
         the run took 40 s against 22 s at the default cap (BENCHMARKS "Scale under DPR_MEMORY_LIMIT=512MiB").

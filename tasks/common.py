@@ -33,9 +33,7 @@ from typing import Any, Callable
 from prefect import Task
 from prefect.cache_policies import NO_CACHE
 
-from dpcore.chunks import MemoryBudget
 from dpcore.fault_injection import fault_point
-from dpcore.heap import trim_heap
 from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec, load_spec
 from dpcore.spec_dirs import allowed_spec_file
@@ -184,7 +182,7 @@ def private_task(fn: Callable | None = None, *, worker_safe: bool = False, **kwa
     def make(f: Callable):
         name = opts.get("name") or f.__name__
         body = f if worker_safe else _flow_process_only(_fault_points(f, name), name)
-        return SealedArgsTask(fn=_unsealed(_private_warnings(_heap_handed_back(body))), **opts)
+        return SealedArgsTask(fn=_unsealed(_private_warnings(body)), **opts)
 
     return make if fn is None else make(fn)
 
@@ -231,27 +229,6 @@ class SealedArgsTask(Task):
 
     def __call__(self, *args: Any, **kwargs: Any):
         return super().__call__(*map(_seal, args), **{k: _seal(v) for k, v in kwargs.items()})
-
-
-def _heap_handed_back(fn: Callable) -> Callable:
-    """``fn``, then, under a small memory cap, the process's free heap handed back to the system
-    (:func:`dpcore.heap.trim_heap`; :attr:`dpcore.chunks.MemoryBudget.favours_memory`).
-
-    A task's freed arrays and frames leave free pages in glibc's arenas (one per thread that allocated:
-    the fits' pool threads), resident until reused: on 10x the demo under 512 MiB the flow process after
-    the detector's fits held 316 or 365 MiB from one run to the next, and every later stage carried the
-    difference (issue 29, goal 4).
-    """
-
-    @functools.wraps(fn)
-    def trimmed(*args: Any, **kwargs: Any):
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            if MemoryBudget.from_env().favours_memory:
-                trim_heap()
-
-    return trimmed
 
 
 def _fault_points(fn: Callable, name: str) -> Callable:

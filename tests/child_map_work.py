@@ -54,3 +54,13 @@ def import_and_report(name: str) -> bool:
 
 def a_module(x: int):
     return sys  # a module does not pickle
+
+
+def warn_and_log(x: str) -> str:
+    """A warning and a library's log record quoting a value (a private cell)."""
+    import logging
+    import warnings
+
+    warnings.warn(f"value {x} looks odd", UserWarning)
+    logging.getLogger("some.library").warning("saw value %s", x)
+    return x

@@ -42,6 +42,14 @@ def test_results_equal_the_calls_in_order_from_one_other_process(capfd):
     assert child_map(W.square_and_pid, []) == []
 
 
+def test_the_work_shows_no_warning_and_no_log_record(capfd):
+    """The child's work is private: a warning or a library's log line quoting a value is not shown (as in a
+    private task of the flow process)."""
+    assert child_map(W.warn_and_log, ["SECRET123"]) == ["SECRET123"]
+    captured = capfd.readouterr()
+    assert "SECRET123" not in captured.err and "SECRET123" not in captured.out
+
+
 def test_an_exception_in_the_work_is_raised_here_with_its_type_and_message():
     with pytest.raises(ValueError, match="item 3 is bad: name the rule") as info:
         child_map(W.fail_on_three, range(6))
