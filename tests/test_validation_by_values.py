@@ -171,3 +171,68 @@ def test_a_column_with_more_values_than_a_chunk_holds_is_validated_chunk_by_chun
     b = stored(wh, res, spec)
     assert_equal_results(b, a)
     assert b["n_results"] == a["n_results"] == -(-30 // 4)
+
+
+def _spy(monkeypatch, name: str) -> list:
+    """Record the calls of ``by_values.<name>`` (still calling it)."""
+    calls, real = [], getattr(BV, name)
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append(out)
+        return out
+
+    monkeypatch.setattr(BV, name, spy)
+    return calls
+
+
+@pytest.mark.parametrize("per", [7, 1 << 20])
+def test_validated_rows_are_written_range_by_range_with_numbers_cast_by_duckdb(tmp_path, monkeypatch, per):
+    """Numbers typed by DuckDB's cast (checked against pandas, value by value), one statement per ``_row`` range
+    of ``per`` rows: the same validated table (rows, order, types) as before."""
+    df = random_table(np.random.default_rng(31), 60)
+    spec, wh, res = ingested(tmp_path, df)
+    validate_table(wh, res, spec, rows=4, by_values=False)
+    a = stored(wh, res, spec)
+    monkeypatch.setattr(BV, "sorted_rows", lambda memory: per)
+    ranges = _spy(monkeypatch, "_validated_in_ranges")
+    validate_table(wh, res, spec, rows=4)
+    assert_equal_results(stored(wh, res, spec), a)
+    (statements,) = ranges
+    assert len(statements) == -(-60 // per)
+    assert all("TRY_CAST(NULLIF(r.\"distance\", '') AS DOUBLE)" in s.sql and "typed-" not in s.sql for s in statements)
+
+
+def test_ranges_are_sized_by_duckdbs_memory_share():
+    from dpcore.chunks import MemoryBudget
+
+    assert BV.sorted_rows(MemoryBudget(2 << 30)) == (512 << 20) // BV.SORT_BYTES_PER_ROW == 2_097_152
+    assert BV.sorted_rows(MemoryBudget(64 << 20)) == 122_880  # at least one row group
+
+
+def test_a_cast_that_differs_from_pandas_types_by_joins(tmp_path, monkeypatch):
+    """Where DuckDB's cast of a passing value is not pandas' value bit for bit, the values are joined (as before)."""
+    df = random_table(np.random.default_rng(32), 40)
+    spec, wh, res = ingested(tmp_path, df)
+    validate_table(wh, res, spec, rows=5, by_values=False)
+    a = stored(wh, res, spec)
+    monkeypatch.setattr(BV, "_casts_agree", lambda *args: False)
+    monkeypatch.setattr(BV, "sorted_rows", lambda memory: 9)
+    ranges = _spy(monkeypatch, "_validated_in_ranges")
+    validate_table(wh, res, spec, rows=5)
+    assert_equal_results(stored(wh, res, spec), a)
+    (statements,) = ranges
+    assert len(statements) == 5 and all("typed-" in s.sql and "TRY_CAST" not in s.sql for s in statements)
+
+
+def test_casts_agree_compares_bits_and_missing_values(tmp_path):
+    path = tmp_path / "values.parquet"
+    pd.DataFrame({"pos": [1, 2, 3, 4], "v": ["0.1", "-0", "", "1e3"]}).to_parquet(path, index=False)
+    cast = BV._inline_sql("v", "VARCHAR")
+    typed = pd.DataFrame({"pos": [1, 2, 3, 4], "t": [0.1, -0.0, np.nan, 1000.0]})
+    assert BV._casts_agree(path, typed, cast)
+    assert BV._casts_agree(path, typed.iloc[[0, 3]], cast)  # only the positions given are compared
+    assert not BV._casts_agree(path, typed.assign(t=[0.1, 0.0, np.nan, 1000.0]), cast)  # the sign of zero
+    assert not BV._casts_agree(path, typed.assign(t=[np.nextafter(0.1, 1), -0.0, np.nan, 1000.0]), cast)  # 1 ulp
+    assert not BV._casts_agree(path, typed.assign(t=[0.1, -0.0, 0.0, 1000.0]), cast)  # missing against a value
+    assert BV._inline_sql("v", "BIGINT") == "CAST(v AS DOUBLE)" and BV._inline_sql("v", "BOOLEAN") is None

@@ -21,12 +21,16 @@ values (the demo's widest, ``tailnum``, 4,043), so:
    forms than ``max_values``, the id rules run on the whole id column in chunks, as before. All of these
    are :class:`~dpcore.validation.worker.ChunkTask` s, so the caller's mapper may spread them over processes.
 3. DuckDB joins the failing values back to the rows (the ``quarantine`` rows, with the id chunks'
-   failing rows), and writes the ``validated`` table in one query that joins every numeric column to
-   its typed value (typed in pandas by the same code as before, :func:`~dpcore.validation.cells._typed_column`);
-   a categorical cell's typed value is its text or that text as an integer (:func:`_typed_sql`). A failing id
-   form is joined back through the rows holding it (streamed again, :func:`~dpcore.validation.id_forms.write_rows_of_forms`).
-   The quarantine rows' cells are built (:mod:`~dpcore.validation.quarantine_rows`) while DuckDB writes the
-   validated table (:class:`~dpcore.validation.store.LaterRows`).
+   failing rows), and writes the ``validated`` table one ``_row`` range at a time, each range sorted in
+   DuckDB's memory (:func:`_validated_in_ranges`). A numeric cell's typed value is pandas' (the same code as
+   before, :func:`~dpcore.validation.cells._typed_column`, run on the distinct values): written as DuckDB's
+   cast of the cell when that cast gives pandas' value bit for bit on every distinct value passing the
+   column's rules (:func:`_casts_agree`), else joined; a categorical cell's typed value is its text or that
+   text as an integer (:func:`_typed_sql`). A failing id form is joined back through the rows holding it
+   (streamed again, :func:`~dpcore.validation.id_forms.write_rows_of_forms`). The quarantine rows' cells are
+   built (:mod:`~dpcore.validation.quarantine_rows`) while DuckDB writes the validated table
+   (:class:`~dpcore.validation.store.LaterRows`). great-expectations runs on the frames while DuckDB finds the
+   duplicated ids (not under a small cap, :attr:`~dpcore.chunks.MemoryBudget.works_ahead`).
 4. great-expectations' result over the whole table is the distinct-value run's result with each
    row-level expectation's counts weighted by the rows holding each value (``unexpected_count`` from
    the quarantine rows, ``missing_count`` from the weights, checked against great-expectations' own
@@ -66,6 +70,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Callable
@@ -136,7 +141,7 @@ def _lit(path: Path | str) -> str:
 
 def _export(wh: Warehouse, source: str, columns: dict[str, str], spec: ReleaseSpec, folder: Path,
             rows: int, id_rows: int, flag: str, max_values: int, forms: tuple[str, str] | None) -> dict | None:
-    """Step 1: the distinct values of every attribute, the frames of distinct values and the id chunks, to Parquet.
+    """Step 1: the distinct values of every attribute and the frames of distinct values, to Parquet.
 
     With ``forms`` (:func:`~dpcore.validation.id_forms.form_map`) the record id is grouped like an
     attribute, by its form, and the id chunks hold only the rows whose id is duplicated (the ``unique``
@@ -149,7 +154,7 @@ def _export(wh: Warehouse, source: str, columns: dict[str, str], spec: ReleaseSp
         None when an attribute has more than ``max_values`` distinct values. Else
         ``values``: per attribute (raw column order; the record id first when grouped by form) its file of
         ``(pos, v, n)`` and its count ``m``; ``frames``: files of distinct-value frames (ChunkTask inputs);
-        ``ids``: files of id chunks; ``forms``: the forms used (None: the ids row by row);
+        ``forms``: the forms used (None: the ids row by row, :func:`_export_ids`);
         ``n_rows``, ``first_row``, ``last_row``.
     """
     rid = spec.dataset.record_id
@@ -205,13 +210,30 @@ def _export(wh: Warehouse, source: str, columns: dict[str, str], spec: ReleaseSp
             )
             os.chmod(path, 0o600)
             frames.append(str(path))
-        con.execute(f"CREATE TEMP TABLE _dup_rows AS {_duplicated_rows_sql(source, columns, rid)}")
-        if by_form:  # the ids' own rules are read from the frames: only the duplicated ids, for ``unique``
-            ids = copy_duplicated_rows(con, source, f"r.{row}, r.{_q(rid)}", flag, id_rows, folder, "ids")
-        else:
-            ids = _copy_flagged_ranges(con, source, f"r.{row}, r.{_q(rid)}", flag, lo, hi, id_rows, folder, "ids")
-        return {"values": values, "frames": frames, "ids": ids, "forms": forms if by_form else None,
+        return {"values": values, "frames": frames, "forms": forms if by_form else None,
                 "n_rows": int(n), "first_row": int(lo), "last_row": int(hi)}
+
+    return wh.run(op)
+
+
+def _export_ids(wh: Warehouse, source: str, columns: dict[str, str], spec: ReleaseSpec, folder: Path, id_rows: int,
+                flag: str, ex: dict) -> list[str]:
+    """Step 1, the ids: files of id chunks (ChunkTask inputs) for the rows :func:`_export` left to them.
+
+    Grouped by form (``ex["forms"]``), the chunks hold only the rows whose id is duplicated (the ``unique``
+    rule); else every row.
+    """
+    rid, row = spec.dataset.record_id, _q(ROW)
+
+    def op(con):
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _dup_rows AS {_duplicated_rows_sql(source, columns, rid)}")
+        try:
+            if ex["forms"] is not None:  # the ids' own rules are read from the frames: the duplicated ids only
+                return copy_duplicated_rows(con, source, f"r.{row}, r.{_q(rid)}", flag, id_rows, folder, "ids")
+            return _copy_flagged_ranges(con, source, f"r.{row}, r.{_q(rid)}", flag, ex["first_row"], ex["last_row"],
+                                        id_rows, folder, "ids")
+        finally:
+            con.execute("DROP TABLE IF EXISTS _dup_rows")
 
     return wh.run(op)
 
@@ -230,6 +252,118 @@ def _typed_sql(expr: str, duck_type: str, col: str, spec: ReleaseSpec) -> str | 
         return None
     text = f"NULLIF({expr}, '')" if t == "VARCHAR" else f"CAST({expr} AS VARCHAR)"
     return f"CAST({text} AS BIGINT)" if _int_domain(attr.domain) else text
+
+
+def _inline_sql(expr: str, duck_type: str) -> str | None:
+    """SQL typing a numeric cell as DuckDB would, or None where DuckDB has no such cast here (the values are joined).
+
+    Text is read by ``TRY_CAST(... AS DOUBLE)`` (``''`` missing), integers are converted. Used for a column
+    only when :func:`_casts_agree` found it gives pandas' value bit for bit on every distinct value passing the
+    column's rules (:func:`~dpcore.validation.cells._typed_column`), so a validated row holds the same double
+    either way.
+    """
+    t = duck_type.upper()
+    if t == "VARCHAR":
+        return f"TRY_CAST(NULLIF({expr}, '') AS DOUBLE)"
+    if t in ID_TYPES:
+        return f"CAST({expr} AS DOUBLE)"
+    return None
+
+
+def _casts_agree(values_path: Path, typed: "pd.DataFrame", cast_sql: str) -> bool:
+    """Whether ``cast_sql`` (over column ``v``) gives, for every position of ``typed``, its ``t`` bit for bit.
+
+    ``values_path`` is a column's distinct values (``pos``, ``v``); ``typed`` the pandas-typed value ``t`` of the
+    positions passing the column's rules. A missing value (NaN in pandas) must be NULL in DuckDB; any other
+    value the same 64 bits (so ``-0.0`` is not ``0.0``).
+    """
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        got = con.execute(f"SELECT pos, {cast_sql} AS x FROM read_parquet({_lit(values_path)}) ORDER BY pos").df()
+    finally:
+        con.close()
+    x = got.set_index("pos")["x"].reindex(typed["pos"].to_numpy())
+    if x.isna().any() and not pd.api.types.is_float_dtype(x.dtype):
+        x = x.astype("float64")
+    a = x.to_numpy(dtype="float64", na_value=np.nan)
+    b = typed["t"].to_numpy(dtype="float64", na_value=np.nan)
+    na, nb = np.isnan(a), np.isnan(b)
+    return bool(np.array_equal(na, nb) and np.array_equal(a[~na].view(np.int64), b[~nb].view(np.int64)))
+
+
+#: Bytes of DuckDB memory per row of a range of the ``validated`` table sorted in memory (the demo's rows take
+#: about 100 bytes as sort payload; a wider table spills to DuckDB's temporary folder, correct and slower).
+SORT_BYTES_PER_ROW = 256
+
+
+def sorted_rows(memory: MemoryBudget) -> int:
+    """Rows per statement writing the ``validated`` table (:func:`_validated_in_ranges`): DuckDB's share / 256 bytes.
+
+    At least one DuckDB row group (122,880 rows). 2,097,152 rows at the default 2 GiB cap (DuckDB's 512 MiB).
+    """
+    return int(max(122_880, memory.duckdb_bytes // SORT_BYTES_PER_ROW))
+
+
+def _validated_select(spec: ReleaseSpec, columns: dict[str, str], typed: dict[str, str]) -> list[str]:
+    """The ``validated`` table's columns as SQL over the raw row ``r``: ``_row``, the id as text, then each attribute.
+
+    ``typed`` gives the SQL of the attributes :func:`_typed_sql` does not type (a joined value or an inline cast).
+    """
+    rid = spec.dataset.record_id
+    row = _q(ROW)
+    sel = [f"CAST(r.{row} AS BIGINT) AS {row}"]
+    sel.append((f"r.{_q(rid)}" if columns[rid].upper() == "VARCHAR" else f"CAST(r.{_q(rid)} AS VARCHAR)") + f" AS {_q(rid)}")
+    for c in [*spec.public_schema.categorical, *spec.public_schema.numeric]:
+        direct = _typed_sql(f"r.{_q(c)}", columns[c], c, spec)
+        sel.append(f"{direct if direct is not None else typed[c]} AS {_q(c)}")
+    return sel
+
+
+def _validated_in_ranges(source: str, spec: ReleaseSpec, columns: dict[str, str], values: dict, typed_of: dict,
+                         inline: dict[str, str] | None, badrows_path: Path, folder: Path, first_row: int,
+                         last_row: int, per: int) -> list[SqlRows]:
+    """The ``validated`` rows as one statement per ``_row`` range of ``per`` rows, each sorted by ``_row``.
+
+    Each statement reads the range of the raw table, drops the failing rows (an ANTI JOIN with the range's
+    rows of ``badrows_path``) and types the numeric attributes: by ``inline`` (DuckDB's cast, checked against
+    pandas by :func:`_casts_agree`) or, when ``inline`` is None, by joining each cell to its pandas-typed value
+    (``typed_of``, written next to the values). DuckDB's joins do not keep the scan's order, so each range is
+    sorted by ``_row``; the ranges are appended in order, so the table is in ``_row`` order. Sorting a range that
+    fits DuckDB's memory share (:func:`sorted_rows`) also hands the table writer whole row groups: one sort of
+    the 100x demo's 33.7 million rows spilled to disk and took most of validation's time (issue 29, goal 2);
+    a scan filtered without a sort writes row groups a few rows short of full, which DuckDB merges (BENCHMARKS
+    "Validation against plain SQL").
+
+    Returns
+    -------
+    list of SqlRows
+        One statement per range, in ``_row`` order.
+    """
+    typed, joins = dict(inline or {}), []
+    if inline is None:
+        for c, frame in typed_of.items():
+            out = folder / f"typed-{list(values).index(c):04d}.parquet"
+            with private_open(out, "wb") as fh:
+                frame.to_parquet(fh, index=False)
+            a = f"x{len(joins)}"
+            joins.append(
+                f"JOIN (SELECT d.v, t.t FROM read_parquet({_lit(values[c][0])}) d JOIN read_parquet({_lit(out)}) t "
+                f"ON t.pos = d.pos) {a} ON r.{_q(c)} IS NOT DISTINCT FROM {a}.v"
+            )
+            typed[c] = f"{a}.t"
+    sel = ", ".join(_validated_select(spec, columns, typed))
+    row = _q(ROW)
+    out = []
+    for lo in range(first_row, last_row + 1, per):
+        hi = min(last_row + 1, lo + per)
+        out.append(SqlRows(
+            f"SELECT {sel} FROM {source} r {' '.join(joins)} ANTI JOIN (SELECT _row FROM read_parquet("
+            f"{_lit(badrows_path)}) WHERE _row >= {lo} AND _row < {hi}) b ON r.{row} = b._row "
+            f"WHERE r.{row} >= {lo} AND r.{row} < {hi} ORDER BY r.{row}"
+        ))
+    return out
 
 
 def _column_cols(e: dict) -> list[str]:
@@ -292,8 +426,20 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
         return None
     values, forms = ex["values"], ex["forms"]
     n_frames = len(ex["frames"])
-    tasks = [ChunkTask(spec, p, i, flag, str(folder)) for i, p in enumerate(ex["frames"] + ex["ids"])]
-    verdicts: list[ChunkVerdict] = list(mapper(_validate_chunk, tasks))
+    frame_tasks = [ChunkTask(spec, p, i, flag, str(folder)) for i, p in enumerate(ex["frames"])]
+    if memory.works_ahead:  # great-expectations on the frames (Python) while DuckDB finds the duplicated ids
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            running = pool.submit(lambda: list(mapper(_validate_chunk, frame_tasks)))
+            try:
+                ids = _export_ids(wh, source, columns, spec, folder, id_rows, flag, ex)
+            finally:
+                frame_v = running.result()
+        tasks = frame_tasks + [ChunkTask(spec, p, n_frames + i, flag, str(folder)) for i, p in enumerate(ids)]
+        verdicts: list[ChunkVerdict] = frame_v + list(mapper(_validate_chunk, tasks[n_frames:]))
+    else:  # under a small cap one mapper call (one child process) for every chunk, one thing at a time
+        ids = _export_ids(wh, source, columns, spec, folder, id_rows, flag, ex)
+        tasks = frame_tasks + [ChunkTask(spec, p, n_frames + i, flag, str(folder)) for i, p in enumerate(ids)]
+        verdicts = list(mapper(_validate_chunk, tasks))
     frame_v, id_v = verdicts[:n_frames], verdicts[n_frames:]
     first = frame_v[0]
     metas = [e["meta"] for e in first.expectations]
@@ -302,6 +448,8 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
     try:
         # which distinct values fail which rule (positions), and how many rows are missing per rule
         bad_parts, missing, entries = [], {}, {}
+        # per attribute typed by pandas (numbers), the typed value of each distinct value passing its rules
+        typed_parts = {c: [] for c in values if c != rid and _typed_sql("x", columns[c], c, spec) is None}
         weights = {c: local.execute(f"SELECT n FROM read_parquet({_lit(p)}) ORDER BY pos").fetchnumpy()["n"]
                    for c, (p, _) in values.items()}
         for v, task in zip(frame_v, tasks[:n_frames]):
@@ -313,6 +461,11 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
                 bad_parts.append(q[[ROW, "rule", "column"]].rename(columns={ROW: "pos"}))
             raw, _ = task.read()
             pos, _, work = _work_frame(raw.reset_index(drop=True), spec)
+            for c, parts in typed_parts.items():  # the typed value of the frame's values passing c's rules
+                fails = q.loc[q["column"] == c, ROW] if q is not None else pos.iloc[:0]
+                sel = ((pos <= values[c][1]) & ~pos.isin(fails)).to_numpy()
+                parts.append(pd.DataFrame({"pos": pos[sel].to_numpy(),
+                                           "t": _typed_column(work.loc[sel], c, spec).reset_index(drop=True)}))
             result = json.loads(Path(v.files["result"]).read_text("utf-8"))
             described = result["validation_results"][0]["expectations"]
             for j, (e, meta) in enumerate(zip(v.expectations, metas)):
@@ -424,44 +577,14 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
                                                    folder / f"quarantine-all-{k:08d}.parquet")), None, 0, None, None)
                 for k, (path, lo, hi) in enumerate(qfiles)]
 
-    # the typed value of every distinct value passing all rules of its column
-    typed_files = {}
     failing = bad.groupby("column")["pos"].agg(lambda s: set(s.tolist())).to_dict() if len(bad) else {}
-    for c, (path, m) in values.items():
-        if c == rid or _typed_sql("x", columns[c], c, spec) is not None:
-            continue
-        typed = []
-        for v, task in zip(frame_v, tasks[:n_frames]):
-            raw, _ = task.read()
-            pos, _, work = _work_frame(raw.reset_index(drop=True), spec)
-            ok = (pos <= m) & ~pos.isin(failing.get(c, set()))
-            sel = ok.to_numpy()
-            typed.append(pd.DataFrame({"pos": pos[sel].to_numpy(),
-                                       "t": _typed_column(work.loc[sel], c, spec).reset_index(drop=True)}))
-        out = folder / f"typed-{list(values).index(c):04d}.parquet"
-        with private_open(out, "wb") as fh:
-            pd.concat(typed, ignore_index=True).to_parquet(fh, index=False)
-        typed_files[c] = out
-
-    sel = [f"CAST(r.{row} AS BIGINT) AS {row}"]
-    t = columns[rid].upper()
-    sel.append((f"r.{_q(rid)}" if t == "VARCHAR" else f"CAST(r.{_q(rid)} AS VARCHAR)") + f" AS {_q(rid)}")
-    joins = []
-    for c in [*spec.public_schema.categorical, *spec.public_schema.numeric]:
-        direct = _typed_sql(f"r.{_q(c)}", columns[c], c, spec)
-        if direct is not None:
-            sel.append(f"{direct} AS {_q(c)}")
-            continue
-        a = f"x{len(joins)}"
-        joins.append(
-            f"JOIN (SELECT d.v, t.t FROM read_parquet({_lit(values[c][0])}) d JOIN read_parquet({_lit(typed_files[c])}) t "
-            f"ON t.pos = d.pos) {a} ON r.{_q(c)} IS NOT DISTINCT FROM {a}.v"
-        )
-        sel.append(f"{a}.t AS {_q(c)}")
-    validated = SqlRows(
-        f"SELECT {', '.join(sel)} FROM {source} r {' '.join(joins)} ANTI JOIN read_parquet({_lit(badrows_path)}) b "
-        f"ON r.{row} = b._row ORDER BY r.{row}"
-    )
+    typed_of = {c: pd.concat(parts, ignore_index=True) for c, parts in typed_parts.items()}
+    inline = {c: _inline_sql(f"r.{_q(c)}", columns[c]) for c in typed_of}
+    if not all(x is not None and _casts_agree(values[c][0], typed_of[c], _inline_sql("v", columns[c]))
+               for c, x in inline.items()):
+        inline = None  # some passing value's cast is not pandas' value: join the typed values
+    validated = _validated_in_ranges(source, spec, columns, values, typed_of, inline, badrows_path, folder,
+                                     ex["first_row"], ex["last_row"], sorted_rows(memory))
 
     # great-expectations' result over the table: the distinct-value run's, counts weighted by rows
     k = spec.steps.validation.examples_per_rule
@@ -516,5 +639,5 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
                    v.last_row if i >= n_frames else None)
         for i, v in enumerate(verdicts)
     ]
-    chunks = [_ChunkRows(validated, None, None, 0, None, None), *q_chunks, *results]
+    chunks = [*(_ChunkRows(v, None, None, 0, None, None) for v in validated), *q_chunks, *results]
     return outcome, chunks

@@ -126,19 +126,25 @@ def _cells_json(raw: pd.DataFrame, positions: np.ndarray) -> list[str]:
     (:func:`_json_cells_of`), joined with the column names by Arrow's element-wise string join
     (tests/test_validation_cells.py holds the per-row reference).
     """
+    return _cells_json_array(raw, positions).to_pylist()
+
+
+def _cells_json_array(raw: pd.DataFrame, positions: np.ndarray):
+    """:func:`_cells_json` as a :class:`pyarrow.StringArray` (no Python string per row)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     sub = raw.iloc[positions].drop(columns=[ROW])
     if not len(sub):
-        return []
+        return pa.array([], type=pa.string())
     if not sub.columns.size:
-        return ["{}"] * len(sub)
+        return pa.array(["{}"] * len(sub), type=pa.string())
     parts: list = ["{"]
     for k, col in enumerate(sub.columns):
         parts.append(("" if k == 0 else ", ") + json.dumps({col: 0}, ensure_ascii=False)[1:-2])  # '"name": '
         parts.append(_json_cells_of(sub.iloc[:, k]))
     parts.append("}")
-    return pc.binary_join_element_wise(*parts, "").to_pylist()
+    return pc.binary_join_element_wise(*parts, "")
 
 
 def _typed_column(work: pd.DataFrame, col: str, spec: ReleaseSpec) -> pd.Series:

@@ -3,7 +3,8 @@
 :func:`quarantine_chunk` turns one chunk of failing raw rows (a private Parquet file of the raw
 table's rows) and their failed (rule, column) pairs into the rows the chunk-by-chunk path writes:
 ``_row``, ``record_id`` (the id's text or None), ``rule``, ``column``, ``cells`` (the raw cells as
-JSON, :func:`~dpcore.validation.cells._cells_json`), sorted by row, rule and column.
+JSON, :func:`~dpcore.validation.cells._cells_json`), sorted by row, rule and column (DuckDB sorts, Arrow
+gathers: no Python object per row).
 :class:`~dpcore.validation.store.LaterRows` lets :func:`~dpcore.validation.store._store` build these
 on a thread while DuckDB writes the ``validated`` table (issue 29, goal 2): the work is pandas and
 Arrow on private files with its own in-memory DuckDB, never the warehouse's connection.
@@ -17,7 +18,7 @@ import pandas as pd
 
 from ..ingest import ROW
 from ..private_files import private_open
-from .cells import _as_text, _cells_json
+from .cells import _as_text, _cells_json_array
 from .worker import read_rows
 
 
@@ -49,26 +50,27 @@ def quarantine_chunk(raw_path: Path | str, lo: int, hi: int | None, hits_path: P
         Rows written (one per failing row, rule and column).
     """
     import duckdb
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     raw = read_rows(raw_path)
     cond = f"_row >= {int(lo)}" + (f" AND _row < {int(hi)}" if hi is not None else "")
     local = duckdb.connect()
-    try:
-        hits = local.execute(f"SELECT _row, rule, \"column\" FROM read_parquet({_lit(hits_path)}) WHERE {cond}").df()
+    try:  # sorted by row, rule and column here (text in code-point order, as Python sorts it)
+        hits = local.sql(f"SELECT CAST(_row AS BIGINT) AS _row, CAST(rule AS VARCHAR) AS rule, "
+                             f"CAST(\"column\" AS VARCHAR) AS \"column\" FROM read_parquet({_lit(hits_path)}) "
+                             f"WHERE {cond} ORDER BY 1, 2, 3").to_arrow_table()
     finally:
         local.close()
     rows_k = pd.to_numeric(raw[ROW], errors="raise").astype("int64").to_numpy()
-    cells = pd.Series(_cells_json(raw, np.arange(len(raw))), index=rows_k, dtype=object)
-    ids = _as_text(raw[rid]).astype(object)
-    ids = pd.Series(ids.where(ids.notna(), None).to_numpy(), index=rows_k, dtype=object)
-    hrow = hits[ROW].astype("int64")
-    quarantine = pd.DataFrame({
-        ROW: hrow.to_numpy(),
-        "record_id": ids.reindex(hrow).to_numpy(dtype=object),
-        "rule": hits["rule"].astype(object).to_numpy(),
-        "column": hits["column"].astype(object).to_numpy(),
-        "cells": cells.reindex(hrow).to_numpy(dtype=object),
-    }).sort_values([ROW, "rule", "column"], kind="stable", ignore_index=True)
+    order = np.argsort(rows_k, kind="stable")
+    hrow = hits.column(ROW).to_numpy()
+    at = order[np.searchsorted(rows_k, hrow, sorter=order)] if len(hrow) else np.array([], dtype=np.int64)
+    if len(hrow) and not np.array_equal(rows_k[at], hrow):
+        raise RuntimeError("a failing row is missing from its quarantine chunk (a programming error)")
+    ids = pa.array(_as_text(raw[rid]), type=pa.string(), from_pandas=True)
+    quarantine = pa.table({ROW: hits.column(ROW), "record_id": ids.take(at), "rule": hits.column("rule"),
+                           "column": hits.column("column"), "cells": _cells_json_array(raw, np.arange(len(raw))).take(at)})
     with private_open(out, "wb") as fh:
-        quarantine.to_parquet(fh, index=False)
-    return out, len(quarantine)
+        pq.write_table(quarantine, fh)
+    return out, quarantine.num_rows
