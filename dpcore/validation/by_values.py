@@ -70,7 +70,7 @@ from __future__ import annotations
 
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from functools import partial
 from pathlib import Path
 from typing import Callable
@@ -432,8 +432,10 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
             running = pool.submit(lambda: list(mapper(_validate_chunk, frame_tasks)))
             try:
                 ids = _export_ids(wh, source, columns, spec, folder, id_rows, flag, ex)
-            finally:
-                frame_v = running.result()
+            except BaseException:
+                wait([running])  # the frames' files are in the folder the caller removes: let them finish
+                raise
+            frame_v = running.result()
         tasks = frame_tasks + [ChunkTask(spec, p, n_frames + i, flag, str(folder)) for i, p in enumerate(ids)]
         verdicts: list[ChunkVerdict] = frame_v + list(mapper(_validate_chunk, tasks[n_frames:]))
     else:  # under a small cap one mapper call (one child process) for every chunk, one thing at a time
