@@ -330,11 +330,12 @@ def _validated_in_ranges(source: str, spec: ReleaseSpec, columns: dict[str, str]
     rows of ``badrows_path``) and types the numeric attributes: by ``inline`` (DuckDB's cast, checked against
     pandas by :func:`_casts_agree`) or, when ``inline`` is None, by joining each cell to its pandas-typed value
     (``typed_of``, written next to the values). DuckDB's joins do not keep the scan's order, so each range is
-    sorted by ``_row``; the ranges are appended in order, so the table is in ``_row`` order. Sorting a range that
-    fits DuckDB's memory share (:func:`sorted_rows`) also hands the table writer whole row groups: one sort of
-    the 100x demo's 33.7 million rows spilled to disk and took most of validation's time (issue 29, goal 2);
-    a scan filtered without a sort writes row groups a few rows short of full, which DuckDB merges (BENCHMARKS
-    "Validation against plain SQL").
+    sorted by ``_row``; the ranges are appended in order, so the table is in ``_row`` order. A range fits DuckDB's
+    memory share (:func:`sorted_rows`), so its sort does not spill: one sort of the 100x demo's 33.7 million
+    rows spilled and took most of validation's time (issue 29, goal 2). Measured on the 10x demo while choosing
+    (2 cores, the statements alone): 1.36-1.42 s sorted by ranges, 1.6-1.9 s for an order-keeping filtered scan
+    without a join or a sort (a row bitmap or the failing values in the filter), 1.2-1.3 s for the same
+    statement without dropping any row; at 100x 13.7-15.2 s, 14.4 s and 11.7-12.5 s.
 
     Returns
     -------
