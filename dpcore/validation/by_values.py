@@ -335,7 +335,8 @@ def _validated_in_ranges(source: str, spec: ReleaseSpec, columns: dict[str, str]
     rows spilled and took most of validation's time (issue 29, goal 2). Measured on the 10x demo while choosing
     (2 cores, the statements alone): 1.36-1.42 s sorted by ranges, 1.6-1.9 s for an order-keeping filtered scan
     without a join or a sort (a row bitmap or the failing values in the filter), 1.2-1.3 s for the same
-    statement without dropping any row; at 100x 13.7-15.2 s, 14.4 s and 11.7-12.5 s.
+    statement without dropping any row; at 100x 13.7-15.2 s, 14.4-16.5 s (17.7-18.8 s with the bitmap) and
+    11.7-13.7 s.
 
     Returns
     -------
