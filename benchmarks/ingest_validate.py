@@ -108,8 +108,12 @@ def sql_rules_query(table: str, spec) -> str:
     )
 
 
-def versus_sql(factors: list[int], chunks_up_to: int, dry_run: bool, from_json: bool = False) -> str:
-    """The ``validate_sql`` section: plain SQL against the product's validation per factor (see the module docstring)."""
+def versus_sql(factors: list[int], chunks_up_to: int, dry_run: bool, from_json: bool = False,
+               command: str | None = None) -> str:
+    """The ``validate_sql`` section: plain SQL against the product's validation per factor (see the module docstring).
+
+    ``command``: the command line the section names (default: this module's).
+    """
     import os
     import shutil
 
@@ -118,6 +122,8 @@ def versus_sql(factors: list[int], chunks_up_to: int, dry_run: bool, from_json: 
     import dpcore.validation.suite  # noqa: F401  great-expectations imported before the timing, as the release's
     # preload does (since 0775f33 the validation modules import it only when a chunk is checked)
 
+    default_command = (".venv/bin/python -m benchmarks.ingest_validate --factors " + " ".join(map(str, factors))
+                       + f" --chunks-up-to {chunks_up_to}")
     rows_out = []
     for f in factors:
         if from_json:  # re-render the section from the per-factor results of earlier runs
@@ -156,8 +162,8 @@ def versus_sql(factors: list[int], chunks_up_to: int, dry_run: bool, from_json: 
     lines = [
         "## Validation against plain SQL (issue 29, goal 2)",
         "",
-        f"`.venv/bin/python -m benchmarks.ingest_validate --factors {' '.join(map(str, factors))} --chunks-up-to "
-        f"{chunks_up_to}` ({machine()}; the 1-minute load at the start and end of each factor in the load column).",
+        f"`{command or default_command}` ({machine()}; the 1-minute load at the start and end of each factor in the "
+        "load column).",
         "",
         "The scaled demo tables of `benchmarks/scale.py` (f copies of the NYC flights, ids renumbered, seeded jitter), "
         "ingested into a fresh warehouse; then on the same raw text table, with the warehouse's DuckDB settings: "

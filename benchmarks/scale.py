@@ -1,7 +1,8 @@
 """The whole release pipeline on 1x / 10x / 100x the demo: peak RSS and wall time per stage (issue 21, item 6).
 
 Run: ``.venv/bin/python -m benchmarks.scale [--factors 1 10 100] [--dry-run] [--timeout-min 30]
-[--mem-cap-gb 16] [--from-json] [--reuse]``.
+[--mem-cap-gb 16] [--from-json] [--reuse] [--with-sql]``. ``--with-sql`` then runs, on the same scaled CSVs, the
+validation-against-plain-SQL side-by-side of :func:`benchmarks.ingest_validate.versus_sql` (issue 29, goal 2).
 Writes the ``scale`` section of BENCHMARKS.md via :func:`benchmarks._record.record` (figures are never
 typed by hand). ``--dry-run`` prints the section without recording it; ``--from-json`` rebuilds the
 section from the per-factor ``result.json`` files of earlier runs (nothing is re-run); ``--reuse`` keeps the
@@ -589,6 +590,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-data", action="store_true", help="keep the scaled CSVs (default: delete after the run)")
     ap.add_argument("--memory-limit", default=None,
                     help="DPR_MEMORY_LIMIT for the runs (e.g. 4GB; default: unset, chunks sized for 2 GiB)")
+    ap.add_argument("--with-sql", action="store_true",
+                    help="after the runs, the validation-against-plain-SQL side-by-side on the same scaled tables "
+                         "(issue 29, goal 2: section validate_sql, benchmarks.ingest_validate.versus_sql)")
     ap.add_argument("--before", type=Path, default=None,
                     help="a folder of earlier result.json files (<f>x/result.json) shown as the 'before' comparison")
     args = ap.parse_args(argv)
@@ -639,6 +643,12 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(f"{k} {v:.1f}" for k, v in res["stages"].items()))
         if not res["ok"]:
             log(f"{f}x: see {run_dir}/stderr.log")
+        if args.with_sql:  # the side-by-side reads the same CSV (a hard link: built once)
+            (WORK / f"validate-{f}x").mkdir(parents=True, exist_ok=True)
+            for src in (csv, csv.with_suffix(".done")):
+                dst = WORK / f"validate-{f}x" / src.name
+                dst.unlink(missing_ok=True)
+                os.link(src, dst)
         if not args.keep_data:
             csv.unlink(missing_ok=True)
             csv.with_suffix(".done").unlink(missing_ok=True)
@@ -649,6 +659,12 @@ def main(argv: list[str] | None = None) -> int:
         name = "scale" if not args.memory_limit else f"scale-{args.memory_limit}"
         record(name, md)
         log(f"recorded the {name} section of BENCHMARKS.md")
+    if args.with_sql and not args.from_json:
+        from benchmarks.ingest_validate import versus_sql
+
+        log("validation against plain SQL on the same tables (section validate_sql)")
+        versus_sql(args.factors, 1, args.dry_run, command=".venv/bin/python -m benchmarks.scale --with-sql --factors "
+                   + " ".join(map(str, args.factors)) + " (after the runs above, on the same CSVs)")
     return 0
 
 
