@@ -15,11 +15,12 @@ from pathlib import Path
 BENCHMARKS = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
 
 
-def machine() -> str:
-    """One line describing where the figures were measured."""
+def machine(measured: str | None = None) -> str:
+    """One line describing where the figures were measured (``measured``: when, if not now, as written after it)."""
+    when = measured if measured is not None else f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
     return (
         f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} cores, "
-        f"{platform.machine()}, measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
+        f"{platform.machine()}, measured {when}"
     )
 
 

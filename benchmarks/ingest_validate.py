@@ -35,6 +35,7 @@ import json
 import re
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -152,18 +153,22 @@ def versus_sql(factors: list[int], chunks_up_to: int, dry_run: bool, from_json: 
             chunks = time.perf_counter() - t3
             assert (old.n_rejected, old.n_rows) == (out.n_rejected, out.n_rows)
         la1 = load1()
-        rows_out.append({"factor": f, "rows": n, "sql": t1 - t0, "product": t2 - t1, "chunks": chunks,
+        rows_out.append({"measured": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
+                         "factor": f, "rows": n, "sql": t1 - t0, "product": t2 - t1, "chunks": chunks,
                          "sql_cpu": c1 - c0, "product_cpu": c2 - c1,
                          "rejected": sql_bad, "load": (la0, la1), "wh_mb": os.path.getsize(wh.path) / 1e6})
         print(rows_out[-1], flush=True)
         (WORK / f"validate-{f}x.json").write_text(json.dumps(rows_out[-1]))
         shutil.rmtree(run_dir, ignore_errors=True)
         assert n == f * BASE_ROWS
+    stamps = [r.get("measured") for r in rows_out]
+    when = (None if not from_json else  # re-rendered: the times the factors were measured, not now
+            (f"{stamps[0]} to {stamps[-1]}" if all(stamps) else "earlier (the saved results hold no time)"))
     lines = [
         "## Validation against plain SQL (issue 29, goal 2)",
         "",
-        f"`{command or default_command}` ({machine()}; the 1-minute load at the start and end of each factor in the "
-        "load column).",
+        f"`{command or default_command}` ({machine(when)}; the 1-minute load at the start and end of each factor in "
+        "the load column).",
         "",
         "The scaled demo tables of `benchmarks/scale.py` (f copies of the NYC flights, ids renumbered, seeded jitter), "
         "ingested into a fresh warehouse; then on the same raw text table, with the warehouse's DuckDB settings: "
