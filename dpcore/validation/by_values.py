@@ -70,7 +70,7 @@ from __future__ import annotations
 
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Callable
@@ -284,15 +284,14 @@ def _casts_agree(values_path: Path, typed: "pd.DataFrame", cast_sql: str) -> boo
         got = con.execute(f"SELECT pos, {cast_sql} AS x FROM read_parquet({_lit(values_path)}) ORDER BY pos").df()
     finally:
         con.close()
-    x = got.set_index("pos")["x"].reindex(typed["pos"].to_numpy())
-    if x.isna().any() and not pd.api.types.is_float_dtype(x.dtype):
-        x = x.astype("float64")
-    a = x.to_numpy(dtype="float64", na_value=np.nan)
+    a = got.set_index("pos")["x"].reindex(typed["pos"].to_numpy()).to_numpy(dtype="float64", na_value=np.nan)
     b = typed["t"].to_numpy(dtype="float64", na_value=np.nan)
     na, nb = np.isnan(a), np.isnan(b)
     return bool(np.array_equal(na, nb) and np.array_equal(a[~na].view(np.int64), b[~nb].view(np.int64)))
 
 
+#: Rows of a DuckDB row group (its storage's unit of writing).
+DUCKDB_ROW_GROUP_ROWS = 122_880
 #: Bytes of DuckDB memory per row of a range of the ``validated`` table sorted in memory (the demo's rows take
 #: about 100 bytes as sort payload; a wider table spills to DuckDB's temporary folder, correct and slower).
 SORT_BYTES_PER_ROW = 256
@@ -303,7 +302,7 @@ def sorted_rows(memory: MemoryBudget) -> int:
 
     At least one DuckDB row group (122,880 rows). 2,097,152 rows at the default 2 GiB cap (DuckDB's 512 MiB).
     """
-    return int(max(122_880, memory.duckdb_bytes // SORT_BYTES_PER_ROW))
+    return int(max(DUCKDB_ROW_GROUP_ROWS, memory.duckdb_bytes // SORT_BYTES_PER_ROW))
 
 
 def _validated_select(spec: ReleaseSpec, columns: dict[str, str], typed: dict[str, str]) -> list[str]:
@@ -428,21 +427,23 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
         return None
     values, forms = ex["values"], ex["forms"]
     n_frames = len(ex["frames"])
-    frame_tasks = [ChunkTask(spec, p, i, flag, str(folder)) for i, p in enumerate(ex["frames"])]
-    if memory.works_ahead:  # great-expectations on the frames (Python) while DuckDB finds the duplicated ids
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            running = pool.submit(lambda: list(mapper(_validate_chunk, frame_tasks)))
-            try:
-                ids = _export_ids(wh, source, columns, spec, folder, id_rows, flag, ex)
-            except BaseException:
-                wait([running])  # the frames' files are in the folder the caller removes: let them finish
-                raise
-            frame_v = running.result()
-        tasks = frame_tasks + [ChunkTask(spec, p, n_frames + i, flag, str(folder)) for i, p in enumerate(ids)]
-        verdicts: list[ChunkVerdict] = frame_v + list(mapper(_validate_chunk, tasks[n_frames:]))
-    else:  # under a small cap one mapper call (one child process) for every chunk, one thing at a time
+    tasks = [ChunkTask(spec, p, i, flag, str(folder)) for i, p in enumerate(ex["frames"])]
+
+    def add_id_tasks() -> None:
         ids = _export_ids(wh, source, columns, spec, folder, id_rows, flag, ex)
-        tasks = frame_tasks + [ChunkTask(spec, p, n_frames + i, flag, str(folder)) for i, p in enumerate(ids)]
+        tasks.extend(ChunkTask(spec, p, n_frames + i, flag, str(folder)) for i, p in enumerate(ids))
+
+    verdicts: list[ChunkVerdict]
+    if memory.works_ahead:  # great-expectations on the frames (Python) while DuckDB finds the duplicated ids
+        # (leaving the block waits for the frames' run, also when finding the ids raised: its files are in the
+        # folder the caller removes)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            running = pool.submit(lambda frames: list(mapper(_validate_chunk, frames)), list(tasks))
+            add_id_tasks()
+            verdicts = running.result()
+        verdicts += list(mapper(_validate_chunk, tasks[n_frames:]))
+    else:  # under a small cap one mapper call (one child process) for every chunk, one thing at a time
+        add_id_tasks()
         verdicts = list(mapper(_validate_chunk, tasks))
     frame_v, id_v = verdicts[:n_frames], verdicts[n_frames:]
     first = frame_v[0]
@@ -581,7 +582,6 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
                                                    folder / f"quarantine-all-{k:08d}.parquet")), None, 0, None, None)
                 for k, (path, lo, hi) in enumerate(qfiles)]
 
-    failing = bad.groupby("column")["pos"].agg(lambda s: set(s.tolist())).to_dict() if len(bad) else {}
     typed_of = {c: pd.concat(parts, ignore_index=True) for c, parts in typed_parts.items()}
     inline = {c: _inline_sql(f"r.{_q(c)}", columns[c]) for c in typed_of}
     if not all(x is not None and _casts_agree(values[c][0], typed_of[c], _inline_sql("v", columns[c]))
