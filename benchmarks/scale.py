@@ -596,6 +596,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", type=Path, default=None,
                     help="a folder of earlier result.json files (<f>x/result.json) shown as the 'before' comparison")
     args = ap.parse_args(argv)
+    if args.with_sql and args.memory_limit:
+        ap.error("--with-sql measures validation at the default cap (its section names no cap): run it without "
+                 "--memory-limit")
     cap = int(args.mem_cap_gb * 2**30)
     bounds = spec_bounds()
     results: list[dict] = []
