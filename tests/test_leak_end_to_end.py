@@ -52,7 +52,7 @@ import pytest
 import yaml
 
 from child_runs import child_env, finish, spawn
-from masking import CONSOLE_TIME, ISO_TIME, UUID, Masker, task_label
+from masking import CONSOLE_TIME, ISO_TIME, UUID, Masker, mask_task_runs, task_label
 from owner_registration import register_spec
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -326,8 +326,11 @@ class _Normaliser:
       each fresh ``DPR_HOME`` (the spec text is the same in every run);
     * the flow-run name: Prefect's random adjective-animal slug (and those of the child's earlier runs);
     * task-run names: ``<task name>-<first 3 hex digits of a random uuid4>`` (Prefect's dynamic
-      key), replaced by the task name; mapped tasks share that name and their lines are compared
-      as a multiset;
+      key), replaced by the task name in the API's records (mapped tasks share that name and their
+      lines are compared as a multiset) and by ``<task name>-<run>`` in text, the form
+      :func:`masking.mask_task_runs` gives the task runs of the child's earlier runs (the console
+      shows those too): one form for every run, so an earlier run's name that shares this run's 3
+      random digits (a 1 in 4,096 chance per task) reads like any other;
     * every other UUID (flow-run, task-run, state, transition, artifact, log and event ids, the
       flow's id): random uuid4/uuid7 from Prefect;
     * the other random tokens of ``tests/masking.py`` (task-run names in free text, temporary folder
@@ -351,7 +354,7 @@ class _Normaliser:
                           fp: "<spec-fingerprint>",
                           fp[:12]: "<spec-fingerprint-12>", **self.refs})
         self.task_label = {t["id"]: task_label(t["name"]) for t in run.api["task_runs"]}
-        names = {t["name"]: self.task_label[t["id"]] for t in run.api["task_runs"]}
+        names = {t["name"]: mask_task_runs(t["name"]) for t in run.api["task_runs"]}
         exact.update(names)
         assert all(len(k) >= 3 for k in exact), exact
         # longest first, on token boundaries, so a short name never replaces part of a longer one

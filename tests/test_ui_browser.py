@@ -244,12 +244,24 @@ def test_operator_fills_the_aiq_form_and_runs_it(local_stack, browser, tmp_path)
     values = [e.get_attribute("value") for e in driver.find_elements(By.XPATH, item_xpath)]
     assert values == ids
     assert _field(driver, "epsilon (Optional)").get_attribute("value") == "0.05"
+    # the refusal goes away once the form holds the new value (its own check clears, the toast is dismissed);
+    # a Submit clicked before that (a busy browser commits the Tab late) is checked against the old 0 and
+    # refused again, with nothing to see
+    cleared = wait_until(lambda: not refused(driver), timeout=60)
+    assert cleared, driver.find_element(By.TAG_NAME, "body").text[-2000:]
     form_png = _shot(driver, tmp_path, "ui_aiq_run_form.png")
     assert form_png.stat().st_size > 10_000
 
     _submit(driver)
     # the UI creates the run and goes back to the deployment's Runs tab, which lists it
-    wait.until(EC.url_contains("tab=Runs"))
+    try:
+        wait.until(EC.url_contains("tab=Runs"))
+    except Exception:
+        _shot(driver, tmp_path, "ui_aiq_submit_stuck.png")
+        raise AssertionError(
+            f"the run form did not go to the Runs tab after Submit; url {driver.current_url}; "
+            f"runs of the deployment: {_flow_runs_of(ops, dep['id'])}; page ends with: "
+            f"{driver.find_element(By.TAG_NAME, 'body').text[-2000:]}") from None
     runs = wait_until(lambda: _flow_runs_of(ops, dep["id"]), timeout=30)
     assert len(runs) == 1, runs
     run_id = runs[0]["id"]
