@@ -480,35 +480,117 @@ def _registration(row) -> Registration:
     return Registration(d, b, c, r, json.loads(sep), PrivacyCost.from_units(ec, dc), nb, t)
 
 
-def _fingerprint_table(con, table_sql: str, id_column: str, pads: list[bytes]) -> None:
-    """``_fp``: the distinct HMAC fingerprints of a raw table's non-null record ids (a temp table)."""
-    con.execute(
-        f'CREATE OR REPLACE TEMP TABLE _fp AS SELECT DISTINCT {hmac_sql(chr(34) + id_column + chr(34))} AS fp '
-        f'FROM {table_sql} WHERE "{id_column}" IS NOT NULL',
-        pads,
-    )
+#: Bytes of DuckDB's memory a part of the fingerprinting holds per id (the id's text aside when it is longer
+#: than :data:`_INLINE_TEXT`, DuckDB's inline string): half of DuckDB's memory over this is a part's ids. Measured
+#: here (DuckDB 2.0, 2 threads): a DISTINCT over 850k ten-character ids ran in 16 MiB and one over 1.7M did not
+#: (about 20 and 10 bytes per id); a join of 1M and of 2M fingerprints (64 hex digits) against 33.7M ran in
+#: 64 MiB (2.2 s, 3.3 s) and one of 4M did not (about 34 and 17 bytes per fingerprint).
+_PART_BYTES_PER_ID = 32
+_INLINE_TEXT = 12
+#: DuckDB's memory a part cannot use (its buffers; bytes): at 16 MiB a join of 50k fingerprints against 33.7M
+#: ran and one of 100k did not, so the bytes per row above hold only well above this. DuckDB gets at least
+#: :data:`dpcore.chunks.HELD_DUCKDB_MIN` (64 MiB) under any cap.
+_PART_FIXED_BYTES = 16 * 1024**2
 
 
-def _overlaps(con) -> dict[str, int]:
-    """Budget -> how many of ``_fp``'s fingerprints its records hold (private: the owner's eyes only)."""
-    rows = con.execute(
-        "SELECT f.budget, count(DISTINCT f.fp) FROM ledger.record_fingerprints f JOIN _fp USING (fp) "
-        "GROUP BY 1 ORDER BY 1"
-    ).fetchall()
-    return {b: int(n) for b, n in rows}
+def fingerprint_parts(ids: int, mean_length: float, duckdb_bytes: int) -> int:
+    """How many parts a table's record ids are fingerprinted and matched in, so that each part fits DuckDB's memory.
+
+    The one DISTINCT over all 33.7M ids of 100x the demo, and the one join of their fingerprints with a
+    budget's, ran out of DuckDB's 64 MiB under a 512 MiB cap: DuckDB's hash aggregate and hash join do not
+    spill far enough below about 10 and 17 bytes per row. A part holds half of DuckDB's memory beyond
+    :data:`_PART_FIXED_BYTES` at :data:`_PART_BYTES_PER_ID` per id (plus the id's text when it is not inline):
+    786,432 ids of up to 12 characters in DuckDB's 64 MiB (43 parts for 100x the demo under a 512 MiB cap),
+    8.1M in its 512 MiB share of the default 2 GiB (5 parts at 100x, one at 10x).
+
+    Parameters
+    ----------
+    ids : int
+        Non-null record ids of the table (with repeats: an upper bound on the distinct ones).
+    mean_length : float
+        Their mean length as text (bytes).
+    duckdb_bytes : int
+        DuckDB's ``memory_limit`` (bytes).
+
+    Returns
+    -------
+    int
+        At least 1.
+    """
+    per_id = _PART_BYTES_PER_ID + (mean_length if mean_length > _INLINE_TEXT else 0)
+    per_part = max(1, int(max(0, duckdb_bytes - _PART_FIXED_BYTES) // 2 // per_id))
+    return max(1, -(-int(ids) // per_part))
+
+
+def _fingerprint_table(con, table_sql: str, id_column: str, pads: list[bytes], duckdb_bytes: int,
+                       overlaps: bool = False) -> tuple[int, dict[str, int]]:
+    """``_fp (part, fp)``: the distinct HMAC fingerprints of a raw table's non-null record ids (a temp table).
+
+    The ids are taken as text (what is fingerprinted), made distinct in :func:`fingerprint_parts` parts split
+    by DuckDB's hash of that text (parts are disjoint, so their union is distinct, and each distinct id is
+    fingerprinted once), and written part after part (DuckDB spills the table to its folder beyond its memory).
+    With ``overlaps``, each part is matched with every budget's fingerprints (a join whose hash table is the
+    part's). Only the counts are kept: a table of the matches grew DuckDB's unevictable memory by 0.65 MiB a
+    part until 100x the demo ran out of 64 MiB.
+
+    Returns
+    -------
+    (int, dict of str to int)
+        The number of distinct ids; with ``overlaps``, budget -> how many of them its records hold (budgets
+        without overlap left out; private: the owner's eyes only), else empty.
+    """
+    text = f'CAST("{id_column}" AS VARCHAR)'
+    ids, mean_length = con.execute(
+        f"SELECT count(*), coalesce(avg(strlen({text})), 0) FROM {table_sql} WHERE \"{id_column}\" IS NOT NULL"
+    ).fetchone()
+    parts = fingerprint_parts(int(ids), float(mean_length), duckdb_bytes)
+    match = overlaps and con.execute("SELECT 1 FROM ledger.record_fingerprints LIMIT 1").fetchone() is not None
+    found: dict[str, int] = {}
+    con.execute("CREATE OR REPLACE TEMP TABLE _fp (part INTEGER, fp VARCHAR)")
+    for part in range(parts):
+        where = "" if parts == 1 else f" AND hash({text}) % {parts} = {part}"
+        con.execute(
+            f"INSERT INTO _fp SELECT {part}, {hmac_sql('v')} FROM "
+            f'(SELECT DISTINCT {text} AS v FROM {table_sql} WHERE "{id_column}" IS NOT NULL{where})',
+            pads,
+        )
+        if match:
+            for budget, n in con.execute(
+                f"SELECT f.budget, count(*) FROM ledger.record_fingerprints f JOIN {_part(part)} p USING (fp) "
+                "GROUP BY 1"
+            ).fetchall():
+                found[budget] = found.get(budget, 0) + int(n)
+    distinct = int(con.execute("SELECT count(*) FROM _fp").fetchone()[0])
+    return distinct, dict(sorted(found.items()))
+
+
+def _part(part: int) -> str:
+    """``_fp``'s fingerprints of one part, as a subquery."""
+    return f"(SELECT fp FROM _fp WHERE part = {int(part)})"
+
+
+def _add_fingerprints(con, budget: str) -> None:
+    """Add ``_fp``'s fingerprints the budget does not hold yet, then drop ``_fp``.
+
+    Part by part: the part's fingerprints less those the budget holds (found by a join whose hash table is the
+    part's), so that each statement fits DuckDB's memory (:func:`fingerprint_parts`). A budget so holds each
+    fingerprint once (``ledger.record_fingerprints`` is written only here).
+    """
+    if con.execute("SELECT 1 FROM ledger.record_fingerprints WHERE budget = ? LIMIT 1", [budget]).fetchone() is None:
+        con.execute("INSERT INTO ledger.record_fingerprints SELECT ?, fp FROM _fp", [budget])
+    else:
+        parts = int(con.execute("SELECT coalesce(max(part), -1) + 1 FROM _fp").fetchone()[0])
+        for part in range(parts):
+            con.execute(
+                f"INSERT INTO ledger.record_fingerprints SELECT ?, fp FROM ({_part(part)} EXCEPT "
+                f"SELECT f.fp FROM ledger.record_fingerprints f JOIN {_part(part)} p USING (fp) WHERE f.budget = ?)",
+                [budget, budget])
+    con.execute("DROP TABLE _fp")
 
 
 def _fingerprinted_row(budget: str, table_sql: str, id_column: str, owner_key: bytes) -> list[str]:
     """The ``ledger.fingerprinted_tables`` row of a raw table whose ids are in ``budget``'s fingerprints under this key."""
     return [budget, table_sql, id_column, owner_hmac(owner_key, "dpr ledger.fingerprinted_tables")[:16]]
-
-
-def _add_fingerprints(con, budget: str) -> None:
-    """Add ``_fp``'s fingerprints the budget does not hold yet (an anti-join, which spills), then drop ``_fp``."""
-    con.execute(
-        "INSERT INTO ledger.record_fingerprints SELECT ?, fp FROM _fp WHERE NOT EXISTS "
-        "(SELECT 1 FROM ledger.record_fingerprints f WHERE f.budget = ? AND f.fp = _fp.fp)", [budget, budget])
-    con.execute("DROP TABLE _fp")
 
 
 def _resolve_budget(con, name: str, flag: str) -> str:
@@ -743,7 +825,7 @@ class PrivacyLedger:
             if con.execute("SELECT 1 FROM ledger.fingerprinted_tables WHERE budget = ? AND table_sql = ? AND "
                            "id_column = ? AND key_id = ?", done).fetchone():
                 return budget  # this raw table (which never changes) is in the budget's fingerprints already
-            _fingerprint_table(con, table_sql, id_column, pads)
+            _fingerprint_table(con, table_sql, id_column, pads, self.wh.memory.duckdb_bytes)
             _add_fingerprints(con, budget)
             con.execute("INSERT INTO ledger.fingerprinted_tables VALUES (?, ?, ?, ?)", done)
             return budget
@@ -751,37 +833,11 @@ class PrivacyLedger:
         return self.wh.run(op, transaction=True)
 
     # ------------------------------------------------------------ registrations
-    def overlaps(self, table_sql: str, id_column: str, owner_key: bytes) -> dict[str, int]:
-        """Which budgets' records a raw table's record ids overlap, and how many of its ids each holds.
-
-        Private (the data owner's eyes only: ``dpr dataset add`` prints it on
-        the owner's terminal); never logged, stored or published.
-
-        Parameters
-        ----------
-        table_sql, id_column, owner_key
-            As in :meth:`register_records`.
-
-        Returns
-        -------
-        dict of str to int
-            Budget name -> number of the table's distinct record ids already
-            among that budget's records (budgets without overlap are left out).
-        """
-        pads = hmac_pads(owner_key)
-
-        def op(con):
-            _fingerprint_table(con, table_sql, id_column, pads)
-            found = _overlaps(con)
-            con.execute("DROP TABLE _fp")
-            return found
-
-        return self.wh.run(op, transaction=True)
-
     def register_dataset(
         self, dataset: str, table_sql: str, id_column: str, owner_key: bytes, cap: PrivacyCost,
         neighbour: Neighbour = "add-remove", share: str | None = None,
         separate_from: dict[str, str] | None = None, reason: str | None = None,
+        on_fingerprinted: Callable[[dict[str, int], int], None] | None = None,
     ) -> tuple[Registration, bool]:
         """Register a dataset name: the data owner's decision of which budget it charges (the registration rule).
 
@@ -807,6 +863,12 @@ class PrivacyLedger:
             Budgets this name keeps separate from on purpose -> the owner's reason.
         reason : str, optional
             The owner's reason for the choice (recorded).
+        on_fingerprinted : callable, optional
+            Called with ``(overlaps, ids)`` once the input is fingerprinted, before any refusal: budget -> how
+            many of the input's distinct record ids its records hold (budgets without overlap left out), and the
+            number of distinct non-null ids. Private, the owner's eyes only (``dpr dataset add`` prints them on
+            the owner's terminal); never logged, stored or published. Not called for an identical
+            re-registration (no data read).
 
         Returns
         -------
@@ -833,8 +895,10 @@ class PrivacyLedger:
             if existing is not None:
                 return existing, True
             budget, seps = wanted.budget, wanted.separate_from
-            _fingerprint_table(con, table_sql, id_column, pads)
-            found = _overlaps(con)
+            ids, found = _fingerprint_table(con, table_sql, id_column, pads, self.wh.memory.duckdb_bytes,
+                                            overlaps=True)
+            if on_fingerprinted is not None:
+                on_fingerprinted(dict(found), ids)
             undecided = [b for b in found if b != budget and b != dataset and b not in seps]
             if undecided:
                 raise OverlapDecisionRequired(dataset, undecided, found)

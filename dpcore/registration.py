@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import duckdb
+
 from .budget import PrivacyCost
 from .ingest import ingest
 from .ledger import LedgerError, Registration
@@ -91,7 +93,9 @@ def register(
         (``overlaps`` attached, for the owner); nothing was recorded.
     LedgerError
         A different registration exists, a named budget is unknown, a reason
-        is missing, or a shared budget's cap differs from the spec's.
+        is missing, a shared budget's cap differs from the spec's, or DuckDB
+        ran out of its memory matching the ids (the message says to register
+        with a larger ``DPR_MEMORY_LIMIT``).
     IngestError
         The input cannot be read.
     """
@@ -113,16 +117,21 @@ def register(
             f"dataset.record_id {rid!r}: the input has no such column, so its records cannot be fingerprinted; "
             "fix dataset.record_id in the spec (or the input's header) and register again"
         )
-    key = settings.owner_secret()
-    overlaps = ledger.overlaps(ingested.qualified_table, rid, key)
-    ids = int(stores.warehouse.query(
-        f'SELECT count(DISTINCT "{rid}") FROM {ingested.qualified_table} WHERE "{rid}" IS NOT NULL')[0][0])
+    seen: list[tuple[dict[str, int], int]] = []  # (overlaps, distinct ids): the owner's eyes only
     try:
         reg, already = ledger.register_dataset(
-            name, ingested.qualified_table, rid, key, cap, spec.budget.neighbour, share=share, separate_from=seps,
-            reason=reason,
+            name, ingested.qualified_table, rid, settings.owner_secret(), cap, spec.budget.neighbour, share=share,
+            separate_from=seps, reason=reason, on_fingerprinted=lambda found, n: seen.append((found, n)),
         )
     except LedgerError as exc:
-        exc.overlaps_seen = (overlaps, ids)  # the owner's terminal shows them with the refusal
+        if seen:
+            exc.overlaps_seen = seen[-1]  # the owner's terminal shows them with the refusal
         raise
+    except duckdb.OutOfMemoryException:
+        raise LedgerError(
+            f"dataset {name!r}: DuckDB ran out of its {stores.warehouse.memory.duckdb_bytes / 2**20:.0f} MiB "
+            "matching the input's record ids with the budgets' records; nothing was registered. Register with a "
+            "larger DPR_MEMORY_LIMIT (it applies to this command only; the runs keep theirs)"
+        ) from None
+    overlaps, ids = seen[-1] if seen else ({}, 0)
     return RegistrationOutcome(reg, already, overlaps, ids)

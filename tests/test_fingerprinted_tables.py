@@ -32,9 +32,9 @@ def _count_fingerprinting(monkeypatch) -> list[str]:
     calls: list[str] = []
     real = ledger_module._fingerprint_table
 
-    def counted(con, table_sql, id_column, pads):
+    def counted(con, table_sql, id_column, pads, duckdb_bytes):
         calls.append(table_sql)
-        return real(con, table_sql, id_column, pads)
+        return real(con, table_sql, id_column, pads, duckdb_bytes)
 
     monkeypatch.setattr(ledger_module, "_fingerprint_table", counted)
     return calls
@@ -99,3 +99,60 @@ def test_another_table_or_owner_key_is_fingerprinted(led, monkeypatch):
     led.register_records("d", 'raw."t1"', "id", b"j" * 32)
     assert calls == ['raw."t2"', 'raw."t2"', 'raw."t1"']
     assert _fingerprints(led) == 8  # a, b under key j (c came with t2)
+
+
+def test_fingerprint_parts_follow_duckdbs_memory_and_the_ids_length():
+    """One part while the ids fit half of DuckDB's memory beyond its fixed 16 MiB; more as ids grow, memory
+    shrinks or the ids' text stops being inline (more than 12 bytes)."""
+    parts = ledger_module.fingerprint_parts
+    mib = 1024**2
+    assert parts(0, 0.0, 64 * mib) == 1
+    assert parts(786_432, 9.0, 64 * mib) == 1  # 24 MiB / 32 bytes = 786,432 ids a part
+    assert parts(786_433, 9.0, 64 * mib) == 2
+    assert parts(33_677_600, 9.0, 64 * mib) == 43  # 100x the demo under a 512 MiB cap
+    assert parts(33_677_600, 9.0, 512 * mib) == 5  # ... under the default 2 GiB
+    assert parts(3_367_760, 9.0, 512 * mib) == 1  # 10x
+    assert parts(786_432, 36.0, 64 * mib) == 3  # uuid-like ids: 68 bytes each, 370,085 a part
+    assert parts(10, 9.0, 16 * mib) == 10  # never a part of no id
+
+
+@pytest.mark.parametrize("kind", ["VARCHAR", "BIGINT", "DOUBLE"])
+def test_fingerprints_in_parts_equal_one_distinct_and_one_join(tmp_path, kind, monkeypatch):
+    """200k ids with repeats and NULLs in 3 parts, against a ledger whose budget 'b' holds a third of them and
+    budget 'c' one: the same fingerprints as one DISTINCT over them all (each id's text, so -0.0 and 0.0 stay
+    two ids), the same overlaps as one join, and adding them to 'b' leaves 'b' holding each one once. (That
+    the parts fit where one statement does not is measured on 100x the demo under 512 MiB: README.)"""
+    import duckdb
+
+    from dpcore.lineage import hmac_pads, hmac_sql
+
+    monkeypatch.setattr(ledger_module, "fingerprint_parts", lambda ids, length, memory: 3)
+    con = duckdb.connect(str(tmp_path / "f.duckdb"))
+    value = {"VARCHAR": "'id-' || CAST(i % 150000 AS VARCHAR)", "BIGINT": "i % 150000",
+             "DOUBLE": "CASE WHEN i = 7 THEN -0.0 ELSE CAST(i % 150000 AS DOUBLE) END"}[kind]
+    con.execute(f"CREATE TABLE t AS SELECT CASE WHEN i % 97 = 0 THEN NULL ELSE CAST({value} AS {kind}) END AS id "
+                 "FROM range(200000) r(i)")
+    pads = hmac_pads(b"k" * 32)
+    every = sorted(r[0] for r in con.execute(
+        f"SELECT DISTINCT {hmac_sql('id')} FROM t WHERE id IS NOT NULL", pads).fetchall())
+    con.execute("CREATE SCHEMA ledger")
+    con.execute("CREATE TABLE ledger.record_fingerprints (budget VARCHAR NOT NULL, fp VARCHAR NOT NULL)")
+    con.execute("CREATE TABLE held AS SELECT unnest(?::VARCHAR[]) AS fp", [every[::3]])
+    con.execute("INSERT INTO ledger.record_fingerprints SELECT 'b', fp FROM held")
+    con.execute("INSERT INTO ledger.record_fingerprints VALUES ('c', ?), ('c', ?)", [every[5], "f" * 64])
+    n, found = ledger_module._fingerprint_table(con, "t", "id", pads, 64 * 1024**2, overlaps=True)
+    got = [r[0] for r in con.execute("SELECT fp FROM _fp").fetchall()]
+    assert sorted(r[0] for r in con.execute("SELECT DISTINCT part FROM _fp").fetchall()) == [0, 1, 2]
+    assert len(got) == len(set(got)) == n == len(every)
+    assert set(got) == set(every)
+    assert found == {"b": len(every[::3]), "c": 1}
+    ledger_module._add_fingerprints(con, "b")
+    held = [r[0] for r in con.execute("SELECT fp FROM ledger.record_fingerprints WHERE budget = 'b'").fetchall()]
+    assert len(held) == len(set(held)) and set(held) == set(every)
+    assert con.execute("SELECT count(*) FROM ledger.record_fingerprints WHERE budget = 'c'").fetchone()[0] == 2
+    assert not con.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = '_fp'").fetchall()
+    # a budget holding none of them takes them all in one statement
+    assert ledger_module._fingerprint_table(con, "t", "id", pads, 64 * 1024**2) == (len(every), {})
+    ledger_module._add_fingerprints(con, "d")
+    assert con.execute("SELECT count(*), count(DISTINCT fp) FROM ledger.record_fingerprints WHERE budget = 'd'"
+                       ).fetchone() == (len(every), len(every))

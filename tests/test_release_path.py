@@ -208,6 +208,24 @@ def test_ledger_refusals_never_name_a_charge_key(tmp_path):
 # --------------------------------------------------------------------------- hole 6: budget identity
 
 
+def test_a_registration_out_of_duckdb_memory_says_what_to_do_and_records_nothing(tmp_path, settings, monkeypatch):
+    """DuckDB running out of memory while the ids are matched is the owner's clear refusal (its memory and the
+    fix: a larger DPR_MEMORY_LIMIT for this command), not a traceback; nothing is registered."""
+    import duckdb
+
+    from dpcore import ledger as ledger_module
+
+    def out_of_memory(*args, **kwargs):
+        raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block of size 256.0 KiB")
+
+    monkeypatch.setattr(ledger_module, "_fingerprint_table", out_of_memory)
+    spec = _spec_file(tmp_path, "big", _csv(tmp_path / "d.csv", [(f"r{i}", str(i % 10)) for i in range(30)]))
+    with pytest.raises(LedgerError, match=r"dataset 'big': DuckDB ran out of its \d+ MiB matching the input's record "
+                       r"ids .*nothing was registered\. Register with a larger DPR_MEMORY_LIMIT"):
+        _register(spec, settings)
+    assert PrivacyLedger(Warehouse(settings.warehouse)).registration("big") is None
+
+
 def test_renamed_copy_runs_only_once_the_owner_registers_it_and_overlap_needs_the_owners_choice(tmp_path, settings):
     """Issue 28 hole 3 (was hole 6): renaming never gives a fresh budget. A renamed copy is refused before
     ingest until the owner registers it; registering it with overlap needs the owner's choice; sharing
