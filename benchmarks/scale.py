@@ -293,7 +293,13 @@ def run_pipeline(factor: int, spec: Path, run_dir: Path, timeout_s: float, cap_b
     err = (run_dir / "stderr.log").read_text(errors="replace")
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", err)
     peak_rss = int(m.group(1)) * 1024 if m else None
-    if killed is None and rc != 0 and re.search(r"MemoryError|bad_alloc|Out of Memory|Cannot allocate memory", err):
+    duckdb_oom = re.search(r"OutOfMemoryException: Out of Memory Error: [^\n]*?\(([\d.]+ [KMG]iB)/([\d.]+ [KMG]iB) used\)",
+                           err)
+    if killed is None and rc != 0 and duckdb_oom:  # DuckDB's own memory_limit (its share of DPR_MEMORY_LIMIT)
+        task = re.search(r"Task run '([\w-]+?)(?:-[0-9a-f]{3})?' - Task run failed with exception: OutOfMemory", err)
+        killed = (f"failed: DuckDB out of its memory_limit ({duckdb_oom.group(1)} of {duckdb_oom.group(2)} used)"
+                  + (f" in task {task.group(1)}" if task else ""))
+    elif killed is None and rc != 0 and re.search(r"MemoryError|bad_alloc|Cannot allocate memory", err):
         killed = f"exceeded the cap (out of memory under RLIMIT_AS = {cap_bytes / 2**30:.0f} GiB)"
     stages = parse_stages(err, started, wall)
     return {
