@@ -410,7 +410,10 @@ def memory_goal(results: list[dict], memory_limit: str | None) -> list[str]:
         if r.get("skipped") or not r.get("peak_tree_rss"):
             continue
         ok = r["ok"] and r["peak_tree_rss"] <= allow
-        out.append(f"- issue 29 goal 4, {r['factor']}x: tree peak {r['peak_tree_rss'] / 2**20:,.0f} MiB against "
+        # the goal: 1, 2 and 4 GiB at 10x and 100x, 512 MiB at 10x (its test); other runs are the same check, measured
+        in_goal = r["factor"] in (10, 100) and (cap >= 2**30 or r["factor"] == 10)
+        label = "issue 29 goal 4" if in_goal else "the cap (beyond issue 29 goal 4)"
+        out.append(f"- {label}, {r['factor']}x: tree peak {r['peak_tree_rss'] / 2**20:,.0f} MiB against "
                    f"DPR_MEMORY_LIMIT {cap / 2**20:,.0f} MiB + the server's share {SERVER_SHARE / 2**20:.0f} MiB = "
                    f"{allow / 2**20:,.0f} MiB: " + ("**pass**" if ok else "**FAIL**"
                                                     + ("" if r["ok"] else " (the run did not complete)")))
