@@ -15,9 +15,14 @@ from pathlib import Path
 BENCHMARKS = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
 
 
+def utc_stamp() -> str:
+    """Now, as the sections write when they were measured (``2026-11-28 08:58 UTC``)."""
+    return f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
+
+
 def machine(measured: str | None = None) -> str:
     """One line describing where the figures were measured (``measured``: when, if not now, as written after it)."""
-    when = measured if measured is not None else f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
+    when = measured if measured is not None else utc_stamp()
     return (
         f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} cores, "
         f"{platform.machine()}, measured {when}"

@@ -35,13 +35,12 @@ import json
 import re
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from benchmarks._record import machine, record
+from benchmarks._record import machine, record, utc_stamp
 from dpcore.ingest import ingest, load_raw, materialise_demo, raw_row_count
 from dpcore.spec import load_spec
 from dpcore.validation import enforce, store_outcome, validate
@@ -153,7 +152,7 @@ def versus_sql(factors: list[int], chunks_up_to: int, dry_run: bool, from_json: 
             chunks = time.perf_counter() - t3
             assert (old.n_rejected, old.n_rows) == (out.n_rejected, out.n_rows)
         la1 = load1()
-        rows_out.append({"measured": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
+        rows_out.append({"measured": utc_stamp(),
                          "factor": f, "rows": n, "sql": t1 - t0, "product": t2 - t1, "chunks": chunks,
                          "sql_cpu": c1 - c0, "product_cpu": c2 - c1,
                          "rejected": sql_bad, "load": (la0, la1), "wh_mb": os.path.getsize(wh.path) / 1e6})

@@ -130,7 +130,8 @@ def register(
     except duckdb.OutOfMemoryException:
         raise LedgerError(
             f"dataset {name!r}: DuckDB ran out of its {stores.warehouse.memory.duckdb_bytes / 2**20:.0f} MiB "
-            "matching the input's record ids with the budgets' records; nothing was registered. Register with a "
+            "fingerprinting the input's record ids or matching them with the budgets' records; nothing was "
+            "registered. Register with a "
             "larger DPR_MEMORY_LIMIT (it applies to this command only; the runs keep theirs)"
         ) from None
     overlaps, ids = seen[-1] if seen else ({}, 0)

@@ -220,8 +220,8 @@ def test_a_registration_out_of_duckdb_memory_says_what_to_do_and_records_nothing
 
     monkeypatch.setattr(ledger_module, "_fingerprint_table", out_of_memory)
     spec = _spec_file(tmp_path, "big", _csv(tmp_path / "d.csv", [(f"r{i}", str(i % 10)) for i in range(30)]))
-    with pytest.raises(LedgerError, match=r"dataset 'big': DuckDB ran out of its \d+ MiB matching the input's record "
-                       r"ids .*nothing was registered\. Register with a larger DPR_MEMORY_LIMIT"):
+    with pytest.raises(LedgerError, match=r"dataset 'big': DuckDB ran out of its \d+ MiB fingerprinting the input's record "
+                       r"ids or matching them .*nothing was registered\. Register with a larger DPR_MEMORY_LIMIT"):
         _register(spec, settings)
     assert PrivacyLedger(Warehouse(settings.warehouse)).registration("big") is None
 

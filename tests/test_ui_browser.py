@@ -244,9 +244,9 @@ def test_operator_fills_the_aiq_form_and_runs_it(local_stack, browser, tmp_path)
     values = [e.get_attribute("value") for e in driver.find_elements(By.XPATH, item_xpath)]
     assert values == ids
     assert _field(driver, "epsilon (Optional)").get_attribute("value") == "0.05"
-    # the refusal goes away once the form holds the new value (its own check clears, the toast is dismissed);
-    # a Submit clicked before that (a busy browser commits the Tab late) is checked against the old 0 and
-    # refused again, with nothing to see
+    # the refusal goes away once the form holds the new value (its own check clears, the toast is dismissed):
+    # waited for so that the Submit below is checked against 0.05 (a precaution: the one stuck Submit seen in a
+    # full run had 0.05 in the form and failed on the server's side, handled below)
     cleared = wait_until(lambda: not refused(driver), timeout=60)
     assert cleared, driver.find_element(By.TAG_NAME, "body").text[-2000:]
     form_png = _shot(driver, tmp_path, "ui_aiq_run_form.png")
