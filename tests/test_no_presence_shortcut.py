@@ -122,8 +122,9 @@ def test_with_no_validated_record_the_search_still_runs_on_a_public_stand_in(tra
 @pytest.mark.usefixtures("prefect_harness")
 def test_aiq_counts_the_same_points_for_a_present_and_an_absent_id(dpr_home, small_spec_path, tmp_path, monkeypatch):
     """The ball-count aggregate counts as many points whether the asked id is present (F000001) or absent
-    (F900000, on the roster, not in the data), and one per detector slot whether or not the detector fills it;
-    the absent id's answer still comes from the data-independent input (0, 0)."""
+    (F900000, on the roster, not in the data), and one per detector slot whether or not the detector fills it
+    (the detector's choice stubbed: one record, or none); the absent id's answer still comes from the
+    data-independent input (0, 0)."""
     import dpcore.steps.aiq as step
     from dpcore.pipeline import ingest_stage, validate_stage
     from dpcore.settings import Settings
@@ -141,17 +142,22 @@ def test_aiq_counts_the_same_points_for_a_present_and_an_absent_id(dpr_home, sma
     base = yaml.safe_load(small_spec_path.read_text())
     settings = Settings.from_env()
     ingested = None
-    for n, rid in enumerate(["F000001", "F900000"]):
-        spec_dict = {**base, "release_id": f"test-r{n + 1}"}
+    # (asked id, detector slots, what the detector chose): present, absent; two slots filled by one record or none
+    cases = [("F000001", 0, []), ("F900000", 0, []), ("F000001", 2, ["F000003"]), ("F000001", 2, [])]
+    for n, (rid, slots, chosen) in enumerate(cases):
+        monkeypatch.setattr(step, "flagged_records", lambda *a, chosen=chosen: list(chosen))
+        spec_dict = {**base, "release_id": "test-r1"}
         spec_dict["steps"] = {**base["steps"], "aiq": {**base["steps"]["aiq"], "enabled": True, "record_ids": [rid],
-                                                       "points": [], "from_detector": 0, "epsilon": 0.1}}
+                                                       "points": [], "from_detector": slots, "epsilon": 0.1 + n / 100}}
         path = tmp_path / f"aiq{n}.yaml"
         path.write_text(yaml.safe_dump(spec_dict))
         spec = load_spec(path)
         if ingested is None:
             ingested = ingest_stage(spec, settings)
             validate_stage(spec, settings, ingested)
-        step.aiq_step(spec, settings, ingested)
-    assert counted == [1, 1]
+        out = step.aiq_step(spec, settings, ingested)
+        assert out.tables["answers"]["query"].tolist() == [f"record:{rid}"]
+    assert counted == [1, 1, 3, 3]  # one aggregate each, over as many points whoever is there
     diag = Warehouse(settings.warehouse).query_df("SELECT ball_count, multiplicity FROM internal.aiq_diagnostics")
     assert diag["ball_count"].iloc[0] >= 1 and diag.iloc[1].tolist() == [0, 0]
+    assert len(diag) == 1 + 1 + 2 + 1  # the stand-ins of unfilled slots are counted, then dropped
