@@ -79,6 +79,10 @@ class PlanLine:
     match : dict
         The parameters every charge of the line carries (the planned charge's
         ``match`` and the spec's validation hash): the line's identity.
+    owner_only : str
+        Where the line's outputs go (:func:`owner_only`): ``"all"`` when
+        every output it buys reaches only the bundle's ``owner/`` folder,
+        ``"part"`` when some do, ``""`` when all are public.
     """
 
     section: str
@@ -87,6 +91,7 @@ class PlanLine:
     already: int = 0
     key: str = ""
     match: dict[str, Any] = field(default_factory=dict)
+    owner_only: str = ""
 
     def request(self) -> LineRequest:
         """The ledger's reservation of this line (:meth:`~dpcore.ledger.PrivacyLedger.reserve_lines`)."""
@@ -124,7 +129,7 @@ class PlanLine:
             "charged_epsilon": None if self.charged_total is None else float(self.charged_total.epsilon),
             "charged_delta": None if self.charged_total is None else float(self.charged_total.delta),
             "already_reserved": self.already, "new_epsilon": float(self.new_cost.epsilon),
-            "new_delta": float(self.new_cost.delta),
+            "new_delta": float(self.new_cost.delta), "owner_only": self.owner_only or None,
         }
 
 
@@ -189,6 +194,11 @@ class CostPlan:
         return self.new.fits_within(self.remaining)
 
     @property
+    def new_owner_only(self) -> PrivacyCost:
+        """What this run would spend on lines whose every output is owner-only (no public file shows it)."""
+        return sum((ln.new_cost for ln in self.lines if ln.owner_only == "all"), PrivacyCost(0))
+
+    @property
     def upper_bound(self) -> bool:
         """Whether some count is a public upper bound (detector-chosen targets)."""
         return any(ln.charge.upper_bound for ln in self.lines)
@@ -203,9 +213,33 @@ class CostPlan:
             "budget_known": self.budget_known, "cap": pair(self.cap), "spent": pair(self.spent),
             "remaining": pair(self.remaining), "total": pair(self.total), "new": pair(self.new),
             "left_after": pair(self.left_after), "fits": self.fits and not self.problems,
-            "counts_are_upper_bounds": self.upper_bound, "lines": [ln.as_dict() for ln in self.lines],
+            "counts_are_upper_bounds": self.upper_bound, "new_owner_only": pair(self.new_owner_only),
+            "lines": [ln.as_dict() for ln in self.lines],
             "problems": list(self.problems), "finished": self.finished,
         }
+
+
+def owner_only(spec: ReleaseSpec, section: str, charge: PlannedCharge) -> str:
+    """Whether a planned charge buys outputs that reach no public file (issue 46.5), from the spec alone.
+
+    With ``from_detector`` and ``publish_detector_chosen_ids`` off (the default), the answers about
+    detector-chosen records go to the bundle's ``owner/`` folder only (issue 28, section 4): PCOR's
+    detector line (its slots) is then ``"all"`` owner-only; AIQ's one batch charge is ``"all"`` when it
+    asks nothing else (no listed id, no public point), else ``"part"`` (its ``from_detector`` share).
+
+    Returns
+    -------
+    str
+        ``"all"``, ``"part"`` or ``""`` (every output of the line is public).
+    """
+    if section not in ("pcor", "aiq"):
+        return ""
+    cfg = getattr(spec.steps, section)
+    if not cfg.from_detector or cfg.publish_detector_chosen_ids:
+        return ""
+    if section == "pcor":
+        return "" if "record_id" in charge.match else "all"  # a listed record's line names its id
+    return "part" if (cfg.record_ids or cfg.points) else "all"
 
 
 def plan_release(spec: ReleaseSpec, ledger: PrivacyLedger | None = None,
@@ -265,7 +299,8 @@ def plan_release(spec: ReleaseSpec, ledger: PrivacyLedger | None = None,
                 each = None
             match = {**charge.match, "validation": validation}
             key = line_key(name, spec.release_id, charge.step, match)
-            lines.append(PlanLine(f"steps.{section}", charge, each, existing.get(key, 0), key, match))
+            lines.append(PlanLine(f"steps.{section}", charge, each, existing.get(key, 0), key, match,
+                                  owner_only(spec, section, charge)))
     finished = False
     if ledger is not None and steps is None:  # the whole release: a finished release id is the stored release
         from .release_runs import pipeline_finished

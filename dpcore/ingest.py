@@ -24,10 +24,14 @@ public (manifest ``input_id``, report, logs, artifacts, flow results), and it is
 independent of the input's content and of the warehouse's history, so no public
 surface tells two ingests of the same bytes from ingests of different bytes.
 
-Deduplication stays internal: the SHA-256 of the input bytes is kept in the
-private catalogue ``raw.ingests`` (one row per distinct input and dataset) to
-store identical bytes once and to let validation reuse its stored result
-(:mod:`dpcore.validation.store`, keyed on the content hash). The raw table of a
+Deduplication stays internal and within one release id: the SHA-256 of the
+input bytes and the release id are kept in the private catalogue ``raw.ingests``
+(one row per distinct input, release and dataset) to store identical bytes of
+one release once and to let its validation and fingerprinting be reused by a
+resumed or repeated run of that release (:mod:`dpcore.validation.store`). Another
+release id loads, fingerprints and validates the same bytes again (issue 46.4,
+rule 14: the time and the task states of a release do not say whether its input
+equals an earlier release's). The raw table of a
 distinct input is named by a *separate* random storage nonce,
 ``raw."<dataset>__<storage nonce>"``, drawn when the table is first written and
 never published: the table name (and every name derived from it: the
@@ -74,8 +78,8 @@ class IngestResult:
 
     ``ingest_id`` is a random nonce drawn for this ingest (public lineage: fresh on
     every ingest, also of bytes seen before). ``table`` (the raw table's name, shared
-    by every ingest of the same bytes) and ``content_hash`` (the SHA-256 of the
-    input) are private: used inside the warehouse and the ledger only, left out of
+    by every ingest of the same bytes under the same release id) and ``content_hash``
+    (the SHA-256 of the input and the release id) are private: used inside the warehouse and the ledger only, left out of
     ``repr`` and never logged or published. No count is carried here (Prefect
     inspects task results, and the number of rows is private).
     """
@@ -84,7 +88,8 @@ class IngestResult:
     ingest_id: str
     table: str = field(repr=False)
     #: The SHA-256 of the input; for a CSV read with another delimiter than the comma, followed by
-    #: ``;delimiter=U+XXXX`` (:func:`_content_key`: the same bytes split another way are another table).
+    #: ``;delimiter=U+XXXX`` (:func:`_content_key`: the same bytes split another way are another table);
+    #: then ``;release=<release id>`` (:func:`_release_key`: another release never reuses this one's work).
     content_hash: str = field(repr=False, compare=False)
 
     @property
@@ -524,12 +529,12 @@ def read_csv_text(path: Path, delimiter: str = ",") -> pd.DataFrame:
 
 
 def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
-    """Store the spec's input in ``raw`` (once per distinct content) and give this ingest a fresh public id.
+    """Store the spec's input in ``raw`` (once per distinct content and release id) and give this ingest a fresh id.
 
     Design (issue 28, hole 1): the public id and the stored table are decoupled.
     The id is a new random nonce on every call, so nothing public depends on
     whether these bytes were seen before. The table is looked up by content hash
-    (private) and reused when present, else written under a fresh random storage
+    and release id (private, :func:`_release_key`) and reused when present, else written under a fresh random storage
     name; either way one row is added to ``raw.ingest_log`` (id -> table). The
     lookup, the write and the log row are one transaction, so concurrent ingests
     of the same bytes store the table once and each get their own id.
@@ -558,7 +563,7 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
     path = source_path(spec, data_dir)
     scan = _scan(path, src.kind)
     delimiter = source_delimiter(spec)
-    content_hash = _content_key(scan.content_hash, src.kind, delimiter)
+    content_hash = _release_key(_content_key(scan.content_hash, src.kind, delimiter), spec.release_id)
     dataset = spec.dataset.name
     ingest_id = new_nonce(8)  # public: drawn before anything is looked up, whatever the warehouse holds
     _ensure_catalog(wh)
@@ -629,7 +634,7 @@ def _ingest_text_source(spec: ReleaseSpec, wh: Warehouse) -> IngestResult:
     def op(con) -> tuple[str, str]:
         table = f"{dataset}__{new_nonce(8)}"  # private storage name, independent of every public id
         create_text_table(con, f'raw."{table}"', src, spec, wh.memory.duckdb_setting, scratch_dir(wh))
-        key = content_key(con, f'raw."{table}"', src.kind)
+        key = _release_key(content_key(con, f'raw."{table}"', src.kind), spec.release_id)
         known = con.execute(
             "SELECT table_name FROM raw.ingests WHERE content_hash = ? AND dataset = ? AND ingest_id IS NOT NULL",
             [key, dataset],
@@ -656,6 +661,18 @@ def _ingest_text_source(spec: ReleaseSpec, wh: Warehouse) -> IngestResult:
 
     table, key = wh.run(op, transaction=True)
     return IngestResult(dataset, ingest_id, table, key)
+
+
+def _release_key(key: str, release_id: str) -> str:
+    """The catalogue key of an input within one release: its content key, then ``;release=<release id>``.
+
+    Issue 46.4, DESIGN.md rule 14: the raw table (and with it the validation, keyed on the raw table, and the
+    ledger's fingerprinting, keyed on the table too) is reused only by runs of the same release id (a resumed
+    or repeated release reusing its own work). Another release id loads, fingerprints and validates the input
+    again even when its bytes equal an earlier release's, so the time and the state of its tasks do not say
+    whether today's data equals an earlier version. The cost: one raw copy per release of the same bytes.
+    """
+    return f"{key};release={release_id}"
 
 
 def _content_key(digest: str, kind: str, delimiter: str) -> str:

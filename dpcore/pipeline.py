@@ -164,7 +164,10 @@ def validate_stage(spec: ReleaseSpec, settings: Settings, ingested: IngestResult
     """Validate the raw table against the spec; store validated/quarantine/results.
 
     An input already validated under the same validation hash (dataset, schema,
-    validation settings) with a passing result is not validated again. The
+    validation settings) with a passing result by a run of the same release id
+    is not validated again: the raw table, and so the validated one, is the
+    release's own (:func:`dpcore.ingest.ingest`; another release id validates
+    equal bytes again, issue 46.4). The
     chunks are validated through ``mapper`` (:func:`dpcore.validation.validate_table`;
     the flow layer passes a Dask mapper when a Dask runner is configured).
 

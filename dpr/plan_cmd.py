@@ -21,6 +21,10 @@ def open_ledger(create: bool = False):
     return None if wh is None else PrivacyLedger(wh)
 
 
+#: The ``output`` column: where a line's outputs go (:func:`dpcore.cost_plan.owner_only`).
+_OUTPUT = {"": "public", "all": "owner only", "part": "part owner only"}
+
+
 @click.command("plan")
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--release-id", help="Override the spec's release id (lines this id already reserved are not "
@@ -38,7 +42,9 @@ def plan(spec, release_id, period, whole_series, max_periods, as_json) -> None:
     Lists every charge of every enabled step: its (ε, δ) as the mechanism states it (under its own
     neighbour relation) and as the ledger would charge it (converted to the budget's relation), the
     total, what the dataset has spent, what would be left, and every problem the release preflight
-    would stop on; then warnings: what the spec asks to publish that no guarantee covers
+    would stop on; each line's ``output`` says whether what it buys is public or reaches only the
+    bundle's owner/ folder (detector-chosen records kept owner-only), with the ε spent on the latter;
+    then warnings: what the spec asks to publish that no guarantee covers
     (publish_detector_chosen_ids), and parameters that make an output uninformative (from public
     parameters only; ``warnings`` in the JSON). Charges nothing, draws no noise and reads no data.
     Exit code 0 when the release fits and has no problem, 2 otherwise (a warning alone never refuses).
@@ -79,16 +85,21 @@ def plan(spec, release_id, period, whole_series, max_periods, as_json) -> None:
         rows.append([
             ln.section, c.step, c.mechanism, c.notion, n, f"{cost(c.cost)} ({c.neighbour})",
             cost(ln.charged_total) if ln.charged_total is not None else "cannot be charged",
-            ln.already, eps(ln.new_cost.epsilon),
+            ln.already, eps(ln.new_cost.epsilon), _OUTPUT[ln.owner_only],
         ])
     out.print(table(
         f"Cost plan: dataset {p.dataset}, release {p.release_id} (budget under {p.neighbour} neighbours)",
         ["section", "ledger step", "mechanism", "notion", "charges", "stated, each", "charged, all",
-         "already reserved", "new ε"], rows))
+         "already reserved", "new ε", "output"], rows))
     bound = (" (exactly: lines whose count is a public upper bound are reserved whole, whatever the data holds)"
              if p.upper_bound and p.new != p.new.__class__(0) else "")
     out.print(f"total of the release : {cost(p.total)}", markup=False)
     out.print(f"this run would charge: {cost(p.new)}{bound}", markup=False)
+    if p.new_owner_only != p.new_owner_only.__class__(0):
+        out.print(f"of which owner-only  : {cost(p.new_owner_only)} buys outputs that reach no public file (the "
+                  "detector-chosen records' answers, kept in the bundle's owner/ folder); to not spend it, set "
+                  "from_detector: 0 in those steps (or publish_detector_chosen_ids: true, which makes the choice "
+                  "public and unprotected)", markup=False)
     if p.finished:
         out.print(f"release {p.release_id!r} is finished: running it again returns the stored release (no data "
                   "read, nothing charged); new data needs a new release id", markup=False)

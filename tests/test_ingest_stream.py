@@ -364,7 +364,8 @@ def test_content_hash_is_the_sha256_of_the_file(tmp_path: Path, monkeypatch):
     spec = make_spec(dataset={"name": "unit", "source": {"kind": "csv", "path": str(path)}, "record_id": "id"})
     wh = Warehouse(tmp_path / "w.duckdb")
     res = ingest(spec, wh, tmp_path)
-    assert res.content_hash == hashlib.sha256(path.read_bytes()).hexdigest()
+    # the SHA-256, then the release id: only runs of the same release reuse the table (issue 46.4)
+    assert res.content_hash == f"{hashlib.sha256(path.read_bytes()).hexdigest()};release={spec.release_id}"
     assert wh.query("SELECT n_rows, n_bytes FROM raw.ingests")[0] == (2, path.stat().st_size)
     again = ingest(spec, wh, tmp_path)  # the same content: nothing new stored, but a fresh public id (issue 28)
     assert again.table == res.table and again.ingest_id != res.ingest_id

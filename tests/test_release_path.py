@@ -159,7 +159,7 @@ def test_no_data_derived_hash_or_key_in_any_public_file(tmp_path, settings):
     spec, ing, out, bundle = _run(_spec_file(tmp_path, "lin", data), settings)
     content_hash = hashlib.sha256(data.read_bytes()).hexdigest()
     secrets_ = [content_hash, *out.keys, spec.content_hash()]
-    assert ing.content_hash == content_hash and content_hash not in repr(ing)
+    assert ing.content_hash == f"{content_hash};release={spec.release_id}" and content_hash not in repr(ing)
     public = [ing.table, ing.ingest_id, repr(ing)]
     public += [p.read_bytes().decode("utf-8", "replace") for p in bundle.path.rglob("*") if p.is_file()
                and p.suffix in {".json", ".md", ".csv"}]

@@ -335,27 +335,27 @@ def aiq_step(
         # data-independent input (0, 0), never a refusal
         q_r, present = record_points(wh, spec, ingested, attrs, record_ids, lows, highs)
         q_p = scale_by_bounds(points, lows, highs) if len(points) else np.zeros((0, len(attrs)))
-        queries = np.vstack([q_r, q_p])
+        # issue 46.2, rule 14: every query point is counted, present or not, and so is one stand-in per
+        # detector slot left unfilled (the public bound from_detector): the same aggregate over the same
+        # number of points whoever is in the table; the counts of a recordless query are then discarded
+        n_pad = len(cfg.record_ids) + cfg.from_detector - len(record_ids)
+        counted = np.vstack([q_r, q_p, np.zeros((n_pad, len(attrs)))])
         live = np.concatenate([present, np.ones(len(q_p), dtype=bool)])
-        b = np.zeros(len(queries), dtype=np.int64)
-        xi = np.zeros(len(queries), dtype=np.int64)
         cap = mech.saturation_cap()
         if sql_countable(column_types(wh, spec, ingested, attrs)):
             # one SQL aggregate over the validated table: every count exact, the unsaturated ones kept for
             # the rare saturated query whose answer needs its exact B (no second pass)
-            exact = np.zeros(len(queries), dtype=np.int64)
-            if live.any():
-                b[live], xi[live], exact[live] = table_ball_counts(
-                    wh.query, validated_table(spec, ingested), attrs, lows, highs, queries[live], float(mech.r),
-                    cap=cap)
+            b, xi, exact = _kept(live, *table_ball_counts(
+                wh.query, validated_table(spec, ingested), attrs, lows, highs, counted, float(mech.r), cap=cap))
             answers = mech.answer(b, xi, noise, cap=cap, exact_count=lambda j: int(exact[j]))
         else:
             with scaled_chunks(wh, spec, ingested, attrs, lows, highs) as source:
-                if live.any():  # one pass over the chunks for every query, saturated at cap: exact answers
-                    b[live], xi[live], cap = mech.counts(source, queries[live], mapper=mapper)
+                # one pass over the chunks for every query, saturated at cap: exact answers
+                cb, cxi, cap = mech.counts(source, counted, mapper=mapper)
+                b, xi = _kept(live, cb, cxi)
                 answers = mech.answer(
                     b, xi, noise, cap=cap,
-                    exact_count=lambda j: mech.exact_count(source, queries[j], mapper=mapper) if live[j] else 0,
+                    exact_count=lambda j: mech.exact_count(source, counted[j], mapper=mapper) if live[j] else 0,
                 )
         _store_diagnostics(wh, pd.DataFrame({"key": req.key, "query": labels, "ball_count": b, "multiplicity": xi}))
         return {"answers": [{"query": q, "anomaly": bool(a)} for q, a in zip(labels, answers)]}
@@ -404,6 +404,21 @@ def aiq_step(
         not_protected.append(DETECTOR_CHOICE_NOT_PROTECTED)
     return StepOutput("aiq", {"answers": table}, md, keys=[released.key], not_protected=not_protected,
                       accuracy={"answers": accuracy.as_dict()}, owner_tables=owner)
+
+
+def _kept(live: np.ndarray, *counts: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The counts of the first ``len(live)`` queries, zero where ``live`` is False (a recordless query's input).
+
+    The counts of every query point were computed (issue 46.2: the same work whether a record is there);
+    an absent or quarantined id's answer is drawn from the data-independent ``(b, xi) = (0, 0)`` as before,
+    and the stand-ins of unfilled detector slots (the rows after ``len(live)``) are dropped.
+    """
+    out = []
+    for c in counts:
+        kept = np.zeros(len(live), dtype=np.int64)
+        kept[live] = np.asarray(c, dtype=np.int64)[: len(live)][live]
+        out.append(kept)
+    return tuple(out)
 
 
 def _point_label(point: dict[str, float]) -> str:

@@ -82,7 +82,8 @@ class PcorJob:
         Context attributes and their full public domains.
     index : CellIndex or None
         Per-cell statistics and sorted metric values of the validated table, holding the targets as rows;
-        None when the validated table holds no record (every target's held row is then ``-1``).
+        Holds the found targets and a stand-in record (:func:`_with_stand_ins`); built from one public
+        record when the validated table holds no record (every target is then recordless).
     verifier : str
         ``grubbs``, ``lof`` or ``histogram``.
     verifier_params : dict
@@ -114,7 +115,11 @@ class PcorJob:
 
 @dataclass(frozen=True)
 class PcorTarget:
-    """One record to explain: its public id, its held row in the job's index (``-1``: not in the data), its request."""
+    """One record to explain: its public id, its held row in the job's index, its request.
+
+    A negative ``row``, ``-(k + 1)``, marks a target with no record (not in the data, or an unfilled detector
+    slot): its search runs on the stand-in held at row ``k`` and is discarded (:func:`compute_explanation`).
+    """
 
     record_id: str
     row: int
@@ -496,7 +501,7 @@ def plan_pcor(
         Ids off the public roster, no targets, nullable or unknown
         attributes, bad mechanism or verifier parameters (ε ≤ 0, n < 1, ...).
         A roster id whose record is absent or quarantined is planned like any
-        other (held row ``-1``) and charged; :func:`compute_explanation` gives it
+        other (a negative held row naming its stand-in) and charged; :func:`compute_explanation` gives it
         the data-independent outcome ``no_valid_context``.
 
     Notes
@@ -509,7 +514,7 @@ def plan_pcor(
     index is built: the own-cell check uses it). The plan always has
     ``from_detector`` detector slots (issue 28, section 4): a slot the
     detector does not fill (fewer records qualify, or one is also listed in
-    ``record_ids``) is a target with no record (id ``""``, held row ``-1``),
+    ``record_ids``) is a target with no record (id ``""``, a negative held row naming its stand-in),
     charged like the others and answered with the data-independent
     ``no_valid_context``. So the number of charges, the logs and the progress
     counts are the spec's, never how many records qualified; the release
@@ -545,11 +550,14 @@ def plan_pcor(
         ids, (held, codes, values, position) = targets_and_lookup()
     unfilled = len(dict.fromkeys(cfg.record_ids)) + cfg.from_detector - len(ids)  # detector slots with no record
     noise = noise_source()
-    # no validated record: every target is absent (held row -1), searched by no one, the same charge
-    held_index = None if index is None else index.with_rows(codes, values)
-    job = PcorJob(space, held_index, cfg.verifier, vparams, mech_params, seed, tuple(int(p) for p in position))
-    common = _common_params(attrs, metric, cfg.verifier, vparams, mech_params)
     n_listed = len(dict.fromkeys(cfg.record_ids))
+    # every target without a record (absent or quarantined listed id, unfilled detector slot) gets a stand-in
+    # held row whose search runs and is discarded (issue 46.2: no shortcut on presence; rule 14)
+    held_index, held, extra = _with_stand_ins(index, space, spec, metric, codes, values, held, n_listed,
+                                              cfg.from_detector, unfilled)
+    offsets = tuple(int(p) for p in position)
+    job = PcorJob(space, held_index, cfg.verifier, vparams, mech_params, seed, offsets)
+    common = _common_params(attrs, metric, cfg.verifier, vparams, mech_params)
     # a listed record's charge is named by its (public) id; a detector-chosen record's by its slot only: the
     # chosen id is private and may differ on a resumed run of changed data, which then finds the slot's
     # charge (and its stored answer, which names the record it explains) instead of a charge outside the plan
@@ -563,13 +571,81 @@ def plan_pcor(
         for i, (rid, row) in enumerate(zip(ids, held))
     ) + tuple(
         PcorTarget(
-            "", -1,
+            "", row,
             charge_request(spec, "pcor", mech, mech.cost(),
                            {**common, "record_id": None, "detector_slot": k}, noise, flow_run_id),
         )
-        for k in range(cfg.from_detector - unfilled, cfg.from_detector)
+        for k, row in zip(range(cfg.from_detector - unfilled, cfg.from_detector), extra)
     )
     return PcorPlan(job, targets, cfg.from_detector)
+
+
+def stand_in_row(row: int) -> int:
+    """The held row searched for a target without a record: ``row`` ``-(k + 1)`` names held row ``k``."""
+    return -int(row) - 1
+
+
+def _with_stand_ins(index: CellIndex | None, space: ContextSpace, spec: ReleaseSpec, metric: str, codes, values,
+                    held: np.ndarray, n_listed: int, from_detector: int, unfilled: int):
+    """The index holding the found targets and one stand-in record; each recordless target's stand-in row.
+
+    Issue 46.2, DESIGN.md rule 14: a target without a record (a listed id
+    that is absent or quarantined, a detector slot left unfilled) runs the
+    same search as a present one, on a stand-in record, and the search's
+    output is discarded (:func:`compute_explanation`), so the step's work
+    (the same queries, one search per target) does not say whether the
+    record is there. The stand-in of a listed id is the indexed record whose
+    metric value is farthest from the centre (the record most likely to be
+    an outlier, as an explained record usually is; an internal choice, never
+    released); the stand-in of an unfilled detector slot is one of the
+    records the detector did choose (its search is drawn from the same
+    distribution as a filled slot's), or that extreme record when the
+    detector chose none. With no validated record at all the index is built
+    from one public record (the first value of every context attribute's
+    public domain and the metric's public lower bound).
+
+    Parameters
+    ----------
+    index : CellIndex or None
+        The aggregate index (no held row); None when the validated table is empty.
+    space, spec, metric
+        The context space, the spec (public bounds) and the metric.
+    codes, values : numpy.ndarray
+        The found targets' codes and metric values (:func:`lookup_records`).
+    held : (T,) int64
+        Each listed or chosen target's held row, ``-1`` when absent.
+    n_listed, from_detector, unfilled : int
+        Listed targets, detector slots, unfilled detector slots.
+
+    Returns
+    -------
+    (CellIndex, numpy.ndarray, list of int)
+        The index holding the found records as rows ``0 .. F - 1`` and the
+        extreme (or public) stand-in as row ``F``; ``held`` with each ``-1``
+        replaced by the encoded stand-in row ``-(k + 1)``
+        (:func:`stand_in_row`); the encoded stand-in rows of the unfilled slots.
+    """
+    n_found = int(np.asarray(values).shape[0])
+    if index is None:  # no validated record: a one-record index of public values (nothing private to search)
+        bound = float(spec.public_schema.numeric[metric].min)
+        public_codes = np.zeros((1, space.m), dtype=np.int32)
+        index = CellIndex.from_aggregates(space, public_codes, np.array([bound]), np.array([1], dtype=np.int64))
+        extreme_codes, extreme_value = public_codes, np.array([bound])
+    else:
+        e = int(np.argmax(np.abs(index.entry_value - index.centre)))
+        cell = int(index.entry_cell[e])
+        extreme_codes = ((cell // index.strides) % space.sizes).astype(np.int32).reshape(1, -1)
+        extreme_value = np.array([float(index.entry_value[e])])
+    all_codes = np.concatenate([np.asarray(codes, dtype=np.int32).reshape(-1, space.m), extreme_codes])
+    all_values = np.concatenate([np.asarray(values, dtype=float).reshape(-1), extreme_value])
+    extreme = -(n_found + 1)
+    chosen = [int(r) for r in held[n_listed:] if r >= 0]  # detector-chosen records' held rows
+    out = np.asarray(held, dtype=np.int64).copy()
+    for i in np.flatnonzero(out < 0):
+        out[i] = extreme if i < n_listed or not chosen else -(chosen[i % len(chosen)] + 1)
+    extra = [(-(chosen[(from_detector - unfilled + k) % len(chosen)] + 1) if chosen else extreme)
+             for k in range(unfilled)]
+    return index.with_rows(all_codes, all_values), out, extra
 
 
 def reserve_pcor(settings: Settings, plan: PcorPlan) -> PcorPlan:
@@ -601,6 +677,17 @@ def reserve_pcor(settings: Settings, plan: PcorPlan) -> PcorPlan:
     return replace(plan, stored=stored, to_compute=tuple(pending))
 
 
+def _search(job: PcorJob, row: int):
+    """The mechanism's search and draws for held row ``row`` of ``job.index`` (a :class:`PCORResult`)."""
+    verifier = make_verifier(job.verifier, **job.verifier_params)
+    evaluator = ContextEvaluator(job.index, verifier, row, job.mechanism_params["utility"])
+    if job.noise_seed is not None:  # tests only: seeded by the record's table position when known
+        noise = NoiseSource(seed=job.noise_seed + (job.seed_offsets[row] if row < len(job.seed_offsets) else row))
+    else:
+        noise = NoiseSource()
+    return job.mechanism().explain(evaluator, noise)
+
+
 def compute_explanation(job: PcorJob, row: int) -> dict[str, Any]:
     """Run one PCOR search for the record at ``row`` (pure; safe on a Dask worker).
 
@@ -608,10 +695,14 @@ def compute_explanation(job: PcorJob, row: int) -> dict[str, Any]:
     ----------
     job : PcorJob
     row : int
-        The record's held row in ``job.index``; ``-1`` for a roster id whose
-        record is absent or quarantined: its outcome is ``no_valid_context``,
-        released exactly as for a present record without a valid context
-        (the charge is the same; nothing depends on the data).
+        The record's held row in ``job.index``; negative, ``-(k + 1)``, for a
+        target without a record (a roster id whose record is absent or
+        quarantined, an unfilled detector slot): the same search runs on the
+        stand-in held at row ``k`` (:func:`_with_stand_ins`) and its output
+        is discarded, so the work does not depend on presence (rule 14); the
+        outcome is ``no_valid_context``, released exactly as for a present
+        record without a valid context (the charge is the same; the released
+        outcome depends on nothing in the data).
 
     Returns
     -------
@@ -621,18 +712,16 @@ def compute_explanation(job: PcorJob, row: int) -> dict[str, Any]:
         ``internal``: data-dependent diagnostics (start context, utility of
         the released context, contexts verified) for the warehouse only.
     """
-    if row < 0:  # absent or quarantined: the data-independent outcome (rule 8: no free probe)
+    if row < 0:  # no record: the same search on the stand-in, discarded; the data-independent outcome (rule 8)
+        try:
+            _search(job, stand_in_row(row))
+        except Exception:  # noqa: BLE001 - the stand-in's search is discarded whatever it does
+            pass
         return {
             "release": {"status": "no_valid_context", "context": None, "bits": None},
             "internal": {"start_context": None, "n_verified": 0, "n_candidates": 0, "population": None},
         }
-    verifier = make_verifier(job.verifier, **job.verifier_params)
-    evaluator = ContextEvaluator(job.index, verifier, row, job.mechanism_params["utility"])
-    if job.noise_seed is not None:  # tests only: seeded by the record's table position when known
-        noise = NoiseSource(seed=job.noise_seed + (job.seed_offsets[row] if job.seed_offsets else row))
-    else:
-        noise = NoiseSource()
-    result = job.mechanism().explain(evaluator, noise)
+    result = _search(job, row)
     space = job.space
     released = result.context is not None
     internal = {

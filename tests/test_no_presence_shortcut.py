@@ -1,0 +1,163 @@
+"""Issue 46.2 (DESIGN.md rule 14): no step takes a shortcut on whether an asked or chosen record is present.
+
+A PCOR target without a record (an absent or quarantined listed id, an
+unfilled ``from_detector`` slot) runs the same search as a present one, on a
+stand-in record, and its output is discarded; AIQ counts every query point
+(and one stand-in per unfilled detector slot) in the same aggregate. The
+traces compared are the searches the mechanism ran (calls and
+exponential-mechanism selections) and the points the ball-count aggregate
+counted; the released outcome of a recordless target is unchanged.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from dpcore.mechanisms.pcor.contexts import ContextSpace
+from dpcore.mechanisms.pcor.index import CellIndex
+from dpcore.mechanisms.pcor.mechanism import PCORMechanism
+
+N_SAMPLES = 3
+SPACE = ContextSpace.from_domains(["a", "b"], [["x", "y", "z"], ["p", "q", "r"]])
+MECH = {"sampler": "bfs", "epsilon": 1.0, "n_samples": N_SAMPLES, "utility": "population"}
+
+
+def _records(with_v: bool) -> tuple[np.ndarray, np.ndarray]:
+    """A tiny table: every cell holds values 10..12 eight times; W = (z, r, 60); V = (x, p, 100) only if ``with_v``.
+
+    The tables with and without V are neighbours (one record added or removed); each holds an outlier.
+    """
+    codes, values = [], []
+    for a in range(3):
+        for b in range(3):
+            for v in (10, 11, 12, 10, 11, 12, 10, 11):
+                codes.append((a, b))
+                values.append(float(v))
+    codes.append((2, 2))
+    values.append(60.0)
+    if with_v:
+        codes.append((0, 0))
+        values.append(100.0)
+    return np.array(codes, dtype=np.int32), np.array(values)
+
+
+def _index(codes, values) -> CellIndex:
+    return CellIndex.from_aggregates(SPACE, codes, values, np.ones(len(values), dtype=np.int64))
+
+
+@pytest.fixture
+def trace(monkeypatch):
+    """Every search the mechanism runs: (exponential-mechanism calls, whether a start context was found)."""
+    calls: list[tuple[int, bool]] = []
+    real = PCORMechanism.explain_with_chooser
+
+    def traced(self, evaluator, chooser, progress=None):
+        result = real(self, evaluator, chooser, progress)
+        calls.append((result.n_em_calls, result.start_context is not None))
+        return result
+
+    monkeypatch.setattr(PCORMechanism, "explain_with_chooser", traced)
+    return calls
+
+
+def _job(index, codes, values, held, *, n_listed, from_detector=0, unfilled=0, spec=None):
+    from dpcore.steps.pcor import PcorJob, _with_stand_ins
+
+    held_index, rows, extra = _with_stand_ins(index, SPACE, spec, "m", codes, values, np.asarray(held, np.int64),
+                                              n_listed, from_detector, unfilled)
+    return PcorJob(SPACE, held_index, "grubbs", {"alpha": 0.05}, MECH), rows, extra
+
+
+def test_an_absent_listed_id_runs_the_same_search_as_a_present_one_on_the_neighbouring_table(trace):
+    from dpcore.steps.pcor import compute_explanation
+
+    codes, values = _records(with_v=True)
+    v = len(values) - 1
+    job, rows, _ = _job(_index(codes, values), codes[v:], values[v:], [0], n_listed=1)
+    present = compute_explanation(job, int(rows[0]))
+    assert present["release"]["status"] == "released"
+    codes2, values2 = _records(with_v=False)  # the neighbour without V: V's id is absent
+    job2, rows2, _ = _job(_index(codes2, values2), codes2[:0], values2[:0], [-1], n_listed=1)
+    assert rows2[0] < 0
+    absent = compute_explanation(job2, int(rows2[0]))
+    # the same work: one search each, a start context found, n selections + the final one
+    assert trace == [(N_SAMPLES + 1, True), (N_SAMPLES + 1, True)]
+    # the released outcome of the absent id is today's data-independent one; the stand-in's is discarded
+    assert absent == {
+        "release": {"status": "no_valid_context", "context": None, "bits": None},
+        "internal": {"start_context": None, "n_verified": 0, "n_candidates": 0, "population": None},
+    }
+
+
+def test_an_unfilled_detector_slot_searches_like_a_filled_one(trace):
+    from dpcore.steps.pcor import compute_explanation
+
+    codes, values = _records(with_v=True)
+    # the detector chose V only; two slots: the second is unfilled
+    v = len(values) - 1
+    job, rows, extra = _job(_index(codes, values), codes[v:], values[v:], [0], n_listed=0, from_detector=2,
+                            unfilled=1)
+    assert len(extra) == 1 and extra[0] < 0
+    filled = compute_explanation(job, int(rows[0]))
+    empty = compute_explanation(job, extra[0])
+    assert filled["release"]["status"] == "released" and empty["release"]["status"] == "no_valid_context"
+    assert trace == [(N_SAMPLES + 1, True), (N_SAMPLES + 1, True)]
+
+
+def test_with_no_validated_record_the_search_still_runs_on_a_public_stand_in(trace):
+    from dpcore.steps.pcor import compute_explanation
+
+    spec = SimpleNamespace(public_schema=SimpleNamespace(numeric={"m": SimpleNamespace(min=0.0, max=200.0)}))
+    job, rows, extra = _job(None, np.zeros((0, 2), np.int32), np.zeros(0), [-1], n_listed=1, from_detector=1,
+                            unfilled=1, spec=spec)
+    outs = [compute_explanation(job, int(rows[0])), compute_explanation(job, extra[0])]
+    assert {o["release"]["status"] for o in outs} == {"no_valid_context"}
+    assert len(trace) == 2  # one search per target, as on a table with records
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_aiq_counts_the_same_points_for_a_present_and_an_absent_id(dpr_home, small_spec_path, tmp_path, monkeypatch):
+    """The ball-count aggregate counts as many points whether the asked id is present (F000001) or absent
+    (F900000, on the roster, not in the data), and one per detector slot whether or not the detector fills it
+    (the detector's choice stubbed: one record, or none); the absent id's answer still comes from the
+    data-independent input (0, 0)."""
+    import dpcore.steps.aiq as step
+    from dpcore.pipeline import ingest_stage, validate_stage
+    from dpcore.settings import Settings
+    from dpcore.spec import load_spec
+    from dpcore.warehouse import Warehouse
+
+    counted: list[int] = []
+    real = step.table_ball_counts
+
+    def traced(query, table, attrs, lows, highs, queries, r, **kw):
+        counted.append(len(queries))
+        return real(query, table, attrs, lows, highs, queries, r, **kw)
+
+    monkeypatch.setattr(step, "table_ball_counts", traced)
+    base = yaml.safe_load(small_spec_path.read_text())
+    settings = Settings.from_env()
+    ingested = None
+    # (asked id, detector slots, what the detector chose): present, absent; two slots filled by one record or none
+    cases = [("F000001", 0, []), ("F900000", 0, []), ("F000001", 2, ["F000003"]), ("F000001", 2, [])]
+    for n, (rid, slots, chosen) in enumerate(cases):
+        monkeypatch.setattr(step, "flagged_records", lambda *a, chosen=chosen: list(chosen))
+        spec_dict = {**base, "release_id": "test-r1"}
+        spec_dict["steps"] = {**base["steps"], "aiq": {**base["steps"]["aiq"], "enabled": True, "record_ids": [rid],
+                                                       "points": [], "from_detector": slots, "epsilon": 0.1 + n / 100}}
+        path = tmp_path / f"aiq{n}.yaml"
+        path.write_text(yaml.safe_dump(spec_dict))
+        spec = load_spec(path)
+        if ingested is None:
+            ingested = ingest_stage(spec, settings)
+            validate_stage(spec, settings, ingested)
+        out = step.aiq_step(spec, settings, ingested)
+        assert out.tables["answers"]["query"].tolist() == [f"record:{rid}"]
+    assert counted == [1, 1, 3, 3]  # one aggregate each, over as many points whoever is there
+    diag = Warehouse(settings.warehouse).query_df("SELECT ball_count, multiplicity FROM internal.aiq_diagnostics")
+    assert diag["ball_count"].iloc[0] >= 1 and diag.iloc[1].tolist() == [0, 0]
+    assert len(diag) == 1 + 1 + 2 + 1  # the stand-ins of unfilled slots are counted, then dropped
