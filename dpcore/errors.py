@@ -18,6 +18,7 @@ from typing import Iterator
 def expected_errors() -> tuple[type[BaseException], ...]:
     """The exception types a user can cause and fix."""
     from .budget import BudgetExceededError
+    from .chunks import MemoryLimitError
     from .ingest import IngestError
     from .ledger import LedgerError
     from .spec import SpecError
@@ -32,6 +33,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     return (
         SpecError, IngestError, ValidationFailed, StepInputError, BudgetExceededError, LedgerError, WarehouseBusyError,
         SeededNoiseRefusedError, OwnerKeyError, NoValidContextError, PathsRefusedError, SourceError,
+        MemoryLimitError,
     )
 
 
@@ -51,11 +53,18 @@ def user_facing() -> Iterator[None]:
 def environment_failure(exc: BaseException) -> None:
     """If ``exc`` is an environment failure (:func:`dpcore.faults.environment_fault`): its one line, ``SystemExit(1)``.
 
+    The traceback goes to the details log (:func:`dpcore.faults.save_details`, 0600 under ``$DPR_HOME/logs``),
+    whose path ends the line.
+
     Otherwise returns (the caller re-raises ``exc``).
     """
-    from .faults import environment_fault
+    import traceback
+
+    from .faults import environment_fault, save_details
 
     line = environment_fault(exc)
     if line is not None:
-        print(f"\nerror: {line}", file=sys.stderr)
+        saved = save_details(f"error: {line}\n" + "".join(traceback.format_exception(exc)))
+        where = f" (details: {saved})" if saved is not None else ""
+        print(f"\nerror: {line}{where}", file=sys.stderr)
         raise SystemExit(1) from None
