@@ -47,9 +47,11 @@ def cli(home: str | None) -> None:
     queries; runs visible in its UI); without it each run starts a temporary one.
 
     \b
-    Exit codes: 0 success; 2 refused (bad spec, input, flag or request, or over the budget:
-    nothing charged unless the message says so); 1 an environment failure (full disk, home not
-    writable, symlink loop, I/O error: its cause in one line) or an unexpected error.
+    Exit codes: 0 success; 2 refused (bad spec, input, flag or request, or over the budget, a home
+    that is not writable, DPR_MEMORY_LIMIT below 192 MiB: nothing charged unless the message says
+    so); 1 an environment failure (full disk, symlink loop, I/O error, a damaged warehouse or
+    write-ahead log, the Prefect server gone, DuckDB out of memory: its cause in one line, the
+    details in the log file it names) or an unexpected error.
     """
     if home:
         os.environ["DPR_HOME"] = home

@@ -105,13 +105,13 @@ def test_a_memory_cap_below_the_floor_is_refused_before_anything_is_read_or_char
 
     check_memory_floor({"DPR_MEMORY_LIMIT": f"{MEMORY_FLOOR}"})  # the floor itself is allowed
     check_memory_floor({})  # unset: the 2 GiB default
-    with pytest.raises(MemoryLimitError, match=r"DPR_MEMORY_LIMIT=255MiB is below the 256 MiB a run needs"):
-        check_memory_floor({"DPR_MEMORY_LIMIT": "255MiB"})
+    with pytest.raises(MemoryLimitError, match=r"DPR_MEMORY_LIMIT=191MiB is below the 192 MiB a run needs"):
+        check_memory_floor({"DPR_MEMORY_LIMIT": "191MiB"})
     home = tmp_path / "home"
     res = dpr("run", str(ROOT / "specs" / "demo.yaml"), home=home, env={"DPR_MEMORY_LIMIT": "80MiB"})
     assert res.returncode == 2, res.stderr[-3000:]
     line = the_error_line(res)
-    assert line.startswith("error: DPR_MEMORY_LIMIT=80MiB is below the 256 MiB a run needs") and "256MiB" in line
+    assert line.startswith("error: DPR_MEMORY_LIMIT=80MiB is below the 192 MiB a run needs") and "192MiB" in line
     assert not home.exists() or not (home / "warehouse.duckdb").exists()  # nothing opened, reserved or charged
 
 
