@@ -125,6 +125,25 @@ def test_every_flow_refuses_a_memory_cap_below_the_floor_at_its_start(monkeypatc
         resolve(str(ROOT / "specs" / "demo.yaml"), None)
 
 
+def test_a_release_that_runs_out_of_duckdbs_memory_ends_in_one_line_without_leak_reports(tmp_path):
+    """Under 96 MiB (allowed here by lowering the floor in the child) validation runs out of DuckDB's 24 MiB: was a
+    traceback, no error line, and ``nanobind: leaked 28 instances!`` from the interpreter's teardown."""
+    from ops_fixtures import small_spec
+
+    spec = small_spec(tmp_path / "spec.yaml", release_id="oom-r1", limit=1000)
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text("import dpcore.settings\ndpcore.settings.MEMORY_FLOOR = 0\n")
+    home = tmp_path / "home"
+    env = {"DPR_SPECS_DIR": str(tmp_path)}
+    assert dpr("dataset", "add", "nycflights13", "--spec", str(spec), home=home, env=env).returncode == 0
+    res = dpr("run", str(spec), home=home, env={**env, "DPR_MEMORY_LIMIT": "96MiB",
+                                                "PYTHONPATH": str(tmp_path / "site")})
+    assert res.returncode == 1, res.stderr[-3000:]
+    line = the_error_line(res)  # also: no traceback, no nanobind report
+    assert line.startswith("error: DuckDB ran out of memory under DPR_MEMORY_LIMIT=96MiB"), line
+    assert "OutOfMemoryException" in details_of(line)
+
+
 def test_duckdb_out_of_memory_is_one_line_naming_the_setting(monkeypatch):
     monkeypatch.setenv("DPR_MEMORY_LIMIT", "300MiB")
     try:
