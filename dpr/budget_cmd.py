@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
 
@@ -100,10 +100,10 @@ def _writable(settings) -> bool:
 def _read_only_ledger(settings):
     """The ledger of a home this user cannot write (a read-only mount, a backup): read, never written.
 
-    DuckDB opens the warehouse read-only (no lock file, no write-ahead log written; a log left by a crashed run
-    is replayed in memory) and its ``ledger`` schema is copied (all tables' definitions, the ``ledger`` schema's rows) into a private temporary warehouse (0700 folder,
-    removed afterwards), on which the home's usual checks run (:func:`dpcore.ledger_home.verify`: marker and
-    bundles; messages name the home's file). The copy holds budgets and charges, never a data row.
+    DuckDB attaches the warehouse read-only (no lock file, no write-ahead log written) and copies every table's
+    definition and the ``ledger`` schema's rows into a private temporary warehouse (a 0700 folder, removed
+    afterwards), on which the home's usual checks run (:func:`dpcore.ledger_home.verify`: marker and bundles;
+    messages name the home's file). The copy holds budgets and charges, never a data row.
     """
     import shutil
     import tempfile
@@ -144,12 +144,12 @@ def _read_only_ledger(settings):
 
 
 def _show(dataset: str | None, as_json: bool) -> None:
+    """Print (or ``--json``) the budgets; a home this user cannot write is read without writing (issue 47 item 5)."""
     from dpcore.settings import Settings
 
     settings = Settings.from_env()
     if settings.warehouse.is_file() and not _writable(settings):
-        with refusals(), ExitStack() as stack:
-            ledger = stack.enter_context(_read_only_ledger(settings))
+        with refusals(), _read_only_ledger(settings) as ledger:
             _show_ledger(ledger, dataset, as_json)
         if not as_json:
             out.print(f"(read from {settings.warehouse} without writing: this user cannot write the home)",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import signal
 import stat
 import subprocess
