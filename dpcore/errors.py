@@ -5,8 +5,10 @@ exhausted budget, a busy warehouse, a home whose ledger is missing) are
 printed as one clear message and exit code 2 ("refused") instead of a
 traceback. Failures of the machine (a full disk, a home that is not writable,
 a symlink loop, an I/O error, a warehouse file that is not a database:
-:mod:`dpcore.faults`) are printed as their first cause in one line and exit
-code 1. Their messages never carry private values.
+:mod:`dpcore.faults`; also a damaged write-ahead log, the Prefect server gone,
+DuckDB out of memory) are printed as their first cause in one line and exit
+code 1; the traceback goes to a details log (0600) that the line names. Their
+messages never carry private values.
 """
 from __future__ import annotations
 
