@@ -5,8 +5,10 @@ exhausted budget, a busy warehouse, a home whose ledger is missing) are
 printed as one clear message and exit code 2 ("refused") instead of a
 traceback. Failures of the machine (a full disk, a home that is not writable,
 a symlink loop, an I/O error, a warehouse file that is not a database:
-:mod:`dpcore.faults`) are printed as their first cause in one line and exit
-code 1. Their messages never carry private values.
+:mod:`dpcore.faults`; also a damaged write-ahead log, the Prefect server gone,
+DuckDB out of memory) are printed as their first cause in one line and exit
+code 1; the traceback goes to a details log (0600) that the line names. Their
+messages never carry private values.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Iterator
 def expected_errors() -> tuple[type[BaseException], ...]:
     """The exception types a user can cause and fix."""
     from .budget import BudgetExceededError
+    from .chunks import MemoryLimitError
     from .ingest import IngestError
     from .ledger import LedgerError
     from .spec import SpecError
@@ -32,6 +35,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     return (
         SpecError, IngestError, ValidationFailed, StepInputError, BudgetExceededError, LedgerError, WarehouseBusyError,
         SeededNoiseRefusedError, OwnerKeyError, NoValidContextError, PathsRefusedError, SourceError,
+        MemoryLimitError,
     )
 
 
@@ -51,11 +55,18 @@ def user_facing() -> Iterator[None]:
 def environment_failure(exc: BaseException) -> None:
     """If ``exc`` is an environment failure (:func:`dpcore.faults.environment_fault`): its one line, ``SystemExit(1)``.
 
+    The traceback goes to the details log (:func:`dpcore.faults.save_details`, 0600 under ``$DPR_HOME/logs``),
+    whose path ends the line.
+
     Otherwise returns (the caller re-raises ``exc``).
     """
-    from .faults import environment_fault
+    import traceback
+
+    from .faults import environment_fault, save_details
 
     line = environment_fault(exc)
     if line is not None:
-        print(f"\nerror: {line}", file=sys.stderr)
+        saved = save_details(f"error: {line}\n" + "".join(traceback.format_exception(exc)))
+        where = f" (details: {saved})" if saved is not None else ""
+        print(f"\nerror: {line}{where}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -8,14 +8,21 @@ exception's chain (Python's ``OSError`` with its ``errno``, or DuckDB's
 states its *first* cause, the innermost one, in one line; the command line
 exits 1 with it instead of a traceback (:func:`dpcore.errors.user_facing`).
 
+Three faults have a line of their own: a write-ahead log DuckDB cannot
+replay (:func:`wal_damaged`), the Prefect server going away during a command
+(:func:`orchestrator_gone`) and DuckDB running out of its share of
+``DPR_MEMORY_LIMIT`` (:func:`out_of_memory`).
+
 The line holds the operating system's message, its errno name and the file
-path involved: never a value of the data.
+path involved (or the setting's name and value): never a value of the data.
 """
 from __future__ import annotations
 
 import errno
 import os
 import re
+import stat
+from pathlib import Path
 
 #: errno -> what the owner does about it
 ADVICE = {
@@ -67,6 +74,69 @@ def _duckdb_fault(exc: BaseException) -> tuple[int, str | None] | None:
     return None
 
 
+#: DuckDB's texts for a write-ahead log it cannot replay (duckdb 2.0): the log, not the main file, is damaged
+_WAL_TEXTS = ("Failure while replaying WAL file", "Corrupt WAL file")
+#: httpx's errors of a server that stopped answering (connection refused or dropped), by class name
+_GONE = {"ConnectError", "ConnectTimeout", "RemoteProtocolError", "ReadError", "WriteError"}
+
+
+def wal_damaged(exc: BaseException) -> EnvironmentFault | None:
+    """The one-line fault of a DuckDB error saying the warehouse's write-ahead log cannot be replayed, or None.
+
+    A damaged ``<warehouse>.wal`` (a crash mid-write, then changed bytes) stops every open of the file. Deleting
+    the log to get past it would silently drop what it holds (charges among it: the ledger would roll back), so
+    the line says to restore the backup instead. It names the log's path only.
+    """
+    try:
+        import duckdb
+    except ImportError:  # pragma: no cover - duckdb is a dependency
+        return None
+    text = str(exc)
+    if not isinstance(exc, duckdb.Error) or not any(t in text for t in _WAL_TEXTS):
+        return None
+    m = re.search(r'WAL file "([^"]+)"', text)
+    wal = m.group(1) if m else "the warehouse's .wal file"
+    return EnvironmentFault(
+        f"the warehouse's write-ahead log {wal} is damaged (DuckDB cannot replay it): an environment failure, not "
+        "a refusal: restore the warehouse and the owner key from your latest backup (README, 'Back up'). Do not "
+        "delete the .wal to get past this (the charges it holds would be lost); without a backup, move the "
+        "warehouse and its .wal aside and run `dpr budget recover --from-bundles`", errno.EIO)
+
+
+def orchestrator_gone(exc: BaseException) -> EnvironmentFault | None:
+    """The one-line fault of the Prefect API going away during a command (an httpx connection error), or None.
+
+    The release's charges live in the warehouse's ledger, not in Prefect: running the same release id again
+    resumes within its reservation and charges nothing more (README, 'Refusals, crashes and re-runs').
+    """
+    if type(exc).__name__ not in _GONE or not type(exc).__module__.startswith(("httpx", "httpcore")):
+        return None
+    url = os.environ.get("PREFECT_API_URL") or "the Prefect API"
+    return EnvironmentFault(
+        f"the Prefect server at {url} stopped answering ({type(exc).__name__}: {exc}): the orchestrator went away, "
+        "an environment failure, not a refusal: start it again (`dpr server start`, or unset PREFECT_API_URL for "
+        "a temporary one) and run the same command again: a release id run again resumes within its "
+        "reservation and charges nothing more", errno.ECONNREFUSED)
+
+
+def out_of_memory(exc: BaseException) -> EnvironmentFault | None:
+    """The one-line fault of DuckDB running out of its share of ``DPR_MEMORY_LIMIT``, or None.
+
+    Names the setting and its value, never a value of the data.
+    """
+    try:
+        import duckdb
+    except ImportError:  # pragma: no cover - duckdb is a dependency
+        return None
+    if not isinstance(exc, duckdb.OutOfMemoryException):
+        return None
+    cap = os.environ.get("DPR_MEMORY_LIMIT") or "unset (2 GiB)"
+    return EnvironmentFault(
+        f"DuckDB ran out of memory under DPR_MEMORY_LIMIT={cap}: an environment failure, not a refusal: raise "
+        "DPR_MEMORY_LIMIT (README, 'DPR_MEMORY_LIMIT') or free memory, then run the same command again (a "
+        "release id run again resumes within its reservation)", errno.ENOMEM)
+
+
 def _fault_of(exc: BaseException) -> tuple[int, str | None] | None:
     if isinstance(exc, EnvironmentFault):
         return exc.errno, None
@@ -92,6 +162,9 @@ def environment_fault(exc: BaseException) -> str | None:
     """
     found = None
     for item in _chain(exc):  # outermost first: keep the innermost (the first cause)
+        named = wal_damaged(item) or orchestrator_gone(item) or out_of_memory(item)
+        if named is not None:
+            item = named
         fault = _fault_of(item)
         if fault is not None:
             found = (item, fault)
@@ -103,6 +176,57 @@ def environment_fault(exc: BaseException) -> str | None:
     where = f" on {filename}" if filename else ""
     return (f"{os.strerror(code)} ({errno.errorcode.get(code, code)}){where}: an environment failure, not a "
             f"refusal: {ADVICE[code]}, then run the same command again")
+
+
+#: This process's details log, once created (:func:`save_details`)
+_DETAILS: list[Path] = []
+
+
+def _details_file() -> Path | None:
+    """This process's details log (created empty, 0600, on first use), or None when no folder takes it.
+
+    ``$DPR_HOME/logs/dpr-<UTC time>-<pid>.log`` (the folder 0700), else the same name in
+    ``<temp dir>/dpr-logs-<uid>`` when the home cannot take it (read-only, full); a folder of another user or
+    a link is never used, and the file is created new (``O_EXCL``, no link followed).
+    """
+    if _DETAILS:
+        return _DETAILS[0]
+    import tempfile
+    import time
+
+    name = f"dpr-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}.log"
+    home = Path(os.environ.get("DPR_HOME") or "var")
+    for folder in (home / "logs", Path(tempfile.gettempdir()) / f"dpr-logs-{os.getuid()}"):
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            st = os.lstat(folder)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            os.close(fd)
+        except OSError:
+            continue
+        _DETAILS.append(folder / name)
+        return _DETAILS[0]
+    return None
+
+
+def save_details(text: str) -> Path | None:
+    """Append ``text`` (a traceback, a log record) to this process's details log; its path, or None if unwritable.
+
+    The owner's terminal gets the one line (:func:`environment_fault`); what Prefect and Python print with it
+    goes here, readable by the owner only. Exception texts carry no private values (DESIGN.md), so neither
+    does the log.
+    """
+    path = _details_file()
+    if path is None:
+        return None
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text if text.endswith("\n") else text + "\n")
+    except OSError:
+        return None
+    return path
 
 
 def is_environment_fault(exc: BaseException) -> bool:

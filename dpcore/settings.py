@@ -15,6 +15,9 @@ would read (and quote in its errors) any file of its machine. Unset or empty,
 the folders are the project's own ``specs/`` (next to ``dpcore/``) and the
 owner's spec folder ``$DPR_HOME/specs`` when it exists. The containment check
 itself is :func:`dpcore.spec_dirs.allowed_spec_file`.
+
+``DPR_MEMORY_LIMIT`` below :data:`MEMORY_FLOOR` is refused before a run reads
+or charges anything (:func:`check_memory_floor`, issue 47 item 5).
 """
 from __future__ import annotations
 
@@ -50,6 +53,41 @@ def specs_dirs_from_env(env: Mapping[str, str], home: Path) -> tuple[Path, ...]:
     else:
         dirs = [PROJECT_SPECS] + ([home / "specs"] if (home / "specs").is_dir() else [])
     return tuple(dict.fromkeys(Path(os.path.realpath(d)) for d in dirs))
+
+
+#: The smallest ``DPR_MEMORY_LIMIT`` a run is allowed (bytes). Measured on 2026-12-07 (2 shared cores), one release
+#: per cap and home: the demo spec on its first 1,000 flights (``tests/ops_fixtures.small_spec``) ran out of
+#: DuckDB's memory in validation at 96 and 128 MiB (DuckDB's share, a quarter of such a cap: 24 and 32 MiB) and
+#: completed at 160, 192 and 256 MiB; the whole demo (336,776 flights) completed at 160, 192 and 256 MiB
+#: (about 100 s each). The floor keeps one 32 MiB step above the smallest cap that completed, for specs with
+#: more columns than the demo's. README, "DPR_MEMORY_LIMIT".
+MEMORY_FLOOR = 192 * 1024**2
+
+
+def check_memory_floor(env: Mapping[str, str] | None = None) -> None:
+    """Refuse a ``DPR_MEMORY_LIMIT`` below :data:`MEMORY_FLOOR`, before anything is read or charged.
+
+    Under a smaller cap DuckDB's share cannot hold one operation of the pipeline (a run then stopped after
+    its reservation, in validation or the rules step).
+
+    Parameters
+    ----------
+    env : mapping, optional
+        The environment (default ``os.environ``); unset or empty ``DPR_MEMORY_LIMIT`` is the 2 GiB default.
+
+    Raises
+    ------
+    dpcore.chunks.MemoryLimitError
+        One line naming the setting, its value and the floor (a refusal: exit 2).
+    """
+    from .chunks import MemoryLimitError, parse_memory
+
+    text = ((env if env is not None else os.environ).get("DPR_MEMORY_LIMIT") or "").strip()
+    if text and parse_memory(text) < MEMORY_FLOOR:
+        raise MemoryLimitError(
+            f"DPR_MEMORY_LIMIT={text} is below the {MEMORY_FLOOR // 1024**2} MiB a run needs (DuckDB's share of a "
+            f"smaller cap cannot hold one step's work): set DPR_MEMORY_LIMIT={MEMORY_FLOOR // 1024**2}MiB or more, "
+            "or unset it (2 GiB). Nothing was read or charged.")
 
 
 @dataclass(frozen=True)

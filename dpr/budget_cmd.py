@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
+from contextlib import contextmanager
 from fractions import Fraction
+from pathlib import Path
 
 import click
 
@@ -84,11 +87,81 @@ def show(ctx: click.Context, dataset: str | None, as_json: bool) -> None:
     _show(dataset, as_json or bool(ctx.parent and ctx.parent.params.get("as_json")))
 
 
+def _writable(settings) -> bool:
+    """Whether this user may write the warehouse's folder, its lock file and the file itself (a read-only mount:
+    no)."""
+    folder = settings.warehouse.parent
+    lock = settings.warehouse.with_name(settings.warehouse.name + ".lock")
+    return (os.access(folder, os.W_OK | os.X_OK) and os.access(settings.warehouse, os.W_OK)
+            and (not lock.exists() or os.access(lock, os.W_OK)))
+
+
+@contextmanager
+def _read_only_ledger(settings):
+    """The ledger of a home this user cannot write (a read-only mount, a backup): read, never written.
+
+    DuckDB attaches the warehouse read-only (no lock file, no write-ahead log written) and copies every table's
+    definition and the ``ledger`` schema's rows into a private temporary warehouse (a 0700 folder, removed
+    afterwards), on which the home's usual checks run (:func:`dpcore.ledger_home.verify`: marker and bundles;
+    messages name the home's file). The copy holds budgets and charges, never a data row.
+    """
+    import shutil
+    import tempfile
+
+    import duckdb
+
+    from dpcore.ledger import PrivacyLedger
+    from dpcore.ledger_home import verify
+    from dpcore.warehouse import Warehouse, WarehouseCorruptError, _is_corrupt
+
+    folder = Path(tempfile.mkdtemp(prefix="dpr-budget-"))
+    try:
+        copy = folder / "snapshot.duckdb"
+        con = duckdb.connect(str(copy))
+        try:
+            try:
+                con.execute("ATTACH ? AS home (READ_ONLY)", [str(settings.warehouse)])
+            except duckdb.Error as exc:
+                if _is_corrupt(exc):
+                    raise WarehouseCorruptError(settings.warehouse) from None
+                raise
+            con.execute("COPY FROM DATABASE home TO snapshot (SCHEMA)")  # every table's definition, no row
+            for (name,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'home' AND "
+                                       "schema_name = 'ledger' ORDER BY table_name").fetchall():
+                quoted = '"' + name.replace('"', '""') + '"'
+                con.execute(f"INSERT INTO snapshot.ledger.{quoted} SELECT * FROM home.ledger.{quoted}")
+            con.execute("DETACH home")
+        finally:
+            con.close()
+        wh = Warehouse(copy)
+        verify(settings, wh)
+        yield PrivacyLedger(wh)
+    finally:
+        from dpcore.warehouse import let_go
+
+        let_go(folder / "snapshot.duckdb")
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _show(dataset: str | None, as_json: bool) -> None:
+    """Print (or ``--json``) the budgets; a home this user cannot write is read without writing (issue 47 item 5)."""
+    from dpcore.settings import Settings
+
+    settings = Settings.from_env()
+    if settings.warehouse.is_file() and not _writable(settings):
+        with refusals(), _read_only_ledger(settings) as ledger:
+            _show_ledger(ledger, dataset, as_json)
+        if not as_json:
+            out.print(f"(read from {settings.warehouse} without writing: this user cannot write the home)",
+                      markup=False)
+        return
+    _show_ledger(open_ledger(), dataset, as_json)
+
+
+def _show_ledger(ledger, dataset: str | None, as_json: bool) -> None:
     from dpcore.ledger import LedgerError
     from dpcore.ledger_home import ledger_id, recoveries
 
-    ledger = open_ledger()
     if ledger is None:
         if dataset:
             refuse(f"no ledger yet (no warehouse under $DPR_HOME): dataset {dataset!r} has never been charged")

@@ -65,6 +65,10 @@ def prefect_environment() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
+    # a request to a Prefect server that went away is retried 3 times (2 + 4 + 8 s, with jitter), not Prefect's 5
+    # (62 s per request, about 2.5 minutes for a release): the command then ends with one line (dpcore.faults.
+    # orchestrator_gone) and running it again resumes the release; a caller's own setting wins
+    os.environ.setdefault("PREFECT_CLIENT_MAX_RETRIES", "3")
     from flows.prefect_api import start_temporary
 
     # the caller's PREFECT_API_URL, else the server `dpr server start` keeps, else a temporary server for this

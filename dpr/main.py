@@ -47,9 +47,11 @@ def cli(home: str | None) -> None:
     queries; runs visible in its UI); without it each run starts a temporary one.
 
     \b
-    Exit codes: 0 success; 2 refused (bad spec, input, flag or request, or over the budget:
-    nothing charged unless the message says so); 1 an environment failure (full disk, home not
-    writable, symlink loop, I/O error: its cause in one line) or an unexpected error.
+    Exit codes: 0 success; 2 refused (bad spec, input, flag or request, or over the budget, a home
+    that is not writable, DPR_MEMORY_LIMIT below 192 MiB: nothing charged unless the message says
+    so); 1 an environment failure (full disk, symlink loop, I/O error, a damaged warehouse or
+    write-ahead log, the Prefect server gone, DuckDB out of memory: its cause in one line, the
+    details in the log file it names) or an unexpected error.
     """
     if home:
         os.environ["DPR_HOME"] = home
@@ -65,14 +67,37 @@ cli.add_command(validation_group)
 
 
 def main() -> None:
-    """Console entry point (an environment failure escaping a command: one line, exit 1)."""
+    """Console entry point (an environment failure escaping a command: one line, exit 1).
+
+    A command that ends with an error line (exit 1 or 2) leaves through :func:`_leave`: without the
+    interpreter's teardown, which after a failed flow run printed C extensions' reference-leak reports
+    (``nanobind: leaked 28 instances!``, objects still held by the failure's traceback) under the one line.
+    An unexpected error (a traceback) exits normally.
+    """
     from dpcore.errors import environment_failure
 
     try:
-        cli(prog_name="dpr")
-    except Exception as exc:
-        environment_failure(exc)
+        try:
+            cli(prog_name="dpr")
+        except Exception as exc:
+            environment_failure(exc)
+            raise
+    except SystemExit as done:
+        if isinstance(done.code, int) and done.code != 0:
+            _leave(done.code)
         raise
+
+
+def _leave(code: int) -> None:
+    """Exit with ``code`` after the atexit handlers (Prefect's log flush, the warehouse lease's close, the
+    temporary server's stop) and a flush of the standard streams, skipping the modules' finalisers."""
+    import atexit
+    import sys
+
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -61,10 +61,11 @@ def run(spec, release_id, period, start, end) -> None:
     """
     from dpcore.path_checks import check_paths
     from dpcore.series import backfill_periods, check_run_flags
-    from dpcore.settings import Settings
+    from dpcore.settings import Settings, check_memory_floor
     from dpcore.spec import check_release_id_flag, load_spec
 
     with refusals():  # fail fast, before Prefect starts a server
+        check_memory_floor()  # DPR_MEMORY_LIMIT below what a run needs (dpcore.settings.MEMORY_FLOOR)
         check_release_id_flag(release_id)
         check_run_flags(spec, period, start, end)
         if start is not None:

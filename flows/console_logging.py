@@ -8,13 +8,16 @@ then prints the error itself. :func:`quiet_refusal_tracebacks` drops the
 traceback of those records on the terminal's handlers only (the log line with
 the error's message stays): their formatter leaves it out and restores the
 record, so the Prefect API's log handler still gets it. Unexpected errors keep
-their traceback.
+their traceback. An environment failure (:func:`dpcore.faults.environment_fault`)
+keeps its log line too; its traceback goes to the command's details log
+(:func:`dpcore.faults.save_details`), which the command's last line names.
 """
 from __future__ import annotations
 
 import logging
 
 from dpcore.errors import expected_errors
+from dpcore.faults import is_environment_fault, save_details
 
 __all__ = ["quiet_refusal_tracebacks"]
 
@@ -29,8 +32,14 @@ class _NoRefusalTraceback(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         exc = record.exc_info[1] if record.exc_info else None
-        if exc is None or not isinstance(exc, expected_errors()):
+        if exc is None:
             return self.inner.format(record)
+        if not isinstance(exc, expected_errors()):
+            if not is_environment_fault(exc):
+                return self.inner.format(record)
+            # an environment failure: the command ends with its one line naming the details log; the traceback
+            # goes there (issue 47 item 5)
+            save_details(self.inner.format(record))
         saved = record.exc_info, record.exc_text
         record.exc_info, record.exc_text = None, None
         try:

@@ -203,7 +203,8 @@ def _exit_without_teardown(code: int) -> None:
     temporary API server's stop, temporary folders), then the standard streams are flushed. What is skipped
     is the garbage collection and the libraries' finalisers of the loaded modules: about 2 s after a demo
     release (issue 29, goal 5), holding nothing of the run (its files are closed by then, the warehouse by its
-    lease at run end). Used only after :func:`main` returned; a refusal or an error exits normally.
+    lease at run end). Used after :func:`main` returned or printed its error line (exit 1 or 2); an unexpected
+    error (a traceback) exits normally.
     """
     import atexit
 
@@ -214,4 +215,10 @@ def _exit_without_teardown(code: int) -> None:
 
 
 if __name__ == "__main__":
-    _exit_without_teardown(main())
+    try:
+        code = main()
+    except SystemExit as done:  # an error line was printed (exit 1 or 2): no teardown's leak reports under it
+        if not isinstance(done.code, int) or done.code == 0:
+            raise
+        code = done.code
+    _exit_without_teardown(code)

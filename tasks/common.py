@@ -375,7 +375,9 @@ def resolve(spec_path: str, release_id: str | None, period: str | None = None) -
     refused before any charge (:func:`dpcore.path_checks.check_paths`).
     """
     from dpcore.path_checks import check_paths
+    from dpcore.settings import check_memory_floor
 
+    check_memory_floor()  # a DPR_MEMORY_LIMIT below what a run needs: refused before any charge (issue 47 item 5)
     settings = Settings.from_env()
     path = allowed_spec_file(spec_path, settings.specs_dirs)
     spec = load_spec(path, release_id=release_id, period=period)  # period: a series spec's (issue 30)
