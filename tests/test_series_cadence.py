@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpcore.periods import PeriodError, parse_label, parse_period, period_ended_before
-from dpcore.series import backfill_periods, empty_period_note, plan_series, run_period, series_release_pattern
+from dpcore.series import backfill_periods, plan_series, run_period, series_release_pattern
 from dpcore.spec import SpecError, load_spec
 from test_series_spec import series_spec
 
@@ -95,7 +95,7 @@ def test_listed_periods(tmp_path, dpr_home, small_flights_csv, register_dataset)
     ({"period": "yearly", "first": 2010, "every": 2, "periods": [2010]}, "give one"),
     ({"period": "yearly", "periods": [2012, 2010]}, r"series.periods\[1\] '2010' is not after '2012'"),
     ({"period": "yearly", "first": 2011, "periods": [2010, 2012]}, "outside series.first"),
-    ({"period": "yearly", "first": 2010, "every": 0}, "every"),
+    ({"period": "yearly", "first": 2010, "every": 0}, r"series.every: .*greater than or equal to 1"),
 ])
 def test_bad_cadences_are_refused_naming_the_key(tmp_path, series, message):
     with pytest.raises(SpecError, match=message):
@@ -123,6 +123,8 @@ def test_the_series_page_title_says_the_cadence(tmp_path):
 
 
 def test_empty_periods_are_stated_and_the_option_is_checked(tmp_path):
+    from dpcore.series import empty_period_note
+
     daily = load_spec(series_spec(tmp_path, series={"period": "daily", "first": "2013-01-01"}))
     note = empty_period_note(daily)
     assert "refused before any charge" in note and "whether anyone had a record in that period" in note
@@ -146,3 +148,11 @@ def test_older_series_specs_hash_as_before(tmp_path):
     assert spec.content_hash() == _hash_json(data)
     listed = load_spec(series_spec(tmp_path, series={"period": "monthly", "first": "2013-01", "every": 2}))
     assert listed.content_hash() != spec.content_hash()
+
+
+def test_series_plot_intervals_stop_at_zero():
+    # the tables state each interval clipped at 0: the bars below a value stop at 0 too
+    from dpcore.series_page import clipped_errors
+
+    below, above = clipped_errors([3.0, 10.0, 0.0], [5.0, 2.0, 4.0])
+    assert below == [3.0, 2.0, 0.0] and above == [5.0, 2.0, 4.0]
