@@ -60,3 +60,14 @@ def test_row_numbers_are_explained_per_source_kind():
     for kind in ("postgres", "duckdb", "parquet"):
         assert "header" not in row_numbers_text(kind)
     assert "ORDER BY" in row_numbers_text("postgres")
+
+
+def test_spec_check_data_explains_rows_for_the_source_kind():
+    from dpcore.validation.outcome import summary_lines
+
+    s = {"n_rows": 3, "n_valid": 2, "n_rejected": 1, "rejected_fraction": 1 / 3, "table_failures": [],
+         "ignored_columns": [], "row_failures": [{"rule": "in_bounds", "column": "wage", "count": 1, "example_rows": [2]}]}
+    from dpcore.validation.results import row_numbers_text
+
+    text = "\n".join(summary_lines(s, row_numbers_text("postgres")))
+    assert "the first row the server sent" in text and "header" not in text

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..warehouse import Warehouse
+from .outcome import ROW_NUMBERS, row_numbers_text  # noqa: F401 - the owner's texts of row numbers, per kind
 from .store import table_name
 
 
@@ -108,22 +109,6 @@ def latest_validations(wh: Warehouse, dataset: str | None = None) -> list[Stored
                 failing[(rule, column)] = [int(n) for n in numbers]
         out.append(StoredValidation(name, created_at, spec_hash, source, json.loads(summary_json), failing, kind))
     return out
-
-
-#: What a data row number counts, per source kind (``_row``: 1-based, in the order the source gave the rows).
-ROW_NUMBERS = {
-    "csv": "1 = the first row after the header, blank lines not counted (not line numbers of the file)",
-    "demo": "1 = the first row after the header of the demo's CSV, blank lines not counted",
-    "postgres": "1 = the first row the server sent for the source's table or query (in the query's ORDER BY, "
-                "else the server's order)",
-    "duckdb": "1 = the first row DuckDB returned for the source's table or query, in that order",
-    "parquet": "1 = the first row of the first Parquet file (files in sorted path order, rows file after file)",
-}
-
-
-def row_numbers_text(kind: str | None) -> str:
-    """How ``dpr validation show`` explains a data row number for an input of ``kind`` (None: not known)."""
-    return "data rows: " + ROW_NUMBERS.get(kind or "", "1 = the first data row the source gave, in its order")
 
 
 def hash_matches(stored: StoredValidation, spec_path, wh: Warehouse) -> bool:
