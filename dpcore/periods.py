@@ -319,8 +319,8 @@ class Cadence:
                     "listed period or add it to series.periods")
         nxt = self.following(p, 1)
         hint = f" (the next one is {nxt[0].label})" if nxt else ""
-        return (f"{what} {p.label!r} is not a period of the series: series.every is {self.every}, so only every "
-                f"{self.every}th {UNIT_NAMES[self.kind]} from {self.first.label} exists{hint}")
+        return (f"{what} {p.label!r} is not a period of the series: series.every is {self.every}, so only one "
+                f"{UNIT_NAMES[self.kind]} in {self.every} exists, counted from {self.first.label}{hint}")
 
 
 def _steps_between(a: Period, b: Period) -> int:
