@@ -285,10 +285,14 @@ class Cadence:
         return out
 
     def latest_ended_before(self, when: datetime) -> Period | None:
-        """The series' last period that ended at or before ``when`` (None: none has ended yet)."""
+        """The series' last period that ended at or before ``when`` (None: none has ended yet).
+
+        A period after ``last`` is returned as is (a run of it is refused, naming ``series.last``); a period
+        the series skips gives the last one before it that the series has.
+        """
         p = period_ended_before(self.kind, when)
         if self.last is not None and p > self.last:
-            p = self.last
+            return p  # after the series: the caller refuses it (series.last), as for a series without gaps
         while p >= self.first:
             if self.contains(p):
                 return p

@@ -72,6 +72,8 @@ def test_listed_periods(tmp_path, dpr_home, small_flights_csv, register_dataset)
         backfill_periods(path, "2013", "2015")
     cad = spec.series.cadence()
     assert run_period(True, None, datetime(2016, 3, 1, tzinfo=UTC), True, cad) == "2012"
+    # after the series' last period: that period, which the run then refuses (series.last), never 2018 again
+    assert run_period(True, None, datetime(2024, 3, 1, tzinfo=UTC), True, cad) == "2023"
     # the plan's runway counts only the listed periods: 2010 and 2012 fit the demo's budget (8.1 of 20 each),
     # the next one planned is 2016, never the skipped 2014
     import yaml
