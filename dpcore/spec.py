@@ -489,46 +489,68 @@ class SeriesCap(_Strict):
 
 
 class SeriesSpec(_Strict):
-    """``series``: the spec releases one period per run (issue 30; :mod:`dpcore.periods`).
+    """``series``: the spec releases one period per run (issues 30, 48; :mod:`dpcore.periods`).
 
     ``release_id`` and ``dataset.source.path`` (``dataset.source.period`` for the demo) are templates:
-    ``{period}`` is the period's label (``2013-05``) and ``{dataset}`` the dataset name.
+    ``{period}`` is the period's label (``2013-05``) and ``{dataset}`` the dataset name. A series need not
+    have every period of its kind: ``every: 2`` keeps every other one from ``first``, ``periods`` lists the
+    ones that exist (a survey held in 2010, 2012 and 2016).
     """
 
-    period: Literal["monthly", "weekly", "daily", "quarterly"] = Field(
+    period: Literal["monthly", "weekly", "daily", "quarterly", "yearly"] = Field(
         description="How long one period is (UTC): monthly (2013-05), weekly (ISO week 2013-W05), daily "
-        "(2013-05-31) or quarterly (2013-Q2).")
-    first: str = Field(description="The series' first period, as its label (2013-01 for monthly).")
-    last: str | None = Field(default=None, description="The series' last period (empty: open-ended).")
+        "(2013-05-31), quarterly (2013-Q2) or yearly (2018).")
+    first: str | None = Field(default=None, description="The series' first period, as its label (2013-01 for "
+                              "monthly); may be left out when periods lists them (then the first listed).")
+    last: str | None = Field(default=None, description="The series' last period (empty: open-ended, or the last "
+                             "listed one).")
+    every: int | None = Field(default=None, ge=1, description="Only every n-th period from first exists (2: every "
+                              "other year); empty: every period. Not with periods.")
+    periods: list[str] | None = Field(default=None, min_length=1, description="The periods that exist, earliest "
+                                      "first ([2010, 2012, 2016]): a backfill, the plan and a schedule take only "
+                                      "these. Not with every.")
+    empty_periods: Literal["refuse", "release"] = Field(
+        default="refuse",
+        description="A period whose input has no data row: 'refuse' (default) stops it before any charge, which "
+        "tells whether anyone has a record in that period; 'release' releases it like any other (charged, noisy "
+        "zero counts; see the README's series section for what a zero-row period publishes).")
 
     @field_validator("first", "last", mode="before")
     @classmethod
     def _date_text(cls, v: Any) -> Any:
-        import datetime as _dt
+        return _label_text(v)
 
-        if isinstance(v, _dt.date):  # YAML reads an unquoted 2013-01-31 as a date
-            return v.isoformat()
-        return v
+    @field_validator("periods", mode="before")
+    @classmethod
+    def _date_texts(cls, v: Any) -> Any:
+        return [_label_text(x) for x in v] if isinstance(v, list) else v
 
     @model_validator(mode="after")
     def _labels(self) -> "SeriesSpec":
-        from .periods import PeriodError, parse_period
+        from .periods import PeriodError, cadence
 
-        problems = []
-        for key in ("first", "last"):
-            value = getattr(self, key)
-            if value is None:
-                continue
-            try:
-                parse_period(self.period, value, f"series.{key}")
-            except PeriodError as exc:
-                problems.append(str(exc))
-        if not problems and self.last is not None and (
-                parse_period(self.period, self.last) < parse_period(self.period, self.first)):
-            problems.append(f"series.last {self.last!r} is before series.first {self.first!r}")
-        if problems:
-            raise ValueError("; ".join(problems))
+        try:
+            cadence(self.period, self.first, self.last, self.every, self.periods)
+        except PeriodError as exc:
+            raise ValueError(str(exc)) from None
         return self
+
+    def cadence(self):
+        """The series' :class:`~dpcore.periods.Cadence`: which periods exist."""
+        from .periods import cadence
+
+        return cadence(self.period, self.first, self.last, self.every, self.periods)
+
+
+def _label_text(v: Any) -> Any:
+    """A period label as YAML may read it: an unquoted 2013-01-31 is a date, an unquoted 2018 an int."""
+    import datetime as _dt
+
+    if isinstance(v, _dt.date):
+        return v.isoformat()
+    if isinstance(v, int) and not isinstance(v, bool):
+        return str(v)
+    return v
 
 
 class BudgetSpec(_Strict):
@@ -1020,6 +1042,11 @@ class StepsSpec(_Strict):
     rules: RulesSpec = Field(default_factory=RulesSpec)
 
 
+#: The steps that run on a period without any row (issue 46, item 5): ``series.empty_periods: release`` is
+#: refused with any other step enabled, so no step is silently skipped on an empty period
+#: (tests/test_series_empty_periods.py releases an empty period with them).
+ZERO_ROW_STEPS: tuple[str, ...] = ("validation", "record_counts")
+
 #: Steps whose mechanisms are private only under replace-one neighbours (their
 #: ``neighbour`` attribute; tests/test_ledger.py checks this list against them).
 REPLACE_ONE_STEPS: tuple[str, ...] = ("outlier_counts",)
@@ -1239,6 +1266,14 @@ class ReleaseSpec(_Strict):
         if self.budget.series_cap is not None and self.series is None:
             problems.append("budget.series_cap caps a series: it needs a series section (series: {period: monthly, "
                             "first: ...}), or delete it")
+        if self.series is not None and self.series.empty_periods == "release":
+            cannot = [f"steps.{n}" for n in StepsSpec.model_fields if n not in ZERO_ROW_STEPS
+                      and getattr(getattr(self.steps, n), "enabled", False)]
+            if cannot:
+                problems.append(
+                    f"series.empty_periods: release runs every enabled step on a period that may have no row, and "
+                    f"{', '.join(cannot)} cannot run on zero rows: disable them (enabled: false) or keep "
+                    "series.empty_periods: refuse (an empty period is then refused before any charge)")
         problems += public_completeness_problems(self)
         if self.budget.neighbour == "add-remove":
             for name in REPLACE_ONE_STEPS:
@@ -1259,6 +1294,10 @@ class ReleaseSpec(_Strict):
         """
         unset = {k for k in ("series", "period", "release_id_template") if getattr(self, k) is None}
         data = self.model_dump(mode="json", by_alias=True, exclude=unset)
+        if self.series is not None:  # the keys added by issue 48 count only when set: older series hash as before
+            for key, default in (("every", None), ("periods", None), ("empty_periods", "refuse")):
+                if data["series"].get(key, default) == default:
+                    data["series"].pop(key, None)
         if self.budget.series_cap is None:
             data["budget"].pop("series_cap", None)
         _drop_unset_period(data["dataset"])
@@ -1381,17 +1420,18 @@ def _locate(root: "yaml.Node | None", loc: list) -> list[tuple[str, bool, int | 
     return out
 
 
-def _format_errors(err: ValidationError, root: "yaml.Node | None" = None) -> str:
+def _format_errors(err: ValidationError, root: "yaml.Node | None" = None, errors: list | None = None) -> str:
     """One line per problem: the key path and what is wrong, nothing of the file that is not a spec key.
 
     An unknown key is named when it is plausible as a key (short, identifier-like),
     otherwise by its line ("line 3 is not a spec key"); other keys on the path
     that are not plausible show as ``<key on line N>``; quoted values in a
     validator's message are shown only when they are plausible as names.
-    ``root`` is the YAML node tree of the spec file (line numbers), if any.
+    ``root`` is the YAML node tree of the spec file (line numbers), if any; ``errors`` (default
+    ``err.errors()``) the problems to report, in order.
     """
     lines = []
-    for e in err.errors():
+    for e in (err.errors() if errors is None else errors):
         parts = [p for p in e["loc"] if not str(p).startswith(("function-after", "tagged-union"))]
         where = _locate(root, parts)
         shown = [t if ok else (f"<key on line {n}>" if n else "<a key not shown>") for t, ok, n in where]
@@ -1432,7 +1472,26 @@ def _validate(data: object, origin: str, root: "yaml.Node | None") -> ReleaseSpe
     try:
         return ReleaseSpec.model_validate(data)
     except ValidationError as err:
-        raise SpecError(f"{origin} is not a valid release spec:\n{_format_errors(err, root)}") from None
+        raise SpecError(f"{origin} is not a valid release spec:\n{_format_errors(err, root, _series_first(err, data))}"
+                        ) from None
+
+
+def _series_first(err: ValidationError, data: dict) -> list:
+    """``err``'s problems with an invalid series section's first (issue 48).
+
+    A series spec's templates (``{period}`` in ``release_id`` and the source) are filled only when its series
+    section is valid (:func:`dpcore.series.fill_series`); when it is not, the unfilled templates fail too, but
+    that is not the owner's mistake: those problems are left out and the series' own come first.
+    """
+    errs = err.errors()
+    if not isinstance(data.get("series"), dict) or not any(e["loc"][:1] == ("series",) for e in errs):
+        return errs
+
+    def unfilled(e: dict) -> bool:
+        return isinstance(e.get("input"), str) and any("{" + n + "}" in e["input"] for n in ("period", "dataset"))
+
+    return ([e for e in errs if e["loc"][:1] == ("series",)]
+            + [e for e in errs if e["loc"][:1] != ("series",) and not unfilled(e)])
 
 
 def _yaml_problem(exc: yaml.YAMLError, text: str) -> str:

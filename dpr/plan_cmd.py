@@ -121,13 +121,14 @@ def plan(spec, release_id, period, whole_series, max_periods, as_json) -> None:
 def _plan_series(spec: str, max_periods: int, as_json: bool) -> None:
     """``dpr plan --series``: per remaining period, its charge and what is left; the first refused period."""
     from dpcore.ledger import not_registered_message
-    from dpcore.series import plan_series
+    from dpcore.series import empty_period_note, plan_series
     from dpcore.spec import load_spec
 
     with refusals():
         ledger = open_ledger()
         rows = plan_series(spec, ledger, max_periods=max_periods)
         name = load_spec(spec).dataset.name
+        empty_note = empty_period_note(load_spec(spec))
         registered = ledger is not None and ledger.registration(name) is not None
     problems = [] if registered else [not_registered_message(name)]
 
@@ -141,7 +142,7 @@ def _plan_series(spec: str, max_periods: int, as_json: bool) -> None:
                                  "charge": pair(r.charge), "left_budget": pair(r.left_budget),
                                  "left_series_cap": pair(r.left_series), "reason": r.reason} for r in rows],
                     "first_refused": refused.period if refused else None, "periods_that_fit": fits,
-                    "registered": registered, "problems": problems})
+                    "registered": registered, "problems": problems, "empty_periods": empty_note})
         raise SystemExit(REFUSED if problems else 0)
     out.print(table("Series plan (charges nothing, reads no data)",
                     ["period", "release", "status", "charges", "budget left after", "series cap left after",
@@ -155,5 +156,6 @@ def _plan_series(spec: str, max_periods: int, as_json: bool) -> None:
         out.print(f"runway: {runway}; the first refused period is {refused.period}", markup=False)
     else:
         out.print(f"runway: {runway}; none of the {len(rows)} planned period(s) is refused", markup=False)
+    out.print(empty_note, markup=False)
     if problems:
         refuse("every period would be refused before its first charge:\n" + "\n".join(f"  - {x}" for x in problems))

@@ -45,7 +45,7 @@ RENAMED = {"record_ids": "record-id", "spec_path": "spec", "attributes": "attrib
 @click.command("run")
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--release-id", help="Override the spec's release id (the same id again spends nothing new).")
-@click.option("--period", help="A series spec's period to release (2013-05, 2013-W05, 2013-05-31, 2013-Q2).")
+@click.option("--period", help="A series spec's period to release (2013-05, 2013-W05, 2013-05-31, 2013-Q2, 2018).")
 @click.option("--from", "start", help="Backfill a series spec: the first period to release (with --to).")
 @click.option("--to", "end", help="Backfill a series spec: the last period to release, included (with --from).")
 def run(spec, release_id, period, start, end) -> None:
@@ -70,9 +70,12 @@ def run(spec, release_id, period, start, end) -> None:
         check_run_flags(spec, period, start, end)
         if start is not None:
             backfill_periods(spec, start, end)
-        elif load_spec(spec).series is not None and period is None:
-            refuse("--period: SPEC is a series spec; give the period to release (--period 2013-05) or a range "
-                   "(--from 2013-01 --to 2013-12). Nothing was read or charged.")
+        elif (base := load_spec(spec)).series is not None and period is None:
+            # examples of the spec's own cadence (issue 48): its first periods, never another kind's label
+            some = base.series.cadence().following(base.series.cadence().first, 4)
+            refuse(f"--period: SPEC is a series spec ({base.series.cadence().describe()}); give the period to release "
+                   f"(--period {some[0].label}) or a range (--from {some[0].label} --to {some[-1].label}). Nothing "
+                   "was read or charged.")
         check_paths(load_spec(spec, release_id=release_id, period=period), Settings.from_env())
     prefect_environment()
     from flows.release_pipeline import main as release_main

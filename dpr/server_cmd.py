@@ -4,8 +4,8 @@ Without it, each command that runs a flow (``dpr run``, ``dpr aiq`` ...)
 starts a temporary Prefect API server for its own run and stops it at the end
 (about ten seconds per command; :mod:`flows.prefect_api`). ``dpr server start`` starts ``prefect server
 start`` on 127.0.0.1 (a free port) in the background, with its database in
-``$DPR_HOME/prefect`` (the same ``PREFECT_HOME`` the commands use), and
-records its address in ``$DPR_HOME/prefect/dpr-server.json`` (0600). While
+``$PREFECT_HOME`` when it is set, else ``$DPR_HOME/prefect`` (the same Prefect home every ``dpr`` command
+uses: :func:`flows.prefect_api.prefect_home`), and records its address there in ``dpr-server.json`` (0600). While
 it answers, every ``dpr`` command that runs a flow uses it
 (``PREFECT_API_URL``, unless the caller set one): runs are recorded in
 Prefect exactly as before, and are visible in its UI at the printed address.
@@ -42,7 +42,10 @@ def server_group() -> None:
 @server_group.command("start")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port on 127.0.0.1 (default: a free one).")
 def start(port: int | None) -> None:
-    """Start the server in the background (idempotent: an answering server is kept)."""
+    """Start the server in the background (idempotent: an answering server is kept).
+
+    Its database and log are in $PREFECT_HOME when it is set, else in $DPR_HOME/prefect.
+    """
     rec = running_server()
     if rec is not None:
         out.print(f"dpr server: already running at {rec['ui_url']} (pid {rec['pid']})", markup=False)
@@ -76,8 +79,8 @@ def start(port: int | None) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(rec, f)
-    out.print(f"dpr server: running at {rec['ui_url']} (pid {proc.pid}); dpr commands now use it. "
-              "Stop it with `dpr server stop`.", markup=False)
+    out.print(f"dpr server: running at {rec['ui_url']} (pid {proc.pid}), its database in {home}; dpr commands now use "
+              "it. Stop it with `dpr server stop`.", markup=False)
 
 
 @server_group.command("status")

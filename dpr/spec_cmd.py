@@ -173,7 +173,7 @@ def check(spec, release_id, with_data) -> None:
 
         with refusals():
             outcome = validate(read_input(loaded, Settings.from_env().data), loaded)
-        out.print(outcome.summary_text(), markup=False)
+        out.print(outcome.summary_text(loaded.dataset.source.kind), markup=False)
         out.print("(the data owner's summary: exact counts and row numbers of your data; do not publish it)",
                   markup=False)
         if outcome.table_failures:

@@ -33,16 +33,17 @@ def show(spec_path, max_rows, as_json) -> None:
 
     For each dataset of the warehouse (or SPEC's only, with --spec): when its latest validation was
     stored, the input it read, its row counts, and per failed rule: the rule, the column, the number of
-    rows breaking it, every data row number that broke it (1 is the first row after the header; blank
-    lines are not counted, so these are not line numbers of the file) and what the rule means, with the
+    rows breaking it, every data row number that broke it (for a CSV 1 is the first row after the header,
+    blank lines not counted, so not line numbers of the file; for a PostgreSQL or DuckDB query 1 is the
+    first row it returned, in its ORDER BY; the output says which) and what the rule means, with the
     public bounds of in_bounds rules. The rows are in the quarantine table; no cell value and no record
     id is printed. Exact counts of your data: do not publish them.
     Exit code 2 when there is no stored result (of SPEC's dataset).
     """
     from dpcore.ledger_home import open_home_warehouse
     from dpcore.settings import Settings
-    from dpcore.validation.outcome import DATA_ROWS, plural, rule_text, summary_lines
-    from dpcore.validation.results import latest_validations, row_ranges
+    from dpcore.validation.outcome import plural, rule_text, summary_lines
+    from dpcore.validation.results import hash_matches, latest_validations, row_numbers_text, row_ranges
 
     spec = None
     if spec_path:
@@ -62,15 +63,16 @@ def show(spec_path, max_rows, as_json) -> None:
         which = f"of dataset {spec.dataset.name!r} " if spec is not None else ""
         refuse(f"no validation result {which}is stored in this home's warehouse yet: `dpr run SPEC` validates "
                "the input and stores its result (`dpr spec check SPEC --data` validates without storing)")
-    current = spec.validation_hash() if spec is not None else None
+    with refusals():
+        current = {v.dataset: hash_matches(v, spec_path, wh) for v in found} if spec is not None else None
     if as_json:
         print_json([{
             "dataset": v.dataset, "validated_at": v.created_at, "input": v.source_path,
-            **({"under_current_spec": v.spec_hash == current} if current is not None else {}),
+            **({"under_current_spec": current[v.dataset]} if current is not None else {}),
             **v.summary,
             "row_failures": [{**f, "rows": v.rows_of(f["rule"], f["column"]),
                               "rows_complete": v.complete_rows()} for f in v.summary.get("row_failures", [])],
-            "row_numbers": DATA_ROWS,
+            "row_numbers": row_numbers_text(v.source_kind),
         } for v in found])
         return
     for v in found:
@@ -78,7 +80,7 @@ def show(spec_path, max_rows, as_json) -> None:
         out.print(f"dataset {v.dataset}: latest validation stored {_when(v.created_at)}"
                   + (f", input {v.source_path}" if v.source_path else ""), markup=False)
         if current is not None:
-            out.print("made under this spec's current rules" if v.spec_hash == current else
+            out.print("made under this spec's current rules" if current[v.dataset] else
                       "made under other rules than this spec's current ones (the spec changed since): "
                       "`dpr run` validates the input again under them", markup=False)
         out.print(summary_lines(s)[0], markup=False)
@@ -92,7 +94,7 @@ def show(spec_path, max_rows, as_json) -> None:
             rows.append([f["rule"], f["column"], plural(f["count"], "row"), shown,
                          rule_text(f["rule"], f.get("bounds"))])
         if rows:
-            out.print(table(f"failed rules ({DATA_ROWS})",
+            out.print(table(f"failed rules ({row_numbers_text(v.source_kind)})",
                             ["rule", "column", "failing", "data rows", "what it means"], rows))
         else:
             out.print("all rules passed", markup=False)

@@ -19,9 +19,9 @@ Period = Annotated[
     Optional[str],
     Field(
         default=None,
-        pattern=r"^[0-9]{4}-([0-9]{2}|W[0-9]{2}|Q[1-4]|[0-9]{2}-[0-9]{2})$",
+        pattern=r"^[0-9]{4}(-([0-9]{2}|W[0-9]{2}|Q[1-4]|[0-9]{2}-[0-9]{2}))?$",
         description="A series spec's period: 2013-05 (monthly), 2013-W05 (ISO week), 2013-05-31 (daily), 2013-Q2 "
-        "(quarterly). Empty on a deployment's run: the period that ended before its scheduled start time (UTC).",
+        "(quarterly), 2018 (yearly). Empty on a deployment's run: the period that ended before its scheduled start time (UTC).",
     ),
 ]
 ReleaseId = Annotated[

@@ -59,7 +59,7 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
     Args:
         spec_path: Path to the release spec YAML.
         release_id: Overrides the spec's release id (a finished id returns its stored release; new data needs a new id).
-        period: A series spec's period (2013-05, 2013-W05, 2013-05-31, 2013-Q2). Empty on a deployment's run: the period that ended before its scheduled start (UTC). A spec without series takes none.
+        period: A series spec's period (2013-05, 2013-W05, 2013-05-31, 2013-Q2, 2018). Empty on a deployment's run: the period that ended before its scheduled start (UTC). A spec without series takes none.
     """
     period = pick_period(spec_path, period)  # a series spec's period: given, or from the run's schedule
     spec, settings = resolve(spec_path, release_id, period=period)
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the release pipeline on a spec.")
     parser.add_argument("--spec", default=DEMO_SPEC, help="release spec YAML (default: the bundled demo)")
     parser.add_argument("--release-id", default=None, help="override the spec's release id")
-    parser.add_argument("--period", default=None, help="a series spec's period to release (2013-05)")
+    parser.add_argument("--period", default=None, help="a series spec's period to release (2013-05, 2013-Q2, 2018)")
     parser.add_argument("--from", dest="start", default=None, help="backfill a series from this period")
     parser.add_argument("--to", dest="end", default=None, help="backfill a series up to this period (included)")
     args = parser.parse_args(argv)

@@ -41,10 +41,11 @@ def pick_period(spec_path: str, period: str | None) -> str | None:
     path = allowed_spec_file(spec_path, Settings.from_env().specs_dirs)
     base = load_spec(path)  # a series spec read as its first period: only its series section is used here
     when, from_deployment = scheduled_start()
-    kind = base.series.period if base.series is not None else None
-    chosen = run_period(base.series is not None, period, when, from_deployment, kind)
+    cad = base.series.cadence() if base.series is not None else None
+    chosen = run_period(base.series is not None, period, when, from_deployment, cad)
     if base.series is not None:
-        how = "given" if period is not None else f"the {kind} period that ended before the scheduled start {when}"
+        how = ("given" if period is not None else
+               f"the last period of the series ({cad.describe()}) that ended before the scheduled start {when}")
         get_run_logger().info("series %s: releasing period %s (%s)", base.dataset.name, chosen, how)
     return chosen
 

@@ -59,7 +59,7 @@ def validate_task(spec: ReleaseSpec, settings: Settings, ingested: IngestResult)
         description=(
             f"Rules every row of {spec.dataset.name} is checked against (from the spec, public). Which rules some "
             "rows broke, and how often, is private: the noisy record counts release the number of quarantined "
-            "rows; the exact result is the data owner's (warehouse internal.validation_results, bundle owner/)."
+            "rows; the exact result is the data owner's (`dpr validation show --spec SPEC`, bundle owner/)."
         ),
     )
     done = pipeline.validate_stage(spec, settings, ingested, mapper=validation_mapper())

@@ -43,7 +43,15 @@ __all__ = ["Rule", "sorted_rules", "categorical_rules", "select_rules"]
 
 
 def _value_text(v) -> str:
-    return format_number(v) if isinstance(v, float) else str(v)
+    """A category as the rule text writes it: numbers formatted; a text bare when it cannot misread the value
+    set, else as a JSON string literal (:func:`dpcore.quoting.quote`, as PCOR contexts write it):
+    ``wrkstat ∈ {Working fulltime, "Unemployed, Laid Off"}`` (issue 48)."""
+    from ..quoting import needs_quotes, quote
+
+    if isinstance(v, float):
+        return format_number(v)
+    text = str(v)
+    return quote(text) if needs_quotes(text, specials=',{}∧∈∅') else text
 
 
 def _jsonable(v):

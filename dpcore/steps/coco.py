@@ -383,9 +383,10 @@ def finish_coco(
         lambda lv: boot[lv].cell_half_width if lv in boot else None).astype(float)
     plot_dir = plot_dir or settings.data / "plots" / spec.release_id
     if background_plots:
-        images = draw_in_background(est, h, plot_dir, cfg.max_group_size)
+        images = draw_in_background(est, h, plot_dir, cfg.max_group_size, accuracy=accuracy)
     else:  # private modes (the bundle's copy is public); in a child process under a small cap (draw_privately)
-        images = draw_privately(coco_plots, {n: est[n] for n in drawn_nodes(h)}, h, plot_dir, cfg.max_group_size)
+        images = draw_privately(coco_plots, {n: est[n] for n in drawn_nodes(h)}, h, plot_dir, cfg.max_group_size,
+                                40, accuracy)
     eps = [float(mech.epsilon(lv)) for lv in range(h.levels)]
     split_note = ""
     if cfg.epsilon_per_level == "auto":

@@ -186,6 +186,6 @@ def rejected_fraction_gate(spec: ReleaseSpec, counts: StepOutput) -> str | None:
     return (
         f"the noisy record counts (released, epsilon = {spec.steps.record_counts.epsilon:g}) put the rejected fraction "
         f"at {quarantined} of {total} rows ({100 * fraction:.2f}%), above steps.validation.max_rejected_fraction = "
-        f"{limit}: the release stops after the record counts. The data owner finds the exact validation result in "
-        "the warehouse (internal.validation_results)."
+        f"{limit}: the release stops after the record counts. The data owner reads the exact validation result with "
+        "`dpr validation show --spec SPEC`."
     )

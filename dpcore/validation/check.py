@@ -164,7 +164,7 @@ def _check(raw: pd.DataFrame, duplicated: np.ndarray, spec: ReleaseSpec):
             if raised:
                 raise RuntimeError(
                     f"great-expectations could not evaluate rule {rule!r} on column {column!r}; "
-                    "see the warehouse internal.validation_results for details"
+                    "the data owner reads the stored results with `dpr validation show --spec SPEC`"
                 )
             if rule in ("column_exists", "row_count", "extra_columns"):
                 if r.success:

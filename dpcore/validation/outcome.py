@@ -53,6 +53,21 @@ class RuleSummary:
 #: How the owner's texts name row numbers (``_row``): not lines of the file.
 DATA_ROWS = "data rows: 1 = the first row after the header, blank lines not counted"
 
+#: What a data row number counts, per source kind (``_row``: 1-based, in the order the source gave the rows).
+ROW_NUMBERS = {
+    "csv": "1 = the first row after the header, blank lines not counted (not line numbers of the file)",
+    "demo": "1 = the first row after the header of the demo's CSV, blank lines not counted",
+    "postgres": "1 = the first row the server sent for the source's table or query (in the query's ORDER BY, "
+                "else the server's order)",
+    "duckdb": "1 = the first row DuckDB returned for the source's table or query, in that order",
+    "parquet": "1 = the first row of the first Parquet file (files in sorted path order, rows file after file)",
+}
+
+
+def row_numbers_text(kind: str | None) -> str:
+    """How ``dpr validation show`` explains a data row number for an input of ``kind`` (None: not known)."""
+    return "data rows: " + ROW_NUMBERS.get(kind or "", "1 = the first data row the source gave, in its order")
+
 
 def plural(n: int, word: str) -> str:
     """``1 row``, ``2 rows`` (``word`` takes an ``s``)."""
@@ -78,7 +93,7 @@ def rule_text(rule: str, bounds: list | tuple | None = None) -> str:
     return text
 
 
-def summary_lines(s: dict) -> list[str]:
+def summary_lines(s: dict, rows_text: str = DATA_ROWS) -> list[str]:
     """The owner's text of a stored summary (:meth:`ValidationOutcome.summary`): rules, columns, counts, rows.
 
     Row numbers are data rows (:data:`DATA_ROWS`); no cell value is in ``s`` or here.
@@ -93,7 +108,7 @@ def summary_lines(s: dict) -> list[str]:
             where = f" column {f['column']!r}" if f["column"] is not None else ""
             lines.append(f"  - {f['rule']}{where}: {rule_text(f['rule'])}")
     if s["row_failures"]:
-        lines.append(f"row rules failed (rule, column: number of rows breaking it; example {DATA_ROWS}):")
+        lines.append(f"row rules failed (rule, column: number of rows breaking it; example {rows_text}):")
         for f in s["row_failures"]:
             ex = ", ".join(str(r) for r in f["example_rows"])
             more = ", ..." if f["count"] > len(f["example_rows"]) and ex else ""
@@ -194,17 +209,18 @@ class ValidationOutcome:
             "ignored_columns": list(self.ignored_columns),
         }
 
-    def summary_text(self) -> str:
+    def summary_text(self, source_kind: str | None = "csv") -> str:
         """Readable multi-line rendering of :meth:`summary` (:func:`summary_lines`; no cell values).
 
-        Row numbers are data rows (1 = the first row after the header), each ``in_bounds`` rule shows
-        the column's public bounds, counts take their singular or plural.
+        Row numbers are data rows, explained for the input's ``source_kind`` (:func:`row_numbers_text`: for a
+        CSV 1 = the first row after the header), each ``in_bounds`` rule shows the column's public bounds,
+        counts take their singular or plural.
 
         Returns
         -------
         str
         """
-        return "\n".join(summary_lines(self.summary()))
+        return "\n".join(summary_lines(self.summary(), row_numbers_text(source_kind)))
 
 
 class ValidationFailed(RuntimeError):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..warehouse import Warehouse
+from .outcome import ROW_NUMBERS, row_numbers_text  # noqa: F401 - the owner's texts of row numbers, per kind
 from .store import table_name
 
 
@@ -38,6 +39,9 @@ class StoredValidation:
         The input file it read (the owner's path), when the catalogue has it.
     summary : dict
         :meth:`~dpcore.validation.ValidationOutcome.summary` as stored.
+    source_kind : str or None
+        The input's kind (``csv``, ``parquet``, ``duckdb``, ``postgres``, ``demo``), when the catalogue has it:
+        what a row number counts (:func:`row_numbers_text`).
     failing_rows : dict
         ``(rule, column) -> every data row number breaking it``, from the quarantine table; empty when that
         table is gone (then only the summary's example rows are known).
@@ -49,6 +53,7 @@ class StoredValidation:
     source_path: str | None
     summary: dict
     failing_rows: dict[tuple[str, str], list[int]] = field(default_factory=dict, repr=False)
+    source_kind: str | None = None
 
     def rows_of(self, rule: str, column: str | None) -> list[int]:
         """Every data row breaking ``rule`` on ``column`` (the summary's examples when the rows are gone)."""
@@ -88,12 +93,12 @@ def latest_validations(wh: Warehouse, dataset: str | None = None) -> list[Stored
     catalogued = wh.table_exists("raw", "ingests")
     out = []
     for name, content_hash, spec_hash, created_at, summary_json in rows:
-        table = source = None
+        table = source = kind = None
         if catalogued:
-            found = wh.query("SELECT table_name, source_path FROM raw.ingests WHERE content_hash = ? AND dataset = ?",
-                             [content_hash, name])
+            found = wh.query("SELECT table_name, source_path, source_kind FROM raw.ingests WHERE content_hash = ? "
+                             "AND dataset = ?", [content_hash, name])
             if found:
-                table, source = found[0]
+                table, source, kind = found[0]
         failing: dict[tuple[str, str], list[int]] = {}
         quarantine = table_name(table, spec_hash) if table else None
         if quarantine and wh.table_exists("quarantine", quarantine):
@@ -102,8 +107,52 @@ def latest_validations(wh: Warehouse, dataset: str | None = None) -> list[Stored
                 'GROUP BY rule, "column" ORDER BY rule, "column"'
             ):
                 failing[(rule, column)] = [int(n) for n in numbers]
-        out.append(StoredValidation(name, created_at, spec_hash, source, json.loads(summary_json), failing))
+        out.append(StoredValidation(name, created_at, spec_hash, source, json.loads(summary_json), failing, kind))
     return out
+
+
+def hash_matches(stored: StoredValidation, spec_path, wh: Warehouse) -> bool:
+    """Whether ``stored`` was made under the current rules of the spec at ``spec_path``.
+
+    A series spec read without a period is filled for its first period, and its validation hash covers the
+    period's own input (the source path, or the period bound to a PostgreSQL query): compared with the
+    result of another period it would always differ although no rule changed (issue 48). So for a series
+    spec the hash is compared with the spec filled for each period the series has released (its release ids
+    in the ledger) and for the period whose input path is the stored result's; the rules are the same when
+    any of them matches.
+    """
+    import re
+
+    from ..periods import PeriodError, parse_label
+    from ..series import series_release_pattern
+    from ..spec import SpecError, load_spec
+
+    spec = load_spec(spec_path)
+    if stored.spec_hash == spec.validation_hash():
+        return True
+    pattern = series_release_pattern(spec)
+    if pattern is None:
+        return False
+    labels: set[str] = set()
+    if wh.table_exists("ledger", "charges"):
+        for (rid,) in wh.query("SELECT DISTINCT release_id FROM ledger.charges WHERE dataset = ?", [spec.dataset.name]):
+            if re.fullmatch(pattern, rid):
+                labels |= set(re.findall(r"[0-9]{4}(?:-W[0-9]{2}|-Q[1-4]|-[0-9]{2}-[0-9]{2}|-[0-9]{2})?", rid))
+    path = getattr(spec.dataset.source, "path", None)
+    if stored.source_path and isinstance(path, str) and spec.period and spec.period in path:
+        rx = re.escape(path).replace(re.escape(spec.period), "(.+)")
+        m = re.fullmatch(rx, stored.source_path)
+        if m:
+            labels.add(m.group(1))
+    for label in sorted(labels):
+        try:
+            if parse_label(label).kind != spec.series.period:
+                continue
+            if load_spec(spec_path, period=label).validation_hash() == stored.spec_hash:
+                return True
+        except (PeriodError, SpecError):
+            continue
+    return False
 
 
 def row_ranges(rows: list[int], limit: int = 0) -> str:
