@@ -526,3 +526,47 @@ def test_test_only_switches_in_the_workers_environment_are_refused_in_deployment
     assert not fault_log.exists(), fault_log.read_text()
     assert ledger_snapshot(ops.warehouse)["charges"] == before["charges"]
     _no_trace_of_overrides(ops, before)
+
+
+def test_prefect_home_is_made_owner_only_by_the_scripts_and_commands(tmp_path, monkeypatch):
+    """Issue 46 §5: Prefect's home holds operators' parameters; scripts/demo.sh and the dpr commands create it
+    0700, and make an existing one 0700 (deployments/start_local.sh: tests/test_ui_browser.py)."""
+    import os
+    import stat
+    import subprocess
+
+    home = tmp_path / "prefect-demo"
+    home.mkdir(mode=0o755)
+    home.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DPR_"))}
+    env.update(PREFECT_HOME=str(home), PREFECT_API_URL="http://127.0.0.1:9/api", DPR_HOME=str(tmp_path / "dpr"))
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "demo.sh"), "--spec", str(tmp_path / "missing.yaml")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert out.returncode != 0  # the missing spec stops it after the set-up
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700, oct(home.stat().st_mode)
+
+    from flows.prefect_api import private_prefect_home
+
+    for existing in (True, False):  # dpr server start, the temporary server of a dpr command
+        path = tmp_path / f"prefect-dpr-{existing}"
+        if existing:
+            path.mkdir(mode=0o755)
+            path.chmod(0o755)
+        monkeypatch.setenv("PREFECT_HOME", str(path))
+        assert private_prefect_home() == path
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700
+    from dpr.console import prefect_environment
+
+    path = tmp_path / "prefect-run"
+    path.mkdir(mode=0o755)
+    path.chmod(0o755)
+    monkeypatch.setenv("PREFECT_HOME", str(path))
+    monkeypatch.setattr("flows.prefect_api.start_temporary", lambda: None)
+    for key in ("PREFECT_SERVER_ANALYTICS_ENABLED", "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS",
+                "PREFECT_LOGGING_LEVEL"):  # set by prefect_environment(): restored after the test
+        was = os.environ.get(key)
+        monkeypatch.setenv(key, was or "")
+        if was is None:
+            monkeypatch.delenv(key)
+    prefect_environment()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o700
