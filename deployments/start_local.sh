@@ -99,7 +99,8 @@ EOF
 # already registered identically, this reads nothing and changes nothing.
 .venv/bin/dpr dataset add nycflights13 --spec specs/demo.yaml
 
-setsid .venv/bin/prefect worker start --pool release-pool --type process >"$logs/worker.log" 2>&1 &
+install -m 600 /dev/null "$logs/worker.log"  # owner-only; the worker itself keeps the caller's umask
+setsid .venv/bin/prefect worker start --pool release-pool --type process >>"$logs/worker.log" 2>&1 &
 worker_pid=$!
 echo "$worker_pid" >"$logs/worker.pid"
 echo "[start_local] worker started (log: $logs/worker.log); DPR_HOME=$DPR_HOME" >&2
