@@ -1,4 +1,4 @@
-"""Render the process work pool's base job template (deployments/process_pool_template.json).
+"""Render the process work pool's base job template (deployments/process_pool_template.json; DESIGN.md rule 13).
 
     python deployments/pool_template.py OUT.json [PROJECT_ROOT] [PYTHON]
 

@@ -395,7 +395,7 @@ def refuse_test_switches_in_deployment_runs() -> None:
     belong to the test suite: in a run of a deployment they are refused whatever the environment says, and the
     fault hooks and the seeded noise source are switched off for the rest of the process
     (:func:`dpcore.fault_injection.make_inert`, :func:`dpcore.steps.common.forbid_test_noise`), so seeded noise
-    cannot make a published release's noise subtractable (DESIGN.md rule on noise). The project's work pool
+    cannot make a published release's noise subtractable (DESIGN.md rules 3 and 13). The project's work pool
     has no job variables (``deployments/process_pool_template.json``); a run or deployment that carries some
     anyway (set through a route the server does not check) is refused too. Outside a deployment (the test
     harness, ``dpr run``) this does nothing.
