@@ -7,6 +7,12 @@
 # Needs PREFECT_API_URL pointing at a running Prefect server. The deployments
 # record the project root as their working directory (see prefect.yaml), so a
 # worker started anywhere runs the flows from this checkout.
+#
+# The pool's base job template is deployments/process_pool_template.json, with
+# this checkout and its venv's python filled in (deployments/pool_template.py):
+# the command and the working directory are fixed, the environment is the
+# worker's own, and there are no job variables (the server refuses a run that
+# sets one). An existing pool of that name gets the template too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh
@@ -25,10 +31,14 @@ then
   exit 1
 fi
 
+template=$(mktemp "${TMPDIR:-/tmp}/release-pool-template.XXXXXX.json")
+trap 'rm -f "$template"' EXIT
+.venv/bin/python deployments/pool_template.py "$template" "$PWD" "$PWD/.venv/bin/python"
 if .venv/bin/prefect work-pool inspect "$POOL" >/dev/null 2>&1; then
-  echo "work pool '$POOL' exists"
+  .venv/bin/prefect work-pool update "$POOL" --base-job-template "$template"
+  echo "work pool '$POOL' exists: base job template set (no job variables)"
 else
-  .venv/bin/prefect work-pool create "$POOL" --type process
+  .venv/bin/prefect work-pool create "$POOL" --type process --base-job-template "$template"
 fi
 
 args=()

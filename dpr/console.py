@@ -61,7 +61,8 @@ def prefect_environment() -> None:
     """The environment the demo script sets for a local flow run (unless the caller set it)."""
     home = os.environ.get("DPR_HOME", "var")
     os.environ.setdefault("PREFECT_HOME", os.path.join(home, "prefect"))
-    os.makedirs(os.environ["PREFECT_HOME"], exist_ok=True)
+    os.makedirs(os.environ["PREFECT_HOME"], mode=0o700, exist_ok=True)
+    os.chmod(os.environ["PREFECT_HOME"], 0o700)  # Prefect's database holds the runs' parameters: owner-only
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")

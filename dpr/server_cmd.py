@@ -25,7 +25,7 @@ from pathlib import Path
 
 import click
 
-from flows.prefect_api import free_port, healthy, kept_server_record, pid_alive, prefect_home
+from flows.prefect_api import free_port, healthy, kept_server_record, pid_alive, private_prefect_home
 from flows.prefect_api import kept_server as running_server
 
 from .console import err, out, refuse
@@ -50,8 +50,7 @@ def start(port: int | None) -> None:
     if rec is not None:
         out.print(f"dpr server: already running at {rec['ui_url']} (pid {rec['pid']})", markup=False)
         return
-    home = prefect_home()
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    home = private_prefect_home()  # 0700, also when it existed
     port = port or free_port()
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
@@ -61,6 +60,7 @@ def start(port: int | None) -> None:
     proc = subprocess.Popen(
         [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
         stdout=fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+        umask=0o077,  # its database and files owner-only
     )
     os.close(fd)
     api = f"http://127.0.0.1:{port}/api"

@@ -56,6 +56,18 @@ def prefect_home() -> Path:
     return Path(os.environ.get("PREFECT_HOME") or os.path.join(home, "prefect"))
 
 
+def private_prefect_home() -> Path:
+    """Create :func:`prefect_home` owner-only (0700; an existing one is made 0700) and return it.
+
+    Prefect's database and logs hold operators' parameters (e.g. the record ids an AIQ query asked about), so
+    no other user may read into the folder, whatever their modes (issue 46 §5).
+    """
+    home = prefect_home()
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    home.chmod(0o700)
+    return home
+
+
 def kept_server_record() -> Path:
     """Where ``dpr server start`` records its server (0600)."""
     return prefect_home() / "dpr-server.json"
@@ -189,7 +201,7 @@ def start_temporary() -> str | None:
         return None
     if os.environ.get("PREFECT_SERVER_EPHEMERAL_ENABLED", "true").strip().lower() in ("0", "false", "no"):
         return None  # Prefect then refuses to run without an API, with its own message
-    prefect_home().mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_prefect_home()
     _temporary = _TemporaryServer()
     atexit.register(_stop_temporary)
     return _temporary.api_url

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh
 export PREFECT_HOME="${PREFECT_HOME:-$PWD/var/prefect}"
 mkdir -p "$PREFECT_HOME"
+chmod 700 "$PREFECT_HOME"  # Prefect's database holds the runs' parameters: owner-only
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
 # the temporary Prefect server can take longer than the 20 s default to start on a busy 2-core machine
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="${PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS:-90}"

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 tmp_home="$(mktemp -d)"
 trap 'rm -rf "$tmp_home"' EXIT
 export PREFECT_HOME="$tmp_home/prefect"
-mkdir -p "$PREFECT_HOME"
+mkdir -p -m 700 "$PREFECT_HOME"
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="${PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS:-90}"
 export DPR_HOME="$tmp_home/dpr"

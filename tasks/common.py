@@ -365,6 +365,79 @@ class Progress:
         self._log.info("%s: %d/%d done", self.what, self.done, self.total)
 
 
+class DeploymentRunRefusedError(RuntimeError):
+    """A run of a deployment carries a test-only switch or job variables the data owner did not allow."""
+
+
+def deployment_of_this_run() -> str | None:
+    """The id of the deployment the current flow run (or, for a subflow, its parent) belongs to; None outside one.
+
+    Read from Prefect's flow-run context and API (``prefect.runtime``), never from the environment.
+    """
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    if ctx is None or ctx.flow_run is None:
+        return None
+    if ctx.flow_run.deployment_id is not None:
+        return str(ctx.flow_run.deployment_id)
+    if ctx.flow_run.parent_task_run_id is None:
+        return None
+    from prefect.runtime import flow_run as runtime_flow_run
+
+    return runtime_flow_run.parent_deployment_id
+
+
+def refuse_test_switches_in_deployment_runs() -> None:
+    """Refuse a run of a deployment that carries test-only switches or job variables, before any charge.
+
+    Seeded noise (``DPR_TEST_NOISE_SEED``, ``DPR_ALLOW_TEST_NOISE``) and the fault hooks (``DPR_FAULT_*``)
+    belong to the test suite: in a run of a deployment they are refused whatever the environment says, and the
+    fault hooks and the seeded noise source are switched off for the rest of the process
+    (:func:`dpcore.fault_injection.make_inert`, :func:`dpcore.steps.common.forbid_test_noise`), so seeded noise
+    cannot make a published release's noise subtractable (DESIGN.md rules 3 and 13). The project's work pool
+    has no job variables (``deployments/process_pool_template.json``); a run or deployment that carries some
+    anyway (set through a route the server does not check) is refused too. Outside a deployment (the test
+    harness, ``dpr run``) this does nothing.
+
+    Raises
+    ------
+    DeploymentRunRefusedError
+        One line naming the switches or job variables set and how to remove them (values are not shown).
+    """
+    import os
+
+    deployment_id = deployment_of_this_run()
+    if deployment_id is None:
+        return
+    from dpcore.fault_injection import FAULT_SWITCHES, make_inert
+    from dpcore.steps.common import TEST_NOISE_SWITCHES, forbid_test_noise
+
+    make_inert()
+    forbid_test_noise()
+    switches = [name for name in (*TEST_NOISE_SWITCHES, *FAULT_SWITCHES) if os.environ.get(name)]
+    if switches:
+        raise DeploymentRunRefusedError(
+            f"{', '.join(switches)} set in a run of a deployment: seeded noise and fault hooks are for the test "
+            "suite only; unset them in the environment the worker is started with"
+        )
+    from prefect.client.orchestration import get_client
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    run_vars = sorted((ctx.flow_run.job_variables or {}) if ctx and ctx.flow_run else {})
+    with get_client(sync_client=True) as client:
+        dep_vars = sorted(client.read_deployment(deployment_id).job_variables or {})
+    if run_vars or dep_vars:
+        where = "; ".join(f"{what}: {', '.join(names)}" for what, names in
+                          (("the flow run", run_vars), ("the deployment", dep_vars)) if names)
+        raise DeploymentRunRefusedError(
+            f"job variables set ({where}): the data owner's work pool allows none (the command, environment and "
+            "working directory are the owner's); start the run without job variables and redeploy with "
+            "deployments/deploy.sh"
+        )
+
+
 def resolve(spec_path: str, release_id: str | None, period: str | None = None) -> tuple[ReleaseSpec, Settings]:
     """Load the spec (with an optional release-id override) and the settings; refuse unusable paths.
 
@@ -372,11 +445,13 @@ def resolve(spec_path: str, release_id: str | None, period: str | None = None) -
     must lie inside a folder of ``DPR_SPECS_DIR`` (:func:`dpcore.spec_dirs.allowed_spec_file`,
     links resolved); any other path is refused before the file is opened. Every flow starts here,
     so a home that is not writable, a bundle path that is a file or an input that is a folder is
-    refused before any charge (:func:`dpcore.path_checks.check_paths`).
+    refused before any charge (:func:`dpcore.path_checks.check_paths`), and so is a run of a deployment
+    that carries a test-only switch or job variables (:func:`refuse_test_switches_in_deployment_runs`).
     """
     from dpcore.path_checks import check_paths
     from dpcore.settings import check_memory_floor
 
+    refuse_test_switches_in_deployment_runs()
     check_memory_floor()  # a DPR_MEMORY_LIMIT below what a run needs: refused before any charge (issue 47 item 5)
     settings = Settings.from_env()
     path = allowed_spec_file(spec_path, settings.specs_dirs)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 from fractions import Fraction
+from pathlib import Path
 import time
 
 import pytest
+import yaml
 
 from ops_fixtures import (
     PREFECT,
@@ -341,3 +343,230 @@ def test_series_scheduled_runs_release_their_months_and_a_retried_month_nothing_
     scheduled_run(3)
     assert led.status("nycflights13").spent == spent
     assert (bundles / "series" / "index.md").read_text() == page
+
+
+# --- issue 46 item 1: the worker's configuration is the data owner's alone -------------------------------------
+
+
+def _operator_overrides(ops) -> dict[str, dict]:
+    """The job variables an operator could try (issue 46 §1): a command, seeded noise, another spec folder, a cwd."""
+    return {
+        "command": {"command": f"bash -c 'touch {ops.base / 'command-ran'}'"},
+        "env-seed": {"env": {"DPR_TEST_NOISE_SEED": "7", "DPR_ALLOW_TEST_NOISE": "1"}},
+        "env-seed-dotted": {"env.DPR_TEST_NOISE_SEED": "7", "env.DPR_ALLOW_TEST_NOISE": "1"},
+        "env-specs": {"env": {"DPR_SPECS_DIR": str(ops.elsewhere)}},
+        "working_dir": {"working_dir": str(ops.elsewhere)},
+    }
+
+
+@pytest.fixture(scope="module")
+def elsewhere(stack):
+    """A folder outside every allowed spec folder (not under pytest's temporary folders), holding a spec."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="dpr-elsewhere-"))
+    spec = yaml.safe_load(stack.spec.read_text())
+    spec["release_id"] = "elsewhere-r1"
+    (folder / "spec.yaml").write_text(yaml.safe_dump(spec))
+    stack.elsewhere = folder  # type: ignore[attr-defined]
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _no_trace_of_overrides(ops, before: dict) -> None:
+    assert not (ops.base / "command-ran").exists(), "an operator's command ran on the worker"
+    assert ledger_snapshot(ops.warehouse)["charges"] == before["charges"]
+    bundles = ops.dpr_home / "bundles" / "nycflights13"
+    assert not (bundles / "elsewhere-r1").exists(), "a spec outside the owner's folders was read"
+    if ops.warehouse.exists():  # no seeded (not publishable) charge, ever
+        from dpcore.warehouse import Warehouse
+
+        rows = Warehouse(ops.warehouse).query("SELECT count(*) FROM ledger.charges WHERE NOT publishable")
+        assert rows[0][0] == 0, "a seeded-noise charge exists"
+
+
+def test_pool_template_fixes_command_cwd_and_env_and_has_no_job_variables(stack):
+    """deploy.sh's pool: command and working directory written into job_configuration, no env there, no variables."""
+    ops = stack
+    pool = api(ops, "GET", "/work_pools/release-pool").json()
+    template = pool["base_job_template"]
+    job = template["job_configuration"]
+    assert job["command"] == f"{ROOT / '.venv' / 'bin' / 'python'} -m prefect.engine"
+    assert job["working_dir"] == str(ROOT)
+    assert "env" not in job  # a fixed env dict would still be merged with a run's `env` job variable by the worker
+    assert "{{" not in json.dumps(job), job
+    assert template["variables"]["properties"] == {} and template["variables"]["additionalProperties"] is False
+
+
+def test_worker_configuration_ignores_job_variables(stack, elsewhere):
+    """Even job variables that reach the worker (a route the server does not check) change nothing: Prefect's
+    process worker builds the run's command, env and working directory from the pool's template alone."""
+    import asyncio
+
+    from prefect.client.orchestration import PrefectClient
+    from prefect.workers.process import ProcessJobConfiguration
+
+    ops = stack
+    template = api(ops, "GET", "/work_pools/release-pool").json()["base_job_template"]
+
+    async def configure(values: dict) -> ProcessJobConfiguration:
+        async with PrefectClient(ops.api_url) as client:
+            return await ProcessJobConfiguration.from_template_and_values(template, values, client=client)
+
+    for name, values in _operator_overrides(ops).items():
+        config = asyncio.run(configure(values))
+        assert config.command == f"{ROOT / '.venv' / 'bin' / 'python'} -m prefect.engine", name
+        assert config.working_dir == ROOT and config.env == {}, (name, config.env)
+
+
+def test_operator_job_variables_are_refused_at_creation(stack, elsewhere):
+    """Issue 46 §1: a deployment run with job variables (command, env, working_dir), through the API the UI uses
+    and through `prefect deployment run --job-variable`, is refused by the server; no run exists, nothing ran."""
+    from prefect.exceptions import PrefectHTTPStatusError
+    from prefect.client.orchestration import SyncPrefectClient
+
+    ops = stack
+    before = ledger_snapshot(ops.warehouse)
+    targets = {"unattributed_publish": "unattributed-publish", "aiq_query": "aiq-query"}
+    deps = {flow: deployment(ops, flow, name) for flow, name in targets.items()}
+    runs_before = {flow: len(_flow_runs_of(ops, d["id"])) for flow, d in deps.items()}
+    params = {"unattributed_publish": {"spec_path": str(ops.spec), "epsilon": 1.0},
+              "aiq_query": {"spec_path": str(ops.spec), "record_ids": IDS, "epsilon": 0.05}}
+    for name, job_variables in _operator_overrides(ops).items():
+        for flow, dep in deps.items():
+            p = dict(params[flow])
+            if name == "env-specs":
+                p["spec_path"] = str(elsewhere / "spec.yaml")
+            with SyncPrefectClient(ops.api_url) as client, pytest.raises(PrefectHTTPStatusError) as err:
+                client.create_flow_run_from_deployment(dep["id"], parameters=p, job_variables=job_variables)
+            assert err.value.response.status_code == 422, (name, err.value.response.text)
+            assert "Additional properties are not allowed" in err.value.response.text, err.value.response.text
+    cli = run(ops, [PREFECT, "deployment", "run", "unattributed_publish/unattributed-publish",
+                    "-p", f"spec_path={ops.spec}", "--job-variable", f'command="bash -c \\"touch {ops.base / "command-ran"}\\""',
+                    "--job-variable", 'env={"DPR_TEST_NOISE_SEED": "7", "DPR_ALLOW_TEST_NOISE": "1"}'])
+    assert cli.returncode != 0 and "Additional properties are not allowed" in cli.stdout + cli.stderr, cli.stdout + cli.stderr
+    time.sleep(3)  # a command that ran would have written its marker by now
+    assert {flow: len(_flow_runs_of(ops, d["id"])) for flow, d in deps.items()} == runs_before
+    _no_trace_of_overrides(ops, before)
+
+
+def test_job_variables_past_the_servers_check_are_ignored_by_the_worker_and_refused_by_the_flow(stack, elsewhere):
+    """Two routes the server does not check in Prefect 3.8.8: PATCH /deployments accepts job variables (but a run
+    created from that deployment is then refused, 422), and POST /flow_runs/ with the deployment's id takes a
+    run's job variables unchecked. Such a run starts with the owner's command (the operator's never runs) and the
+    flow refuses it before any charge, naming the job variables (names only)."""
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    ops = stack
+    dep = deployment(ops, "unattributed_publish", "unattributed-publish")
+    before = ledger_snapshot(ops.warehouse)
+    overrides = _operator_overrides(ops)
+    combined = {**overrides["command"], **overrides["working_dir"],
+                "env": {"DPR_TEST_NOISE_SEED": "7", "DPR_ALLOW_TEST_NOISE": "1", "DPR_SPECS_DIR": str(elsewhere)}}
+    params = {"spec_path": str(elsewhere / "spec.yaml"), "epsilon": 1.0}
+    r = api(ops, "PATCH", f"/deployments/{dep['id']}", json={"job_variables": combined})
+    assert r.status_code == 204, r.text  # what Prefect 3.8.8 does; if it starts refusing, better
+    try:
+        with pytest.raises(PrefectHTTPStatusError) as err:
+            _create_run(ops, dep["id"], params)
+        assert err.value.response.status_code == 422 and "Additional properties" in err.value.response.text
+        r = api(ops, "POST", "/flow_runs/", json={
+            "flow_id": dep["flow_id"], "deployment_id": dep["id"], "work_pool_name": "release-pool",
+            "parameters": params, "job_variables": combined, "state": {"type": "SCHEDULED", "name": "Scheduled"}})
+        assert r.status_code == 201, r.text
+        final = wait_final(ops, r.json()["id"], worker=ops.worker)
+    finally:
+        api(ops, "PATCH", f"/deployments/{dep['id']}", json={"job_variables": {}}).raise_for_status()
+    assert final["state_type"] == "FAILED", final["state"]
+    message = final["state"]["message"]
+    assert ("job variables set (the flow run: command, env, working_dir; the deployment: command, env, working_dir): "
+            "the data owner's work pool allows none") in message, message
+    assert "DPR_" not in message and "7" not in message.split("job variables set", 1)[1]  # names only, never values
+    _no_trace_of_overrides(ops, before)
+
+
+def test_test_only_switches_in_the_workers_environment_are_refused_in_deployment_runs(stack):
+    """Issue 46 §1: seeded noise and the fault hooks work only in the test suite. A worker started with
+    DPR_TEST_NOISE_SEED + DPR_ALLOW_TEST_NOISE + DPR_FAULT_LOG (its own environment, not a job variable) runs a
+    deployment's flow: the run fails before any charge naming the switches; no fault-log line is written."""
+    import dataclasses
+
+    from prefect.client.orchestration import SyncPrefectClient
+
+    from ops_fixtures import Proc
+
+    ops = stack
+    template = ops.base / "switch-pool.json"
+    out = run(ops, [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "deployments" / "pool_template.py"), str(template)])
+    assert out.returncode == 0, out.stderr
+    out = run(ops, [PREFECT, "work-pool", "create", "switch-pool", "--type", "process", "--base-job-template", str(template)])
+    assert out.returncode == 0, out.stdout + out.stderr
+    src = deployment(ops, "unattributed_publish", "unattributed-publish")
+    with SyncPrefectClient(ops.api_url) as client:
+        dep_id = client.create_deployment(
+            flow_id=src["flow_id"], name="switch-test", work_pool_name="switch-pool", entrypoint=src["entrypoint"],
+            path=src["path"], pull_steps=src["pull_steps"], parameter_openapi_schema=src["parameter_openapi_schema"],
+            parameters=src["parameters"])
+    fault_log = ops.base / "fault.log"
+    env = {**ops.env, "DPR_TEST_NOISE_SEED": "7", "DPR_ALLOW_TEST_NOISE": "1", "DPR_FAULT_LOG": str(fault_log)}
+    worker = Proc("worker-switches", [PREFECT, "worker", "start", "--pool", "switch-pool", "--type", "process"],
+                  dataclasses.replace(ops, env=env), grace=5.0)
+    before = ledger_snapshot(ops.warehouse)
+    try:
+        fr = _create_run(ops, str(dep_id), {"spec_path": str(ops.spec), "epsilon": 1.0})
+        final = wait_final(ops, str(fr.id), worker=worker)
+    finally:
+        worker.stop()
+        ops.procs.remove(worker)
+    assert final["state_type"] == "FAILED", f"{final['state']}\n{worker.tail()}"
+    message = final["state"]["message"]
+    assert ("DPR_TEST_NOISE_SEED, DPR_ALLOW_TEST_NOISE, DPR_FAULT_LOG set in a run of a deployment: seeded noise and "
+            "fault hooks are for the test suite only") in message, message
+    assert not fault_log.exists(), fault_log.read_text()
+    assert ledger_snapshot(ops.warehouse)["charges"] == before["charges"]
+    _no_trace_of_overrides(ops, before)
+
+
+def test_prefect_home_is_made_owner_only_by_the_scripts_and_commands(tmp_path, monkeypatch):
+    """Issue 46 §5: Prefect's home holds operators' parameters; scripts/demo.sh and the dpr commands create it
+    0700, and make an existing one 0700 (deployments/start_local.sh: tests/test_ui_browser.py)."""
+    import os
+    import stat
+    import subprocess
+
+    home = tmp_path / "prefect-demo"
+    home.mkdir(mode=0o755)
+    home.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DPR_"))}
+    env.update(PREFECT_HOME=str(home), PREFECT_API_URL="http://127.0.0.1:9/api", DPR_HOME=str(tmp_path / "dpr"))
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "demo.sh"), "--spec", str(tmp_path / "missing.yaml")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert out.returncode != 0  # the missing spec stops it after the set-up
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700, oct(home.stat().st_mode)
+
+    from flows.prefect_api import private_prefect_home
+
+    for existing in (True, False):  # dpr server start, the temporary server of a dpr command
+        path = tmp_path / f"prefect-dpr-{existing}"
+        if existing:
+            path.mkdir(mode=0o755)
+            path.chmod(0o755)
+        monkeypatch.setenv("PREFECT_HOME", str(path))
+        assert private_prefect_home() == path
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700
+    from dpr.console import prefect_environment
+
+    path = tmp_path / "prefect-run"
+    path.mkdir(mode=0o755)
+    path.chmod(0o755)
+    monkeypatch.setenv("PREFECT_HOME", str(path))
+    monkeypatch.setattr("flows.prefect_api.start_temporary", lambda: None)
+    for key in ("PREFECT_SERVER_ANALYTICS_ENABLED", "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS",
+                "PREFECT_LOGGING_LEVEL"):  # set by prefect_environment(): restored after the test
+        was = os.environ.get(key)
+        monkeypatch.setenv(key, was or "")
+        if was is None:
+            monkeypatch.delenv(key)
+    prefect_environment()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o700

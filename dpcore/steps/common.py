@@ -177,6 +177,21 @@ class SeededNoiseRefusedError(RuntimeError):
 #: The explicit test flag that allows ``DPR_TEST_NOISE_SEED`` (set by the test suite only).
 TEST_NOISE_FLAG = "DPR_ALLOW_TEST_NOISE"
 
+#: Environment variables that switch on seeded noise (test suite only).
+TEST_NOISE_SWITCHES = ("DPR_TEST_NOISE_SEED", TEST_NOISE_FLAG)
+
+_test_noise_forbidden = False
+
+
+def forbid_test_noise() -> None:
+    """Refuse seeded noise in this process for good, whatever the environment says (a run of a deployment).
+
+    Called by the flows' preamble (:func:`tasks.common.resolve`) when the flow run belongs to a
+    deployment; dpcore itself does not know about deployments.
+    """
+    global _test_noise_forbidden
+    _test_noise_forbidden = True
+
 
 def noise_test_seed() -> int | None:
     """The test seed from ``DPR_TEST_NOISE_SEED``, or None in production.
@@ -187,12 +202,21 @@ def noise_test_seed() -> int | None:
     Steps whose draws run elsewhere (a Dask worker) pass this value along, so
     the worker's noise source is in the same mode as the ledger's record.
 
+    After :func:`forbid_test_noise` (a run of a deployment) either variable set is refused,
+    with the test flag or without.
+
     Raises
     ------
     SeededNoiseRefusedError
-        The seed is set without the test flag, or is not an integer.
+        The seed is set without the test flag, or is not an integer, or a switch is set after
+        :func:`forbid_test_noise`.
     """
     seed = os.environ.get("DPR_TEST_NOISE_SEED")
+    if _test_noise_forbidden and (seed or os.environ.get(TEST_NOISE_FLAG)):
+        raise SeededNoiseRefusedError(
+            "DPR_TEST_NOISE_SEED / DPR_ALLOW_TEST_NOISE are set in a run of a deployment: seeded noise is for the "
+            "test suite only; unset them in the environment the worker is started with."
+        )
     if not seed:
         return None
     if os.environ.get(TEST_NOISE_FLAG) != "1":
