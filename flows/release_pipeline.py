@@ -83,7 +83,7 @@ def _release(spec, settings) -> dict[str, Any]:
     outputs = []
     if spec.steps.record_counts.enabled:
         outputs.append(record_counts_task(spec, settings, ingested))
-        stop = gate_task(spec, outputs[-1])  # the rejected-fraction gate, on the noisy counts only
+        stop = gate_task(spec, outputs[-1], settings)  # the rejected-fraction gate, on the noisy counts only
         if stop:
             bundle_task(spec, settings, ingested, outputs, stopped=stop, run_cost=run_cost)
             stop_release(stop)

@@ -9,7 +9,8 @@ count (their mean, rounded down) and clamps at 0, and
 Also the release's rejected-fraction gate (``steps.validation.max_rejected_fraction``):
 a stop decided on exact counts would publish them (a failed run is public), so
 the gate is post-processing of these noisy, charged counts
-(:func:`rejected_fraction_gate`).
+(:func:`rejected_fraction_gate`). A release the gate stops gives back the part of
+its reservation no step drew (:func:`stop_at_gate`; DESIGN.md rule 15).
 """
 from __future__ import annotations
 
@@ -174,7 +175,8 @@ def rejected_fraction_gate(spec: ReleaseSpec, counts: StepOutput) -> str | None:
     -------
     str or None
         A message quoting the noisy numbers (already released) when the noisy
-        rejected fraction is above the limit.
+        rejected fraction is above the limit. What the stop cost is stated by
+        :func:`stop_at_gate`, from the ledger.
     """
     limit = spec.steps.validation.max_rejected_fraction
     cells = dict(zip(counts.tables["counts"]["cell"], counts.tables["counts"]["noisy_count"]))
@@ -184,8 +186,48 @@ def rejected_fraction_gate(spec: ReleaseSpec, counts: StepOutput) -> str | None:
     if fraction <= limit:
         return None
     return (
-        f"the noisy record counts (released, epsilon = {spec.steps.record_counts.epsilon:g}) put the rejected fraction "
+        f"the noisy record counts (already released) put the rejected fraction "
         f"at {quarantined} of {total} rows ({100 * fraction:.2f}%), above steps.validation.max_rejected_fraction = "
         f"{limit}: the release stops after the record counts. The data owner finds the exact validation result in "
         "the warehouse (internal.validation_results)."
     )
+
+
+#: Why a gate-stopped release gives its undrawn reservation back (recorded in ``ledger.given_back``).
+GATE_STOP_REASON = "stopped by the rejected-rows gate (steps.validation.max_rejected_fraction) on the noisy record counts"
+
+
+def stop_at_gate(spec: ReleaseSpec, settings: Settings, counts: StepOutput,
+                 flow_run_id: str | None = None) -> str | None:
+    """The rejected-rows gate, and on a stop the give-back of what the release reserved and never drew.
+
+    The gate's verdict (:func:`rejected_fraction_gate`) is post-processing of
+    the published noisy counts, so the stop is a public fact: in one ledger
+    transaction the stop is recorded and the release's undrawn reservation
+    is given back (:meth:`~dpcore.ledger.PrivacyLedger.give_back_unused`).
+    The message states the true cost from the ledger: what the release
+    reserved, what its charges drew (the record counts, in the budget's
+    neighbour relation) and what it gave back, and what the budget has left.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+    settings : Settings
+    counts : StepOutput
+        The ``record_counts`` output (noisy, charged).
+    flow_run_id : str, optional
+
+    Returns
+    -------
+    str or None
+        None to go on; else the public reason to stop, with the figures.
+    """
+    verdict = rejected_fraction_gate(spec, counts)
+    if verdict is None:
+        return None
+    back = open_stores(settings).ledger.give_back_unused(spec.dataset.name, spec.release_id, GATE_STOP_REASON,
+                                                         flow_run_id)
+    st = back.status
+    return (f"{verdict} Release {spec.release_id!r} {back.text()} to the budget of {st.budget or st.dataset!r} "
+            f"(charged under its {st.neighbour} neighbours; left now epsilon={float(st.remaining.epsilon):.6g} "
+            f"delta={float(st.remaining.delta):.3g} of the cap epsilon={float(st.cap.epsilon):.6g}).")
