@@ -125,3 +125,20 @@ def test_give_back_is_exact_and_keeps_what_was_drawn(tmp_path):
     again = led.give_back_unused("ds", "r", "test stop")
     assert again.given_back == PrivacyCost(0) and led.status("ds").spent == PrivacyCost("0.1")
     assert led.reserved_counts("ds", "r") == {"a": 1}
+
+
+def test_spec_check_data_says_the_input_would_stop_at_the_gate(dpr_home, small_spec_path, tmp_path):
+    """``dpr spec check --data`` (owner-only) names the rejected fraction and max_rejected_fraction, and says a
+    release of this input would stop at the gate (it exited 0 without a word about the gate before)."""
+    import re
+
+    from dpr.spec_cmd import check
+
+    res = CliRunner().invoke(check, [str(_gate_spec(small_spec_path, tmp_path)), "--data"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    (line,) = [ln for ln in res.output.splitlines() if ln.startswith("rejected-rows gate:")]
+    m = re.search(r"(\d+) of (\d+) rows rejected \(([\d.]+)%\) against steps\.validation\.max_rejected_fraction = "
+                  r"0\.05 \(5\.00%\): a release of this input would stop at the gate", line)
+    assert m and int(m.group(1)) / int(m.group(2)) > 0.2, line
+    ok = CliRunner().invoke(check, [str(small_spec_path), "--data"], catch_exceptions=False)  # limit 0.5 there
+    assert "below the limit, a release of this input passes the gate" in ok.output, ok.output

@@ -231,3 +231,39 @@ def stop_at_gate(spec: ReleaseSpec, settings: Settings, counts: StepOutput,
     return (f"{verdict} Release {spec.release_id!r} {back.text()} to the budget of {st.budget or st.dataset!r} "
             f"(charged under its {st.neighbour} neighbours; left now epsilon={float(st.remaining.epsilon):.6g} "
             f"delta={float(st.remaining.delta):.3g} of the cap epsilon={float(st.cap.epsilon):.6g}).")
+
+
+def gate_outlook(spec: ReleaseSpec, n_rows: int, n_rejected: int) -> str:
+    """The data owner's view of the rejected-rows gate for an input: exact fraction against the limit.
+
+    Owner-only (``dpr spec check --data``, on the owner's terminal): it quotes
+    exact counts. A release's gate reads the *noisy* record counts
+    (:func:`rejected_fraction_gate`), so an exact fraction near the limit may
+    go either way; the line says so with the noise scale.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+    n_rows, n_rejected : int
+        The input's exact row count and rows that validation rejects.
+
+    Returns
+    -------
+    str
+        One line: both numbers (rejected fraction and ``steps.validation.max_rejected_fraction``) and whether a
+        release of this input would stop at the gate.
+    """
+    limit = spec.steps.validation.max_rejected_fraction
+    fraction = n_rejected / n_rows if n_rows else 0.0
+    head = (f"rejected-rows gate: {n_rejected} of {n_rows} rows rejected ({100 * fraction:.2f}%) against "
+            f"steps.validation.max_rejected_fraction = {limit:g} ({100 * limit:.2f}%)")
+    if not spec.steps.record_counts.enabled:
+        return f"{head}: steps.record_counts is disabled, so no release of this spec applies the gate"
+    scale = InputRowCounts(spec.steps.record_counts.epsilon).noise_scale()
+    near = (f"; the gate reads the noisy record counts (noise of scale {scale:g} rows on each count), so an input "
+            "this close to the limit may go either way")
+    if fraction > limit:
+        return (f"{head}: a release of this input would stop at the gate after the record counts (it then gives "
+                "back what it reserved for the later steps); fix the rejected rows (`dpr validation show`) or "
+                f"raise steps.validation.max_rejected_fraction" + (near if fraction - limit < 0.01 else ""))
+    return f"{head}: below the limit, a release of this input passes the gate" + (near if limit - fraction < 0.01 else "")
