@@ -336,6 +336,27 @@ def _given_back_by_release(con, names: list[str]) -> dict[str, tuple[int, int]]:
     return {r[0]: (int(r[1]), int(r[2])) for r in rows}
 
 
+def _cap_mismatch(dataset: str, budget: str, row, cap: PrivacyCost, neighbour: str) -> str | None:
+    """Why a spec's cap or relation does not match the budget ``row`` (cap, relation, spent) the name charges.
+
+    The one text of this refusal: raised by :meth:`PrivacyLedger.ensure_budget` at a run's ingest and listed by
+    :func:`dpcore.cost_plan.release_blockers` (``dpr plan``, ``dpr run``). None when they match (or only the
+    relation differs while nothing is charged: the budget then takes the spec's relation).
+    """
+    eps_cap, delta_cap = cap.units_floor
+    shared = "" if budget == dataset else f" (it charges the budget of {budget!r}, as the data owner registered it)"
+    if (int(row[0]), int(row[1])) != (eps_cap, delta_cap):
+        return (f"dataset {dataset!r}{shared} is registered with cap {PrivacyCost.from_units(row[0], row[1])}, "
+                f"the spec asks for {cap}. A cap never changes implicitly: set the spec's budget to the "
+                f"registered cap, or change the cap with {set_cap_hint(budget)}. Nothing was charged.")
+    if row[2] != neighbour and (int(row[3]) or int(row[4])):
+        return (f"dataset {dataset!r} has a budget stated under {row[2]} neighbours and charges converted "
+                f"to it; the spec asks for {neighbour}. The relation of a budget cannot change once "
+                f"something is charged: set budget.neighbour: {row[2]} in the spec, or start a new "
+                "warehouse or dataset name for the other relation.")
+    return None
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -818,7 +839,6 @@ class PrivacyLedger:
 
         def op(con):
             budget = _budget_of(con, dataset)
-            shared = "" if budget == dataset else f" (it charges the budget of {budget!r}, as the data owner registered it)"
             row = con.execute(
                 "SELECT eps_cap, delta_cap, neighbour, eps_spent, delta_spent FROM ledger.budgets WHERE dataset = ?",
                 [budget],
@@ -830,20 +850,10 @@ class PrivacyLedger:
                     [budget, eps_cap, delta_cap, _now(), neighbour],
                 )
                 return
-            if (int(row[0]), int(row[1])) != (eps_cap, delta_cap):
-                raise LedgerError(
-                    f"dataset {dataset!r}{shared} is registered with cap {PrivacyCost.from_units(row[0], row[1])}, "
-                    f"the spec asks for {cap}. A cap never changes implicitly: set the spec's budget to the "
-                    f"registered cap, or change the cap with {set_cap_hint(budget)}. Nothing was charged."
-                )
+            problem = _cap_mismatch(dataset, budget, row, cap, neighbour)  # the one text of this refusal
+            if problem:
+                raise LedgerError(problem)
             if row[2] != neighbour:
-                if int(row[3]) or int(row[4]):
-                    raise LedgerError(
-                        f"dataset {dataset!r} has a budget stated under {row[2]} neighbours and charges converted "
-                        f"to it; the spec asks for {neighbour}. The relation of a budget cannot change once "
-                        f"something is charged: set budget.neighbour: {row[2]} in the spec, or start a new "
-                        "warehouse or dataset name for the other relation."
-                    )
                 con.execute("UPDATE ledger.budgets SET neighbour = ? WHERE dataset = ?", [neighbour, budget])
 
         self.wh.run(op, transaction=True)
@@ -1546,5 +1556,19 @@ class PrivacyLedger:
             if release_id is not None:
                 per = {release_id: per.get(release_id, (0, 0))}
             return PrivacyCost.from_units(sum(v[0] for v in per.values()), sum(v[1] for v in per.values()))
+
+        return self.wh.run(op)
+
+    def cap_mismatch(self, dataset: str, cap: PrivacyCost, neighbour: str) -> str | None:
+        """The refusal :meth:`ensure_budget` would raise for a spec stating ``cap`` under ``neighbour``, or None.
+
+        Read only (nothing is created or changed); None too when the name has no budget yet.
+        """
+
+        def op(con):
+            budget = _budget_of(con, dataset)
+            row = con.execute("SELECT eps_cap, delta_cap, neighbour, eps_spent, delta_spent FROM ledger.budgets "
+                              "WHERE dataset = ?", [budget]).fetchone()
+            return None if row is None else _cap_mismatch(dataset, budget, row, cap, neighbour)
 
         return self.wh.run(op)

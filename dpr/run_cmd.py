@@ -72,13 +72,32 @@ def run(spec, release_id, period, start, end) -> None:
         elif load_spec(spec).series is not None and period is None:
             refuse("--period: SPEC is a series spec; give the period to release (--period 2013-05) or a range "
                    "(--from 2013-01 --to 2013-12). Nothing was read or charged.")
-        check_paths(load_spec(spec, release_id=release_id, period=period), Settings.from_env())
+        loaded = load_spec(spec, release_id=release_id, period=period)
+        check_paths(loaded, Settings.from_env())
+        if start is None:  # what blocks the release, decided as `dpr plan` decides it (issue 48.3)
+            refuse_blocked(loaded)
     prefect_environment()
     from flows.release_pipeline import main as release_main
 
     extra = (["--release-id", release_id] if release_id else []) + (["--period", period] if period else [])
     extra += ["--from", start, "--to", end] if start is not None else []
     raise SystemExit(release_main(["--spec", spec] + extra))
+
+
+def refuse_blocked(spec: Any) -> None:
+    """Refuse (exit 2, before Prefect starts) a release that :func:`dpcore.cost_plan.release_blockers` blocks.
+
+    The reasons are every reason ``dpr plan`` lists for the same spec and ledger, in the same order; nothing
+    was read or charged.
+    """
+    from dpcore.cost_plan import release_blockers
+
+    from .plan_cmd import open_ledger
+
+    reasons = release_blockers(spec, open_ledger()).reasons
+    if reasons:
+        refuse(f"the release was refused before its first charge ({len(reasons)} problem(s); nothing was read or "
+               "charged):\n" + "\n".join(f"  - {x}" for x in reasons))
 
 
 def _arg_help(doc: str) -> dict[str, str]:
