@@ -1477,7 +1477,7 @@ class PrivacyLedger:
 
     # ----------------------------------------------------------------- give-back
     def give_back_unused(self, dataset: str, release_id: str, reason: str,
-                         flow_run_id: str | None = None) -> GiveBack:
+                         flow_run_id: str | None = None, line_keys: list[str] | None = None) -> GiveBack:
         """Give back what a release that stopped on a public fact reserved and never drew (DESIGN.md rule 15).
 
         For a release whose stop is decided on public facts only (the
@@ -1501,6 +1501,9 @@ class PrivacyLedger:
             Public text of the stop (recorded with each returned line).
         flow_run_id : str, optional
             The run that stopped.
+        line_keys : list of str, optional
+            Only these lines (the stopped run's planned lines): another run unit of the same release id (an
+            operator query that crashed) keeps its reservation. Default: every line of the release id.
 
         Returns
         -------
@@ -1523,6 +1526,8 @@ class PrivacyLedger:
                 "SELECT line_key, step, n_reserved, n_used, eps_each, delta_each FROM ledger.reservations "
                 "WHERE dataset = ? AND release_id = ? AND n_reserved > n_used ORDER BY reserved_at, line_key",
                 [dataset, release_id]).fetchall()
+            if line_keys is not None:
+                lines = [ln for ln in lines if ln[0] in set(line_keys)]
             ge = gd = 0
             now = _now()
             for key, step, n_res, n_used, e, d in lines:

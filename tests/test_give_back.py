@@ -142,3 +142,14 @@ def test_spec_check_data_says_the_input_would_stop_at_the_gate(dpr_home, small_s
     assert m and int(m.group(1)) / int(m.group(2)) > 0.2, line
     ok = CliRunner().invoke(check, [str(small_spec_path), "--data"], catch_exceptions=False)  # limit 0.5 there
     assert "below the limit, a release of this input passes the gate" in ok.output, ok.output
+
+
+def test_give_back_of_one_run_leaves_another_units_lines_of_the_release_id(tmp_path):
+    """An operator query of the same release id that crashed keeps its reservation to resume."""
+    led = PrivacyLedger(Warehouse(tmp_path / "w.duckdb"))
+    led.ensure_budget("ds", PrivacyCost(1))
+    led.reserve_lines("ds", "r", [LineRequest("pipe", "a", "m", "dp", {}, 1, PrivacyCost("0.2")),
+                                  LineRequest("op", "b", "m", "dp", {}, 1, PrivacyCost("0.3"))])
+    back = led.give_back_unused("ds", "r", "test stop", line_keys=["pipe"])
+    assert back.given_back == PrivacyCost("0.2") and led.reserved_counts("ds", "r") == {"op": 1}
+    assert led.status("ds").spent == PrivacyCost("0.3")

@@ -225,8 +225,11 @@ def stop_at_gate(spec: ReleaseSpec, settings: Settings, counts: StepOutput,
     verdict = rejected_fraction_gate(spec, counts)
     if verdict is None:
         return None
+    from ..cost_plan import plan_release
+
+    lines = [ln.key for ln in plan_release(spec).lines]  # the release pipeline's own lines (not an operator's)
     back = open_stores(settings).ledger.give_back_unused(spec.dataset.name, spec.release_id, GATE_STOP_REASON,
-                                                         flow_run_id)
+                                                         flow_run_id, line_keys=lines)
     st = back.status
     return (f"{verdict} Release {spec.release_id!r} {back.text()} to the budget of {st.budget or st.dataset!r} "
             f"(charged under its {st.neighbour} neighbours; left now epsilon={float(st.remaining.epsilon):.6g} "
