@@ -149,3 +149,25 @@ def test_plan_and_run_refuse_a_cap_mismatch_alike_and_a_stored_rerun_prints_toda
     st = ledger.status("nycflights13")
     assert f"total spent epsilon={float(st.spent.epsilon):.6g} of 60;" in line, line
     assert f"left epsilon={float(st.remaining.epsilon):.6g}" in line and "epsilon=20 of 40" not in line, line
+
+
+def test_series_plan_blames_the_dataset_cap_first_when_it_is_the_limit(dpr_home, small_spec_path, small_flights_csv,
+                                                                      tmp_path):
+    """`dpr plan --series` blamed budget.series_cap (and advised raising it) when the dataset's cap was the
+    limit. Each period's reasons are release_blockers', in the run's order: the dataset's budget first."""
+    from series_fixtures import make_series_spec
+
+    from dpcore.series import plan_series
+
+    ledger = PrivacyLedger(Warehouse(Settings.from_env().warehouse))
+    ledger.set_cap("nycflights13", PrivacyCost("0.1", "1e-5"), reason="test")
+    path = make_series_spec(tmp_path, small_spec_path, small_flights_csv, series_cap=0.1)
+    spec = yaml.safe_load(path.read_text())
+    spec["budget"]["epsilon"] = 0.1  # the registered cap now: no mismatch
+    path.write_text(yaml.safe_dump(spec))
+    (row,) = plan_series(path, ledger, max_periods=3)  # 0.2 a period: both caps refuse the first one
+    assert row.status == "refused" and row.reason.startswith("budget: this release would charge"), row.reason
+    assert "budget.series_cap" in row.reason  # the series cap is over too: every reason, the dataset's first
+    first = release_blockers(load_spec(path, period="2013-01"), ledger).reasons
+    assert first[0].startswith("budget:") and first[1].startswith("budget.series_cap:"), first
+    assert row.reason == "; ".join(first)
