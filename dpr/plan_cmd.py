@@ -69,8 +69,8 @@ def plan(spec, release_id, period, whole_series, max_periods, as_json) -> None:
     # what the spec asks to publish unprotected, then uninformative parameters (public facts only; never a refusal)
     warnings = plan_warnings(loaded) + parameter_warnings(loaded)
     if as_json:
-        print_json({**p.as_dict(), "fits": not problems, "registered": registered, "warnings": warnings,
-                    "problems": problems})
+        print_json({**p.as_dict(), "registered": registered, "warnings": warnings, "problems": problems,
+                    "refused": bool(problems)})
         raise SystemExit(0 if not problems else REFUSED)
     rows = []
     for ln in p.lines:

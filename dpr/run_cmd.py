@@ -95,6 +95,8 @@ def refuse_blocked(spec: Any) -> None:
     from .plan_cmd import open_ledger
 
     reasons = release_blockers(spec, open_ledger()).reasons
+    if len(reasons) == 1:  # one line, as the flow's own refusal of it reads
+        refuse(reasons[0])
     if reasons:
         refuse(f"the release was refused before its first charge ({len(reasons)} problem(s); nothing was read or "
                "charged):\n" + "\n".join(f"  - {x}" for x in reasons))
