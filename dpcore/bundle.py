@@ -264,6 +264,7 @@ def write_bundle(
     steps = steps or []
     ds = spec.dataset.name
     status = ledger.status(ds)
+    given = ledger.given_back(ds, spec.release_id) if stopped else PrivacyCost(0)
     all_charges = ledger.charges(ds)
     keys = {k for out in steps for k in out.keys}
     mine = all_charges[all_charges["key"].isin(keys)]
@@ -284,7 +285,9 @@ def write_bundle(
     for out in steps:
         for name, table in out.tables.items():
             files += _write_table(table, tmp / "tables", f"{out.step}__{name}")
-    images = [budget_plot(all_charges, float(status.cap.epsilon), tmp / "budget.png", f"Privacy budget of {ds}")]
+    # the picture shows the table's figures: the ledger's spent (reservations whole) and what is left
+    images = [budget_plot(all_charges, float(status.cap.epsilon), tmp / "budget.png", f"Privacy budget of {ds}",
+                          spent_epsilon=float(status.spent.epsilon))]
     for out in steps:
         wait_for_pictures(out.images)  # drawn in a child process (dpcore.background_plots): raises if that failed
         for img in out.images:
@@ -332,8 +335,10 @@ def write_bundle(
         "budget": {
             "neighbour": status.neighbour,
             "cap": {"epsilon": float(status.cap.epsilon), "delta": float(status.cap.delta)},
-            "spent_by_this_release": _pair(run_cost.total) if run_cost else _sum_pair(mine),
-            "charged_by_this_run": _pair(run_cost.new) if run_cost else _sum_pair(mine),
+            "spent_by_this_release": _pair(run_cost.total - given) if run_cost else _sum_pair(mine),
+            "charged_by_this_run": _pair(run_cost.new - given) if run_cost else _sum_pair(mine),
+            # what the release reserved and never drew, returned when it stopped on a public fact (issue 48.1)
+            "given_back_by_this_release": _pair(given),
             "spent_total": {"epsilon": float(status.spent.epsilon), "delta": float(status.spent.delta)},
             "remaining": {"epsilon": float(status.remaining.epsilon), "delta": float(status.remaining.delta)},
             "exact": {"spent_total_epsilon": str(status.spent.epsilon), "remaining_epsilon": str(status.remaining.epsilon)},
@@ -400,6 +405,10 @@ def render_report(
         f"{b['spent_by_this_release']['delta']:.3g} |",
         f"| charged by the run that wrote this bundle | {b['charged_by_this_run']['epsilon']:g} | "
         f"{b['charged_by_this_run']['delta']:.3g} |",
+        *([f"| given back by this release (reserved, never drawn: it stopped on a public fact) | "
+           f"{b['given_back_by_this_release']['epsilon']:g} | {b['given_back_by_this_release']['delta']:.3g} |"]
+          if b.get("given_back_by_this_release", {}).get("epsilon") or b.get("given_back_by_this_release", {}).get("delta")
+          else []),
         f"| spent in total | {b['spent_total']['epsilon']:g} | {b['spent_total']['delta']:.3g} |",
         f"| remaining | {b['remaining']['epsilon']:g} | {b['remaining']['delta']:.3g} |",
         "",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from .budget import PrivacyCost
 from .ledger import PrivacyLedger
 
-__all__ = ["run_charge_line"]
+__all__ = ["release_budget_line", "run_charge_line"]
 
 
 def _cost(c: PrivacyCost) -> str:
@@ -53,3 +53,31 @@ def run_charge_line(ledger: PrivacyLedger, dataset: str, flow_run_id: str) -> st
     how = (f" ({'; '.join(converted)}, counted as {_cost(charged)} against your {status.neighbour} cap)"
            if converted else f" (under the cap's {status.neighbour} neighbours)")
     return f"charged: {_cost(charged)}{how}; {left}"
+
+
+def release_budget_line(ledger: PrivacyLedger, dataset: str, release_id: str, charged_by_this_run: PrivacyCost) -> str:
+    """The ``budget    :`` line of ``dpr run``, every figure but the run's own charge read from the ledger now.
+
+    Issue 48.3: a stored re-run printed the totals stored with the release ("total spent epsilon=20 of 40")
+    while the ledger held 36.4; the line must say what the ledger holds when it is printed.
+
+    Parameters
+    ----------
+    ledger : PrivacyLedger
+    dataset, release_id : str
+    charged_by_this_run : PrivacyCost
+        What this run reserved (zero for a stored re-run).
+
+    Returns
+    -------
+    str
+        ``budget    : this run charged …; this release holds …; total spent … of …; left … (… neighbours)``.
+    """
+    st = ledger.status(dataset)
+    held = ledger.release_holds(dataset, release_id)[0]
+    n = charged_by_this_run
+    return (f"budget    : this run charged epsilon={float(n.epsilon):.6g} delta={float(n.delta):.3g}; this release "
+            f"holds epsilon={float(held.epsilon):.6g} delta={float(held.delta):.3g}; total spent "
+            f"epsilon={float(st.spent.epsilon):.6g} of {float(st.cap.epsilon):g}; left "
+            f"epsilon={float(st.remaining.epsilon):.6g} delta={float(st.remaining.delta):.3g} "
+            f"({st.neighbour} neighbours)")

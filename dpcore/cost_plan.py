@@ -328,3 +328,91 @@ def plan_release(spec: ReleaseSpec, ledger: PrivacyLedger | None = None,
             f"{set_cap_hint(name)}"
         )
     return replace(plan, problems=problems)
+
+
+@dataclass(frozen=True)
+class Blockers:
+    """What blocks a release, decided in one place (:func:`release_blockers`) for ``dpr plan`` and ``dpr run``.
+
+    Attributes
+    ----------
+    plan : CostPlan
+        The release's cost plan (as :func:`plan_release` makes it).
+    reasons : list of str
+        Every reason the release would be refused before its first charge, in the order a run meets them:
+        the spec's public problems, the registration, the cap the spec states against the registered
+        budget's, the dataset's remaining budget, ``budget.series_cap``. Empty: the release may run.
+    """
+
+    plan: CostPlan
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        """Whether nothing blocks the release."""
+        return not self.reasons
+
+
+def _is_budget_problem(p: str) -> bool:
+    return p.startswith("budget:") or p.startswith("budget.series_cap:")
+
+
+def release_blockers(spec: ReleaseSpec, ledger: PrivacyLedger | None, *,
+                     before: PrivacyCost = PrivacyCost(0), series_before: PrivacyCost = PrivacyCost(0),
+                     plan: CostPlan | None = None) -> Blockers:
+    """Every reason ``spec``'s release would be refused before its first charge (issue 48.3).
+
+    The one decision of what blocks a release: ``dpr plan`` prints these
+    reasons and its verdict from them, ``dpr run`` refuses with the same ones
+    before Prefect starts (the flow's own checks, after ingest, then find
+    nothing new), and ``dpr plan --series`` uses it per period. Reads no data:
+    the spec, the public groups file, and the ledger's registrations, caps and
+    reservations.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+    ledger : PrivacyLedger or None
+        None: no warehouse yet (the name is then not registered).
+    before : PrivacyCost
+        What earlier periods of a series plan would reserve before this one (``dpr plan --series``).
+    series_before : PrivacyCost
+        The same, against ``budget.series_cap``.
+    plan : CostPlan, optional
+        ``plan_release(spec, ledger)`` when the caller has it already.
+
+    Returns
+    -------
+    Blockers
+        A finished release id (its stored release is returned; no data read) is blocked by its spec's
+        public problems only, as its run is.
+    """
+    from .ledger import not_registered_message
+
+    plan = plan_release(spec, ledger) if plan is None else plan
+    reasons = [p for p in plan.problems if not _is_budget_problem(p)]
+    if plan.finished:
+        return Blockers(plan, reasons)
+    name = spec.dataset.name
+    registered = ledger is not None and ledger.registration(name) is not None
+    if not registered:
+        reasons.append(not_registered_message(name))
+    else:
+        mismatch = ledger.cap_mismatch(name, PrivacyCost(spec.budget.epsilon_exact, spec.budget.delta_exact),
+                                       spec.budget.neighbour)
+        if mismatch:
+            reasons.append(mismatch)
+    left = plan.remaining - before
+    if not plan.new.fits_within(left):
+        reasons.append(
+            f"budget: this release would charge {plan.new} but dataset {name!r} has {left} left"
+            + (f" after the periods planned before it ({before})" if before != PrivacyCost(0) else "")
+            + f" (spent {plan.spent} of cap {plan.cap}, {plan.neighbour} neighbours). Lower a step's epsilon/delta, "
+            f"disable a step, or, if the data owner approves, raise the cap with {set_cap_hint(name)}")
+    if spec.series is not None and spec.budget.series_cap is not None:
+        from .series import series_cap_problem, series_spent
+
+        over = series_cap_problem(spec, plan.new, series_spent(ledger, spec) + series_before)
+        if over:
+            reasons.append(over)
+    return Blockers(plan, reasons)

@@ -308,6 +308,55 @@ def _check_series_cap(con, dataset: str, release_id: str, series: "tuple[str, Pr
             "Raise budget.series_cap in the spec (within the dataset's cap), or lower a step's epsilon/delta")
 
 
+#: What a release that stopped on a public fact gave back (issue 48.1; DESIGN.md rule 15): one row per reserved
+#: line with room left, written in the transaction that records the stop. Created on first use
+#: (:func:`_ensure_given_back`), so a ledger that never gave anything back is unchanged.
+_GIVEN_BACK_DDL = """CREATE TABLE IF NOT EXISTS ledger.given_back (
+    budget VARCHAR NOT NULL, dataset VARCHAR NOT NULL, release_id VARCHAR NOT NULL, line_key VARCHAR NOT NULL,
+    step VARCHAR NOT NULL, n_given INTEGER NOT NULL, eps_units HUGEINT NOT NULL, delta_units HUGEINT NOT NULL,
+    reason VARCHAR NOT NULL, flow_run_id VARCHAR, given_at TIMESTAMPTZ NOT NULL)"""
+
+
+def _ensure_given_back(con) -> None:
+    con.execute(_GIVEN_BACK_DDL)
+
+
+def _has_given_back(con) -> bool:
+    return con.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = 'ledger' "
+                       "AND table_name = 'given_back'").fetchone() is not None
+
+
+def _given_back_by_release(con, names: list[str]) -> dict[str, tuple[int, int]]:
+    """Release id -> (epsilon units, delta units) given back, for the dataset names ``names`` (exact integers)."""
+    if not _has_given_back(con):
+        return {}
+    rows = con.execute(
+        "SELECT release_id, sum(eps_units), sum(delta_units) FROM ledger.given_back "
+        "WHERE dataset IN (SELECT unnest(?::VARCHAR[])) GROUP BY release_id", [names]).fetchall()
+    return {r[0]: (int(r[1]), int(r[2])) for r in rows}
+
+
+def _cap_mismatch(dataset: str, budget: str, row, cap: PrivacyCost, neighbour: str) -> str | None:
+    """Why a spec's cap or relation does not match the budget ``row`` (cap, relation, spent) the name charges.
+
+    The one text of this refusal: raised by :meth:`PrivacyLedger.ensure_budget` at a run's ingest and listed by
+    :func:`dpcore.cost_plan.release_blockers` (``dpr plan``, ``dpr run``). None when they match (or only the
+    relation differs while nothing is charged: the budget then takes the spec's relation).
+    """
+    eps_cap, delta_cap = cap.units_floor
+    shared = "" if budget == dataset else f" (it charges the budget of {budget!r}, as the data owner registered it)"
+    if (int(row[0]), int(row[1])) != (eps_cap, delta_cap):
+        return (f"dataset {dataset!r}{shared} is registered with cap {PrivacyCost.from_units(row[0], row[1])}, "
+                f"the spec asks for {cap}. A cap never changes implicitly: set the spec's budget to the "
+                f"registered cap, or change the cap with {set_cap_hint(budget)}. Nothing was charged.")
+    if row[2] != neighbour and (int(row[3]) or int(row[4])):
+        return (f"dataset {dataset!r} has a budget stated under {row[2]} neighbours and charges converted "
+                f"to it; the spec asks for {neighbour}. The relation of a budget cannot change once "
+                f"something is charged: set budget.neighbour: {row[2]} in the spec, or start a new "
+                "warehouse or dataset name for the other relation.")
+    return None
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -345,6 +394,35 @@ class Reservation:
     new: PrivacyCost
     held_before: PrivacyCost
     status: "BudgetStatus"
+
+
+@dataclass(frozen=True)
+class GiveBack:
+    """What :meth:`PrivacyLedger.give_back_unused` did for a release that stopped on a public fact (exact).
+
+    Attributes
+    ----------
+    reserved : PrivacyCost
+        What the release id held before the stop (its reserved lines whole, plus charges outside any line).
+    drawn : PrivacyCost
+        What its charges drew (it keeps holding that: those outputs exist).
+    given_back : PrivacyCost
+        ``reserved - drawn``, returned to the budget in the transaction that recorded the stop.
+    status : BudgetStatus
+        The budget right after (read in the same transaction).
+    """
+
+    reserved: PrivacyCost
+    drawn: PrivacyCost
+    given_back: PrivacyCost
+    status: "BudgetStatus"
+
+    def text(self) -> str:
+        """``reserved epsilon=5 delta=0, drew epsilon=0.2 delta=0, gave back epsilon=4.8 delta=0`` (exact figures)."""
+        def c(x: PrivacyCost) -> str:
+            return f"epsilon={float(x.epsilon):.6g} delta={float(x.delta):.3g}"
+
+        return f"reserved {c(self.reserved)}, drew {c(self.drawn)}, gave back {c(self.given_back)}"
 
 
 @dataclass(frozen=True)
@@ -761,7 +839,6 @@ class PrivacyLedger:
 
         def op(con):
             budget = _budget_of(con, dataset)
-            shared = "" if budget == dataset else f" (it charges the budget of {budget!r}, as the data owner registered it)"
             row = con.execute(
                 "SELECT eps_cap, delta_cap, neighbour, eps_spent, delta_spent FROM ledger.budgets WHERE dataset = ?",
                 [budget],
@@ -773,20 +850,10 @@ class PrivacyLedger:
                     [budget, eps_cap, delta_cap, _now(), neighbour],
                 )
                 return
-            if (int(row[0]), int(row[1])) != (eps_cap, delta_cap):
-                raise LedgerError(
-                    f"dataset {dataset!r}{shared} is registered with cap {PrivacyCost.from_units(row[0], row[1])}, "
-                    f"the spec asks for {cap}. A cap never changes implicitly: set the spec's budget to the "
-                    f"registered cap, or change the cap with {set_cap_hint(budget)}. Nothing was charged."
-                )
+            problem = _cap_mismatch(dataset, budget, row, cap, neighbour)  # the one text of this refusal
+            if problem:
+                raise LedgerError(problem)
             if row[2] != neighbour:
-                if int(row[3]) or int(row[4]):
-                    raise LedgerError(
-                        f"dataset {dataset!r} has a budget stated under {row[2]} neighbours and charges converted "
-                        f"to it; the spec asks for {neighbour}. The relation of a budget cannot change once "
-                        f"something is charged: set budget.neighbour: {row[2]} in the spec, or start a new "
-                        "warehouse or dataset name for the other relation."
-                    )
                 con.execute("UPDATE ledger.budgets SET neighbour = ? WHERE dataset = ?", [neighbour, budget])
 
         self.wh.run(op, transaction=True)
@@ -1364,7 +1431,9 @@ class PrivacyLedger:
 
         ``held`` is what the release id spent (its reserved lines, whole, plus charges outside any line);
         ``drawn`` what its charges used so far; ``unused`` the rest of its reservation (an upper-bound line
-        the data did not need, or a run that stopped: a re-run of the release id draws from it).
+        the data did not need, or a run that crashed: a re-run of the release id draws from it);
+        ``given_back`` what it returned to the budget when it stopped on a public fact
+        (:meth:`give_back_unused`), and ``reserved`` = ``held + given_back`` (what it reserved in all).
         """
         names = self.wh.run(lambda con: _datasets_of(con, _budget_of(con, dataset)))
         rows = self.wh.query(
@@ -1375,10 +1444,19 @@ class PrivacyLedger:
             "SELECT release_id, eps_units, delta_units, eps_units, delta_units, reserved_at FROM ledger.charges "
             "WHERE dataset IN (SELECT unnest(?::VARCHAR[])) AND line_key IS NULL) GROUP BY release_id ORDER BY 6",
             [names, names])
+        back = self.wh.run(lambda con: _given_back_by_release(con, names))
         out = []
         for rid, he, hd, ue, ud, _ in rows:
             held, drawn = PrivacyCost.from_units(int(he), int(hd)), PrivacyCost.from_units(int(ue), int(ud))
-            out.append({"release_id": rid, "held": held, "drawn": drawn, "unused": held - drawn})
+            given = PrivacyCost.from_units(*back.get(rid, (0, 0)))
+            out.append({"release_id": rid, "held": held, "drawn": drawn, "unused": held - drawn,
+                        "given_back": given, "reserved": held + given})
+        seen = {t["release_id"] for t in out}
+        for rid, (ge, gd) in back.items():  # a release that drew nothing and gave its whole reservation back
+            if rid not in seen:
+                given = PrivacyCost.from_units(ge, gd)
+                out.append({"release_id": rid, "held": PrivacyCost(0), "drawn": PrivacyCost(0),
+                            "unused": PrivacyCost(0), "given_back": given, "reserved": given})
         return out
 
     def spent_exact(self, dataset: str) -> PrivacyCost:
@@ -1396,3 +1474,106 @@ class PrivacyLedger:
             "SELECT DISTINCT notion FROM ledger.charges WHERE dataset IN (SELECT unnest(?::VARCHAR[]))", [names]
         )
         return weakest_notion({r[0] for r in rows})
+
+    # ----------------------------------------------------------------- give-back
+    def give_back_unused(self, dataset: str, release_id: str, reason: str,
+                         flow_run_id: str | None = None, line_keys: list[str] | None = None) -> GiveBack:
+        """Give back what a release that stopped on a public fact reserved and never drew (DESIGN.md rule 15).
+
+        For a release whose stop is decided on public facts only (the
+        rejected-rows gate reads the published noisy record counts; a refusal
+        decided on public parameters), the part of its reservation that no
+        step drew is returned to the budget, exactly (integer units), in one
+        transaction: each reserved line keeps only what its charges drew (a
+        line nothing drew is removed, so a later run of the release id reserves
+        it again if it needs it), a ``ledger.given_back`` row records each
+        line's return with ``reason`` (the record of the stop), and the
+        budget's running total goes down by their sum. What was drawn stays
+        spent: those outputs exist. A crashed release does not call this: it
+        keeps its reservation to resume. Privacy: the amount returned is a
+        function of the spec and of which steps ran before a public decision,
+        so it reveals nothing beyond what was published.
+
+        Parameters
+        ----------
+        dataset, release_id : str
+        reason : str
+            Public text of the stop (recorded with each returned line).
+        flow_run_id : str, optional
+            The run that stopped.
+        line_keys : list of str, optional
+            Only these lines (the stopped run's planned lines): another run unit of the same release id (an
+            operator query that crashed) keeps its reservation. Default: every line of the release id.
+
+        Returns
+        -------
+        GiveBack
+            Reserved, drawn and given back (reserved = drawn + given back) and the budget after.
+
+        Raises
+        ------
+        LedgerError
+            The dataset has no registered budget.
+        """
+
+        def op(con):
+            budget = _budget_of(con, dataset)
+            if con.execute("SELECT 1 FROM ledger.budgets WHERE dataset = ?", [budget]).fetchone() is None:
+                raise LedgerError(unknown_dataset(dataset))
+            _ensure_given_back(con)
+            held = _held(con, dataset, release_id)[0]
+            lines = con.execute(
+                "SELECT line_key, step, n_reserved, n_used, eps_each, delta_each FROM ledger.reservations "
+                "WHERE dataset = ? AND release_id = ? AND n_reserved > n_used ORDER BY reserved_at, line_key",
+                [dataset, release_id]).fetchall()
+            if line_keys is not None:
+                lines = [ln for ln in lines if ln[0] in set(line_keys)]
+            ge = gd = 0
+            now = _now()
+            for key, step, n_res, n_used, e, d in lines:
+                n = int(n_res) - int(n_used)
+                ue, ud = n * int(e), n * int(d)
+                ge, gd = ge + ue, gd + ud
+                con.execute("INSERT INTO ledger.given_back VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [budget, dataset, release_id, key, step, n, ue, ud, reason, flow_run_id, now])
+                if int(n_used) == 0:
+                    con.execute("DELETE FROM ledger.reservations WHERE line_key = ?", [key])
+                else:
+                    con.execute("UPDATE ledger.reservations SET n_reserved = n_used WHERE line_key = ?", [key])
+            if ge or gd:
+                con.execute("UPDATE ledger.budgets SET eps_spent = eps_spent - ?, delta_spent = delta_spent - ? "
+                            "WHERE dataset = ?", [ge, gd, budget])
+            row = con.execute("SELECT eps_cap, delta_cap, eps_spent, delta_spent, neighbour FROM ledger.budgets "
+                              "WHERE dataset = ?", [budget]).fetchone()
+            status = BudgetStatus(dataset, PrivacyCost.from_units(row[0], row[1]),
+                                  PrivacyCost.from_units(row[2], row[3]), row[4], budget)
+            back = PrivacyCost.from_units(ge, gd)
+            return GiveBack(held, held - back, back, status)
+
+        return self.wh.run(op, transaction=True)
+
+    def given_back(self, dataset: str, release_id: str | None = None) -> PrivacyCost:
+        """What was given back to the budget ``dataset`` charges (of one release id, or of all), exactly."""
+
+        def op(con):
+            names = _datasets_of(con, _budget_of(con, dataset))
+            per = _given_back_by_release(con, names)
+            if release_id is not None:
+                per = {release_id: per.get(release_id, (0, 0))}
+            return PrivacyCost.from_units(sum(v[0] for v in per.values()), sum(v[1] for v in per.values()))
+
+        return self.wh.run(op)
+
+    def cap_mismatch(self, dataset: str, cap: PrivacyCost, neighbour: str) -> str | None:
+        """The refusal :meth:`ensure_budget` would raise for a spec stating ``cap`` under ``neighbour``, or None.
+
+        Read only (nothing is created or changed); None too when the name has no budget yet.
+        """
+
+        def op(con):
+            budget = _budget_of(con, dataset)
+            row = con.execute("SELECT eps_cap, delta_cap, neighbour, eps_spent, delta_spent FROM ledger.budgets "
+                              "WHERE dataset = ?", [budget]).fetchone()
+            return None if row is None else _cap_mismatch(dataset, budget, row, cap, neighbour)
+
+        return self.wh.run(op)

@@ -61,6 +61,7 @@ class UsedValue:
     key: str
     value: Any
     source: str
+    note: str = ""
 
 
 def _fmt(v: Any) -> str:
@@ -101,15 +102,12 @@ class OperatorValues:
     def line(self) -> str:
         """One line: ``values used (steps.coco of my.yaml): max_group_size=30000 (spec), ...``."""
         return (f"values used (steps.{self.step} of {self.spec_path}): "
-                + ", ".join(f"{u.name}={_fmt(u.value)} ({u.source})" for u in self.used))
+                + ", ".join(f"{u.name}={_fmt(u.value)} ({u.source}{'; ' + u.note if u.note else ''})"
+                            for u in self.used))
 
 
 def _aiq_sp(v: Mapping[str, Any]) -> bool:
     return v.get("mechanism") == "sp"
-
-
-def _counts_delta(v: Mapping[str, Any]) -> bool:
-    return v.get("method") not in PURE_COUNT_METHODS
 
 
 #: flow name -> (step, parameters). The outlier_counts budget (epsilon_total, or epsilon_select and
@@ -127,8 +125,7 @@ OPERATOR_PARAMS: dict[str, tuple[str, tuple[Param, ...]]] = {
     )),
     "outlier_counts": ("outlier_counts", (
         Param("k"), Param("r"), Param("h"), Param("subspace_dim", required=False),
-        Param("method", required=False), Param("delta_count", required=False, required_if=_counts_delta),
-        Param("attributes", required=False),
+        Param("method", required=False), Param("attributes", required=False),
     )),
     "coco_publish": ("coco", (
         Param("epsilon_per_level"), Param("max_group_size"), Param("method", required=False),
@@ -210,6 +207,62 @@ def _counts_budget(
     return [UsedValue("epsilon_total", "epsilon_total", section.epsilon_total, "spec")]
 
 
+def _counts_delta(spec_path: str, spec: ReleaseSpec, section: Any, written: set[str],
+                  request: Mapping[str, Any], used: list[UsedValue]) -> list[UsedValue]:
+    """``delta_count`` of an outlier_counts request: asked for and listed only when the chosen method uses it.
+
+    ``method: auto`` is resolved exactly as the release resolves it
+    (:func:`dpcore.steps.outlier_counts.outlier_counts_planned_charges` through
+    ``OutlierCountMechanism.for_dimension``): from the public parameters of the
+    resolved request (k, r, h, the budget, the candidates, and the delta the
+    step would run with: the request's, else the spec's). When every candidate
+    dimension's mechanism spends no delta, ``delta_count`` is neither asked for
+    nor listed (a given one is unused and named as such); otherwise it must be
+    given or written in the spec (a privacy amount: no default stands in).
+
+    Returns
+    -------
+    list of UsedValue
+        ``used`` with ``delta_count`` added when it is used, and the method's
+        entry noting what ``auto`` resolved to.
+
+    Raises
+    ------
+    MissingOperatorValueError
+        The chosen method spends delta and delta_count is set nowhere.
+    StepInputError
+        The resolved parameters fail the step's public checks (the message names the key).
+    """
+    from .spec import outlier_counts_section, with_step
+    from .steps.outlier_counts import _checked
+
+    values = {u.name: u.value for u in used}
+    if request.get("delta_count") is not None:
+        values["delta_count"] = request["delta_count"]
+    resolved = with_step(spec, "outlier_counts", outlier_counts_section(spec, values))
+    mechs = _checked(resolved)[3]
+    methods = sorted({m.method for m in mechs.values()})
+    spends_delta = any(m.privacy_map().delta > 0 for m in mechs.values())
+    out = []
+    for u in used:
+        if u.name == "method" and u.value == "auto":
+            u = UsedValue(u.name, u.key, u.value, u.source,
+                          f"resolved from public parameters to {'/'.join(methods)}, as the release does")
+        out.append(u)
+    if not spends_delta:
+        if request.get("delta_count") is not None:
+            out.append(UsedValue("delta_count", "delta_count", request["delta_count"], "request",
+                                 f"unused: {'/'.join(methods)} spends no delta"))
+        return out
+    if request.get("delta_count") is not None:
+        out.append(UsedValue("delta_count", "delta_count", request["delta_count"], "request"))
+    elif "delta_count" in written:
+        out.append(UsedValue("delta_count", "delta_count", section.delta_count, "spec"))
+    else:
+        raise _missing("outlier_counts", "outlier_counts", spec_path, [Param("delta_count")])
+    return out
+
+
 def operator_values(
     flow: str, spec_path: str, spec: ReleaseSpec, request: Mapping[str, Any]
 ) -> OperatorValues:
@@ -261,7 +314,8 @@ def operator_values(
         raise _missing(flow, step, spec_path, missing)
     if flow == "outlier_counts":
         used += _counts_budget(spec_path, section, written, request)
-    order = [p.name for p in params]
+        used = _counts_delta(spec_path, spec, section, written, request, used)
+    order = [p.name for p in params] + ["delta_count"]
     used.sort(key=lambda u: order.index(u.name) if u.name in order else len(order))
     return OperatorValues(flow, step, str(spec_path), tuple(used))
 

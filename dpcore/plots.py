@@ -69,8 +69,47 @@ def _figure(**kwargs):
     return fig
 
 
-def budget_plot(charges: pd.DataFrame, cap_epsilon: float, path: Path, title: str) -> Path:
-    """Stacked bar of epsilon spent per step (and notion) against the dataset's cap.
+def budget_bars(charges: pd.DataFrame, cap_epsilon: float,
+                spent_epsilon: float | None = None) -> list[tuple[str, str, float]]:
+    """The segments of the budget picture: ``(bar, label, epsilon)``, bottom to top.
+
+    The ``spent`` bar stacks what the charges drew, per step and notion, then
+    (when ``spent_epsilon`` is given: the ledger's spent total, which counts
+    every reservation whole) the part reserved and not drawn, so that the bar
+    reaches exactly the table's "spent in total"; the ``remaining`` bar is
+    ``cap - spent``, the table's "remaining". Issue 48.1: a picture that summed
+    the charges only showed a gate-stopped release's undrawn reservation as
+    left.
+
+    Parameters
+    ----------
+    charges : DataFrame
+        Ledger charges with columns ``step``, ``notion``, ``epsilon``.
+    cap_epsilon : float
+    spent_epsilon : float, optional
+        The ledger's spent epsilon (``BudgetStatus.spent``); default the charges' sum.
+
+    Returns
+    -------
+    list of (str, str, float)
+    """
+    out: list[tuple[str, str, float]] = []
+    drawn = 0.0
+    if len(charges):
+        per = charges.groupby(["step", "notion"], sort=False)["epsilon"].sum().reset_index()
+        for row in per.itertuples(index=False):
+            out.append(("spent", f"{row.step} ({row.notion})", float(row.epsilon)))
+            drawn += float(row.epsilon)
+    spent = drawn if spent_epsilon is None else float(spent_epsilon)
+    if spent > drawn:
+        out.append(("spent", "reserved, not drawn", spent - drawn))
+    out.append(("remaining", "remaining", max(cap_epsilon - spent, 0.0)))
+    return out
+
+
+def budget_plot(charges: pd.DataFrame, cap_epsilon: float, path: Path, title: str,
+                spent_epsilon: float | None = None) -> Path:
+    """Stacked bar of epsilon spent per step (and notion) against the dataset's cap (:func:`budget_bars`).
 
     Parameters
     ----------
@@ -80,19 +119,24 @@ def budget_plot(charges: pd.DataFrame, cap_epsilon: float, path: Path, title: st
         The dataset's epsilon cap (a horizontal line).
     path : Path
         Output PNG file.
+    spent_epsilon : float, optional
+        The ledger's spent epsilon: the bars then show the same spent and remaining as the report's table
+        (each written on its bar).
     """
     from matplotlib import colormaps
 
     fig = _figure(figsize=(6.5, 3.6), dpi=110)
     ax = fig.subplots()
-    bottom = 0.0
-    if len(charges):
-        per = charges.groupby(["step", "notion"], sort=False)["epsilon"].sum().reset_index()
-        cmap = colormaps["tab10"]
-        for i, row in enumerate(per.itertuples(index=False)):
-            ax.bar(["spent"], [row.epsilon], bottom=bottom, color=cmap(i % 10), label=f"{row.step} ({row.notion})")
-            bottom += row.epsilon
-    ax.bar(["remaining"], [max(cap_epsilon - bottom, 0.0)], color="#dddddd", label="remaining")
+    cmap = colormaps["tab10"]
+    bottom = {"spent": 0.0, "remaining": 0.0}
+    for i, (bar, label, value) in enumerate(budget_bars(charges, cap_epsilon, spent_epsilon)):
+        color = "#dddddd" if bar == "remaining" else ("#ffffff" if label == "reserved, not drawn" else cmap(i % 10))
+        ax.bar([bar], [value], bottom=bottom[bar], color=color, label=_label(label),
+               edgecolor="#888888" if label == "reserved, not drawn" else None,
+               hatch="//" if label == "reserved, not drawn" else None)
+        bottom[bar] += value
+    for bar, total in bottom.items():
+        ax.text(bar, total, f"ε={total:.6g}", ha="center", va="bottom", fontsize=8)
     ax.axhline(cap_epsilon, color="black", linestyle="--", linewidth=1)
     ax.text(1.45, cap_epsilon, f" cap ε={cap_epsilon:g}", va="bottom", ha="right", fontsize=8)
     ax.set_ylabel("epsilon")

@@ -342,7 +342,8 @@ def plan_series(spec_path: str | Path, ledger: "PrivacyLedger | None", start: st
         The spec is not a series spec (names the flag ``--series``).
     """
     from .budget import PrivacyCost
-    from .cost_plan import plan_release
+    from .cost_plan import plan_release, release_blockers
+    from .ledger import not_registered_message
     from .spec import load_spec
 
     base = load_spec(spec_path)
@@ -364,14 +365,11 @@ def plan_series(spec_path: str | Path, ledger: "PrivacyLedger | None", start: st
             rows.append(SeriesPlanRow(p.label, spec.release_id, "released", PrivacyCost(0),
                                       plan.remaining - used, None if cap is None else cap - spent_series - used))
             continue
-        reasons = [x for x in plan.problems if not x.startswith("budget:")]
         left = plan.remaining - used
-        if not plan.new.fits_within(left):
-            reasons.append(f"the dataset's budget has {left} left before this period, which charges {plan.new}")
-        sc = series_cap_problem(spec, plan.new, spent_series + used)
-        if sc:
-            reasons.append(f"budget.series_cap {cap}: the series holds {spent_series + used} before this period, "
-                           f"which charges {plan.new}")
+        # the one decision of what blocks a release (dpr plan and dpr run use it too), every reason in the
+        # order a run meets them: the dataset's cap before budget.series_cap (issue 48.3)
+        reasons = [r for r in release_blockers(spec, ledger, before=used, series_before=used, plan=plan).reasons
+                   if r != not_registered_message(spec.dataset.name)]  # the command refuses that once, for all
         if reasons:
             rows.append(SeriesPlanRow(p.label, spec.release_id, "refused", plan.new, left,
                                       None if cap is None else cap - spent_series - used, "; ".join(reasons)))

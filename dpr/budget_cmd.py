@@ -67,7 +67,8 @@ def budget(ctx: click.Context, as_json: bool) -> None:
            dpr budget recover --from-bundles
 
     Per budget: the cap, what is spent and what is left, under the neighbour relation the cap is
-    stated in; each release id's reservation (what it holds, what its charges drew); every change of
+    stated in; each release id's reservation (what it reserved, holds, and its charges drew, and what it
+    gave back when it stopped on a public fact); every change of
     the cap (time, old and new cap, the owner's reason); then every charge: time, release id, step,
     mechanism, notion, (ε, δ) as stated by the
     mechanism and as charged against the cap, and its status. A dataset whose records overlap another
@@ -186,7 +187,8 @@ def _show_ledger(ledger, dataset: str | None, as_json: bool) -> None:
                 "spent": {"epsilon": float(b.spent.epsilon), "delta": float(b.spent.delta)},
                 "left": {"epsilon": float(b.remaining.epsilon), "delta": float(b.remaining.delta)},
                 "releases": [{"release_id": t["release_id"], "held": _pair(t["held"]), "drawn": _pair(t["drawn"]),
-                              "unused": _pair(t["unused"])} for t in ledger.release_totals(name)],
+                              "unused": _pair(t["unused"]), "given_back": _pair(t["given_back"]),
+                              "reserved": _pair(t["reserved"])} for t in ledger.release_totals(name)],
                 "cap_changes": _cap_changes(ledger, name),
                 "charges": _history(ledger, name),
                 "recoveries": [
@@ -219,10 +221,12 @@ def _show_ledger(ledger, dataset: str | None, as_json: bool) -> None:
                  f"ε={eps(c['stated_epsilon'])} δ={c['stated_delta']:.3g} ({c['stated_neighbour']})",
                  f"ε={eps(c['charged_epsilon'])} δ={c['charged_delta']:.3g}", c["status"]]
                 for c in r["charges"]]
-        out.print(table("releases (each reserves its whole plan before its first charge; what it holds is spent)",
-                        ["release", "holds", "drawn by its charges", "reserved, not drawn"],
-                        [[t["release_id"], _text(t["held"]), _text(t["drawn"]), _text(t["unused"])]
-                         for t in r["releases"]]))
+        out.print(table("releases (each reserves its whole plan before its first charge; what it holds is spent; "
+                        "one stopped on a public fact gives back what it never drew)",
+                        ["release", "reserved", "holds", "drawn by its charges", "reserved, not drawn",
+                         "given back"],
+                        [[t["release_id"], _text(t["reserved"]), _text(t["held"]), _text(t["drawn"]),
+                          _text(t["unused"]), _text(t["given_back"])] for t in r["releases"]]))
         out.print(table("charges", ["time (UTC)", "release", "step", "mechanism", "notion", "stated",
                                     "charged", "status"], rows))
     out.print(f"\nledger {lid}", markup=False)

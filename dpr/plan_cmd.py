@@ -51,8 +51,7 @@ def plan(spec, release_id, period, whole_series, max_periods, as_json) -> None:
     A dataset name the data owner has not registered (`dpr dataset add`) is planned against the
     spec's cap, marked as not registered, and refused.
     """
-    from dpcore.cost_plan import plan_release
-    from dpcore.ledger import not_registered_message
+    from dpcore.cost_plan import release_blockers
     from dpcore.plan_warnings import parameter_warnings, plan_warnings
     from dpcore.spec import check_release_id_flag, load_spec
 
@@ -69,15 +68,16 @@ def plan(spec, release_id, period, whole_series, max_periods, as_json) -> None:
         check_release_id_flag(release_id)
         loaded = load_spec(spec, release_id=release_id, period=period)
         ledger = open_ledger()
-        p = plan_release(loaded, ledger)
+        blockers = release_blockers(loaded, ledger)  # the one decision `dpr run` refuses on (issue 48.3)
+        p = blockers.plan
         registered = ledger is not None and ledger.registration(loaded.dataset.name) is not None
-    unregistered = [] if registered else [not_registered_message(loaded.dataset.name)]
+    problems = list(blockers.reasons)
     # what the spec asks to publish unprotected, then uninformative parameters (public facts only; never a refusal)
     warnings = plan_warnings(loaded) + parameter_warnings(loaded)
     if as_json:
-        print_json({**p.as_dict(), "registered": registered, "warnings": warnings,
-                    "problems": unregistered + list(p.problems)})
-        raise SystemExit(0 if not (p.problems or unregistered) else REFUSED)
+        print_json({**p.as_dict(), "registered": registered, "warnings": warnings, "problems": problems,
+                    "refused": bool(problems)})
+        raise SystemExit(0 if not problems else REFUSED)
     rows = []
     for ln in p.lines:
         c = ln.charge
@@ -106,11 +106,15 @@ def plan(spec, release_id, period, whole_series, max_periods, as_json) -> None:
     known = "" if p.budget_known else " (a new budget: nothing in the ledger yet)"
     if not registered:
         known = " (the spec's cap: the dataset is not registered)"
-    out.print(f"budget               : cap {cost(p.cap)}, spent {cost(p.spent)}, left {cost(p.remaining)}{known}",
-              markup=False)
+    if registered:  # read from the ledger as it is printed (issue 48.3)
+        st = ledger.status(loaded.dataset.name)
+        out.print(f"budget               : cap {cost(st.cap)}, spent {cost(st.spent)}, left {cost(st.remaining)}"
+                  f"{known}", markup=False)
+    else:
+        out.print(f"budget               : cap {cost(p.cap)}, spent {cost(p.spent)}, left {cost(p.remaining)}"
+                  f"{known}", markup=False)
     for w in warnings:
         out.print(f"warning: {w}", markup=False)
-    problems = unregistered + list(p.problems)
     if problems:
         refuse(f"the release would be refused before its first charge ({len(problems)} problem(s)):\n"
                + "\n".join(f"  - {x}" for x in problems))

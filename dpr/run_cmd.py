@@ -76,13 +76,34 @@ def run(spec, release_id, period, start, end) -> None:
             refuse(f"--period: SPEC is a series spec ({base.series.cadence().describe()}); give the period to release "
                    f"(--period {some[0].label}) or a range (--from {some[0].label} --to {some[-1].label}). Nothing "
                    "was read or charged.")
-        check_paths(load_spec(spec, release_id=release_id, period=period), Settings.from_env())
+        loaded = load_spec(spec, release_id=release_id, period=period)
+        check_paths(loaded, Settings.from_env())
+        if start is None:  # what blocks the release, decided as `dpr plan` decides it (issue 48.3)
+            refuse_blocked(loaded)
     prefect_environment()
     from flows.release_pipeline import main as release_main
 
     extra = (["--release-id", release_id] if release_id else []) + (["--period", period] if period else [])
     extra += ["--from", start, "--to", end] if start is not None else []
     raise SystemExit(release_main(["--spec", spec] + extra))
+
+
+def refuse_blocked(spec: Any) -> None:
+    """Refuse (exit 2, before Prefect starts) a release that :func:`dpcore.cost_plan.release_blockers` blocks.
+
+    The reasons are every reason ``dpr plan`` lists for the same spec and ledger, in the same order; nothing
+    was read or charged.
+    """
+    from dpcore.cost_plan import release_blockers
+
+    from .plan_cmd import open_ledger
+
+    reasons = release_blockers(spec, open_ledger()).reasons
+    if len(reasons) == 1:  # one line, as the flow's own refusal of it reads
+        refuse(reasons[0])
+    if reasons:
+        refuse(f"the release was refused before its first charge ({len(reasons)} problem(s); nothing was read or "
+               "charged):\n" + "\n".join(f"  - {x}" for x in reasons))
 
 
 def _arg_help(doc: str) -> dict[str, str]:

@@ -174,6 +174,10 @@ def check(spec, release_id, with_data) -> None:
         with refusals():
             outcome = validate(read_input(loaded, Settings.from_env().data), loaded)
         out.print(outcome.summary_text(loaded.dataset.source.kind), markup=False)
+        if not outcome.table_failures:  # the release's rejected-rows gate, with both numbers (issue 48.1)
+            from dpcore.steps.record_counts import gate_outlook
+
+            out.print(gate_outlook(loaded, int(outcome.n_rows), int(outcome.n_rejected)), markup=False)
         out.print("(the data owner's summary: exact counts and row numbers of your data; do not publish it)",
                   markup=False)
         if outcome.table_failures:

@@ -12,13 +12,13 @@ from tasks.release_run import run_once
 from tasks.stages import bundle_task, cost_preflight_task, ingest_task, preflight_task, validate_task
 
 from .operator_request import operator_request
-from .params import ReleaseId, SpecPath
+from .params import RecordId, ReleaseId, SpecPath, record_id_text
 from .pcor import run_pcor
 
 
 @flow(name="explain_outlier", log_prints=False, persist_result=False)
 def explain_outlier(
-    record_id: Annotated[str, Field(min_length=1, max_length=200)],
+    record_id: RecordId,
     epsilon: Annotated[Optional[float], Field(strict=True, gt=0, le=10)] = None,
     sampler: Optional[Literal["bfs", "dfs", "random_walk", "uniform", "direct"]] = None,
     n_samples: Annotated[Optional[int], Field(strict=True, ge=1, le=10_000)] = None,
@@ -40,7 +40,8 @@ def explain_outlier(
     run is refused before any charge. The values used are logged.
 
     Args:
-        record_id: Id of the record to explain; must be on the spec's public roster (dataset.roster). An absent
+        record_id: Id of the record to explain (text, or a whole number for a numeric id column: its text); must be
+            on the public roster (dataset.roster). An absent
             or quarantined roster id is charged and gets the same no-valid-context outcome as a record without one.
         epsilon: Total OCDP epsilon of this explanation (add/remove neighbours; against a replace-one cap the
             ledger counts it twice); the per-step epsilons are derived from it. Empty = steps.pcor.epsilon.
@@ -64,6 +65,7 @@ def explain_outlier(
         spec_path: Path to the release spec YAML (required; a deployment sets it).
         release_id: Overrides the spec's release id.
     """
+    record_id = record_id_text(record_id)  # a numeric id column's id, sent as a number, is the roster's text
     spec, settings, v = operator_request("explain_outlier", spec_path, release_id, {
         "epsilon": epsilon, "sampler": sampler, "n_samples": n_samples, "verifier": verifier, "utility": utility,
         "start": start, "final_share": final_share, "metric": metric, "attributes": attributes or None,

@@ -1,7 +1,7 @@
 """Typed flow parameters (the Prefect UI renders them as a form with these constraints)."""
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated, Optional, Union
 
 from pydantic import Field
 
@@ -32,3 +32,18 @@ ReleaseId = Annotated[
         description="Overrides the spec's release_id. Same id = same release: nothing is spent again.",
     ),
 ]
+
+#: A record id as a run is asked for it: text, or a whole number (a numeric id column: the Prefect CLI's
+#: ``-p record_id=61458`` and a UI form send a JSON number). :func:`record_id_text` turns it into the text the
+#: spec's public roster holds (``61458`` -> ``"61458"``); a bool or a float is refused by the type.
+RecordId = Union[
+    Annotated[str, Field(min_length=1, max_length=200)],
+    Annotated[int, Field(strict=True, ge=-(10**18), le=10**18)],
+]
+
+
+def record_id_text(record_id: "str | int") -> str:
+    """The roster's text of a record id given as text or as a whole number (``61458`` -> ``"61458"``)."""
+    if isinstance(record_id, bool) or not isinstance(record_id, (str, int)):
+        raise TypeError(f"record_id must be text or a whole number, got {type(record_id).__name__}")
+    return record_id if isinstance(record_id, str) else str(int(record_id))

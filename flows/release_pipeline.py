@@ -83,7 +83,7 @@ def _release(spec, settings) -> dict[str, Any]:
     outputs = []
     if spec.steps.record_counts.enabled:
         outputs.append(record_counts_task(spec, settings, ingested))
-        stop = gate_task(spec, outputs[-1])  # the rejected-fraction gate, on the noisy counts only
+        stop = gate_task(spec, outputs[-1], settings)  # the rejected-fraction gate, on the noisy counts only
         if stop:
             bundle_task(spec, settings, ingested, outputs, stopped=stop, run_cost=run_cost)
             stop_release(stop)
@@ -120,13 +120,19 @@ def _release(spec, settings) -> dict[str, Any]:
     }
 
 
-def budget_line(out: dict[str, Any]) -> str:
-    """The one line that says what this run charged, what the release holds and what is left (exact figures)."""
-    n, s, t, r, c = (out["charged_by_this_run"], out["spent_by_this_release"], out["spent_total"], out["remaining"],
-                     out["cap"])
-    return (f"budget    : this run charged epsilon={n['epsilon']:.6g} delta={n['delta']:.3g}; this release holds "
-            f"epsilon={s['epsilon']:.6g} delta={s['delta']:.3g}; total spent epsilon={t['epsilon']:.6g} of "
-            f"{c['epsilon']:g}; left epsilon={r['epsilon']:.6g} delta={r['delta']:.3g} ({out['neighbour']} neighbours)")
+def budget_line(out: dict[str, Any], spec) -> str:
+    """The one line that says what this run charged, what the release holds and what is left, read from the
+    ledger when printed (:func:`dpcore.charge_summary.release_budget_line`; a stored re-run's stored totals are
+    not today's)."""
+    from dpcore.budget import PrivacyCost
+    from dpcore.charge_summary import release_budget_line
+    from dpcore.ledger import PrivacyLedger
+    from dpcore.warehouse import Warehouse
+
+    n = out["charged_by_this_run"]
+    ledger = PrivacyLedger(Warehouse(out["warehouse"]))
+    return release_budget_line(ledger, spec.dataset.name, spec.release_id,
+                               PrivacyCost(n["epsilon"], n["delta"]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,17 +156,18 @@ def main(argv: list[str] | None = None) -> int:
         check_run_flags(args.spec, args.period, args.start, args.end)  # names the flag at fault
         if args.start is not None or args.end is not None:
             return _backfill(args.spec, backfill_periods(args.spec, args.start, args.end))
-        load_spec(args.spec, release_id=args.release_id, period=args.period)  # fail fast, before Prefect starts
+        spec = load_spec(args.spec, release_id=args.release_id, period=args.period)  # fail fast, before Prefect
         start_preload()  # great-expectations, pint, matplotlib (none under a small cap): on a thread, while the server boots and the run starts
         with ready():
             out = release_pipeline(spec_path=args.spec, release_id=args.release_id, period=args.period)
-    _print_outcome(out)
+    _print_outcome(out, spec)
     return 0
 
 
 def _backfill(spec_path: str, periods: list[str]) -> int:
     """Release each period of ``periods`` in order, each its own all-or-nothing run; stop at the first failure."""
     from dpcore.errors import expected_errors
+    from dpcore.spec import load_spec
 
     done: list[str] = []
     for p in periods:
@@ -180,12 +187,12 @@ def _backfill(spec_path: str, periods: list[str]) -> int:
             raise
         done.append(p)
         print(f"\nperiod    : {p}")
-        _print_outcome(out)
+        _print_outcome(out, load_spec(spec_path, period=p))
     print(f"\nbackfill done: {len(done)} period(s), {periods[0]} to {periods[-1]}")
     return 0
 
 
-def _print_outcome(out: dict[str, Any]) -> None:
+def _print_outcome(out: dict[str, Any], spec) -> None:
     print()
     if out.get("stored_release"):
         print("stored    : this release id was finished before; this is its stored release (no data read, "
@@ -193,7 +200,7 @@ def _print_outcome(out: dict[str, Any]) -> None:
     print(f"warehouse : {out['warehouse']}")
     print(f"bundle    : {out['bundle']}")
     print(f"report    : {out['bundle']}/report.md")
-    print(budget_line(out))
+    print(budget_line(out, spec))
 
 
 def _exit_without_teardown(code: int) -> None:

@@ -16,7 +16,7 @@ from dpcore.settings import Settings
 from dpcore.spec import ReleaseSpec
 from dpcore.steps.aiq import aiq_step
 from dpcore.steps.rules import RulesDone
-from dpcore.steps.record_counts import record_counts_step, rejected_fraction_gate
+from dpcore.steps.record_counts import record_counts_step, stop_at_gate
 from dpcore.validation import ValidationDone, ValidationFailed, public_rule_set
 
 from .common import NOISE_RETRIES, artifact_key, chunk_mapper, flow_run_id, private_task, validation_mapper
@@ -74,9 +74,12 @@ def record_counts_task(spec: ReleaseSpec, settings: Settings, ingested: IngestRe
 
 
 @private_task(name="rejected-fraction-gate")
-def gate_task(spec: ReleaseSpec, counts: StepOutput) -> str | None:
-    """The rejected-fraction gate on the noisy counts (post-processing): None, or the public reason to stop."""
-    return rejected_fraction_gate(spec, counts)
+def gate_task(spec: ReleaseSpec, counts: StepOutput, settings: Settings) -> str | None:
+    """The rejected-fraction gate on the noisy counts (post-processing): None, or the public reason to stop.
+
+    A stop gives back what the release reserved and never drew, in the transaction that records it.
+    """
+    return stop_at_gate(spec, settings, counts, flow_run_id())
 
 
 def stop_release(reason: str) -> None:

@@ -122,9 +122,37 @@ def test_outlier_counts_budget_is_the_specs_form_or_the_requests(small_spec_path
         operator_values("outlier_counts", str(none), load_spec(none), {})
     # a Gaussian method needs delta_count written or given
     gauss = owner_spec(small_spec_path, tmp_path / "gauss.yaml", drop={"outlier_counts": ["delta_count"]})
-    assert operator_values("outlier_counts", str(gauss), load_spec(gauss), {}).source("delta_count") == "spec default"
+    # global_laplace spends no delta: delta_count is neither asked for nor listed (issue 48.4: the line claimed
+    # "delta_count=1e-06 (spec default)")
+    pure = operator_values("outlier_counts", str(gauss), load_spec(gauss), {})
+    assert "delta_count" not in pure.as_dict() and "delta_count" not in pure.line()
     with pytest.raises(MissingOperatorValueError, match=r"steps\.outlier_counts\.delta_count"):
         operator_values("outlier_counts", str(gauss), load_spec(gauss), {"method": "smooth"})
+
+
+def test_outlier_counts_auto_is_resolved_as_the_release_does(small_spec_path, tmp_path):
+    """Issue 48.4: ``method: auto`` (written or the format's default) resolves from public parameters exactly
+    as the release's plan does; delta_count is asked for only when the resolved method spends delta."""
+    from dpcore.spec import outlier_counts_section, with_step
+    from dpcore.steps.outlier_counts import outlier_counts_planned_charges
+
+    path = owner_spec(small_spec_path, tmp_path / "auto.yaml", drop={"outlier_counts": ["delta_count", "method"]})
+    spec = load_spec(path)
+    v = operator_values("outlier_counts", str(path), spec, {})  # refused before: "no value for delta_count"
+    assert v["method"] == "auto" and "delta_count" not in v.as_dict()
+    as_released = with_step(spec, "outlier_counts", outlier_counts_section(spec, {}))
+    count = [c for c in outlier_counts_planned_charges(as_released) if c.step == "outlier_count"][0]
+    assert count.cost.delta == 0  # the release itself spends no delta on these public parameters
+    assert f"resolved from public parameters to {count.match['resolved_method']}" in v.line()
+    # the flow runs with the spec's section unchanged: the same planned charges (same line keys) as the release
+    ran = with_step(spec, "outlier_counts", outlier_counts_section(spec, {u.name: u.value for u in v.used}))
+    assert outlier_counts_planned_charges(ran) == outlier_counts_planned_charges(as_released)
+    # a method that spends delta still needs it written or given, and then lists it
+    smooth = operator_values("outlier_counts", str(path), spec, {"method": "smooth", "delta_count": 1e-7})
+    assert (smooth["delta_count"], smooth.source("delta_count")) == (1e-7, "request")
+    # a delta given to a method that spends none is named unused, not claimed as spent
+    unused = operator_values("outlier_counts", str(path), spec, {"delta_count": 1e-7})
+    assert "unused" in unused._get("delta_count").note
 
 
 def test_no_spec_is_refused_with_a_hint():

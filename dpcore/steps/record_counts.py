@@ -9,7 +9,8 @@ count (their mean, rounded down) and clamps at 0, and
 Also the release's rejected-fraction gate (``steps.validation.max_rejected_fraction``):
 a stop decided on exact counts would publish them (a failed run is public), so
 the gate is post-processing of these noisy, charged counts
-(:func:`rejected_fraction_gate`).
+(:func:`rejected_fraction_gate`). A release the gate stops gives back the part of
+its reservation no step drew (:func:`stop_at_gate`; DESIGN.md rule 15).
 """
 from __future__ import annotations
 
@@ -174,7 +175,8 @@ def rejected_fraction_gate(spec: ReleaseSpec, counts: StepOutput) -> str | None:
     -------
     str or None
         A message quoting the noisy numbers (already released) when the noisy
-        rejected fraction is above the limit.
+        rejected fraction is above the limit. What the stop cost is stated by
+        :func:`stop_at_gate`, from the ledger.
     """
     limit = spec.steps.validation.max_rejected_fraction
     cells = dict(zip(counts.tables["counts"]["cell"], counts.tables["counts"]["noisy_count"]))
@@ -184,8 +186,87 @@ def rejected_fraction_gate(spec: ReleaseSpec, counts: StepOutput) -> str | None:
     if fraction <= limit:
         return None
     return (
-        f"the noisy record counts (released, epsilon = {spec.steps.record_counts.epsilon:g}) put the rejected fraction "
+        f"the noisy record counts (already released) put the rejected fraction "
         f"at {quarantined} of {total} rows ({100 * fraction:.2f}%), above steps.validation.max_rejected_fraction = "
         f"{limit}: the release stops after the record counts. The data owner reads the exact validation result with "
         "`dpr validation show --spec SPEC`."
     )
+
+
+#: Why a gate-stopped release gives its undrawn reservation back (recorded in ``ledger.given_back``).
+GATE_STOP_REASON = "stopped by the rejected-rows gate (steps.validation.max_rejected_fraction) on the noisy record counts"
+
+
+def stop_at_gate(spec: ReleaseSpec, settings: Settings, counts: StepOutput,
+                 flow_run_id: str | None = None) -> str | None:
+    """The rejected-rows gate, and on a stop the give-back of what the release reserved and never drew.
+
+    The gate's verdict (:func:`rejected_fraction_gate`) is post-processing of
+    the published noisy counts, so the stop is a public fact: in one ledger
+    transaction the stop is recorded and the release's undrawn reservation
+    is given back (:meth:`~dpcore.ledger.PrivacyLedger.give_back_unused`).
+    The message states the true cost from the ledger: what the release
+    reserved, what its charges drew (the record counts, in the budget's
+    neighbour relation) and what it gave back, and what the budget has left.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+    settings : Settings
+    counts : StepOutput
+        The ``record_counts`` output (noisy, charged).
+    flow_run_id : str, optional
+
+    Returns
+    -------
+    str or None
+        None to go on; else the public reason to stop, with the figures.
+    """
+    verdict = rejected_fraction_gate(spec, counts)
+    if verdict is None:
+        return None
+    from ..cost_plan import plan_release
+
+    lines = [ln.key for ln in plan_release(spec).lines]  # the release pipeline's own lines (not an operator's)
+    back = open_stores(settings).ledger.give_back_unused(spec.dataset.name, spec.release_id, GATE_STOP_REASON,
+                                                         flow_run_id, line_keys=lines)
+    st = back.status
+    return (f"{verdict} Release {spec.release_id!r} {back.text()} to the budget of {st.budget or st.dataset!r} "
+            f"(charged under its {st.neighbour} neighbours; left now epsilon={float(st.remaining.epsilon):.6g} "
+            f"delta={float(st.remaining.delta):.3g} of the cap epsilon={float(st.cap.epsilon):.6g}).")
+
+
+def gate_outlook(spec: ReleaseSpec, n_rows: int, n_rejected: int) -> str:
+    """The data owner's view of the rejected-rows gate for an input: exact fraction against the limit.
+
+    Owner-only (``dpr spec check --data``, on the owner's terminal): it quotes
+    exact counts. A release's gate reads the *noisy* record counts
+    (:func:`rejected_fraction_gate`), so an exact fraction near the limit may
+    go either way; the line says so with the noise scale.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+    n_rows, n_rejected : int
+        The input's exact row count and rows that validation rejects.
+
+    Returns
+    -------
+    str
+        One line: both numbers (rejected fraction and ``steps.validation.max_rejected_fraction``) and whether a
+        release of this input would stop at the gate.
+    """
+    limit = spec.steps.validation.max_rejected_fraction
+    fraction = n_rejected / n_rows if n_rows else 0.0
+    head = (f"rejected-rows gate: {n_rejected} of {n_rows} rows rejected ({100 * fraction:.2f}%) against "
+            f"steps.validation.max_rejected_fraction = {limit:g} ({100 * limit:.2f}%)")
+    if not spec.steps.record_counts.enabled:
+        return f"{head}: steps.record_counts is disabled, so no release of this spec applies the gate"
+    scale = InputRowCounts(spec.steps.record_counts.epsilon).noise_scale()
+    near = (f"; the gate reads the noisy record counts (noise of scale {scale:g} rows on each count), so an input "
+            "this close to the limit may go either way")
+    if fraction > limit:
+        return (f"{head}: a release of this input would stop at the gate after the record counts (it then gives "
+                "back what it reserved for the later steps); fix the rejected rows (`dpr validation show`) or "
+                f"raise steps.validation.max_rejected_fraction" + (near if fraction - limit < 0.01 else ""))
+    return f"{head}: below the limit, a release of this input passes the gate" + (near if limit - fraction < 0.01 else "")
