@@ -155,9 +155,42 @@ _CSV_OPTIONS = (
 DELIMITER_NAMES = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
 #: The longest row (bytes) the CSV reader accepts (DuckDB's ``max_line_size``; pandas had no limit).
 MAX_ROW_BYTES = 8 * 1024**2
-#: The most columns an input may have (a CSV's header, a Parquet file's schema; issue 47.4): DuckDB's CSV reader
-#: keeps per-column buffers, and 10,000 columns of 50 rows ran out of 512 MiB. Refused before any row is read.
-MAX_COLUMNS = 2000
+#: Bytes of DuckDB's memory a column of a CSV costs per reader thread (issue 47.4): measured with 2 threads,
+#: 250 columns of 50 rows read in DuckDB's 64 MiB (``DPR_MEMORY_LIMIT=512MiB``) and 350 did not; 1,000 read in
+#: 256 MiB and 1,500 did not (about 200 KiB a column). This is 1.6 times that, for a margin.
+COLUMN_BYTES_PER_THREAD = 160 * 1024
+#: A fixed limit on the columns of an input; None: :func:`max_columns` computes it from the memory cap.
+MAX_COLUMNS: int | None = None
+
+
+def max_columns() -> int:
+    """The most columns an input may have (a CSV's header, a Parquet file's schema; issue 47.4).
+
+    DuckDB's CSV reader keeps buffers per column and thread: 10,000 columns of 50 rows ran out of its memory
+    under ``DPR_MEMORY_LIMIT=512MiB`` (an ``OutOfMemoryException`` after the run had started). So the limit
+    is DuckDB's share of the cap over :data:`COLUMN_BYTES_PER_THREAD` times the threads (the CPUs, at least
+    2): 204 columns under 512 MiB, 819 under 1 GiB, 3,276 under 4 GiB. Refused before any row is read; the
+    header is public, the cap is the owner's setting.
+    """
+    if MAX_COLUMNS is not None:
+        return int(MAX_COLUMNS)
+    import os
+
+    share = MemoryBudget.from_env().duckdb_bytes
+    return max(1, int(share) // (COLUMN_BYTES_PER_THREAD * max(2, os.cpu_count() or 2)))
+
+
+def _too_many_columns(path: Path, n: int) -> IngestError:
+    import os
+
+    cap = (os.environ.get("DPR_MEMORY_LIMIT") or "").strip() or "unset, the default"
+    return IngestError(_TOO_MANY_COLUMNS.format(path=path, n=n, limit=max_columns(), cap=cap))
+
+
+_TOO_MANY_COLUMNS = (
+    "input file {path} has {n} columns, more than the reader's limit of {limit} under DPR_MEMORY_LIMIT ({cap}): "
+    "keep only the columns the spec needs, or raise DPR_MEMORY_LIMIT"
+)
 #: A lone surrogate: a byte that was not UTF-8, decoded with ``surrogateescape``.
 _SURROGATE = re.compile("[\udc80-\udcff]")
 #: DuckDB ``read_csv``'s ``buffer_size`` in bytes; None: from the memory cap (:func:`csv_buffer_bytes`). Tests set a
@@ -267,9 +300,8 @@ def _csv_header(path: Path, delimiter: str = ",") -> tuple[list[str], int]:
     if any(_SURROGATE.search(name) for name in record):
         raise IngestError(f"input file {path} has a header (column names) that is not UTF-8 text; re-export the "
                           "file as UTF-8")
-    if len(record) > MAX_COLUMNS:
-        raise IngestError(f"input file {path} has {len(record)} columns, more than the reader's limit of "
-                          f"{MAX_COLUMNS} (dpcore.ingest.MAX_COLUMNS); keep only the columns the spec needs")
+    if len(record) > max_columns():
+        raise _too_many_columns(path, len(record))
     names = [name if name != "" else f"Unnamed: {i}" for i, name in enumerate(record)]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -331,9 +363,8 @@ def _parquet_select(con, path: Path) -> tuple[str, list]:
         raise IngestError(f"input file {path} is not a readable Parquet file ({type(exc).__name__})") from None
     if ROW in names:
         raise IngestError(f"input file {path} has a column named {ROW!r}, which is reserved for row numbers")
-    if len(names) > MAX_COLUMNS:
-        raise IngestError(f"input file {path} has {len(names)} columns, more than the reader's limit of "
-                          f"{MAX_COLUMNS} (dpcore.ingest.MAX_COLUMNS); keep only the columns the spec needs")
+    if len(names) > max_columns():
+        raise _too_many_columns(path, len(names))
     return f"SELECT row_number() OVER () AS {ROW}, * FROM read_parquet(?)", [str(path)]
 
 
