@@ -664,14 +664,16 @@ def read_csv_text(path: Path, delimiter: str = ",") -> pd.DataFrame:
     """A CSV's cells as text, read exactly as :func:`ingest` reads them, without ``_row`` (``dpr spec draft``).
 
     Memory grows with the rows (the draft looks at every column whole). ``delimiter``: one of
-    :data:`~dpcore.spec.CSV_DELIMITERS`.
+    :data:`~dpcore.spec.CSV_DELIMITERS`. Rows the reader could not parse (every cell NULL: :func:`_create`) are
+    left out: the draft learns nothing from them.
 
     Raises
     ------
     IngestError
         Empty, non-UTF-8 or malformed input.
     """
-    return _read_in_memory(Path(path), "csv", delimiter).drop(columns=ROW)
+    frame = _read_in_memory(Path(path), "csv", delimiter).drop(columns=ROW)
+    return frame.dropna(how="all").reset_index(drop=True) if frame.shape[1] else frame
 
 
 def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
