@@ -31,18 +31,29 @@ _STYLE_NAME = {LF: "LF", CRLF: "CRLF", CR: "CR"}
 
 
 @dataclass(frozen=True)
-class OddLine:
-    """A line whose end differs from the header line's: its number, bytes ``[start, end)`` (its line end
-    included), its end's name, and whether it is blank (only spaces, tabs and line-end bytes)."""
+class OddLines:
+    """The lines whose end differs from the header line's, as arrays (one entry per such line, in file order).
 
-    line: int
-    start: int
-    end: int
-    style: str
-    blank: bool
+    ``line``: its number; ``start``/``end``: its bytes ``[start, end)``, its line end included; ``style``: its
+    end (:data:`LF`, :data:`CRLF` or :data:`CR`); ``blank``: only spaces, tabs and line-end bytes. 25 bytes an
+    odd line, no Python object per line.
+    """
+
+    line: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    style: np.ndarray
+    blank: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.line)
+
+    @staticmethod
+    def style_name(style: int) -> str:
+        return _STYLE_NAME[int(style)]
 
 
-def odd_line_ends(path: Path | str, block: int = BLOCK) -> list[OddLine]:
+def odd_line_ends(path: Path | str, block: int = BLOCK) -> OddLines:
     """Every line of ``path`` whose line end differs from the first non-blank line's (the header's).
 
     Parameters
@@ -54,7 +65,7 @@ def odd_line_ends(path: Path | str, block: int = BLOCK) -> list[OddLine]:
 
     Returns
     -------
-    list of OddLine
+    OddLines
         In file order; empty when every line end is the same kind (the usual case).
     """
     parity = 0  # inside a quoted cell before the block's first byte
@@ -65,7 +76,7 @@ def odd_line_ends(path: Path | str, block: int = BLOCK) -> list[OddLine]:
     line_nonblank_at = 0  # value of the non-blank byte count at the current line's start
     ref = 0  # the header's line end (0: not seen yet)
     pending_cr = -1  # offset of a CR outside quotes that ended the previous block (its next byte unknown)
-    odd: list[OddLine] = []
+    odd: list[tuple] = []  # one tuple of arrays per block holding odd lines
     offset = 0
 
     def emit(ends: np.ndarray, styles: np.ndarray, nb_at_end: np.ndarray) -> None:
@@ -86,9 +97,8 @@ def odd_line_ends(path: Path | str, block: int = BLOCK) -> list[OddLine]:
                 ref = int(styles[first[0]])
         if ref:
             bad = np.flatnonzero(styles != ref)
-            for i in bad:  # one iteration per odd line, never per row
-                odd.append(OddLine(int(numbers[i]), int(starts[i]), int(ends[i]) + 1,
-                                   _STYLE_NAME[int(styles[i])], bool(blank[i])))
+            if len(bad):
+                odd.append((numbers[bad], starts[bad], ends[bad] + 1, styles[bad].astype(np.int8), blank[bad]))
         line_no += len(ends)
         line_start = int(ends[-1]) + 1
         line_nonblank_at = int(nb_at_end[-1])
@@ -136,18 +146,20 @@ def odd_line_ends(path: Path | str, block: int = BLOCK) -> list[OddLine]:
             offset += len(b)
     if pending_cr >= 0:
         emit(np.array([pending_cr], dtype=np.int64), np.array([CR]), np.array([nonblank_before], dtype=np.int64))
-    return odd
+    if not odd:
+        e = np.array([], dtype=np.int64)
+        return OddLines(e, e, e, np.array([], dtype=np.int8), np.array([], dtype=bool))
+    return OddLines(*(np.concatenate(parts) for parts in zip(*odd)))
 
 
-def copy_without(path: Path | str, lines: list[OddLine], out, block: int = BLOCK) -> None:
+def copy_without(path: Path | str, lines: OddLines, out, block: int = BLOCK) -> None:
     """Write ``path``'s bytes to the open binary file ``out`` without the bytes of ``lines`` (in file order).
 
     The input file itself is never modified; ``out`` is the caller's private file.
     """
-    cuts = [(ln.start, ln.end) for ln in lines]
     pos = 0
     with Path(path).open("rb") as fh:
-        for start, end in cuts + [(None, None)]:
+        for start, end in [*zip(lines.start.tolist(), lines.end.tolist()), (None, None)]:
             stop = start  # copy [pos, start) then skip [start, end)
             while stop is None or pos < stop:
                 want = block if stop is None else min(block, stop - pos)

@@ -47,6 +47,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
+import numpy as np
 
 from .chunks import DUCKDB_SHARE, MemoryBudget
 from .lineage import new_nonce
@@ -478,7 +479,7 @@ def _create(con, target: str, path: Path, kind: str, mode: int, delimiter: str =
             shutil.rmtree(tmp_dir, ignore_errors=True)
 
 
-def _create_csv(con, target: str, path: Path, read_path: Path, odd: list, mode: int, delimiter: str) -> None:
+def _create_csv(con, target: str, path: Path, read_path: Path, odd, mode: int, delimiter: str) -> None:
     """:func:`_create` of a CSV: ``read_path`` (``path`` or its copy without the ``odd`` lines) read with DuckDB's
     rejects kept aside, then every reject stored as an unreadable row."""
     rejects = f"_dpr_rejects_{new_nonce(6)}"
@@ -494,45 +495,48 @@ def _create_csv(con, target: str, path: Path, read_path: Path, odd: list, mode: 
         if "state machine reached an invalid state" in text:
             raise IngestError(_LINE_ENDS.format(path=path)) from None
         raise IngestError(_MALFORMED.format(path=path)) from None
-    try:
-        found = con.execute(
-            f"SELECT line, min(byte_position), string_agg(DISTINCT error_type, '; ' ORDER BY error_type), "
-            f"first(csv_line) FROM {rejects}_errors GROUP BY line ORDER BY line"
-        ).fetchall()
-    finally:
-        con.execute(f"DROP TABLE IF EXISTS {rejects}_errors")
-        con.execute(f"DROP TABLE IF EXISTS {rejects}_scans")
-    removed = [ln.line for ln in odd]  # lines of `path` missing from `read_path`, in order
-    rows: list[tuple[int, str, str]] = []  # (line of `path`, reason, text) of each unreadable row
-    for line, _pos, kinds, text in found:
-        if text is not None and not text.strip(" \t\r\n"):
-            continue  # a line of blanks read without padding (mode 1): skipped, as in mode 0
-        rows.append((_original_line(int(line), removed), "; ".join(
-            READER_REASONS.get(k, k.lower()) for k in str(kinds).split("; ")), text))
-    for ln in odd:
-        if not ln.blank:  # a blank line is skipped whatever its end
-            with path.open("rb") as fh:
-                fh.seek(ln.start)
-                text = fh.read(min(ln.end - ln.start, MAX_ROW_BYTES)).decode("utf-8", errors="replace")
-            rows.append((ln.line, READER_REASONS["MIXED LINE ENDS"].format(style=ln.style), text))
-    rows.sort()
     side = unreadable_table(target)
-    con.execute(f"CREATE TABLE {side} ({ROW} BIGINT, line BIGINT, reason VARCHAR, text VARCHAR)")
-    if rows:
-        (n_read,) = con.execute(f"SELECT count(*) FROM {target}").fetchone()
-        numbered = [(int(n_read) + i + 1, line, reason, text) for i, (line, reason, text) in enumerate(rows)]
-        con.executemany(f"INSERT INTO {side} VALUES (?, ?, ?, ?)", numbered)
-        con.execute(f"INSERT INTO {target} ({ROW}) SELECT {ROW} FROM {side}")
+    reasons = " ".join(f"WHEN '{k}' THEN '{v}'".replace("'s ", "''s ")
+                       for k, v in READER_REASONS.items() if "{" not in v)
+    import pyarrow as pa
 
-
-def _original_line(line: int, removed: list[int]) -> int:
-    """Line ``line`` of the copy without the ``removed`` lines (sorted) as a line of the original file."""
-    for r in removed:  # one step per removed line (odd line ends are few)
-        if r <= line:
-            line += 1
-        else:
-            break
-    return line
+    # a line of the copy -> of the file: + the removed lines before it (`before`: how many kept lines precede a
+    # removed one; copy line c is file line c + #{before < c})
+    removed = pa.table({"before": pa.array(odd.line - np.arange(len(odd), dtype=np.int64) - 1, type=pa.int64())})
+    con.register("_dpr_removed", removed)
+    try:
+        con.execute(
+            f"CREATE TABLE {side} AS "
+            f"WITH named AS (SELECT line, CASE error_type {reasons} ELSE lower(error_type) END AS reason, csv_line "
+            f"FROM {rejects}_errors), found AS (SELECT line, string_agg(DISTINCT reason, '; ' ORDER BY reason) AS "
+            "reason, first(csv_line) AS text FROM named GROUP BY line), "
+            "kept AS (SELECT line + (SELECT count(*) FROM _dpr_removed r WHERE r.before < f.line) AS line, reason, text "
+            "FROM found f WHERE NOT regexp_full_match(coalesce(text, 'x'), '[ \\t\\r\\n]*')) "  # mode 1's blanks
+            f"SELECT CAST(NULL AS BIGINT) AS {ROW}, line, reason, text FROM kept"
+        )
+    finally:
+        con.unregister("_dpr_removed")
+        for t in (f"{rejects}_errors", f"{rejects}_scans"):
+            con.execute(f"DROP TABLE IF EXISTS {t}")
+    real = np.flatnonzero(~odd.blank)  # a blank line is skipped whatever its end
+    if len(real):
+        texts = []
+        with path.open("rb") as fh:
+            for start, end in zip(odd.start[real].tolist(), odd.end[real].tolist()):  # per odd line, never per row
+                fh.seek(start)
+                texts.append(fh.read(min(end - start, MAX_ROW_BYTES)).decode("utf-8", errors="replace"))
+        template = READER_REASONS["MIXED LINE ENDS"]
+        _odd = pa.table({"line": pa.array(odd.line[real]), "reason": pa.array(
+            [template.format(style=odd.style_name(x)) for x in odd.style[real].tolist()]), "text": pa.array(texts)})
+        con.register("_dpr_odd", _odd)
+        try:
+            con.execute(f"INSERT INTO {side} SELECT NULL, line, reason, text FROM _dpr_odd")
+        finally:
+            con.unregister("_dpr_odd")
+    (n_read,) = con.execute(f"SELECT count(*) FROM {target}").fetchone()
+    con.execute(f"UPDATE {side} SET {ROW} = n.r FROM (SELECT line, {int(n_read)} + row_number() OVER (ORDER BY line) "
+                f"AS r FROM {side}) n WHERE {side}.line = n.line")
+    con.execute(f"INSERT INTO {target} ({ROW}) SELECT {ROW} FROM {side} ORDER BY {ROW}")
 
 
 def source_path(spec: ReleaseSpec, data_dir: Path) -> Path:
