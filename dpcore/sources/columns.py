@@ -93,7 +93,9 @@ def check_types(where: str, columns: list[Column], spec: "ReleaseSpec") -> None:
     * a categorical attribute: text; integer types when every domain value is an integer written as an
       integer column reads it; boolean when the domain is ``true``/``false``; other types (dates, ...) when
       the domain is text; never float or decimal types (DOUBLE ``1.0`` reads ``1.0``, not the domain's ``1``);
-    * a numeric attribute: text, integer, decimal or float types (read as numbers); never boolean or other types.
+    * a numeric attribute: text, integer, decimal or float types (read as numbers); never boolean or other types;
+    * no declared column of a nested type (a list or array, a struct or record, a map, a union; issue 47.4):
+      its text is never a number, a domain value or a record id.
 
     Columns the spec does not declare are kept in ``raw`` as text whatever their type.
 
