@@ -8,9 +8,12 @@ than the header's line is a *reader reject* (:func:`dpcore.ingest._create` reads
 file without those lines and stores them as unreadable rows): one such line is a rejected row, not a
 refused input (DESIGN.md rule 14).
 
-A line end is an LF, a CRLF or a lone CR outside quoted cells. Whether a byte is inside a quoted cell is the
-parity of the double quotes before it (RFC 4180: a quote inside a quoted cell is doubled, so it toggles
-twice). Lines are numbered as DuckDB numbers them in ``reject_errors``: 1 + the line ends before the line
+A line end is an LF, a CRLF or a lone CR outside quoted cells. Whether a byte is inside a quoted cell follows
+DuckDB's reading of quotes: a quote opens a quoted cell only at a field's start (after the delimiter, a line
+end or another quote: a doubled quote); inside a quoted cell any quote closes it (a doubled quote closes and
+reopens); a quote elsewhere is a literal character (``a"b`` is the cell ``a"b``). So a quote that cannot open
+leaves the scan outside quotes whatever came before, and between two such quotes the state is the parity of
+the quotes that can open (vectorised: no loop over the quotes). Lines are numbered as DuckDB numbers them in ``reject_errors``: 1 + the line ends before the line
 (blank lines counted, a quoted cell's line breaks not).
 
 Memory: one block (:data:`BLOCK`) and a few arrays of its size at a time, plus one tuple per line that differs
@@ -53,7 +56,22 @@ class OddLines:
         return _STYLE_NAME[int(style)]
 
 
-def odd_line_ends(path: Path | str, block: int = BLOCK) -> OddLines:
+def _quote_states(q: np.ndarray, before_q: np.ndarray, state: int, delimiter: int) -> np.ndarray:
+    """The state (1: inside a quoted cell) after each quote of a block, the quotes at ``q`` with the byte before
+    each ``before_q`` (-1 at the start of the file); ``state`` is the state before the block."""
+    can_open = np.isin(before_q, (delimiter, 10, 13, 34, -1))
+    resets = np.where(~can_open, np.arange(len(q)), -1)
+    last = np.maximum.accumulate(resets)  # the last quote at or before each that cannot open (-1: none)
+    opens = np.cumsum(can_open)
+    since = opens - np.where(last >= 0, opens[np.maximum(last, 0)], 0)
+    return (np.where(last >= 0, 0, state) + since) & 1
+
+
+_BLANK = np.zeros(256, dtype=bool)
+_BLANK[[32, 9, 10, 13]] = True
+
+
+def odd_line_ends(path: Path | str, block: int = BLOCK, delimiter: str = ",") -> OddLines:
     """Every line of ``path`` whose line end differs from the first non-blank line's (the header's).
 
     Parameters
@@ -62,46 +80,60 @@ def odd_line_ends(path: Path | str, block: int = BLOCK) -> OddLines:
         A CSV file (any encoding: bytes only are looked at; quotes are ``"``).
     block : int
         Bytes read at a time.
+    delimiter : str
+        The field delimiter (a quote after it opens a quoted cell).
 
     Returns
     -------
     OddLines
         In file order; empty when every line end is the same kind (the usual case).
+
+    Cost: three byte comparisons over each block, then work on its quotes and line ends only; the blank test
+    runs on blocks holding odd lines (and until the header's line is found).
     """
-    parity = 0  # inside a quoted cell before the block's first byte
+    state = 0  # inside a quoted cell (1) before the block's first byte
     prev = -1  # the byte before the block (-1: none)
     line_no = 1  # number of the current line
     line_start = 0  # byte offset of the current line's first byte
-    nonblank_before = 0  # non-blank bytes seen in the file before the block
-    line_nonblank_at = 0  # value of the non-blank byte count at the current line's start
+    carried_nonblank = False  # the current line has a non-blank byte in earlier blocks
     ref = 0  # the header's line end (0: not seen yet)
     pending_cr = -1  # offset of a CR outside quotes that ended the previous block (its next byte unknown)
     odd: list[tuple] = []  # one tuple of arrays per block holding odd lines
     offset = 0
+    d = ord(delimiter)
 
-    def emit(ends: np.ndarray, styles: np.ndarray, nb_at_end: np.ndarray) -> None:
-        nonlocal line_no, line_start, line_nonblank_at, ref
+    def emit(ends: np.ndarray, styles: np.ndarray, b: np.ndarray, base: int) -> None:
+        """Record the line ends ``ends`` (file offsets, sorted) of block ``b`` (at file offset ``base``)."""
+        nonlocal line_no, line_start, carried_nonblank, ref
         if not len(ends):
             return
         starts = np.empty_like(ends)
         starts[0] = line_start
         starts[1:] = ends[:-1] + 1
-        nb_start = np.empty_like(nb_at_end)
-        nb_start[0] = line_nonblank_at
-        nb_start[1:] = nb_at_end[:-1]
-        blank = nb_at_end == nb_start
         numbers = line_no + np.arange(len(ends))
+        blank = None
+
+        def blanks() -> np.ndarray:
+            nb = np.concatenate([[0], np.cumsum(~_BLANK[b])])  # non-blank bytes before each offset of the block
+            lo = np.clip(starts - base, 0, len(b))
+            hi = np.clip(ends - base, 0, len(b))
+            out = nb[hi] == nb[lo]
+            out[0] &= not (carried_nonblank and line_start < base)
+            return out
+
         if ref == 0:
+            blank = blanks()
             first = np.flatnonzero(~blank)
             if len(first):
                 ref = int(styles[first[0]])
         if ref:
             bad = np.flatnonzero(styles != ref)
             if len(bad):
+                blank = blanks() if blank is None else blank
                 odd.append((numbers[bad], starts[bad], ends[bad] + 1, styles[bad].astype(np.int8), blank[bad]))
         line_no += len(ends)
         line_start = int(ends[-1]) + 1
-        line_nonblank_at = int(nb_at_end[-1])
+        carried_nonblank = False
 
     with Path(path).open("rb") as fh:
         while True:
@@ -109,43 +141,43 @@ def odd_line_ends(path: Path | str, block: int = BLOCK) -> OddLines:
             if not data:
                 break
             b = np.frombuffer(data, dtype=np.uint8)
-            q = (b == 34).astype(np.int64)
-            inside = ((parity + np.cumsum(q) - q) & 1).astype(bool)  # inside a quoted cell before each byte
-            nonblank = ~np.isin(b, (32, 9, 10, 13))
-            nb_cum = nonblank_before + np.cumsum(nonblank)  # non-blank bytes up to and including each byte
-            is_lf = (b == 10) & ~inside
-            is_cr = (b == 13) & ~inside
-            before = np.empty(len(b), dtype=np.int16)
-            before[0] = prev
-            before[1:] = b[:-1]
-            after = np.empty(len(b), dtype=np.int16)
-            after[:-1] = b[1:]
-            after[-1] = -1  # unknown: decided with the next block
-            ends_list, styles_list, nb_list = [], [], []
+            q = np.flatnonzero(b == 34)
+            lf = np.flatnonzero(b == 10)
+            cr = np.flatnonzero(b == 13)
+
+            def byte_before(at: np.ndarray) -> np.ndarray:
+                out = b[np.maximum(at - 1, 0)].astype(np.int16)
+                out[at == 0] = prev
+                return out
+
+            after_q = _quote_states(q, byte_before(q), state, d) if len(q) else np.array([], dtype=np.int64)
+
+            def outside(at: np.ndarray) -> np.ndarray:
+                k = np.searchsorted(q, at)  # quotes before each position
+                st = np.where(k > 0, after_q[np.maximum(k - 1, 0)] if len(q) else 0, state)
+                return st == 0
+
+            lf = lf[outside(lf)]
+            cr = cr[outside(cr)]
+            next_of_cr = np.where(cr + 1 < len(b), b[np.minimum(cr + 1, len(b) - 1)].astype(np.int16), -1)
+            ends_list, styles_list = [], []
             if pending_cr >= 0 and b[0] != 10:  # a CR ending the previous block was a CR-only line end
-                ends_list.append(np.array([pending_cr]))
-                styles_list.append(np.array([CR]))
-                nb_list.append(np.array([nonblank_before]))
+                emit(np.array([pending_cr], dtype=np.int64), np.array([CR]), b[:0], offset)
             pending_cr = -1
-            lf_at = np.flatnonzero(is_lf)
-            cr_at = np.flatnonzero(is_cr & (after != 10) & (after != -1))
-            at = np.concatenate([lf_at, cr_at])
-            style = np.concatenate([np.where(before[lf_at] == 13, CRLF, LF), np.full(len(cr_at), CR)])
+            cr_only = cr[(next_of_cr != 10) & (next_of_cr != -1)]
+            at = np.concatenate([lf, cr_only])
+            style = np.concatenate([np.where(byte_before(lf) == 13, CRLF, LF), np.full(len(cr_only), CR)])
             order = np.argsort(at, kind="stable")
-            at, style = at[order], style[order]
-            ends_list.append(at + offset)
-            styles_list.append(style)
-            nb_list.append(nb_cum[at])
-            emit(np.concatenate(ends_list).astype(np.int64), np.concatenate(styles_list),
-                 np.concatenate(nb_list).astype(np.int64))
-            if is_cr[-1]:
+            emit((at[order] + offset).astype(np.int64), style[order], b, offset)
+            if len(cr) and cr[-1] == len(b) - 1:
                 pending_cr = offset + len(b) - 1
-            parity = int((parity + int(q.sum())) & 1)
+            tail_from = max(line_start - offset, 0)
+            carried_nonblank = carried_nonblank or bool((~_BLANK[b[tail_from:]]).any())
+            state = int(after_q[-1]) if len(q) else state
             prev = int(b[-1])
-            nonblank_before = int(nb_cum[-1])
             offset += len(b)
     if pending_cr >= 0:
-        emit(np.array([pending_cr], dtype=np.int64), np.array([CR]), np.array([nonblank_before], dtype=np.int64))
+        emit(np.array([pending_cr], dtype=np.int64), np.array([CR]), np.zeros(0, dtype=np.uint8), offset)
     if not odd:
         e = np.array([], dtype=np.int64)
         return OddLines(e, e, e, np.array([], dtype=np.int8), np.array([], dtype=bool))

@@ -460,7 +460,7 @@ def _create(con, target: str, path: Path, kind: str, mode: int, delimiter: str =
     from .csv_lines import copy_without, odd_line_ends
 
     _csv_header(path, delimiter)  # the header's refusals name the input file itself, before any copy
-    odd = odd_line_ends(path)
+    odd = odd_line_ends(path, delimiter=delimiter)
     tmp_dir = None
     read_path = path
     try:

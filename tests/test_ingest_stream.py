@@ -272,6 +272,11 @@ UTF8 = "not UTF-8 text (some bytes are not valid UTF-8)"
          [(2, 2, "its line end (CRLF) differs from the header line's")]),
         (b"id,b\n1,2\r3,4\n5,6\n", [(1, "3", "4"), (2, "5", "6"), (3, None, None)],
          [(3, 2, "its line end (CR) differs from the header line's")]),
+        # a quote inside an unquoted cell is a literal (DuckDB reads a"b), so the line-end scan stays outside quotes
+        (b'id,b\n1,a"b\n2,3\r\n4,5\n', [(1, "1", 'a"b'), (2, "4", "5"), (3, None, None)],
+         [(3, 3, "its line end (CRLF) differs from the header line's")]),
+        (b'id,b\n1,"a"b"\n2,3\r\n4,5\n', [(1, "4", "5"), (2, None, None), (3, None, None)],
+         [(2, 2, QUOTE), (3, 3, "its line end (CRLF) differs from the header line's")]),
         # both kinds: the reader's line numbers (in the copy without the odd lines) are the file's
         (b"id,b\n1,2\r\n\r\n3,4,5\n6,7\n8,9\r\n0,\xff\n", [(1, "6", "7"), (2, None, None), (3, None, None),
                                                              (4, None, None), (5, None, None)],
