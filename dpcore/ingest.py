@@ -13,8 +13,10 @@ whose quoted cell holds a line break is one row: not a line number of the file).
 CSV dialect (README: "Accepted CSV files"): UTF-8 (a leading byte-order mark is
 dropped), a header row, the field delimiter of ``dataset.source.delimiter``
 (``,`` by default; ``;``, tab or ``|``), RFC 4180 quoting (double quotes, a
-quote inside a quoted cell doubled), LF or CRLF line ends (not mixed outside
-quotes), blank lines skipped. :func:`header_fields` splits a header line with
+quote inside a quoted cell doubled), LF, CRLF or CR-only line ends (as the header
+line ends), blank lines skipped. A row the reader cannot parse is stored as an unreadable
+row, not refused (:func:`_create`; issue 46.3): only the header and an input that is not
+of its kind at all refuse the input. :func:`header_fields` splits a header line with
 each accepted delimiter (``dpr spec draft`` detects the delimiter from it).
 
 Lineage (DESIGN.md rule 7; issue 28, hole 1): **every** ingest gets a fresh
@@ -65,7 +67,8 @@ ROW = "_row"
 
 
 class IngestError(ValueError):
-    """The input cannot be read at all (missing, empty, not UTF-8, not CSV)."""
+    """The input cannot be read at all: missing, empty, not of its kind, or its header (not UTF-8, too many
+    columns, repeated or reserved names, a nested type declared); never one row's content (issue 46.3)."""
 
 
 @dataclass(frozen=True)
