@@ -72,6 +72,19 @@ _BLANK[[32, 9, 10, 13]] = True
 
 
 def odd_line_ends(path: Path | str, block: int = BLOCK, delimiter: str = ",") -> OddLines:
+    """:func:`_scan` 's odd lines."""
+    return _scan(path, block, delimiter, False)[0]
+
+
+def blank_lines(path: Path | str, block: int = BLOCK, delimiter: str = ",") -> tuple[np.ndarray, int]:
+    """The numbers of the blank lines (only spaces, tabs and line-end bytes) of ``path``, and the header's line
+    (the first non-blank one; 0 when there is none). For numbering unreadable rows in place (:mod:`dpcore.ingest`):
+    8 bytes a blank line."""
+    _, blanks, header = _scan(path, block, delimiter, True)
+    return blanks, header
+
+
+def _scan(path: Path | str, block: int, delimiter: str, want_blank: bool) -> tuple[OddLines, np.ndarray, int]:
     """Every line of ``path`` whose line end differs from the first non-blank line's (the header's).
 
     Parameters
@@ -99,12 +112,14 @@ def odd_line_ends(path: Path | str, block: int = BLOCK, delimiter: str = ",") ->
     ref = 0  # the header's line end (0: not seen yet)
     pending_cr = -1  # offset of a CR outside quotes that ended the previous block (its next byte unknown)
     odd: list[tuple] = []  # one tuple of arrays per block holding odd lines
+    blank_parts: list[np.ndarray] = []  # with want_blank: the blank lines' numbers, per block
+    header = 0
     offset = 0
     d = ord(delimiter)
 
     def emit(ends: np.ndarray, styles: np.ndarray, b: np.ndarray, base: int) -> None:
         """Record the line ends ``ends`` (file offsets, sorted) of block ``b`` (at file offset ``base``)."""
-        nonlocal line_no, line_start, carried_nonblank, ref
+        nonlocal line_no, line_start, carried_nonblank, ref, header
         if not len(ends):
             return
         starts = np.empty_like(ends)
@@ -121,11 +136,15 @@ def odd_line_ends(path: Path | str, block: int = BLOCK, delimiter: str = ",") ->
             out[0] &= not (carried_nonblank and line_start < base)
             return out
 
-        if ref == 0:
+        if ref == 0 or want_blank:
             blank = blanks()
+            if want_blank:
+                blank_parts.append(numbers[blank])
+        if ref == 0:
             first = np.flatnonzero(~blank)
             if len(first):
                 ref = int(styles[first[0]])
+                header = int(numbers[first[0]])
         if ref:
             bad = np.flatnonzero(styles != ref)
             if len(bad):
@@ -178,10 +197,13 @@ def odd_line_ends(path: Path | str, block: int = BLOCK, delimiter: str = ",") ->
             offset += len(b)
     if pending_cr >= 0:
         emit(np.array([pending_cr], dtype=np.int64), np.array([CR]), np.zeros(0, dtype=np.uint8), offset)
+    blanks = np.concatenate(blank_parts) if blank_parts else np.array([], dtype=np.int64)
+    if header == 0 and line_start < offset and carried_nonblank:
+        header = line_no  # the file's last line, with no line end, is its first non-blank one
     if not odd:
         e = np.array([], dtype=np.int64)
-        return OddLines(e, e, e, np.array([], dtype=np.int8), np.array([], dtype=bool))
-    return OddLines(*(np.concatenate(parts) for parts in zip(*odd)))
+        return OddLines(e, e, e, np.array([], dtype=np.int8), np.array([], dtype=bool)), blanks, header
+    return OddLines(*(np.concatenate(parts) for parts in zip(*odd))), blanks, header
 
 
 def copy_without(path: Path | str, lines: OddLines, out, block: int = BLOCK) -> None:

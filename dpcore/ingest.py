@@ -434,7 +434,7 @@ def _create(con, target: str, path: Path, kind: str, mode: int, delimiter: str =
     the copy read when some lines end otherwise than the header's (None: a private temporary folder).
 
     A CSV row the reader cannot parse (issue 46.3; DESIGN.md rule 14) does not refuse the input: it is a
-    *reader reject*, stored as a row of ``target`` numbered after the last readable row, with every cell NULL
+    *reader reject*, stored as a row of ``target`` in its place (its data-row number), with every cell NULL
     (so validation quarantines it: its record id is null), and listed with its line, its reason and its text
     as the reader saw it in :func:`unreadable_table` (private, like ``raw``). Kinds: bytes that are not UTF-8,
     more fields than the header (never a field dropped), a stray or unclosed quote, a row over
@@ -491,9 +491,11 @@ def _create_csv(con, target: str, path: Path, read_path: Path, odd, mode: int, d
         con.execute(f"CREATE TABLE {target} AS {sql}", params)
     except duckdb.Error as exc:
         text = str(exc)
-        if mode == 0 and "null_padding in conjunction with quoted new lines" in text:
+        if mode == 0 and ("null_padding in conjunction with quoted new lines" in text
+                          or (type(exc) is duckdb.Error and "CSV Error on Line" in text)):
+            # DuckDB 2.0, padding and quoted line breaks: a bad row may raise instead of being kept aside
             raise _Retry() from None
-        if not _input_error(exc):
+        if not _input_error(exc) and not (type(exc) is duckdb.Error and "CSV Error on Line" in text):
             raise
         if "state machine reached an invalid state" in text:
             raise IngestError(_LINE_ENDS.format(path=path)) from None
@@ -536,9 +538,27 @@ def _create_csv(con, target: str, path: Path, read_path: Path, odd, mode: int, d
             con.execute(f"INSERT INTO {side} SELECT NULL, line, reason, text FROM _dpr_odd")
         finally:
             con.unregister("_dpr_odd")
-    (n_read,) = con.execute(f"SELECT count(*) FROM {target}").fetchone()
-    con.execute(f"UPDATE {side} SET {ROW} = n.r FROM (SELECT line, {int(n_read)} + row_number() OVER (ORDER BY line) "
-                f"AS r FROM {side}) n WHERE {side}.line = n.line")
+    if not con.execute(f"SELECT count(*) FROM {side}").fetchall()[0][0]:
+        return
+    # number the unreadable rows in place: a row's data-row number counts the lines after the header that are
+    # not blank (DuckDB's line numbers count blank lines; a second scan finds them: only when a row is unreadable)
+    from .csv_lines import blank_lines
+
+    blanks, header = blank_lines(path, delimiter=delimiter)
+    con.register("_dpr_blanks", pa.table({"b": pa.array(blanks, type=pa.int64())}))
+    try:
+        con.execute(f"UPDATE {side} SET {ROW} = line - {int(header)} - (SELECT count(*) FROM _dpr_blanks "
+                    f"WHERE b > {int(header)} AND b < {side}.line)").fetchall()  # DuckDB 2.0: fetch before more
+    finally:
+        con.unregister("_dpr_blanks")
+    # the readable rows after them move down: readable row i follows unreadable row j when the readable rows
+    # before j (its number minus its rank) are fewer than i
+    con.execute(f"CREATE TEMP TABLE _dpr_before AS SELECT {ROW} - row_number() OVER (ORDER BY {ROW}) AS g FROM {side}")
+    try:
+        con.execute(f"UPDATE {target} SET {ROW} = {ROW} + (SELECT count(*) FROM _dpr_before WHERE g < {target}.{ROW})"
+                    ).fetchall()
+    finally:
+        con.execute("DROP TABLE IF EXISTS _dpr_before")
     con.execute(f"INSERT INTO {target} ({ROW}) SELECT {ROW} FROM {side} ORDER BY {ROW}")
 
 

@@ -266,21 +266,24 @@ UTF8 = "not UTF-8 text (some bytes are not valid UTF-8)"
         (b'id,b\n"ab"c,d\n', [(1, None, None)], [(1, 2, QUOTE)]),
         (b'id,b\n"x\\"y",2\n', [(1, None, None)], [(1, 2, QUOTE)]),
         # a line ending otherwise than the header line (DuckDB's strict reader stops on it: pre-scanned)
-        (b"id,b\r\n1,2\n3,4\r\n", [(1, "3", "4"), (2, None, None)],
-         [(2, 2, "its line end (LF) differs from the header line's")]),
-        (b"id,b\n1,2\r\n3,4\n", [(1, "3", "4"), (2, None, None)],
-         [(2, 2, "its line end (CRLF) differs from the header line's")]),
-        (b"id,b\n1,2\r3,4\n5,6\n", [(1, "3", "4"), (2, "5", "6"), (3, None, None)],
-         [(3, 2, "its line end (CR) differs from the header line's")]),
+        (b"id,b\r\n1,2\n3,4\r\n", [(1, None, None), (2, "3", "4")],
+         [(1, 2, "its line end (LF) differs from the header line's")]),
+        (b"id,b\n1,2\r\n3,4\n", [(1, None, None), (2, "3", "4")],
+         [(1, 2, "its line end (CRLF) differs from the header line's")]),
+        (b"id,b\n1,2\r3,4\n5,6\n", [(1, None, None), (2, "3", "4"), (3, "5", "6")],
+         [(1, 2, "its line end (CR) differs from the header line's")]),
         # a quote inside an unquoted cell is a literal (DuckDB reads a"b), so the line-end scan stays outside quotes
-        (b'id,b\n1,a"b\n2,3\r\n4,5\n', [(1, "1", 'a"b'), (2, "4", "5"), (3, None, None)],
-         [(3, 3, "its line end (CRLF) differs from the header line's")]),
-        (b'id,b\n1,"a"b"\n2,3\r\n4,5\n', [(1, "4", "5"), (2, None, None), (3, None, None)],
-         [(2, 2, QUOTE), (3, 3, "its line end (CRLF) differs from the header line's")]),
+        (b'id,b\n1,a"b\n2,3\r\n4,5\n', [(1, "1", 'a"b'), (2, None, None), (3, "4", "5")],
+         [(2, 3, "its line end (CRLF) differs from the header line's")]),
+        (b'id,b\n1,"a"b"\n2,3\r\n4,5\n', [(1, None, None), (2, None, None), (3, "4", "5")],
+         [(1, 2, QUOTE), (2, 3, "its line end (CRLF) differs from the header line's")]),
+        # numbered in place: blank lines (before the header too) and a quoted line break do not count
+        (b'\nid,b\n1,2\n\n  \n3,4,5\n"x\ny",1\n7,\xff\n', [(1, "1", "2"), (2, None, None), (3, "x\ny", "1"),
+                                                             (4, None, None)], [(2, 6, MORE), (4, 8, UTF8)]),
         # both kinds: the reader's line numbers (in the copy without the odd lines) are the file's
-        (b"id,b\n1,2\r\n\r\n3,4,5\n6,7\n8,9\r\n0,\xff\n", [(1, "6", "7"), (2, None, None), (3, None, None),
+        (b"id,b\n1,2\r\n\r\n3,4,5\n6,7\n8,9\r\n0,\xff\n", [(1, None, None), (2, None, None), (3, "6", "7"),
                                                              (4, None, None), (5, None, None)],
-         [(2, 2, "its line end (CRLF) differs from the header line's"), (3, 4, MORE),
+         [(1, 2, "its line end (CRLF) differs from the header line's"), (2, 4, MORE),
           (4, 6, "its line end (CRLF) differs from the header line's"), (5, 7, UTF8)]),
         # a short row where the file has quoted line breaks (cannot be padded there)
         (b'id,b,c\n"x\ny",2,3\n4,5\n', [(1, "x\ny", "2", "3"), (2, None, None, None)],
@@ -290,16 +293,17 @@ UTF8 = "not UTF-8 text (some bytes are not valid UTF-8)"
     ],
 )
 def test_a_row_the_reader_cannot_parse_is_an_unreadable_row_not_a_refusal(data, rows, side, tmp_path: Path):
-    """Issue 46.3: the row is stored with every cell NULL after the readable rows (validation quarantines it:
-    its record id is null), listed with its line (as DuckDB counts lines: 1 is the header's) and the reason."""
+    """Issue 46.3: the row is stored in its place with every cell NULL (validation quarantines it: its record id
+    is null), listed with its line (as DuckDB counts lines: blank ones counted, quoted line breaks not) and the
+    reason."""
     assert read_with_rejects(data, tmp_path) == (rows, side)
 
 
 def test_a_row_over_the_reader_limit_is_an_unreadable_row(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(ingest_mod, "MAX_ROW_BYTES", 4096)
     rows, side = read_with_rejects(b"id,b\n1," + b"y" * 5000 + b"\n2,3\n", tmp_path)
-    assert rows == [(1, "2", "3"), (2, None, None)]
-    assert side == [(2, 2, "longer than the reader's row limit (dpcore.ingest.MAX_ROW_BYTES)")]
+    assert rows == [(1, None, None), (2, "2", "3")]
+    assert side == [(1, 2, "longer than the reader's row limit (dpcore.ingest.MAX_ROW_BYTES)")]
 
 
 def test_a_lone_quoted_blank_cell_is_skipped_like_a_blank_line(tmp_path: Path):
