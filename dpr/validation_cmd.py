@@ -95,7 +95,8 @@ def show(spec_path, max_rows, as_json) -> None:
         if v.unreadable:
             shown = v.unreadable if max_rows == 0 else v.unreadable[:max_rows]
             out.print(table("rows the CSV reader could not parse (quarantined: every cell empty, so the record id "
-                            "is null; lines counted as the reader counts them, 1 = the header's line)",
+                            "is null; file lines as the reader counts them: a quoted cell's line breaks do not "
+                            "count)",
                             ["data row", "file line", "reason"], [[str(r), str(ln), why] for r, ln, why in shown]))
             if len(shown) < len(v.unreadable):
                 out.print(f"... ({len(v.unreadable) - len(shown)} more unreadable rows; --max-rows 0 shows all)",

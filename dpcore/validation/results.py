@@ -52,7 +52,7 @@ class StoredValidation:
     failing_rows: dict[tuple[str, str], list[int]] = field(default_factory=dict, repr=False)
     #: The rows the CSV reader could not parse (issue 46.3): ``(data row, file line, reason)``, by line; their
     #: cells are all empty in ``raw`` and they are quarantined (``not_null`` of the record id). The line is
-    #: counted as the reader counts it: 1 is the header's line, a quoted cell's line breaks do not count.
+    #: counted as the reader counts it: 1 is the file's first line, a quoted cell's line breaks do not count.
     unreadable: list[tuple[int, int, str]] = field(default_factory=list, repr=False)
 
     def rows_of(self, rule: str, column: str | None) -> list[int]:
