@@ -13,8 +13,10 @@ whose quoted cell holds a line break is one row: not a line number of the file).
 CSV dialect (README: "Accepted CSV files"): UTF-8 (a leading byte-order mark is
 dropped), a header row, the field delimiter of ``dataset.source.delimiter``
 (``,`` by default; ``;``, tab or ``|``), RFC 4180 quoting (double quotes, a
-quote inside a quoted cell doubled), LF or CRLF line ends (not mixed outside
-quotes), blank lines skipped. :func:`header_fields` splits a header line with
+quote inside a quoted cell doubled), LF, CRLF or CR-only line ends (as the header
+line ends), blank lines skipped. A row the reader cannot parse is stored as an unreadable
+row, not refused (:func:`_create`; issue 46.3): only the header and an input that is not
+of its kind at all refuse the input. :func:`header_fields` splits a header line with
 each accepted delimiter (``dpr spec draft`` detects the delimiter from it).
 
 Lineage (DESIGN.md rule 7; issue 28, hole 1): **every** ingest gets a fresh
@@ -43,7 +45,6 @@ raw table it resolved to, the time) lets the data owner trace a manifest's
 """
 from __future__ import annotations
 
-import codecs
 import csv
 import hashlib
 import re
@@ -52,6 +53,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
+import numpy as np
 
 from .chunks import DUCKDB_SHARE, MemoryBudget
 from .lineage import new_nonce
@@ -69,7 +71,8 @@ ROW = "_row"
 
 
 class IngestError(ValueError):
-    """The input cannot be read at all (missing, empty, not UTF-8, not CSV)."""
+    """The input cannot be read at all: missing, empty, not of its kind, or its header (not UTF-8, too many
+    columns, repeated or reserved names, a nested type declared); never one row's content (issue 46.3)."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,44 @@ _CSV_OPTIONS = (
 DELIMITER_NAMES = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
 #: The longest row (bytes) the CSV reader accepts (DuckDB's ``max_line_size``; pandas had no limit).
 MAX_ROW_BYTES = 8 * 1024**2
+#: Bytes of DuckDB's memory a column of a CSV costs per reader thread (issue 47.4): measured with 2 threads,
+#: 250 columns of 50 rows read in DuckDB's 64 MiB (``DPR_MEMORY_LIMIT=512MiB``) and 350 did not; 1,000 read in
+#: 256 MiB and 1,500 did not (about 200 KiB a column). This is 1.6 times that, for a margin.
+COLUMN_BYTES_PER_THREAD = 160 * 1024
+#: A fixed limit on the columns of an input; None: :func:`max_columns` computes it from the memory cap.
+MAX_COLUMNS: int | None = None
+
+
+def max_columns() -> int:
+    """The most columns an input may have (a CSV's header, a Parquet file's schema; issue 47.4).
+
+    DuckDB's CSV reader keeps buffers per column and thread: 10,000 columns of 50 rows ran out of its memory
+    under ``DPR_MEMORY_LIMIT=512MiB`` (an ``OutOfMemoryException`` after the run had started). So the limit
+    is DuckDB's share of the cap over :data:`COLUMN_BYTES_PER_THREAD` times the threads (the CPUs, at least
+    2): 204 columns under 512 MiB, 819 under 1 GiB, 3,276 under 4 GiB. Refused before any row is read; the
+    header is public, the cap is the owner's setting.
+    """
+    if MAX_COLUMNS is not None:
+        return int(MAX_COLUMNS)
+    import os
+
+    share = MemoryBudget.from_env().duckdb_bytes
+    return max(1, int(share) // (COLUMN_BYTES_PER_THREAD * max(2, os.cpu_count() or 2)))
+
+
+def _too_many_columns(path: Path, n: int) -> IngestError:
+    import os
+
+    cap = (os.environ.get("DPR_MEMORY_LIMIT") or "").strip() or "unset, the default"
+    return IngestError(_TOO_MANY_COLUMNS.format(path=path, n=n, limit=max_columns(), cap=cap))
+
+
+_TOO_MANY_COLUMNS = (
+    "input file {path} has {n} columns, more than the reader's limit of {limit} under DPR_MEMORY_LIMIT ({cap}): "
+    "keep only the columns the spec needs, or raise DPR_MEMORY_LIMIT"
+)
+#: A lone surrogate: a byte that was not UTF-8, decoded with ``surrogateescape``.
+_SURROGATE = re.compile("[\udc80-\udcff]")
 #: DuckDB ``read_csv``'s ``buffer_size`` in bytes; None: from the memory cap (:func:`csv_buffer_bytes`). Tests set a
 #: small one to force DuckDB's parallel scanner on small files.
 CSV_BUFFER_BYTES: int | None = None
@@ -180,7 +221,7 @@ def csv_buffer_bytes() -> int:
     return int(min(16 * MAX_ROW_BYTES, max(MAX_ROW_BYTES, share // 8)))
 
 _NOT_UTF8 = (
-    "input file {path} is not UTF-8 text (some bytes are not valid UTF-8). Re-export the file as UTF-8; "
+    "input file {path} has a header (column names) that is not UTF-8 text. Re-export the file as UTF-8; "
     "`iconv -f UTF-8 -t UTF-8 <file> > /dev/null` shows where it breaks."
 )
 _MALFORMED = (
@@ -191,15 +232,6 @@ _LINE_ENDS = (
     "input file {path} is not a well-formed CSV: the parser rejected it (typically line ends that mix CRLF and "
     "LF outside quoted cells, or a stray character where a field should end). Re-export it with one kind of line "
     "end, quoting fields that contain commas or line breaks."
-)
-_TOO_LONG = (
-    "input file {path} has a row longer than the reader's limit of {limit} bytes "
-    "(dpcore.ingest.MAX_ROW_BYTES). Shorten or drop the long text column before ingesting."
-)
-_SHORT_AND_MULTILINE = (
-    "input file {path} has both rows with fewer fields than the header and line breaks inside quoted cells, "
-    "which the streaming CSV reader cannot read together. Re-export it with every field of every row present "
-    "(empty fields as empty cells)."
 )
 
 
@@ -222,36 +254,25 @@ def _stamp(path: Path) -> tuple:
 
 
 def _scan(path: Path, kind: str) -> _Scan:
-    """SHA-256 of the file, read in blocks of :data:`READ_BLOCK`; a CSV is also checked to be non-empty UTF-8.
+    """SHA-256 of the file, read in blocks of :data:`READ_BLOCK`; a CSV is also checked to be non-empty.
 
-    Messages name the file and the rule, never a line, an offset, a byte or a cell: where the input breaks is a
-    fact about private rows (DESIGN.md rule 6; issue 15, hole 9). The owner finds the place with local tools.
+    Bytes that are not UTF-8 no longer refuse the input (issue 46.3): the rows holding them are reader rejects
+    (:func:`_create`), and only the header must be UTF-8 (:func:`_csv_header`).
 
     Raises
     ------
     IngestError
-        An empty or non-UTF-8 CSV.
+        An empty CSV.
     """
     stamp = _stamp(path)
     digest = hashlib.sha256()
-    decoder = codecs.getincrementaldecoder("utf-8")() if kind == "csv" else None
     n = 0
     with path.open("rb") as fh:
         while block := fh.read(READ_BLOCK):
             digest.update(block)
             n += len(block)
-            if decoder is not None:
-                try:
-                    decoder.decode(block)
-                except UnicodeDecodeError:
-                    raise IngestError(_NOT_UTF8.format(path=path)) from None
-    if decoder is not None:
-        if n == 0:
-            raise IngestError(f"input file {path} is empty (0 bytes): expected a header row and data rows")
-        try:
-            decoder.decode(b"", final=True)  # a multi-byte character cut by the end of the file
-        except UnicodeDecodeError:
-            raise IngestError(_NOT_UTF8.format(path=path)) from None
+    if kind == "csv" and n == 0:
+        raise IngestError(f"input file {path} is empty (0 bytes): expected a header row and data rows")
     return _Scan(digest.hexdigest(), n, stamp)
 
 
@@ -272,7 +293,8 @@ def _csv_header(path: Path, delimiter: str = ",") -> tuple[list[str], int]:
         No header row, a malformed header, a repeated name, a name holding a line break or a NUL byte (named
         escaped, in full), or the reserved ``_row``.
     """
-    with path.open("r", encoding="utf-8-sig", newline="") as fh:
+    # surrogateescape: the header must be UTF-8 (checked below), a data row need not be (it is a reader reject)
+    with path.open("r", encoding="utf-8-sig", errors="surrogateescape", newline="") as fh:
         reader = csv.reader(fh, strict=True, delimiter=delimiter)
         skipped = 0
         try:
@@ -284,6 +306,11 @@ def _csv_header(path: Path, delimiter: str = ",") -> tuple[list[str], int]:
                 raise IngestError(f"input file {path} has no header row")
         except csv.Error:
             raise IngestError(_MALFORMED.format(path=path)) from None
+    if any(_SURROGATE.search(name) for name in record):
+        raise IngestError(f"input file {path} has a header (column names) that is not UTF-8 text; re-export the "
+                          "file as UTF-8")
+    if len(record) > max_columns():
+        raise _too_many_columns(path, len(record))
     names = [name if name != "" else f"Unnamed: {i}" for i, name in enumerate(record)]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -304,7 +331,7 @@ def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _csv_select(path: Path, padding: bool, delimiter: str = ",") -> tuple[str, list]:
+def _csv_select(path: Path, padding: bool, delimiter: str = ",", rejects: str | None = None) -> tuple[str, list]:
     """The query reading a CSV as :func:`ingest` stores it: ``_row`` (1-based, file order) then every cell as text.
 
     ``padding``: rows with fewer fields than the header get empty cells, as pandas gives (DuckDB's parallel
@@ -313,6 +340,8 @@ def _csv_select(path: Path, padding: bool, delimiter: str = ",") -> tuple[str, l
     other field missing). ``row_number() OVER ()`` over the scan is DuckDB's streaming window, which numbers
     rows in the scan's order, i.e. file order (tested on files read by several threads). ``delimiter`` is one of
     :data:`~dpcore.spec.CSV_DELIMITERS` (passed to DuckDB as a character code: no quoting of its own).
+    ``rejects``: a name for DuckDB's temporary ``reject_errors``/``reject_scans`` tables (``<rejects>_errors``,
+    ``<rejects>_scans``): the rows the reader cannot parse are kept aside there, the others read (issue 46.3).
     """
     if delimiter not in CSV_DELIMITERS:
         raise ValueError(f"delimiter {delimiter!r} is not one of {list(CSV_DELIMITERS)}")
@@ -324,7 +353,10 @@ def _csv_select(path: Path, padding: bool, delimiter: str = ",") -> tuple[str, l
         f"SELECT row_number() OVER () AS {ROW}, {cells} FROM read_csv(?, columns = {{{columns}}}, {_CSV_OPTIONS}, "
         f"delim = chr({ord(delimiter)}), "
         f"skip = {int(skipped)}, max_line_size = {int(MAX_ROW_BYTES)}, null_padding = {str(padding).lower()}, "
-        f"buffer_size = {csv_buffer_bytes()}, parallel = true) "
+        f"buffer_size = {csv_buffer_bytes()}, parallel = true"
+        + (f", store_rejects = true, rejects_table = '{rejects}_errors', rejects_scan = '{rejects}_scans'"
+           if rejects else "")
+        + ") "
         f"WHERE NOT ({blank})"
     )
     return sql, [str(path)]
@@ -340,7 +372,40 @@ def _parquet_select(con, path: Path) -> tuple[str, list]:
         raise IngestError(f"input file {path} is not a readable Parquet file ({type(exc).__name__})") from None
     if ROW in names:
         raise IngestError(f"input file {path} has a column named {ROW!r}, which is reserved for row numbers")
+    if len(names) > max_columns():
+        raise _too_many_columns(path, len(names))
     return f"SELECT row_number() OVER () AS {ROW}, * FROM read_parquet(?)", [str(path)]
+
+
+def check_parquet_types(path: Path, spec: ReleaseSpec) -> None:
+    """Refuse a Parquet file whose declared column has a nested type (a list, a struct, a map, a union; issue 47.4).
+
+    The file's schema (public metadata, no row read): the record id and every declared attribute must be a
+    plain type, since a nested value's text is never a number, a domain value or a record id (every row would
+    be quarantined, after the release's charge). Names the column and its type; nothing is read or charged.
+
+    Raises
+    ------
+    IngestError
+    """
+    from .sources.columns import NESTED, duckdb_family
+
+    declared = {spec.dataset.record_id, *spec.public_schema.columns}
+    con = duckdb.connect()
+    try:
+        cols = con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [str(path)]).fetchall()
+    except duckdb.Error as exc:
+        if not _input_error(exc):
+            raise
+        raise IngestError(f"input file {path} is not a readable Parquet file ({type(exc).__name__})") from None
+    finally:
+        con.close()
+    for name, type_name, *_ in cols:
+        if name in declared and duckdb_family(type_name) == NESTED:
+            raise IngestError(
+                f"input file {path}: column {name!r} is {type_name}, a nested type whose values never read as "
+                "the spec's numbers, domain values or record ids; flatten or cast it to a plain type in the file "
+                "(nothing was read or charged)")
 
 
 def _input_error(exc: duckdb.Error) -> bool:
@@ -350,18 +415,46 @@ def _input_error(exc: duckdb.Error) -> bool:
     return isinstance(exc, duckdb.IOException) and "lock" not in str(exc).lower()
 
 
-def _create(con, target: str, path: Path, kind: str, mode: int, delimiter: str = ",") -> None:
+def unreadable_table(target: str) -> str:
+    """The private table beside raw table ``target`` listing its reader rejects (``raw."<t>__unreadable"``)."""
+    return target[:-1] + '__unreadable"' if target.endswith('"') else f"{target}__unreadable"
+
+
+#: DuckDB's ``reject_errors.error_type`` -> the reason the owner reads (``dpr validation show``).
+READER_REASONS = {
+    "INVALID ENCODING": "not UTF-8 text (some bytes are not valid UTF-8)",
+    "TOO MANY COLUMNS": "more fields than the header",
+    "MISSING COLUMNS": "fewer fields than the header (in a file with line breaks inside quoted cells)",
+    "UNQUOTED VALUE": "a quote where a field should end, or a quoted cell never closed",
+    "LINE SIZE OVER MAXIMUM": "longer than the reader's row limit (dpcore.ingest.MAX_ROW_BYTES)",
+    "MIXED LINE ENDS": "its line end ({style}) differs from the header line's",
+}
+
+
+def _create(con, target: str, path: Path, kind: str, mode: int, delimiter: str = ",",
+            scratch: Path | None = None) -> None:
     """``CREATE TABLE target AS`` the input read in ``mode`` (CSV: 0 = padded short rows, 1 = rectangular).
 
-    ``delimiter``: the CSV's field delimiter (``dataset.source.delimiter``).
+    ``delimiter``: the CSV's field delimiter (``dataset.source.delimiter``). ``scratch``: a private folder for
+    the copy read when some lines end otherwise than the header's (None: a private temporary folder).
+
+    A CSV row the reader cannot parse (issue 46.3; DESIGN.md rule 14) does not refuse the input: it is a
+    *reader reject*, stored as a row of ``target`` in its place (its data-row number), with every cell NULL
+    (so validation quarantines it: its record id is null), and listed with its line, its reason and its text
+    as the reader saw it in :func:`unreadable_table` (private, like ``raw``). Kinds: bytes that are not UTF-8,
+    more fields than the header (never a field dropped), a stray or unclosed quote, a row over
+    :data:`MAX_ROW_BYTES`, fewer fields than the header in mode 1, a line end other than the header line's
+    (:func:`dpcore.csv_lines.odd_line_ends`; DuckDB's strict reader cannot keep those aside, so it reads a
+    private copy without them). The input file is never modified.
 
     Raises
     ------
     _Retry
         A CSV with line breaks inside quoted cells, read in mode 0: read it again in mode 1.
     IngestError
-        Unreadable input; the parser's own message (which quotes the line and its number) is dropped.
-        Other DuckDB errors (a lock, the memory cap) propagate as they are.
+        A Parquet file that cannot be read; a CSV whose header cannot be read (no header, not UTF-8, too many
+        columns, ...), or that the reader still cannot read at all. The parser's own message (which quotes the
+        line and its number) is dropped. Other DuckDB errors (a lock, the memory cap) propagate as they are.
     """
     if kind == "parquet":
         sql, params = _parquet_select(con, path)
@@ -372,23 +465,106 @@ def _create(con, target: str, path: Path, kind: str, mode: int, delimiter: str =
                 raise
             raise IngestError(f"input file {path} is not a readable Parquet file ({type(exc).__name__})") from None
         return
-    sql, params = _csv_select(path, padding=(mode == 0), delimiter=delimiter)
+    from .sources.csv_lines import copy_without, odd_line_ends
+
+    _csv_header(path, delimiter)  # the header's refusals name the input file itself, before any copy
+    odd = odd_line_ends(path, delimiter=delimiter)
+    tmp_dir = None
+    read_path = path
+    try:
+        if odd:
+            import tempfile
+
+            tmp_dir = Path(tempfile.mkdtemp(prefix="dpr-lines-", dir=scratch))  # 0700
+            read_path = tmp_dir / "input.csv"
+            with private_open(read_path, "wb") as out:
+                copy_without(path, odd, out)
+        _create_csv(con, target, path, read_path, odd, mode, delimiter)
+    finally:
+        if tmp_dir is not None:
+            import shutil
+
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def _create_csv(con, target: str, path: Path, read_path: Path, odd, mode: int, delimiter: str) -> None:
+    """:func:`_create` of a CSV: ``read_path`` (``path`` or its copy without the ``odd`` lines) read with DuckDB's
+    rejects kept aside, then every reject stored as an unreadable row."""
+    rejects = f"_dpr_rejects_{new_nonce(6)}"
+    sql, params = _csv_select(read_path, padding=(mode == 0), delimiter=delimiter, rejects=rejects)
     try:
         con.execute(f"CREATE TABLE {target} AS {sql}", params)
     except duckdb.Error as exc:
         text = str(exc)
-        if mode == 0 and "null_padding in conjunction with quoted new lines" in text:
+        if mode == 0 and ("null_padding in conjunction with quoted new lines" in text
+                          or (type(exc) is duckdb.Error and "CSV Error on Line" in text)):
+            # DuckDB 2.0, padding and quoted line breaks: a bad row may raise instead of being kept aside
             raise _Retry() from None
-        if not _input_error(exc):
+        if not _input_error(exc) and not (type(exc) is duckdb.Error and "CSV Error on Line" in text):
             raise
-        m = re.search(r"Expected Number of Columns: (\d+) Found: (\d+)", text)
-        if mode == 1 and m and int(m.group(2)) < int(m.group(1)):
-            raise IngestError(_SHORT_AND_MULTILINE.format(path=path)) from None
-        if "Maximum line size" in text:
-            raise IngestError(_TOO_LONG.format(path=path, limit=MAX_ROW_BYTES)) from None
         if "state machine reached an invalid state" in text:
             raise IngestError(_LINE_ENDS.format(path=path)) from None
         raise IngestError(_MALFORMED.format(path=path)) from None
+    side = unreadable_table(target)
+    reasons = " ".join(f"WHEN '{k}' THEN '{v}'".replace("'s ", "''s ")
+                       for k, v in READER_REASONS.items() if "{" not in v)
+    import pyarrow as pa
+
+    # a line of the copy -> of the file: + the removed lines before it (`before`: how many kept lines precede a
+    # removed one; copy line c is file line c + #{before < c})
+    removed = pa.table({"before": pa.array(odd.line - np.arange(len(odd), dtype=np.int64) - 1, type=pa.int64())})
+    con.register("_dpr_removed", removed)
+    try:
+        con.execute(
+            f"CREATE TABLE {side} AS "
+            f"WITH named AS (SELECT line, CASE error_type {reasons} ELSE lower(error_type) END AS reason, csv_line "
+            f"FROM {rejects}_errors), found AS (SELECT line, string_agg(DISTINCT reason, '; ' ORDER BY reason) AS "
+            "reason, first(csv_line) AS text FROM named GROUP BY line), "
+            "kept AS (SELECT line + (SELECT count(*) FROM _dpr_removed r WHERE r.before < f.line) AS line, reason, text "
+            "FROM found f WHERE NOT regexp_full_match(coalesce(text, 'x'), '[ \\t\\r\\n]*')) "  # mode 1's blanks
+            f"SELECT CAST(NULL AS BIGINT) AS {ROW}, line, reason, text FROM kept"
+        )
+    finally:
+        con.unregister("_dpr_removed")
+        for t in (f"{rejects}_errors", f"{rejects}_scans"):
+            con.execute(f"DROP TABLE IF EXISTS {t}")
+    real = np.flatnonzero(~odd.blank)  # a blank line is skipped whatever its end
+    if len(real):
+        texts = []
+        with path.open("rb") as fh:
+            for start, end in zip(odd.start[real].tolist(), odd.end[real].tolist()):  # per odd line, never per row
+                fh.seek(start)
+                texts.append(fh.read(min(end - start, MAX_ROW_BYTES)).decode("utf-8", errors="replace"))
+        template = READER_REASONS["MIXED LINE ENDS"]
+        _odd = pa.table({"line": pa.array(odd.line[real]), "reason": pa.array(
+            [template.format(style=odd.style_name(x)) for x in odd.style[real].tolist()]), "text": pa.array(texts)})
+        con.register("_dpr_odd", _odd)
+        try:
+            con.execute(f"INSERT INTO {side} SELECT NULL, line, reason, text FROM _dpr_odd")
+        finally:
+            con.unregister("_dpr_odd")
+    if not con.execute(f"SELECT count(*) FROM {side}").fetchall()[0][0]:
+        return
+    # number the unreadable rows in place: a row's data-row number counts the lines after the header that are
+    # not blank (DuckDB's line numbers count blank lines; a second scan finds them: only when a row is unreadable)
+    from .sources.csv_lines import blank_lines
+
+    blanks, header = blank_lines(path, delimiter=delimiter)
+    con.register("_dpr_blanks", pa.table({"b": pa.array(blanks, type=pa.int64())}))
+    try:
+        con.execute(f"UPDATE {side} SET {ROW} = line - {int(header)} - (SELECT count(*) FROM _dpr_blanks "
+                    f"WHERE b > {int(header)} AND b < {side}.line)").fetchall()  # DuckDB 2.0: fetch before more
+    finally:
+        con.unregister("_dpr_blanks")
+    # the readable rows after them move down: readable row i follows unreadable row j when the readable rows
+    # before j (its number minus its rank) are fewer than i
+    con.execute(f"CREATE TEMP TABLE _dpr_before AS SELECT {ROW} - row_number() OVER (ORDER BY {ROW}) AS g FROM {side}")
+    try:
+        con.execute(f"UPDATE {target} SET {ROW} = {ROW} + (SELECT count(*) FROM _dpr_before WHERE g < {target}.{ROW})"
+                    ).fetchall()
+    finally:
+        con.execute("DROP TABLE IF EXISTS _dpr_before")
+    con.execute(f"INSERT INTO {target} ({ROW}) SELECT {ROW} FROM {side} ORDER BY {ROW}")
 
 
 def source_path(spec: ReleaseSpec, data_dir: Path) -> Path:
@@ -441,6 +617,8 @@ def read_input(spec: ReleaseSpec, data_dir: Path) -> pd.DataFrame:
     """
     if is_text_source(spec.dataset.source):
         return read_source_text(spec.dataset.source, spec)
+    if spec.dataset.source.kind == "parquet":
+        check_parquet_types(source_path(spec, data_dir), spec)
     return _read_in_memory(source_path(spec, data_dir), spec.dataset.source.kind, source_delimiter(spec))
 
 
@@ -502,14 +680,14 @@ def header_fields(path: Path) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for d in CSV_DELIMITERS:
         try:
-            with Path(path).open("r", encoding="utf-8-sig", newline="") as fh:
+            with Path(path).open("r", encoding="utf-8-sig", errors="surrogateescape", newline="") as fh:
                 record = next((r for r in csv.reader(fh, strict=True, delimiter=d) if not _blank(r)), None)
         except csv.Error:
             continue
-        except UnicodeDecodeError:
-            raise IngestError(_NOT_UTF8.format(path=path)) from None
         if record is None:
             raise IngestError(f"input file {path} has no header row")
+        if any(_SURROGATE.search(name) for name in record):
+            raise IngestError(_NOT_UTF8.format(path=path))
         out[d] = record
     return out
 
@@ -518,14 +696,16 @@ def read_csv_text(path: Path, delimiter: str = ",") -> pd.DataFrame:
     """A CSV's cells as text, read exactly as :func:`ingest` reads them, without ``_row`` (``dpr spec draft``).
 
     Memory grows with the rows (the draft looks at every column whole). ``delimiter``: one of
-    :data:`~dpcore.spec.CSV_DELIMITERS`.
+    :data:`~dpcore.spec.CSV_DELIMITERS`. Rows the reader could not parse (every cell NULL: :func:`_create`) are
+    left out: the draft learns nothing from them.
 
     Raises
     ------
     IngestError
         Empty, non-UTF-8 or malformed input.
     """
-    return _read_in_memory(Path(path), "csv", delimiter).drop(columns=ROW)
+    frame = _read_in_memory(Path(path), "csv", delimiter).drop(columns=ROW)
+    return frame.dropna(how="all").reset_index(drop=True) if frame.shape[1] else frame
 
 
 def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
@@ -561,6 +741,8 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
     if is_text_source(src):
         return _ingest_text_source(spec, wh)
     path = source_path(spec, data_dir)
+    if src.kind == "parquet":
+        check_parquet_types(path, spec)
     scan = _scan(path, src.kind)
     delimiter = source_delimiter(spec)
     content_hash = _release_key(_content_key(scan.content_hash, src.kind, delimiter), spec.release_id)
@@ -582,7 +764,7 @@ def ingest(spec: ReleaseSpec, wh: Warehouse, data_dir: Path) -> IngestResult:
         else:
             table = f"{dataset}__{new_nonce(8)}"  # private storage name, independent of every public id
             # the file streams from disk into the table (DuckDB spills beyond its memory_limit): no copy in Python
-            _create(con, f'raw."{table}"', path, src.kind, mode, delimiter)
+            _create(con, f'raw."{table}"', path, src.kind, mode, delimiter, scratch_dir(wh))
             if _stamp(path) != scan.stamp:  # the hash must describe the rows stored
                 raise IngestError(
                     f"input file {path} changed while it was being read; ingest it again once it is complete"

@@ -36,8 +36,9 @@ def show(spec_path, max_rows, as_json) -> None:
     rows breaking it, every data row number that broke it (for a CSV 1 is the first row after the header,
     blank lines not counted, so not line numbers of the file; for a PostgreSQL or DuckDB query 1 is the
     first row it returned, in its ORDER BY; the output says which) and what the rule means, with the
-    public bounds of in_bounds rules. The rows are in the quarantine table; no cell value and no record
-    id is printed. Exact counts of your data: do not publish them.
+    public bounds of in_bounds rules; rows the CSV reader could not parse, with their file line and the
+    reason. The rows are in the quarantine table; no cell value and no record id is printed. Exact counts
+    of your data: do not publish them.
     Exit code 2 when there is no stored result (of SPEC's dataset).
     """
     from dpcore.ledger_home import open_home_warehouse
@@ -70,6 +71,7 @@ def show(spec_path, max_rows, as_json) -> None:
             "dataset": v.dataset, "validated_at": v.created_at, "input": v.source_path,
             **({"under_current_spec": current[v.dataset]} if current is not None else {}),
             **v.summary,
+            "unreadable_rows": [{"row": r, "line": ln, "reason": why} for r, ln, why in v.unreadable],
             "row_failures": [{**f, "rows": v.rows_of(f["rule"], f["column"]),
                               "rows_complete": v.complete_rows()} for f in v.summary.get("row_failures", [])],
             "row_numbers": row_numbers_text(v.source_kind),
@@ -93,6 +95,15 @@ def show(spec_path, max_rows, as_json) -> None:
                 shown += f", ... (first {len(numbers)} only: the quarantine table is gone)"
             rows.append([f["rule"], f["column"], plural(f["count"], "row"), shown,
                          rule_text(f["rule"], f.get("bounds"))])
+        if v.unreadable:
+            shown = v.unreadable if max_rows == 0 else v.unreadable[:max_rows]
+            out.print(table("rows the CSV reader could not parse (quarantined: every cell empty, so the record id "
+                            "is null; file lines as the reader counts them: a quoted cell's line breaks do not "
+                            "count)",
+                            ["data row", "file line", "reason"], [[str(r), str(ln), why] for r, ln, why in shown]))
+            if len(shown) < len(v.unreadable):
+                out.print(f"... ({len(v.unreadable) - len(shown)} more unreadable rows; --max-rows 0 shows all)",
+                          markup=False)
         if rows:
             out.print(table(f"failed rules ({row_numbers_text(v.source_kind)})",
                             ["rule", "column", "failing", "data rows", "what it means"], rows))

@@ -263,6 +263,10 @@ def refusal_cases(sources, pg_server, tmp_path, monkeypatch):  # noqa: F811
                       "CREATE TABLE public.flights_double AS SELECT * FROM public.flights",
                       "ALTER TABLE public.flights_double ALTER COLUMN month TYPE double precision",
                       "GRANT SELECT ON public.flights_double TO dpr_reader",
+                      "DROP TABLE IF EXISTS public.flights_array",  # issue 47.4: a nested type declared numeric
+                      "CREATE TABLE public.flights_array AS SELECT * FROM public.flights",
+                      "ALTER TABLE public.flights_array ALTER COLUMN distance TYPE integer[] USING ARRAY[distance]",
+                      "GRANT SELECT ON public.flights_array TO dpr_reader",
                       "DROP SEQUENCE IF EXISTS public.dpr_seq", "CREATE SEQUENCE public.dpr_seq",
                       "GRANT USAGE ON public.dpr_seq TO dpr_reader")
     monkeypatch.setenv("DPR_TEST_PG_WRONG", pg_server.uri("dpr_reader", WRONG))
@@ -288,6 +292,8 @@ def refusal_cases(sources, pg_server, tmp_path, monkeypatch):  # noqa: F811
         ("permission", {**pg, "table": "public.wages_secret"}, ["table public.wages_secret", "GRANT SELECT"]),
         ("double column", {**pg, "table": "public.flights_double"},
          ["table public.flights_double", "'month'", "double precision", "schema.categorical.month.domain"]),
+        ("array column", {**pg, "table": "public.flights_array"},
+         ["table public.flights_array", "'distance'", "int4[]", "nested type"]),
         ("parquet double", {"kind": "parquet", "path": str(doubles)}, ["parquet dataset", "'month'", "DOUBLE"]),
         ("duckdb table", {**sources["duckdb"], "table": "nosuch"}, ["duckdb source", "table nosuch", "no such table"]),
         ("parquet empty", {"kind": "parquet", "path": str(empty)}, ["parquet dataset", "no *.parquet file"]),

@@ -482,8 +482,12 @@ def test_quoted_csv_cell_with_a_leading_space_is_read_as_written(tmp_path: Path)
                     encoding="utf-8")
     spec = _awkward_spec(path, "csv")
     wh = Warehouse(tmp_path / "w.duckdb")
-    with pytest.raises(Exception, match="not a well-formed CSV"):  # r4: an unquoted comma makes a third field
-        ingest(spec, wh, tmp_path)
+    # r4: an unquoted comma makes a third field: an unreadable row (issue 46.3), its cells empty, its line kept
+    first = ingest(spec, wh, tmp_path)
+    assert load_raw(wh, first)["status"].tolist()[:3] == [" Washington, D.C.", 'quote"d', "line\nbreak"]
+    assert load_raw(wh, first).iloc[3][["id", "status"]].isna().all()
+    assert wh.query(f'SELECT _row, line, reason FROM raw."{first.table}__unreadable"') == [
+        (4, 5, "more fields than the header")]
     path.write_text('id,status\nr1," Washington, D.C."\nr2,"quote""d"\nr3,"line\nbreak"\nr4, Washington\n',
                     encoding="utf-8")
     res = ingest(spec, wh, tmp_path)

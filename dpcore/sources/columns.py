@@ -22,6 +22,8 @@ ROW = "_row"
 
 #: Families of source types by the text their values read as.
 TEXT, INTEGER, DECIMAL, FLOAT, BOOLEAN, OTHER = "text", "integer", "decimal", "float", "boolean", "other"
+#: Lists, arrays, structs, maps and unions: never read as a number, a domain value or a record id (issue 47.4).
+NESTED = "nested"
 
 _DUCKDB_INTEGERS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
                     "UBIGINT", "UHUGEINT"}
@@ -40,6 +42,8 @@ class Column:
 def duckdb_family(type_name: str) -> str:
     """The family of a DuckDB type name (``DECIMAL(p,0)`` reads as an integer)."""
     t = type_name.upper()
+    if t.endswith("]") or t.startswith(("STRUCT(", "MAP(", "UNION(", "LIST(")):
+        return NESTED
     if t == "VARCHAR" or t.startswith("VARCHAR("):
         return TEXT
     if t in _DUCKDB_INTEGERS:
@@ -89,7 +93,9 @@ def check_types(where: str, columns: list[Column], spec: "ReleaseSpec") -> None:
     * a categorical attribute: text; integer types when every domain value is an integer written as an
       integer column reads it; boolean when the domain is ``true``/``false``; other types (dates, ...) when
       the domain is text; never float or decimal types (DOUBLE ``1.0`` reads ``1.0``, not the domain's ``1``);
-    * a numeric attribute: text, integer, decimal or float types (read as numbers); never boolean or other types.
+    * a numeric attribute: text, integer, decimal or float types (read as numbers); never boolean or other types;
+    * no declared column of a nested type (a list or array, a struct or record, a map, a union; issue 47.4):
+      its text is never a number, a domain value or a record id.
 
     Columns the spec does not declare are kept in ``raw`` as text whatever their type.
 
@@ -104,6 +110,9 @@ def check_types(where: str, columns: list[Column], spec: "ReleaseSpec") -> None:
     fix = "cast it in the source (a query with CAST(... AS ...)) or change the spec; nothing was read or charged"
     for c in columns:
         f = c.family
+        if f == NESTED and (c.name == rid or c.name in cats or c.name in nums):
+            raise SourceError(f"{where}: column {c.name!r} is {c.type_name}, a nested type whose values never read "
+                              f"as the spec's numbers, domain values or record ids: {fix}")
         if c.name == rid and f not in (TEXT, INTEGER):
             raise SourceError(f"{where}: column {c.name!r} (dataset.record_id) is {c.type_name}, whose values do "
                               "not read as record ids (a decimal point, a date): cast it to text or an integer type "

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 from ..lineage import new_nonce
 from ..private_files import private_open
-from .columns import BOOLEAN, DECIMAL, FLOAT, INTEGER, OTHER, ROW, TEXT, Column, check_names, check_types
+from .columns import BOOLEAN, DECIMAL, FLOAT, INTEGER, NESTED, OTHER, ROW, TEXT, Column, check_names, check_types
 from .errors import SourceError
 from .table import _ident
 
@@ -212,9 +212,15 @@ def _statement(source: "PostgresSource", spec: "ReleaseSpec | None") -> tuple[st
 
 
 def _columns(cur, source: "PostgresSource") -> list[Column]:
+    """The columns of the query's result with their families; arrays and records are nested (issue 47.4)."""
+    import psycopg
+
     out = []
     for d in cur.description:
         family, name = _OIDS.get(d.type_code, (OTHER, f"type oid {d.type_code}"))
+        info = psycopg.adapters.types.get(d.type_code)
+        if info is not None and (info.array_oid == d.type_code or info.name == "record"):
+            family, name = NESTED, (f"{info.name}[]" if info.array_oid == d.type_code else info.name)
         if family == DECIMAL and d.scale == 0:
             family = INTEGER
         out.append(Column(d.name, name, family))

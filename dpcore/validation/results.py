@@ -9,7 +9,8 @@ each failed rule every data row that broke it.
 What it returns is the owner's (exact counts and row numbers of private data,
 DESIGN.md rule 6): for the owner's terminal only, never logged, stored
 elsewhere or published. It carries rule names, column names, counts, data row
-numbers, the input's path and the public bounds of ``in_bounds`` rules; no
+numbers, the input's path, the public bounds of ``in_bounds`` rules and, for
+rows the CSV reader could not parse, their file line and the reason; no
 cell value and no record id (the quarantine table's ``cells`` and
 ``record_id`` are not read).
 """
@@ -54,6 +55,10 @@ class StoredValidation:
     summary: dict
     failing_rows: dict[tuple[str, str], list[int]] = field(default_factory=dict, repr=False)
     source_kind: str | None = None
+    #: The rows the CSV reader could not parse (issue 46.3): ``(data row, file line, reason)``, by line; their
+    #: cells are all empty in ``raw`` and they are quarantined (``not_null`` of the record id). The line is
+    #: counted as the reader counts it: 1 is the file's first line, a quoted cell's line breaks do not count.
+    unreadable: list[tuple[int, int, str]] = field(default_factory=list, repr=False)
 
     def rows_of(self, rule: str, column: str | None) -> list[int]:
         """Every data row breaking ``rule`` on ``column`` (the summary's examples when the rows are gone)."""
@@ -107,7 +112,12 @@ def latest_validations(wh: Warehouse, dataset: str | None = None) -> list[Stored
                 'GROUP BY rule, "column" ORDER BY rule, "column"'
             ):
                 failing[(rule, column)] = [int(n) for n in numbers]
-        out.append(StoredValidation(name, created_at, spec_hash, source, json.loads(summary_json), failing, kind))
+        unreadable: list[tuple[int, int, str]] = []
+        if table and wh.table_exists("raw", f"{table}__unreadable"):
+            unreadable = [(int(r), int(ln), str(why)) for r, ln, why in wh.query(
+                f'SELECT _row, line, reason FROM raw."{table}__unreadable" ORDER BY line')]
+        out.append(StoredValidation(name, created_at, spec_hash, source, json.loads(summary_json), failing,
+                                    source_kind=kind, unreadable=unreadable))
     return out
 
 
