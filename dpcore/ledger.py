@@ -308,6 +308,16 @@ def _check_series_cap(con, dataset: str, release_id: str, series: "tuple[str, Pr
             "Raise budget.series_cap in the spec (within the dataset's cap), or lower a step's epsilon/delta")
 
 
+#: Called with the warehouse after every committed charge or reservation (the home's marker, dpcore.ledger_home).
+CHARGE_LISTENERS: list[Callable[[Warehouse], None]] = []
+
+
+def _charged(wh: Warehouse) -> None:
+    """Tell :data:`CHARGE_LISTENERS` that ``wh``'s ledger committed a charge (issue 47 §2: the marker follows)."""
+    for listener in list(CHARGE_LISTENERS):
+        listener(wh)
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -1168,6 +1178,8 @@ class PrivacyLedger:
             return PrivacyCost.from_units(eps_u, delta_u), held_before[0]
 
         new, before = self.wh.run(op, transaction=True)
+        if new != PrivacyCost(0):
+            _charged(self.wh)
         return Reservation(new, before, self.status(dataset))
 
     def reserved_counts(self, dataset: str, release_id: str) -> dict[str, int]:
@@ -1227,7 +1239,10 @@ class PrivacyLedger:
             return []
         if len({(r.dataset, r.release_id) for r in reqs}) != 1:
             raise ValueError("reserve_many: every request must be of one dataset and one release id")
-        return self.wh.run(lambda con: _reserve_in(con, reqs), transaction=True)
+        done = self.wh.run(lambda con: _reserve_in(con, reqs), transaction=True)
+        if any(done):
+            _charged(self.wh)
+        return done
 
     def _charge_state(self, key: str) -> tuple | None:
         rows = self.wh.query(
@@ -1323,6 +1338,7 @@ class PrivacyLedger:
         found = self.wh.run(lookup_or_reserve, transaction=True)
         if found is not None:
             return Release(req.key, found, reused=True)
+        _charged(self.wh)
         try:
             fault_point(f"charged:{req.step}")
             payload = compute()
