@@ -8,7 +8,9 @@ three independent records of which ledger it uses and what was spent:
 * the ledger's **id**, a random nonce created with the ledger
   (``ledger.meta``), public: it identifies no data;
 * a **marker** file in the home, ``$DPR_HOME/ledger.json`` (0600), naming
-  that id;
+  that id and, rewritten after every charge (:func:`_after_charge`), the
+  ledger's count of charge and reservation rows (only ever added: the count
+  never goes down) and each budget's spent total;
 * every **bundle's manifest** (``manifest.json``, section ``ledger``): the id,
   the budget charged, its cap and what it had spent in total when the bundle
   was written, in the ledger's exact integer units, and the public refs of
@@ -23,16 +25,24 @@ warehouse:
 * the warehouse's ledger is not the one the marker or a bundle names
   (a different or a new file was put in its place);
 * a bundle made by this ledger lists a charge the ledger does not hold
-  (an older backup was restored, and the releases since are forgotten).
+  (an older backup was restored, and the releases since are forgotten);
+* the ledger holds fewer rows than the marker recorded (an older copy,
+  whatever the bundles say: one moved away or damaged cannot hide it);
+* a bundle's manifest cannot be read (:class:`BundleUnreadableError`: what
+  it published is unknown).
+
+A warehouse of an older layout is upgraded first (:mod:`dpcore.ledger_upgrade`).
 
 The owner then restores the latest backup of the warehouse (README, "Back
 up"), or says ``dpr budget recover --from-bundles``: :func:`recover_from_bundles`
 rebuilds the spent totals from the manifests, never less than they say, as
 one ``recovered`` charge per budget and earlier ledger, recorded in
 ``ledger.recoveries`` and listed by ``dpr budget``. The charges themselves
-(their keys) are not in the bundles: a release id made before the recovery
-is charged anew if run again, and record fingerprints (budget identity) come
-back when each dataset is ingested again.
+(their keys) are not in the bundles: a release id published before the
+recovery is refused if run again (its bundle is never rewritten:
+:mod:`dpcore.release_runs`), and record fingerprints (budget identity) come
+back when each dataset is ingested again. The marker's spent totals are a
+floor of the recovery, like the manifests'.
 
 Only public facts are read or written here: ledger ids, budget names, caps
 and totals that every manifest publishes, charge refs (random nonces).
@@ -502,6 +512,7 @@ def recover_from_bundles(settings: Settings) -> tuple[str, list[Recovered]]:
 
     wh.run(op, transaction=True)
     write_marker(settings, own, wh)  # the owner's explicit way out: the marker follows the recovered ledger
+    _HOMES[str(wh.path)] = (settings, own)
     _VERIFIED.pop(str(settings.warehouse), None)
     return own, [d for d in done if d.from_ledger != own or d.added != PrivacyCost(0)]
 
