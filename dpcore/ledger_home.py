@@ -203,7 +203,10 @@ def _after_charge(wh: Warehouse) -> None:
     """After every committed charge on a home's warehouse: the marker records the ledger's new progress."""
     home = _HOMES.get(str(wh.path))
     if home is not None:
-        write_marker(home[0], home[1], wh)
+        try:
+            write_marker(home[0], home[1], wh)
+        except OSError:  # a full disk: the charge stands; a marker left behind refuses nothing, the next one catches up
+            pass
 
 
 if _after_charge not in CHARGE_LISTENERS:

@@ -241,3 +241,19 @@ def test_an_older_copy_is_refused_before_any_charge_whatever_the_bundles_say(hom
         (b,) = json.loads(shown.stdout)
         assert Fraction(str(b["spent"]["epsilon"])) == Fraction(3, 2)
         assert dpr("budget", home=home).returncode == 0  # the marker follows the recovered ledger
+
+
+def test_a_published_bundle_is_never_rewritten(home):
+    """Issue 47 §1: the same charges again (a run resumed after it published) keep the bundle as it is; other
+    charges under the same release id are refused, the bundle untouched."""
+    from dpcore.bundle import BundleExistsError
+
+    _release("r1", ("a", 0.5))
+    bundle = home / "bundles" / "nycflights13" / "r1"
+    published = {p: p.read_bytes() for p in sorted(bundle.rglob("*")) if p.is_file()}
+    again = _release("r1", ("a", 0.5))  # the stored answer, the same charge: the bundle as published
+    assert {p: p.read_bytes() for p in sorted(bundle.rglob("*")) if p.is_file()} == published
+    assert again == json.loads((bundle / "manifest.json").read_text())
+    with pytest.raises(BundleExistsError, match="never rewritten"):
+        _release("r1", ("b", 0.25))
+    assert {p: p.read_bytes() for p in sorted(bundle.rglob("*")) if p.is_file()} == published
