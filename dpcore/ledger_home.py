@@ -446,6 +446,7 @@ def recover_from_bundles(settings: Settings) -> tuple[str, list[Recovered]]:
         The warehouse file is not a readable DuckDB database (move it aside first).
     """
     wh = Warehouse(settings.warehouse)
+    upgrade(wh, settings.bundles)  # an older layout first (issue 47 §1)
     ledger = PrivacyLedger(wh)
     own = ledger_id(wh)
     known = known_ledgers(wh)

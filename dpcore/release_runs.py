@@ -89,12 +89,6 @@ def _lock_dir(warehouse: Path) -> Path:
     return d
 
 
-def _clear_leftovers(warehouse: Path, key: str) -> None:  # noqa: ARG001 - key: the run that clears
-    """Remove what crashed runs left in the warehouse's scratch folder (issue 47 §6; nothing a live process
-    holds: :func:`dpcore.warehouse_lease.clear_leftovers`). Private rows removed, never read."""
-    clear_leftovers(warehouse)
-
-
 def _refuse_unknown_bundle(settings: "Settings", wh: Warehouse, dataset: str, release_id: str) -> None:
     """Refuse, before any charge, a release id whose bundle is published but not a run of this ledger.
 
@@ -170,7 +164,10 @@ def open_run(warehouse: Path, dataset: str, release_id: str, unit: str, lines: l
     -------
     RunHandle
         ``stored`` set: the run finished before (no lock held). Otherwise the
-        lock is held until :func:`close_run` or the process ends.
+        lock is held until :func:`close_run` or the process ends, and what
+        crashed runs left in the warehouse's scratch folder is removed
+        (:func:`dpcore.warehouse_lease.clear_leftovers`: private rows, deleted
+        unread; nothing a live process may hold).
 
     Raises
     ------
@@ -179,6 +176,11 @@ def open_run(warehouse: Path, dataset: str, release_id: str, unit: str, lines: l
     ReleaseIdTakenError
         The release pipeline of ``release_id`` finished with other planned
         lines (another spec); nothing was charged.
+    LedgerMissingError, DatasetNotRegisteredError, WarehouseVersionError
+        The home's checks refused (:func:`_open_warehouse`); nothing was created or charged.
+    BundleExistsError
+        The release id's bundle is published but this ledger does not hold
+        its charges (:func:`_refuse_unknown_bundle`); nothing was charged.
     """
     lines = sorted(lines)
     key = run_key(dataset, release_id, unit, lines)
@@ -214,7 +216,7 @@ def open_run(warehouse: Path, dataset: str, release_id: str, unit: str, lines: l
             os.close(fd)
             raise
     _HELD[key] = fd
-    _clear_leftovers(wh.path, key)
+    clear_leftovers(wh.path)  # what crashed runs left in the scratch folder; nothing a live process holds
     return RunHandle(key, dataset, release_id, unit, lines)
 
 
