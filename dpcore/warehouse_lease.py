@@ -252,8 +252,11 @@ def announce_presence(path: Path) -> None:
         return
     from .lineage import new_nonce
 
-    file = locks_dir(path) / f"live-{os.getpid()}-{new_nonce(4)}"
-    fd = os.open(file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        file = locks_dir(path) / f"live-{os.getpid()}-{new_nonce(4)}"
+        fd = os.open(file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:  # a read-only home: this process cannot write scratch files either, so none can be its own
+        return
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file of its own: never held by anyone else
     _PRESENCE[key] = (fd, file)
 
