@@ -40,7 +40,7 @@ from typing import Any
 from . import __version__
 from .background_plots import wait_for as wait_for_pictures
 from .budget import NOTION_LABELS, PrivacyCost
-from .ledger import PrivacyLedger
+from .ledger import LedgerError, PrivacyLedger
 from .ledger_home import manifest_section
 from .lineage import owner_hmac
 from .plots import budget_plot
@@ -211,6 +211,30 @@ def _sum_pair(charges) -> dict[str, float]:
     return {"epsilon": float(charges["epsilon"].sum()), "delta": float(charges["delta"].sum())}
 
 
+class BundleExistsError(LedgerError):
+    """A bundle is already published for this release id (or operator query): it is never rewritten."""
+
+
+def published_refs(folder: Path) -> set[str] | None:
+    """The charge refs a published bundle's manifest lists (None: no bundle published in ``folder``).
+
+    Raises
+    ------
+    BundleExistsError
+        The folder holds a manifest that cannot be read: it is published, and never rewritten.
+    """
+    path = Path(folder) / "manifest.json"
+    try:
+        m = json.loads(path.read_text(encoding="utf-8"))
+        return {str(r["ref"]) for r in m.get("releases", []) if isinstance(r, dict) and r.get("ref")}
+    except FileNotFoundError:
+        return None
+    except (ValueError, UnicodeDecodeError, AttributeError, TypeError, KeyError):
+        raise BundleExistsError(
+            f"a bundle is published at {folder} but its manifest cannot be read; a published bundle is never "
+            "rewritten, so nothing was written: restore it from your backup (README, 'Back up')") from None
+
+
 def write_bundle(
     root: Path,
     spec: ReleaseSpec,
@@ -274,6 +298,13 @@ def write_bundle(
         first = next((k for out in steps for k in out.keys), None)
         subfolder = f"{subfolder_prefix}-{ref_of[first]}" if first in ref_of else subfolder_prefix
     final = root / ds / spec.release_id / subfolder if subfolder else root / ds / spec.release_id
+    published = published_refs(final)
+    if published is not None:  # never rewritten (issue 47 §1): the same charges are the run that published it
+        if published == set(mine["public_ref"]):
+            return BundleResult(final, json.loads((final / "manifest.json").read_text(encoding="utf-8")))
+        raise BundleExistsError(
+            f"a bundle is already published at {final} with other charges; a published bundle is never "
+            "rewritten: give this release a new release id (--release-id)")
     tmp = final.parent / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     public_mkdir(tmp.parent)  # bundles/<dataset>/...: public folders whatever umask a connection holds

@@ -357,6 +357,16 @@ def _cap_mismatch(dataset: str, budget: str, row, cap: PrivacyCost, neighbour: s
     return None
 
 
+#: Called with the warehouse after every committed charge or reservation (the home's marker, dpcore.ledger_home).
+CHARGE_LISTENERS: list[Callable[[Warehouse], None]] = []
+
+
+def _charged(wh: Warehouse) -> None:
+    """Tell :data:`CHARGE_LISTENERS` that ``wh``'s ledger committed a charge (issue 47 §2: the marker follows)."""
+    for listener in list(CHARGE_LISTENERS):
+        listener(wh)
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -1235,6 +1245,8 @@ class PrivacyLedger:
             return PrivacyCost.from_units(eps_u, delta_u), held_before[0]
 
         new, before = self.wh.run(op, transaction=True)
+        if new != PrivacyCost(0):
+            _charged(self.wh)
         return Reservation(new, before, self.status(dataset))
 
     def reserved_counts(self, dataset: str, release_id: str) -> dict[str, int]:
@@ -1294,7 +1306,10 @@ class PrivacyLedger:
             return []
         if len({(r.dataset, r.release_id) for r in reqs}) != 1:
             raise ValueError("reserve_many: every request must be of one dataset and one release id")
-        return self.wh.run(lambda con: _reserve_in(con, reqs), transaction=True)
+        done = self.wh.run(lambda con: _reserve_in(con, reqs), transaction=True)
+        if any(done):
+            _charged(self.wh)
+        return done
 
     def _charge_state(self, key: str) -> tuple | None:
         rows = self.wh.query(
@@ -1390,6 +1405,7 @@ class PrivacyLedger:
         found = self.wh.run(lookup_or_reserve, transaction=True)
         if found is not None:
             return Release(req.key, found, reused=True)
+        _charged(self.wh)
         try:
             fault_point(f"charged:{req.step}")
             payload = compute()
@@ -1550,7 +1566,9 @@ class PrivacyLedger:
             back = PrivacyCost.from_units(ge, gd)
             return GiveBack(held, held - back, back, status)
 
-        return self.wh.run(op, transaction=True)
+        out = self.wh.run(op, transaction=True)
+        _charged(self.wh)  # the home's marker follows the lower spent total (issue 47 §2)
+        return out
 
     def given_back(self, dataset: str, release_id: str | None = None) -> PrivacyCost:
         """What was given back to the budget ``dataset`` charges (of one release id, or of all), exactly."""

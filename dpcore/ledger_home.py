@@ -8,7 +8,9 @@ three independent records of which ledger it uses and what was spent:
 * the ledger's **id**, a random nonce created with the ledger
   (``ledger.meta``), public: it identifies no data;
 * a **marker** file in the home, ``$DPR_HOME/ledger.json`` (0600), naming
-  that id;
+  that id and, rewritten after every charge (:func:`_after_charge`), the
+  ledger's count of charge, reservation and given-back rows (the count
+  never goes down: :func:`ledger_progress`) and each budget's spent total;
 * every **bundle's manifest** (``manifest.json``, section ``ledger``): the id,
   the budget charged, its cap and what it had spent in total when the bundle
   was written, in the ledger's exact integer units, and the public refs of
@@ -23,16 +25,24 @@ warehouse:
 * the warehouse's ledger is not the one the marker or a bundle names
   (a different or a new file was put in its place);
 * a bundle made by this ledger lists a charge the ledger does not hold
-  (an older backup was restored, and the releases since are forgotten).
+  (an older backup was restored, and the releases since are forgotten);
+* the ledger holds fewer rows than the marker recorded (an older copy,
+  whatever the bundles say: one moved away or damaged cannot hide it);
+* a bundle's manifest cannot be read (:class:`BundleUnreadableError`: what
+  it published is unknown).
+
+A warehouse of an older layout is upgraded first (:mod:`dpcore.ledger_upgrade`).
 
 The owner then restores the latest backup of the warehouse (README, "Back
 up"), or says ``dpr budget recover --from-bundles``: :func:`recover_from_bundles`
 rebuilds the spent totals from the manifests, never less than they say, as
 one ``recovered`` charge per budget and earlier ledger, recorded in
 ``ledger.recoveries`` and listed by ``dpr budget``. The charges themselves
-(their keys) are not in the bundles: a release id made before the recovery
-is charged anew if run again, and record fingerprints (budget identity) come
-back when each dataset is ingested again.
+(their keys) are not in the bundles: a release id published before the
+recovery is refused if run again (its bundle is never rewritten:
+:mod:`dpcore.release_runs`), and record fingerprints (budget identity) come
+back when each dataset is ingested again. The marker's spent totals are a
+floor of the recovery, like the manifests'.
 
 Only public facts are read or written here: ledger ids, budget names, caps
 and totals that every manifest publishes, charge refs (random nonces).
@@ -49,10 +59,11 @@ from pathlib import Path
 from typing import Any
 
 from .budget import NOTION_ORDER, PrivacyCost, weakest_notion
-from .ledger import LedgerError, PrivacyLedger
+from .ledger import CHARGE_LISTENERS, LedgerError, PrivacyLedger
 from .lineage import new_nonce
 from .private_files import public_mkdir, write_private_atomic
 from .settings import Settings
+from .ledger_upgrade import upgrade
 from .warehouse import Warehouse
 
 #: The marker file's name in the home.
@@ -135,24 +146,80 @@ def marker_path(settings: Settings) -> Path:
 
 def read_marker(settings: Settings) -> str | None:
     """The ledger id the home's marker names (None without a marker; a damaged marker names ``(unreadable)``)."""
-    path = marker_path(settings)
+    state = read_marker_state(settings)
+    if state is None:
+        return None
+    return str(state["ledger_id"]) if state.get("ledger_id") else "(unreadable)"
+
+
+def read_marker_state(settings: Settings) -> dict[str, Any] | None:
+    """The whole marker: ``ledger_id``, and since issue 47 ``count`` and ``spent_units`` (None without a marker).
+
+    A marker that is not a JSON object gives ``{}`` (its ledger id reads as ``(unreadable)``).
+    """
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(marker_path(settings).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (ValueError, UnicodeDecodeError):
-        return "(unreadable)"
-    return str(data.get("ledger_id")) if isinstance(data, dict) and data.get("ledger_id") else "(unreadable)"
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
-def write_marker(settings: Settings, lid: str) -> None:
-    """Write the home's marker (0600, atomically) naming ledger ``lid``."""
+def ledger_progress(wh: Warehouse) -> tuple[int, dict[str, list[str]]]:
+    """How far the ledger has come: its count of charge, reservation and given-back rows, and each budget's
+    spent total in exact units (public: every manifest states it).
+
+    Charges and reservations are only ever added, except that a release stopped on a public fact gives back
+    what it never drew (issue 48.1, :meth:`dpcore.ledger.PrivacyLedger.give_back_unused`): that deletes a
+    reservation line only after writing its ``ledger.given_back`` row in the same transaction, so the sum of
+    the three counts never goes down.
+    """
+    def op(con):
+        given = ("(SELECT count(*) FROM ledger.given_back)" if con.execute(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = 'ledger' AND table_name = 'given_back'"
+        ).fetchone() else "0")
+        count = con.execute("SELECT (SELECT count(*) FROM ledger.charges) + "
+                            f"(SELECT count(*) FROM ledger.reservations) + {given}").fetchone()[0]
+        spent = {b: [str(int(e)), str(int(d))] for b, e, d in con.execute(
+            "SELECT dataset, eps_spent, delta_spent FROM ledger.budgets ORDER BY dataset").fetchall()}
+        return int(count), spent
+    return wh.run(op)
+
+
+def write_marker(settings: Settings, lid: str, wh: Warehouse | None = None) -> None:
+    """Write the home's marker (0600, atomically) naming ledger ``lid``, with ``wh``'s progress when given.
+
+    The progress (:func:`ledger_progress`) lets :func:`verify` refuse an older copy of the warehouse whatever
+    the bundles say (issue 47 §2); it is written again after every charge (:func:`_after_charge`).
+    """
+    doc: dict[str, Any] = {"ledger_id": lid, "warehouse": str(settings.warehouse)}
+    if wh is not None:
+        count, spent = ledger_progress(wh)
+        doc.update({"count": count, "spent_units": spent})
+    doc["note"] = ("the id of this home's ledger, how many charge and reservation rows it held and each budget's "
+                   "spent total (units of 1e-18); a warehouse holding another ledger, none, or fewer rows is refused "
+                   "(README, 'Back up')")
     public_mkdir(settings.home)
-    write_private_atomic(marker_path(settings), json.dumps({
-        "ledger_id": lid, "warehouse": str(settings.warehouse),
-        "note": "the id of this home's ledger; a warehouse holding another ledger, or none, is refused "
-                "(README, 'Back up')",
-    }, indent=2) + "\n")
+    write_private_atomic(marker_path(settings), json.dumps(doc, indent=2) + "\n")
+
+
+#: warehouse path -> (settings, ledger id) of the homes this process opened (:func:`open_home_warehouse`)
+_HOMES: dict[str, tuple[Settings, str]] = {}
+
+
+def _after_charge(wh: Warehouse) -> None:
+    """After every committed charge on a home's warehouse: the marker records the ledger's new progress."""
+    home = _HOMES.get(str(wh.path))
+    if home is not None:
+        try:
+            write_marker(home[0], home[1], wh)
+        except OSError:  # a full disk: the charge stands; a marker left behind refuses nothing, the next one catches up
+            pass
+
+
+if _after_charge not in CHARGE_LISTENERS:
+    CHARGE_LISTENERS.append(_after_charge)
 
 
 # ---------------------------------------------------------------------------------------------------- manifests
@@ -198,21 +265,38 @@ def _record(path: Path, m: dict[str, Any]) -> BundleRecord:
     )
 
 
-def scan_bundles(bundles: Path) -> list[BundleRecord]:
+class BundleUnreadableError(LedgerMissingError):
+    """A bundle's manifest cannot be read: what it published is unknown, so nothing is charged (issue 47 §2)."""
+
+
+def scan_bundles(bundles: Path, *, strict: bool = True) -> list[BundleRecord]:
     """Every release and operator bundle's manifest under ``bundles`` (``<dataset>/<release>[/<sub>]/``).
 
-    A manifest being replaced meanwhile, or one that is not a manifest of
-    this pipeline, is skipped.
+    Folders whose name starts with a dot (a bundle being written: ``.<release>.tmp``) are not bundles; a
+    manifest removed meanwhile is skipped.
+
+    Raises
+    ------
+    BundleUnreadableError
+        A manifest that cannot be read or is not a manifest of this pipeline (``strict``; otherwise it is
+        skipped): a damaged manifest could hide what the ledger spent, so it is a refusal, not a skip.
     """
     found = []
     for pattern in ("*/*/manifest.json", "*/*/*/manifest.json"):
         for path in sorted(Path(bundles).glob(pattern)):
+            if any(part.startswith(".") for part in path.relative_to(bundles).parts[:-1]):
+                continue
             try:
                 found.append(_record(path.parent, json.loads(path.read_text(encoding="utf-8"))))
             except FileNotFoundError:
                 continue
-            except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
-                continue
+            except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+                if strict:
+                    raise BundleUnreadableError(
+                        f"the bundle manifest {path} cannot be read ({type(exc).__name__}): it states what the "
+                        "ledger had spent, so nothing was charged: restore it from your latest backup (README, "
+                        f"'Back up'), or, if that folder is not a release bundle, move it out of {bundles}"
+                    ) from None
     return found
 
 
@@ -279,6 +363,17 @@ def verify(settings: Settings, wh: Warehouse) -> str:
                 f"charges again, so nothing was charged: restore your latest backup of warehouse.duckdb, or run "
                 "`dpr budget recover --from-bundles` to raise the spent totals to what the bundles say"
             )
+    state = read_marker_state(settings) or {}
+    if state.get("ledger_id") == own and isinstance(state.get("count"), int):
+        count = ledger_progress(wh)[0]
+        if count < state["count"]:
+            raise LedgerMissingError(
+                f"the warehouse {settings.warehouse} is behind this home's marker {marker_path(settings)}: its "
+                f"ledger {own} holds {count} charge, reservation and given-back rows, the marker recorded {state['count']}; it "
+                "is an older copy (restored from an earlier backup?) and would spend those charges again, so "
+                "nothing was charged: restore your latest backup of warehouse.duckdb, or run "
+                "`dpr budget recover --from-bundles` to raise the spent totals to what the bundles and the marker say"
+            )
     return own
 
 
@@ -313,10 +408,13 @@ def open_home_warehouse(settings: Settings, *, create: bool = True) -> Warehouse
     wh = Warehouse(path)
     stamp = _stamp(settings)
     if _VERIFIED.get(str(path)) != stamp or not marker_path(settings).exists():
+        upgrade(wh, settings.bundles)  # an older layout: migrated in one transaction, or refused (issue 47 §1)
         own = verify(settings, wh)
-        if read_marker(settings) != own:
-            write_marker(settings, own)
+        state = read_marker_state(settings) or {}
+        if state.get("ledger_id") != own or "count" not in state:
+            write_marker(settings, own, wh)
         _VERIFIED[str(path)] = stamp
+        _HOMES[str(wh.path)] = (settings, own)
     return wh
 
 
@@ -357,6 +455,7 @@ def recover_from_bundles(settings: Settings) -> tuple[str, list[Recovered]]:
         The warehouse file is not a readable DuckDB database (move it aside first).
     """
     wh = Warehouse(settings.warehouse)
+    upgrade(wh, settings.bundles)  # an older layout first (issue 47 §1)
     ledger = PrivacyLedger(wh)
     own = ledger_id(wh)
     known = known_ledgers(wh)
@@ -370,6 +469,7 @@ def recover_from_bundles(settings: Settings) -> tuple[str, list[Recovered]]:
         groups[own] = groups.get(own, []) + groups.pop(UNNAMED)  # manifests of this ledger before it had an id
     if marker is not None and marker not in known and marker not in groups and marker != "(unreadable)":
         groups[marker] = []  # the marker's ledger left no bundle: nothing to rebuild, acknowledged
+    _marker_floor(settings, wh, records, groups)
     done: list[Recovered] = []
 
     def op(con):
@@ -410,11 +510,11 @@ def recover_from_bundles(settings: Settings) -> tuple[str, list[Recovered]]:
                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, true, NULL, ?, ?, ?, ?, ?, ?)",
                         [f"recovery:{new_nonce(8)}", budget, f"recovered-from-{lid}", RECOVERY_STEP,
                          "recovered-from-bundles", notion, latest.neighbour, add[0], add[1], RECOVERED,
-                         json.dumps({"from_ledger": lid, "manifests": len(rs)}), now, now, add[0], add[1],
+                         json.dumps({"from_ledger": lid, "manifests": _manifests(rs)}), now, now, add[0], add[1],
                          new_nonce(8)])
                 con.execute("INSERT INTO ledger.recoveries VALUES (?, ?, ?, ?, ?, ?)",
-                            [now, lid, budget, add[0], add[1], len(rs)])
-                done.append(Recovered(lid, budget, PrivacyCost.from_units(*add), len(rs)))
+                            [now, lid, budget, add[0], add[1], _manifests(rs)])
+                done.append(Recovered(lid, budget, PrivacyCost.from_units(*add), _manifests(rs)))
             if not by_budget:
                 con.execute("INSERT INTO ledger.recoveries VALUES (?, ?, NULL, 0, 0, 0)", [now, lid])
                 done.append(Recovered(lid, "", PrivacyCost(0), 0))
@@ -424,9 +524,38 @@ def recover_from_bundles(settings: Settings) -> tuple[str, list[Recovered]]:
                             [refs, now])
 
     wh.run(op, transaction=True)
-    write_marker(settings, own)
+    write_marker(settings, own, wh)  # the owner's explicit way out: the marker follows the recovered ledger
+    _HOMES[str(wh.path)] = (settings, own)
     _VERIFIED.pop(str(settings.warehouse), None)
     return own, [d for d in done if d.from_ledger != own or d.added != PrivacyCost(0)]
+
+
+def _manifests(records: list[BundleRecord]) -> int:
+    """How many of ``records`` are bundle manifests (not the marker's statement, :func:`_marker_floor`)."""
+    return sum(1 for r in records if r.path.name != MARKER)
+
+
+def _marker_floor(settings: Settings, wh: Warehouse, records: list[BundleRecord],
+                  groups: dict[str, list[BundleRecord]]) -> None:
+    """The marker's spent totals as one more statement of its ledger (issue 47 §2): a recovery never goes below
+    what the marker recorded, even when a bundle's folder was moved away or its manifest had to be set aside."""
+    state = read_marker_state(settings) or {}
+    lid, spent = state.get("ledger_id"), state.get("spent_units")
+    if not lid or not isinstance(spent, dict):
+        return
+    rows = {b: ((int(ec), int(dc)), nb) for b, ec, dc, nb in
+            wh.query("SELECT dataset, eps_cap, delta_cap, neighbour FROM ledger.budgets")}
+    caps = {r.budget: (r.cap, r.neighbour) for r in records}
+    for budget, units in sorted(spent.items()):
+        cap_nb = rows.get(budget) or caps.get(budget)
+        try:
+            units = (int(units[0]), int(units[1]))
+        except (TypeError, ValueError, IndexError):
+            continue
+        if cap_nb is not None:
+            groups.setdefault(lid, []).append(BundleRecord(
+                path=marker_path(settings), ledger=lid, budget=budget, datasets=(budget,), neighbour=cap_nb[1],
+                cap=cap_nb[0], spent=units, refs=(), weakest=None, created_at=""))
 
 
 def _link(con, budget: str, records: list[BundleRecord], now: datetime) -> None:

@@ -18,7 +18,9 @@ DESIGN.md rules 2 and 10, issue 28 §1 and issue 33 §2:
   re-run (its logs, its state, its result) depends on whether the data
   changed since; new data needs a new release id. A finished release
   pipeline re-run with a spec whose planned lines differ is refused: a
-  release id names one release.
+  release id names one release. A release finished before the upgrade to
+  schema 3 (:mod:`dpcore.ledger_upgrade`) recorded no planned lines: it
+  returns its stored release whatever spec asks for it.
 
 Privacy: the outcome stored is the public outcome already published; the run
 key is a function of public names only. Nothing here reads the data.
@@ -31,10 +33,15 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .charge_keys import PIPELINE, run_key
+from .ledger_upgrade import MIGRATED_LINES
 from .warehouse import Warehouse
+from .warehouse_lease import clear_leftovers
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 _DDL = """CREATE TABLE IF NOT EXISTS ledger.release_runs (
     run_key VARCHAR PRIMARY KEY, dataset VARCHAR NOT NULL, release_id VARCHAR NOT NULL, unit VARCHAR NOT NULL,
@@ -82,6 +89,29 @@ def _lock_dir(warehouse: Path) -> Path:
     return d
 
 
+def _refuse_unknown_bundle(settings: "Settings", wh: Warehouse, dataset: str, release_id: str) -> None:
+    """Refuse, before any charge, a release id whose bundle is published but not a run of this ledger.
+
+    A bundle whose charges this ledger holds for the release id is a run that crashed after publishing (its
+    re-run keeps that bundle: :func:`dpcore.bundle.write_bundle`). Any other bundle in the release id's folder
+    would be rewritten with fresh noise: two answers to one release (issue 47 §1), so it is refused.
+    """
+    from .bundle import BundleExistsError, published_refs
+
+    path = Path(settings.bundles) / dataset / release_id
+    refs = published_refs(path)
+    if refs is None:
+        return
+    held = {r[0] for r in wh.query("SELECT public_ref FROM ledger.charges WHERE dataset = ? AND release_id = ?",
+                                   [dataset, release_id])}
+    if not refs <= held:
+        raise BundleExistsError(
+            f"release {release_id!r} of dataset {dataset!r} is already published at {path}, but this warehouse's "
+            "ledger does not hold that bundle's charges; a published bundle is never rewritten, so nothing was "
+            "charged: give this release a new release id (--release-id), or restore the warehouse that made it "
+            "(README, 'Back up')")
+
+
 def _ensure(wh: Warehouse) -> None:
     wh.run(lambda con: con.execute(_DDL))
 
@@ -91,7 +121,31 @@ def _finished(wh: Warehouse, key: str) -> tuple[list[str], dict[str, Any]] | Non
     return (json.loads(rows[0][0]), json.loads(rows[0][1])) if rows else None
 
 
-def open_run(warehouse: Path, dataset: str, release_id: str, unit: str, lines: list[str]) -> RunHandle:
+def _open_warehouse(warehouse: Path, dataset: str, settings: "Settings | None") -> Warehouse:
+    """The warehouse a run unit opens, creating nothing before the checks that can refuse (issue 47 §3).
+
+    With the home's ``settings``, the home's checks run first (:func:`dpcore.ledger_home.open_home_warehouse`:
+    upgrade, marker, bundles); a home without a warehouse is refused as it stands: "is missing" when its
+    marker or bundles name a ledger, else its dataset is not registered (nothing is registered without a
+    warehouse). Without settings (library use) a missing file is refused likewise.
+    """
+    from .ledger import DatasetNotRegisteredError
+    from .ledger_home import LedgerMissingError, open_home_warehouse
+
+    if settings is not None and Path(settings.warehouse).resolve() == Path(warehouse).resolve():
+        wh = open_home_warehouse(settings, create=False)
+        if wh is None:
+            raise DatasetNotRegisteredError(dataset)
+        return wh
+    if not Path(warehouse).exists():
+        raise LedgerMissingError(
+            f"the warehouse {warehouse} is missing: nothing was created or charged; restore it from your latest "
+            "backup (README, 'Back up'), or register the dataset in a new home (`dpr dataset add`)")
+    return Warehouse(warehouse)
+
+
+def open_run(warehouse: Path, dataset: str, release_id: str, unit: str, lines: list[str],
+             settings: "Settings | None" = None) -> RunHandle:
     """Take the run unit's lock, or return its stored outcome if it finished before.
 
     Parameters
@@ -103,12 +157,17 @@ def open_run(warehouse: Path, dataset: str, release_id: str, unit: str, lines: l
         :data:`dpcore.charge_keys.PIPELINE`, or the operator flow's name.
     lines : list of str
         The run's planned line keys (:attr:`dpcore.cost_plan.PlanLine.key`).
+    settings : Settings, optional
+        The home: its checks run before anything is opened or created (:func:`_open_warehouse`).
 
     Returns
     -------
     RunHandle
         ``stored`` set: the run finished before (no lock held). Otherwise the
-        lock is held until :func:`close_run` or the process ends.
+        lock is held until :func:`close_run` or the process ends, and what
+        crashed runs left in the warehouse's scratch folder is removed
+        (:func:`dpcore.warehouse_lease.clear_leftovers`: private rows, deleted
+        unread; nothing a live process may hold).
 
     Raises
     ------
@@ -117,10 +176,15 @@ def open_run(warehouse: Path, dataset: str, release_id: str, unit: str, lines: l
     ReleaseIdTakenError
         The release pipeline of ``release_id`` finished with other planned
         lines (another spec); nothing was charged.
+    LedgerMissingError, DatasetNotRegisteredError, WarehouseVersionError
+        The home's checks refused (:func:`_open_warehouse`); nothing was created or charged.
+    BundleExistsError
+        The release id's bundle is published but this ledger does not hold
+        its charges (:func:`_refuse_unknown_bundle`); nothing was charged.
     """
     lines = sorted(lines)
     key = run_key(dataset, release_id, unit, lines)
-    wh = Warehouse(warehouse)
+    wh = _open_warehouse(Path(warehouse), dataset, settings)
     _ensure(wh)
     if key in _HELD:
         raise ReleaseInProgressError(_in_progress(dataset, release_id, unit))
@@ -138,14 +202,21 @@ def open_run(warehouse: Path, dataset: str, release_id: str, unit: str, lines: l
     if done is not None:
         os.close(fd)
         stored_lines, outcome = done
-        if unit == PIPELINE and stored_lines != lines:
+        if unit == PIPELINE and stored_lines != lines and stored_lines != MIGRATED_LINES:
             raise ReleaseIdTakenError(
                 f"release {release_id!r} of dataset {dataset!r} was published with other parameters (its planned "
                 "charges differ from this spec's); a release id names one release. Give this release a new "
                 "release id (--release-id, or release_id in the spec). Nothing was charged."
             )
         return RunHandle(key, dataset, release_id, unit, lines, outcome)
+    if unit == PIPELINE and settings is not None:
+        try:
+            _refuse_unknown_bundle(settings, wh, dataset, release_id)
+        except BaseException:
+            os.close(fd)
+            raise
     _HELD[key] = fd
+    clear_leftovers(wh.path)  # what crashed runs left in the scratch folder; nothing a live process holds
     return RunHandle(key, dataset, release_id, unit, lines)
 
 

@@ -301,6 +301,7 @@ class Warehouse:
                 stack.enter_context(self._queued(time.monotonic() + self.timeout))
                 stack.enter_context(private_umask())  # the file, its .wal and .tmp: 0600/0700 while it is open
                 con = self._open()
+                lease.announce_presence(self.path)  # alive while it runs: its scratch is not a leftover
                 wait_fd = lease.open_wait_fd(self.path)
             except BaseException:
                 stack.close()

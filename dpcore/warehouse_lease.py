@@ -219,3 +219,106 @@ def _at_exit() -> None:
 
 atexit.register(_at_exit)
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# ------------------------------------------------------------------------------------- leftovers of dead processes
+# Issue 47 §6: a process killed while it held private chunk folders (``<warehouse>.scratch/<nonce>/``) or a
+# PostgreSQL spool part (``<warehouse>.scratch/postgres-<nonce>.csv``) leaves them behind. Every process that
+# opens the warehouse says it is alive for as long as it runs: an exclusive ``flock`` on its own presence file
+# ``<warehouse>.locks/live-<pid>-<nonce>`` (0600; the OS drops the lock when the process dies, and a forked child
+# shares it). Whatever a live process puts in the scratch folder is made after its presence file, so an entry
+# older than every live presence file belongs to no live process: :func:`clear_leftovers` removes those.
+
+#: (warehouse path, pid) -> (descriptor, presence file) of this process
+_PRESENCE: dict[tuple[str, int], tuple[int, Path]] = {}
+
+
+def locks_dir(path: Path) -> Path:
+    """``<warehouse>.locks/`` (0700): run locks and presence files."""
+    d = Path(str(path) + ".locks")
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return d
+
+
+def scratch_path(path: Path) -> Path:
+    """``<warehouse>.scratch/``: the private chunk folders and spool parts of running processes."""
+    return path.with_name(path.name + ".scratch")
+
+
+def announce_presence(path: Path) -> None:
+    """Hold this process's presence file for ``path`` until it exits (idempotent; called when it opens the file)."""
+    key = (str(path), os.getpid())
+    if key in _PRESENCE:
+        return
+    from .lineage import new_nonce
+
+    try:
+        file = locks_dir(path) / f"live-{os.getpid()}-{new_nonce(4)}"
+        fd = os.open(file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:  # a read-only home: this process cannot write scratch files either, so none can be its own
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file of its own: never held by anyone else
+    _PRESENCE[key] = (fd, file)
+
+
+def _drop_presence() -> None:
+    for (_, pid), (fd, file) in list(_PRESENCE.items()):
+        if pid == os.getpid():
+            file.unlink(missing_ok=True)
+            os.close(fd)
+
+
+atexit.register(_drop_presence)
+
+
+def live_since(path: Path) -> float | None:
+    """The modification time of the oldest presence file a live process holds (None: no live process).
+
+    Presence files of dead processes (their lock is free) are removed on the way.
+    """
+    oldest = None
+    folder = Path(str(path) + ".locks")
+    for file in folder.glob("live-*") if folder.is_dir() else ():
+        try:
+            fd = os.open(file, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # held: a live process (this one included)
+                t = os.fstat(fd).st_mtime
+                oldest = t if oldest is None else min(oldest, t)
+            else:
+                file.unlink(missing_ok=True)  # its process died
+        finally:
+            os.close(fd)
+    return oldest
+
+
+def clear_leftovers(path: Path) -> list[str]:
+    """Remove the scratch entries of ``path`` that no live process can hold; returns their names.
+
+    An entry (chunk folder or spool part) is removed when it is older than the presence file of every live
+    process that uses the warehouse (:func:`live_since`), so it was left by a process that has died.
+    """
+    import shutil
+
+    folder = scratch_path(Path(path))
+    if not folder.is_dir():
+        return []
+    since = live_since(Path(path))
+    removed = []
+    for entry in sorted(folder.iterdir()):
+        try:
+            mtime = entry.lstat().st_mtime
+        except FileNotFoundError:
+            continue
+        if since is not None and mtime >= since:
+            continue  # possibly a live process's
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry.name)
+    return removed

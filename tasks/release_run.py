@@ -27,7 +27,7 @@ __all__ = ["PIPELINE", "run_once"]
 @private_task(name="open-release-run")
 def open_run_task(spec: ReleaseSpec, settings: Settings, unit: str, lines: list[str]) -> RunHandle:
     """Take the run's lock (refused if another live run holds it), or find the run finished before."""
-    run = open_run(settings.warehouse, spec.dataset.name, spec.release_id, unit, lines)
+    run = open_run(settings.warehouse, spec.dataset.name, spec.release_id, unit, lines, settings=settings)
     if run.stored is not None:
         get_run_logger().info(
             "release %s of dataset %s was finished before: this is its stored outcome; no data was read and "

@@ -188,3 +188,72 @@ def test_a_damaged_warehouse_is_one_line_naming_the_file_and_the_backup(home, da
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
         assert str(path) in lines[0] and "Back up" in lines[0] and "not a readable DuckDB database" in lines[0]
+
+
+def _charge_rows(home: Path) -> int:
+    import duckdb
+
+    from dpcore.warehouse import let_go
+
+    let_go(home / "warehouse.duckdb")
+    con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
+    try:
+        return con.execute("SELECT count(*) FROM ledger.charges").fetchone()[0]
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("rollback", ["damaged manifest", "moved bundle", "deleted marker"])
+def test_an_older_copy_is_refused_before_any_charge_whatever_the_bundles_say(home, tmp_path, rollback):
+    """Issue 47 §2: an older copy of the warehouse, with r2's evidence tampered: refused, nothing charged."""
+    _release("r1", ("a", 0.5))
+    backup = tmp_path / "backup.duckdb"
+    shutil.copyfile(home / "warehouse.duckdb", backup)
+    _release("r2", ("a", 0.25))
+    marker = json.loads((home / "ledger.json").read_text())
+    assert marker["count"] == 2 and marker["spent_units"]["nycflights13"][0] == str(int(1.5 * 10**18))
+    shutil.copyfile(backup, home / "warehouse.duckdb")  # restored from an older copy...
+    r2 = home / "bundles" / "nycflights13" / "r2"
+    if rollback == "damaged manifest":  # ...and r2's manifest truncated
+        (r2 / "manifest.json").write_text((r2 / "manifest.json").read_text()[:100])
+    elif rollback == "moved bundle":  # ...and r2's folder moved away
+        shutil.move(str(r2), str(tmp_path / "r2"))
+    else:  # ...and the marker deleted, r2's manifest truncated too
+        (home / "ledger.json").unlink()
+        (r2 / "manifest.json").write_text((r2 / "manifest.json").read_text()[:100])
+    rows = _charge_rows(home)
+
+    for args in (("budget",), ("plan", str(ROOT / "specs" / "demo.yaml"))):
+        res = dpr(*args, home=home)
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        assert "nothing was charged" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    from dpcore import ledger_home
+
+    ledger_home._VERIFIED.clear()  # as in a new process (the copy kept the file's inode, which this one checked)
+    with pytest.raises(LedgerMissingError):
+        _release("r3", ("a", 0.5))
+    assert _charge_rows(home) == rows  # nothing charged
+
+    if rollback == "moved bundle":  # the owner's way out: the marker's total is a floor of the recovery
+        rec = dpr("budget", "recover", "--from-bundles", "--json", home=home)
+        assert rec.returncode == 0, rec.stderr
+        shown = dpr("budget", "--json", home=home)
+        (b,) = json.loads(shown.stdout)
+        assert Fraction(str(b["spent"]["epsilon"])) == Fraction(3, 2)
+        assert dpr("budget", home=home).returncode == 0  # the marker follows the recovered ledger
+
+
+def test_a_published_bundle_is_never_rewritten(home):
+    """Issue 47 §1: the same charges again (a run resumed after it published) keep the bundle as it is; other
+    charges under the same release id are refused, the bundle untouched."""
+    from dpcore.bundle import BundleExistsError
+
+    _release("r1", ("a", 0.5))
+    bundle = home / "bundles" / "nycflights13" / "r1"
+    published = {p: p.read_bytes() for p in sorted(bundle.rglob("*")) if p.is_file()}
+    again = _release("r1", ("a", 0.5))  # the stored answer, the same charge: the bundle as published
+    assert {p: p.read_bytes() for p in sorted(bundle.rglob("*")) if p.is_file()} == published
+    assert again == json.loads((bundle / "manifest.json").read_text())
+    with pytest.raises(BundleExistsError, match="never rewritten"):
+        _release("r1", ("b", 0.25))
+    assert {p: p.read_bytes() for p in sorted(bundle.rglob("*")) if p.is_file()} == published
