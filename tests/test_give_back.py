@@ -117,7 +117,13 @@ def test_give_back_is_exact_and_keeps_what_was_drawn(tmp_path):
                                   LineRequest("b", "b", "m", "dp", {}, 1, PrivacyCost("0.3"))])
     led.reserve(ChargeRequest("ds", "r", "a", "m", PrivacyCost("0.1"), "dp", {"i": 1}))
     assert led.status("ds").spent == PrivacyCost("0.6")
+    from dpcore.ledger_home import ledger_progress
+
+    rows_before = ledger_progress(led.wh)[0]
     back = led.give_back_unused("ds", "r", "test stop")
+    # line "b" (nothing drawn) is deleted, but the home's rollback count (issue 47 section 2) never goes down:
+    # a gate-stopped release is not a rolled-back warehouse, even if the marker was written before the stop
+    assert ledger_progress(led.wh)[0] >= rows_before
     assert (back.reserved, back.drawn, back.given_back) == (PrivacyCost("0.6"), PrivacyCost("0.1"), PrivacyCost("0.5"))
     assert back.text() == "reserved epsilon=0.6 delta=0, drew epsilon=0.1 delta=0, gave back epsilon=0.5 delta=0"
     assert led.status("ds").spent == PrivacyCost("0.1") == back.status.spent
