@@ -168,7 +168,9 @@ def ship(obj: Any, store: ScratchStore, prefix: str, shipment: str, root: str | 
     back : str, optional
         For ``"back"``: who receives it, ``"flow"`` or ``"worker"``.
     """
-    folder = f"{prefix}/{shipment}" + (f"/back-{new_nonce(8)}" if direction == "back" else "")
+    # a result's objects sit beside its shipment's, not in it: the shipment's folder may go when the work ends,
+    # before the receiver has unpickled the result
+    folder = f"{prefix}/{shipment}" if direction == "out" else f"{prefix}/back-{new_nonce(12)}"
     p = _Pickler(store, folder, str(root))
     payload = p.dumps(obj)
     if not p.found:
