@@ -6,7 +6,10 @@ bundles. Paths can be overridden one by one with ``DPR_WAREHOUSE`` and
 ``DPR_BUNDLES``. The data owner's secret key (:mod:`dpcore.lineage`) lives in
 ``$DPR_HOME/owner/owner.key`` (``DPR_OWNER_KEY_FILE`` overrides), outside the
 bundles. ``DPR_DASK_ADDRESS`` points mapped tasks at an existing Dask
-cluster (used by the operations issue).
+cluster (used by the operations issue). ``DPR_SCRATCH_URL`` (an fsspec URL such as
+``s3://bucket/prefix``, no credentials in it) sends the chunks that go to Dask workers,
+and what they send back, through that store instead of the warehouse's scratch folder
+(:mod:`dpcore.scratch_store`; issue 50).
 
 ``DPR_SPECS_DIR`` lists the folders a flow run may load its release spec from
 (``os.pathsep``-separated, so ``:`` on Linux; issue 33 item 7): an operator
@@ -101,6 +104,8 @@ class Settings:
     owner_key: Path
     #: Folders flow runs may load a release spec from (``DPR_SPECS_DIR``; see :func:`specs_dirs_from_env`).
     specs_dirs: tuple[Path, ...] = ()
+    #: ``DPR_SCRATCH_URL``: the store chunks travel through to and from Dask workers (None: the local scratch folder).
+    scratch_url: str | None = None
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -112,6 +117,7 @@ class Settings:
             data=home / "data",
             owner_key=Path(os.environ.get("DPR_OWNER_KEY_FILE", home / "owner" / "owner.key")).resolve(),
             specs_dirs=specs_dirs_from_env(os.environ, home),
+            scratch_url=(os.environ.get("DPR_SCRATCH_URL") or "").strip() or None,
         )
 
     def owner_secret(self) -> bytes:

@@ -23,6 +23,16 @@ store, the private steps, bundle) is *called* directly by the flow, which
 Prefect runs inline in the flow's own thread, so the warehouse and the ledger
 stay single-writer in the flow process whatever the runner. Those tasks also
 refuse to run on a Dask worker (:func:`tasks.common.private_task`).
+
+``DPR_SCRATCH_URL=s3://bucket/prefix`` (any fsspec URL; issue 50)
+    Workers share no file system with the flow: a mapped task's arguments
+    that name files of the warehouse's scratch folder (an export's chunks),
+    and its result's files (a fit's scores), travel through that store
+    (:mod:`dpcore.scratch_store`), as do the chunk passes
+    (:func:`tasks.common.chunk_mapper`). Credentials come from the
+    environment of the flow and of the workers only. A submitted task's
+    objects are deleted when it ends (also when it fails), the run's prefix
+    when the runner stops.
 """
 from __future__ import annotations
 
@@ -55,9 +65,7 @@ def task_runner_from_env(env: dict[str, str] | None = None) -> TaskRunner:
             raise RunnerSettingError(
                 f"DPR_DASK_ADDRESS={address!r} is not a Dask scheduler address like tcp://host:8786"
             )
-        from prefect_dask import DaskTaskRunner
-
-        return DaskTaskRunner(address=address)
+        return _store_aware(_dask_runner_class())(address=address)
     if name == "default":
         return ThreadPoolTaskRunner()
     if name == "dask-local":
@@ -86,9 +94,7 @@ def _local_dask_runner() -> TaskRunner:
     time out; so when the cluster is created (first submitted task, inside the
     flow run) the workers get the flow's API address in their environment.
     """
-    from prefect_dask import DaskTaskRunner
-
-    class LocalDaskTaskRunner(DaskTaskRunner):
+    class LocalDaskTaskRunner(_store_aware(_dask_runner_class())):
         @property
         def client(self):
             if not self._client and not self.address and self._cluster is None:
@@ -99,3 +105,52 @@ def _local_dask_runner() -> TaskRunner:
             return super().client
 
     return LocalDaskTaskRunner(cluster_kwargs={"n_workers": 2, "processes": True, "dashboard_address": None})
+
+
+def _dask_runner_class():
+    from prefect_dask import DaskTaskRunner
+
+    return DaskTaskRunner
+
+
+def _store_aware(base: type) -> type:
+    """``base`` (a ``DaskTaskRunner``) whose submitted tasks' scratch files go through ``DPR_SCRATCH_URL``'s store.
+
+    Each parameter that names a file or folder of the warehouse's scratch folder is shipped
+    (:func:`dpcore.scratch_store.shipping.ship`: its files uploaded under a random prefix of the run, the worker
+    receives the same object with paths in its own private mirror); the task's result comes back the same way
+    (:func:`tasks.common.private_task`, worker-safe tasks). The shipment's objects are removed when the task
+    ends, succeeded or failed; the run's whole prefix when the runner exits. Without a store: ``base`` unchanged.
+    """
+
+    class StoreAwareDaskTaskRunner(base):
+        def submit(self, task, parameters, wait_for=None, dependencies=None):
+            from tasks.common import scratch_transport
+
+            transport = scratch_transport()
+            if transport is None:
+                return super().submit(task, parameters, wait_for=wait_for, dependencies=dependencies)
+            from dpcore.lineage import new_nonce
+            from dpcore.scratch_store import shipping
+
+            store, prefix, root, _ = transport
+            shipment = new_nonce(8)
+            try:
+                shipped = {k: shipping.ship(v, store, prefix, shipment, root, "out") for k, v in parameters.items()}
+                future = super().submit(task, shipped, wait_for=wait_for, dependencies=dependencies)
+            except BaseException:
+                store.rm(f"{prefix}/{shipment}")
+                raise
+            future.wrapped_future.add_done_callback(lambda _f: store.rm(f"{prefix}/{shipment}"))
+            return future
+
+        def __exit__(self, *args):
+            try:
+                super().__exit__(*args)
+            finally:
+                from tasks.common import close_scratch_transport
+
+                close_scratch_transport()
+
+    StoreAwareDaskTaskRunner.__name__ = StoreAwareDaskTaskRunner.__qualname__ = f"StoreAware{base.__name__}"
+    return StoreAwareDaskTaskRunner

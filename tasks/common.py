@@ -181,7 +181,7 @@ def private_task(fn: Callable | None = None, *, worker_safe: bool = False, **kwa
 
     def make(f: Callable):
         name = opts.get("name") or f.__name__
-        body = f if worker_safe else _flow_process_only(_fault_points(f, name), name)
+        body = _returns_through_store(f) if worker_safe else _flow_process_only(_fault_points(f, name), name)
         return SealedArgsTask(fn=_unsealed(_private_warnings(body)), **opts)
 
     return make if fn is None else make(fn)
@@ -251,9 +251,96 @@ def _call_quietly(fn: Callable, item: Any) -> Any:
         return fn(item)
 
 
-def _dask_map(client: Any, fn: Callable, items: Any) -> list:
-    futures = client.map(functools.partial(_call_quietly, fn), list(items), pure=False)
-    return client.gather(futures)
+def _returns_through_store(fn: Callable) -> Callable:
+    """``fn`` whose result, on a Dask worker that received its arguments through the scratch store, goes back
+    through it too (:func:`dpcore.scratch_store.shipping.return_from_worker`)."""
+
+    @functools.wraps(fn)
+    def returning(*args: Any, **kwargs: Any):
+        result = fn(*args, **kwargs)
+        if "dpcore.scratch_store.shipping" in sys.modules and on_dask_worker():
+            from dpcore.scratch_store.shipping import return_from_worker
+
+            return return_from_worker(args, kwargs, result)
+        return result
+
+    return returning
+
+
+#: Flow run id -> (store, run prefix, the warehouse's scratch folder) of the runs that ship through a store.
+_RUN_STORES: dict[str, tuple[Any, str, str]] = {}
+
+
+def open_scratch_transport(spec: ReleaseSpec, settings: Settings) -> None:
+    """With ``DPR_SCRATCH_URL`` set: check the store (refuse it in one line before any charge), remove the
+    release's leftovers of a crashed run and open this flow run's random prefix (:mod:`dpcore.scratch_store`)."""
+    from dpcore.scratch_store import store_from_env
+    from dpcore.scratch_store.shipping import flow_runs, register_flow_run
+
+    store = store_from_env()
+    run_id = flow_run_id()
+    if store is None or run_id is None:
+        return
+    store.check()
+    prefix = store.open_run(spec.release_id, keep=flow_runs())
+    root = settings.warehouse.parent / f"{settings.warehouse.name}.scratch"
+    register_flow_run(prefix, root)
+    _RUN_STORES[run_id] = (store, prefix, str(root))
+
+
+def close_scratch_transport(run_id: str | None = None) -> None:
+    """Remove this flow run's prefix from the store (all its objects) and forget it (the runner's exit)."""
+    from dpcore.scratch_store.shipping import unregister_flow_run
+
+    got = _RUN_STORES.pop(run_id or flow_run_id() or "", None)
+    if got is not None:
+        store, prefix, _ = got
+        try:
+            store.rm(prefix)
+        finally:
+            unregister_flow_run(prefix)
+
+
+def scratch_transport() -> tuple[Any, str, str, str] | None:
+    """(store, run prefix, local root, who receives results) for chunks sent from here, or None (no store)."""
+    if on_dask_worker():
+        if "dpcore.scratch_store.shipping" not in sys.modules:
+            return None
+        from dpcore.scratch_store import ScratchStore
+        from dpcore.scratch_store.shipping import mirror_base, worker_transport
+
+        got = worker_transport()
+        return None if got is None else (ScratchStore(got[0]), got[1], str(mirror_base()), "worker")
+    run_id = flow_run_id()
+    got = _RUN_STORES.get(run_id) if run_id else None
+    return None if got is None else (*got, "flow")
+
+
+def _dask_map(client: Any, fn: Callable, items: Any, transport: tuple | None = None) -> list:
+    if transport is None:
+        futures = client.map(functools.partial(_call_quietly, fn), list(items), pure=False)
+        return client.gather(futures)
+    return _dask_map_shipped(client, fn, list(items), transport)
+
+
+def _dask_map_shipped(client: Any, fn: Callable, items: list, transport: tuple) -> list:
+    """:func:`_dask_map` through the scratch store: the items' scratch files go up, each result's come back;
+    the shipment's objects and every worker's mirror of it are removed when the map ends, also on error."""
+    from dpcore.lineage import new_nonce
+    from dpcore.scratch_store import shipping
+
+    store, prefix, root, back = transport
+    shipment = new_nonce(8)
+    try:
+        shipped = [shipping.ship(item, store, prefix, shipment, root, "out") for item in items]
+        call = functools.partial(shipping.run_shipped, functools.partial(_call_quietly, fn), store.url, prefix,
+                                 shipment, back)
+        return client.gather(client.map(call, shipped, pure=False))
+    finally:
+        try:
+            client.run(shipping.drop_mirror, shipment)
+        finally:
+            store.rm(f"{prefix}/{shipment}")
 
 
 def _worker_map(fn: Callable, items: Any) -> list:
@@ -264,8 +351,9 @@ def _worker_map(fn: Callable, items: Any) -> list:
     """
     from distributed import worker_client
 
+    transport = scratch_transport()
     with worker_client() as client:
-        return _dask_map(client, fn, items)
+        return _dask_map(client, fn, items, transport)
 
 
 def chunk_mapper(pooled: bool = False) -> Callable[[Callable, Any], list]:
@@ -285,8 +373,10 @@ def chunk_mapper(pooled: bool = False) -> Callable[[Callable, Any], list]:
     that itself runs on a Dask worker (a detector template's fit), the
     chunks go to the cluster through that worker's client
     (:func:`_worker_map`), so one template's EM passes spread over every
-    worker. Workers must be able to read the warehouse's scratch folder
-    (same machine, or a shared file system). Otherwise (thread-pool runner,
+    worker. Without ``DPR_SCRATCH_URL`` workers must be able to read the warehouse's
+    scratch folder (same machine, or a shared file system); with it, the chunks'
+    files and the results' files go through that store (:mod:`dpcore.scratch_store`,
+    :func:`_dask_map_shipped`) and workers need no access to the folder. Otherwise (thread-pool runner,
     no flow run): :func:`~dpcore.chunks.serial_map`.
     """
     from prefect.context import FlowRunContext
@@ -305,7 +395,7 @@ def chunk_mapper(pooled: bool = False) -> Callable[[Callable, Any], list]:
 
     if not isinstance(runner, DaskTaskRunner):
         return local
-    return functools.partial(_dask_map, runner.client)
+    return functools.partial(_dask_map, runner.client, transport=scratch_transport())
 
 
 def validation_mapper() -> Callable[[Callable, Any], list]:
@@ -461,4 +551,5 @@ def resolve(spec_path: str, release_id: str | None, period: str | None = None) -
 
         series_without_period(spec_path)
     check_paths(spec, settings)
+    open_scratch_transport(spec, settings)  # DPR_SCRATCH_URL: refused here, before any charge
     return spec, settings
