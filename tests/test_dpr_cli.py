@@ -57,13 +57,33 @@ def register(spec: str | Path, home: Path, name: str = "nycflights13", *choice: 
     return res
 
 
+def test_the_console_entry_point_shows_the_help(home):
+    """``dpr --help`` through the installed console script (the subcommands' help: in process, below)."""
+    res = dpr("--help", home=home)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("Usage: dpr "), res.stdout[:200]
+    assert "Exit codes: 0 success; 2 refused" in res.stdout
+
+
 @pytest.mark.parametrize("cmd", SUBCOMMANDS, ids=lambda c: " ".join(c) or "dpr")
 def test_every_subcommand_has_help(cmd, home):
-    res = dpr(*cmd, "--help", home=home)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.startswith(f"Usage: dpr {' '.join(cmd)}".rstrip()), res.stdout[:200]
+    """Each subcommand's help, through the click command the console script calls (``dpr.main.cli``) in this
+    process: a ``dpr`` subprocess per subcommand cost an interpreter start and its imports each (issue 49.2)."""
+    from click.testing import CliRunner
+
+    from dpr.main import cli
+
+    saved = dict(os.environ)
+    try:
+        res = CliRunner().invoke(cli, [*cmd, "--help"], prog_name="dpr", env={"DPR_HOME": str(home)},
+                                 terminal_width=200)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith(f"Usage: dpr {' '.join(cmd)}".rstrip()), res.output[:200]
     if cmd == []:
-        assert "Exit codes: 0 success; 2 refused" in res.stdout
+        assert "Exit codes: 0 success; 2 refused" in res.output
 
 
 def test_operator_options_come_from_the_flow_parameters(home):
