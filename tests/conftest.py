@@ -127,10 +127,6 @@ LONG_ALLOWED = {
         "four whole releases (D and three neighbours) in child processes, every public surface compared",
     "tests/test_leak_end_to_end.py::test_a_rerun_on_changed_data_leaves_the_trace_of_a_rerun_on_unchanged_data":
         "four whole releases per case in child processes (two snapshots released in sequence, twice)",
-    "tests/test_dpr_cli.py::test_plan_run_budget_and_operator_queries":
-        "17 dpr subprocesses through the console script, a release and two operator queries among them",
-    "tests/test_dpr_cli.py::test_operator_counts_coco_and_explain_run":
-        "a registration and three operator flows, each a dpr subprocess",
 }
 
 

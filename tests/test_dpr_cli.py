@@ -19,6 +19,7 @@ import yaml
 from dpcore.ledger import PrivacyLedger
 from dpcore.spec import DATA_MARKER, SpecError, load_spec
 from dpcore.warehouse import Warehouse
+from owner_registration import register_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 DPR = str(Path(sys.executable).parent / "dpr")
@@ -241,7 +242,7 @@ def test_over_cap_plan_and_run_refuse_with_nothing_charged(home, small_spec_path
     spec["budget"]["epsilon"] = 0.1  # the record counts need 0.2 against the replace-one cap
     tight = tmp_path / "tight.yaml"
     tight.write_text(yaml.safe_dump(spec))
-    register(tight, home)
+    register_spec(tight, home=home)  # set-up in process (`dpr dataset add` itself: the tests above and below)
     res = dpr("plan", str(tight), home=home)
     assert res.returncode == 2, res.stderr
     assert "would charge (epsilon=0.2, delta=0) but dataset 'nycflights13' has (epsilon=0.1" in res.stderr, res.stderr
@@ -256,7 +257,7 @@ def test_operator_counts_coco_and_explain_run(home, small_spec_path, small_fligh
     ok = pd.read_csv(small_flights_csv).dropna(subset=["arr_delay", "air_time"])
     flights_most_delayed_id = str(ok.loc[ok["arr_delay"].idxmax(), "flight_id"])  # an outlier of its own cell
     spec = str(small_spec_path)
-    register(spec, home)
+    register_spec(spec, home=home)  # set-up in process (`dpr dataset add` itself: tested above and below)
     res = dpr("counts", "--spec", spec, "--json", home=home)
     assert res.returncode == 0, res.stderr
     counts = json.loads(res.stdout)
@@ -276,7 +277,7 @@ def test_operator_counts_coco_and_explain_run(home, small_spec_path, small_fligh
 
 
 def test_operator_rules_writes_owner_only_rules(home, small_spec_path):
-    register(small_spec_path, home)
+    register_spec(small_spec_path, home=home)  # set-up in process (`dpr dataset add`: tested above and below)
     res = dpr("rules", "--spec", str(small_spec_path), "--template", "air_time_by_distance_origin", "--max-rules", "3",
               "--json", home=home)
     assert res.returncode == 0, res.stderr
