@@ -14,6 +14,7 @@ from dpcore.ledger import PrivacyLedger
 from dpcore.settings import Settings
 from dpcore.steps.common import StepInputError
 from dpcore.warehouse import Warehouse
+from owner_registration import register_spec
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 IDS = ["F000001", "F000002", "F000010"]
@@ -87,6 +88,15 @@ def test_operator_flow_stored_rerun_and_new_parameters(dpr_home, small_spec_path
     assert len(bundles) == 2
 
 
+@pytest.fixture(scope="module")
+def refusals_home(tmp_path_factory, module_small_spec_path):
+    """One registered home shared by the refused queries below (each checks that nothing was ever charged in it;
+    a fresh home per case cost a registration, an ingest and a validation each)."""
+    home = tmp_path_factory.mktemp("aiq_refusals") / "dpr"
+    register_spec(module_small_spec_path, home=home)
+    return home, module_small_spec_path
+
+
 @pytest.mark.parametrize(
     "kwargs, fragment",
     [
@@ -101,11 +111,15 @@ def test_operator_flow_stored_rerun_and_new_parameters(dpr_home, small_spec_path
         ({"record_ids": []}, "record_ids"),
     ],
 )
-def test_bad_queries_fail_clearly_without_charge(dpr_home, small_spec_path, kwargs, fragment):
+def test_bad_queries_fail_clearly_without_charge(refusals_home, monkeypatch, kwargs, fragment):
     from flows.aiq_query import aiq_query
 
+    home, spec_path = refusals_home
+    monkeypatch.setenv("DPR_HOME", str(home))
+    monkeypatch.delenv("DPR_WAREHOUSE", raising=False)
+    monkeypatch.delenv("DPR_BUNDLES", raising=False)
     with pytest.raises(Exception) as err:
-        aiq_query(spec_path=str(small_spec_path), **kwargs)
+        aiq_query(spec_path=str(spec_path), **kwargs)
     assert fragment in str(err.value)
     # parameter constraints are enforced by Prefect from the typed signature (as the UI does);
     # query errors by the step, before the ledger is touched

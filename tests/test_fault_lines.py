@@ -124,16 +124,19 @@ def test_every_flow_refuses_a_memory_cap_below_the_floor_at_its_start(monkeypatc
         resolve(str(ROOT / "specs" / "demo.yaml"), None)
 
 
-def test_a_release_that_runs_out_of_duckdbs_memory_ends_in_one_line_without_leak_reports(tmp_path):
+def test_a_release_that_runs_out_of_duckdbs_memory_ends_in_one_line_without_leak_reports(tmp_path, prefect_harness):
     """Under 96 MiB (allowed here by lowering the floor in the child) validation runs out of DuckDB's 24 MiB: was a
-    traceback, no error line, and ``nanobind: leaked 28 instances!`` from the interpreter's teardown."""
+    traceback, no error line, and ``nanobind: leaked 28 instances!`` from the interpreter's teardown. The run
+    uses the session's Prefect API (``prefect_harness``), not a temporary server of its own."""
+    from prefect.settings import PREFECT_API_URL
+
     from ops_fixtures import small_spec
 
     spec = small_spec(tmp_path / "spec.yaml", release_id="oom-r1", limit=1000)
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text("import dpcore.settings\ndpcore.settings.MEMORY_FLOOR = 0\n")
     home = tmp_path / "home"
-    env = {"DPR_SPECS_DIR": str(tmp_path)}
+    env = {"DPR_SPECS_DIR": str(tmp_path), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
     assert dpr("dataset", "add", "nycflights13", "--spec", str(spec), home=home, env=env).returncode == 0
     res = dpr("run", str(spec), home=home, env={**env, "DPR_MEMORY_LIMIT": "96MiB",
                                                 "PYTHONPATH": os.pathsep.join(

@@ -18,6 +18,7 @@ from dpcore.settings import Settings
 from dpcore.spec import SpecError
 from dpcore.steps.common import StepInputError
 from dpcore.warehouse import Warehouse
+from owner_registration import register_spec
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 ATTRS = ["carrier", "origin", "month"]
@@ -125,6 +126,16 @@ def test_explain_outlier_releases_one_valid_context_once(dpr_home, small_spec_pa
         assert not re.search(rf"(?<![0-9A-Za-z.]){int(size)}(?![0-9A-Za-z])", text), size
 
 
+@pytest.fixture(scope="module")
+def refusals_home(tmp_path_factory, module_small_spec_path):
+    """One registered home and PCOR spec shared by the refused requests below (each checks that nothing was ever
+    charged in it; a fresh home per case cost a registration and the flow's work before the refusal each)."""
+    folder = tmp_path_factory.mktemp("pcor_refusals")
+    register_spec(module_small_spec_path, home=folder / "dpr")  # as _registered_small_spec does for one test
+    spec_path = _spec(module_small_spec_path, folder)
+    return folder / "dpr", spec_path
+
+
 @pytest.mark.parametrize(
     "kwargs, error, fragment",
     [
@@ -141,11 +152,14 @@ def test_explain_outlier_releases_one_valid_context_once(dpr_home, small_spec_pa
         ({"attributes": ["carrier", "dest", "month"]}, StepInputError, "64"),
     ],
 )
-def test_bad_parameters_fail_clearly_without_charge(dpr_home, small_spec_path, tmp_path, most_delayed,
-                                                    kwargs, error, fragment):
+def test_bad_parameters_fail_clearly_without_charge(refusals_home, monkeypatch, most_delayed, kwargs, error, fragment):
     from flows.explain_outlier import explain_outlier
 
-    args = {"record_id": most_delayed, "spec_path": str(_spec(small_spec_path, tmp_path)), **kwargs}
+    home, spec_path = refusals_home
+    monkeypatch.setenv("DPR_HOME", str(home))
+    monkeypatch.delenv("DPR_WAREHOUSE", raising=False)
+    monkeypatch.delenv("DPR_BUNDLES", raising=False)
+    args = {"record_id": most_delayed, "spec_path": str(spec_path), **kwargs}
     with pytest.raises(error) as err:
         explain_outlier(**args)
     assert fragment in str(err.value)
