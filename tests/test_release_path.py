@@ -285,7 +285,10 @@ def test_renamed_copy_runs_only_once_the_owner_registers_it_and_overlap_needs_th
     _, _, _, third = _run(spec3, settings)
     assert led.status("third").budget == "third"
     assert "different survey wave" in (third.path / "report.md").read_text()
-    again = _run(first, settings)[3]  # a later report of the other dataset
+    # a later release of the other dataset (a new release id: the published r1 bundle is never rewritten)
+    later = tmp_path / "first-r2.yaml"
+    later.write_text(first.read_text().replace("release_id: r1", "release_id: r2"))
+    again = _run(later, settings)[3]
     assert "different survey wave" in (again.path / "report.md").read_text()
 
     # at run time nothing depends on overlap: a registered name whose data now overlaps another budget
@@ -295,7 +298,9 @@ def test_renamed_copy_runs_only_once_the_owner_registers_it_and_overlap_needs_th
     _register(_spec_file(tmp_path, "lone", lone), settings)
     _run(_spec_file(tmp_path, "lone", lone), settings)
     grown = _csv(tmp_path / "g.csv", [("q1", "1"), ("r2", "3")])
-    _, _, _, lone_bundle = _run(_spec_file(tmp_path, "lone", grown), settings)
+    grown_spec = _spec_file(tmp_path, "lone", grown)  # a new release (r2): the published r1 is never rewritten
+    grown_spec.write_text(grown_spec.read_text().replace("release_id: r1", "release_id: r2"))
+    _, _, _, lone_bundle = _run(grown_spec, settings)
     assert led.status("lone").budget == "lone" and led.status("first").spent == first_spent
     assert json.loads((lone_bundle.path / "manifest.json").read_text())["budget_identity"]["datasets_sharing_it"] == [
         "lone"]

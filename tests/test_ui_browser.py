@@ -264,6 +264,11 @@ def test_operator_fills_the_aiq_form_and_runs_it(local_stack, browser, tmp_path)
     driver.execute_script("arguments[0].click();", more)
     job_vars = wait.until(EC.presence_of_element_located(
         (By.CSS_SELECTOR, ".job-variable-overrides-input textarea")))
+    # the section opens with an animation and may lie below the fold: bring it into view and wait until it
+    # takes clicks (a full run once found it present but "not interactable")
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", job_vars)
+    job_vars = wait.until(EC.element_to_be_clickable(
+        (By.CSS_SELECTOR, ".job-variable-overrides-input textarea")))
     _type(job_vars, json.dumps({"command": f"bash -c 'touch {marker}'", "env": {"DPR_TEST_NOISE_SEED": "7"}}))
     _submit(driver)
     shown = WebDriverWait(driver, 60).until(
