@@ -393,6 +393,13 @@ def release_blockers(spec: ReleaseSpec, ledger: PrivacyLedger | None, *,
     reasons = [p for p in plan.problems if not _is_budget_problem(p)]
     if plan.finished:
         return Blockers(plan, reasons)
+    from .chunks import MemoryLimitError
+    from .settings import check_memory_floor
+
+    try:  # a DPR_MEMORY_LIMIT below the floor: `dpr run` and every flow refuse it (issue 47.5); so does the plan
+        check_memory_floor()
+    except MemoryLimitError as exc:
+        reasons.append(str(exc))
     name = spec.dataset.name
     registered = ledger is not None and ledger.registration(name) is not None
     if not registered:

@@ -96,7 +96,53 @@ def test_a_damaged_write_ahead_log_is_one_line_naming_it(tmp_path, monkeypatch):
     assert wal.exists()  # nothing was deleted or rewritten to get past it
 
 
+@pytest.mark.parametrize("how", ["deleted", "truncated"])
+def test_a_write_ahead_log_lost_after_a_charge_is_refused_as_behind_the_marker(tmp_path, monkeypatch, how):
+    """Deleting or truncating the WAL was accepted silently and a charge went back to unspent: a charge that
+    was only in the log is missing from the warehouse, whose rows are then behind the home's marker (issue 47
+    sections 2 and 5), so every command refuses before any charge and says how to restore."""
+    warehouse = home_with_ledger(tmp_path / "home", monkeypatch)
+    # a process that charges through the ledger (the marker follows) and dies without a checkpoint
+    code = textwrap.dedent(f"""
+        import os
+        from dpcore.budget import PrivacyCost
+        from dpcore.ledger import ChargeRequest, PrivacyLedger
+        from dpcore.ledger_home import open_home_warehouse
+        from dpcore.settings import Settings
+        wh = open_home_warehouse(Settings.from_env())
+        wh.run(lambda con: con.execute("SET checkpoint_threshold = '1GB'"))
+        PrivacyLedger(wh).reserve(ChargeRequest("tiny", "r1", "s", "m", PrivacyCost(1), "dp", {{}}))
+        os._exit(0)
+    """)
+    env = {**os.environ, "DPR_HOME": str(tmp_path / "home")}
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=env)
+    wal = warehouse.with_name(warehouse.name + ".wal")
+    assert wal.exists() and wal.stat().st_size > 0
+    if how == "deleted":
+        wal.unlink()
+    else:
+        wal.write_bytes(wal.read_bytes()[:16])
+    res = dpr("budget", home=tmp_path / "home")
+    assert res.returncode == 2, (res.returncode, res.stderr[-3000:])
+    line = the_error_line(res)
+    assert "is behind this home's marker" in line and "restore your latest backup" in line, line
+
+
 # --------------------------------------------------------------------------------------- the memory floor
+def test_the_plan_refuses_a_memory_cap_below_the_floor_as_the_run_does(tmp_path, monkeypatch):
+    """`dpr plan` said the release fits under DPR_MEMORY_LIMIT=80MiB while the run refused it: one decision
+    (dpcore.cost_plan.release_blockers, issue 48.3) lists the floor among its reasons."""
+    from click.testing import CliRunner
+
+    from dpr.plan_cmd import plan
+
+    home_with_ledger(tmp_path / "home", monkeypatch)
+    monkeypatch.setenv("DPR_MEMORY_LIMIT", "80MiB")
+    res = CliRunner().invoke(plan, [str(ROOT / "specs" / "demo.yaml")])
+    assert res.exit_code == 2, res.output
+    assert "DPR_MEMORY_LIMIT=80MiB is below the 192 MiB a run needs" in res.output, res.output
+
+
 def test_a_memory_cap_below_the_floor_is_refused_before_anything_is_read_or_charged(tmp_path):
     """``DPR_MEMORY_LIMIT=80MiB`` was accepted: the plan reserved the whole release and DuckDB ran out of memory."""
     from dpcore.chunks import MemoryLimitError

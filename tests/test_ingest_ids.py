@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 from owner_registration import register_spec
+from tiny_ids import D1, D1_PLUS, ids_spec
 
 from child_runs import read_runs
 from dpcore import pipeline
@@ -24,24 +24,7 @@ from dpcore.spec import load_spec
 from dpcore.warehouse import Warehouse
 from masking import Masker
 
-ROWS = [(f"r{i:03d}", str(i % 10)) for i in range(40)]
-D1 = "id,x\n" + "".join(f"{i},{x}\n" for i, x in ROWS)
-D1_PLUS = D1 + "r999,7\n"  # one more (valid) record
-
-
-def _spec(folder: Path) -> Path:
-    """A spec in ``folder`` whose input is ``folder/input.csv`` (written by the caller before each ingest)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    spec = {
-        "release_id": "ids-r1",
-        "dataset": {"name": "ids", "source": {"kind": "csv", "path": "input.csv"}, "record_id": "id"},
-        "schema": {"numeric": {"x": {"min": 0, "max": 10}}},
-        "budget": {"epsilon": 1.0},
-        "steps": {"record_counts": {"epsilon": 0.1}},
-    }
-    path = folder / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+_spec = ids_spec
 
 
 def test_every_ingest_gets_a_fresh_id_while_identical_bytes_are_stored_and_validated_once(tmp_path, monkeypatch):

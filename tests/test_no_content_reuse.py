@@ -8,33 +8,16 @@ validation and the ledger's fingerprinting, is reused only by a run of the same 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
-import yaml
 from owner_registration import register_spec
+from tiny_ids import D1, D1_PLUS, ids_spec
 
 import dpcore.ledger as ledger_module
 import dpcore.validation as validation_module
 from child_runs import read_runs
 
-ROWS = [(f"r{i:03d}", str(i % 10)) for i in range(40)]
-D1 = "id,x\n" + "".join(f"{i},{x}\n" for i, x in ROWS)
-D1_PLUS = D1 + "r999,7\n"  # one more (valid) record
-
-
-def _spec(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    spec = {
-        "release_id": "ids-r1",
-        "dataset": {"name": "ids", "source": {"kind": "csv", "path": "input.csv"}, "record_id": "id"},
-        "schema": {"numeric": {"x": {"min": 0, "max": 10}}},
-        "budget": {"epsilon": 1.0},
-        "steps": {"record_counts": {"epsilon": 0.1}},
-    }
-    path = folder / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+_spec = ids_spec
 
 
 @pytest.mark.usefixtures("prefect_harness")

@@ -139,6 +139,7 @@ def test_named_scripts_files_and_settings_exist():
                 assert (ROOT / w).is_file(), f"{line}: {w} does not exist"
     code = "\n".join(p.read_text() for d in ("dpcore", "flows", "tasks", "dpr", "scripts", "deployments")
                      for p in (ROOT / d).rglob("*") if p.suffix in (".py", ".sh"))
+    code += (ROOT / "tests" / "conftest.py").read_text()  # the suite's own settings (README "Tests")
     for var in sorted(set(re.findall(r"\bDPR_[A-Z_]+\b", README))):
         assert var in code, f"the README names {var}, which no code reads"
     for path in sorted(set(re.findall(r"`(specs/[\w.]+)`", README))):

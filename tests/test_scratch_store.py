@@ -75,16 +75,21 @@ def hidden_cluster(s3, tmp_path_factory):
         client.wait_for_workers(2, timeout=120)
         yield client, hidden
     finally:
-        client.close()
-        cluster.close()
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(10)
+        _stop(client, cluster, procs)
+
+
+def _stop(client, cluster, procs) -> None:
+    """Close the client and the scheduler, then stop the worker processes (terminate, then kill)."""
+    client.close()
+    cluster.close()
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
 
 
 def _store():
@@ -286,13 +291,4 @@ def test_detect_flow_on_a_dask_runner_through_s3_equals_the_default_runner(tmp_p
         assert shipping.MOVED["up"] > up  # the export went up to the workers through the store
         assert _store().listing() == []
     finally:
-        client.close()
-        cluster.close()
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(10)
+        _stop(client, cluster, procs)
