@@ -75,6 +75,27 @@ def test_unit_memo_is_per_pint_version_and_registry(tmp_path, monkeypatch):
     assert version("pint") in name
 
 
+def test_a_deleted_copy_of_pint_elsewhere_does_not_break_the_unit_registry(tmp_path):
+    """pint's shared ``:auto:`` cache keys entries by content and stores the source file's path: a
+    second installation of the same pint (another virtual environment), deleted afterwards, broke every
+    registry build on the machine (CI, stop 52). The project's cache folder is one per pint install."""
+    import shutil
+
+    import pint
+
+    copy = tmp_path / "other-env"
+    shutil.copytree(Path(pint.__file__).parent, copy / "pint")
+    env = {**__import__("os").environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    code = "import dpcore.explain.units as u; print(u.ureg('mile').units)"
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
+                           env={**env, "PYTHONPATH": f"{copy}:{ROOT}"})
+    assert first.stdout.strip() == "mile"
+    shutil.rmtree(copy)
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert again.returncode == 0, again.stderr[-600:]
+    assert again.stdout.strip() == "mile"
+
+
 def test_spec_refuses_an_unknown_unit_with_a_memo(tmp_path, monkeypatch):
     import yaml
 
