@@ -70,13 +70,16 @@ def run(spec, release_id, period, start, end) -> None:
         check_run_flags(spec, period, start, end)
         if start is not None:
             backfill_periods(spec, start, end)
-        elif (base := load_spec(spec)).series is not None and period is None:
+        elif period is None and (base := load_spec(spec)).series is not None:
             # examples of the spec's own cadence (issue 48): its first periods, never another kind's label
             some = base.series.cadence().following(base.series.cadence().first, 4)
             refuse(f"--period: SPEC is a series spec ({base.series.cadence().describe()}); give the period to release "
                    f"(--period {some[0].label}) or a range (--from {some[0].label} --to {some[-1].label}). Nothing "
                    "was read or charged.")
-        loaded = load_spec(spec, release_id=release_id, period=period)
+        if start is None and period is None and release_id is None:
+            loaded = base  # the same load: the spec is loaded once per run (issue 49)
+        else:
+            loaded = load_spec(spec, release_id=release_id, period=period)
         check_paths(loaded, Settings.from_env())
         if start is None:  # what blocks the release, decided as `dpr plan` decides it (issue 48.3)
             refuse_blocked(loaded)
@@ -85,7 +88,9 @@ def run(spec, release_id, period, start, end) -> None:
 
     extra = (["--release-id", release_id] if release_id else []) + (["--period", period] if period else [])
     extra += ["--from", start, "--to", end] if start is not None else []
-    raise SystemExit(release_main(["--spec", spec] + extra))
+    # the pipeline takes the spec loaded here (flows.release_pipeline.main, tasks.common.given_spec)
+    same = start is None and release_id != "" and period != ""  # main reads an empty flag as not given
+    raise SystemExit(release_main(["--spec", spec] + extra, loaded=loaded if same else None))
 
 
 def refuse_blocked(spec: Any) -> None:

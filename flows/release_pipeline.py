@@ -13,7 +13,7 @@ from typing import Any
 
 from prefect import flow
 
-from tasks.common import resolve
+from tasks.common import given_spec, resolve
 from tasks.release_run import PIPELINE, run_once
 from tasks.rules import rules_task
 from tasks.stages import (
@@ -61,8 +61,8 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
         release_id: Overrides the spec's release id (a finished id returns its stored release; new data needs a new id).
         period: A series spec's period (2013-05, 2013-W05, 2013-05-31, 2013-Q2, 2018). Empty on a deployment's run: the period that ended before its scheduled start (UTC). A spec without series takes none.
     """
-    period = pick_period(spec_path, period)  # a series spec's period: given, or from the run's schedule
-    spec, settings = resolve(spec_path, release_id, period=period)
+    # the spec, loaded once (issue 49); a series spec's period: given, or from the run's schedule
+    spec, settings = resolve(spec_path, release_id, period=period, choose_period=pick_period)
     preflight_task(spec)  # every step's public checks before the first charge (no half release on bad input)
     out = run_once(spec, settings, PIPELINE, lambda: _release(spec, settings), replay=_stored)
     if spec.series is not None:  # the series page, rebuilt from the stored releases only (post-processing)
@@ -135,8 +135,12 @@ def budget_line(out: dict[str, Any], spec) -> str:
                                PrivacyCost(n["epsilon"], n["delta"]))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: run the pipeline once and print where everything is."""
+def main(argv: list[str] | None = None, loaded=None) -> int:
+    """Command line: run the pipeline once and print where everything is.
+
+    ``loaded``: the spec ``dpr run`` loaded from ``--spec`` with ``--release-id`` and ``--period`` (not loaded
+    again; the flow run takes it, :func:`tasks.common.given_spec`); None: loaded here.
+    """
     parser = argparse.ArgumentParser(description="Run the release pipeline on a spec.")
     parser.add_argument("--spec", default=DEMO_SPEC, help="release spec YAML (default: the bundled demo)")
     parser.add_argument("--release-id", default=None, help="override the spec's release id")
@@ -156,9 +160,11 @@ def main(argv: list[str] | None = None) -> int:
         check_run_flags(args.spec, args.period, args.start, args.end)  # names the flag at fault
         if args.start is not None or args.end is not None:
             return _backfill(args.spec, backfill_periods(args.spec, args.start, args.end))
-        spec = load_spec(args.spec, release_id=args.release_id, period=args.period)  # fail fast, before Prefect
+        spec = loaded if loaded is not None else load_spec(  # fail fast, before Prefect
+            args.spec, release_id=args.release_id, period=args.period)
         start_preload()  # great-expectations, pint, matplotlib (none under a small cap): on a thread, while the server boots and the run starts
-        with ready():
+        # the run takes this spec instead of loading the file again (tasks.common.given_spec)
+        with ready(), given_spec(args.spec, args.release_id, args.period, args.spec, spec):
             out = release_pipeline(spec_path=args.spec, release_id=args.release_id, period=args.period)
     _print_outcome(out, spec)
     return 0
@@ -172,7 +178,8 @@ def _backfill(spec_path: str, periods: list[str]) -> int:
     done: list[str] = []
     for p in periods:
         try:
-            with ready():
+            spec = load_spec(spec_path, period=p)  # the period's spec, loaded once: the run takes it (given_spec)
+            with ready(), given_spec(spec_path, None, p, spec_path, spec):
                 out = release_pipeline(spec_path=spec_path, period=p)
         except BaseException as exc:
             before = ", ".join(done) if done else "none"
@@ -187,7 +194,7 @@ def _backfill(spec_path: str, periods: list[str]) -> int:
             raise
         done.append(p)
         print(f"\nperiod    : {p}")
-        _print_outcome(out, load_spec(spec_path, period=p))
+        _print_outcome(out, spec)
     print(f"\nbackfill done: {len(done)} period(s), {periods[0]} to {periods[-1]}")
     return 0
 

@@ -22,12 +22,15 @@ the warehouse (the detect step keeps them in ``internal.detect_models``).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import logging
 import re
 import sys
 import threading
 import warnings
+from pathlib import Path
 from typing import Any, Callable
 
 from prefect import Task
@@ -528,7 +531,60 @@ def refuse_test_switches_in_deployment_runs() -> None:
         )
 
 
-def resolve(spec_path: str, release_id: str | None, period: str | None = None) -> tuple[ReleaseSpec, Settings]:
+#: A spec the command line has loaded for the flow run it starts in this process (:func:`given_spec`), with the
+#: flow's ``(spec_path, release_id, period)`` it was loaded for; None outside such a block.
+_GIVEN_SPEC: contextvars.ContextVar[tuple[str, str | None, str | None, Path, ReleaseSpec] | None] = (
+    contextvars.ContextVar("dpr_given_spec", default=None))
+
+
+@contextlib.contextmanager
+def given_spec(spec_path: str, release_id: str | None, period: str | None, loaded_from: str | Path,
+               spec: ReleaseSpec):
+    """Hand a spec the caller has loaded to the flow run started inside the block (the spec is loaded once per run).
+
+    The command line (``python -m flows.release_pipeline``, ``dpr run``) loads the spec before Prefect starts,
+    to refuse a bad spec at once; a flow run it starts in this process with the same ``spec_path``,
+    ``release_id`` and ``period`` then takes that spec in :func:`resolve` instead of reading the file again,
+    when loading the allowed path would give the same spec (see :func:`_given`). Every check of
+    :func:`resolve` still runs.
+
+    Parameters
+    ----------
+    spec_path, release_id, period : str or None
+        The flow's parameters the spec was loaded for.
+    loaded_from : str or Path
+        The path ``spec`` was loaded from (``load_spec(loaded_from, release_id=..., period=...)``).
+    spec : ReleaseSpec
+    """
+    token = _GIVEN_SPEC.set((str(spec_path), release_id, period, Path(loaded_from), spec))
+    try:
+        yield
+    finally:
+        _GIVEN_SPEC.reset(token)
+
+
+def _given(spec_path: str, release_id: str | None, period: str | None, path: Path) -> ReleaseSpec | None:
+    """The spec handed over by :func:`given_spec` for these parameters, or None (then :func:`resolve` loads it).
+
+    Taken only when loading ``path`` (the allowed, link-free path of ``spec_path``) would give the same spec:
+    the spec was loaded from a path naming the same file, whose folder is that file's own folder (relative
+    file paths in a spec are resolved against the folder of the path it is loaded from, so a spec file that is
+    itself a link is loaded again).
+    """
+    given = _GIVEN_SPEC.get()
+    if given is None or given[:3] != (str(spec_path), release_id, period):
+        return None
+    loaded_from = given[3]
+    try:
+        same = loaded_from.resolve() == path and loaded_from.absolute().parent.resolve() == path.parent
+    except OSError:
+        return None
+    return given[4] if same else None
+
+
+def resolve(spec_path: str, release_id: str | None, period: str | None = None,
+            choose_period: Callable[[ReleaseSpec, str | None], str | None] | None = None,
+            ) -> tuple[ReleaseSpec, Settings]:
     """Load the spec (with an optional release-id override) and the settings; refuse unusable paths.
 
     ``spec_path`` comes from the flow's parameters (an operator's UI form), so it
@@ -537,6 +593,19 @@ def resolve(spec_path: str, release_id: str | None, period: str | None = None) -
     so a home that is not writable, a bundle path that is a file or an input that is a folder is
     refused before any charge (:func:`dpcore.path_checks.check_paths`), and so is a run of a deployment
     that carries a test-only switch or job variables (:func:`refuse_test_switches_in_deployment_runs`).
+
+    The spec is loaded once per run (issue 49): here, or not at all when the command line that started the run
+    handed its loaded spec over (:func:`given_spec`). The one exception is a deployment's run of a series spec
+    without a period: read as its first period to learn the series, then for the period its schedule gives.
+
+    Parameters
+    ----------
+    spec_path : str
+    release_id, period : str or None
+        The flow's parameters (``period``: a series spec's, issue 30).
+    choose_period : callable, optional
+        ``choose_period(spec, period)``: the period the run releases, given the spec as loaded for ``period``
+        (:func:`tasks.series.pick_period`, the release pipeline's); None: ``period`` as given.
     """
     from dpcore.path_checks import check_paths
     from dpcore.settings import check_memory_floor
@@ -545,7 +614,14 @@ def resolve(spec_path: str, release_id: str | None, period: str | None = None) -
     check_memory_floor()  # a DPR_MEMORY_LIMIT below what a run needs: refused before any charge (issue 47 item 5)
     settings = Settings.from_env()
     path = allowed_spec_file(spec_path, settings.specs_dirs)
-    spec = load_spec(path, release_id=release_id, period=period)  # period: a series spec's (issue 30)
+    spec = _given(spec_path, release_id, period, path)
+    if spec is None:
+        spec = load_spec(path, release_id=release_id, period=period)  # period: a series spec's (issue 30)
+    if choose_period is not None:
+        chosen = choose_period(spec, period)
+        if chosen != period:  # a deployment's run of a series spec: the period its schedule gives
+            period = chosen
+            spec = load_spec(path, release_id=release_id, period=period)
     if spec.series is not None and period is None:  # never a silent first period
         from dpcore.series import series_without_period
 

@@ -11,8 +11,7 @@ from prefect.context import FlowRunContext
 
 from dpcore.series import check_period_source, run_period
 from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec, load_spec
-from dpcore.spec_dirs import allowed_spec_file
+from dpcore.spec import ReleaseSpec
 
 
 def scheduled_start():
@@ -28,18 +27,23 @@ def scheduled_start():
     return run.expected_start_time, run.deployment_id is not None
 
 
-def pick_period(spec_path: str, period: str | None) -> str | None:
+def pick_period(base: ReleaseSpec, period: str | None) -> str | None:
     """The period this run releases: ``period`` if given, else (a deployment's run of a series spec) the period
     that ended before the run's scheduled start time.
+
+    Parameters
+    ----------
+    base : ReleaseSpec
+        The run's spec as :func:`tasks.common.resolve` loaded it (a series spec without ``period`` read as its
+        first period): only its series section and dataset name are used here.
+    period : str or None
+        The flow's ``period`` parameter.
 
     Raises
     ------
     SpecError
-        A series spec run outside a deployment without ``period`` (names the parameter), or a spec path
-        outside the allowed folders.
+        A series spec run outside a deployment without ``period`` (names the parameter).
     """
-    path = allowed_spec_file(spec_path, Settings.from_env().specs_dirs)
-    base = load_spec(path)  # a series spec read as its first period: only its series section is used here
     when, from_deployment = scheduled_start()
     cad = base.series.cadence() if base.series is not None else None
     chosen = run_period(base.series is not None, period, when, from_deployment, cad)
