@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+import yaml
 from owner_registration import register_spec
 from tiny_ids import D1, ids_spec
 
@@ -45,6 +46,10 @@ def test_a_run_from_the_command_line_and_a_flow_run_each_load_the_spec_once(dpr_
     from flows.release_pipeline import main, release_pipeline
 
     path = ids_spec(tmp_path / "ids")
+    spec = yaml.safe_load(path.read_text())
+    # the noisy counts of 40 rows may put the rejected fraction anywhere: the gate is not what is tested here
+    spec["steps"]["validation"] = {"max_rejected_fraction": 1.0}
+    path.write_text(yaml.safe_dump(spec))
     (path.parent / "input.csv").write_text(D1)
     register_spec(path)
     calls = _count_loads(monkeypatch)
