@@ -14,7 +14,9 @@ import pytest
 
 from dpcore.detect import robust_em as rem
 from dpcore.detect.level_design import FactoredDesign, level_layout, previous_one
-from dpcore.detect.robust_em import ArrayChunks, RobustRegressionDetector, top_k_labels
+from dpcore.detect.em_passes import ArrayChunks
+from dpcore.detect.labels import top_k_labels
+from dpcore.detect.robust_em import RobustRegressionDetector
 
 
 # --------------------------------------------------------------------------- reference (the old formulas)

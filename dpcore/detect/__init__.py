@@ -2,9 +2,11 @@
 
 * :mod:`.robust_em` -- :class:`RobustRegressionDetector`, one filter: Gaussian/Cauchy
   mixture regression fitted by EM from a robust start.
-  Its parts (issue 29): :mod:`.mixture_em` (the EM core: E-step, M-step, SQUAREM),
-  :mod:`.robust_start` (FAST-LTS and the start), :mod:`.em_passes` (the passes over
-  chunks of rows) and :mod:`.level_design` (one-hot blocks as per-level sums).
+  Its parts (issues 29 and 49): :mod:`.mixture_em` (the EM core: E-step, M-step, SQUAREM),
+  :mod:`.robust_start` (FAST-LTS and the EM's start), :mod:`.start_sample` (the rows the
+  scaling and the start see), :mod:`.em_passes` (the passes over chunks of rows),
+  :mod:`.level_design` (one-hot blocks as per-level sums) and :mod:`.labels` (the top
+  ``K`` records, ties by lower row).
 * :mod:`.design` -- :func:`design_matrix`, contexts encoded from the *public* schema, with a
   template's per-attribute transforms (:func:`apply_transform`, ``log``).
 * :mod:`.combine` -- :class:`Template`, :func:`fit_template` and :func:`combine` ("a record

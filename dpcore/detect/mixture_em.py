@@ -32,7 +32,7 @@ _RIDGE = 1e-9
 #: M-step falls back to the ridge (see :func:`_solve_exact_or_ridge`).
 _RANK_TOL = 1e-10
 #: Share of the Cauchy weights t_i * tau_bar_i kept in the coefficient step of start="lts"/"auto"
-#: (robust_em module docstring, "Masking"): small enough that no leverage cluster pulls the fit, positive so
+#: (robust_start module docstring, "Masking"): small enough that no leverage cluster pulls the fit, positive so
 #: that a one-hot level whose rows the Cauchy holds keeps its own weighted mean.
 _OUTLIER_WEIGHT = 1e-3
 

@@ -36,8 +36,9 @@ from ..spec import PublicSchema
 from .chunk_cache import load_npy, save_npys
 from .combine import Template, detector_of, fit_params, template_arrays, template_encoded
 from .design import DesignColumns, design_columns
+from .em_passes import _standardised
 from .level_design import FactoredDesign
-from .robust_em import DataSpreadError, _standardised, model_parameters
+from .robust_em import DataSpreadError, model_parameters
 from .settings import DetectorSettings
 from ..lazy_modules import lazy_module
 
@@ -56,7 +57,7 @@ def template_columns(template: Template) -> list[str]:
 
 @dataclass
 class PartitionChunks:
-    """Chunk source of one template over an export (the protocol of :class:`~dpcore.detect.robust_em.ArrayChunks`).
+    """Chunk source of one template over an export (the protocol of :class:`~dpcore.detect.em_passes.ArrayChunks`).
 
     Parameters
     ----------
@@ -152,7 +153,7 @@ class PartitionChunks:
         the first pass writes each chunk's ``Z`` and ``y`` as ``.npy`` files in
         a private folder next to the export (removed with it), the later ones
         read them back instead of decoding Parquet and re-encoding the
-        categories. Byte for byte what :func:`~dpcore.detect.robust_em._standardised`
+        categories. Byte for byte what :func:`~dpcore.detect.em_passes._standardised`
         returns; with a level layout in ``std`` (issue 29) that is the factored
         design, stored as its dense columns and level codes (a byte or two per
         row and categorical context instead of eight per one-hot column). Files are written to a temporary name and renamed, so
