@@ -22,7 +22,9 @@ stop a run.
   by chunk (issue 21), with :func:`validation_chunk_rows`.
 * :mod:`.by_values` -- what :func:`validate_table` does where it applies (issue 29): the
   suite run once per distinct attribute value and on the id column alone, the verdicts joined
-  back to the rows in DuckDB; the same stored result as chunk by chunk.
+  back to the rows in DuckDB; the same stored result as chunk by chunk. Its SQL steps (issue 49):
+  :mod:`.distinct_values` (the distinct values, their frames, the id chunks) and
+  :mod:`.validated_rows` (the ``validated`` table, typed as pandas types it).
 * :mod:`.id_forms` -- record ids by their form under the id pattern (issue 29): the id rules decided once
   per form.
 * :mod:`.quarantine_rows` -- the quarantine rows of validation by values, one chunk at a time.
