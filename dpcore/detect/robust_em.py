@@ -146,8 +146,8 @@ new coefficients; the log-likelihood), so EM runs over a *chunk source*
 (:class:`~dpcore.detect.em_passes.ArrayChunks`; the warehouse's :class:`dpcore.detect.streaming.PartitionChunks`):
 each M-step is two passes over the chunks (:func:`~dpcore.detect.em_passes.chunk_pass`, a module-level
 function the source's mapper may run elsewhere), the partial sums are added
-in the caller and nothing per row is kept (:func:`~dpcore.detect.em_passes._em_chunks`; :func:`~dpcore.detect.em_passes._em`
-is its one-chunk case). One pass before them takes the exact extremes
+in the caller and nothing per row is kept (:func:`~dpcore.detect.em_passes._em_chunks`;
+:func:`~dpcore.detect.em_passes._em` is its one-chunk case). One pass before them takes the exact extremes
 (constant columns, 0/1 columns, constant :math:`y`). The scaling
 (:math:`y`'s median and MAD, the columns' mean and sd) and the robust start
 below use the *start sample*: all rows when :math:`n \le` ``start_sample``
@@ -233,7 +233,9 @@ from ..lazy_modules import lazy_module
 _special = lazy_module("scipy.special")  # imported on first use (dpr spec check / plan never load scipy)
 
 # The fit's other subjects live in their own modules (issues 29 and 49): import their names from there.
-from .em_passes import _Y_CLIP, ArrayChunks, _as_float, _check_X, _check_y, _column_moments, _design_of, _em_chunks, chunk_pass
+from .em_passes import (
+    _Y_CLIP, ArrayChunks, _as_float, _check_X, _check_y, _column_moments, _design_of, _em_chunks, chunk_pass,
+)
 from .labels import top_k_labels
 from .level_design import level_layout
 from .mixture_em import _SIGMA2_FLOOR, _log_odds
@@ -473,7 +475,10 @@ class RobustRegressionDetector:
 
     # ------------------------------------------------------------ transforms
     def _std(self) -> tuple:
-        """The fitted standardisation ``(active, x_loc, x_scale, y_loc, y_scale)`` (see :func:`~dpcore.detect.em_passes._standardised`)."""
+        """The fitted standardisation ``(active, x_loc, x_scale, y_loc, y_scale)``.
+
+        See :func:`~dpcore.detect.em_passes._standardised`.
+        """
         return (self._active, self._x_loc, self._x_scale, self._y_loc, self._y_scale)
 
     def _design(self, X: np.ndarray) -> np.ndarray:
@@ -537,9 +542,10 @@ class RobustRegressionDetector:
         """Fit the mixture regression on rows streamed in chunks (issue 21): the same fit as :meth:`fit`.
 
         Seed 004, slide "Parameters Learning": the E-step is per row and the
-        M-step needs only sums over rows (:func:`~dpcore.detect.mixture_em._mstats`, :func:`~dpcore.detect.mixture_em._ru`), which
-        add over chunks, so each EM step passes over the chunks twice and keeps
-        nothing per row (module docstring, "Chunks"). :meth:`fit` is this
+        M-step needs only sums over rows (:func:`~dpcore.detect.mixture_em._mstats`,
+        :func:`~dpcore.detect.mixture_em._ru`), which add over chunks, so each EM
+        step passes over the chunks twice and keeps nothing per row (module
+        docstring, "Chunks"). :meth:`fit` is this
         method on one in-memory chunk (:class:`~dpcore.detect.em_passes.ArrayChunks`).
 
         Parameters
