@@ -24,6 +24,7 @@ from tasks.stages import (
     ingest_task,
     preflight_task,
     record_counts_task,
+    release_blockers_task,
     stop_release,
     validate_task,
 )
@@ -72,10 +73,15 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
 
 def _stored(result: dict[str, Any]) -> dict[str, Any]:
     """A finished release's stored outcome, as a re-run returns it (this run charged nothing)."""
-    return {**result, "stored_release": True, "charged_by_this_run": {"epsilon": 0.0, "delta": 0.0}}
+    from dpcore.release_runs import as_stored
+
+    return as_stored(result)
 
 
 def _release(spec, settings) -> dict[str, Any]:
+    # what blocks the release (registration, caps, budget, series cap), decided as `dpr plan` and `dpr run`
+    # decide it, for a deployment's run too: refused here, before the data is read (issue 48)
+    release_blockers_task(spec, settings)
     check_period_source_task(spec)  # a series period without its input: refused before ingest (names both)
     ingested = ingest_task(spec, settings)
     validate_task(spec, settings, ingested)
@@ -124,15 +130,16 @@ def budget_line(out: dict[str, Any], spec) -> str:
     """The one line that says what this run charged, what the release holds and what is left, read from the
     ledger when printed (:func:`dpcore.charge_summary.release_budget_line`; a stored re-run's stored totals are
     not today's)."""
-    from dpcore.budget import PrivacyCost
-    from dpcore.charge_summary import release_budget_line
+    return _outcome_lines(out, spec)[-1]
+
+
+def _outcome_lines(out: dict[str, Any], spec) -> list[str]:
+    from dpcore.charge_summary import release_outcome_lines
     from dpcore.ledger import PrivacyLedger
     from dpcore.warehouse import Warehouse
 
-    n = out["charged_by_this_run"]
     ledger = PrivacyLedger(Warehouse(out["warehouse"]))
-    return release_budget_line(ledger, spec.dataset.name, spec.release_id,
-                               PrivacyCost(n["epsilon"], n["delta"]))
+    return release_outcome_lines(ledger, spec.dataset.name, spec.release_id, out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,13 +153,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from dpcore.errors import user_facing
     from dpcore.series import backfill_periods, check_run_flags
+    from dpcore.settings import Settings
     from dpcore.spec import check_release_id_flag, load_spec
+    from dpcore.spec_dirs import allowed_spec_file
 
     from flows.console_logging import quiet_refusal_tracebacks
 
     quiet_refusal_tracebacks()  # a refusal (exit 2) prints its message, not Prefect's traceback
     with user_facing():
         check_release_id_flag(args.release_id)  # a bad flag is the flag's fault, not the spec file's
+        allowed_spec_file(args.spec, Settings.from_env().specs_dirs)  # as the flow would, before any flow run
         check_run_flags(args.spec, args.period, args.start, args.end)  # names the flag at fault
         if args.start is not None or args.end is not None:
             return _backfill(args.spec, backfill_periods(args.spec, args.start, args.end))
@@ -193,14 +203,7 @@ def _backfill(spec_path: str, periods: list[str]) -> int:
 
 
 def _print_outcome(out: dict[str, Any], spec) -> None:
-    print()
-    if out.get("stored_release"):
-        print("stored    : this release id was finished before; this is its stored release (no data read, "
-              "nothing charged; new data needs a new release id)")
-    print(f"warehouse : {out['warehouse']}")
-    print(f"bundle    : {out['bundle']}")
-    print(f"report    : {out['bundle']}/report.md")
-    print(budget_line(out, spec))
+    print("\n".join(_outcome_lines(out, spec)))
 
 
 def _exit_without_teardown(code: int) -> None:
