@@ -193,3 +193,35 @@ def test_the_release_flow_refuses_what_release_blockers_blocks_before_reading_da
     names = anyio.run(task_names)
     assert "release-blockers" in names and not names & {"ingest", "validate", "cost-preflight"}  # nothing read
     assert PrivacyLedger(Warehouse(home / "warehouse.duckdb")).status("nycflights13").spent.epsilon == 0
+
+
+def test_a_stored_series_period_goes_through_the_flow_only_when_its_page_is_older_than_its_bundle(
+        small_spec_path, small_flights_csv, tmp_path, monkeypatch):
+    """The flow's re-run of a series period rebuilds the series page; `dpr run` answers it from the ledger only
+    when the page is at least as new as the period's bundle (a run that stopped between its release and the
+    page is repaired by its re-run, as before)."""
+    from series_fixtures import make_series_spec
+
+    from flows.release_pipeline import release_pipeline
+
+    home = tmp_path / "home"
+    folder = tmp_path / "series"
+    folder.mkdir()
+    spec = make_series_spec(folder, small_spec_path, small_flights_csv, series_cap=None)
+    register_spec(spec, home=home)
+    monkeypatch.setenv("DPR_HOME", str(home))
+    first = release_pipeline(spec_path=str(spec), period="2013-01")
+    page = home / "bundles" / "nycflights13" / "series" / "index.md"
+    assert page.exists() and len(_release_runs_of(spec)) == 1
+
+    again = _dpr(["run", str(spec), "--period", "2013-01"], home)
+    assert again["exit"] == 0 and "stored    : this release id was finished before" in again["out"], again["err"]
+    assert again["prefect"] == [] and len(_release_runs_of(spec)) == 1
+
+    manifest = Path(first["bundle"]) / "manifest.json"
+    old = manifest.stat().st_mtime - 60
+    os.utime(page, (old, old))  # as if the run had stopped after its release, before the page
+    repaired = _dpr(["run", str(spec), "--period", "2013-01"], home)
+    assert repaired["exit"] == 0 and "stored    : this release id was finished before" in repaired["out"]
+    assert repaired["prefect"] != [] and len(_release_runs_of(spec)) == 2  # the flow's re-run
+    assert page.stat().st_mtime >= manifest.stat().st_mtime  # the page rebuilt
