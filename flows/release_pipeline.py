@@ -130,7 +130,15 @@ def budget_line(out: dict[str, Any], spec) -> str:
     """The one line that says what this run charged, what the release holds and what is left, read from the
     ledger when printed (:func:`dpcore.charge_summary.release_budget_line`; a stored re-run's stored totals are
     not today's)."""
-    return _outcome_lines(out, spec)[-1]
+    from dpcore.budget import PrivacyCost
+    from dpcore.charge_summary import release_budget_line
+    from dpcore.ledger import PrivacyLedger
+    from dpcore.warehouse import Warehouse
+
+    n = out["charged_by_this_run"]
+    ledger = PrivacyLedger(Warehouse(out["warehouse"]))
+    return release_budget_line(ledger, spec.dataset.name, spec.release_id,
+                               PrivacyCost(n["epsilon"], n["delta"]))
 
 
 def _outcome_lines(out: dict[str, Any], spec) -> list[str]:
@@ -153,16 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from dpcore.errors import user_facing
     from dpcore.series import backfill_periods, check_run_flags
-    from dpcore.settings import Settings
     from dpcore.spec import check_release_id_flag, load_spec
-    from dpcore.spec_dirs import allowed_spec_file
 
     from flows.console_logging import quiet_refusal_tracebacks
 
     quiet_refusal_tracebacks()  # a refusal (exit 2) prints its message, not Prefect's traceback
     with user_facing():
         check_release_id_flag(args.release_id)  # a bad flag is the flag's fault, not the spec file's
-        allowed_spec_file(args.spec, Settings.from_env().specs_dirs)  # as the flow would, before any flow run
         check_run_flags(args.spec, args.period, args.start, args.end)  # names the flag at fault
         if args.start is not None or args.end is not None:
             return _backfill(args.spec, backfill_periods(args.spec, args.start, args.end))
