@@ -52,8 +52,9 @@ def run(spec, release_id, period, start, end) -> None:
     """Run the whole release of SPEC (the demo's path) and print where the bundle is and the budget.
 
     The release is checked first as `dpr plan` does (every step's parameters, the whole cost against
-    the remaining budget) and stops before its first charge on any problem. Progress is logged by
-    Prefect as the steps run.
+    the remaining budget) and stops before its first charge on any problem, before Prefect starts (no
+    flow run is created). A finished release id prints its stored release from the ledger, also without
+    Prefect and without reading the data. Progress is logged by Prefect as the steps run.
 
     A series spec releases one period per run: --period P, or --from A --to B to release every period
     from A to B in order (each all or nothing; a period released before is returned as stored; the
