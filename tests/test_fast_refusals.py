@@ -64,11 +64,12 @@ def _release_runs_of(spec: Path) -> list:
     import anyio
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.sorting import FlowRunSort
 
-    async def read():
+    async def read():  # the newest 200 of the session's harness (a test's own runs are among them)
         async with get_client() as client:
             return await client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["release_pipeline"])),
-                                               limit=200)
+                                               sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=200)
 
     runs = anyio.run(read)
     wanted = {str(spec), os.path.realpath(spec)}
