@@ -12,7 +12,7 @@ from __future__ import annotations
 from .budget import PrivacyCost
 from .ledger import PrivacyLedger
 
-__all__ = ["release_budget_line", "run_charge_line"]
+__all__ = ["release_budget_line", "release_outcome_lines", "run_charge_line"]
 
 
 def _cost(c: PrivacyCost) -> str:
@@ -81,3 +81,33 @@ def release_budget_line(ledger: PrivacyLedger, dataset: str, release_id: str, ch
             f"epsilon={float(st.spent.epsilon):.6g} of {float(st.cap.epsilon):g}; left "
             f"epsilon={float(st.remaining.epsilon):.6g} delta={float(st.remaining.delta):.3g} "
             f"({st.neighbour} neighbours)")
+
+
+def release_outcome_lines(ledger: PrivacyLedger, dataset: str, release_id: str, outcome: dict) -> list[str]:
+    """What ``dpr run`` prints after a release: where the warehouse, bundle and report are, and the budget line.
+
+    One text for a fresh release and a stored re-run, whether the re-run went through the flow or was
+    answered by ``dpr run`` from the ledger before Prefect started (issue 48 §6).
+
+    Parameters
+    ----------
+    ledger : PrivacyLedger
+    dataset, release_id : str
+    outcome : dict
+        The release pipeline's public outcome (``warehouse``, ``bundle``, ``charged_by_this_run``, and
+        ``stored_release`` for a stored re-run).
+
+    Returns
+    -------
+    list of str
+        The lines, the budget's read from the ledger now (:func:`release_budget_line`).
+    """
+    lines = [""]
+    if outcome.get("stored_release"):
+        lines.append("stored    : this release id was finished before; this is its stored release (no data read, "
+                     "nothing charged; new data needs a new release id)")
+    lines += [f"warehouse : {outcome['warehouse']}", f"bundle    : {outcome['bundle']}",
+              f"report    : {outcome['bundle']}/report.md"]
+    n = outcome["charged_by_this_run"]
+    lines.append(release_budget_line(ledger, dataset, release_id, PrivacyCost(n["epsilon"], n["delta"])))
+    return lines

@@ -353,6 +353,23 @@ class Blockers:
         return not self.reasons
 
 
+class ReleaseBlockedError(StepInputError):
+    """A release that :func:`release_blockers` blocks, refused before its first charge (nothing read or charged).
+
+    ``dpr run`` (before Prefect starts) and the release flow (a deployment's run too, before ingest) refuse
+    with this one message: the one reason as it stands, or every reason listed.
+    """
+
+    def __init__(self, reasons: list[str]):
+        self.reasons = list(reasons)
+        if len(self.reasons) == 1:
+            text = self.reasons[0]
+        else:
+            text = (f"the release was refused before its first charge ({len(self.reasons)} problem(s); nothing was "
+                    "read or charged):\n" + "\n".join(f"  - {x}" for x in self.reasons))
+        super().__init__(text)
+
+
 def _is_budget_problem(p: str) -> bool:
     return p.startswith("budget:") or p.startswith("budget.series_cap:")
 

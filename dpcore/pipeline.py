@@ -110,6 +110,26 @@ def cost_preflight(spec: ReleaseSpec, settings: Settings, steps: list[str] | Non
     return plan
 
 
+def refuse_blocked_release(spec: ReleaseSpec, settings: Settings) -> None:
+    """Refuse a release that :func:`dpcore.cost_plan.release_blockers` blocks, before it reads any data.
+
+    The release flow calls this before ingest, so a run started by a deployment's worker is refused for the
+    same reasons, with the same message, as ``dpr run`` and ``dpr plan`` give (issue 48 §3/§6): one decision
+    of what blocks a release for every way a release starts. Reads the spec, its public files and the
+    ledger only.
+
+    Raises
+    ------
+    ReleaseBlockedError
+        Every reason, in the order a run meets them; nothing was read or charged.
+    """
+    from .cost_plan import ReleaseBlockedError, release_blockers
+
+    reasons = release_blockers(spec, open_stores(settings).ledger).reasons
+    if reasons:
+        raise ReleaseBlockedError(reasons)
+
+
 def require_registered(spec: ReleaseSpec, settings: Settings) -> None:
     """Refuse a run of a dataset name the data owner has not registered (the registration rule, DESIGN.md rule 12).
 

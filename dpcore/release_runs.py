@@ -249,6 +249,30 @@ def pipeline_finished(warehouse: Path, dataset: str, release_id: str) -> list[st
     return None if done is None else done[0]
 
 
+def stored_outcome(warehouse: Path, dataset: str, release_id: str) -> dict[str, Any] | None:
+    """What a re-run of the finished release pipeline of ``release_id`` returns, or None if it did not finish.
+
+    Takes no lock and reads no data: a finished release's stored outcome never changes, so ``dpr run``
+    answers a stored re-run from it before Prefect starts (issue 48 §6). The caller has checked, as
+    :func:`dpcore.cost_plan.plan_release` does (``CostPlan.finished``), that the release was published with
+    this spec's planned lines.
+
+    Returns
+    -------
+    dict or None
+        The release's public outcome marked as stored (:func:`as_stored`).
+    """
+    wh = Warehouse(warehouse)
+    _ensure(wh)
+    done = _finished(wh, run_key(dataset, release_id, PIPELINE))
+    return None if done is None else as_stored(done[1]["result"])
+
+
+def as_stored(result: dict[str, Any]) -> dict[str, Any]:
+    """A finished release's stored outcome, as a re-run returns it (that run charged nothing)."""
+    return {**result, "stored_release": True, "charged_by_this_run": {"epsilon": 0.0, "delta": 0.0}}
+
+
 def _in_progress(dataset: str, release_id: str, unit: str) -> str:
     what = "release" if unit == PIPELINE else f"the same {unit} query of release"
     return (f"{what} {release_id!r} of dataset {dataset!r} is being run by another live process right now; "

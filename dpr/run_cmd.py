@@ -52,8 +52,9 @@ def run(spec, release_id, period, start, end) -> None:
     """Run the whole release of SPEC (the demo's path) and print where the bundle is and the budget.
 
     The release is checked first as `dpr plan` does (every step's parameters, the whole cost against
-    the remaining budget) and stops before its first charge on any problem. Progress is logged by
-    Prefect as the steps run.
+    the remaining budget) and stops before its first charge on any problem, before Prefect starts (no
+    flow run is created). A finished release id prints its stored release from the ledger, also without
+    Prefect and without reading the data. Progress is logged by Prefect as the steps run.
 
     A series spec releases one period per run: --period P, or --from A --to B to release every period
     from A to B in order (each all or nothing; a period released before is returned as stored; the
@@ -63,10 +64,14 @@ def run(spec, release_id, period, start, end) -> None:
     from dpcore.series import backfill_periods, check_run_flags
     from dpcore.settings import Settings, check_memory_floor
     from dpcore.spec import check_release_id_flag, load_spec
+    from dpcore.spec_dirs import allowed_spec_file
 
-    with refusals():  # fail fast, before Prefect starts a server
+    with refusals():  # fail fast, before Prefect starts a server or a flow run is created (issue 48 §6)
         check_memory_floor()  # DPR_MEMORY_LIMIT below what a run needs (dpcore.settings.MEMORY_FLOOR)
         check_release_id_flag(release_id)
+        # the folders flow runs may load specs from (DPR_SPECS_DIR): the flow refuses any other spec, so refuse
+        # it here, before the file is opened and without a flow run (it took 12 s under load, issue 48 §6)
+        allowed_spec_file(spec, Settings.from_env().specs_dirs)
         check_run_flags(spec, period, start, end)
         if start is not None:
             backfill_periods(spec, start, end)
@@ -82,7 +87,9 @@ def run(spec, release_id, period, start, end) -> None:
             loaded = load_spec(spec, release_id=release_id, period=period)
         check_paths(loaded, Settings.from_env())
         if start is None:  # what blocks the release, decided as `dpr plan` decides it (issue 48.3)
-            refuse_blocked(loaded)
+            blockers = refuse_blocked(loaded)
+            if blockers.plan.finished and _answer_stored(loaded, Settings.from_env()):
+                return  # a finished release id: its stored release, from the ledger (no Prefect, no data read)
     prefect_environment()
     from flows.release_pipeline import main as release_main
 
@@ -93,22 +100,53 @@ def run(spec, release_id, period, start, end) -> None:
     raise SystemExit(release_main(["--spec", spec] + extra, loaded=loaded if same else None))
 
 
-def refuse_blocked(spec: Any) -> None:
+def refuse_blocked(spec: Any) -> Any:
     """Refuse (exit 2, before Prefect starts) a release that :func:`dpcore.cost_plan.release_blockers` blocks.
 
-    The reasons are every reason ``dpr plan`` lists for the same spec and ledger, in the same order; nothing
-    was read or charged.
+    The reasons are every reason ``dpr plan`` lists for the same spec and ledger, in the same order, and the
+    message is the one the release flow refuses with (:class:`dpcore.cost_plan.ReleaseBlockedError`); nothing
+    was read or charged. Returns the :class:`~dpcore.cost_plan.Blockers` of a release that may run.
     """
-    from dpcore.cost_plan import release_blockers
+    from dpcore.cost_plan import ReleaseBlockedError, release_blockers
 
     from .plan_cmd import open_ledger
 
-    reasons = release_blockers(spec, open_ledger()).reasons
-    if len(reasons) == 1:  # one line, as the flow's own refusal of it reads
-        refuse(reasons[0])
-    if reasons:
-        refuse(f"the release was refused before its first charge ({len(reasons)} problem(s); nothing was read or "
-               "charged):\n" + "\n".join(f"  - {x}" for x in reasons))
+    blockers = release_blockers(spec, open_ledger())
+    if blockers.reasons:
+        refuse(str(ReleaseBlockedError(blockers.reasons)))
+    return blockers
+
+
+def _answer_stored(spec: Any, settings: Any) -> bool:
+    """Print the stored release of a finished release id from the ledger, as the flow's re-run would (issue 48 §6).
+
+    A finished release's outcome never changes, so its re-run needs neither Prefect nor the data: this prints
+    the same lines as a re-run through the flow, the budget line read from the ledger now. A series period is
+    answered here only when the series page is at least as new as the period's bundle; otherwise (a run that
+    stopped between its release and the page) the flow's re-run rebuilds the page. Returns False when the
+    flow must run.
+    """
+    from pathlib import Path
+
+    from dpcore.charge_summary import release_outcome_lines
+    from dpcore.release_runs import stored_outcome
+
+    from .plan_cmd import open_ledger
+
+    ledger = open_ledger()
+    outcome = stored_outcome(ledger.wh.path, spec.dataset.name, spec.release_id)
+    if outcome is None:
+        return False
+    if spec.series is not None:
+        page = Path(settings.bundles) / spec.dataset.name / "series" / "index.md"
+        manifest = Path(outcome["bundle"]) / "manifest.json"
+        try:
+            if page.stat().st_mtime < manifest.stat().st_mtime:
+                return False
+        except OSError:
+            return False
+    click.echo("\n".join(release_outcome_lines(ledger, spec.dataset.name, spec.release_id, outcome)))
+    return True
 
 
 def _arg_help(doc: str) -> dict[str, str]:

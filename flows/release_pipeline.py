@@ -24,6 +24,7 @@ from tasks.stages import (
     ingest_task,
     preflight_task,
     record_counts_task,
+    release_blockers_task,
     stop_release,
     validate_task,
 )
@@ -72,10 +73,15 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
 
 def _stored(result: dict[str, Any]) -> dict[str, Any]:
     """A finished release's stored outcome, as a re-run returns it (this run charged nothing)."""
-    return {**result, "stored_release": True, "charged_by_this_run": {"epsilon": 0.0, "delta": 0.0}}
+    from dpcore.release_runs import as_stored
+
+    return as_stored(result)
 
 
 def _release(spec, settings) -> dict[str, Any]:
+    # what blocks the release (registration, caps, budget, series cap), decided as `dpr plan` and `dpr run`
+    # decide it, for a deployment's run too: refused here, before the data is read (issue 48)
+    release_blockers_task(spec, settings)
     check_period_source_task(spec)  # a series period without its input: refused before ingest (names both)
     ingested = ingest_task(spec, settings)
     validate_task(spec, settings, ingested)
@@ -133,6 +139,15 @@ def budget_line(out: dict[str, Any], spec) -> str:
     ledger = PrivacyLedger(Warehouse(out["warehouse"]))
     return release_budget_line(ledger, spec.dataset.name, spec.release_id,
                                PrivacyCost(n["epsilon"], n["delta"]))
+
+
+def _outcome_lines(out: dict[str, Any], spec) -> list[str]:
+    from dpcore.charge_summary import release_outcome_lines
+    from dpcore.ledger import PrivacyLedger
+    from dpcore.warehouse import Warehouse
+
+    ledger = PrivacyLedger(Warehouse(out["warehouse"]))
+    return release_outcome_lines(ledger, spec.dataset.name, spec.release_id, out)
 
 
 def main(argv: list[str] | None = None, loaded=None) -> int:
@@ -200,14 +215,7 @@ def _backfill(spec_path: str, periods: list[str]) -> int:
 
 
 def _print_outcome(out: dict[str, Any], spec) -> None:
-    print()
-    if out.get("stored_release"):
-        print("stored    : this release id was finished before; this is its stored release (no data read, "
-              "nothing charged; new data needs a new release id)")
-    print(f"warehouse : {out['warehouse']}")
-    print(f"bundle    : {out['bundle']}")
-    print(f"report    : {out['bundle']}/report.md")
-    print(budget_line(out, spec))
+    print("\n".join(_outcome_lines(out, spec)))
 
 
 def _exit_without_teardown(code: int) -> None:

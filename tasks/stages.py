@@ -38,6 +38,16 @@ def ingest_task(spec: ReleaseSpec, settings: Settings) -> IngestResult:
     return res
 
 
+@private_task(name="release-blockers")
+def release_blockers_task(spec: ReleaseSpec, settings: Settings) -> None:
+    """Refuse, before ingest, a release that ``dpr plan`` would block (the same reasons and message as ``dpr run``).
+
+    A run started by a deployment's worker does not pass through ``dpr run``; this is where every release
+    meets :func:`dpcore.cost_plan.release_blockers` (issue 48). Nothing is read or charged.
+    """
+    pipeline.refuse_blocked_release(spec, settings)
+
+
 @private_task(name="cost-preflight")
 def cost_preflight_task(spec: ReleaseSpec, settings: Settings, steps: list[str] | None = None) -> RunCost:
     """Reserve the run's whole planned cost before its first charge, or refuse having charged nothing."""

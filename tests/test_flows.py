@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpcore.budget import BudgetExceededError
+from dpcore.cost_plan import ReleaseBlockedError
 from dpcore.ledger import PrivacyLedger
 from dpcore.settings import Settings
 from dpcore.warehouse import Warehouse
@@ -99,7 +99,9 @@ def test_over_budget_run_fails_with_budget_message_and_ledger_unchanged(dpr_home
     release_pipeline(spec_path=str(tight))
     led = _ledger()
     before = led.charges("nycflights13")
-    with pytest.raises(BudgetExceededError, match=r"requested \(epsilon=0.1.*remaining \(epsilon=0.05"):
+    # refused before ingest with `dpr plan`'s reason (the flow calls release_blockers, issue 48)
+    with pytest.raises(ReleaseBlockedError, match=r"^budget: this release would charge \(epsilon=0.1.* has "
+                                                  r"\(epsilon=0.05"):
         release_pipeline(spec_path=str(tight), release_id="test-r2")
     after = led.charges("nycflights13")
     assert len(after) == len(before) == 1
