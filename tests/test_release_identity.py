@@ -44,8 +44,7 @@ def _spec(small_spec_path: Path, tmp_path: Path, data: Path, name="s.yaml", coco
     spec["release_id"] = release
     spec["steps"]["coco"].update({"enabled": True, "epsilon_per_level": coco_eps, "max_group_size": 60})
     # the detector and its owner-only rules charge nothing and are not what a release id is about (their stored
-    # re-runs are the leak test's); without them a release of these 1,000 rows takes about a fifth of the time
-    # of the small spec's 3,000 (measured at load 22-25: 131 s -> 25 s)
+    # re-runs are the leak test's); off, a release here is cheaper (BENCHMARKS.md, "Test suite time")
     spec["steps"]["detect"]["enabled"] = False
     spec["steps"]["rules"]["enabled"] = False
     spec["budget"]["epsilon"] = 100
