@@ -236,6 +236,7 @@ def _run_sequences(tmp_path: Path, spec: str, first: str, seconds: dict[str, str
     for name, proc in procs.items():
         results, runs[name].console = finish(proc)
         assert len(results) == 2 and all(r["run"] for r in results), f"run {name}:\n{runs[name].console[-4000:]}"
+        assert results[0]["ok"], f"run {name}, first release:\n{runs[name].console[-4000:]}"  # its bundle is read below
         runs[name].result = results[1]
         runs[name].earlier_names = [asyncio.run(_flow_run_name(results[0]["run"]))]
         first_manifest = Path(results[0]["out"]["bundle"]) / "manifest.json"
