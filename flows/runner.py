@@ -125,9 +125,9 @@ def _store_aware(base: type) -> type:
 
     class StoreAwareDaskTaskRunner(base):
         def submit(self, task, parameters, wait_for=None, dependencies=None):
-            from tasks.common import scratch_transport
+            from tasks.common import required_scratch_transport
 
-            transport = scratch_transport()
+            transport = required_scratch_transport()
             if transport is None:
                 return super().submit(task, parameters, wait_for=wait_for, dependencies=dependencies)
             from dpcore.lineage import new_nonce
@@ -136,7 +136,9 @@ def _store_aware(base: type) -> type:
             store, prefix, root, _ = transport
             shipment = new_nonce(8)
             try:
-                shipped = {k: shipping.ship(v, store, prefix, shipment, root, "out") for k, v in parameters.items()}
+                uploaded: dict[str, str] = {}  # a file two parameters reference goes up once
+                shipped = {k: shipping.ship(v, store, prefix, shipment, root, "out", uploaded=uploaded)
+                           for k, v in parameters.items()}
                 future = super().submit(task, shipped, wait_for=wait_for, dependencies=dependencies)
             except BaseException:
                 store.rm(f"{prefix}/{shipment}")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import sys
 import threading
@@ -316,6 +317,27 @@ def scratch_transport() -> tuple[Any, str, str, str] | None:
     return None if got is None else (*got, "flow")
 
 
+def required_scratch_transport() -> tuple[Any, str, str, str] | None:
+    """:func:`scratch_transport` for work the flow process sends to Dask: with ``DPR_SCRATCH_URL`` set, a flow run
+    that did not open the store (its flow skipped :func:`resolve`, which probes the store before any charge) is
+    refused instead of sending the workers paths of a folder they may not share.
+
+    Raises
+    ------
+    dpcore.scratch_store.ScratchStoreError
+        ``DPR_SCRATCH_URL`` is set and this flow run has no store open.
+    """
+    transport = scratch_transport()
+    if transport is None and not on_dask_worker() and (os.environ.get("DPR_SCRATCH_URL") or "").strip():
+        from dpcore.scratch_store import ScratchStoreError
+
+        raise ScratchStoreError(
+            "DPR_SCRATCH_URL is set but this flow run did not open the scratch store before sending work to Dask: "
+            "start the flow with tasks.common.resolve (it checks the store before any charge)"
+        )
+    return transport
+
+
 def _dask_map(client: Any, fn: Callable, items: Any, transport: tuple | None = None) -> list:
     if transport is None:
         futures = client.map(functools.partial(_call_quietly, fn), list(items), pure=False)
@@ -332,7 +354,9 @@ def _dask_map_shipped(client: Any, fn: Callable, items: list, transport: tuple) 
     store, prefix, root, back = transport
     shipment = new_nonce(8)
     try:
-        shipped = [shipping.ship(item, store, prefix, shipment, root, "out") for item in items]
+        uploaded: dict[str, str] = {}  # a file every item references goes up once for the whole map
+        shipped = [shipping.ship(item, store, prefix, shipment, root, "out", uploaded=uploaded) for item in items]
+        fault_point("scratch:shipped")  # crash tests: the chunks' objects are in the store, no chunk has run
         call = functools.partial(shipping.run_shipped, functools.partial(_call_quietly, fn), store.url, prefix,
                                  shipment, back)
         return client.gather(client.map(call, shipped, pure=False))
@@ -395,7 +419,7 @@ def chunk_mapper(pooled: bool = False) -> Callable[[Callable, Any], list]:
 
     if not isinstance(runner, DaskTaskRunner):
         return local
-    return functools.partial(_dask_map, runner.client, transport=scratch_transport())
+    return functools.partial(_dask_map, runner.client, transport=required_scratch_transport())
 
 
 def validation_mapper() -> Callable[[Callable, Any], list]:

@@ -32,8 +32,9 @@ from ..private_files import PRIVATE_DIR, private_open
 from .store import ScratchStore
 
 _TAG = "dpr-scratch"
-#: Bytes uploaded and downloaded by this process (benchmark only; never logged).
-MOVED = {"up": 0, "down": 0}
+#: Bytes uploaded and downloaded by this process, and bytes of downloaded files sent on by their key instead of
+#: being uploaded again (an EM pass's chunks sent on by a worker) (tests and the benchmark only; never logged).
+MOVED = {"up": 0, "down": 0, "reused": 0}
 #: Run prefixes this process opened as the flow: prefix -> the warehouse's scratch folder.
 _FLOW_RUNS: dict[str, str] = {}
 #: On a worker: shipment nonce -> (store URL, run prefix) of the shipments whose mirror is here.
@@ -84,11 +85,12 @@ def worker_transport() -> tuple[str, str] | None:
 class _Pickler:
     """Pickles with scratch paths below ``root`` replaced by references (files uploaded on the way)."""
 
-    def __init__(self, store: ScratchStore | None, folder: str | None, root: str):
+    def __init__(self, store: ScratchStore | None, folder: str | None, root: str,
+                 uploaded: dict[str, str] | None = None):
         import cloudpickle
 
         self.store, self.folder, self.root = store, folder, root.rstrip("/")
-        self.uploaded: dict[str, str] = {}
+        self.uploaded: dict[str, str] = {} if uploaded is None else uploaded
         self.found: list[str] = []
         outer = self
 
@@ -129,6 +131,7 @@ class _Pickler:
         origin = _ORIGIN.get(local)
         if origin is not None and origin[1:] == (st.st_mtime_ns, st.st_size):
             key = origin[0]  # came from the store unchanged: send its key again
+            MOVED["reused"] += st.st_size
         else:
             key = f"{self.folder}/{new_nonce(12)}"
             self.store.put_file(local, key)
@@ -151,7 +154,7 @@ class Shipment:
 
 
 def ship(obj: Any, store: ScratchStore, prefix: str, shipment: str, root: str | Path, direction: str = "out",
-         back: str | None = None) -> Any:
+         back: str | None = None, uploaded: dict[str, str] | None = None) -> Any:
     """``obj`` as a :class:`Shipment` (its files uploaded now), or ``obj`` itself when it holds no path below ``root``.
 
     Parameters
@@ -167,11 +170,15 @@ def ship(obj: Any, store: ScratchStore, prefix: str, shipment: str, root: str | 
     direction : {"out", "back"}
     back : str, optional
         For ``"back"``: who receives it, ``"flow"`` or ``"worker"``.
+    uploaded : dict, optional
+        Local path -> key of the files already uploaded for this shipment (``"out"`` only): the items of one
+        map share it, so a file that every item references (a chunk source's every chunk) goes up once per
+        shipment, not once per item. Filled in here.
     """
     # a result's objects sit beside its shipment's, not in it: the shipment's folder may go when the work ends,
     # before the receiver has unpickled the result
     folder = f"{prefix}/{shipment}" if direction == "out" else f"{prefix}/back-{new_nonce(12)}"
-    p = _Pickler(store, folder, str(root))
+    p = _Pickler(store, folder, str(root), uploaded if direction == "out" else None)
     payload = p.dumps(obj)
     if not p.found:
         return obj
