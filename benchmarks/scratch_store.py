@@ -210,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
             n_events = len(s3.events)
             log(f"{f}x {name}: running (load {load1():.2f})")
             try:
-                res = run_pipeline(f, spec, folder / name, args.timeout_min * 60, int(args.mem_cap_gb * 2**30))
+                res = run_pipeline(f, spec, folder / name, args.timeout_min * 60, int(args.mem_cap_gb * 2**30),
+                                   prefect_db=False)
             finally:
                 stop.set()
                 th.join()

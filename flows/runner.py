@@ -136,14 +136,12 @@ def _store_aware(base: type) -> type:
             store, prefix, root, _ = transport
             shipment = new_nonce(8)
             try:
-                uploaded: dict[str, str] = {}  # a file two parameters reference goes up once
-                shipped = {k: shipping.ship(v, store, prefix, shipment, root, "out", uploaded=uploaded)
-                           for k, v in parameters.items()}
+                shipped = {k: shipping.ship(v, store, prefix, shipment, root, "out") for k, v in parameters.items()}
                 future = super().submit(task, shipped, wait_for=wait_for, dependencies=dependencies)
             except BaseException:
-                store.rm(f"{prefix}/{shipment}")
+                shipping.end_shipment(store, prefix, shipment)
                 raise
-            future.wrapped_future.add_done_callback(lambda _f: store.rm(f"{prefix}/{shipment}"))
+            future.wrapped_future.add_done_callback(lambda _f: shipping.end_shipment(store, prefix, shipment))
             return future
 
         def __exit__(self, *args):

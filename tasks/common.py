@@ -291,7 +291,7 @@ def open_scratch_transport(spec: ReleaseSpec, settings: Settings) -> None:
 
 def close_scratch_transport(run_id: str | None = None) -> None:
     """Remove this flow run's prefix from the store (all its objects) and forget it (the runner's exit)."""
-    from dpcore.scratch_store.shipping import unregister_flow_run
+    from dpcore.scratch_store.shipping import forget_run, unregister_flow_run
 
     got = _RUN_STORES.pop(run_id or flow_run_id() or "", None)
     if got is not None:
@@ -300,6 +300,7 @@ def close_scratch_transport(run_id: str | None = None) -> None:
             store.rm(prefix)
         finally:
             unregister_flow_run(prefix)
+            forget_run(prefix)
 
 
 def scratch_transport() -> tuple[Any, str, str, str] | None:
@@ -354,8 +355,7 @@ def _dask_map_shipped(client: Any, fn: Callable, items: list, transport: tuple) 
     store, prefix, root, back = transport
     shipment = new_nonce(8)
     try:
-        uploaded: dict[str, str] = {}  # a file every item references goes up once for the whole map
-        shipped = [shipping.ship(item, store, prefix, shipment, root, "out", uploaded=uploaded) for item in items]
+        shipped = [shipping.ship(item, store, prefix, shipment, root, "out") for item in items]
         fault_point("scratch:shipped")  # crash tests: the chunks' objects are in the store, no chunk has run
         call = functools.partial(shipping.run_shipped, functools.partial(_call_quietly, fn), store.url, prefix,
                                  shipment, back)
@@ -364,7 +364,7 @@ def _dask_map_shipped(client: Any, fn: Callable, items: list, transport: tuple) 
         try:
             client.run(shipping.drop_mirror, shipment)
         finally:
-            store.rm(f"{prefix}/{shipment}")
+            shipping.end_shipment(store, prefix, shipment)
 
 
 def _worker_map(fn: Callable, items: Any) -> list:

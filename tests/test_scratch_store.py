@@ -240,62 +240,43 @@ def test_an_unreachable_store_or_credentials_in_the_url_are_refused_in_one_line(
 
 @pytest.mark.timeout(600)
 def test_detect_flow_on_a_dask_runner_through_s3_equals_the_default_runner(tmp_path, small_spec_path, monkeypatch,
-                                                                        s3, prefect_harness):
+                                                                        s3, hidden_cluster):
     """The detect flow (ingest, validate, per-template fits as Prefect tasks on the workers, store) with
     ``DPR_DASK_ADDRESS`` and ``DPR_SCRATCH_URL``, on workers that cannot see the warehouse: the same internal
-    scores and flags as the default runner's; no object left in the bucket."""
-    distributed = pytest.importorskip("distributed")
-    if not shutil.which("unshare") or os.geteuid() != 0:
-        pytest.skip("needs unshare -m (root)")
-    from prefect.settings import PREFECT_API_URL
-
+    scores and flags as the default runner's; the export goes up once for both templates' fits; no object left
+    in the bucket."""
     import flows.detect
     from dpcore.settings import Settings
     from dpcore.steps.common import open_stores
     from flows.runner import task_runner_from_env
     from owner_registration import register_spec
 
-    hidden = tmp_path / "hidden"
-    elsewhere = tmp_path / "elsewhere"
-    hidden.mkdir()
-    elsewhere.mkdir()
-    cluster = distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=None, host="127.0.0.1")
-    env = {**os.environ, **s3, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
-           "PREFECT_API_URL": str(PREFECT_API_URL.value()), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    procs = [subprocess.Popen(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c",
-         f'mount -t tmpfs none "{hidden}" && cd "{elsewhere}" && exec "{sys.executable}" -m distributed.cli.dask_worker '
-         f'{cluster.scheduler_address} --nthreads 1 --no-nanny --no-dashboard --host 127.0.0.1'],
-        env=env, stdout=subprocess.DEVNULL, stderr=open(elsewhere / f"worker-{i}.log", "w")) for i in range(2)]
-    client = distributed.Client(cluster)
-    try:
-        client.wait_for_workers(2, timeout=120)
-        assert not any(client.run(os.path.exists, str(hidden / "x")).values())
-        monkeypatch.setenv("OMP_NUM_THREADS", "1")
-        monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
-        from dpcore.scratch_store import shipping
+    client, hidden = hidden_cluster
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    from dpcore.scratch_store import shipping
 
-        up = shipping.MOVED["up"]
-        out = {}
-        for name, runner, url in (("default", task_runner_from_env({}), None),
-                                  ("dask", task_runner_from_env({"DPR_DASK_ADDRESS": cluster.scheduler_address}),
-                                   f"s3://{BUCKET}/scratch")):
-            home = (hidden if url else tmp_path) / name
-            monkeypatch.setenv("DPR_HOME", str(home))
-            if url:
-                monkeypatch.setenv("DPR_SCRATCH_URL", url)
-            register_spec(small_spec_path, Settings.from_env())
-            flows.detect.detect_flow.with_options(task_runner=runner)(spec_path=str(small_spec_path))
-            wh = open_stores(Settings.from_env()).warehouse
-            t = wh.query_df("SELECT table_name FROM information_schema.tables WHERE table_schema = 'internal' "
-                            "AND table_name LIKE 'detect_scores__%'")["table_name"].iloc[0]
-            out[name] = wh.query_df(f'SELECT * FROM internal."{t}" ORDER BY template, _row')
-        pd.testing.assert_frame_equal(out["default"], out["dask"], check_exact=True)
-        assert len(out["dask"]) > 0
-        assert shipping.MOVED["up"] > up  # the export went up to the workers through the store
-        assert _store().listing() == []
-    finally:
-        _stop(client, cluster, procs)
+    up, reused = shipping.MOVED["up"], shipping.MOVED["reused"]
+    out = {}
+    for name, runner, url in (("default", task_runner_from_env({}), None),
+                              ("dask", task_runner_from_env({"DPR_DASK_ADDRESS": client.scheduler.address}),
+                               f"s3://{BUCKET}/scratch")):
+        home = (hidden if url else tmp_path) / f"detect-{name}"
+        monkeypatch.setenv("DPR_HOME", str(home))
+        if url:
+            monkeypatch.setenv("DPR_SCRATCH_URL", url)
+        register_spec(small_spec_path, Settings.from_env())
+        flows.detect.detect_flow.with_options(task_runner=runner)(spec_path=str(small_spec_path))
+        wh = open_stores(Settings.from_env()).warehouse
+        t = wh.query_df("SELECT table_name FROM information_schema.tables WHERE table_schema = 'internal' "
+                        "AND table_name LIKE 'detect_scores__%'")["table_name"].iloc[0]
+        out[name] = wh.query_df(f'SELECT * FROM internal."{t}" ORDER BY template, _row')
+    pd.testing.assert_frame_equal(out["default"], out["dask"], check_exact=True)
+    assert len(out["dask"]) > 0
+    assert shipping.MOVED["up"] > up  # the export went up to the workers through the store
+    # the second template's fit was sent the keys of the export the first one's had uploaded
+    assert shipping.MOVED["reused"] > reused
+    assert _store().listing() == []
 
 
 def _release_spec(folder: Path, small_spec_path: Path, release_id: str) -> Path:
