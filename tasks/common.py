@@ -258,7 +258,14 @@ def _returns_through_store(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def returning(*args: Any, **kwargs: Any):
-        result = fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:
+            if "dpcore.scratch_store.shipping" in sys.modules and on_dask_worker():
+                from dpcore.scratch_store.shipping import drop_argument_mirrors
+
+                drop_argument_mirrors(args, kwargs)  # the files it received go with the failure too
+            raise
         if "dpcore.scratch_store.shipping" in sys.modules and on_dask_worker():
             from dpcore.scratch_store.shipping import return_from_worker
 

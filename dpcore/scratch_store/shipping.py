@@ -320,12 +320,24 @@ def run_shipped(fn: Callable, url: str, prefix: str, shipment: str, back: str, i
     return ship(result, ScratchStore(url), prefix, shipment, mirror_base() / shipment, "back", back)
 
 
+def _argument_shipments(args: tuple, kwargs: dict) -> list[str]:
+    """On a worker: the shipments whose mirror holds paths of a task's arguments."""
+    base = mirror_base()
+    nonces = {Path(p).relative_to(base).parts[0] for p in holds_paths((args, kwargs), base) if p != str(base)}
+    return [n for n in nonces if n in _SHIPMENTS]
+
+
+def drop_argument_mirrors(args: tuple, kwargs: dict) -> None:
+    """On a worker, after a task whose arguments arrived through the store failed: remove their mirrors."""
+    for n in _argument_shipments(args, kwargs):
+        drop_mirror(n)
+
+
 def return_from_worker(args: tuple, kwargs: dict, result: Any) -> Any:
     """On a worker, for a Prefect task whose arguments arrived through the store: its result shipped back to the
     flow, and the shipment's mirror removed. Arguments that came from no shipment: ``result`` unchanged."""
     base = mirror_base()
-    nonces = {Path(p).relative_to(base).parts[0] for p in holds_paths((args, kwargs), base) if p != str(base)}
-    nonces = [n for n in nonces if n in _SHIPMENTS]
+    nonces = _argument_shipments(args, kwargs)
     if not nonces:
         return result
     shipment = nonces[0]
