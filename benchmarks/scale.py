@@ -215,8 +215,12 @@ def _tree_rss(pid: int) -> int:
 
 
 def run_pipeline(factor: int, spec: Path, run_dir: Path, timeout_s: float, cap_bytes: int,
-                 memory_limit: str | None = None) -> dict:
-    """Run the release pipeline on ``spec`` in a fresh process; return measurements."""
+                 memory_limit: str | None = None, prefect_db: bool = True) -> dict:
+    """Run the release pipeline on ``spec`` in a fresh process; return measurements.
+
+    ``prefect_db=False``: no Prefect database is made in the run's ``PREFECT_HOME`` (the caller's
+    ``PREFECT_API_URL`` names a running server, :mod:`benchmarks.scratch_store`).
+    """
     home, phome = run_dir / "home", run_dir / "prefect"
     for d in (home, phome):
         shutil.rmtree(d, ignore_errors=True)
@@ -241,8 +245,9 @@ def run_pipeline(factor: int, spec: Path, run_dir: Path, timeout_s: float, cap_b
     register_s = time.perf_counter() - t_reg
     # Prefect's database, created once by scripts/demo.sh's set-up (not timed; about 15 s): without it the
     # run's temporary API server first creates it (startup about 22 s instead of about 10 s)
-    subprocess.run([str(Path(sys.executable).parent / "prefect"), "server", "database", "upgrade", "-y"],
-                   cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if prefect_db:
+        subprocess.run([str(Path(sys.executable).parent / "prefect"), "server", "database", "upgrade", "-y"],
+                       cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cmd = [sys.executable, "-m", "flows.release_pipeline", "--spec", str(spec)]
     gnu_time = Path("/usr/bin/time")
     if gnu_time.exists():

@@ -125,9 +125,9 @@ def _store_aware(base: type) -> type:
 
     class StoreAwareDaskTaskRunner(base):
         def submit(self, task, parameters, wait_for=None, dependencies=None):
-            from tasks.common import scratch_transport
+            from tasks.common import required_scratch_transport
 
-            transport = scratch_transport()
+            transport = required_scratch_transport()
             if transport is None:
                 return super().submit(task, parameters, wait_for=wait_for, dependencies=dependencies)
             from dpcore.lineage import new_nonce
@@ -139,9 +139,9 @@ def _store_aware(base: type) -> type:
                 shipped = {k: shipping.ship(v, store, prefix, shipment, root, "out") for k, v in parameters.items()}
                 future = super().submit(task, shipped, wait_for=wait_for, dependencies=dependencies)
             except BaseException:
-                store.rm(f"{prefix}/{shipment}")
+                shipping.end_shipment(store, prefix, shipment)
                 raise
-            future.wrapped_future.add_done_callback(lambda _f: store.rm(f"{prefix}/{shipment}"))
+            future.wrapped_future.add_done_callback(lambda _f: shipping.end_shipment(store, prefix, shipment))
             return future
 
         def __exit__(self, *args):

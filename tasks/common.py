@@ -26,6 +26,7 @@ import contextlib
 import contextvars
 import functools
 import logging
+import os
 import re
 import sys
 import threading
@@ -260,7 +261,14 @@ def _returns_through_store(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def returning(*args: Any, **kwargs: Any):
-        result = fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:
+            if "dpcore.scratch_store.shipping" in sys.modules and on_dask_worker():
+                from dpcore.scratch_store.shipping import drop_argument_mirrors
+
+                drop_argument_mirrors(args, kwargs)  # the files it received go with the failure too
+            raise
         if "dpcore.scratch_store.shipping" in sys.modules and on_dask_worker():
             from dpcore.scratch_store.shipping import return_from_worker
 
@@ -293,7 +301,7 @@ def open_scratch_transport(spec: ReleaseSpec, settings: Settings) -> None:
 
 def close_scratch_transport(run_id: str | None = None) -> None:
     """Remove this flow run's prefix from the store (all its objects) and forget it (the runner's exit)."""
-    from dpcore.scratch_store.shipping import unregister_flow_run
+    from dpcore.scratch_store.shipping import forget_run, unregister_flow_run
 
     got = _RUN_STORES.pop(run_id or flow_run_id() or "", None)
     if got is not None:
@@ -302,6 +310,7 @@ def close_scratch_transport(run_id: str | None = None) -> None:
             store.rm(prefix)
         finally:
             unregister_flow_run(prefix)
+            forget_run(prefix)
 
 
 def scratch_transport() -> tuple[Any, str, str, str] | None:
@@ -317,6 +326,27 @@ def scratch_transport() -> tuple[Any, str, str, str] | None:
     run_id = flow_run_id()
     got = _RUN_STORES.get(run_id) if run_id else None
     return None if got is None else (*got, "flow")
+
+
+def required_scratch_transport() -> tuple[Any, str, str, str] | None:
+    """:func:`scratch_transport` for work the flow process sends to Dask: with ``DPR_SCRATCH_URL`` set, a flow run
+    that did not open the store (its flow skipped :func:`resolve`, which probes the store before any charge) is
+    refused instead of sending the workers paths of a folder they may not share.
+
+    Raises
+    ------
+    dpcore.scratch_store.ScratchStoreError
+        ``DPR_SCRATCH_URL`` is set and this flow run has no store open.
+    """
+    transport = scratch_transport()
+    if transport is None and not on_dask_worker() and (os.environ.get("DPR_SCRATCH_URL") or "").strip():
+        from dpcore.scratch_store import ScratchStoreError
+
+        raise ScratchStoreError(
+            "DPR_SCRATCH_URL is set but this flow run did not open the scratch store before sending work to Dask: "
+            "start the flow with tasks.common.resolve (it checks the store before any charge)"
+        )
+    return transport
 
 
 def _dask_map(client: Any, fn: Callable, items: Any, transport: tuple | None = None) -> list:
@@ -336,6 +366,7 @@ def _dask_map_shipped(client: Any, fn: Callable, items: list, transport: tuple) 
     shipment = new_nonce(8)
     try:
         shipped = [shipping.ship(item, store, prefix, shipment, root, "out") for item in items]
+        fault_point("scratch:shipped")  # crash tests: the chunks' objects are in the store, no chunk has run
         call = functools.partial(shipping.run_shipped, functools.partial(_call_quietly, fn), store.url, prefix,
                                  shipment, back)
         return client.gather(client.map(call, shipped, pure=False))
@@ -343,7 +374,7 @@ def _dask_map_shipped(client: Any, fn: Callable, items: list, transport: tuple) 
         try:
             client.run(shipping.drop_mirror, shipment)
         finally:
-            store.rm(f"{prefix}/{shipment}")
+            shipping.end_shipment(store, prefix, shipment)
 
 
 def _worker_map(fn: Callable, items: Any) -> list:
@@ -398,7 +429,7 @@ def chunk_mapper(pooled: bool = False) -> Callable[[Callable, Any], list]:
 
     if not isinstance(runner, DaskTaskRunner):
         return local
-    return functools.partial(_dask_map, runner.client, transport=scratch_transport())
+    return functools.partial(_dask_map, runner.client, transport=required_scratch_transport())
 
 
 def validation_mapper() -> Callable[[Callable, Any], list]:

@@ -15,7 +15,9 @@ What it owns
   nonce>/<object nonce>``. No object name is derived from the data (random
   nonces only); a run's objects live under its own random prefix; each
   shipment's objects are deleted when its work ends, also when it fails
-  (:func:`~dpcore.scratch_store.shipping.drop_shipment`), and a crashed run's
+  (the callers: ``tasks.common._dask_map_shipped`` and the store-aware Dask
+  runner of ``flows.runner``; a worker's copies by
+  :func:`~dpcore.scratch_store.shipping.drop_mirror`), and a crashed run's
   leftovers under its release's prefix are removed by the next run of the same
   release id (:meth:`ScratchStore.open_run`).
 * :mod:`~dpcore.scratch_store.shipping`: the transport itself. An object

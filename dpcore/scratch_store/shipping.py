@@ -13,8 +13,10 @@ process's own folder, the files downloaded there (mode 0600, folders 0700):
   :func:`register_flow_run`), or, for a chunk sent on by a worker, that worker's mirror; its objects are
   deleted once downloaded.
 
-A file downloaded from the store and sent back unchanged is referenced by its key again (no second upload),
-and one the receiver already has is not downloaded again. Nothing here logs; the sizes moved are added to
+A file downloaded from the store and sent on unchanged is referenced by its key again (no second upload: an
+EM pass's chunks), a file uploaded for one outgoing shipment is sent by its key to the other shipments of the
+run while it is unchanged (the items of one map, every template's fit; :func:`end_shipment` removes it with
+the last shipment using it), and one the receiver already has is not downloaded again. Nothing here logs; the sizes moved are added to
 :data:`MOVED` (bytes up, bytes down) for the benchmark only.
 """
 from __future__ import annotations
@@ -32,14 +34,19 @@ from ..private_files import PRIVATE_DIR, private_open
 from .store import ScratchStore
 
 _TAG = "dpr-scratch"
-#: Bytes uploaded and downloaded by this process (benchmark only; never logged).
-MOVED = {"up": 0, "down": 0}
+#: Bytes uploaded and downloaded by this process, and bytes of downloaded files sent on by their key instead of
+#: being uploaded again (an EM pass's chunks sent on by a worker) (tests and the benchmark only; never logged).
+MOVED = {"up": 0, "down": 0, "reused": 0}
 #: Run prefixes this process opened as the flow: prefix -> the warehouse's scratch folder.
 _FLOW_RUNS: dict[str, str] = {}
 #: On a worker: shipment nonce -> (store URL, run prefix) of the shipments whose mirror is here.
 _SHIPMENTS: dict[str, tuple[str, str]] = {}
 #: Files downloaded here: local path -> (key, mtime_ns, size) (sent back by reference while unchanged).
 _ORIGIN: dict[str, tuple[str, int, int]] = {}
+#: Files this process uploaded for outgoing shipments: local path -> [key, mtime_ns, size, shipments using it].
+#: A file sent again while unchanged (the detector's export, sent with every template's fit) goes by its key;
+#: its object is removed when the last shipment using it ends (:func:`end_shipment`).
+_SHARED: dict[str, list] = {}
 _LOCK = threading.RLock()
 
 
@@ -84,10 +91,12 @@ def worker_transport() -> tuple[str, str] | None:
 class _Pickler:
     """Pickles with scratch paths below ``root`` replaced by references (files uploaded on the way)."""
 
-    def __init__(self, store: ScratchStore | None, folder: str | None, root: str):
+    def __init__(self, store: ScratchStore | None, folder: str | None, root: str,
+                 share: tuple[str, str] | None = None):
         import cloudpickle
 
         self.store, self.folder, self.root = store, folder, root.rstrip("/")
+        self.share = share  # (run prefix, shipment) of an outgoing shipment: its uploads are shared
         self.uploaded: dict[str, str] = {}
         self.found: list[str] = []
         outer = self
@@ -129,10 +138,24 @@ class _Pickler:
         origin = _ORIGIN.get(local)
         if origin is not None and origin[1:] == (st.st_mtime_ns, st.st_size):
             key = origin[0]  # came from the store unchanged: send its key again
-        else:
+            MOVED["reused"] += st.st_size
+        elif self.share is None:
             key = f"{self.folder}/{new_nonce(12)}"
             self.store.put_file(local, key)
             MOVED["up"] += st.st_size
+        else:
+            prefix, shipment = self.share
+            with _LOCK:
+                got = _SHARED.get(local)
+                if got is not None and got[1:3] == [st.st_mtime_ns, st.st_size] and got[0].startswith(prefix + "/"):
+                    got[3].add(shipment)  # uploaded for another shipment of this run, unchanged since
+                    key = got[0]
+                    MOVED["reused"] += st.st_size
+                else:
+                    key = f"{prefix}/s-{new_nonce(12)}"
+                    self.store.put_file(local, key)
+                    MOVED["up"] += st.st_size
+                    _SHARED[local] = [key, st.st_mtime_ns, st.st_size, {shipment}]
         self.uploaded[local] = key
         return key
 
@@ -167,15 +190,45 @@ def ship(obj: Any, store: ScratchStore, prefix: str, shipment: str, root: str | 
     direction : {"out", "back"}
     back : str, optional
         For ``"back"``: who receives it, ``"flow"`` or ``"worker"``.
+
+    An outgoing file is uploaded once while it is unchanged (same path, modification time and size) and a
+    shipment of the run still uses it: the items of one map (each of a chunk source's items holds every
+    chunk's path) and the fits of every template (each receives the same export) send its key again. The
+    caller ends the shipment with :func:`end_shipment` (also when its work fails).
     """
     # a result's objects sit beside its shipment's, not in it: the shipment's folder may go when the work ends,
     # before the receiver has unpickled the result
     folder = f"{prefix}/{shipment}" if direction == "out" else f"{prefix}/back-{new_nonce(12)}"
-    p = _Pickler(store, folder, str(root))
+    p = _Pickler(store, folder, str(root), (prefix, shipment) if direction == "out" else None)
     payload = p.dumps(obj)
     if not p.found:
         return obj
     return Shipment(payload, store.url, prefix, f"{shipment}|{folder}", direction, back)
+
+
+def end_shipment(store: ScratchStore, prefix: str, shipment: str) -> None:
+    """The work of ``shipment`` ended (done or failed): remove its objects, and each shared upload no other
+    shipment of the run still uses."""
+    with _LOCK:
+        gone = []
+        for local, got in list(_SHARED.items()):
+            if shipment in got[3] and got[0].startswith(prefix + "/"):
+                got[3].discard(shipment)
+                if not got[3]:
+                    gone.append(got[0])
+                    del _SHARED[local]
+    try:
+        store.rm(f"{prefix}/{shipment}")
+    finally:
+        for key in gone:
+            store.rm(key)
+
+
+def forget_run(prefix: str) -> None:
+    """The run ``prefix`` ended (its whole prefix is removed by the caller): forget its shared uploads."""
+    with _LOCK:
+        for local in [k for k, got in _SHARED.items() if got[0].startswith(prefix + "/")]:
+            del _SHARED[local]
 
 
 def holds_paths(obj: Any, root: str | Path) -> list[str]:
@@ -267,12 +320,24 @@ def run_shipped(fn: Callable, url: str, prefix: str, shipment: str, back: str, i
     return ship(result, ScratchStore(url), prefix, shipment, mirror_base() / shipment, "back", back)
 
 
+def _argument_shipments(args: tuple, kwargs: dict) -> list[str]:
+    """On a worker: the shipments whose mirror holds paths of a task's arguments."""
+    base = mirror_base()
+    nonces = {Path(p).relative_to(base).parts[0] for p in holds_paths((args, kwargs), base) if p != str(base)}
+    return [n for n in nonces if n in _SHIPMENTS]
+
+
+def drop_argument_mirrors(args: tuple, kwargs: dict) -> None:
+    """On a worker, after a task whose arguments arrived through the store failed: remove their mirrors."""
+    for n in _argument_shipments(args, kwargs):
+        drop_mirror(n)
+
+
 def return_from_worker(args: tuple, kwargs: dict, result: Any) -> Any:
     """On a worker, for a Prefect task whose arguments arrived through the store: its result shipped back to the
     flow, and the shipment's mirror removed. Arguments that came from no shipment: ``result`` unchanged."""
     base = mirror_base()
-    nonces = {Path(p).relative_to(base).parts[0] for p in holds_paths((args, kwargs), base) if p != str(base)}
-    nonces = [n for n in nonces if n in _SHIPMENTS]
+    nonces = _argument_shipments(args, kwargs)
     if not nonces:
         return result
     shipment = nonces[0]

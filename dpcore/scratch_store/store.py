@@ -71,8 +71,18 @@ class ScratchStore:
 
     # -- objects ---------------------------------------------------------------------------------------
     def put_file(self, local: str, key: str) -> None:
-        """Upload the local file ``local`` to ``key`` (a path from :meth:`path`)."""
-        self.fs.put_file(local, key)
+        """Upload the local file ``local`` to ``key`` (a path from :meth:`path`).
+
+        On a ``file://`` store (a shared folder) the missing parent folders are created first, owner-only
+        (0700), and the copy is made owner-only (0600): an object store has no folders to create.
+        """
+        fs = self.fs
+        if _is_local(fs):
+            os.makedirs(key.rsplit("/", 1)[0], mode=0o700, exist_ok=True)
+            fs.put_file(local, key)
+            os.chmod(key, 0o600)
+            return
+        fs.put_file(local, key)
 
     def get_file(self, key: str, local: str) -> None:
         """Download ``key`` to the local file ``local`` (the caller makes it private)."""
@@ -150,6 +160,11 @@ class ScratchStore:
             if p not in keep:
                 self.rm(p)
         return f"{release}/{new_nonce(12)}"
+
+
+def _is_local(fs: Any) -> bool:
+    protocol = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return "file" in protocol or "local" in protocol
 
 
 def store_from_env(env: Mapping[str, str] | None = None) -> ScratchStore | None:
