@@ -5,6 +5,7 @@ What they generate at build time, so no list here goes stale when code moves:
 * the API reference: one page per package found by walking ``dpcore/`` (every folder with an
   ``__init__.py`` directly below it), one page for the modules left at ``dpcore/``'s root, and one page each
   for ``dpr``, ``flows`` and ``tasks``; rendered by mkdocstrings from the numpydoc docstrings;
+* the home page, from ``README.md`` (one text for both);
 * the Benchmarks page, from ``BENCHMARKS.md`` at the repository root (included, never copied into ``docs/``);
 * the architecture page's package table and picture, from ``docs/packages.yml`` (the one place to edit
   the list of packages: what each owns and which it may import).
@@ -99,9 +100,16 @@ def _benchmarks_page(root: Path) -> str:
     return re.sub(r"\]\(docs/", "](", text)
 
 
+def _home_page(root: Path) -> str:
+    """README.md as the site's home page (its links into ``docs/`` made relative to the site)."""
+    text = (root / "README.md").read_text()
+    return re.sub(r"\]\(docs/", "](", text).replace("](BENCHMARKS.md)", "](benchmarks.md)")
+
+
 def on_files(files, config):
-    """Add the API pages and the Benchmarks page (generated, never written into ``docs/``)."""
+    """Add the home page, the API pages and the Benchmarks page (generated, never written into ``docs/``)."""
     root = _root(config)
+    files.append(File.generated(config, "index.md", content=_home_page(root)))
     pages = api_pages(root)
     files.append(File.generated(config, "api/index.md", content=_api_index(pages)))
     for _, path, content in pages:
