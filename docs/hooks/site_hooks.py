@@ -126,12 +126,14 @@ def load_packages(root: Path) -> dict:
 
 
 def _check_packages(spec: dict, root: Path) -> None:
-    listed = {name for name in spec["packages"]}
+    """Warn (so ``--strict`` fails) where ``docs/packages.yml`` and the source tree disagree."""
+    listed = set(spec["packages"])
     for name in listed:
-        if "/" not in name and not name.startswith("dpcore."):
-            if not (root / name / "__init__.py").is_file():
-                log.warning("docs/packages.yml lists package %s, which does not exist: edit docs/packages.yml", name)
-        elif name.startswith("dpcore.") and not (root / "dpcore" / name.split(".", 1)[1] / "__init__.py").is_file():
+        if name.startswith("dpcore."):
+            exists = (root / "dpcore" / name.split(".", 1)[1] / "__init__.py").is_file()
+        else:
+            exists = (root / name).is_dir()
+        if not exists:
             log.warning("docs/packages.yml lists package %s, which does not exist: edit docs/packages.yml", name)
     for pkg in dpcore_packages(root):
         if f"dpcore.{pkg}" not in listed:
@@ -173,12 +175,17 @@ def _picture(spec: dict) -> str:
 
 
 def _table(spec: dict) -> str:
-    rows = ["| package | layer | what it owns | may import |", "|---|---|---|---|"]
+    """The package table: layer, what each owns, why it sits where it does, what it may import."""
+    rows = ["| package | layer | what it owns | why it is there | may import |", "|---|---|---|---|---|"]
     layer_of = {n: layer["name"] for layer in spec["layers"] for n in layer["packages"]}
+
+    def cell(text) -> str:
+        return " ".join(str(text or "").split()).replace("|", "\\|") or "—"
+
     for name, info in spec["packages"].items():
-        owns = " ".join(str(info.get("owns", "")).split())
-        imports = ", ".join(f"`{i}`" for i in info.get("may_import", [])) or "—"
-        rows.append(f"| `{name}` | {layer_of.get(name, '?')} | {owns} | {imports} |")
+        imports = ", ".join(f"`{i}`" for i in info.get("may_import", [])) or "the packages of the layers below"
+        rows.append(f"| `{name}` | {cell(layer_of.get(name, '?'))} | {cell(info.get('owns'))} | "
+                    f"{cell(info.get('why'))} | {imports} |")
     return "\n".join(rows)
 
 
