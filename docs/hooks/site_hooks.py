@@ -148,9 +148,9 @@ def _check_packages(spec: dict, root: Path) -> None:
 
 def _picture(spec: dict) -> str:
     """An SVG of the layers: one row of boxes per layer, top to bottom; a layer may import the layers below it."""
-    box_w, box_h, gap, row_gap, pad = 150, 34, 12, 46, 16
+    box_w, box_h, gap, row_gap, pad, label_w = 150, 30, 12, 28, 16, 190
     widest = max(len(layer["packages"]) for layer in spec["layers"])
-    width = pad * 2 + 140 + widest * (box_w + gap)
+    width = pad * 2 + label_w + widest * (box_w + gap)
     parts = []
     y = pad
     for n, layer in enumerate(spec["layers"]):
@@ -158,12 +158,12 @@ def _picture(spec: dict) -> str:
         parts.append(f'<text x="{pad}" y="{y + box_h / 2 + 5}" font-size="13" font-weight="bold">'
                      f'{html.escape(layer["name"])}</text>')
         for i, name in enumerate(names):
-            x = pad + 140 + i * (box_w + gap)
+            x = pad + label_w + i * (box_w + gap)
             parts.append(f'<rect x="{x}" y="{y}" width="{box_w}" height="{box_h}" rx="6" fill="#e8eaf6" '
                          f'stroke="#3f51b5"/><text x="{x + box_w / 2}" y="{y + box_h / 2 + 5}" font-size="12" '
                          f'text-anchor="middle">{html.escape(name)}</text>')
         if n + 1 < len(spec["layers"]):
-            ax = pad + 140 + box_w / 2
+            ax = pad + label_w + box_w / 2
             parts.append(f'<line x1="{ax}" y1="{y + box_h}" x2="{ax}" y2="{y + box_h + row_gap - 4}" '
                          f'stroke="#555" stroke-width="1.5" marker-end="url(#arrow)"/>')
         y += box_h + row_gap
