@@ -48,30 +48,30 @@ def test_the_docs_build_strictly(tmp_path):
 def test_api_pages_follow_the_package_tree(tmp_path):
     """A package added under dpcore/ gets its API page; modules left at the root get the root page."""
     hooks = _hooks()
-    for pkg in ("budget", "storage"):
+    for pkg in ("pkg_one", "pkg_two"):  # made-up names (a module-moving script rewrites real ones)
         (tmp_path / "dpcore" / pkg).mkdir(parents=True)
         (tmp_path / "dpcore" / pkg / "__init__.py").write_text('"""x"""\n')
     (tmp_path / "dpcore" / "__init__.py").write_text("")
-    (tmp_path / "dpcore" / "spec.py").write_text("")
+    (tmp_path / "dpcore" / "left_at_root.py").write_text("")
     pages = {title: (path, text) for title, path, text in hooks.api_pages(tmp_path)}
-    assert set(pages) == {"dpcore.budget", "dpcore.storage", "dpcore (root modules)"}
-    assert "::: dpcore.budget" in pages["dpcore.budget"][1]
-    assert "::: dpcore.spec" in pages["dpcore (root modules)"][1]
+    assert set(pages) == {"dpcore.pkg_one", "dpcore.pkg_two", "dpcore (root modules)"}
+    assert "::: dpcore.pkg_one" in pages["dpcore.pkg_one"][1]
+    assert "::: dpcore.left_at_root" in pages["dpcore (root modules)"][1]
 
 
 def test_a_package_missing_from_packages_yml_is_a_warning(tmp_path, caplog):
     """docs/packages.yml is the one list of packages: a package it leaves out (or names wrongly) fails --strict."""
     hooks = _hooks()
-    (tmp_path / "dpcore" / "budget").mkdir(parents=True)
-    (tmp_path / "dpcore" / "budget" / "__init__.py").write_text("")
+    (tmp_path / "dpcore" / "pkg_new").mkdir(parents=True)
+    (tmp_path / "dpcore" / "pkg_new" / "__init__.py").write_text("")
     (tmp_path / "dpcore" / "__init__.py").write_text("")
-    spec = {"layers": [{"name": "base", "packages": ["dpcore", "dpcore.ledger"]}],
-            "packages": {"dpcore": {"owns": "root"}, "dpcore.ledger": {"owns": "gone"}}}
+    spec = {"layers": [{"name": "base", "packages": ["dpcore", "dpcore.pkg_gone"]}],
+            "packages": {"dpcore": {"owns": "root"}, "dpcore.pkg_gone": {"owns": "gone"}}}
     with caplog.at_level(logging.WARNING, logger="mkdocs.plugins.dpr_site"):
         hooks._check_packages(spec, tmp_path)
     text = "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
-    assert "dpcore/budget is a package that docs/packages.yml does not list" in text
-    assert "lists package dpcore.ledger, which does not exist" in text
+    assert "dpcore/pkg_new is a package that docs/packages.yml does not list" in text
+    assert "lists package dpcore.pkg_gone, which does not exist" in text
     real = yaml.safe_load((ROOT / "docs" / "packages.yml").read_text())
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="mkdocs.plugins.dpr_site"):
