@@ -17,7 +17,8 @@ from pathlib import Path
 from benchmarks._record import BENCHMARKS, record
 
 PICTURE = BENCHMARKS.parent / "docs" / "img" / "scale.png"
-SECTION = re.compile(r"<!-- BEGIN (scale(?:-[\w.]+)?) -->\n(.*?)<!-- END \1 -->", re.S)
+#: The scale runs of one DPR_MEMORY_LIMIT each (``scale``, ``scale-1GiB``, …; not other scale sections).
+SECTION = re.compile(r"<!-- BEGIN (scale(?:-\d+[KMG]i?B)?) -->\n(.*?)<!-- END \1 -->", re.S)
 ROW = re.compile(r"^\| (\d+)x \| ([\d,]+) \| (\w+)[^|]* \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", re.M)
 
 

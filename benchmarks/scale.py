@@ -420,11 +420,6 @@ def memory_goal(results: list[dict], memory_limit: str | None) -> list[str]:
     return out
 
 
-#: A capped run's section refers to the default run's for the method (one copy of it in BENCHMARKS.md).
-METHOD_SAME = ["", "Method, columns and load as in [Scale: the whole pipeline on 1x / 10x / 100x the demo]"
-               "(#scale-the-whole-pipeline-on-1x-10x-100x-the-demo-issue-21), with `DPR_MEMORY_LIMIT` set as above."]
-
-
 def section(results: list[dict], args) -> str:
     by = {r["factor"]: r for r in results}
     one = by.get(1) if by.get(1, {}).get("ok") else None
@@ -443,28 +438,26 @@ def section(results: list[dict], args) -> str:
         + "). `DPR_MEMORY_LIMIT` "
         + (f"= {args.memory_limit}" if args.memory_limit else "unset (the 2 GiB default: chunks sized for it, DuckDB's memory_limit a quarter of it)")
         + ". The ratios below are against the 1x run of the same command.",
-        *(METHOD_SAME if args.memory_limit else [
-            "",
-            "The demo's NYC flights (336,776 rows) written f times to one CSV, one copy at a time: ids renumbered "
-            "`F00000001`.., copy 0 the demo itself, copies 1.. with seeded integer jitter on {-2..+2} on dep_delay, "
-            "arr_delay and air_time clipped to the spec's bounds (empty cells stay empty: the same ~2.8% quarantined). "
-            "The spec is `specs/demo.yaml` with the CSV as source; its roster and AIQ record ids are kept with ids "
-            "widened (the same flights, in copy 0), `from_detector` (AIQ, PCOR) kept. Each factor runs "
-            "`python -m flows.release_pipeline --spec <copy>` (the entry point of `scripts/demo.sh`) in a fresh process "
-            "with its own `DPR_HOME` and `PREFECT_HOME` (the dataset's registration and Prefect's database made first, "
-            "untimed, as `scripts/demo.sh`'s set-up does once), under `/usr/bin/time -v`, with `RLIMIT_AS` = "
-            f"{args.mem_cap_gb:g} GiB, the process tree's RSS watched against the same cap and a wall-clock timeout.",
-            "",
-            "Peak RSS = `/usr/bin/time`'s maximum resident set size (the largest single process: the flow process); "
-            "tree = the largest sum over the process tree (flow + temporary Prefect server) sampled every 0.5 s. "
-            "Stage times from the Prefect \"Task run ... Finished\" lines: end of the previous stage to the end of "
-            "the stage's last task (startup = process start, imports, Prefect server, preflight; ingest includes "
-            "opening the release run; validate includes the cost preflight, which reserves the whole plan once the "
-            "input is validated; teardown = after the bundle to process exit). Load = 1-minute load average before / "
-            "highest during / after: on 2 shared cores, times taken at a load above 2 are inflated by the other work "
-            "(memory is not). A factor other than 1 / 10 / 100 is an extra point for the extrapolation that decides "
-            "whether 100x is run (from the two largest factors measured, linear in rows)."
-        ]),
+        "",
+        "The demo's NYC flights (336,776 rows) written f times to one CSV, one copy at a time: ids renumbered "
+        "`F00000001`.., copy 0 the demo itself, copies 1.. with seeded integer jitter on {-2..+2} on dep_delay, "
+        "arr_delay and air_time clipped to the spec's bounds (empty cells stay empty: the same ~2.8% quarantined). "
+        "The spec is `specs/demo.yaml` with the CSV as source; its roster and AIQ record ids are kept with ids "
+        "widened (the same flights, in copy 0), `from_detector` (AIQ, PCOR) kept. Each factor runs "
+        "`python -m flows.release_pipeline --spec <copy>` (the entry point of `scripts/demo.sh`) in a fresh process "
+        "with its own `DPR_HOME` and `PREFECT_HOME` (the dataset's registration and Prefect's database made first, "
+        "untimed, as `scripts/demo.sh`'s set-up does once), under `/usr/bin/time -v`, with `RLIMIT_AS` = "
+        f"{args.mem_cap_gb:g} GiB, the process tree's RSS watched against the same cap and a wall-clock timeout.",
+        "",
+        "Peak RSS = `/usr/bin/time`'s maximum resident set size (the largest single process: the flow process); "
+        "tree = the largest sum over the process tree (flow + temporary Prefect server) sampled every 0.5 s. "
+        "Stage times from the Prefect \"Task run ... Finished\" lines: end of the previous stage to the end of "
+        "the stage's last task (startup = process start, imports, Prefect server, preflight; ingest includes "
+        "opening the release run; validate includes the cost preflight, which reserves the whole plan once the "
+        "input is validated; teardown = after the bundle to process exit). Load = 1-minute load average before / "
+        "highest during / after: on 2 shared cores, times taken at a load above 2 are inflated by the other work "
+        "(memory is not). A factor other than 1 / 10 / 100 is an extra point for the extrapolation that decides "
+        "whether 100x is run (from the two largest factors measured, linear in rows).",
         "",
         "| factor | rows | status | wall s | peak RSS GB | tree GB | RSS / 1x | wall / 1x | load | run at (UTC) |",
         "|---|---|---|---|---|---|---|---|---|---|",

@@ -166,7 +166,7 @@ def test_named_scripts_files_and_settings_exist():
         for w in _words(line):
             if re.match(r"^(\./)?(scripts|deployments)/[\w.]+$", w):
                 assert (ROOT / w).is_file(), f"{line}: {w} does not exist"
-    code = "\n".join(p.read_text() for d in ("dpcore", "flows", "tasks", "dpr", "scripts", "deployments")
+    code = "\n".join(p.read_text() for d in ("dpcore", "flows", "tasks", "dpr", "scripts", "deployments", "benchmarks")
                      for p in (ROOT / d).rglob("*") if p.suffix in (".py", ".sh"))
     code += (ROOT / "tests" / "conftest.py").read_text()  # the suite's own settings (README "Tests")
     for var in sorted(set(re.findall(r"\bDPR_[A-Z_]+\b", README))):
