@@ -114,6 +114,8 @@ def main() -> None:
         rows.append(f"| {K} | 17 | {base:.2f} | {now:.2f} | {now / base:.2f} |")
         print(rows[-1], flush=True)
     md = "\n".join([
+        "## Plots: drawing the count-of-counts pictures of a release",
+        "",
         "Count-of-counts pictures (`dpcore.plots.coco_plots`), the demo's shape (16 carriers x 3 origins, 40 "
         "bins): wall seconds per call, best of "
         f"{args.repeat}, against the earlier drawing (bars and `tight_layout`) run in the same process. "
