@@ -15,7 +15,7 @@ parameters (Grubbs alpha 0.05, BFS n = 50, epsilon 0.2, overlap utility, start a
 
 Each is timed ``--repeats`` times, interleaved, with production noise (the OS CSPRNG). The ratio is the
 median absent duration over the median present one, both measured in this run. AIQ: one
-:func:`dpcore.neighbors_sql.table_ball_counts` aggregate over the flights' four numeric attributes in an
+:func:`dpcore.mechanisms.neighbors_sql.table_ball_counts` aggregate over the flights' four numeric attributes in an
 in-memory DuckDB table, with the present record's point and with the absent id's stand-in point.
 
 Before issue 46.2 an absent id returned at once (the issue measured 0.001 s against 0.35-0.62 s for
@@ -96,8 +96,8 @@ def aiq_times(frame, repeats: int) -> tuple[float, float]:
     """(median seconds) of one ball-count aggregate with a present record's point, and with the stand-in point."""
     import duckdb
 
-    from dpcore.neighbors import scale_by_bounds
-    from dpcore.neighbors_sql import table_ball_counts
+    from dpcore.mechanisms.neighbors import scale_by_bounds
+    from dpcore.mechanisms.neighbors_sql import table_ball_counts
 
     raw = yaml.safe_load(SPEC.read_text())
     num = raw["schema"]["numeric"]

@@ -170,8 +170,8 @@ def small(n: int) -> None:
     import pandas as pd
     import yaml
 
-    from dpcore.ingest import materialise_demo
-    from dpcore.spec import DemoSource
+    from dpcore.ingest.raw import materialise_demo
+    from dpcore.release.spec import DemoSource
 
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)

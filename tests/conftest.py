@@ -158,8 +158,8 @@ def register_dataset():
 @pytest.fixture(scope="session")
 def small_flights_csv(tmp_path_factory) -> Path:
     """The first 3,000 NYC flights as a CSV (includes cancelled flights with empty cells)."""
-    from dpcore.ingest import materialise_demo
-    from dpcore.spec import DemoSource
+    from dpcore.ingest.raw import materialise_demo
+    from dpcore.release.spec import DemoSource
 
     folder = tmp_path_factory.mktemp("flights")
     src = materialise_demo(DemoSource(kind="demo", limit=3000), folder)

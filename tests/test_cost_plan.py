@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpcore.budget import PrivacyCost
-from dpcore.cost_plan import ReleaseBlockedError, plan_release
-from dpcore.ledger import PrivacyLedger
-from dpcore.pipeline import PreflightError
-from dpcore.settings import Settings
-from dpcore.spec import load_spec
-from dpcore.warehouse import Warehouse
+from dpcore.budget.amounts import PrivacyCost
+from dpcore.run.cost_plan import ReleaseBlockedError, plan_release
+from dpcore.budget.ledger import PrivacyLedger
+from dpcore.run.pipeline import PreflightError
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import load_spec
+from dpcore.storage.warehouse import Warehouse
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 

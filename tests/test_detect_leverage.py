@@ -177,7 +177,7 @@ def test_spec_exposes_start_and_n_subsets_and_the_step_passes_them(monkeypatch):
     from pydantic import ValidationError
 
     import dpcore.steps.detect as step
-    from dpcore.spec import DetectSpec, load_spec
+    from dpcore.release.spec import DetectSpec, load_spec
 
     assert DetectSpec().start == "auto" and DetectSpec().n_subsets is None
     assert DetectSpec(start="legacy", n_subsets=1000).start == "legacy"

@@ -146,7 +146,7 @@ def test_start_sample_rows_are_uniform_distinct_and_need_only_n_and_the_key():
 
 
 def test_spec_start_sample_is_validated_and_named(small_spec_path, tmp_path):
-    from dpcore.spec import load_spec
+    from dpcore.release.spec import load_spec
 
     assert load_spec(small_spec_path).steps.detect.start_sample == 500_000
     raw = yaml.safe_load(small_spec_path.read_text())
@@ -160,9 +160,9 @@ def test_spec_start_sample_is_validated_and_named(small_spec_path, tmp_path):
 
 # --------------------------------------------------------------------------- the detect step over Parquet chunks
 def _prepared(dpr_home, spec_path, **detect):
-    from dpcore.pipeline import ingest_stage, validate_stage
-    from dpcore.settings import Settings
-    from dpcore.spec import load_spec
+    from dpcore.run.pipeline import ingest_stage, validate_stage
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import load_spec
 
     raw = yaml.safe_load(spec_path.read_text())
     raw["steps"]["detect"].update(detect)
@@ -227,7 +227,7 @@ def test_streamed_step_with_a_start_sample_equals_the_in_memory_fit(dpr_home, sm
     scores, _flags, models = None, None, None
     if rows == 1:
         from dpcore.detect.streaming import fit_partitions
-        from dpcore.partitions import exported
+        from dpcore.storage.partitions import exported
         t = templates_of(spec)[0]
         wh = open_stores(settings).warehouse
         sql = (f'SELECT _row, "{t.behavioural}", {", ".join(chr(34) + c + chr(34) for c in t.contextual)} '

@@ -7,7 +7,7 @@ tests check the timing-independent properties: the exit code and message, no ``r
 for the spec in the Prefect database (read through the test harness's client), and no Prefect module loaded
 by the command (its ``sys.modules`` at exit).
 
-The release flow itself calls :func:`dpcore.cost_plan.release_blockers` before ingest, so a run started by a
+The release flow itself calls :func:`dpcore.run.cost_plan.release_blockers` before ingest, so a run started by a
 deployment's worker (which does not pass through ``dpr run``) is refused for the same reasons, with the same
 message, having read nothing.
 """
@@ -128,11 +128,11 @@ def test_a_bad_period_is_refused_without_a_flow_run(tmp_path, period):
 
 def test_a_stored_rerun_is_answered_from_the_ledger_without_prefect_or_a_flow_run(small_spec_path, tmp_path,
                                                                                   monkeypatch):
-    from dpcore.charge_summary import release_budget_line
-    from dpcore.budget import PrivacyCost
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.spec import load_spec
-    from dpcore.warehouse import Warehouse
+    from dpcore.budget.charge_summary import release_budget_line
+    from dpcore.budget.amounts import PrivacyCost
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.release.spec import load_spec
+    from dpcore.storage.warehouse import Warehouse
 
     from flows.release_pipeline import release_pipeline
 
@@ -164,10 +164,10 @@ def test_the_release_flow_refuses_what_release_blockers_blocks_before_reading_da
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    from dpcore.cost_plan import release_blockers
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.spec import load_spec
-    from dpcore.warehouse import Warehouse
+    from dpcore.run.cost_plan import release_blockers
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.release.spec import load_spec
+    from dpcore.storage.warehouse import Warehouse
     from flows.release_pipeline import release_pipeline
 
     home = tmp_path / "home"

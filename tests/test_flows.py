@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpcore.cost_plan import ReleaseBlockedError
-from dpcore.ledger import PrivacyLedger
-from dpcore.settings import Settings
-from dpcore.warehouse import Warehouse
+from dpcore.run.cost_plan import ReleaseBlockedError
+from dpcore.budget.ledger import PrivacyLedger
+from dpcore.storage.settings import Settings
+from dpcore.storage.warehouse import Warehouse
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 

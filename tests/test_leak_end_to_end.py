@@ -344,7 +344,7 @@ class _Normaliser:
 
     * the run's folder (``tmp_path/run<i>``, chosen by this test: spec path parameter, bundle and
       warehouse paths in logs, artifacts and the flow's return value);
-    * the manifest's ``input_id``: a random nonce from the OS CSPRNG (``dpcore.lineage.new_nonce``);
+    * the manifest's ``input_id``: a random nonce from the OS CSPRNG (``dpcore.storage.lineage.new_nonce``);
     * the manifest's ``ledger.id``: a random nonce made with each fresh ledger (each run has its own home);
     * each charge's ``ref`` / ``public_ref``: a random nonce per charge, numbered here in the
       manifest's charge order (which is the order the steps ran, a public fact);
@@ -471,8 +471,8 @@ CHARGED_COLUMNS: dict[str, list[str] | None] = {
     "unattributed__sorted_sizes": ["size"],
     "pcor__explanations": ["status", "context", "bits"],
 }
-COCO_PLOTS = re.compile(r"^coco_.*\.png$")  # pictures of the released coco histograms (dpcore.plots.coco_plots)
-#: picture of the released (charged) sorted group sizes (dpcore.plots.rank_size_plot)
+COCO_PLOTS = re.compile(r"^coco_.*\.png$")  # pictures of the released coco histograms (dpcore.publish.plots.coco_plots)
+#: picture of the released (charged) sorted group sizes (dpcore.publish.plots.rank_size_plot)
 UNATTRIBUTED_PLOT = "unattributed.png"
 
 
@@ -640,7 +640,7 @@ def differences(base: tuple[dict, dict], other: tuple[dict, dict], name: str) ->
 # ----------------------------------------------------------------------------- the test
 def _warehouse_facts(run: Run) -> dict[str, Any]:
     """Internal (non-public) facts of a run, to show the inputs really differ inside the warehouse."""
-    from dpcore.warehouse import Warehouse
+    from dpcore.storage.warehouse import Warehouse
 
     wh = Warehouse(run.dpr_home / "warehouse.duckdb")
     (vt,) = [r[0] for r in wh.query("SELECT table_name FROM information_schema.tables WHERE table_schema = 'validated'")]

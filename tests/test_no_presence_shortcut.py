@@ -126,10 +126,10 @@ def test_aiq_counts_the_same_points_for_a_present_and_an_absent_id(dpr_home, sma
     (the detector's choice stubbed: one record, or none); the absent id's answer still comes from the
     data-independent input (0, 0)."""
     import dpcore.steps.aiq as step
-    from dpcore.pipeline import ingest_stage, validate_stage
-    from dpcore.settings import Settings
-    from dpcore.spec import load_spec
-    from dpcore.warehouse import Warehouse
+    from dpcore.run.pipeline import ingest_stage, validate_stage
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import load_spec
+    from dpcore.storage.warehouse import Warehouse
 
     counted: list[int] = []
     real = step.table_ball_counts

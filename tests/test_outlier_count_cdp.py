@@ -40,7 +40,7 @@ from dpcore.noise.smooth_cdp import (
     lln_tail,
     zcdp_rho_for,
 )
-from dpcore.spec import OutlierCountsSpec
+from dpcore.release.spec import OutlierCountsSpec
 from test_outlier_count_neighbours import _datasets, _neighbours
 
 EPS, DELTA = 0.5775, 1e-6

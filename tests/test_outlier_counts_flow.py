@@ -9,11 +9,11 @@ import pytest
 import yaml
 from prefect.exceptions import ParameterTypeError
 
-from dpcore.accuracy import interval_text
-from dpcore.ledger import PrivacyLedger
-from dpcore.settings import Settings
+from dpcore.mechanisms.accuracy import interval_text
+from dpcore.budget.ledger import PrivacyLedger
+from dpcore.storage.settings import Settings
 from dpcore.steps.common import StepInputError
-from dpcore.warehouse import Warehouse
+from dpcore.storage.warehouse import Warehouse
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 STEPS = ("outlier_subspaces", "outlier_count")
@@ -147,7 +147,7 @@ def test_epsilon_total_with_auto_charges_the_total_as_pure_dp_and_publishes_the_
 
 
 def test_epsilon_total_and_an_explicit_epsilon_are_refused_before_any_charge(dpr_home, small_spec_path, tmp_path):
-    from dpcore.spec import SpecError, load_spec
+    from dpcore.release.spec import SpecError, load_spec
 
     spec = yaml.safe_load(small_spec_path.read_text())
     spec["steps"]["outlier_counts"].update({"enabled": True, "epsilon_total": 1.5, "epsilon_count": 0.5})

@@ -125,7 +125,7 @@ def demo(small_flights_csv):
     """The conftest's demo sample (first 3,000 flights) as the step would see it: arr_delay, carrier x origin x month."""
     from pathlib import Path
 
-    from dpcore.spec import load_spec
+    from dpcore.release.spec import load_spec
 
     spec = load_spec(Path(__file__).resolve().parents[1] / "specs" / "demo.yaml")
     sp = ContextSpace.from_domains(ATTRS, [spec.public_schema.categorical[a].domain for a in ATTRS])
@@ -301,9 +301,9 @@ def test_demo_verifier_decisions_are_the_same(demo, verifier):
 
 
 def _prepared(tmp_path, small_spec_path, **pcor):
-    from dpcore.pipeline import ingest_stage, validate_stage
-    from dpcore.settings import Settings
-    from dpcore.spec import load_spec
+    from dpcore.run.pipeline import ingest_stage, validate_stage
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import load_spec
 
     spec = yaml.safe_load(small_spec_path.read_text())
     spec["steps"]["pcor"].update({"enabled": True, "from_detector": 0, "n_samples": 5, **pcor})
@@ -360,7 +360,7 @@ def test_the_step_builds_the_same_index_and_seeds_the_same_searches(dpr_home, tm
 
 def _old_detector_targets(spec, settings, ingested, verifier):
     """The choice as it was made before: every flagged candidate checked on the row-based index of the table."""
-    from dpcore.spec import pcor_source_templates
+    from dpcore.release.spec import pcor_source_templates
     from dpcore.steps.common import open_stores
     from dpcore.steps.detect import flagged_by_score
 
@@ -407,8 +407,8 @@ def test_aggregate_index_reads_entries_not_rows(tmp_path, monkeypatch):
     only those pairs, in chunks sized by DPR_MEMORY_LIMIT; the index equals the row-based one; targets are looked
     up by id (absent ids: -1) with their input-row-order positions."""
     import dpcore.steps.pcor as step
-    from dpcore.chunks import MemoryBudget
-    from dpcore.warehouse import Warehouse
+    from dpcore.runtime.chunks import MemoryBudget
+    from dpcore.storage.warehouse import Warehouse
 
     monkeypatch.setenv("DPR_MEMORY_LIMIT", "64MiB")
     n = 200_000

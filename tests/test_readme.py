@@ -201,8 +201,8 @@ def test_the_worked_example_runs_as_written(prefect_harness, tmp_path):
 
 def test_the_demo_budget_line_matches_the_demo_specs_cost_plan():
     """The README's printed demo budget is what a first demo release charges (the cost plan of specs/demo.yaml)."""
-    from dpcore.cost_plan import plan_release
-    from dpcore.spec import load_spec
+    from dpcore.run.cost_plan import plan_release
+    from dpcore.release.spec import load_spec
 
     plan = plan_release(load_spec(ROOT / "specs" / "demo.yaml"))
     assert not plan.problems

@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpcore.budget import BudgetExceededError, PrivacyCost
-from dpcore.cost_plan import plan_release
-from dpcore.ledger import ChargeRequest, PrivacyLedger
-from dpcore.release_runs import ReleaseIdTakenError, ReleaseInProgressError, close_run, open_run
-from dpcore.settings import Settings
-from dpcore.spec import load_spec
-from dpcore.warehouse import Warehouse
+from dpcore.budget.amounts import BudgetExceededError, PrivacyCost
+from dpcore.run.cost_plan import plan_release
+from dpcore.budget.ledger import ChargeRequest, PrivacyLedger
+from dpcore.run.release_runs import ReleaseIdTakenError, ReleaseInProgressError, close_run, open_run
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import load_spec
+from dpcore.storage.warehouse import Warehouse
 from owner_registration import register_spec
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.unregistered]  # registers its own cap
@@ -134,7 +134,7 @@ def test_a_second_live_run_of_the_same_release_id_is_refused_and_charges_nothing
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from dpcore.release_runs import open_run
+        from dpcore.run.release_runs import open_run
         open_run(__import__("pathlib").Path({str(settings.warehouse)!r}), "nycflights13", "id-r1", "pipeline",
                  {lines!r})
         print("held", flush=True)

@@ -97,15 +97,15 @@ def _stop(client, cluster, procs) -> None:
 
 
 def _store():
-    from dpcore.scratch_store import ScratchStore
+    from dpcore.storage.scratch_store import ScratchStore
 
     return ScratchStore(f"s3://{BUCKET}/scratch")
 
 
 def _run(home: Path, spec_path: Path, mapper, monkeypatch) -> dict:
-    from dpcore.pipeline import ingest_stage, validate_stage
-    from dpcore.settings import Settings
-    from dpcore.spec import load_spec
+    from dpcore.run.pipeline import ingest_stage, validate_stage
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import load_spec
     from dpcore.steps.common import open_stores
     from dpcore.steps.detect import run_detection_streamed
     from dpcore.validation import validated_table_name
@@ -130,7 +130,7 @@ def _run(home: Path, spec_path: Path, mapper, monkeypatch) -> dict:
 
 def _store_mapper(client, home: Path, used: list):
     """What :func:`tasks.common.chunk_mapper` gives a flow run with a Dask runner and ``DPR_SCRATCH_URL``."""
-    from dpcore.scratch_store.shipping import register_flow_run
+    from dpcore.storage.scratch_store.shipping import register_flow_run
     from tasks.common import _dask_map
 
     store = _store()
@@ -151,8 +151,8 @@ def test_chunks_through_s3_on_workers_that_cannot_see_the_warehouse(tmp_path, sm
                                                                     hidden_cluster):
     import yaml
 
-    from dpcore.chunks import serial_map
-    from dpcore.scratch_store import shipping
+    from dpcore.runtime.chunks import serial_map
+    from dpcore.storage.scratch_store import shipping
 
     client, hidden = hidden_cluster
     home = hidden / "dask"
@@ -184,7 +184,7 @@ def _fail_chunk(item):
 
 def test_a_failing_chunk_leaves_no_object(tmp_path, hidden_cluster):
     """Files shipped with a chunk that fails on the worker are removed from the store and the workers."""
-    from dpcore.scratch_store.shipping import mirror_base, register_flow_run
+    from dpcore.storage.scratch_store.shipping import mirror_base, register_flow_run
     from tasks.common import _dask_map
 
     client, hidden = hidden_cluster
@@ -215,7 +215,7 @@ def test_a_crashed_runs_leftovers_go_with_the_next_run_of_the_release(s3):
 
 
 def test_an_unreachable_store_or_credentials_in_the_url_are_refused_in_one_line(s3, monkeypatch):
-    from dpcore.scratch_store import ScratchStore, ScratchStoreError, store_from_env
+    from dpcore.storage.scratch_store import ScratchStore, ScratchStoreError, store_from_env
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")  # nothing listens there
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
@@ -246,7 +246,7 @@ def test_detect_flow_on_a_dask_runner_through_s3_equals_the_default_runner(tmp_p
     scores and flags as the default runner's; the export goes up once for both templates' fits; no object left
     in the bucket."""
     import flows.detect
-    from dpcore.settings import Settings
+    from dpcore.storage.settings import Settings
     from dpcore.steps.common import open_stores
     from flows.runner import task_runner_from_env
     from owner_registration import register_spec
@@ -254,7 +254,7 @@ def test_detect_flow_on_a_dask_runner_through_s3_equals_the_default_runner(tmp_p
     client, hidden = hidden_cluster
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
-    from dpcore.scratch_store import shipping
+    from dpcore.storage.scratch_store import shipping
 
     up, reused = shipping.MOVED["up"], shipping.MOVED["reused"]
     out = {}
@@ -314,8 +314,8 @@ def test_a_seeded_release_through_s3_on_hidden_workers_equals_the_default_runner
     seed: every public file of the bundle is the same, byte for byte (run-specific values masked in the
     manifest, the report and the charges table); the chunks went through S3; no object is left."""
     import flows.release_pipeline
-    from dpcore.scratch_store import shipping
-    from dpcore.settings import Settings
+    from dpcore.storage.scratch_store import shipping
+    from dpcore.storage.settings import Settings
     from flows.runner import task_runner_from_env
     from owner_registration import register_spec
 
@@ -365,7 +365,7 @@ def _charges(data: bytes, name: str) -> pd.DataFrame:
 
 
 def _worker_moved() -> dict:
-    from dpcore.scratch_store import shipping
+    from dpcore.storage.scratch_store import shipping
 
     return dict(shipping.MOVED)
 
@@ -384,7 +384,7 @@ def _masked(data: bytes) -> str:
 def _detect_in_process(spec_path: Path, home: Path, client, monkeypatch, release_id: str | None = None):
     """The detect flow on the hidden cluster through the store, in this process; its final state."""
     import flows.detect
-    from dpcore.settings import Settings
+    from dpcore.storage.settings import Settings
     from flows.runner import task_runner_from_env
     from owner_registration import register_spec
 
@@ -407,7 +407,7 @@ def test_a_failed_step_leaves_no_object_in_the_bucket(tmp_path, small_spec_path,
     step's chunks went up (fault point ``scratch:shipped``, raised), and a detector fit fails on a worker after
     its chunks arrived. Each time the bucket and the workers' mirrors are empty afterwards."""
     import flows.detect
-    from dpcore.scratch_store import shipping
+    from dpcore.storage.scratch_store import shipping
     from tasks.common import private_task
 
     client, hidden = hidden_cluster
@@ -437,8 +437,8 @@ def test_a_killed_runs_objects_go_with_the_rerun_of_its_release_id(tmp_path, sma
     are in the store leaves them there; the next run of the same release id removes them before it starts,
     and leaves nothing itself."""
     from child_runs import child_env, finish, spawn
-    from dpcore.scratch_store import release_key
-    from dpcore.settings import Settings
+    from dpcore.storage.scratch_store import release_key
+    from dpcore.storage.settings import Settings
     from owner_registration import register_spec
 
     client, hidden = hidden_cluster
@@ -481,7 +481,7 @@ def test_a_store_that_refuses_the_credentials_or_cannot_be_reached_stops_the_rel
 
     import flows.release_pipeline
     from child_runs import read_runs
-    from dpcore.settings import Settings
+    from dpcore.storage.settings import Settings
     from flows.runner import task_runner_from_env
     from owner_registration import register_spec
     from test_operations import _ledger
@@ -540,7 +540,7 @@ def test_every_flow_opens_the_store_before_it_maps_work_and_a_flow_that_did_not_
     from prefect import Flow, flow
 
     import flows
-    from dpcore.scratch_store import ScratchStoreError
+    from dpcore.storage.scratch_store import ScratchStoreError
     from flows.runner import task_runner_from_env
     from tasks.common import chunk_mapper, private_task
 
@@ -581,8 +581,8 @@ def _read_one(item):
 def test_a_file_every_item_of_a_map_references_goes_up_once(tmp_path, hidden_cluster):
     """A chunk source's items each hold every chunk's path (the rules' recount, the EM passes): one map uploads
     each file once, not once per item; each worker answers from its own downloaded copy."""
-    from dpcore.scratch_store import shipping
-    from dpcore.scratch_store.shipping import register_flow_run
+    from dpcore.storage.scratch_store import shipping
+    from dpcore.storage.scratch_store.shipping import register_flow_run
     from tasks.common import _dask_map
 
     client, hidden = hidden_cluster

@@ -20,14 +20,14 @@ pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 
 def _count_loads(monkeypatch) -> list[str]:
-    """Replace ``load_spec`` wherever it is bound (``dpcore.spec`` and every importer); the list of loaded paths."""
-    import dpcore.spec
+    """Replace ``load_spec`` wherever it is bound (``dpcore.release.spec`` and every importer); the list of loaded paths."""
+    import dpcore.release.spec
     import dpr.run_cmd  # noqa: F401  (imported first, so that their bound name is replaced too)
     import flows.release_pipeline  # noqa: F401
     import tasks.common  # noqa: F401
     import tasks.series  # noqa: F401
 
-    real, calls = dpcore.spec.load_spec, []
+    real, calls = dpcore.release.spec.load_spec, []
 
     def counting(path, **overrides):
         calls.append(str(path))

@@ -21,8 +21,8 @@ import yaml
 
 from dpcore.detect.combine import Template
 from dpcore.detect.streaming import fit_partitions
-from dpcore.partitions import export_partitions, scratch_dir
-from dpcore.spec import load_spec
+from dpcore.storage.partitions import export_partitions, scratch_dir
+from dpcore.release.spec import load_spec
 from owner_registration import register_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +109,7 @@ def test_the_unfitted_filter_scores_every_row_as_missing_and_labels_none(tmp_pat
     con.execute("CREATE TABLE v AS SELECT range AS _row, range * 1.0 AS arr_delay, range * 2.0 AS dep_delay, "
                 "100.0 + range AS distance FROM range(4)")
     con.close()
-    from dpcore.warehouse import Warehouse
+    from dpcore.storage.warehouse import Warehouse
 
     wh = Warehouse(tmp_path / "w.duckdb")
     folder = scratch_dir(wh) / "t"

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from dpcore import validation as V
-from dpcore.ingest import load_raw
+from dpcore.ingest.raw import load_raw
 from dpcore.validation import by_values as BV
 from dpcore.validation import validated_rows as VR
 from dpcore.validation import validate_table, validated_table_name
@@ -205,7 +205,7 @@ def test_validated_rows_are_written_range_by_range_with_numbers_cast_by_duckdb(t
 
 
 def test_ranges_are_sized_by_duckdbs_memory_share():
-    from dpcore.chunks import MemoryBudget
+    from dpcore.runtime.chunks import MemoryBudget
 
     assert VR.sorted_rows(MemoryBudget(2 << 30)) == (512 << 20) // VR.SORT_BYTES_PER_ROW == 2_097_152
     assert VR.sorted_rows(MemoryBudget(64 << 20)) == 122_880  # at least one row group

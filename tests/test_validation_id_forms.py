@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dpcore.ingest import load_raw
+from dpcore.ingest.raw import load_raw
 from dpcore.validation import by_values as BV
 from dpcore.validation import distinct_values as DV
 from dpcore.validation import validate_table

@@ -226,9 +226,9 @@ import math
 import numbers
 
 import numpy as np
-from ..blas_threads import one_blas_thread
-from ..heap import trim_heap
-from ..lazy_modules import lazy_module
+from dpcore.runtime.blas_threads import one_blas_thread
+from dpcore.runtime.heap import trim_heap
+from dpcore.runtime.lazy_modules import lazy_module
 
 _special = lazy_module("scipy.special")  # imported on first use (dpr spec check / plan never load scipy)
 
@@ -531,7 +531,7 @@ class RobustRegressionDetector:
         n, d = X.shape
         y = _check_y(y, n)
         self._check_shape(n, d)
-        with np.errstate(all="ignore"), one_blas_thread():  # one BLAS thread: dpcore.blas_threads
+        with np.errstate(all="ignore"), one_blas_thread():  # one BLAS thread: dpcore.runtime.blas_threads
             self._fit_source(ArrayChunks(X, y))
             self.decision_scores_ = self.decision_function(X, y)
             self.posterior_ = _special.expit(self.decision_scores_)
@@ -573,7 +573,7 @@ class RobustRegressionDetector:
         self._validate_params()
         n, d = int(source.n_rows), int(source.n_features)
         self._check_shape(n, d)
-        with np.errstate(all="ignore"), one_blas_thread():  # one BLAS thread: dpcore.blas_threads
+        with np.errstate(all="ignore"), one_blas_thread():  # one BLAS thread: dpcore.runtime.blas_threads
             return self._fit_source(source)
 
     def _check_shape(self, n: int, d: int) -> None:
@@ -672,7 +672,7 @@ class RobustRegressionDetector:
             em_src, em_std = ArrayChunks(Z if self._layout is None else self._layout.factor(Z), ys), None
         else:  # EM over the source's chunks, standardising each (in the factored form, dpcore.detect.level_design)
             del Z, ys
-            trim_heap()  # the start sample's arrays and the robust start's leave free heap resident (dpcore.heap)
+            trim_heap()  # the start sample's arrays and the robust start's leave free heap resident (dpcore.runtime.heap)
             em_src, em_std = src, (*self._std(), self._layout)
         res = _em_chunks(em_src, em_std, beta0, first["s2"], first["p"], first["b"], max_iter, tol, floor=floor,
                          outlier_weight=ow)
@@ -781,6 +781,6 @@ class RobustRegressionDetector:
         constant ``y`` (no standardisation; :meth:`decision_function`).
         """
         # errstate is thread-local: no floating-point warning leaves (module docstring); one BLAS thread:
-        # dpcore.blas_threads
+        # dpcore.runtime.blas_threads
         with np.errstate(all="ignore"), one_blas_thread():
             return _log_odds(ys - Z @ self._beta, self._s2, self._p, self._b)

@@ -136,11 +136,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 _special = lazy_module("scipy.special")  # imported on first use (dpr spec check / plan never load scipy)
 
-from ..chunks import CHUNK_SHARE, MemoryBudget
+from dpcore.runtime.chunks import CHUNK_SHARE, MemoryBudget
 from .em_passes import _em
 from .mixture_em import _OUTLIER_WEIGHT, _SIGMA2_FLOOR, _solve
 
@@ -221,7 +221,7 @@ def _lts_h(m: int, q: int) -> int:
 def _gather_floats() -> int:
     """Floats of one gather of :func:`_subset_ls`: a chunk's share of ``DPR_MEMORY_LIMIT``, halved.
 
-    :data:`dpcore.chunks.CHUNK_SHARE` of the cap (:class:`dpcore.chunks.MemoryBudget`),
+    :data:`dpcore.runtime.chunks.CHUNK_SHARE` of the cap (:class:`dpcore.runtime.chunks.MemoryBudget`),
     for the gathered ``(c, h, q)`` rows and the copy of their transpose (8
     bytes each): 1 Mi floats under 512 MiB, 4 Mi under the 2 GiB default.
     Before issue 29 (goal 4) it was a fixed 2e7 floats, about 320 MB with

@@ -24,7 +24,7 @@ from .robust_em import RobustRegressionDetector
 from .start_sample import START_SAMPLE
 
 if TYPE_CHECKING:
-    from ..spec import ReleaseSpec
+    from dpcore.release.spec import ReleaseSpec
 
 __all__ = ["DetectorSettings"]
 

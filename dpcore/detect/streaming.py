@@ -5,7 +5,7 @@ regression is per row and its M-step needs only sums over rows, so
 :meth:`~dpcore.detect.robust_em.RobustRegressionDetector.fit_chunks` passes
 over chunks of rows and keeps nothing per row. This module is its chunk
 source over a warehouse export (:class:`PartitionChunks`, on
-:class:`dpcore.partitions.Partitions`: one Parquet row group per chunk, read
+:class:`dpcore.storage.partitions.Partitions`: one Parquet row group per chunk, read
 without the warehouse's lock, so templates fit concurrently in threads and a
 Dask mapper can read the chunks too) and the scoring pass that writes each
 chunk's scores to a private Parquet file next to the export
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..chunks import serial_map
-from ..lineage import new_nonce
-from ..partitions import Partitions
-from ..spec import PublicSchema
+from dpcore.runtime.chunks import serial_map
+from dpcore.storage.lineage import new_nonce
+from dpcore.storage.partitions import Partitions
+from dpcore.release.spec import PublicSchema
 from .chunk_cache import load_npy, save_npys
 from .combine import Template, detector_of, fit_params, template_arrays, template_encoded
 from .design import DesignColumns, design_columns
@@ -40,7 +40,7 @@ from .em_passes import _standardised
 from .level_design import FactoredDesign
 from .robust_em import DataSpreadError, model_parameters
 from .settings import DetectorSettings
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -61,12 +61,12 @@ class PartitionChunks:
 
     Parameters
     ----------
-    parts : dpcore.partitions.Partitions
+    parts : dpcore.storage.partitions.Partitions
         The export: ``_row`` and at least the template's attributes, in row order.
     template : Template
-    schema : dpcore.spec.PublicSchema
+    schema : dpcore.release.spec.PublicSchema
     mapper : callable, optional
-        ``mapper(fn, items) -> list`` (default :func:`dpcore.chunks.serial_map`);
+        ``mapper(fn, items) -> list`` (default :func:`dpcore.runtime.chunks.serial_map`);
         not pickled (a Dask worker gets the handle without it).
     """
 

@@ -17,7 +17,7 @@ such as ``distance / air_time < 3.46 mph`` or ``|t1 - t2| ≥ 180 s ∧ carrier 
 A plain library (numpy, pandas, pint): no Prefect. The rules are internal
 (non-private), like the detector's labels they explain.
 """
-from ..lazy_exports import lazy_getattr
+from dpcore.runtime.lazy_exports import lazy_getattr
 
 #: Each public name -> the submodule that defines it, loaded on first use (PEP 562): the spec's unit check
 #: imports :mod:`.units` alone, not the rule miner and its trees.

@@ -37,22 +37,22 @@ Conventions
   records' own values come from a SQL lookup of their ids; ``B_x(i, r)`` and
   ``x_i`` of every query point are then ``2 q`` filtered counts of ONE SQL
   aggregate over the validated table
-  (:func:`dpcore.neighbors_sql.table_ball_counts`): DuckDB scales each row by
+  (:func:`dpcore.mechanisms.neighbors_sql.table_ball_counts`): DuckDB scales each row by
   the public bounds and sums the squared differences with the same IEEE
-  operations, in the same order, as :func:`dpcore.neighbors.scale_by_bounds`
+  operations, in the same order, as :func:`dpcore.mechanisms.neighbors.scale_by_bounds`
   and the KD-tree's point-to-point distance, so the counts are those of the
   in-memory path (seed 001, Section 2; tested on random and tie-heavy data
   and on the demo). No export, no Parquet file, no pandas frame, memory of
   DuckDB's vectors; the scan runs on the warehouse's threads, next to the
   data (BENCHMARKS, "AIQ counting at scale": several times faster than the
   chunked KD-tree path it replaces). Only for attribute types whose conversion to DOUBLE could
-  differ from numpy's (DECIMAL, ...; :func:`~dpcore.neighbors_sql.sql_countable`)
+  differ from numpy's (DECIMAL, ...; :func:`~dpcore.mechanisms.neighbors_sql.sql_countable`)
   does the step fall back to the chunked path: the attributes exported once
-  to private Parquet partitions (:func:`dpcore.partitions.exported`), each
-  chunk scaled and counted by :func:`dpcore.neighbors.chunked_ball_counts`
-  (brute force for a few queries, :func:`dpcore.neighbors.few_query_counts`),
+  to private Parquet partitions (:func:`dpcore.storage.partitions.exported`), each
+  chunk scaled and counted by :func:`dpcore.mechanisms.neighbors.chunked_ball_counts`
+  (brute force for a few queries, :func:`dpcore.mechanisms.neighbors.few_query_counts`),
   one chunk in memory at a time, chunk size from ``DPR_MEMORY_LIMIT``
-  (:meth:`dpcore.chunks.MemoryBudget.chunk_rows`, public), the chunks on the
+  (:meth:`dpcore.runtime.chunks.MemoryBudget.chunk_rows`, public), the chunks on the
   ``mapper``'s workers.
 """
 from __future__ import annotations
@@ -64,24 +64,24 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..accuracy import Accuracy
-from ..budget import PrivacyCost
-from ..bundle import StepOutput
-from ..ingest import IngestResult
+from dpcore.mechanisms.accuracy import Accuracy
+from dpcore.budget.amounts import PrivacyCost
+from dpcore.publish.bundle import StepOutput
+from dpcore.ingest.raw import IngestResult
 from ..mechanisms.aiq import AnomalyIdentification
-from ..chunks import serial_map
-from ..neighbors import scale_by_bounds
-from ..neighbors_sql import sql_countable, table_ball_counts
-from ..partitions import Partitions, exported
-from ..quoting import md_cell
-from ..settings import Settings
-from ..spec import AiqSpec, ReleaseSpec
+from dpcore.runtime.chunks import serial_map
+from dpcore.mechanisms.neighbors import scale_by_bounds
+from dpcore.mechanisms.neighbors_sql import sql_countable, table_ball_counts
+from dpcore.storage.partitions import Partitions, exported
+from dpcore.storage.quoting import md_cell
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import AiqSpec, ReleaseSpec
 from .detect import DETECTOR_CHOICE_NOT_PROTECTED, detector_choice_owner_only, flagged_records
 from .common import (
     PlannedCharge, StepInputError, charge_request, check_record_ids, noise_source, open_stores,
     require_public_completeness, validated_table,
 )
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -156,7 +156,7 @@ def _public_params(spec: ReleaseSpec) -> dict[str, Any]:
 
 
 def aiq_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
-    """The batch's one charge, from the spec alone (:mod:`dpcore.cost_plan`); checks the step first."""
+    """The batch's one charge, from the spec alone (:mod:`dpcore.run.cost_plan`); checks the step first."""
     mech = check_aiq(spec)
     match = _public_params(spec)
     if not spec.steps.aiq.from_detector:
@@ -180,7 +180,7 @@ class ScaledPartitions:
 
     Picklable (a Dask mapper sends it to workers, which read the private
     Parquet file without the warehouse). The scaling is
-    :func:`~dpcore.neighbors.scale_by_bounds` on each chunk's rows: the same
+    :func:`~dpcore.mechanisms.neighbors.scale_by_bounds` on each chunk's rows: the same
     elementwise float64 operations as on the whole table.
     """
 
@@ -289,7 +289,7 @@ def aiq_step(
     flow_run_id : str, optional
     mapper : callable
         Runs the per-chunk counting of the chunked fallback only
-        (:func:`dpcore.chunks.serial_map`; a Dask mapper from the flow layer
+        (:func:`dpcore.runtime.chunks.serial_map`; a Dask mapper from the flow layer
         runs it on workers). The SQL count, the normal path, is one scan on
         the warehouse's own threads: shipping chunks to workers would need the
         Parquet export, which alone costs more than the whole aggregate. Noise

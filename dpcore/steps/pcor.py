@@ -44,26 +44,26 @@ from typing import Any
 
 import numpy as np
 
-from ..accuracy import Accuracy, level_text
-from ..budget import charge_under
-from ..bundle import StepOutput
-from ..ingest import IngestResult
-from ..ledger import ChargeRequest
+from dpcore.mechanisms.accuracy import Accuracy, level_text
+from dpcore.budget.amounts import charge_under
+from dpcore.publish.bundle import StepOutput
+from dpcore.ingest.raw import IngestResult
+from dpcore.budget.ledger import ChargeRequest
 from ..mechanisms.pcor.contexts import ContextSpace
 from ..mechanisms.pcor.evaluator import ContextEvaluator
 from ..mechanisms.pcor.index import CellIndex
 from ..mechanisms.pcor.mechanism import PCORMechanism
 from ..mechanisms.pcor.verifiers import make_verifier
 from ..noise import NoiseSource
-from ..quoting import md_cell
-from ..settings import Settings
-from ..spec import PcorSpec, ReleaseSpec, pcor_source_templates
+from dpcore.storage.quoting import md_cell
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import PcorSpec, ReleaseSpec, pcor_source_templates
 from .common import (
     PlannedCharge, StepInputError, charge_request, check_record_ids, noise_source, noise_test_seed, open_stores,
     require_public_completeness, validated_table,
 )
 from .detect import detector_choice_not_protected, detector_choice_owner_only, flagged_by_score, flagged_records
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -185,7 +185,7 @@ def aggregate_index(wh, spec: ReleaseSpec, ingested: IngestResult, space: Contex
     gives every distinct ``(attribute values, metric value)`` pair with its
     multiplicity: everything the verifiers of seed 003 (Section 6.5) read
     about any population. The result is streamed in chunks sized by
-    ``DPR_MEMORY_LIMIT`` (:class:`~dpcore.chunks.MemoryBudget`, from the
+    ``DPR_MEMORY_LIMIT`` (:class:`~dpcore.runtime.chunks.MemoryBudget`, from the
     number of columns only), each chunk's values encoded by
     :meth:`ContextSpace.encode` (so the codes are those of the records), and
     passed to :meth:`CellIndex.from_aggregates`. Memory grows with the
@@ -239,7 +239,7 @@ def _encoded_chunks(chunks, space: ContextSpace, metric: str, count: str | None 
     Parameters
     ----------
     chunks : iterable of pandas.DataFrame
-        E.g. :meth:`~dpcore.warehouse.Warehouse.iter_chunks` of a query selecting :func:`_columns`.
+        E.g. :meth:`~dpcore.storage.warehouse.Warehouse.iter_chunks` of a query selecting :func:`_columns`.
     space : ContextSpace
     metric : str
     count : str, optional
@@ -330,7 +330,7 @@ def detector_targets(
     """The records ``steps.pcor.from_detector`` adds, in record-id order (a non-private choice).
 
     Candidates are the records labelled outliers by the templates of
-    :func:`~dpcore.spec.pcor_source_templates` (``steps.pcor.from_template``,
+    :func:`~dpcore.release.spec.pcor_source_templates` (``steps.pcor.from_template``,
     or every template whose behavioural attribute is the metric), ranked by
     their highest detector score among those templates. With
     ``from_detector_own_cell`` (default) only candidates that the PCOR
@@ -442,7 +442,7 @@ def pcor_cost_statement(spec: ReleaseSpec, mech: PCORMechanism | None = None) ->
     neighbours), counted as 0.4 against your replace-one cap".
 
     The mechanism's cost is stated under add/remove neighbours; against a replace-one cap the ledger counts
-    it converted (:func:`dpcore.budget.charge_under`: twice the epsilon), and this says both numbers.
+    it converted (:func:`dpcore.budget.amounts.charge_under`: twice the epsilon), and this says both numbers.
     """
     mech = mech if mech is not None else check_pcor(spec)[4]
     cost = mech.cost()
@@ -459,7 +459,7 @@ def _common_params(attrs: list[str], metric: str, verifier: str, vparams: dict[s
 
 
 def pcor_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
-    """One charge per explained record, from the spec alone (:mod:`dpcore.cost_plan`).
+    """One charge per explained record, from the spec alone (:mod:`dpcore.run.cost_plan`).
 
     Exact: one charge per listed ``record_ids`` entry and one per ``from_detector`` slot, whether or not the
     detector fills it (:func:`plan_pcor`: how many records qualify is private, so it changes no charge).
@@ -652,10 +652,10 @@ def reserve_pcor(settings: Settings, plan: PcorPlan) -> PcorPlan:
     """Per target: reuse a stored release, or charge it (flow process only).
 
     In a release run every charge draws from the run's reservation
-    (:meth:`~dpcore.ledger.PrivacyLedger.reserve_lines`, made before the
+    (:meth:`~dpcore.budget.ledger.PrivacyLedger.reserve_lines`, made before the
     run's first charge), so nothing here can go over the budget. A target
     charged by a crashed run whose answer was never stored is searched again
-    within that charge (:meth:`~dpcore.ledger.PrivacyLedger.reserve` returns
+    within that charge (:meth:`~dpcore.budget.ledger.PrivacyLedger.reserve` returns
     False: never charged twice).
 
     Raises

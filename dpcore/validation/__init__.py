@@ -54,7 +54,7 @@ and the public bounds of ``in_bounds`` rules; :class:`ValidationFailed` carries
 rule and column names only. :mod:`.results` reads the stored results back for
 the data owner (``dpr validation show``).
 """
-from ..lazy_exports import lazy_getattr
+from dpcore.runtime.lazy_exports import lazy_getattr
 
 #: Each public name -> the submodule that defines it. Loaded on first use (PEP 562): importing
 #: :mod:`dpcore.validation` (e.g. for :func:`validated_table_name`) does not import great-expectations,

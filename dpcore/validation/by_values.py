@@ -32,7 +32,7 @@ values (the demo's widest, ``tailnum``, 4,043), so:
    (streamed again, :func:`~dpcore.validation.id_forms.write_rows_of_forms`). The quarantine rows' cells are
    built (:mod:`~dpcore.validation.quarantine_rows`) while DuckDB writes the validated table
    (:class:`~dpcore.validation.store.LaterRows`). great-expectations runs on the frames while DuckDB finds the
-   duplicated ids (not under a small cap, :attr:`~dpcore.chunks.MemoryBudget.works_ahead`).
+   duplicated ids (not under a small cap, :attr:`~dpcore.runtime.chunks.MemoryBudget.works_ahead`).
 4. great-expectations' result over the whole table is the distinct-value run's result with each
    row-level expectation's counts weighted by the rows holding each value (``unexpected_count`` from
    the quarantine rows, ``missing_count`` from the weights, checked against great-expectations' own
@@ -85,11 +85,11 @@ from typing import Callable
 
 import numpy as np
 
-from ..chunks import MemoryBudget
-from ..ingest import ROW
-from ..private_files import private_open
-from ..spec import ReleaseSpec
-from ..warehouse import Warehouse
+from dpcore.runtime.chunks import MemoryBudget
+from dpcore.ingest.raw import ROW
+from dpcore.storage.private_files import private_open
+from dpcore.release.spec import ReleaseSpec
+from dpcore.storage.warehouse import Warehouse
 from .cells import _typed_column
 from .check import ChunkVerdict, _work_frame
 from .combine import PARTIAL_EXAMPLES, _combine
@@ -102,7 +102,7 @@ from .quarantine_rows import quarantine_chunk
 from .store import LaterRows, _ChunkRows
 from .validated_rows import _casts_agree, _inline_sql, _typed_sql, _validated_in_ranges, sorted_rows
 from .worker import ChunkTask, _validate_chunk
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # on first use: after the great-expectations chunks (a child process may run them)
 

@@ -27,12 +27,12 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from ..chunks import MemoryBudget, serial_map
-from ..ingest import ROW, IngestResult
-from ..lineage import new_nonce
-from ..partitions import scratch_dir
-from ..spec import ReleaseSpec
-from ..warehouse import Warehouse
+from dpcore.runtime.chunks import MemoryBudget, serial_map
+from dpcore.ingest.raw import ROW, IngestResult
+from dpcore.storage.lineage import new_nonce
+from dpcore.storage.partitions import scratch_dir
+from dpcore.release.spec import ReleaseSpec
+from dpcore.storage.warehouse import Warehouse
 from .by_values import applies, validate_by_values
 from .combine import _combine
 from .duplicates import _copy_flagged_ranges, _duplicated_rows_sql, _q
@@ -43,7 +43,7 @@ from .worker import ChunkTask, _validate_chunk
 
 
 #: Bytes per row and raw column of a chunk (a short text cell as a Python/Arrow string, as
-#: :meth:`dpcore.chunks.MemoryBudget.chunk_rows` counts it) and per derived float64 column.
+#: :meth:`dpcore.runtime.chunks.MemoryBudget.chunk_rows` counts it) and per derived float64 column.
 #: great-expectations' working set on a chunk is about twice the columns' size (measured on the
 #: demo: ~1.3 kB per row of 11 raw and 8 derived columns), well inside the cap's share for a chunk.
 BYTES_PER_TEXT_CELL = 60
@@ -145,7 +145,7 @@ def validate_table(
         Rows per chunk; default :func:`validation_chunk_rows` (public: from the cap and the columns).
     mapper : callable
         ``mapper(fn, items) -> list`` in the order of ``items``; default
-        :func:`dpcore.chunks.serial_map` (a Dask mapper may run the chunks on workers of this machine).
+        :func:`dpcore.runtime.chunks.serial_map` (a Dask mapper may run the chunks on workers of this machine).
 
     by_values : bool
         True (default): validate by distinct values (:mod:`dpcore.validation.by_values`, issue 29) when it

@@ -25,9 +25,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..ingest import ROW
-from ..spec import ReleaseSpec
-from ..warehouse import Warehouse
+from dpcore.ingest.raw import ROW
+from dpcore.release.spec import ReleaseSpec
+from dpcore.storage.warehouse import Warehouse
 from .duplicates import _copy_flagged_ranges, _duplicated_rows_sql, _q, copy_duplicated_rows
 from .id_forms import write_form_counts
 

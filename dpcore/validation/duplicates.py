@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ingest import ROW
-from ..private_files import private_umask
-from ..lazy_modules import lazy_module
+from dpcore.ingest.raw import ROW
+from dpcore.storage.private_files import private_umask
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 

@@ -22,15 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..chunks import MemoryBudget
-from ..ingest import ROW
-from ..private_files import private_open
-from ..spec import ReleaseSpec
+from dpcore.runtime.chunks import MemoryBudget
+from dpcore.ingest.raw import ROW
+from dpcore.storage.private_files import private_open
+from dpcore.release.spec import ReleaseSpec
 from .cells import _int_domain
 from .distinct_values import ID_TYPES, _lit
 from .duplicates import _q
 from .store import SqlRows
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # on first use
 

@@ -42,7 +42,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ...budget import PrivacyCost, exact
+from dpcore.budget.amounts import PrivacyCost, exact
 from ...noise import NoiseSource
 from ..params import real_between
 from . import samplers as S

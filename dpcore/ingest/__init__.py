@@ -1,0 +1,1 @@
+"""dpcore.ingest: see the package map in the architecture notes (issue 49)."""

