@@ -125,7 +125,8 @@ def plan(spec, release_id, period, whole_series, max_periods, as_json) -> None:
 def _plan_series(spec: str, max_periods: int, as_json: bool) -> None:
     """``dpr plan --series``: per remaining period, its charge and what is left; the first refused period."""
     from dpcore.budget.ledger import not_registered_message
-    from dpcore.release.series import empty_period_note, plan_series
+    from dpcore.release.series import empty_period_note
+    from dpcore.run.series_plan import plan_series
     from dpcore.release.spec import load_spec
 
     with refusals():

@@ -16,7 +16,8 @@ from dpcore.storage.settings import Settings
 from dpcore.release.spec import ReleaseSpec
 from dpcore.steps.aiq import aiq_step
 from dpcore.steps.rules import RulesDone
-from dpcore.steps.record_counts import record_counts_step, stop_at_gate
+from dpcore.run.pipeline import stop_at_gate
+from dpcore.steps.record_counts import record_counts_step
 from dpcore.validation import ValidationDone, ValidationFailed, public_rule_set
 
 from .common import NOISE_RETRIES, artifact_key, chunk_mapper, flow_run_id, private_task, validation_mapper

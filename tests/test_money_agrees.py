@@ -157,7 +157,7 @@ def test_series_plan_blames_the_dataset_cap_first_when_it_is_the_limit(dpr_home,
     limit. Each period's reasons are release_blockers', in the run's order: the dataset's budget first."""
     from series_fixtures import make_series_spec
 
-    from dpcore.release.series import plan_series
+    from dpcore.run.series_plan import plan_series
 
     ledger = PrivacyLedger(Warehouse(Settings.from_env().warehouse))
     ledger.set_cap("nycflights13", PrivacyCost("0.1", "1e-5"), reason="test")

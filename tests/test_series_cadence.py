@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from dpcore.release.periods import PeriodError, parse_label, parse_period, period_ended_before
-from dpcore.release.series import backfill_periods, plan_series, run_period, series_release_pattern
+from dpcore.release.series import backfill_periods, run_period, series_release_pattern
+from dpcore.run.series_plan import plan_series
 from dpcore.release.spec import SpecError, load_spec
 from test_series_spec import series_spec
 

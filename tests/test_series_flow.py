@@ -106,7 +106,8 @@ def test_a_missing_period_input_is_refused_before_ingest(series_path, tmp_path):
 
 def test_the_series_cap_refuses_the_third_period_before_any_charge_as_the_plan_said(series_path):
     from dpcore.run.cost_plan import plan_release
-    from dpcore.release.series import SeriesCapExceededError, plan_series
+    from dpcore.release.series import SeriesCapExceededError
+    from dpcore.run.series_plan import plan_series
     from dpcore.release.spec import load_spec
     from flows.release_pipeline import release_pipeline
 

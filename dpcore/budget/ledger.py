@@ -98,6 +98,15 @@ class LedgerError(RuntimeError):
     """The ledger refused an operation (unknown dataset, conflicting cap, ...)."""
 
 
+class SeriesCapExceededError(LedgerError):
+    """A period's release would take the series over ``budget.series_cap``; nothing was charged.
+
+    Raised inside the reservation's transaction (:func:`_check_series_cap`); defined here, next to the check
+    that raises it, so the ledger imports nothing of the release definition (:mod:`dpcore.release.series`
+    re-exports it under its old name).
+    """
+
+
 class PlanMismatchError(LedgerError):
     """A charge of a reserved release has no reserved line with room left: the plan and the run disagree (a bug)."""
 
@@ -299,8 +308,6 @@ def _check_series_cap(con, dataset: str, release_id: str, series: "tuple[str, Pr
         "AND regexp_full_match(release_id, ?))", [dataset, pattern, dataset, pattern]).fetchone())
     ce, cd = cap.units
     if he + eps_u > ce or hd + delta_u > cd:
-        from dpcore.release.series import SeriesCapExceededError
-
         held = PrivacyCost.from_units(he, hd)
         raise SeriesCapExceededError(
             f"budget.series_cap: release {release_id!r} would charge {PrivacyCost.from_units(eps_u, delta_u)}, but "

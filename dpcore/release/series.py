@@ -1,4 +1,4 @@
-"""A spec's series of periods: templates, the period of a run, the series cap and the series plan (issue 30).
+"""A spec's series of periods: templates, the period of a run and the series cap (issue 30).
 
 A spec with a ``series`` section releases one period per run::
 
@@ -21,22 +21,21 @@ bounds what all the series' releases hold together (:func:`series_spent`,
 ledger's reservation, before a period's first charge.
 
 Everything here is a function of the spec, public labels and the ledger's
-public charge records: nothing reads the data.
+public charge records: nothing reads the data. The plan of a whole series
+(each period planned with the cost plan) is :mod:`dpcore.run.series_plan`.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpcore.budget.ledger import LedgerError
+from dpcore.budget.ledger import SeriesCapExceededError  # noqa: F401 (raised by the ledger; kept here for callers)
 from .periods import LABEL_FORMS, LABEL_RES, Period, PeriodError, cadence, example_label, parse_period
 from .spec import SpecError
 
 if TYPE_CHECKING:
     from dpcore.budget.amounts import PrivacyCost
-    from dpcore.run.cost_plan import CostPlan
     from dpcore.budget.ledger import PrivacyLedger
     from .spec import ReleaseSpec
 
@@ -48,10 +47,6 @@ PERIOD_PARAMETERS = ("period", "period_start", "period_end")
 DEMO_SPAN = ("2013-01-01", "2014-01-01")
 
 _LABEL_RE = LABEL_RES  # each kind's label as a regular expression (kept under its old name for the series page)
-
-
-class SeriesCapExceededError(LedgerError):
-    """A period's release would take the series over ``budget.series_cap``; nothing was charged."""
 
 
 class PeriodSourceMissingError(SpecError):
@@ -298,86 +293,6 @@ def run_period(spec_has_series: bool, period: str | None, scheduled_start: Any, 
         raise SpecError(f"period: no period of this series has ended before the run's scheduled start "
                         f"{scheduled_start} (series.first {cad.first.label}); nothing was read or charged")
     return p.label
-
-
-@dataclass(frozen=True)
-class SeriesPlanRow:
-    """One period of the series plan.
-
-    Attributes
-    ----------
-    period, release_id : str
-    status : str
-        ``released`` (finished before: returned as stored, charges nothing), ``fits`` or ``refused``.
-    charge : PrivacyCost
-        What the period would charge (nothing for a released one).
-    left_budget, left_series : PrivacyCost or None
-        The dataset's budget (and the series cap, when set) left after the period, if it fits.
-    reason : str
-        Why a refused period is refused.
-    """
-
-    period: str
-    release_id: str
-    status: str
-    charge: "PrivacyCost"
-    left_budget: "PrivacyCost"
-    left_series: "PrivacyCost | None"
-    reason: str = ""
-
-
-def plan_series(spec_path: str | Path, ledger: "PrivacyLedger | None", start: str | None = None,
-                max_periods: int = 24) -> list[SeriesPlanRow]:
-    """Plan the series of ``spec_path`` period by period: what each charges, what is left, the first refused one.
-
-    Reads no data (:func:`dpcore.run.cost_plan.plan_release` per period, the spec and the ledger only). Periods
-    run from ``start`` (default: the series' first) to ``series.last``, or for ``max_periods`` periods for an
-    open-ended series, and only the periods the series has (``series.every``, ``series.periods``): the runway
-    counts no period the spec says does not exist. The list stops at the first refused period (the runway's
-    end). Released periods are listed as such and charge nothing.
-
-    Raises
-    ------
-    SpecError
-        The spec is not a series spec (names the flag ``--series``).
-    """
-    from dpcore.budget.amounts import PrivacyCost
-    from dpcore.run.cost_plan import plan_release, release_blockers
-    from dpcore.budget.ledger import not_registered_message
-    from .spec import load_spec
-
-    base = load_spec(spec_path)
-    if base.series is None:
-        raise SpecError(f"--series: {spec_path} declares no series (series: {{period: monthly, first: ...}}); plan it "
-                        "without --series")
-    kind = base.series.period
-    cad = base.series.cadence()
-    p0 = parse_period(kind, start, "--from") if start is not None else cad.first
-    rows: list[SeriesPlanRow] = []
-    spent_series = series_spent(ledger, base)
-    cap = series_cap(base)
-    used = PrivacyCost(0)  # what the listed periods before this one would add
-    # only the periods the series has (series.every / series.periods): a skipped period charges nothing
-    for p in cad.following(max(p0, cad.first), max_periods if cad.last is None else 10**9):
-        spec = load_spec(spec_path, period=p.label)
-        plan: CostPlan = plan_release(spec, ledger)
-        if plan.finished:
-            rows.append(SeriesPlanRow(p.label, spec.release_id, "released", PrivacyCost(0),
-                                      plan.remaining - used, None if cap is None else cap - spent_series - used))
-            continue
-        left = plan.remaining - used
-        # the one decision of what blocks a release (dpr plan and dpr run use it too), every reason in the
-        # order a run meets them: the dataset's cap before budget.series_cap (issue 48.3)
-        reasons = [r for r in release_blockers(spec, ledger, before=used, series_before=used, plan=plan).reasons
-                   if r != not_registered_message(spec.dataset.name)]  # the command refuses that once, for all
-        if reasons:
-            rows.append(SeriesPlanRow(p.label, spec.release_id, "refused", plan.new, left,
-                                      None if cap is None else cap - spent_series - used, "; ".join(reasons)))
-            break
-        used = used + plan.new
-        rows.append(SeriesPlanRow(p.label, spec.release_id, "fits", plan.new, plan.remaining - used,
-                                  None if cap is None else cap - spent_series - used))
-    return rows
 
 
 def check_run_flags(spec_path: str | Path, period: str | None, start: str | None, end: str | None) -> None:

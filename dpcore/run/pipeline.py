@@ -13,11 +13,12 @@ from typing import Any, Callable
 from dpcore.budget.amounts import BudgetExceededError, PrivacyCost
 from dpcore.runtime.chunks import serial_map
 from dpcore.publish.bundle import BundleResult, RunCost, StepOutput, write_bundle
-from .cost_plan import CostPlan
+from .cost_plan import CostPlan, plan_release
 from dpcore.ingest.raw import IngestResult, ingest
 from dpcore.storage.settings import Settings
 from dpcore.release.spec import ReleaseSpec
 from dpcore.steps.common import StepInputError, noise_test_seed, open_stores
+from dpcore.steps.record_counts import rejected_fraction_gate
 from dpcore.steps.rules import RulesDone
 from dpcore.validation import ValidationDone, enforce, latest_passing_summary, owner_summary, validated_table_name
 
@@ -255,3 +256,44 @@ def bundle_stage(
         settings.bundles, spec, stores.ledger, ingested.ingest_id, summary, outputs, subfolder_prefix,
         owner_key=settings.owner_secret(), stopped=stopped, owner_tables=owner, run_cost=run_cost,
     )
+
+
+#: Why a gate-stopped release gives its undrawn reservation back (recorded in ``ledger.given_back``).
+GATE_STOP_REASON = "stopped by the rejected-rows gate (steps.validation.max_rejected_fraction) on the noisy record counts"
+
+
+def stop_at_gate(spec: ReleaseSpec, settings: Settings, counts: StepOutput,
+                 flow_run_id: str | None = None) -> str | None:
+    """The rejected-rows gate, and on a stop the give-back of what the release reserved and never drew.
+
+    The gate's verdict (:func:`dpcore.steps.record_counts.rejected_fraction_gate`) is post-processing of
+    the published noisy counts, so the stop is a public fact: in one ledger
+    transaction the stop is recorded and the release's undrawn reservation
+    is given back (:meth:`~dpcore.budget.ledger.PrivacyLedger.give_back_unused`).
+    The message states the true cost from the ledger: what the release
+    reserved, what its charges drew (the record counts, in the budget's
+    neighbour relation) and what it gave back, and what the budget has left.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+    settings : Settings
+    counts : StepOutput
+        The ``record_counts`` output (noisy, charged).
+    flow_run_id : str, optional
+
+    Returns
+    -------
+    str or None
+        None to go on; else the public reason to stop, with the figures.
+    """
+    verdict = rejected_fraction_gate(spec, counts)
+    if verdict is None:
+        return None
+    lines = [ln.key for ln in plan_release(spec).lines]  # the release pipeline's own lines (not an operator's)
+    back = open_stores(settings).ledger.give_back_unused(spec.dataset.name, spec.release_id, GATE_STOP_REASON,
+                                                         flow_run_id, line_keys=lines)
+    st = back.status
+    return (f"{verdict} Release {spec.release_id!r} {back.text()} to the budget of {st.budget or st.dataset!r} "
+            f"(charged under its {st.neighbour} neighbours; left now epsilon={float(st.remaining.epsilon):.6g} "
+            f"delta={float(st.remaining.delta):.3g} of the cap epsilon={float(st.cap.epsilon):.6g}).")
