@@ -21,6 +21,10 @@ Diagnostics (non-convergence, ...) are data on the fitted detector and in
 :attr:`TemplateFit.params`, stored in the warehouse's ``internal`` schema; nothing
 here warns or logs, and exception messages carry no data values, row counts or
 row positions (DESIGN.md, privacy rule 6).
+
+Who may import it: :mod:`dpcore.steps`, :mod:`dpcore.run` and ``tasks/``/``flows/``. It imports
+:mod:`dpcore.release`, :mod:`dpcore.storage` and :mod:`dpcore.runtime` only (nothing of its layer's
+siblings :mod:`dpcore.publish`, :mod:`dpcore.validation`, :mod:`dpcore.mechanisms`).
 """
 from .combine import Template, TemplateFit, combine, fit_template, template_arrays
 from .design import TRANSFORMS, apply_transform, design_matrix, sigma2_floor_of

@@ -53,6 +53,10 @@ column names, counts, data row numbers (1 = the first row after the header)
 and the public bounds of ``in_bounds`` rules; :class:`ValidationFailed` carries
 rule and column names only. :mod:`.results` reads the stored results back for
 the data owner (``dpr validation show``).
+
+Who may import it: :mod:`dpcore.steps`, :mod:`dpcore.run` and ``tasks/``/``flows/``/``dpr/``. It imports
+:mod:`dpcore.ingest`, :mod:`dpcore.release`, :mod:`dpcore.storage` and :mod:`dpcore.runtime` only (nothing
+of its layer's siblings :mod:`dpcore.publish`, :mod:`dpcore.detect`, :mod:`dpcore.mechanisms`).
 """
 from dpcore.runtime.lazy_exports import lazy_getattr
 
