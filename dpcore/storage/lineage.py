@@ -28,6 +28,8 @@ import os
 import secrets
 from pathlib import Path
 
+from .private_files import private_dir
+
 #: Length in bytes of the owner's secret key.
 KEY_BYTES = 32
 
@@ -59,8 +61,6 @@ def load_owner_key(path: Path) -> bytes:
     OwnerKeyError
         The file exists but is not a key written by this module.
     """
-    from .private_files import private_dir
-
     path = Path(path)
     if not path.exists():
         private_dir(path.parent)  # 0700, created so (never opened first)

@@ -29,6 +29,7 @@ Nothing here reads or logs a file's content.
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 import threading
 from contextlib import contextmanager
@@ -184,10 +185,8 @@ def write_private_text(path: str | Path, text: str) -> Path:
 
 def write_private_atomic(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` as a private file through a temporary file and a rename (never half written)."""
-    from .lineage import new_nonce
-
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{new_nonce(4)}.tmp")
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")  # a random name (OS CSPRNG), never guessed
     try:
         with private_open(tmp, "x") as fh:
             fh.write(text)

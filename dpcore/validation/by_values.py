@@ -94,7 +94,7 @@ from .cells import _typed_column
 from .check import ChunkVerdict, _work_frame
 from .combine import PARTIAL_EXAMPLES, _combine
 from .distinct_values import BYTES_PER_ID_ROW, ID_TYPES, VALUE_TYPES, _export, _export_ids, _lit, _values_of_file
-from .duplicates import _q, chunk_starts
+from .duplicates import _flag_name, _q, chunk_starts
 from .id_forms import form_map, id_text_sql, write_rows_of_forms
 from .outcome import ValidationOutcome
 from .rule_set import suite_entries
@@ -179,8 +179,6 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
 
     source = ingest_result.qualified_table
     rid = spec.dataset.record_id
-    from .chunked import _flag_name
-
     flag = _flag_name(columns)
     id_rows = memory.chunk_rows(BYTES_PER_ID_ROW)
     pattern = next(e.kwargs["regex"] for e in suite_entries(spec) if e.rule == "id_pattern")

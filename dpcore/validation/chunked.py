@@ -35,9 +35,8 @@ from dpcore.release.spec import ReleaseSpec
 from dpcore.storage.warehouse import Warehouse
 from .by_values import applies, validate_by_values
 from .combine import _combine
-from .duplicates import _copy_flagged_ranges, _duplicated_rows_sql, _q
+from .duplicates import _copy_flagged_ranges, _duplicated_rows_sql, _flag_name, _q
 from .outcome import ValidationOutcome
-from .rules import DERIVED_PREFIX
 from .store import _ChunkRows, _store
 from .worker import ChunkTask, _validate_chunk
 
@@ -68,14 +67,6 @@ def validation_chunk_rows(memory: MemoryBudget, spec: ReleaseSpec, n_columns: in
     """
     derived = sum(1 + int(a.integer) for a in spec.public_schema.numeric.values())
     return memory.chunk_rows(BYTES_PER_TEXT_CELL * n_columns + BYTES_PER_DERIVED_CELL * derived)
-
-
-def _flag_name(columns) -> str:
-    """A column name for the duplicate flag that no input column uses."""
-    name = f"{DERIVED_PREFIX}dup"
-    while name in set(columns):
-        name += "_"
-    return name
 
 
 def _export_chunks(wh: Warehouse, source: str, columns: dict[str, str], rid: str, rows: int,
