@@ -43,6 +43,8 @@ from pydantic import (
 )
 
 from dpcore.budget.amounts import UNITS_PER_ONE, Neighbour
+from .series_templates import fill_series
+from .spec_errors import SpecError  # noqa: F401 (defined apart so the series templates can raise it; import it from here)
 
 #: Column names must be plain identifiers: they end up in SQL and file names (checked with ``fullmatch``:
 #: ``$`` alone would let a trailing line break through).
@@ -60,10 +62,6 @@ def _check_slug(v: str) -> str:
 
 #: Names used in file paths, table names and idempotency keys.
 Slug = Annotated[str, AfterValidator(_check_slug)]
-
-
-class SpecError(ValueError):
-    """A release spec is missing, unreadable or invalid; the message names the key."""
 
 
 def check_release_id_flag(value: str | None, flag: str = "--release-id") -> str | None:
@@ -1480,7 +1478,7 @@ def _series_first(err: ValidationError, data: dict) -> list:
     """``err``'s problems with an invalid series section's first (issue 48).
 
     A series spec's templates (``{period}`` in ``release_id`` and the source) are filled only when its series
-    section is valid (:func:`dpcore.release.series.fill_series`); when it is not, the unfilled templates fail too, but
+    section is valid (:func:`dpcore.release.series_templates.fill_series`); when it is not, the unfilled templates fail too, but
     that is not the owner's mistake: those problems are left out and the series' own come first.
     """
     errs = err.errors()
@@ -1642,7 +1640,7 @@ def load_spec(path: str | Path, **overrides: object) -> ReleaseSpec:
     ``domain_from.file``) are resolved against the spec file's folder, and
     ``domain_from`` is expanded into a ``domain`` list.
     ``overrides`` replace top-level keys (e.g. ``release_id="2024-q1"``), except ``period``: the period a
-    series spec is filled for (``period="2013-05"``; :func:`dpcore.release.series.fill_series`: ``{period}`` and
+    series spec is filled for (``period="2013-05"``; :func:`dpcore.release.series_templates.fill_series`: ``{period}`` and
     ``{dataset}`` in ``release_id`` and ``dataset.source.path``). A series spec read without a period is read as
     its first period; a spec without ``series`` is refused a period.
 
@@ -1677,8 +1675,6 @@ def load_spec(path: str | Path, **overrides: object) -> ReleaseSpec:
     period = overrides.pop("period", None)
     data, root = _parse_yaml(text, path)
     if isinstance(data, dict):
-        from .series import fill_series
-
         given = {k: v for k, v in overrides.items() if v is not None}
         data = {**data, **given}
         # a series spec's templates ({period}, {dataset}) are filled before the paths are resolved (issue 30)
