@@ -235,6 +235,16 @@ _LINE_ENDS = (
 )
 
 
+def csv_read_options() -> str:
+    """DuckDB ``read_csv`` options of a CSV ingest, for a reader elsewhere (a PostgreSQL source's spooled parts).
+
+    :data:`_CSV_OPTIONS` with the row limit (:data:`MAX_ROW_BYTES`) and the buffer (:func:`csv_buffer_bytes`)
+    as they are now; passed to :func:`~dpcore.ingest.sources.create_text_table`, so the sources read their
+    parts exactly as ingest reads a CSV without importing this module.
+    """
+    return f"{_CSV_OPTIONS}, max_line_size = {int(MAX_ROW_BYTES)}, buffer_size = {csv_buffer_bytes()}"
+
+
 class _Retry(Exception):
     """Internal: the CSV needs the next reading mode (raised inside a transaction so that it is rolled back)."""
 
@@ -638,7 +648,7 @@ def read_source_text(source, spec: ReleaseSpec | None = None) -> pd.DataFrame:
         try:
             setting = MemoryBudget.from_env().duckdb_setting
             con.execute(f"SET memory_limit = '{setting}'")
-            create_text_table(con, "_input", source, spec, setting)
+            create_text_table(con, "_input", source, spec, setting, csv_options=csv_read_options())
             return con.execute(f"SELECT * FROM _input ORDER BY {ROW}").df()
         finally:
             con.close()
@@ -651,7 +661,7 @@ def read_source_columns(source) -> tuple[pd.DataFrame, list]:
         try:
             setting = MemoryBudget.from_env().duckdb_setting
             con.execute(f"SET memory_limit = '{setting}'")
-            cols = create_text_table(con, "_input", source, None, setting)
+            cols = create_text_table(con, "_input", source, None, setting, csv_options=csv_read_options())
             return con.execute(f"SELECT * EXCLUDE ({ROW}) FROM _input ORDER BY {ROW}").df(), cols
         finally:
             con.close()
@@ -815,7 +825,8 @@ def _ingest_text_source(spec: ReleaseSpec, wh: Warehouse) -> IngestResult:
 
     def op(con) -> tuple[str, str]:
         table = f"{dataset}__{new_nonce(8)}"  # private storage name, independent of every public id
-        create_text_table(con, f'raw."{table}"', src, spec, wh.memory.duckdb_setting, scratch_dir(wh))
+        create_text_table(con, f'raw."{table}"', src, spec, wh.memory.duckdb_setting, scratch_dir(wh),
+                          csv_options=csv_read_options())
         key = _release_key(content_key(con, f'raw."{table}"', src.kind), spec.release_id)
         known = con.execute(
             "SELECT table_name FROM raw.ingests WHERE content_hash = ? AND dataset = ? AND ingest_id IS NOT NULL",

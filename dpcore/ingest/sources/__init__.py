@@ -39,7 +39,8 @@ def describe(source) -> str:
 
 
 def create_text_table(con, target: str, source, spec: "ReleaseSpec | None" = None,
-                      memory_setting: str | None = None, scratch: "Path | None" = None) -> list:
+                      memory_setting: str | None = None, scratch: "Path | None" = None, *,
+                      csv_options: str) -> list:
     """Write ``source`` into the new table ``target`` of ``con``: ``_row`` then every column as text.
 
     Parameters
@@ -57,6 +58,9 @@ def create_text_table(con, target: str, source, spec: "ReleaseSpec | None" = Non
     scratch : Path, optional
         A private folder (0700) for a PostgreSQL source's spool file, the warehouse's scratch folder
         (:func:`dpcore.storage.partitions.scratch_dir`); None: a new private temporary folder.
+    csv_options : str
+        DuckDB ``read_csv`` options of a CSV ingest (:func:`dpcore.ingest.raw.csv_read_options`): a PostgreSQL
+        source's spooled parts are read with them, as ingest reads a CSV.
 
     Returns
     -------
@@ -71,7 +75,7 @@ def create_text_table(con, target: str, source, spec: "ReleaseSpec | None" = Non
     if source.kind == "postgres":
         from . import postgres
 
-        return postgres.create(con, target, source, spec, scratch)
+        return postgres.create(con, target, source, spec, scratch, csv_options=csv_options)
     elif source.kind == "duckdb":
         from . import duckdb_file
 

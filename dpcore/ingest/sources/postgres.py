@@ -236,17 +236,14 @@ class _PartLoader:
     later parts are then removed unread.
     """
 
-    def __init__(self, con, target: str, columns: list[Column], names: list[str]):
+    def __init__(self, con, target: str, columns: list[Column], names: list[str], csv_options: str):
         import queue
         import threading
-
-        from dpcore.ingest.raw import _CSV_OPTIONS, MAX_ROW_BYTES, csv_buffer_bytes
 
         types = ", ".join(f"'{n}': 'VARCHAR'" for n in names)
         out = ", ".join(f"coalesce({n}, '') AS {_ident(c.name)}" for n, c in zip(names, columns))
         self._sql = (f"INSERT INTO {target} SELECT row_number() OVER () + ? AS {ROW}, {out} FROM read_csv(?, "
-                     f"columns = {{{types}}}, {_CSV_OPTIONS}, delim = ',', max_line_size = {int(MAX_ROW_BYTES)}, "
-                     f"buffer_size = {csv_buffer_bytes()}, null_padding = false, parallel = true)")
+                     f"columns = {{{types}}}, {csv_options}, delim = ',', null_padding = false, parallel = true)")
         self._con, self._rows, self.error = con, 0, None
         con.execute(f"CREATE TABLE {target} ({ROW} BIGINT, "
                     + ", ".join(f"{_ident(c.name)} VARCHAR" for c in columns) + ")")
@@ -333,11 +330,12 @@ def _load_failure(source: "PostgresSource", exc: BaseException) -> Exception:
 
 
 def create(con, target: str, source: "PostgresSource", spec: "ReleaseSpec | None",
-           scratch: Path | None = None) -> list[Column]:
+           scratch: Path | None = None, *, csv_options: str) -> list[Column]:
     """Copy the table or query into ``target`` (a table of ``con``) as text cells, ``_row`` first.
 
     The rows are spooled to private part files in ``scratch`` (the warehouse's scratch folder; None: a new
-    private temporary folder), each read by DuckDB's parallel CSV reader with the options of a CSV ingest while
+    private temporary folder), each read by DuckDB's parallel CSV reader with the options of a CSV ingest
+    (``csv_options``: :func:`dpcore.ingest.raw.csv_read_options`, passed in by the caller) while
     the next is written (:func:`_copy_in_parts`); every part is removed once read, whatever the outcome.
 
     Raises
@@ -369,7 +367,7 @@ def create(con, target: str, source: "PostgresSource", spec: "ReleaseSpec | None
         cells = ", ".join(f"coalesce(dpr_q.\"{c.name.replace(chr(34), chr(34) * 2)}\"::text, '')" for c in cols)
         sql = f"COPY (SELECT {cells} FROM {relation} AS dpr_q) TO STDOUT WITH (FORMAT csv)"
         names = [f"c{i}" for i in range(len(cols))]
-        loader = _PartLoader(con, target, cols, names)
+        loader = _PartLoader(con, target, cols, names, csv_options)
         err = None
         try:
             _copy_in_parts(conn, sql, params, names, folder, loader)
