@@ -10,6 +10,7 @@ counted; the released outcome of a recordless target is unchanged.
 """
 from __future__ import annotations
 
+from collections import Counter
 from types import SimpleNamespace
 
 import numpy as np
@@ -20,6 +21,7 @@ import yaml
 from dpcore.mechanisms.pcor.contexts import ContextSpace
 from dpcore.mechanisms.pcor.index import CellIndex
 from dpcore.mechanisms.pcor.mechanism import PCORMechanism
+from dpcore.noise import NoiseSource
 
 N_SAMPLES = 3
 SPACE = ContextSpace.from_domains(["a", "b"], [["x", "y", "z"], ["p", "q", "r"]])
@@ -51,17 +53,30 @@ def _index(codes, values) -> CellIndex:
 
 @pytest.fixture
 def trace(monkeypatch):
-    """Every search the mechanism runs: (exponential-mechanism calls, whether a start context was found)."""
-    calls: list[tuple[int, bool]] = []
+    """Every search the mechanism runs, as the operations it performed: (whether a start context was found,
+    distinct contexts verified = verifier queries, exponential-mechanism calls, final candidates)."""
+    calls: list[tuple[bool, int, int, int]] = []
     real = PCORMechanism.explain_with_chooser
 
     def traced(self, evaluator, chooser, progress=None):
         result = real(self, evaluator, chooser, progress)
-        calls.append((result.n_em_calls, result.start_context is not None))
+        calls.append((result.start_context is not None, result.n_verified, result.n_em_calls, result.n_candidates))
         return result
 
     monkeypatch.setattr(PCORMechanism, "explain_with_chooser", traced)
     return calls
+
+
+class _Draw(NoiseSource):
+    """A noise source whose uniform integer draws return ``low + k`` (a test walks every outcome of a draw)."""
+
+    def __init__(self, k: int):
+        super().__init__(seed=0)
+        self.k = k
+
+    def integers(self, low, high, size=None):
+        assert size is None and low + self.k < high
+        return low + self.k
 
 
 def _job(index, codes, values, held, *, n_listed, from_detector=0, unfilled=0, spec=None):
@@ -72,25 +87,76 @@ def _job(index, codes, values, held, *, n_listed, from_detector=0, unfilled=0, s
     return PcorJob(SPACE, held_index, "grubbs", {"alpha": 0.05}, MECH), rows, extra
 
 
-def test_an_absent_listed_id_runs_the_same_search_as_a_present_one_on_the_neighbouring_table(trace):
-    from dpcore.steps.pcor import compute_explanation
+def test_an_absent_id_does_the_work_of_a_present_id_whose_record_is_drawn_from_the_table(trace, monkeypatch):
+    """The stand-in of an absent listed id is a uniformly random record of the table, so, over the draw, the
+    absent id's search performs exactly the operations of a present id's search on a uniformly random record.
+
+    Walked exactly: every outcome k of the stand-in's draw on D' (the table without V), against a present
+    query about each record of D' (multiplicity included). The old rule (always the most extreme record, W)
+    ran W's search for every absent id: a BFS, where almost every present query finds no context at all."""
+    import dpcore.steps.pcor as step
+
+    codes, values = _records(with_v=False)  # D' = D minus V: V's id is absent
+    index = _index(codes, values)
+    absent = []
+    for k in range(index.n_rows):
+        monkeypatch.setattr(step, "noise_source", lambda k=k: _Draw(k))
+        job, rows, _ = _job(index, codes[:0], values[:0], [-1], n_listed=1)
+        assert rows[0] < 0
+        out = step.compute_explanation(job, int(rows[0]))
+        assert out == {  # the released outcome stays the data-independent one; the stand-in's is discarded
+            "release": {"status": "no_valid_context", "context": None, "bits": None},
+            "internal": {"start_context": None, "n_verified": 0, "n_candidates": 0, "population": None},
+        }
+        absent.append(trace[-1])
+    trace.clear()
+    present_job = step.PcorJob(SPACE, index.with_rows(codes, values), "grubbs", {"alpha": 0.05}, MECH)
+    for row in range(len(values)):  # a present query about each record of the table
+        step.compute_explanation(present_job, row)
+    assert len(set(trace)) == 2  # two kinds of work (W's search, the others'), so the comparison can fail
+    assert Counter(absent) == Counter(trace)
+
+
+def test_an_absent_id_and_a_present_one_on_neighbouring_tables_do_the_same_work(trace, monkeypatch):
+    """D holds V = (x, p, 11), an ordinary record; D' is D without V. V's search on D and its absent id's
+    stand-in search on D' perform the same operations (verifier queries, exponential-mechanism calls) except
+    when the draw picks W, the one outlier: probability 1 / |D'| exactly, over the draw (old rule: always W)."""
+    import dpcore.steps.pcor as step
+
+    codes, values = _records(with_v=False)
+    v_codes, v_values = np.array([[0, 0]], dtype=np.int32), np.array([11.0])
+    d = _index(np.vstack([codes, v_codes]), np.concatenate([values, v_values]))
+    job, rows, _ = _job(d, v_codes, v_values, [0], n_listed=1)
+    assert rows[0] == 0
+    step.compute_explanation(job, 0)
+    present = trace.pop()
+    assert present == (False, 16, 0, 0)  # each of the 16 contexts holding V verified once, none valid
+    d_minus = _index(codes, values)
+    same = 0
+    for k in range(d_minus.n_rows):
+        monkeypatch.setattr(step, "noise_source", lambda k=k: _Draw(k))
+        job2, rows2, _ = _job(d_minus, codes[:0], values[:0], [-1], n_listed=1)
+        step.compute_explanation(job2, int(rows2[0]))
+        same += trace.pop() == present
+    assert same == d_minus.n_rows - 1
+
+
+def test_an_unfilled_detector_slot_draws_its_stand_in_among_the_chosen_records(monkeypatch):
+    """An unfilled slot's stand-in is each of the detector's chosen records with equal probability (the old
+    rule took a fixed one), and every absent target gets its own draw."""
+    import dpcore.steps.pcor as step
 
     codes, values = _records(with_v=True)
-    v = len(values) - 1
-    job, rows, _ = _job(_index(codes, values), codes[v:], values[v:], [0], n_listed=1)
-    present = compute_explanation(job, int(rows[0]))
-    assert present["release"]["status"] == "released"
-    codes2, values2 = _records(with_v=False)  # the neighbour without V: V's id is absent
-    job2, rows2, _ = _job(_index(codes2, values2), codes2[:0], values2[:0], [-1], n_listed=1)
-    assert rows2[0] < 0
-    absent = compute_explanation(job2, int(rows2[0]))
-    # the same work: one search each, a start context found, n selections + the final one
-    assert trace == [(N_SAMPLES + 1, True), (N_SAMPLES + 1, True)]
-    # the released outcome of the absent id is today's data-independent one; the stand-in's is discarded
-    assert absent == {
-        "release": {"status": "no_valid_context", "context": None, "bits": None},
-        "internal": {"start_context": None, "n_verified": 0, "n_candidates": 0, "population": None},
-    }
+    w, v = len(values) - 2, len(values) - 1  # W and V, both outliers: the detector chose both
+    picked = []
+    for k in range(2):
+        monkeypatch.setattr(step, "noise_source", lambda k=k: _Draw(k))
+        job, rows, extra = _job(_index(codes, values), codes[[w, v]], values[[w, v]], [0, 1], n_listed=0,
+                                from_detector=3, unfilled=1)
+        assert list(rows) == [0, 1] and len(extra) == 1 and extra[0] < 0
+        held = step.stand_in_row(extra[0])
+        picked.append((int(job.index.codes[held][0]), float(job.index.metric[held])))
+    assert sorted(picked) == [(0, 100.0), (2, 60.0)]
 
 
 def test_an_unfilled_detector_slot_searches_like_a_filled_one(trace):
@@ -105,7 +171,7 @@ def test_an_unfilled_detector_slot_searches_like_a_filled_one(trace):
     filled = compute_explanation(job, int(rows[0]))
     empty = compute_explanation(job, extra[0])
     assert filled["release"]["status"] == "released" and empty["release"]["status"] == "no_valid_context"
-    assert trace == [(N_SAMPLES + 1, True), (N_SAMPLES + 1, True)]
+    assert trace[0] == trace[1] and (trace[0][0], trace[0][2]) == (True, N_SAMPLES + 1)
 
 
 def test_with_no_validated_record_the_search_still_runs_on_a_public_stand_in(trace):
