@@ -189,22 +189,31 @@ def test_with_no_validated_record_the_search_still_runs_on_a_public_stand_in(tra
 def test_aiq_counts_the_same_points_for_a_present_and_an_absent_id(dpr_home, small_spec_path, tmp_path, monkeypatch):
     """The ball-count aggregate counts as many points whether the asked id is present (F000001) or absent
     (F900000, on the roster, not in the data), and one per detector slot whether or not the detector fills it
-    (the detector's choice stubbed: one record, or none); the absent id's answer still comes from the
-    data-independent input (0, 0)."""
+    (the detector's choice stubbed: one record, or none), through the same warehouse queries. The point
+    counted for an absent id or an unfilled slot is a real record's (drawn from the table; for a slot, the
+    chosen record), so the aggregate does a present query's work (the old stand-in, the public lower bounds,
+    ran ten times faster); the absent id's answer still comes from the data-independent input (0, 0)."""
     import dpcore.steps.aiq as step
+    from dpcore.neighbors import scale_by_bounds
     from dpcore.pipeline import ingest_stage, validate_stage
     from dpcore.settings import Settings
     from dpcore.spec import load_spec
+    from dpcore.steps.common import validated_table
     from dpcore.warehouse import Warehouse
 
-    counted: list[int] = []
+    counted: list[np.ndarray] = []
+    sql: list[list[str]] = []
     real = step.table_ball_counts
 
     def traced(query, table, attrs, lows, highs, queries, r, **kw):
-        counted.append(len(queries))
+        counted.append(np.array(queries, dtype=float))
         return real(query, table, attrs, lows, highs, queries, r, **kw)
 
     monkeypatch.setattr(step, "table_ball_counts", traced)
+    for name in ("query", "query_df"):
+        real_q = getattr(Warehouse, name)
+        monkeypatch.setattr(Warehouse, name, lambda self, q, *a, real_q=real_q, **kw: (
+            sql[-1].append(q) if sql else None, real_q(self, q, *a, **kw))[1])
     base = yaml.safe_load(small_spec_path.read_text())
     settings = Settings.from_env()
     ingested = None
@@ -221,9 +230,23 @@ def test_aiq_counts_the_same_points_for_a_present_and_an_absent_id(dpr_home, sma
         if ingested is None:
             ingested = ingest_stage(spec, settings)
             validate_stage(spec, settings, ingested)
+        sql.append([])
         out = step.aiq_step(spec, settings, ingested)
         assert out.tables["answers"]["query"].tolist() == [f"record:{rid}"]
-    assert counted == [1, 1, 3, 3]  # one aggregate each, over as many points whoever is there
-    diag = Warehouse(settings.warehouse).query_df("SELECT ball_count, multiplicity FROM internal.aiq_diagnostics")
+    sql.append([])  # stop tracing
+    assert [len(c) for c in counted] == [1, 1, 3, 3]  # one aggregate each, over as many points whoever is there
+    assert sql[0] == sql[1] and sql[2] == sql[3]  # the same queries, present or absent, slots filled or not
+    attrs = list(spec.steps.aiq.attributes or spec.public_schema.numeric)
+    lows = np.array([spec.public_schema.numeric[a].min for a in attrs])
+    highs = np.array([spec.public_schema.numeric[a].max for a in attrs])
+    wh = Warehouse(settings.warehouse)
+    cols = ", ".join(f'"{a}"' for a in attrs)
+    rows = scale_by_bounds(wh.query_df(f"SELECT {cols} FROM {validated_table(spec, ingested)}").to_numpy(float),
+                           lows, highs)
+    is_record = [bool((rows == p).all(axis=1).any()) for p in (counted[1][0], counted[3][1], counted[3][2])]
+    assert is_record == [True, True, True]  # the absent id's and the empty slots' points are records' points
+    f3 = wh.query_df(f"SELECT {cols} FROM {validated_table(spec, ingested)} WHERE flight_id = 'F000003'")
+    assert np.array_equal(counted[2][1:], np.repeat(scale_by_bounds(f3.to_numpy(float), lows, highs), 2, axis=0))
+    diag = wh.query_df("SELECT ball_count, multiplicity FROM internal.aiq_diagnostics")
     assert diag["ball_count"].iloc[0] >= 1 and diag.iloc[1].tolist() == [0, 0]
     assert len(diag) == 1 + 1 + 2 + 1  # the stand-ins of unfilled slots are counted, then dropped
