@@ -225,8 +225,9 @@ def record_points(wh, spec: ReleaseSpec, ingested: IngestResult, attrs: list[str
     -------
     (numpy.ndarray, numpy.ndarray)
         The query points (zeros for an id not in the validated table: the
-        step counts a stand-in point instead, :func:`stand_in_points`) and which ids are present. Internal only: whether an id is
-        present is private (DESIGN.md rule 8), the values too.
+        step counts a stand-in point instead, :func:`stand_in_points`) and
+        which ids are present. Internal only: whether an id is present is
+        private (DESIGN.md rule 8), the values too.
 
     Raises
     ------
