@@ -260,3 +260,96 @@ def test_aiq_counts_the_same_points_for_a_present_and_an_absent_id(dpr_home, sma
     diag = wh.query_df("SELECT ball_count, multiplicity FROM internal.aiq_diagnostics")
     assert diag["ball_count"].iloc[0] >= 1 and diag.iloc[1].tolist() == [0, 0]
     assert len(diag) == 1 + 1 + 2 + 1  # the stand-ins of unfilled slots are counted, then dropped
+
+
+
+@pytest.fixture
+def operations(monkeypatch):
+    """Runs a PCOR search and returns (the operations it performed, whether its start search found a start).
+
+    The operations are counted at the components (not by the samplers' own tally): contexts the start rule
+    sent to the verifier, expansions (neighbour sets built), contexts sent to the verifier, utilities
+    computed, exponential-mechanism draws and their candidates (padding draws included)."""
+    import dpcore.mechanisms.pcor.samplers as S
+    from dpcore.mechanisms.pcor.evaluator import ContextEvaluator
+    from dpcore.mechanisms.pcor.verifiers import GrubbsVerifier
+
+    ops: Counter = Counter()
+    found: list[bool] = []
+    real_verify, real_start = GrubbsVerifier.verify, S.start_context
+    real_flip, real_util = ContextSpace.flip_all, ContextEvaluator.utility
+    real_em = NoiseSource.exponential_mechanism
+
+    def verify(self, index, row, contexts):
+        ops["queries"] += int(np.atleast_2d(contexts).shape[0])
+        return real_verify(self, index, row, contexts)
+
+    def start_context(evaluator, *a, **kw):
+        before = ops["queries"]
+        out = real_start(evaluator, *a, **kw)
+        ops["start_contexts"] += ops["queries"] - before
+        found.append(out is not None)
+        return out
+
+    def flip_all(self, context):
+        ops["expansions"] += 1
+        return real_flip(self, context)
+
+    def utility(self, contexts, reference=None):
+        ops["utilities"] += int(np.atleast_2d(contexts).shape[0])
+        return real_util(self, contexts, reference)
+
+    def em(self, utilities, epsilon, sensitivity):
+        ops["selections"] += 1
+        ops["em_candidates"] += int(np.size(utilities))
+        return real_em(self, utilities, epsilon, sensitivity)
+
+    monkeypatch.setattr(GrubbsVerifier, "verify", verify)
+    monkeypatch.setattr(S, "start_context", start_context)
+    monkeypatch.setattr(ContextSpace, "flip_all", flip_all)
+    monkeypatch.setattr(ContextEvaluator, "utility", utility)
+    monkeypatch.setattr(NoiseSource, "exponential_mechanism", em)
+
+    def run(job, row):
+        from dpcore.steps.pcor import compute_explanation
+
+        ops.clear()
+        found.clear()
+        out = compute_explanation(job, row)
+        assert len(found) == 1
+        return dict(ops), found[0], out
+
+    return run
+
+
+@pytest.mark.parametrize("sampler,start", [("bfs", "cell"), ("bfs", "full"), ("dfs", "climb"),
+                                           ("random_walk", "cell")])
+def test_an_outliers_search_does_the_same_work_present_or_absent(operations, monkeypatch, sampler, start):
+    """V = (x, p, 100) is an outlier (its own cell is a valid start). Present (D holds V) and absent (D' = D
+    without V: the step searches a stand-in drawn from D'), the search performs the same operations in the
+    same numbers -- start contexts tested, expansions, verifier queries, utilities, selections and their
+    candidates -- for every outcome of the stand-in's draw: an ordinary record (no valid context at all) or
+    W (the other outlier, whose search goes on from a start). Before constant work an outlier's start search
+    stopped at its own cell (1 context tested, against 16 for a record without a valid context) and a search
+    without a start did nothing more."""
+    import dpcore.steps.pcor as step
+
+    mech = {**MECH, "sampler": sampler, "start": start}
+    codes, values = _records(with_v=True)
+    held, rows, _ = step._with_stand_ins(_index(codes, values), SPACE, None, "m", codes[-1:], values[-1:],
+                                         np.array([0], np.int64), 1, 0, 0)
+    present, v_found, out = operations(step.PcorJob(SPACE, held, "grubbs", {"alpha": 0.05}, mech), int(rows[0]))
+    assert v_found and out["release"]["status"] == "released"
+    assert present["start_contexts"] >= 16 and present["expansions"] >= N_SAMPLES
+    d_minus = _index(codes[:-1], values[:-1])
+    kinds = set()
+    for k, _ in _draws(d_minus):
+        monkeypatch.setattr(step, "noise_source", lambda k=k: _Draw(k))
+        held2, rows2, _ = step._with_stand_ins(d_minus, SPACE, None, "m", codes[:0], values[:0],
+                                               np.array([-1], np.int64), 1, 0, 0)
+        absent, stand_in_found, out = operations(step.PcorJob(SPACE, held2, "grubbs", {"alpha": 0.05}, mech),
+                                                 int(rows2[0]))
+        assert out["release"]["status"] == "no_valid_context"
+        kinds.add(stand_in_found)
+        assert absent == present, (k, stand_in_found)
+    assert kinds == {True, False}  # both kinds of stand-in (an outlier, an ordinary record) were searched
