@@ -187,7 +187,9 @@ class PCORMechanism:
         (one call, all of ``epsilon``).
     max_start_evaluations : int
         Contexts tested by :func:`~dpcore.mechanisms.pcor.samplers.start_context`
-        before giving up with ``"no_valid_context"``; ``>= 1``.
+        before giving up with ``"no_valid_context"``; ``>= 1``.  Every search
+        tests all of them (``min(bound, 2^(t-m))``, twice for ``"full"``),
+        whatever it finds: constant work (issue 46.2).
     max_uniform_draws : int
         Draw bound of the uniform sampler (Algorithm 2); ``>= 1``.
     max_direct_contexts : int
@@ -202,6 +204,19 @@ class PCORMechanism:
       ``"no_valid_context"``.
     * Neighbour relation ``add-remove``; notion ``ocdp``; cost
       ``PrivacyCost(epsilon, 0)`` (module docstring).
+    * Constant work (issue 46.2, DESIGN.md rule 14): the work of a search
+      (contexts tested, expansions, verifier queries, utilities, selections
+      and their candidates) depends on public parameters only, not on the
+      record or the data, so a search's duration does not say whether the
+      record is an outlier or in the table: the start rule tests its whole
+      bound, DFS/BFS/random walk and the final selection are padded to their
+      maxima, and a search without a start runs the same search from
+      ``V``'s cell, discarded (:mod:`~dpcore.mechanisms.pcor.samplers`).
+      Padding draws come from a separate chooser, so every output is the
+      one of the unpadded search.  Not constant: the uniform sampler (its
+      draws run until ``n`` valid samples), and the verifier's own cost per
+      context (Grubbs works from per-cell sums, the same for every context;
+      LOF's and Histogram's per-context cost was not measured).
     * scikit-learn style: ``__init__`` stores the parameters only;
       :meth:`validate` (called by :meth:`cost`, :meth:`explain`, ...) checks
       them with messages naming the parameter and its allowed range.
