@@ -524,7 +524,7 @@ class PCORMechanism:
         pad = S._pad_chooser(chooser)
         start = S.start_context(evaluator, int(self.max_start_evaluations), start=self.start_rule_for(evaluator))
         if start is None:
-            if self.sampler != "uniform":
+            if self.sampler != "uniform" and S.constant_work():
                 # constant work (issue 46.2): the same search from V's cell, every draw from the padding
                 # chooser, then the final selection's work; all of it discarded
                 dummy = np.asarray(evaluator.cell_context, dtype=bool).copy()

@@ -72,6 +72,8 @@ The searches therefore only flip the ``t - m`` *free* bits (those not set in
 from __future__ import annotations
 
 import itertools
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Callable, Optional, Protocol, runtime_checkable
 
 import numpy as np
@@ -217,6 +219,31 @@ def _neighbours(evaluator, context: np.ndarray, free: np.ndarray) -> np.ndarray:
 # released output -- and every seeded test output -- is exactly what it was.
 
 
+#: Whether the samplers do constant work (on by default; :func:`without_constant_work` turns it off).
+_CONSTANT_WORK: ContextVar[bool] = ContextVar("pcor_constant_work", default=True)
+
+
+@contextmanager
+def without_constant_work():
+    """Within this block the samplers skip the constant-work padding and verify through the cache.
+
+    For :mod:`~dpcore.mechanisms.pcor.exact` only, which replays every branch
+    of a search's choice tree on one evaluator to compute the exact output
+    distribution (never a release): the outputs are the same either way, the
+    padding only costs time there.
+    """
+    token = _CONSTANT_WORK.set(False)
+    try:
+        yield
+    finally:
+        _CONSTANT_WORK.reset(token)
+
+
+def constant_work() -> bool:
+    """bool: whether the samplers pad their work (``False`` only inside :func:`without_constant_work`)."""
+    return _CONSTANT_WORK.get()
+
+
 def _tally(evaluator, key: str, amount: int) -> None:
     """Add ``amount`` to ``evaluator.work[key]`` (the operations of a search; internal, never released)."""
     work = getattr(evaluator, "work", None)
@@ -233,14 +260,14 @@ def _verify(evaluator, contexts: np.ndarray) -> np.ndarray:
     ``queries``.
     """
     _tally(evaluator, "queries", contexts.shape[0])
-    if getattr(evaluator, "fresh_validity", False):
+    if getattr(evaluator, "fresh_validity", False) and _CONSTANT_WORK.get():
         return np.asarray(evaluator.valid(contexts, fresh=True), dtype=bool)
     return np.asarray(evaluator.valid(contexts), dtype=bool)
 
 
 def _pad_verify(evaluator, like: np.ndarray, count: int) -> None:
     """Dummy work: verify ``count`` contexts (rows of ``like`` repeated), results discarded."""
-    if count > 0:
+    if count > 0 and _CONSTANT_WORK.get():
         like = np.atleast_2d(np.asarray(like, dtype=bool))
         _verify(evaluator, like[np.arange(count) % like.shape[0]])
 
@@ -270,6 +297,8 @@ def _pad_em(evaluator, pad, real: int, bound: int, epsilon_step: float) -> None:
     over ``bound - real + 1`` dummy candidates (``bound + 1`` candidates in
     all, counted under ``em_candidates``). Results discarded.
     """
+    if not _CONSTANT_WORK.get():
+        return
     real = int(real)
     if real == 0:
         pad.exponential(np.zeros(1), epsilon_step)
@@ -317,7 +346,7 @@ class _Utilities:
 
     def refresh(self, contexts: np.ndarray, keys: list[int]) -> None:
         """Compute the utility of every row afresh (fixed work per expansion) and cache it; counted."""
-        if contexts.shape[0] == 0:
+        if contexts.shape[0] == 0 or not _CONSTANT_WORK.get():
             return
         _tally(self.evaluator, "utilities", contexts.shape[0])
         if self.reference is None:
@@ -364,6 +393,8 @@ def select_final(evaluator, candidates: np.ndarray, epsilon_step: float, chooser
         OCDP, add/remove-one neighbours (the padding draws are discarded and
         read no data).
     """
+    if not _CONSTANT_WORK.get():
+        pad_to = None
     if pad_to is None:
         u = _Utilities(evaluator, reference)(candidates)
     else:
@@ -561,7 +592,9 @@ def _first_valid(evaluator, base: np.ndarray, flip_to: bool, max_evaluations: in
             hit = np.flatnonzero(ok)
             if found is None and hit.size:
                 found = batch[hit[0]].copy()
-        if evaluated >= max_evaluations:
+            if found is not None and not _CONSTANT_WORK.get():  # exact replays only: stop at the first
+                break
+        if evaluated >= max_evaluations or (found is not None and not _CONSTANT_WORK.get()):
             break
     _tally(evaluator, "start_contexts", evaluated)
     return found
@@ -803,7 +836,7 @@ def random_walk_candidates(evaluator, start: np.ndarray, n: int, chooser: Choose
         walk.append(current.copy())
         if progress is not None:
             progress(step + 1, int(n))
-    for _ in range(expansions, int(n)):  # padding: the walk had nowhere to go
+    for _ in (range(expansions, int(n)) if _CONSTANT_WORK.get() else ()):  # padding: walk stuck
         expansions += 1
         nb = _neighbours(evaluator, current, free)
         if nb.shape[0]:
@@ -932,7 +965,7 @@ def dfs_candidates(evaluator, start: np.ndarray, n: int, epsilon_step: float, ch
         selections += 1
         if progress is not None:
             progress(selections, int(n))
-    for _ in range(iterations, 2 * int(n) - 1):  # padding to the most iterations a DFS can make
+    for _ in (range(iterations, 2 * int(n) - 1) if _CONSTANT_WORK.get() else ()):  # padding to 2n - 1
         iterations += 1
         _tally(evaluator, "selections", 1)
         nb = _neighbours(evaluator, start, free)
@@ -1066,7 +1099,7 @@ def bfs_candidates(evaluator, start: np.ndarray, n: int, epsilon_step: float, ch
             progress(selections, int(n))
         if selections < n:
             expand(c)
-    for s in range(selections, int(n)):  # padding: the frontier emptied before n selections
+    for s in (range(selections, int(n)) if _CONSTANT_WORK.get() else ()):  # padding: frontier empty
         _tally(evaluator, "selections", 1)
         _pad_em(evaluator, pad, 0, _frontier_bound(f, s + 1), epsilon_step)
         if s + 1 < n:
