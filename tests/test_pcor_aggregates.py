@@ -344,15 +344,16 @@ def test_the_step_builds_the_same_index_and_seeds_the_same_searches(dpr_home, tm
     table_rows = pd.Index(df["flight_id"]).get_indexer(ids)
     assert [t.record_id for t in plan.targets] == ids
     assert [t.row >= 0 for t in plan.targets] == [r >= 0 for r in table_rows] == [True, True, False, False, True, True]
-    present = table_rows[table_rows >= 0]
-    # after the found targets the index holds one stand-in (issue 46.2): a record of the table whose value is
-    # farthest from the centre, searched (and discarded) for each target without a record
+    # the index holds one row per target (issue 46.2): its record, or a stand-in drawn from the table's records
+    # (searched and discarded) for a target without one
     held = plan.job.index
-    assert abs(held.metric[-1] - held.centre) == np.abs(metric - held.centre).max()
-    stand_in = np.flatnonzero((codes == held.codes[-1]).all(axis=1) & (metric == held.metric[-1]))[:1]
-    assert [t.row for t in plan.targets if t.row < 0] == [-(present.size + 1)] * 2
-    _assert_rows_equal(plan.job.index, _row_based(sp, codes, metric), np.append(present, stand_in), codes, metric)
-    assert plan.job.seed_offsets == tuple(int(r) for r in present)
+    assert [t.row for t in plan.targets] == [p if r >= 0 else -(p + 1) for p, r in enumerate(table_rows)]
+    stand_ins = [np.flatnonzero((codes == held.codes[p]).all(axis=1) & (metric == held.metric[p]))[0]
+                 for p, r in enumerate(table_rows) if r < 0]  # each a record of the table
+    rows = table_rows.copy()
+    rows[rows < 0] = stand_ins
+    _assert_rows_equal(plan.job.index, _row_based(sp, codes, metric), rows, codes, metric)
+    assert [o for o, r in zip(plan.job.seed_offsets, table_rows) if r >= 0] == [int(r) for r in table_rows if r >= 0]
     old_job = replace(plan.job, index=CellIndex.build(sp, codes, metric), seed_offsets=())
     for t, row in zip(plan.targets, table_rows):
         assert step.compute_explanation(plan.job, t.row) == step.compute_explanation(old_job, int(row))

@@ -945,7 +945,10 @@ class PcorSpec(_Strict):
         "is never no_valid_context. A non-private check like the detector's choice, stated in the report.",
     )
     max_start_evaluations: int = Field(
-        default=100_000, ge=1, description="Validity checks allowed when searching the starting context C_V."
+        default=100_000, ge=1,
+        description="Validity checks made when searching the starting context C_V: every search makes all of "
+        "them (twice with start: full), whatever it finds, so its duration does not depend on the record "
+        "(issue 46.2); every explanation's time grows with it.",
     )
     max_contexts: int = Field(
         default=2**20, ge=1, le=2**26, description="Largest number of contexts the direct sampler may enumerate."

@@ -71,6 +71,7 @@ from dpcore.ingest.raw import IngestResult
 from ..mechanisms.aiq import AnomalyIdentification
 from dpcore.runtime.chunks import serial_map
 from dpcore.mechanisms.neighbors import scale_by_bounds
+from ..noise import NoiseSource
 from dpcore.mechanisms.neighbors_sql import sql_countable, table_ball_counts
 from dpcore.storage.partitions import Partitions, exported
 from dpcore.storage.quoting import md_cell
@@ -223,9 +224,10 @@ def record_points(wh, spec: ReleaseSpec, ingested: IngestResult, attrs: list[str
     Returns
     -------
     (numpy.ndarray, numpy.ndarray)
-        The query points (zeros for an id not in the validated table, never
-        used) and which ids are present. Internal only: whether an id is
-        present is private (DESIGN.md rule 8), the values too.
+        The query points (zeros for an id not in the validated table: the
+        step counts a stand-in point instead, :func:`stand_in_points`) and
+        which ids are present. Internal only: whether an id is present is
+        private (DESIGN.md rule 8), the values too.
 
     Raises
     ------
@@ -247,10 +249,50 @@ def record_points(wh, spec: ReleaseSpec, ingested: IngestResult, attrs: list[str
         raise RuntimeError(f"the validated table repeats a value of the record id column '{rid}'; re-run validation")
     pos = np.asarray(pd.Index(df["_dpr_id"].astype(str)).get_indexer(list(record_ids)), dtype=np.int64)
     present = pos >= 0
-    if present.any():
-        vals = df[attrs].to_numpy(dtype=float).reshape(-1, len(attrs))
-        queries[present] = scale_by_bounds(vals[pos[present]], lows, highs)
+    vals = df[attrs].to_numpy(dtype=float).reshape(-1, len(attrs))
+    queries[present] = scale_by_bounds(vals[pos[present]], lows, highs)
     return queries, present
+
+
+def stand_in_points(wh, spec: ReleaseSpec, ingested: IngestResult, attrs: list[str], k: int, lows, highs,
+                    noise: NoiseSource) -> np.ndarray:
+    """``k`` query points, each the values of a record drawn uniformly at random from the validated table.
+
+    Issue 46.2, DESIGN.md rule 14: the point counted for a query without a
+    record (an absent or quarantined id, an unfilled detector slot) is a
+    real record's, so the aggregate does the work of a query about a
+    uniformly random present record (a fixed point such as the public lower
+    bounds made the count ten times faster). Always the same two queries
+    (the table's size, then the drawn rows), whoever is present; the draws
+    go through ``noise`` (:mod:`dpcore.noise`) and are never released.
+
+    Parameters
+    ----------
+    wh, spec, ingested, attrs
+        As :func:`record_points`.
+    k : int
+        How many points (the batch's record-id queries and detector slots: public).
+    lows, highs : numpy.ndarray
+        Public bounds of ``attrs``.
+    noise : NoiseSource
+        The release's noise source (OS CSPRNG; seeded only in tests).
+
+    Returns
+    -------
+    numpy.ndarray, shape (k, len(attrs))
+        Scaled by the public bounds; zeros when the validated table is empty. Internal only.
+    """
+    table = validated_table(spec, ingested)
+    points = np.zeros((k, len(attrs)), dtype=np.float64)
+    n = int(wh.query(f"SELECT count(*) FROM {table}")[0][0])
+    draws = noise.integers(0, max(n, 1), size=k)
+    cols = ", ".join(f'"{a}"' for a in attrs)
+    df = wh.query_df(f"SELECT _k, {cols} FROM (SELECT row_number() OVER () - 1 AS _k, {cols} FROM {table}) "
+                     "WHERE _k IN (SELECT unnest(?::BIGINT[]))", [sorted({int(d) for d in draws})])
+    if len(df):
+        pos = pd.Index(df["_k"].to_numpy(dtype=np.int64)).get_indexer(draws)
+        points = scale_by_bounds(df[attrs].to_numpy(dtype=float)[pos].reshape(k, len(attrs)), lows, highs)
+    return points
 
 
 def column_types(wh, spec: ReleaseSpec, ingested: IngestResult, attrs: list[str]) -> dict[str, str]:
@@ -338,8 +380,16 @@ def aiq_step(
         # issue 46.2, rule 14: every query point is counted, present or not, and so is one stand-in per
         # detector slot left unfilled (the public bound from_detector): the same aggregate over the same
         # number of points whoever is in the table; the counts of a recordless query are then discarded
-        n_pad = len(cfg.record_ids) + cfg.from_detector - len(record_ids)
-        counted = np.vstack([q_r, q_p, np.zeros((n_pad, len(attrs)))])
+        # (whose points are real records' drawn at random: stand_in_points, always the same queries)
+        n_listed, n_slots = len(cfg.record_ids), len(cfg.record_ids) + cfg.from_detector
+        draw = noise_source()  # its own source: the answers' draws stay as they were (a seeded test's too)
+        stand = stand_in_points(wh, spec, ingested, attrs, n_slots, lows, highs, draw)
+        q_r = np.where(present[:, None], q_r, stand[: len(record_ids)])
+        n_pad = n_slots - len(record_ids)
+        chosen = q_r[n_listed:]  # the detector's chosen records: an unfilled slot counts one of them, drawn
+        pad = (chosen[[int(draw.integers(0, len(chosen))) for _ in range(n_pad)]] if len(chosen)
+               else stand[len(record_ids):])
+        counted = np.vstack([q_r, q_p, pad.reshape(n_pad, len(attrs))])
         live = np.concatenate([present, np.ones(len(q_p), dtype=bool)])
         cap = mech.saturation_cap()
         if sql_countable(column_types(wh, spec, ingested, attrs)):
