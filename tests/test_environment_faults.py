@@ -28,7 +28,10 @@ DPR = str(Path(sys.executable).with_name("dpr"))
 
 
 def dpr(*args: str, home: Path, cwd: Path = ROOT, **kw) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DPR_HOME": str(home)}
+    # the specs these tests write live in temporary folders of their own: the owner allows them (DPR_SPECS_DIR),
+    # as `dpr run` refuses any other spec before Prefect starts (issue 48 §6)
+    allowed = ":".join(x for x in (os.environ.get("DPR_SPECS_DIR", ""), tempfile.gettempdir()) if x)
+    env = {**os.environ, "DPR_HOME": str(home), "DPR_SPECS_DIR": allowed}
     return subprocess.run([DPR, *args], env=env, capture_output=True, text=True, timeout=300, cwd=cwd, **kw)
 
 

@@ -180,7 +180,7 @@ def test_a_release_that_runs_out_of_duckdbs_memory_ends_in_one_line_without_leak
 
     spec = small_spec(tmp_path / "spec.yaml", release_id="oom-r1", limit=1000)
     (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "sitecustomize.py").write_text("import dpcore.storage.settings\ndpcore.settings.MEMORY_FLOOR = 0\n")
+    (tmp_path / "site" / "sitecustomize.py").write_text("import dpcore.storage.settings\ndpcore.storage.settings.MEMORY_FLOOR = 0\n")
     home = tmp_path / "home"
     env = {"DPR_SPECS_DIR": str(tmp_path), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
     assert dpr("dataset", "add", "nycflights13", "--spec", str(spec), home=home, env=env).returncode == 0

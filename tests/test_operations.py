@@ -95,7 +95,7 @@ def test_private_tasks_never_persist_or_cache_and_noise_tasks_retry_once():
 
     every = [t for m in (stages, detect, pcor, outlier_counts, coco, rules, release_run) for t in vars(m).values()
              if isinstance(t, Task)]
-    assert len(every) == 25  # every task of the project: a new one must be declared with private_task
+    assert len(every) == 26  # every task of the project: a new one must be declared with private_task
     for t in every:
         assert t.persist_result is False and t.cache_policy is NO_CACHE, t.name
     noise = {stages.record_counts_task, stages.aiq_task, coco.coco_measure_task, outlier_counts.outlier_counts_release_task}

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from dpcore.budget.amounts import BudgetExceededError, PrivacyCost
-from dpcore.run.cost_plan import plan_release
+from dpcore.run.cost_plan import ReleaseBlockedError, plan_release
 from dpcore.budget.ledger import ChargeRequest, PrivacyLedger
 from dpcore.run.release_runs import ReleaseIdTakenError, ReleaseInProgressError, close_run, open_run
 from dpcore.storage.settings import Settings
@@ -202,7 +202,7 @@ def test_every_run_charges_exactly_its_plan_or_nothing(dpr_home, small_spec_path
         before = led.status("nycflights13").spent if plan.budget_known else PrivacyCost(0)
         try:
             out = release_pipeline(spec_path=str(path), release_id=rid)
-        except (BudgetExceededError, ReleaseIdTakenError) as exc:
+        except (BudgetExceededError, ReleaseBlockedError, ReleaseIdTakenError) as exc:
             outcomes.append((step, rid, type(exc).__name__, str(exc)[:400]))
             assert plan.problems, (step, str(exc))  # the plan said it would be refused
             assert _ledger().status("nycflights13").spent == before, step  # and it charged nothing

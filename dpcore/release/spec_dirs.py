@@ -9,6 +9,7 @@ allowed folders in ``DPR_SPECS_DIR`` (:func:`dpcore.storage.settings.specs_dirs_
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -68,6 +69,8 @@ def allowed_spec_file(spec_path: str | Path, allowed: Sequence[Path]) -> Path:
     except FileNotFoundError:
         return real
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EIO):
+            raise  # the file system's fault, not the path's: one line, exit 1 (dpcore.runtime.faults)
         raise SpecPathError(f"spec_path {requested!r} cannot be read ({exc.strerror})") from None
     if not stat.S_ISREG(mode):
         raise SpecPathError(f"spec_path {requested!r} is not a regular file: give the path of a spec YAML file")
