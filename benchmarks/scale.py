@@ -475,6 +475,9 @@ def run_pipeline(factor: int, spec: Path, run_dir: Path, timeout_s: float, cap_b
 
 
 def _commit() -> str:
+    stamp = ROOT / ".commit"  # a snapshot of the code (git archive) run outside the worktree names its commit here
+    if stamp.exists():
+        return stamp.read_text().strip()
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
