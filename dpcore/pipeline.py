@@ -14,6 +14,7 @@ from .budget import BudgetExceededError, PrivacyCost
 from .chunks import serial_map
 from .bundle import BundleResult, RunCost, StepOutput, write_bundle
 from .cost_plan import CostPlan
+from .disk_space import require_disk
 from .ingest import IngestResult, ingest
 from .settings import Settings
 from .spec import ReleaseSpec
@@ -145,9 +146,13 @@ def ingest_stage(spec: ReleaseSpec, settings: Settings) -> IngestResult:
     The record ids of every raw row are fingerprinted (HMAC under the owner's
     key) into that budget, internally only
     (:meth:`~dpcore.ledger.PrivacyLedger.register_records`), so that a later
-    registration of a renamed copy of the data sees the overlap.
+    registration of a renamed copy of the data sees the overlap. Before the
+    input is read (and so before the cost preflight's first charge), a disk
+    too small for the raw copy, the validated table and DuckDB's spill stops
+    the run (:func:`dpcore.disk_space.require_disk`, issue 51).
     """
     require_registered(spec, settings)
+    require_disk(spec, settings, "the release")  # before the input is read and the first charge (issue 51)
     stores = open_stores(settings)
     result = ingest(spec, stores.warehouse, settings.data)
     rid = spec.dataset.record_id

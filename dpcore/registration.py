@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from .budget import PrivacyCost
+from .disk_space import require_disk
 from .ingest import ingest
 from .ledger import LedgerError, Registration
 from .settings import Settings
@@ -98,6 +99,9 @@ def register(
         with a larger ``DPR_MEMORY_LIMIT``).
     IngestError
         The input cannot be read.
+    NotEnoughDiskError
+        The warehouse's disk has less free space than the ingest, the fingerprints and DuckDB's spill may take
+        (:func:`dpcore.disk_space.require_disk`, issue 51); nothing was read or recorded.
     """
     stores = open_stores(settings)
     ledger = stores.ledger
@@ -107,6 +111,7 @@ def register(
     existing = ledger.repeat_registration(name, cap, spec.budget.neighbour, share, seps, reason)
     if existing is not None:  # identical to the recorded one (a different one was refused): no data read
         return RegistrationOutcome(existing, True)
+    require_disk(spec, settings, "the registration")  # before the input is read (issue 51)
     ingested = ingest(spec, stores.warehouse, settings.data)
     rid = spec.dataset.record_id
     if not stores.warehouse.query(
