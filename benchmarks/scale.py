@@ -1,7 +1,8 @@
 """The whole release pipeline on 1x / 10x / 100x the demo: peak RSS and wall time per stage (issue 21, item 6).
 
 Run: ``.venv/bin/python -m benchmarks.scale [--factors 1 10 100] [--dry-run] [--timeout-min 30]
-[--mem-cap-gb 16] [--from-json] [--reuse] [--with-sql]``. ``--with-sql`` then runs, on the same scaled CSVs, the
+[--mem-cap-gb 16] [--from-json] [--reuse] [--with-sql]``; national size (issue 51): ``nice -n 15
+.venv/bin/python -m benchmarks.scale --source parquet --prebuild --factors 100 1000 [--stop-at HH:MM]``. ``--with-sql`` then runs, on the same scaled CSVs, the
 validation-against-plain-SQL side-by-side of :func:`benchmarks.ingest_validate.versus_sql` (issue 29, goal 2).
 Writes the ``scale`` section of BENCHMARKS.md via :func:`benchmarks._record.record` (figures are never
 typed by hand). ``--dry-run`` prints the section without recording it; ``--from-json`` rebuilds the
@@ -47,6 +48,20 @@ cap" / "timed out". Before a factor above 10 the script extrapolates linearly fr
 factors measured (wall time and peak RSS against rows) and skips the factor with the reason recorded
 when the estimate is over ``--max-est-min`` (60) minutes or ``--max-est-gb`` (20) GB (``--force`` runs
 it anyway, still under the guards).
+
+National size from Parquet (issue 51)
+-------------------------------------
+``--source parquet`` (with ``--factors 100 1000``) reads the scaled table as an owner keeps a national one: a
+Parquet dataset hive-partitioned by month (:func:`build_parquet`: one DuckDB ``COPY ... PARTITION_BY (month)``,
+no row through Python, built once under ``--data-dir``, default ``$DPR_SCALE_DIR/input``, and kept between
+runs; not timed; ``--prebuild`` builds every factor's input in order on a background thread, so the 1000x input
+is written while the 100x runs, which the section says). The data owner's ``dpr dataset add`` is then a timed,
+watched stage (``register``) before the release; the disk under ``DPR_HOME`` (warehouse, WAL, DuckDB's spill
+folder ``warehouse.duckdb.tmp/``, scratch exports) is sampled every 2 s and whether the spill folder is left
+afterwards is recorded. ``--stop-at HH:MM`` stops a run still going at that time (reported with the stages it
+finished). The section ``scale-parquet`` of BENCHMARKS.md states issue 51's goals: registration + release of
+1000x within 15 min, no stage above 11x its 100x time, the tree's peak RSS within ``DPR_MEMORY_LIMIT`` plus the
+server's share, disk within 3x the input, the spill folder removed.
 
 Stage times come from the Prefect log lines ``Task run '<name>-xxx' - Finished in state ...``: the
 flow runs its stages one after another, so a stage's time is from the end of the previous stage's last
