@@ -29,12 +29,14 @@ if TYPE_CHECKING:
 
 #: Bytes of warehouse and scratch (DuckDB's spill folder, the scratch exports, the warehouse file's growth and
 #: its WAL) a registration or a release may add per byte of input, by the input's format. Measured by
-#: ``benchmarks.scale --source parquet`` (BENCHMARKS "Scale: national size ..."): the largest growth of the
-#: home over the input's bytes, of the registration and of the release, times 1.25 (the spill varies with the
-#: load and the cap). A CSV holds the same rows in about 3.4 times the bytes of the snappy Parquet of
-#: ``benchmarks.scale`` (the demo: 25.6 MB of CSV, 7.5 MB of Parquet at 2x), so its factor is the Parquet one
-#: over 3.4; a DuckDB file stores about what the warehouse will (its factor is the CSV one).
-NEED_PER_INPUT_BYTE = {"parquet": 6.0, "csv": 1.8, "duckdb": 1.8}
+#: ``benchmarks.scale --source parquet --factors 100`` (BENCHMARKS "Scale: national size ...", 2026-12-07, 33.7
+#: million rows, 0.303 GB of snappy Parquet): the registration grew the home by 4.56 GB at its peak (15.0 x the
+#: input; 2.97 GB of it DuckDB's spill while the record ids' HMAC fingerprints were made, 64 hex characters each),
+#: the release by 4.56 GB more over the 1.68 GB the registration left (15.0 x; the folder's second raw copy,
+#: the validated table, the detector's exports, the spill). Both times 1.25 (the spill varies with the load and
+#: the cap): 19. The same rows take 44.3 bytes each as CSV and 9.0 as this Parquet (4.9 x), so a CSV's factor
+#: is 19 / 4.9 = 3.9; a DuckDB source stores them about as the warehouse's raw table does (14.4 bytes a row): 12.
+NEED_PER_INPUT_BYTE = {"parquet": 19.0, "csv": 3.9, "duckdb": 12.0}
 
 
 class NotEnoughDiskError(EnvironmentFault):
@@ -94,6 +96,13 @@ def _gb(n: float, up: bool) -> str:
     return f"{tenths / 10:.1f} GB"
 
 
+#: What each command writes, as its refusal names it
+_WRITES = {
+    "the registration": "the raw copy, the record ids' fingerprints and DuckDB's spill folder",
+    "the release": "the raw copy, the validated table, the detector's scratch exports and DuckDB's spill folder",
+}
+
+
 def require_disk(spec: "ReleaseSpec", settings: "Settings", what: str) -> None:
     """Stop ``what`` (``"the registration"``, ``"the release"``) when the warehouse's disk is too small for it.
 
@@ -113,9 +122,10 @@ def require_disk(spec: "ReleaseSpec", settings: "Settings", what: str) -> None:
     free = free_bytes(folder)
     if need <= free:
         return
+    parts = _WRITES.get(what, _WRITES["the release"])
     raise NotEnoughDiskError(
-        f"not enough free disk for {what} of dataset {spec.dataset.name}: DuckDB's spill folder, the scratch "
-        f"exports and the validated table need about {_gb(need, True)} on {folder} "
-        f"({NEED_PER_INPUT_BYTE[spec.dataset.source.kind]:g} x the input's {_gb(input_bytes(spec) or 0, True)} of "
+        f"not enough free disk for {what} of dataset {spec.dataset.name}: {parts} need about {_gb(need, True)} on "
+        f"{folder} ({NEED_PER_INPUT_BYTE[spec.dataset.source.kind]:g} x the input's "
+        f"{(input_bytes(spec) or 0) / 1e9:.1f} GB of "
         f"{spec.dataset.source.kind}), {_gb(free, False)} is free there; nothing was read or charged: free space "
         "on that disk or point DPR_HOME (or DPR_WAREHOUSE) at a larger one, then run the same command again")

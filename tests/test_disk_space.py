@@ -81,8 +81,8 @@ def test_a_registration_on_a_too_small_disk_is_refused_before_the_input_is_read(
         register_spec(spec_path, settings)
     line = environment_fault(err.value)  # what `dpr dataset add` prints (exit 1)
     assert line == str(err.value) and "\n" not in line
-    assert line.startswith("not enough free disk for the registration of dataset disk: DuckDB's spill folder, the "
-                           "scratch exports and the validated table need about 0.1 GB on ")
+    assert line.startswith("not enough free disk for the registration of dataset disk: the raw copy, the record "
+                           "ids' fingerprints and DuckDB's spill folder need about 0.1 GB on ")
     assert "0.0 GB is free there; nothing was read or charged" in line and "DPR_HOME" in line
     assert seen == [settings.warehouse.parent]
     assert PrivacyLedger(Warehouse(settings.warehouse)).registration("disk") is None
@@ -113,7 +113,8 @@ def test_a_release_on_a_too_small_disk_stops_before_its_first_charge(tmp_path, s
         release_pipeline(spec_path=str(spec_path))
     line = environment_fault(err.value)
     assert "\n" not in line and line.startswith("not enough free disk for the release of dataset diskrun: ")
-    assert "need about 0.1 GB on " in line and "0.0 GB is free there" in line
+    assert ("the raw copy, the validated table, the detector's scratch exports and DuckDB's spill folder need "
+            "about 0.1 GB on ") in line and "0.0 GB is free there" in line
     led = PrivacyLedger(Warehouse(settings.warehouse))
     status = led.status("diskrun")
     assert status.spent.epsilon == 0 and status.spent.delta == 0
