@@ -842,8 +842,8 @@ def national_section(results: list[dict], args) -> str:
                          + v(h["wall_s"] <= RECORDED_100X["release_s"] and (h.get("register_s") or 0)
                              <= RECORDED_100X["register_s"])
                          + (f" (measured at a 1-minute load of {(h.get('register') or {}).get('load_before', h['load_before']):.0f}"
-                            f" to {h['load_max']:.0f}, niced 15, on 2 cores; the recorded figures at a load of about 2:"
-                            " the CPU share, not the code, differs)" if h["load_max"] > 4 else ""))
+                            f" to {h['load_max']:.0f}, niced 15, on 2 cores; the recorded figures at a load of about 2, from"
+                            " a CSV: not comparable)" if h["load_max"] > 4 else ""))
         else:
             lines.append(f"- 100x: did not complete ({h.get('killed')})")
     if k and not k.get("skipped"):
