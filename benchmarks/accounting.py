@@ -8,7 +8,7 @@ Needs ``dp-accounting`` (the ``bench`` extra: ``pip install -e ".[bench]"``; a b
 What it does
 ------------
 1. Builds the list of charges one release of the spec makes, from the spec
-   (:func:`dpcore.spec.load_spec`) and the steps' own public checks and
+   (:func:`dpcore.release.spec.load_spec`) and the steps' own public checks and
    mechanisms -- no data is read, nothing is charged:
 
    * ``record_counts``: discrete Laplace of scale ``noise_scale()`` on the
@@ -28,7 +28,7 @@ What it does
      can only add their epsilon to its DP total, as the ledger does.
 
 2. States every charge under the budget's neighbour relation, the way the
-   ledger does (:func:`dpcore.budget.charge_under`). With a ``replace-one``
+   ledger does (:func:`dpcore.budget.amounts.charge_under`). With a ``replace-one``
    budget an add/remove mechanism is a group of two add/remove steps; the
    ledger charges ``(2 eps, (1 + e^eps) delta)``. The accountants use the same
    conversion at the level of the mechanism: for additive discrete Laplace
@@ -42,7 +42,7 @@ What it does
 
    (a) the plain sum the ledger records today (exact fractions, each charge
        rounded up to 10^-18 units; cross-checked against a real
-       :class:`~dpcore.ledger.PrivacyLedger` in a temporary warehouse);
+       :class:`~dpcore.budget.ledger.PrivacyLedger` in a temporary warehouse);
    (b) PLD composition with ``dp_accounting.pld`` (pessimistic estimates):
        discrete Laplace PLDs at the noise scale actually used, the
        exponential mechanism as a pure-epsilon pair, the smooth Gaussian as the
@@ -79,18 +79,18 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks._record import machine, record  # noqa: E402
-from dpcore.budget import PrivacyCost, charge_under  # noqa: E402
-from dpcore.ledger import ChargeRequest, PrivacyLedger  # noqa: E402
+from dpcore.budget.amounts import PrivacyCost, charge_under  # noqa: E402
+from dpcore.budget.ledger import ChargeRequest, PrivacyLedger  # noqa: E402
 from dpcore.mechanisms.aiq import AnomalyIdentification  # noqa: E402
 from dpcore.mechanisms.outlier_count import OutlierCountMechanism  # noqa: E402
 from dpcore.mechanisms.row_counts import L1_SENSITIVITY, InputRowCounts  # noqa: E402
-from dpcore.neighbors import scale_by_bounds  # noqa: E402
-from dpcore.spec import load_spec  # noqa: E402
+from dpcore.mechanisms.neighbors import scale_by_bounds  # noqa: E402
+from dpcore.release.spec import load_spec  # noqa: E402
 from dpcore.steps.aiq import check_aiq  # noqa: E402
 from dpcore.steps.coco import check_coco  # noqa: E402
 from dpcore.steps.outlier_counts import _checked as check_outlier_counts  # noqa: E402
 from dpcore.steps.pcor import check_pcor  # noqa: E402
-from dpcore.warehouse import Warehouse  # noqa: E402
+from dpcore.storage.warehouse import Warehouse  # noqa: E402
 
 try:
     from dp_accounting.pld import common as pld_common

@@ -31,7 +31,7 @@ from sklearn.neighbors import NearestNeighbors
 
 from benchmarks._record import machine, record
 from dpcore.mechanisms.aiq import AnomalyIdentification
-from dpcore.neighbors import ball_counts, multiplicities
+from dpcore.mechanisms.neighbors import ball_counts, multiplicities
 from dpcore.noise import NoiseSource
 
 SIGMA = 0.1  # "sigma << 1" in the paper; any sigma <~ 0.5 gives the same ball counts here

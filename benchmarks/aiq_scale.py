@@ -16,12 +16,12 @@ cost the same), and its public point. The warehouse is :func:`benchmarks.detect_
 
 * ``before``: the path of the step before issue 29 -- the attributes exported to Parquet partitions
   (:func:`dpcore.steps.aiq.scaled_chunks`, chunk size from ``DPR_MEMORY_LIMIT``), each chunk read,
-  scaled, a KD-tree built on it (:func:`dpcore.neighbors.ball_counts`, saturated) and
-  :func:`dpcore.neighbors.multiplicities`;
+  scaled, a KD-tree built on it (:func:`dpcore.mechanisms.neighbors.ball_counts`, saturated) and
+  :func:`dpcore.mechanisms.neighbors.multiplicities`;
 * ``chunked``: the step's fallback now (same export and chunks, each counted by
-  :func:`dpcore.neighbors.few_query_counts`, no tree);
+  :func:`dpcore.mechanisms.neighbors.few_query_counts`, no tree);
 * ``sql``: the step's path now, one aggregate over the validated table
-  (:func:`dpcore.neighbors_sql.table_ball_counts`).
+  (:func:`dpcore.mechanisms.neighbors_sql.table_ball_counts`).
 
 All three include the queried records' lookup (:func:`dpcore.steps.aiq.record_points`); the three
 results are asserted equal (counts and multiplicities). The figure is the fastest repetition (the median
@@ -63,7 +63,7 @@ def _setup(factor: int):
 
 
 def _queries(wh, spec, ing, attrs, ids, points, lows, highs):
-    from dpcore.neighbors import scale_by_bounds
+    from dpcore.mechanisms.neighbors import scale_by_bounds
     from dpcore.steps import aiq as A
 
     q_r, present = A.record_points(wh, spec, ing, attrs, ids, lows, highs)
@@ -71,8 +71,8 @@ def _queries(wh, spec, ing, attrs, ids, points, lows, highs):
 
 
 def run_factor(factor: int, repeat: int) -> dict:
-    from dpcore import neighbors as N
-    from dpcore.neighbors_sql import table_ball_counts
+    from dpcore.mechanisms import neighbors as N
+    from dpcore.mechanisms.neighbors_sql import table_ball_counts
     from dpcore.steps import aiq as A
 
     spec, ing, wh, attrs, lows, highs, ids, points, mech, n = _setup(factor)

@@ -157,7 +157,7 @@ class Dataset:
 
     def __init__(self, name, template, df, numeric_bounds, categorical, ctx_target, integer=()):
         from dpcore.detect.combine import Template
-        from dpcore.spec import PublicSchema
+        from dpcore.release.spec import PublicSchema
 
         templates = (template,) if isinstance(template, Template) else tuple(template)
         self.templates = templates

@@ -9,7 +9,7 @@ it: the export, every template's streamed fit in a pool of 2 threads (the flow's
 2-core machine) and the store. The two paths alternate ``--repeats`` times in this process, so both see
 the same load:
 
-* **one thread** -- the code as it is: :func:`dpcore.blas_threads.one_blas_thread` held by each fit and
+* **one thread** -- the code as it is: :func:`dpcore.runtime.blas_threads.one_blas_thread` held by each fit and
   each chunk pass;
 * **default threads** -- the same code with that limit replaced by a no-op, so OpenBLAS uses its default
   thread count (2 here) in every call, as before the change.
@@ -37,7 +37,7 @@ from benchmarks.detect_scale import prepare
 @contextlib.contextmanager
 def _blas(kind: str):
     """``default``: the one-thread limit replaced by a no-op everywhere the detector takes it."""
-    from dpcore import blas_threads
+    from dpcore.runtime import blas_threads
     from dpcore.detect import em_passes, mixture_em, robust_em
 
     mods = [blas_threads, em_passes, mixture_em, robust_em]
@@ -129,7 +129,7 @@ def main() -> None:
         "2 cores shared with other work). The detect step as the flow runs it (the export, the templates' streamed "
         "fits in 2 threads, the store) on the demo's flights written "
         f"{args.factor} times, the two paths alternated in one process. **default threads**: OpenBLAS at its default "
-        "thread count in every call (before); **one thread**: `dpcore.blas_threads.one_blas_thread` held by each fit "
+        "thread count in every call (before); **one thread**: `dpcore.runtime.blas_threads.one_blas_thread` held by each fit "
         "and chunk pass (after). The EM's chunk passes make many small BLAS calls (`D^T W D`, `Z^T W y`, dot "
         "products over ~10^5 rows); with two fits at once on two cores, a second BLAS thread is rarely free when "
         "woken, and each call waits for it.\n",

@@ -92,7 +92,7 @@ def _abs_resid(model, X, y) -> np.ndarray:
 def scores(X: np.ndarray, y: np.ndarray, seed: int) -> tuple[dict, dict]:
     """Every method's outlier score on one data set, and diagnostics of the LTS fit."""
     from dpcore.detect import RobustRegressionDetector
-    from dpcore.detect import robust_em as rem
+    from dpcore.detect import robust_start
 
     new = RobustRegressionDetector(random_state=seed).fit(X, y)
     Z, ys = new._design(X), new._std_y(y)
@@ -106,18 +106,18 @@ def scores(X: np.ndarray, y: np.ndarray, seed: int) -> tuple[dict, dict]:
         out["RANSAC"] = _abs_resid(RANSACRegressor(random_state=seed), X, y)
     except ValueError:  # no consensus set found: scored as chance
         out["RANSAC"] = np.zeros(len(y))
-    h = rem._lts_h(*Z.shape)
-    found, _ = rem._lts_objective(Z, ys, new._lts_beta[None], h)
+    h = robust_start._lts_h(*Z.shape)
+    found, _ = robust_start._lts_objective(Z, ys, new._lts_beta[None], h)
     return out, {"Z": Z, "ys": ys, "h": h, "found": float(found[0])}
 
 
 def lts_failure_kind(diag: dict, clean: np.ndarray) -> str:
     """'criterion' when the oracle-started LTS fit has a larger trimmed objective than the one found, else 'search'."""
-    from dpcore.detect import robust_em as rem
+    from dpcore.detect import robust_start
 
     Z, ys, h = diag["Z"], diag["ys"], diag["h"]
     b0 = np.linalg.lstsq(Z[clean], ys[clean], rcond=None)[0]
-    _, oo = rem._concentrate(Z, ys, b0[None], h, rem._C_STEPS_MAX)
+    _, oo = robust_start._concentrate(Z, ys, b0[None], h, robust_start._C_STEPS_MAX)
     return "criterion" if oo[0] >= diag["found"] else "search"
 
 

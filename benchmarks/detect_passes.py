@@ -6,7 +6,7 @@ Writes the ``detect_passes`` section of BENCHMARKS.md via :func:`benchmarks._rec
 Data: the warehouse of :func:`benchmarks.detect_scale.prepare` (the demo's flights written ``--factor``
 times, ingested and validated once under ``DPR_SCALE_DIR``). Each run is the detect step as the flow runs
 it (``tasks.detect``): the export, every template fitted at once in 2 threads with their chunk passes on
-the shared pool (:func:`dpcore.pooled_map.pooled_map`), then the store. The two variants alternate
+the shared pool (:func:`dpcore.runtime.pooled_map.pooled_map`), then the store. The two variants alternate
 ``--repeats`` times in this process, so both see the same load:
 
 * **before** -- every pass that needs a chunk's raw rows (the scan, the robust start's sample, the first
@@ -126,7 +126,7 @@ def _estep_before(r, s2, p, b):
 
 
 def run_once(kind: str, spec, settings, ing) -> dict:
-    from dpcore.pooled_map import pooled_map
+    from dpcore.runtime.pooled_map import pooled_map
     from dpcore.steps.common import open_stores
     from dpcore.steps.detect import (
         close_detection_partitions, fit_streamed, open_detection_partitions, store_streamed_detection, templates_of,

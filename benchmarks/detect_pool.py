@@ -8,9 +8,9 @@ times, ingested and validated once under ``DPR_SCALE_DIR``), exported once. Each
 at once in a pool of 2 threads, as the flow's mapped tasks do on this 2-core machine; the two mappers
 alternate ``--repeats`` times in this process, so both see the same load:
 
-* **own thread** -- :func:`dpcore.chunks.serial_map` (before): a fit's chunk passes run on its task
+* **own thread** -- :func:`dpcore.runtime.chunks.serial_map` (before): a fit's chunk passes run on its task
   thread, so when the faster template is done one core idles while the slower one finishes;
-* **shared pool** -- :func:`dpcore.pooled_map.pooled_map` (after, ``tasks.detect``): every fit's chunks go
+* **shared pool** -- :func:`dpcore.runtime.pooled_map.pooled_map` (after, ``tasks.detect``): every fit's chunks go
   to one pool of a thread per core.
 
 The two mappers' fits must be equal bit for bit (params and every score); the script stops otherwise.
@@ -31,8 +31,8 @@ from benchmarks.detect_scale import prepare
 
 
 def run_once(kind: str, parts, spec) -> dict:
-    from dpcore.chunks import serial_map
-    from dpcore.pooled_map import pooled_map
+    from dpcore.runtime.chunks import serial_map
+    from dpcore.runtime.pooled_map import pooled_map
     from dpcore.steps.detect import fit_streamed, templates_of
 
     mapper = pooled_map if kind == "shared pool" else serial_map
@@ -93,7 +93,7 @@ def main() -> None:
         f"({args.factor * 336_776:,} rows before validation), exported once; every template fitted at once in 2 "
         "threads (as the flow's mapped tasks), the two mappers alternated. **own thread**: each fit's chunk passes "
         "on its task thread (`serial_map`, before). **shared pool**: every fit's chunks on one pool of a thread per "
-        "core (`dpcore/pooled_map.py`, after): when the faster template is done, the slower one's chunks use both "
+        "core (`dpcore/runtime/pooled_map.py`, after): when the faster template is done, the slower one's chunks use both "
         "cores. Every run's params and scores are equal bit for bit (checked by the script).\n",
         f"Seconds (the fastest of {args.repeats} runs of each; `fits` = until both are fitted, `first done` = the "
         "faster template; CPU = this process's CPU time):\n",

@@ -35,7 +35,8 @@ def measure() -> list[tuple]:
     sys.path.insert(0, str(ROOT / "tests"))
     from test_detect_stream import _table  # the test's own table
 
-    from dpcore.detect.robust_em import ArrayChunks, RobustRegressionDetector
+    from dpcore.detect.em_passes import ArrayChunks
+    from dpcore.detect.robust_em import RobustRegressionDetector
 
     X, y = _table(3, 4000, heavy=True)
     kw = dict(random_state=5, sigma2_floor=1 / 12, start_sample=1000)

@@ -46,15 +46,15 @@ def prepare(factor: int):
 
     home = WORK / f"detect-{factor}x"
     os.environ["DPR_HOME"] = str(home / "dpr")
-    from dpcore.settings import Settings
-    from dpcore.spec import load_spec
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import load_spec
 
     stamp = home / "ingested.pkl"
     if stamp.exists():
         spec = load_spec(home / "spec.yaml")
         return spec, Settings.from_env(), pickle.loads(stamp.read_bytes())
-    from dpcore.pipeline import ingest_stage, validate_stage
-    from dpcore.registration import register
+    from dpcore.run.pipeline import ingest_stage, validate_stage
+    from dpcore.run.registration import register
 
     home.mkdir(parents=True, exist_ok=True)
     csv = WORK / f"flights_{factor}x.csv"

@@ -35,8 +35,8 @@ from benchmarks.detect_scale import _by_id, prepare
 
 def _export_with_ids(spec, settings, ing):
     """The export before: ``_row``, the record id and the templates' attributes (as at bf4563d)."""
-    from dpcore.lineage import new_nonce
-    from dpcore.partitions import export_partitions, scratch_dir
+    from dpcore.storage.lineage import new_nonce
+    from dpcore.storage.partitions import export_partitions, scratch_dir
     from dpcore.steps.common import open_stores, validated_table
     from dpcore.steps.detect import detection_chunk_rows, templates_of
 

@@ -33,7 +33,7 @@ PG_COLUMNS = ("flight_id text, carrier text, origin text, month integer, dest te
 def _spec(folder: Path, source: dict):
     import yaml
 
-    from dpcore.spec import load_spec
+    from dpcore.release.spec import load_spec
 
     spec = yaml.safe_load((ROOT / "specs" / "demo.yaml").read_text())
     spec["dataset"]["source"] = source
@@ -48,8 +48,8 @@ def _spec(folder: Path, source: dict):
 def _child(job: str, folder: str, arg: dict, out) -> None:
     """One measurement in a fresh process: seconds, rows, peak RSS during the ingest and RSS before it (MB)."""
     os.environ["DPR_MEMORY_LIMIT"] = arg.get("cap", MEMORY_LIMIT)
-    from dpcore.ingest import ingest, raw_row_count
-    from dpcore.warehouse import Warehouse
+    from dpcore.ingest.raw import ingest, raw_row_count
+    from dpcore.storage.warehouse import Warehouse
 
     import duckdb
     import psycopg  # noqa: F401 - imported before the peak is reset: the ingest's own memory is measured
@@ -126,8 +126,8 @@ def _prepare(folder: Path, factor: int, pg) -> tuple[Path, int]:
     import pandas as pd
     import psycopg
 
-    from dpcore.ingest import materialise_demo
-    from dpcore.spec import DemoSource
+    from dpcore.ingest.raw import materialise_demo
+    from dpcore.release.spec import DemoSource
 
     base = pd.read_csv(materialise_demo(DemoSource(kind="demo"), folder / "data"), dtype=str, keep_default_na=False)
     csv = folder / f"flights_x{factor}.csv"

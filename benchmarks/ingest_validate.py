@@ -41,10 +41,10 @@ import numpy as np
 import pandas as pd
 
 from benchmarks._record import machine, record, utc_stamp
-from dpcore.ingest import ingest, load_raw, materialise_demo, raw_row_count
-from dpcore.spec import load_spec
+from dpcore.ingest.raw import ingest, load_raw, materialise_demo, raw_row_count
+from dpcore.release.spec import load_spec
 from dpcore.validation import enforce, store_outcome, validate
-from dpcore.warehouse import Warehouse
+from dpcore.storage.warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
 

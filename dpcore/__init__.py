@@ -2,6 +2,20 @@
 
 A plain library (numpy/scipy/duckdb, no Prefect): the flows in ``flows/`` and the
 tasks in ``tasks/`` are thin wrappers around it.
+
+Its packages, each importing only the ones below it (``|``: same layer, independent of each other;
+the contracts are in ``.importlinter``, checked by ``tests/test_import_contracts.py``)::
+
+    run                                           a release run: stages, cost plan, registration, run records
+    steps                                         the private steps (charge, mechanism, output)
+    publish | detect | validation | mechanisms    bundle and pictures | detector | validation | DP mechanisms
+    ingest                                        the input into ``raw``, its sources, spec drafts
+    release                                       the release definition: spec, periods, series
+    budget | explain | noise                      amounts and the ledger | rule discovery, units | noise
+    storage                                       settings, warehouse, private files, lineage keys
+    runtime                                       chunks, threads, child processes, lazy imports, faults
+
+Each package's docstring says what it owns and who may import it.
 """
 __version__ = "0.1.0"
 

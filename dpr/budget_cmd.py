@@ -103,7 +103,7 @@ def _read_only_ledger(settings):
 
     DuckDB attaches the warehouse read-only (no lock file, no write-ahead log written) and copies every table's
     definition and the ``ledger`` schema's rows into a private temporary warehouse (a 0700 folder, removed
-    afterwards), on which the home's usual checks run (:func:`dpcore.ledger_home.verify`: marker and bundles;
+    afterwards), on which the home's usual checks run (:func:`dpcore.budget.ledger_home.verify`: marker and bundles;
     messages name the home's file). The copy holds budgets and charges, never a data row.
     """
     import shutil
@@ -111,9 +111,9 @@ def _read_only_ledger(settings):
 
     import duckdb
 
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.ledger_home import verify
-    from dpcore.warehouse import Warehouse, WarehouseCorruptError, _is_corrupt
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.budget.ledger_home import verify
+    from dpcore.storage.warehouse import Warehouse, WarehouseCorruptError, _is_corrupt
 
     folder = Path(tempfile.mkdtemp(prefix="dpr-budget-"))
     try:
@@ -138,7 +138,7 @@ def _read_only_ledger(settings):
         verify(settings, wh)
         yield PrivacyLedger(wh)
     finally:
-        from dpcore.warehouse import let_go
+        from dpcore.storage.warehouse import let_go
 
         let_go(folder / "snapshot.duckdb")
         shutil.rmtree(folder, ignore_errors=True)
@@ -146,7 +146,7 @@ def _read_only_ledger(settings):
 
 def _show(dataset: str | None, as_json: bool) -> None:
     """Print (or ``--json``) the budgets; a home this user cannot write is read without writing (issue 47 item 5)."""
-    from dpcore.settings import Settings
+    from dpcore.storage.settings import Settings
 
     settings = Settings.from_env()
     if settings.warehouse.is_file() and not _writable(settings):
@@ -160,8 +160,8 @@ def _show(dataset: str | None, as_json: bool) -> None:
 
 
 def _show_ledger(ledger, dataset: str | None, as_json: bool) -> None:
-    from dpcore.ledger import LedgerError
-    from dpcore.ledger_home import ledger_id, recoveries
+    from dpcore.budget.ledger import LedgerError
+    from dpcore.budget.ledger_home import ledger_id, recoveries
 
     if ledger is None:
         if dataset:
@@ -246,8 +246,8 @@ def recover(from_bundles: bool, as_json: bool) -> None:
     cannot be rebuilt; release ids made before are charged anew if run again. Running it again adds
     nothing.
     """
-    from dpcore.ledger_home import recover_from_bundles
-    from dpcore.settings import Settings
+    from dpcore.budget.ledger_home import recover_from_bundles
+    from dpcore.storage.settings import Settings
 
     if not from_bundles:
         refuse("say where to recover from: dpr budget recover --from-bundles")
@@ -293,7 +293,7 @@ def set_cap(dataset, epsilon, delta, reason) -> None:
     budget (budget.epsilon, budget.delta) in the dataset's spec: a run whose spec states another cap is
     refused, never applied silently.
     """
-    from dpcore.budget import PrivacyCost
+    from dpcore.budget.amounts import PrivacyCost
 
     if not reason.strip():
         refuse("--reason must say why the cap changes (it is recorded in the ledger)")

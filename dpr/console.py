@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from dpcore.errors import user_facing
+from dpcore.run.errors import user_facing
 
 #: Exit code of a refused command (see :mod:`dpr`).
 REFUSED = 2
@@ -28,7 +28,7 @@ def eps(x: Fraction | float) -> str:
 
 
 def cost(c: Any) -> str:
-    """A :class:`~dpcore.budget.PrivacyCost` as ``ε=… δ=…``."""
+    """A :class:`~dpcore.budget.amounts.PrivacyCost` as ``ε=… δ=…``."""
     return f"ε={eps(c.epsilon)} δ={float(c.delta):.3g}"
 
 
@@ -67,7 +67,7 @@ def prefect_environment() -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
     # a request to a Prefect server that went away is retried 3 times (2 + 4 + 8 s, with jitter), not Prefect's 5
-    # (62 s per request, about 2.5 minutes for a release): the command then ends with one line (dpcore.faults.
+    # (62 s per request, about 2.5 minutes for a release): the command then ends with one line (dpcore.runtime.faults.
     # orchestrator_gone) and running it again resumes the release; a caller's own setting wins
     os.environ.setdefault("PREFECT_CLIENT_MAX_RETRIES", "3")
     from flows.prefect_api import start_temporary

@@ -59,10 +59,10 @@ def add(name, spec_path, share, separate_from, reason) -> None:
     that budget) or --separate-from BUDGET --reason TEXT is required for every overlapping budget.
     Registering a registered name again is accepted only if identical (nothing is read then).
     """
-    from dpcore.ledger import LedgerError
-    from dpcore.registration import register
-    from dpcore.settings import Settings
-    from dpcore.spec import load_spec
+    from dpcore.budget.ledger import LedgerError
+    from dpcore.run.registration import register
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import load_spec
 
     with refusals():
         spec = load_spec(spec_path)
@@ -107,7 +107,7 @@ def list_(as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the registration as JSON.")
 def show(name, as_json) -> None:
     """The registration of dataset NAME (exit code 2 if it is not registered)."""
-    from dpcore.ledger import not_registered_message
+    from dpcore.budget.ledger import not_registered_message
 
     ledger = open_ledger()
     reg = ledger.registration(name) if ledger is not None else None

@@ -74,7 +74,7 @@ def main() -> None:
     (``nanobind: leaked 28 instances!``, objects still held by the failure's traceback) under the one line.
     An unexpected error (a traceback) exits normally.
     """
-    from dpcore.errors import environment_failure
+    from dpcore.run.errors import environment_failure
 
     try:
         try:

@@ -10,18 +10,18 @@ def open_ledger(create: bool = False):
     """The ledger of ``$DPR_HOME``'s warehouse, or None when there is no warehouse yet (and not ``create``).
 
     Refuses (exit 2) a home whose marker or bundles name a ledger its warehouse does not hold
-    (:func:`dpcore.ledger_home.open_home_warehouse`); a damaged warehouse file exits 1 in one line.
+    (:func:`dpcore.budget.ledger_home.open_home_warehouse`); a damaged warehouse file exits 1 in one line.
     """
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.ledger_home import open_home_warehouse
-    from dpcore.settings import Settings
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.budget.ledger_home import open_home_warehouse
+    from dpcore.storage.settings import Settings
 
     with refusals():
         wh = open_home_warehouse(Settings.from_env(), create=create)
     return None if wh is None else PrivacyLedger(wh)
 
 
-#: The ``output`` column: where a line's outputs go (:func:`dpcore.cost_plan.owner_only`).
+#: The ``output`` column: where a line's outputs go (:func:`dpcore.run.cost_plan.owner_only`).
 _OUTPUT = {"": "public", "all": "owner only", "part": "part owner only"}
 
 
@@ -51,14 +51,14 @@ def plan(spec, release_id, period, whole_series, max_periods, as_json) -> None:
     A dataset name the data owner has not registered (`dpr dataset add`) is planned against the
     spec's cap, marked as not registered, and refused.
     """
-    from dpcore.cost_plan import release_blockers
-    from dpcore.plan_warnings import parameter_warnings, plan_warnings
-    from dpcore.spec import check_release_id_flag, load_spec
+    from dpcore.run.cost_plan import release_blockers
+    from dpcore.run.plan_warnings import parameter_warnings, plan_warnings
+    from dpcore.release.spec import check_release_id_flag, load_spec
 
     if whole_series:
         if release_id or period:
             with refusals():
-                from dpcore.spec import SpecError
+                from dpcore.release.spec import SpecError
 
                 raise SpecError("--series plans every period with its own release id: leave out --release-id and "
                                 "--period")
@@ -124,9 +124,10 @@ def plan(spec, release_id, period, whole_series, max_periods, as_json) -> None:
 
 def _plan_series(spec: str, max_periods: int, as_json: bool) -> None:
     """``dpr plan --series``: per remaining period, its charge and what is left; the first refused period."""
-    from dpcore.ledger import not_registered_message
-    from dpcore.series import empty_period_note, plan_series
-    from dpcore.spec import load_spec
+    from dpcore.budget.ledger import not_registered_message
+    from dpcore.release.series import empty_period_note
+    from dpcore.run.series_plan import plan_series
+    from dpcore.release.spec import load_spec
 
     with refusals():
         ledger = open_ledger()

@@ -9,7 +9,7 @@ charge goes through the ledger like the flows' do.
 
 The spec is ``--spec PATH`` or ``$DPR_SPEC`` (refused without one: nothing
 falls back to the demo's). Every option left out takes the spec's value
-(:mod:`dpcore.operator_values`); one that spends budget or describes the data
+(:mod:`dpcore.run.operator_values`); one that spends budget or describes the data
 (ε, δ, K, r, β, k, h) and is set nowhere is refused before Prefect starts.
 The values used, and where each came from, are printed first (on stderr
 with ``--json``).
@@ -52,58 +52,101 @@ def run(spec, release_id, period, start, end) -> None:
     """Run the whole release of SPEC (the demo's path) and print where the bundle is and the budget.
 
     The release is checked first as `dpr plan` does (every step's parameters, the whole cost against
-    the remaining budget) and stops before its first charge on any problem. Progress is logged by
-    Prefect as the steps run.
+    the remaining budget) and stops before its first charge on any problem, before Prefect starts (no
+    flow run is created). A finished release id prints its stored release from the ledger, also without
+    Prefect and without reading the data. Progress is logged by Prefect as the steps run.
 
     A series spec releases one period per run: --period P, or --from A --to B to release every period
     from A to B in order (each all or nothing; a period released before is returned as stored; the
     first failed period stops the backfill, and the periods before it stay released).
     """
-    from dpcore.path_checks import check_paths
-    from dpcore.series import backfill_periods, check_run_flags
-    from dpcore.settings import Settings, check_memory_floor
-    from dpcore.spec import check_release_id_flag, load_spec
+    from dpcore.release.path_checks import check_paths
+    from dpcore.release.series import backfill_periods, check_run_flags
+    from dpcore.storage.settings import Settings, check_memory_floor
+    from dpcore.release.spec import check_release_id_flag, load_spec
+    from dpcore.release.spec_dirs import allowed_spec_file
 
-    with refusals():  # fail fast, before Prefect starts a server
-        check_memory_floor()  # DPR_MEMORY_LIMIT below what a run needs (dpcore.settings.MEMORY_FLOOR)
+    with refusals():  # fail fast, before Prefect starts a server or a flow run is created (issue 48 §6)
+        check_memory_floor()  # DPR_MEMORY_LIMIT below what a run needs (dpcore.storage.settings.MEMORY_FLOOR)
         check_release_id_flag(release_id)
+        # the folders flow runs may load specs from (DPR_SPECS_DIR): the flow refuses any other spec, so refuse
+        # it here, before the file is opened and without a flow run (it took 12 s under load, issue 48 §6)
+        allowed_spec_file(spec, Settings.from_env().specs_dirs)
         check_run_flags(spec, period, start, end)
         if start is not None:
             backfill_periods(spec, start, end)
-        elif (base := load_spec(spec)).series is not None and period is None:
+        elif period is None and (base := load_spec(spec)).series is not None:
             # examples of the spec's own cadence (issue 48): its first periods, never another kind's label
             some = base.series.cadence().following(base.series.cadence().first, 4)
             refuse(f"--period: SPEC is a series spec ({base.series.cadence().describe()}); give the period to release "
                    f"(--period {some[0].label}) or a range (--from {some[0].label} --to {some[-1].label}). Nothing "
                    "was read or charged.")
-        loaded = load_spec(spec, release_id=release_id, period=period)
+        if start is None and period is None and release_id is None:
+            loaded = base  # the same load: the spec is loaded once per run (issue 49)
+        else:
+            loaded = load_spec(spec, release_id=release_id, period=period)
         check_paths(loaded, Settings.from_env())
         if start is None:  # what blocks the release, decided as `dpr plan` decides it (issue 48.3)
-            refuse_blocked(loaded)
+            blockers = refuse_blocked(loaded)
+            if blockers.plan.finished and _answer_stored(loaded, Settings.from_env()):
+                return  # a finished release id: its stored release, from the ledger (no Prefect, no data read)
     prefect_environment()
     from flows.release_pipeline import main as release_main
 
     extra = (["--release-id", release_id] if release_id else []) + (["--period", period] if period else [])
     extra += ["--from", start, "--to", end] if start is not None else []
-    raise SystemExit(release_main(["--spec", spec] + extra))
+    # the pipeline takes the spec loaded here (flows.release_pipeline.main, tasks.common.given_spec)
+    same = start is None and release_id != "" and period != ""  # main reads an empty flag as not given
+    raise SystemExit(release_main(["--spec", spec] + extra, loaded=loaded if same else None))
 
 
-def refuse_blocked(spec: Any) -> None:
-    """Refuse (exit 2, before Prefect starts) a release that :func:`dpcore.cost_plan.release_blockers` blocks.
+def refuse_blocked(spec: Any) -> Any:
+    """Refuse (exit 2, before Prefect starts) a release that :func:`dpcore.run.cost_plan.release_blockers` blocks.
 
-    The reasons are every reason ``dpr plan`` lists for the same spec and ledger, in the same order; nothing
-    was read or charged.
+    The reasons are every reason ``dpr plan`` lists for the same spec and ledger, in the same order, and the
+    message is the one the release flow refuses with (:class:`dpcore.run.cost_plan.ReleaseBlockedError`); nothing
+    was read or charged. Returns the :class:`~dpcore.run.cost_plan.Blockers` of a release that may run.
     """
-    from dpcore.cost_plan import release_blockers
+    from dpcore.run.cost_plan import ReleaseBlockedError, release_blockers
 
     from .plan_cmd import open_ledger
 
-    reasons = release_blockers(spec, open_ledger()).reasons
-    if len(reasons) == 1:  # one line, as the flow's own refusal of it reads
-        refuse(reasons[0])
-    if reasons:
-        refuse(f"the release was refused before its first charge ({len(reasons)} problem(s); nothing was read or "
-               "charged):\n" + "\n".join(f"  - {x}" for x in reasons))
+    blockers = release_blockers(spec, open_ledger())
+    if blockers.reasons:
+        refuse(str(ReleaseBlockedError(blockers.reasons)))
+    return blockers
+
+
+def _answer_stored(spec: Any, settings: Any) -> bool:
+    """Print the stored release of a finished release id from the ledger, as the flow's re-run would (issue 48 §6).
+
+    A finished release's outcome never changes, so its re-run needs neither Prefect nor the data: this prints
+    the same lines as a re-run through the flow, the budget line read from the ledger now. A series period is
+    answered here only when the series page is at least as new as the period's bundle; otherwise (a run that
+    stopped between its release and the page) the flow's re-run rebuilds the page. Returns False when the
+    flow must run.
+    """
+    from pathlib import Path
+
+    from dpcore.budget.charge_summary import release_outcome_lines
+    from dpcore.run.release_runs import stored_outcome
+
+    from .plan_cmd import open_ledger
+
+    ledger = open_ledger()
+    outcome = stored_outcome(ledger.wh.path, spec.dataset.name, spec.release_id)
+    if outcome is None:
+        return False
+    if spec.series is not None:
+        page = Path(settings.bundles) / spec.dataset.name / "series" / "index.md"
+        manifest = Path(outcome["bundle"]) / "manifest.json"
+        try:
+            if page.stat().st_mtime < manifest.stat().st_mtime:
+                return False
+        except OSError:
+            return False
+    click.echo("\n".join(release_outcome_lines(ledger, spec.dataset.name, spec.release_id, outcome)))
+    return True
 
 
 def _arg_help(doc: str) -> dict[str, str]:
@@ -171,10 +214,10 @@ def _build(name: str) -> click.Command:
     params.append(click.Option(["--json", "as_json"], is_flag=True, help="Print the flow's result as JSON."))
 
     def callback(as_json: bool, **kwargs: Any) -> None:
-        from dpcore.operator_values import operator_values
-        from dpcore.settings import Settings
-        from dpcore.spec import check_release_id_flag, load_spec
-        from dpcore.spec_dirs import allowed_spec_file
+        from dpcore.run.operator_values import operator_values
+        from dpcore.storage.settings import Settings
+        from dpcore.release.spec import check_release_id_flag, load_spec
+        from dpcore.release.spec_dirs import allowed_spec_file
 
         values = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kwargs.items()}
         values = {k: v for k, v in values.items() if v is not None and v != []}
@@ -214,10 +257,10 @@ def _build(name: str) -> click.Command:
 
 def _charge_line(spec: Any, flow_run_id: str, as_json: bool) -> None:
     """The one line saying what the run charged and what is left (stderr with ``--json``)."""
-    from dpcore.charge_summary import run_charge_line
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.settings import Settings
-    from dpcore.warehouse import Warehouse
+    from dpcore.budget.charge_summary import run_charge_line
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.storage.settings import Settings
+    from dpcore.storage.warehouse import Warehouse
 
     ledger = PrivacyLedger(Warehouse(Settings.from_env().warehouse))
     (err if as_json else out).print(run_charge_line(ledger, spec.dataset.name, flow_run_id), markup=False)

@@ -73,8 +73,8 @@ def draft(data, source_kind, dsn_env, dsn_file, table, query, partitioning, id_c
     of -o FILE when they lie below it, else absolute (always absolute on standard output). A header that
     reads as one column although another delimiter splits it is refused (give --delimiter).
     """
-    from dpcore.ingest import DELIMITER_NAMES
-    from dpcore.spec_draft import draft_spec, marked_lines
+    from dpcore.ingest.raw import DELIMITER_NAMES
+    from dpcore.ingest.spec_draft import draft_spec, marked_lines
 
     parsed_bounds = {}
     for col, rest in _pairs(bounds, "--bounds", ":").items():
@@ -101,7 +101,7 @@ def draft(data, source_kind, dsn_env, dsn_file, table, query, partitioning, id_c
         except ValueError as exc:
             refuse(str(exc))
     if output:
-        from dpcore.private_files import write_private_text
+        from dpcore.storage.private_files import write_private_text
 
         write_private_text(output, text)  # holds values read from the data: the owner's only (0600)
         n = len(marked_lines(text))
@@ -154,8 +154,8 @@ def check(spec, release_id, with_data) -> None:
     (roster ids, attributes, hierarchy, mechanism parameters). Reads no data unless --data is given.
     Exit code 0 when there is no problem, 2 otherwise.
     """
-    from dpcore.spec import SpecError, check_release_id_flag, load_spec
-    from dpcore.cost_plan import plan_release
+    from dpcore.release.spec import SpecError, check_release_id_flag, load_spec
+    from dpcore.run.cost_plan import plan_release
 
     try:
         check_release_id_flag(release_id)
@@ -167,8 +167,8 @@ def check(spec, release_id, with_data) -> None:
         refuse(f"{spec}: {len(problems)} problem(s):\n" + "\n".join(f"  - {p}" for p in problems))
     out.print(f"{spec}: the spec is valid (dataset {loaded.dataset.name}, release {loaded.release_id})", markup=False)
     if with_data:
-        from dpcore.ingest import read_input
-        from dpcore.settings import Settings
+        from dpcore.ingest.raw import read_input
+        from dpcore.storage.settings import Settings
         from dpcore.validation import validate
 
         with refusals():

@@ -41,14 +41,14 @@ def show(spec_path, max_rows, as_json) -> None:
     of your data: do not publish them.
     Exit code 2 when there is no stored result (of SPEC's dataset).
     """
-    from dpcore.ledger_home import open_home_warehouse
-    from dpcore.settings import Settings
+    from dpcore.budget.ledger_home import open_home_warehouse
+    from dpcore.storage.settings import Settings
     from dpcore.validation.outcome import plural, rule_text, summary_lines
     from dpcore.validation.results import hash_matches, latest_validations, row_numbers_text, row_ranges
 
     spec = None
     if spec_path:
-        from dpcore.spec import SpecError, load_spec
+        from dpcore.release.spec import SpecError, load_spec
 
         try:
             spec = load_spec(spec_path)

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal, Optional
 from prefect import flow
 from pydantic import Field
 
-from dpcore.spec import AiqSpec, with_step
+from dpcore.release.spec import AiqSpec, with_step
 from tasks.release_run import run_once
 from tasks.stages import aiq_task, bundle_task, cost_preflight_task, ingest_task, preflight_task, validate_task
 

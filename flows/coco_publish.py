@@ -7,10 +7,10 @@ from prefect import flow, unmapped
 from prefect.futures import as_completed
 from pydantic import Field
 
-from dpcore.bundle import StepOutput
-from dpcore.ingest import IngestResult
-from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec, with_step
+from dpcore.publish.bundle import StepOutput
+from dpcore.ingest.raw import IngestResult
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec, with_step
 from dpcore.steps.coco import coco_payload_summary
 from tasks.coco import coco_finish_task, coco_measure_task, coco_nodes_task
 from tasks.common import Progress

@@ -1,23 +1,23 @@
 """The console of a command-line flow run: a refusal is one line, not a traceback (issue 32 §3).
 
 When a flow run from ``dpr`` or ``python -m flows.release_pipeline`` stops on an
-expected error (:func:`dpcore.errors.expected_errors`: a bad spec, input, flag or
+expected error (:func:`dpcore.run.errors.expected_errors`: a bad spec, input, flag or
 request, or over the budget; exit code 2), Prefect's engine logs it with its
 traceback at ERROR level, once for the task and once for the flow. The command
 then prints the error itself. :func:`quiet_refusal_tracebacks` drops the
 traceback of those records on the terminal's handlers only (the log line with
 the error's message stays): their formatter leaves it out and restores the
 record, so the Prefect API's log handler still gets it. Unexpected errors keep
-their traceback. An environment failure (:func:`dpcore.faults.environment_fault`)
+their traceback. An environment failure (:func:`dpcore.runtime.faults.environment_fault`)
 keeps its log line too; its traceback goes to the command's details log
-(:func:`dpcore.faults.save_details`), which the command's last line names.
+(:func:`dpcore.runtime.faults.save_details`), which the command's last line names.
 """
 from __future__ import annotations
 
 import logging
 
-from dpcore.errors import expected_errors
-from dpcore.faults import is_environment_fault, save_details
+from dpcore.run.errors import expected_errors
+from dpcore.runtime.faults import is_environment_fault, save_details
 
 __all__ = ["quiet_refusal_tracebacks"]
 

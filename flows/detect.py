@@ -4,10 +4,10 @@ from __future__ import annotations
 from prefect import flow, unmapped
 from prefect.futures import as_completed
 
-from dpcore.chunks import MemoryBudget
-from dpcore.ingest import IngestResult
-from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec
+from dpcore.runtime.chunks import MemoryBudget
+from dpcore.ingest.raw import IngestResult
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 from dpcore.steps.detect import DetectionDone, templates_of
 from tasks.common import Progress, resolve
 from tasks.detect import close_detection_partitions, detection_export_task, fit_streamed_task, store_streamed_task
@@ -27,7 +27,7 @@ def run_detection(spec: ReleaseSpec, settings: Settings, ingested: IngestResult)
     ranks, labels and combines the scores in SQL (flow process). The export
     is removed when the step ends, also on error. A progress artifact counts
     the templates fitted. Under a small memory cap the templates are fitted
-    one at a time (:attr:`dpcore.chunks.MemoryBudget.concurrent_fits`).
+    one at a time (:attr:`dpcore.runtime.chunks.MemoryBudget.concurrent_fits`).
     """
     templates = templates_of(spec)
     parts = detection_export_task(spec, settings, ingested)

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Optional
 from prefect import flow
 from pydantic import Field
 
-from dpcore.spec import with_step
+from dpcore.release.spec import with_step
 from tasks.rules import rules_task
 from tasks.stages import bundle_task, ingest_task, validate_task
 

@@ -5,9 +5,9 @@ from typing import Any, Mapping
 
 from prefect import get_run_logger
 
-from dpcore.operator_values import OperatorValues, operator_values, require_spec_path
-from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec
+from dpcore.run.operator_values import OperatorValues, operator_values, require_spec_path
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 from tasks.common import resolve
 
 
@@ -16,7 +16,7 @@ def operator_request(
 ) -> tuple[ReleaseSpec, Settings, OperatorValues]:
     """Load the spec (refused without one), resolve the flow's parameters against it, log the values used.
 
-    A parameter left empty takes the spec's value (:mod:`dpcore.operator_values`); one that spends budget or
+    A parameter left empty takes the spec's value (:mod:`dpcore.run.operator_values`); one that spends budget or
     describes the data and is set nowhere is refused here, before the input is read or anything is charged.
     The logged line holds public parameters only.
     """

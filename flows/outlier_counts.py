@@ -7,10 +7,10 @@ from prefect import flow, unmapped
 from prefect.futures import as_completed
 from pydantic import Field
 
-from dpcore.bundle import StepOutput
-from dpcore.ingest import IngestResult
-from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec, outlier_counts_section, with_step
+from dpcore.publish.bundle import StepOutput
+from dpcore.ingest.raw import IngestResult
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec, outlier_counts_section, with_step
 from tasks.common import Progress
 from tasks.release_run import run_once
 from tasks.outlier_counts import (

@@ -6,10 +6,10 @@ from typing import Any
 from prefect import unmapped
 from prefect.futures import as_completed
 
-from dpcore.bundle import StepOutput
-from dpcore.ingest import IngestResult
-from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec
+from dpcore.publish.bundle import StepOutput
+from dpcore.ingest.raw import IngestResult
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 from tasks.common import Progress
 from tasks.pcor import pcor_plan_task, pcor_reserve_task, pcor_search_task, pcor_store_task
 

@@ -8,9 +8,9 @@ the server, creates the flow run (HTTP round trips) and ingests (DuckDB): work t
 step that needs a module before the thread has loaded it waits for Python's import lock of that module and
 then finds it loaded; nothing is imported twice.
 
-Under a small memory cap (:attr:`dpcore.chunks.MemoryBudget.works_ahead` false: below 1 GiB) nothing is
+Under a small memory cap (:attr:`dpcore.runtime.chunks.MemoryBudget.works_ahead` false: below 1 GiB) nothing is
 loaded ahead: great-expectations runs in validation's child process then
-(:attr:`~dpcore.chunks.MemoryBudget.validates_in_child`), and pint and matplotlib are imported by the steps
+(:attr:`~dpcore.runtime.chunks.MemoryBudget.validates_in_child`), and pint and matplotlib are imported by the steps
 that need them, so they are not held through validation and the detector's fits (issue 29, goal 4).
 
 A failed import is not reported here: the step that needs the module imports it again and fails with its
@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 
 def _pyplot() -> None:
-    from dpcore.plots import pyplot
+    from dpcore.publish.plots import pyplot
 
     pyplot()  # matplotlib.pyplot on the Agg backend, as the plots load it
 
@@ -52,13 +52,13 @@ def start_preload(loads: tuple[Callable[[], object], ...] | None = None) -> None
     """Start ``loads`` (imports) on a daemon thread, in order (once per process; later calls do nothing).
 
     ``loads`` defaults to :data:`LOADS`, none under a small memory cap
-    (:attr:`dpcore.chunks.MemoryBudget.works_ahead`).
+    (:attr:`dpcore.runtime.chunks.MemoryBudget.works_ahead`).
     """
     global _thread
     if _thread is not None:
         return
     if loads is None:
-        from dpcore.chunks import MemoryBudget
+        from dpcore.runtime.chunks import MemoryBudget
 
         loads = LOADS if MemoryBudget.from_env().works_ahead else ()
     _thread = threading.Thread(target=_load_all, args=(loads,), name="dpr-preload", daemon=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 from prefect import flow
 
-from tasks.common import resolve
+from tasks.common import given_spec, resolve
 from tasks.release_run import PIPELINE, run_once
 from tasks.rules import rules_task
 from tasks.stages import (
@@ -24,6 +24,7 @@ from tasks.stages import (
     ingest_task,
     preflight_task,
     record_counts_task,
+    release_blockers_task,
     stop_release,
     validate_task,
 )
@@ -61,8 +62,8 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
         release_id: Overrides the spec's release id (a finished id returns its stored release; new data needs a new id).
         period: A series spec's period (2013-05, 2013-W05, 2013-05-31, 2013-Q2, 2018). Empty on a deployment's run: the period that ended before its scheduled start (UTC). A spec without series takes none.
     """
-    period = pick_period(spec_path, period)  # a series spec's period: given, or from the run's schedule
-    spec, settings = resolve(spec_path, release_id, period=period)
+    # the spec, loaded once (issue 49); a series spec's period: given, or from the run's schedule
+    spec, settings = resolve(spec_path, release_id, period=period, choose_period=pick_period)
     preflight_task(spec)  # every step's public checks before the first charge (no half release on bad input)
     out = run_once(spec, settings, PIPELINE, lambda: _release(spec, settings), replay=_stored)
     if spec.series is not None:  # the series page, rebuilt from the stored releases only (post-processing)
@@ -72,10 +73,15 @@ def release_pipeline(spec_path: SpecPath = DEMO_SPEC, release_id: ReleaseId = No
 
 def _stored(result: dict[str, Any]) -> dict[str, Any]:
     """A finished release's stored outcome, as a re-run returns it (this run charged nothing)."""
-    return {**result, "stored_release": True, "charged_by_this_run": {"epsilon": 0.0, "delta": 0.0}}
+    from dpcore.run.release_runs import as_stored
+
+    return as_stored(result)
 
 
 def _release(spec, settings) -> dict[str, Any]:
+    # what blocks the release (registration, caps, budget, series cap), decided as `dpr plan` and `dpr run`
+    # decide it, for a deployment's run too: refused here, before the data is read (issue 48)
+    release_blockers_task(spec, settings)
     check_period_source_task(spec)  # a series period without its input: refused before ingest (names both)
     ingested = ingest_task(spec, settings)
     validate_task(spec, settings, ingested)
@@ -122,12 +128,12 @@ def _release(spec, settings) -> dict[str, Any]:
 
 def budget_line(out: dict[str, Any], spec) -> str:
     """The one line that says what this run charged, what the release holds and what is left, read from the
-    ledger when printed (:func:`dpcore.charge_summary.release_budget_line`; a stored re-run's stored totals are
+    ledger when printed (:func:`dpcore.budget.charge_summary.release_budget_line`; a stored re-run's stored totals are
     not today's)."""
-    from dpcore.budget import PrivacyCost
-    from dpcore.charge_summary import release_budget_line
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.warehouse import Warehouse
+    from dpcore.budget.amounts import PrivacyCost
+    from dpcore.budget.charge_summary import release_budget_line
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.storage.warehouse import Warehouse
 
     n = out["charged_by_this_run"]
     ledger = PrivacyLedger(Warehouse(out["warehouse"]))
@@ -135,8 +141,21 @@ def budget_line(out: dict[str, Any], spec) -> str:
                                PrivacyCost(n["epsilon"], n["delta"]))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: run the pipeline once and print where everything is."""
+def _outcome_lines(out: dict[str, Any], spec) -> list[str]:
+    from dpcore.budget.charge_summary import release_outcome_lines
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.storage.warehouse import Warehouse
+
+    ledger = PrivacyLedger(Warehouse(out["warehouse"]))
+    return release_outcome_lines(ledger, spec.dataset.name, spec.release_id, out)
+
+
+def main(argv: list[str] | None = None, loaded=None) -> int:
+    """Command line: run the pipeline once and print where everything is.
+
+    ``loaded``: the spec ``dpr run`` loaded from ``--spec`` with ``--release-id`` and ``--period`` (not loaded
+    again; the flow run takes it, :func:`tasks.common.given_spec`); None: loaded here.
+    """
     parser = argparse.ArgumentParser(description="Run the release pipeline on a spec.")
     parser.add_argument("--spec", default=DEMO_SPEC, help="release spec YAML (default: the bundled demo)")
     parser.add_argument("--release-id", default=None, help="override the spec's release id")
@@ -144,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from", dest="start", default=None, help="backfill a series from this period")
     parser.add_argument("--to", dest="end", default=None, help="backfill a series up to this period (included)")
     args = parser.parse_args(argv)
-    from dpcore.errors import user_facing
-    from dpcore.series import backfill_periods, check_run_flags
-    from dpcore.spec import check_release_id_flag, load_spec
+    from dpcore.run.errors import user_facing
+    from dpcore.release.series import backfill_periods, check_run_flags
+    from dpcore.release.spec import check_release_id_flag, load_spec
 
     from flows.console_logging import quiet_refusal_tracebacks
 
@@ -156,9 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         check_run_flags(args.spec, args.period, args.start, args.end)  # names the flag at fault
         if args.start is not None or args.end is not None:
             return _backfill(args.spec, backfill_periods(args.spec, args.start, args.end))
-        spec = load_spec(args.spec, release_id=args.release_id, period=args.period)  # fail fast, before Prefect
+        spec = loaded if loaded is not None else load_spec(  # fail fast, before Prefect
+            args.spec, release_id=args.release_id, period=args.period)
         start_preload()  # great-expectations, pint, matplotlib (none under a small cap): on a thread, while the server boots and the run starts
-        with ready():
+        # the run takes this spec instead of loading the file again (tasks.common.given_spec)
+        with ready(), given_spec(args.spec, args.release_id, args.period, args.spec, spec):
             out = release_pipeline(spec_path=args.spec, release_id=args.release_id, period=args.period)
     _print_outcome(out, spec)
     return 0
@@ -166,13 +187,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _backfill(spec_path: str, periods: list[str]) -> int:
     """Release each period of ``periods`` in order, each its own all-or-nothing run; stop at the first failure."""
-    from dpcore.errors import expected_errors
-    from dpcore.spec import load_spec
+    from dpcore.run.errors import expected_errors
+    from dpcore.release.spec import load_spec
 
     done: list[str] = []
     for p in periods:
         try:
-            with ready():
+            spec = load_spec(spec_path, period=p)  # the period's spec, loaded once: the run takes it (given_spec)
+            with ready(), given_spec(spec_path, None, p, spec_path, spec):
                 out = release_pipeline(spec_path=spec_path, period=p)
         except BaseException as exc:
             before = ", ".join(done) if done else "none"
@@ -187,20 +209,13 @@ def _backfill(spec_path: str, periods: list[str]) -> int:
             raise
         done.append(p)
         print(f"\nperiod    : {p}")
-        _print_outcome(out, load_spec(spec_path, period=p))
+        _print_outcome(out, spec)
     print(f"\nbackfill done: {len(done)} period(s), {periods[0]} to {periods[-1]}")
     return 0
 
 
 def _print_outcome(out: dict[str, Any], spec) -> None:
-    print()
-    if out.get("stored_release"):
-        print("stored    : this release id was finished before; this is its stored release (no data read, "
-              "nothing charged; new data needs a new release id)")
-    print(f"warehouse : {out['warehouse']}")
-    print(f"bundle    : {out['bundle']}")
-    print(f"report    : {out['bundle']}/report.md")
-    print(budget_line(out, spec))
+    print("\n".join(_outcome_lines(out, spec)))
 
 
 def _exit_without_teardown(code: int) -> None:

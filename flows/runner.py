@@ -28,7 +28,7 @@ refuse to run on a Dask worker (:func:`tasks.common.private_task`).
     Workers share no file system with the flow: a mapped task's arguments
     that name files of the warehouse's scratch folder (an export's chunks),
     and its result's files (a fit's scores), travel through that store
-    (:mod:`dpcore.scratch_store`), as do the chunk passes
+    (:mod:`dpcore.storage.scratch_store`), as do the chunk passes
     (:func:`tasks.common.chunk_mapper`). Credentials come from the
     environment of the flow and of the workers only. A submitted task's
     objects are deleted when it ends (also when it fails), the run's prefix
@@ -117,7 +117,7 @@ def _store_aware(base: type) -> type:
     """``base`` (a ``DaskTaskRunner``) whose submitted tasks' scratch files go through ``DPR_SCRATCH_URL``'s store.
 
     Each parameter that names a file or folder of the warehouse's scratch folder is shipped
-    (:func:`dpcore.scratch_store.shipping.ship`: its files uploaded under a random prefix of the run, the worker
+    (:func:`dpcore.storage.scratch_store.shipping.ship`: its files uploaded under a random prefix of the run, the worker
     receives the same object with paths in its own private mirror); the task's result comes back the same way
     (:func:`tasks.common.private_task`, worker-safe tasks). The shipment's objects are removed when the task
     ends, succeeded or failed; the run's whole prefix when the runner exits. Without a store: ``base`` unchanged.
@@ -125,13 +125,13 @@ def _store_aware(base: type) -> type:
 
     class StoreAwareDaskTaskRunner(base):
         def submit(self, task, parameters, wait_for=None, dependencies=None):
-            from tasks.common import scratch_transport
+            from tasks.common import required_scratch_transport
 
-            transport = scratch_transport()
+            transport = required_scratch_transport()
             if transport is None:
                 return super().submit(task, parameters, wait_for=wait_for, dependencies=dependencies)
-            from dpcore.lineage import new_nonce
-            from dpcore.scratch_store import shipping
+            from dpcore.storage.lineage import new_nonce
+            from dpcore.storage.scratch_store import shipping
 
             store, prefix, root, _ = transport
             shipment = new_nonce(8)
@@ -139,9 +139,9 @@ def _store_aware(base: type) -> type:
                 shipped = {k: shipping.ship(v, store, prefix, shipment, root, "out") for k, v in parameters.items()}
                 future = super().submit(task, shipped, wait_for=wait_for, dependencies=dependencies)
             except BaseException:
-                store.rm(f"{prefix}/{shipment}")
+                shipping.end_shipment(store, prefix, shipment)
                 raise
-            future.wrapped_future.add_done_callback(lambda _f: store.rm(f"{prefix}/{shipment}"))
+            future.wrapped_future.add_done_callback(lambda _f: shipping.end_shipment(store, prefix, shipment))
             return future
 
         def __exit__(self, *args):

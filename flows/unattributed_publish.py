@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal, Optional, get_args
 from prefect import flow
 from pydantic import Field
 
-from dpcore.spec import UnattributedMethod, with_step
+from dpcore.release.spec import UnattributedMethod, with_step
 from dpcore.steps.unattributed import unattributed_payload_summary
 from tasks.release_run import run_once
 from tasks.stages import bundle_task, cost_preflight_task, ingest_task, validate_task

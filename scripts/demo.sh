@@ -31,8 +31,8 @@ for i in "${!args[@]}"; do
   esac
 done
 name=$(.venv/bin/python -c 'import sys
-from dpcore.errors import user_facing
-from dpcore.spec import load_spec
+from dpcore.run.errors import user_facing
+from dpcore.release.spec import load_spec
 with user_facing():
     print(load_spec(sys.argv[1]).dataset.name)' "$spec")
 .venv/bin/dpr dataset add "$name" --spec "$spec"

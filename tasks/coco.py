@@ -1,13 +1,13 @@
 """Tasks of the coco step: measuring (charges) and finishing in the flow process; node estimates mapped."""
 from __future__ import annotations
 
-from dpcore import background_plots
-from dpcore.bundle import StepOutput
-from dpcore.chunks import MemoryBudget
-from dpcore.ingest import IngestResult
+from dpcore.publish import background_plots
+from dpcore.publish.bundle import StepOutput
+from dpcore.runtime.chunks import MemoryBudget
+from dpcore.ingest.raw import IngestResult
 from dpcore.mechanisms.coco import CocoMechanism, NodeChunk, NodeEstimate
-from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 from dpcore.steps.coco import CocoMeasured, finish_coco, measure_coco
 
 from .common import NOISE_RETRIES, Progress, flow_run_id, private_task
@@ -16,7 +16,7 @@ from .common import NOISE_RETRIES, Progress, flow_run_id, private_task
 def start_coco_pictures() -> None:
     """Start the process that draws the coco pictures now, so that its imports overlap the steps before coco,
     if a core is free for it and the memory cap is not small (not a task: it touches no data;
-    :mod:`dpcore.background_plots`, :attr:`dpcore.chunks.MemoryBudget.works_ahead`)."""
+    :mod:`dpcore.publish.background_plots`, :attr:`dpcore.runtime.chunks.MemoryBudget.works_ahead`)."""
     if MemoryBudget.from_env().works_ahead and background_plots.core_free():
         background_plots.start()
 

@@ -22,21 +22,25 @@ the warehouse (the detect step keeps them in ``internal.detect_models``).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import logging
+import os
 import re
 import sys
 import threading
 import warnings
+from pathlib import Path
 from typing import Any, Callable
 
 from prefect import Task
 from prefect.cache_policies import NO_CACHE
 
-from dpcore.fault_injection import fault_point
-from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec, load_spec
-from dpcore.spec_dirs import allowed_spec_file
+from dpcore.runtime.fault_injection import fault_point
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec, load_spec
+from dpcore.release.spec_dirs import allowed_spec_file
 
 
 class FlowProcessOnlyError(RuntimeError):
@@ -141,10 +145,10 @@ _install_warning_guard()
 def _no_retry_for_user_errors(task_, task_run, state) -> bool:
     """Retry condition: retrying cannot cure bad input, an exhausted budget, a ledger refusal, a full disk or a
     test fault."""
-    from dpcore.budget import BudgetExceededError
-    from dpcore.fault_injection import InjectedFault
-    from dpcore.ledger import LedgerError
-    from dpcore.faults import is_environment_fault
+    from dpcore.budget.amounts import BudgetExceededError
+    from dpcore.runtime.fault_injection import InjectedFault
+    from dpcore.budget.ledger import LedgerError
+    from dpcore.runtime.faults import is_environment_fault
     from dpcore.steps.common import SeededNoiseRefusedError, StepInputError
 
     if isinstance(state.data, BaseException) and is_environment_fault(state.data):
@@ -232,7 +236,7 @@ class SealedArgsTask(Task):
 
 
 def _fault_points(fn: Callable, name: str) -> Callable:
-    """``fn`` between the fault-injection points ``before:<name>`` and ``after:<name>`` (:mod:`dpcore.fault_injection`)."""
+    """``fn`` between the fault-injection points ``before:<name>`` and ``after:<name>`` (:mod:`dpcore.runtime.fault_injection`)."""
 
     @functools.wraps(fn)
     def pointed(*args: Any, **kwargs: Any):
@@ -253,13 +257,20 @@ def _call_quietly(fn: Callable, item: Any) -> Any:
 
 def _returns_through_store(fn: Callable) -> Callable:
     """``fn`` whose result, on a Dask worker that received its arguments through the scratch store, goes back
-    through it too (:func:`dpcore.scratch_store.shipping.return_from_worker`)."""
+    through it too (:func:`dpcore.storage.scratch_store.shipping.return_from_worker`)."""
 
     @functools.wraps(fn)
     def returning(*args: Any, **kwargs: Any):
-        result = fn(*args, **kwargs)
-        if "dpcore.scratch_store.shipping" in sys.modules and on_dask_worker():
-            from dpcore.scratch_store.shipping import return_from_worker
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:
+            if "dpcore.storage.scratch_store.shipping" in sys.modules and on_dask_worker():
+                from dpcore.storage.scratch_store.shipping import drop_argument_mirrors
+
+                drop_argument_mirrors(args, kwargs)  # the files it received go with the failure too
+            raise
+        if "dpcore.storage.scratch_store.shipping" in sys.modules and on_dask_worker():
+            from dpcore.storage.scratch_store.shipping import return_from_worker
 
             return return_from_worker(args, kwargs, result)
         return result
@@ -273,9 +284,9 @@ _RUN_STORES: dict[str, tuple[Any, str, str]] = {}
 
 def open_scratch_transport(spec: ReleaseSpec, settings: Settings) -> None:
     """With ``DPR_SCRATCH_URL`` set: check the store (refuse it in one line before any charge), remove the
-    release's leftovers of a crashed run and open this flow run's random prefix (:mod:`dpcore.scratch_store`)."""
-    from dpcore.scratch_store import store_from_env
-    from dpcore.scratch_store.shipping import flow_runs, register_flow_run
+    release's leftovers of a crashed run and open this flow run's random prefix (:mod:`dpcore.storage.scratch_store`)."""
+    from dpcore.storage.scratch_store import store_from_env
+    from dpcore.storage.scratch_store.shipping import flow_runs, register_flow_run
 
     store = store_from_env()
     run_id = flow_run_id()
@@ -290,7 +301,7 @@ def open_scratch_transport(spec: ReleaseSpec, settings: Settings) -> None:
 
 def close_scratch_transport(run_id: str | None = None) -> None:
     """Remove this flow run's prefix from the store (all its objects) and forget it (the runner's exit)."""
-    from dpcore.scratch_store.shipping import unregister_flow_run
+    from dpcore.storage.scratch_store.shipping import forget_run, unregister_flow_run
 
     got = _RUN_STORES.pop(run_id or flow_run_id() or "", None)
     if got is not None:
@@ -299,21 +310,43 @@ def close_scratch_transport(run_id: str | None = None) -> None:
             store.rm(prefix)
         finally:
             unregister_flow_run(prefix)
+            forget_run(prefix)
 
 
 def scratch_transport() -> tuple[Any, str, str, str] | None:
     """(store, run prefix, local root, who receives results) for chunks sent from here, or None (no store)."""
     if on_dask_worker():
-        if "dpcore.scratch_store.shipping" not in sys.modules:
+        if "dpcore.storage.scratch_store.shipping" not in sys.modules:
             return None
-        from dpcore.scratch_store import ScratchStore
-        from dpcore.scratch_store.shipping import mirror_base, worker_transport
+        from dpcore.storage.scratch_store import ScratchStore
+        from dpcore.storage.scratch_store.shipping import mirror_base, worker_transport
 
         got = worker_transport()
         return None if got is None else (ScratchStore(got[0]), got[1], str(mirror_base()), "worker")
     run_id = flow_run_id()
     got = _RUN_STORES.get(run_id) if run_id else None
     return None if got is None else (*got, "flow")
+
+
+def required_scratch_transport() -> tuple[Any, str, str, str] | None:
+    """:func:`scratch_transport` for work the flow process sends to Dask: with ``DPR_SCRATCH_URL`` set, a flow run
+    that did not open the store (its flow skipped :func:`resolve`, which probes the store before any charge) is
+    refused instead of sending the workers paths of a folder they may not share.
+
+    Raises
+    ------
+    dpcore.storage.scratch_store.ScratchStoreError
+        ``DPR_SCRATCH_URL`` is set and this flow run has no store open.
+    """
+    transport = scratch_transport()
+    if transport is None and not on_dask_worker() and (os.environ.get("DPR_SCRATCH_URL") or "").strip():
+        from dpcore.storage.scratch_store import ScratchStoreError
+
+        raise ScratchStoreError(
+            "DPR_SCRATCH_URL is set but this flow run did not open the scratch store before sending work to Dask: "
+            "start the flow with tasks.common.resolve (it checks the store before any charge)"
+        )
+    return transport
 
 
 def _dask_map(client: Any, fn: Callable, items: Any, transport: tuple | None = None) -> list:
@@ -326,13 +359,14 @@ def _dask_map(client: Any, fn: Callable, items: Any, transport: tuple | None = N
 def _dask_map_shipped(client: Any, fn: Callable, items: list, transport: tuple) -> list:
     """:func:`_dask_map` through the scratch store: the items' scratch files go up, each result's come back;
     the shipment's objects and every worker's mirror of it are removed when the map ends, also on error."""
-    from dpcore.lineage import new_nonce
-    from dpcore.scratch_store import shipping
+    from dpcore.storage.lineage import new_nonce
+    from dpcore.storage.scratch_store import shipping
 
     store, prefix, root, back = transport
     shipment = new_nonce(8)
     try:
         shipped = [shipping.ship(item, store, prefix, shipment, root, "out") for item in items]
+        fault_point("scratch:shipped")  # crash tests: the chunks' objects are in the store, no chunk has run
         call = functools.partial(shipping.run_shipped, functools.partial(_call_quietly, fn), store.url, prefix,
                                  shipment, back)
         return client.gather(client.map(call, shipped, pure=False))
@@ -340,7 +374,7 @@ def _dask_map_shipped(client: Any, fn: Callable, items: list, transport: tuple) 
         try:
             client.run(shipping.drop_mirror, shipment)
         finally:
-            store.rm(f"{prefix}/{shipment}")
+            shipping.end_shipment(store, prefix, shipment)
 
 
 def _worker_map(fn: Callable, items: Any) -> list:
@@ -357,9 +391,9 @@ def _worker_map(fn: Callable, items: Any) -> list:
 
 
 def chunk_mapper(pooled: bool = False) -> Callable[[Callable, Any], list]:
-    """The mapper for dpcore's chunked stages (:func:`dpcore.chunks.serial_map` or Dask).
+    """The mapper for dpcore's chunked stages (:func:`dpcore.runtime.chunks.serial_map` or Dask).
 
-    ``pooled``: without Dask, :func:`dpcore.pooled_map.pooled_map` instead of
+    ``pooled``: without Dask, :func:`dpcore.runtime.pooled_map.pooled_map` instead of
     ``serial_map`` (the detector's concurrent fits: their chunks share one
     pool of a thread per core, so the last fit running uses every core).
 
@@ -367,7 +401,7 @@ def chunk_mapper(pooled: bool = False) -> Callable[[Callable, Any], list]:
     or ``DPR_DASK_ADDRESS``, :mod:`flows.runner`), chunk functions run on
     its workers through the runner's client: plain Dask tasks (not Prefect
     task runs: a chunk is a pure computation on an exported Parquet chunk,
-    :mod:`dpcore.partitions`), with Python warnings silenced, results
+    :mod:`dpcore.storage.partitions`), with Python warnings silenced, results
     gathered in item order; the flow process combines them and keeps the
     warehouse, the ledger and the noise. Called inside a worker-safe task
     that itself runs on a Dask worker (a detector template's fit), the
@@ -375,14 +409,14 @@ def chunk_mapper(pooled: bool = False) -> Callable[[Callable, Any], list]:
     (:func:`_worker_map`), so one template's EM passes spread over every
     worker. Without ``DPR_SCRATCH_URL`` workers must be able to read the warehouse's
     scratch folder (same machine, or a shared file system); with it, the chunks'
-    files and the results' files go through that store (:mod:`dpcore.scratch_store`,
+    files and the results' files go through that store (:mod:`dpcore.storage.scratch_store`,
     :func:`_dask_map_shipped`) and workers need no access to the folder. Otherwise (thread-pool runner,
-    no flow run): :func:`~dpcore.chunks.serial_map`.
+    no flow run): :func:`~dpcore.runtime.chunks.serial_map`.
     """
     from prefect.context import FlowRunContext
 
-    from dpcore.chunks import serial_map
-    from dpcore.pooled_map import pooled_map
+    from dpcore.runtime.chunks import serial_map
+    from dpcore.runtime.pooled_map import pooled_map
 
     local = pooled_map if pooled else serial_map
     if on_dask_worker():
@@ -395,18 +429,18 @@ def chunk_mapper(pooled: bool = False) -> Callable[[Callable, Any], list]:
 
     if not isinstance(runner, DaskTaskRunner):
         return local
-    return functools.partial(_dask_map, runner.client, transport=scratch_transport())
+    return functools.partial(_dask_map, runner.client, transport=required_scratch_transport())
 
 
 def validation_mapper() -> Callable[[Callable, Any], list]:
     """The mapper for validation's great-expectations chunks: :func:`chunk_mapper`, or, when that runs them in
-    this process and the memory cap is small, :func:`dpcore.child_map.child_map` (one child process for the
-    step: :attr:`dpcore.chunks.MemoryBudget.validates_in_child`)."""
-    from dpcore.chunks import MemoryBudget, serial_map
+    this process and the memory cap is small, :func:`dpcore.runtime.child_map.child_map` (one child process for the
+    step: :attr:`dpcore.runtime.chunks.MemoryBudget.validates_in_child`)."""
+    from dpcore.runtime.chunks import MemoryBudget, serial_map
 
     mapper = chunk_mapper()
     if mapper is serial_map and MemoryBudget.from_env().validates_in_child:
-        from dpcore.child_map import child_map
+        from dpcore.runtime.child_map import child_map
 
         return child_map
     return mapper
@@ -484,7 +518,7 @@ def refuse_test_switches_in_deployment_runs() -> None:
     Seeded noise (``DPR_TEST_NOISE_SEED``, ``DPR_ALLOW_TEST_NOISE``) and the fault hooks (``DPR_FAULT_*``)
     belong to the test suite: in a run of a deployment they are refused whatever the environment says, and the
     fault hooks and the seeded noise source are switched off for the rest of the process
-    (:func:`dpcore.fault_injection.make_inert`, :func:`dpcore.steps.common.forbid_test_noise`), so seeded noise
+    (:func:`dpcore.runtime.fault_injection.make_inert`, :func:`dpcore.steps.common.forbid_test_noise`), so seeded noise
     cannot make a published release's noise subtractable (DESIGN.md rules 3 and 13). The project's work pool
     has no job variables (``deployments/process_pool_template.json``); a run or deployment that carries some
     anyway (set through a route the server does not check) is refused too. Outside a deployment (the test
@@ -500,7 +534,7 @@ def refuse_test_switches_in_deployment_runs() -> None:
     deployment_id = deployment_of_this_run()
     if deployment_id is None:
         return
-    from dpcore.fault_injection import FAULT_SWITCHES, make_inert
+    from dpcore.runtime.fault_injection import FAULT_SWITCHES, make_inert
     from dpcore.steps.common import TEST_NOISE_SWITCHES, forbid_test_noise
 
     make_inert()
@@ -528,26 +562,99 @@ def refuse_test_switches_in_deployment_runs() -> None:
         )
 
 
-def resolve(spec_path: str, release_id: str | None, period: str | None = None) -> tuple[ReleaseSpec, Settings]:
+#: A spec the command line has loaded for the flow run it starts in this process (:func:`given_spec`), with the
+#: flow's ``(spec_path, release_id, period)`` it was loaded for; None outside such a block.
+_GIVEN_SPEC: contextvars.ContextVar[tuple[str, str | None, str | None, Path, ReleaseSpec] | None] = (
+    contextvars.ContextVar("dpr_given_spec", default=None))
+
+
+@contextlib.contextmanager
+def given_spec(spec_path: str, release_id: str | None, period: str | None, loaded_from: str | Path,
+               spec: ReleaseSpec):
+    """Hand a spec the caller has loaded to the flow run started inside the block (the spec is loaded once per run).
+
+    The command line (``python -m flows.release_pipeline``, ``dpr run``) loads the spec before Prefect starts,
+    to refuse a bad spec at once; a flow run it starts in this process with the same ``spec_path``,
+    ``release_id`` and ``period`` then takes that spec in :func:`resolve` instead of reading the file again,
+    when loading the allowed path would give the same spec (see :func:`_given`). Every check of
+    :func:`resolve` still runs.
+
+    Parameters
+    ----------
+    spec_path, release_id, period : str or None
+        The flow's parameters the spec was loaded for.
+    loaded_from : str or Path
+        The path ``spec`` was loaded from (``load_spec(loaded_from, release_id=..., period=...)``).
+    spec : ReleaseSpec
+    """
+    token = _GIVEN_SPEC.set((str(spec_path), release_id, period, Path(loaded_from), spec))
+    try:
+        yield
+    finally:
+        _GIVEN_SPEC.reset(token)
+
+
+def _given(spec_path: str, release_id: str | None, period: str | None, path: Path) -> ReleaseSpec | None:
+    """The spec handed over by :func:`given_spec` for these parameters, or None (then :func:`resolve` loads it).
+
+    Taken only when loading ``path`` (the allowed, link-free path of ``spec_path``) would give the same spec:
+    the spec was loaded from a path naming the same file, whose folder is that file's own folder (relative
+    file paths in a spec are resolved against the folder of the path it is loaded from, so a spec file that is
+    itself a link is loaded again).
+    """
+    given = _GIVEN_SPEC.get()
+    if given is None or given[:3] != (str(spec_path), release_id, period):
+        return None
+    loaded_from = given[3]
+    try:
+        same = loaded_from.resolve() == path and loaded_from.absolute().parent.resolve() == path.parent
+    except OSError:
+        return None
+    return given[4] if same else None
+
+
+def resolve(spec_path: str, release_id: str | None, period: str | None = None,
+            choose_period: Callable[[ReleaseSpec, str | None], str | None] | None = None,
+            ) -> tuple[ReleaseSpec, Settings]:
     """Load the spec (with an optional release-id override) and the settings; refuse unusable paths.
 
     ``spec_path`` comes from the flow's parameters (an operator's UI form), so it
-    must lie inside a folder of ``DPR_SPECS_DIR`` (:func:`dpcore.spec_dirs.allowed_spec_file`,
+    must lie inside a folder of ``DPR_SPECS_DIR`` (:func:`dpcore.release.spec_dirs.allowed_spec_file`,
     links resolved); any other path is refused before the file is opened. Every flow starts here,
     so a home that is not writable, a bundle path that is a file or an input that is a folder is
-    refused before any charge (:func:`dpcore.path_checks.check_paths`), and so is a run of a deployment
+    refused before any charge (:func:`dpcore.release.path_checks.check_paths`), and so is a run of a deployment
     that carries a test-only switch or job variables (:func:`refuse_test_switches_in_deployment_runs`).
+
+    The spec is loaded once per run (issue 49): here, or not at all when the command line that started the run
+    handed its loaded spec over (:func:`given_spec`). The one exception is a deployment's run of a series spec
+    without a period: read as its first period to learn the series, then for the period its schedule gives.
+
+    Parameters
+    ----------
+    spec_path : str
+    release_id, period : str or None
+        The flow's parameters (``period``: a series spec's, issue 30).
+    choose_period : callable, optional
+        ``choose_period(spec, period)``: the period the run releases, given the spec as loaded for ``period``
+        (:func:`tasks.series.pick_period`, the release pipeline's); None: ``period`` as given.
     """
-    from dpcore.path_checks import check_paths
-    from dpcore.settings import check_memory_floor
+    from dpcore.release.path_checks import check_paths
+    from dpcore.storage.settings import check_memory_floor
 
     refuse_test_switches_in_deployment_runs()
     check_memory_floor()  # a DPR_MEMORY_LIMIT below what a run needs: refused before any charge (issue 47 item 5)
     settings = Settings.from_env()
     path = allowed_spec_file(spec_path, settings.specs_dirs)
-    spec = load_spec(path, release_id=release_id, period=period)  # period: a series spec's (issue 30)
+    spec = _given(spec_path, release_id, period, path)
+    if spec is None:
+        spec = load_spec(path, release_id=release_id, period=period)  # period: a series spec's (issue 30)
+    if choose_period is not None:
+        chosen = choose_period(spec, period)
+        if chosen != period:  # a deployment's run of a series spec: the period its schedule gives
+            period = chosen
+            spec = load_spec(path, release_id=release_id, period=period)
     if spec.series is not None and period is None:  # never a silent first period
-        from dpcore.series import series_without_period
+        from dpcore.release.series import series_without_period
 
         series_without_period(spec_path)
     check_paths(spec, settings)

@@ -5,10 +5,10 @@ from prefect import get_run_logger
 
 from dpcore.detect.combine import Template
 from dpcore.detect.streaming import StreamedFit
-from dpcore.ingest import IngestResult
-from dpcore.partitions import Partitions
-from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec
+from dpcore.ingest.raw import IngestResult
+from dpcore.storage.partitions import Partitions
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 from dpcore.steps.detect import (
     DetectionDone, close_detection_partitions, fit_streamed, open_detection_partitions, store_streamed_detection,
 )
@@ -35,7 +35,7 @@ def fit_streamed_task(parts: Partitions, template: Template, spec: ReleaseSpec) 
     warehouse: runs in the flow's thread pool or on a Dask worker of the same
     machine; on a Dask worker the EM's chunk passes go to every worker of the
     cluster (:func:`~tasks.common.chunk_mapper`), otherwise to the process's
-    shared pool of a thread per core (:mod:`dpcore.pooled_map`).
+    shared pool of a thread per core (:mod:`dpcore.runtime.pooled_map`).
     """
     fit = fit_streamed(parts, template, spec, mapper=chunk_mapper(pooled=True))
     get_run_logger().info("template %s fitted (diagnostics in internal.detect_models)", template.name)

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from prefect import get_run_logger
 
-from dpcore.bundle import StepOutput
-from dpcore.ingest import IngestResult
-from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec
+from dpcore.publish.bundle import StepOutput
+from dpcore.ingest.raw import IngestResult
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 from dpcore.steps.outlier_counts import (
     OutlierCountsPlan,
     plan_outlier_counts,

@@ -5,10 +5,10 @@ from typing import Any
 
 from prefect import get_run_logger
 
-from dpcore.bundle import StepOutput
-from dpcore.ingest import IngestResult
-from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec
+from dpcore.publish.bundle import StepOutput
+from dpcore.ingest.raw import IngestResult
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 from dpcore.steps.pcor import PcorJob, PcorPlan, compute_explanation, plan_pcor, reserve_pcor, store_pcor
 
 from .common import flow_run_id, private_task

@@ -1,6 +1,6 @@
 """Run units: one live run per release id (or operator query), and a finished one answered from the ledger.
 
-Thin wrappers over :mod:`dpcore.release_runs` (DESIGN.md rules 2 and 10).
+Thin wrappers over :mod:`dpcore.run.release_runs` (DESIGN.md rules 2 and 10).
 :func:`run_once` is what a flow calls around its body: it takes the run's
 lock, returns the stored outcome of a finished run without reading any data,
 and stores the outcome when the body finishes. The lock is released when the
@@ -12,12 +12,12 @@ from typing import Any, Callable
 
 from prefect import get_run_logger
 
-from dpcore.charge_keys import PIPELINE, run_key
-from dpcore.cost_plan import plan_release
-from dpcore.release_runs import ReleaseInProgressError, RunHandle, close_run, finish_run, open_run
-from dpcore.warehouse import let_go
-from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec
+from dpcore.budget.charge_keys import PIPELINE, run_key
+from dpcore.run.cost_plan import plan_release
+from dpcore.run.release_runs import ReleaseInProgressError, RunHandle, close_run, finish_run, open_run
+from dpcore.storage.warehouse import let_go
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 
 from .common import flow_run_id, private_task
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from prefect import get_run_logger
 
-from dpcore.ingest import IngestResult
-from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec
+from dpcore.ingest.raw import IngestResult
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 from dpcore.steps.rules import RulesDone, mine_rules
 
 from .common import chunk_mapper, private_task

@@ -1,7 +1,7 @@
 """Thin wrappers for a series spec's runs (issue 30): the run's period and its input's existence.
 
-The period arithmetic and the refusals live in :mod:`dpcore.periods` and
-:mod:`dpcore.series`; this module only reads the flow run's Prefect context
+The period arithmetic and the refusals live in :mod:`dpcore.release.periods` and
+:mod:`dpcore.release.series`; this module only reads the flow run's Prefect context
 (its deployment and scheduled start time) and logs the public choice.
 """
 from __future__ import annotations
@@ -9,10 +9,9 @@ from __future__ import annotations
 from prefect import get_run_logger
 from prefect.context import FlowRunContext
 
-from dpcore.series import check_period_source, run_period
-from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec, load_spec
-from dpcore.spec_dirs import allowed_spec_file
+from dpcore.release.series import check_period_source, run_period
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 
 
 def scheduled_start():
@@ -28,18 +27,23 @@ def scheduled_start():
     return run.expected_start_time, run.deployment_id is not None
 
 
-def pick_period(spec_path: str, period: str | None) -> str | None:
+def pick_period(base: ReleaseSpec, period: str | None) -> str | None:
     """The period this run releases: ``period`` if given, else (a deployment's run of a series spec) the period
     that ended before the run's scheduled start time.
+
+    Parameters
+    ----------
+    base : ReleaseSpec
+        The run's spec as :func:`tasks.common.resolve` loaded it (a series spec without ``period`` read as its
+        first period): only its series section and dataset name are used here.
+    period : str or None
+        The flow's ``period`` parameter.
 
     Raises
     ------
     SpecError
-        A series spec run outside a deployment without ``period`` (names the parameter), or a spec path
-        outside the allowed folders.
+        A series spec run outside a deployment without ``period`` (names the parameter).
     """
-    path = allowed_spec_file(spec_path, Settings.from_env().specs_dirs)
-    base = load_spec(path)  # a series spec read as its first period: only its series section is used here
     when, from_deployment = scheduled_start()
     cad = base.series.cadence() if base.series is not None else None
     chosen = run_period(base.series is not None, period, when, from_deployment, cad)
@@ -54,7 +58,7 @@ def series_page_task(spec: ReleaseSpec, settings: Settings) -> None:
     """Rebuild the series page from the stored releases' public tables and attach it as a markdown artifact."""
     from prefect.artifacts import create_markdown_artifact
 
-    from dpcore.series_page import build_series_page
+    from dpcore.publish.series_page import build_series_page
 
     from .common import artifact_key
 

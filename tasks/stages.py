@@ -9,14 +9,15 @@ from __future__ import annotations
 from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from dpcore import pipeline
-from dpcore.bundle import BundleResult, RunCost, StepOutput
-from dpcore.ingest import IngestResult
-from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec
+from dpcore.run import pipeline
+from dpcore.publish.bundle import BundleResult, RunCost, StepOutput
+from dpcore.ingest.raw import IngestResult
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 from dpcore.steps.aiq import aiq_step
 from dpcore.steps.rules import RulesDone
-from dpcore.steps.record_counts import record_counts_step, stop_at_gate
+from dpcore.run.pipeline import stop_at_gate
+from dpcore.steps.record_counts import record_counts_step
 from dpcore.validation import ValidationDone, ValidationFailed, public_rule_set
 
 from .common import NOISE_RETRIES, artifact_key, chunk_mapper, flow_run_id, private_task, validation_mapper
@@ -33,9 +34,19 @@ def ingest_task(spec: ReleaseSpec, settings: Settings) -> IngestResult:
     """Store the input in the warehouse's ``raw`` schema and link it to its budget."""
     res = pipeline.ingest_stage(spec, settings)
     # no row count, no content hash, not even whether the input was seen before (rules 6-7): the id is a fresh
-    # random nonce on every ingest (dpcore.ingest.ingest), the raw table it resolved to is not named
+    # random nonce on every ingest (dpcore.ingest.raw.ingest), the raw table it resolved to is not named
     get_run_logger().info("ingested %s as input %s (a random ingest id)", res.dataset, res.ingest_id)
     return res
+
+
+@private_task(name="release-blockers")
+def release_blockers_task(spec: ReleaseSpec, settings: Settings) -> None:
+    """Refuse, before ingest, a release that ``dpr plan`` would block (the same reasons and message as ``dpr run``).
+
+    A run started by a deployment's worker does not pass through ``dpr run``; this is where every release
+    meets :func:`dpcore.run.cost_plan.release_blockers` (issue 48). Nothing is read or charged.
+    """
+    pipeline.refuse_blocked_release(spec, settings)
 
 
 @private_task(name="cost-preflight")

@@ -1,10 +1,10 @@
 """Task of the unattributed step: one charge and the released sorted group sizes (flow process)."""
 from __future__ import annotations
 
-from dpcore.bundle import StepOutput
-from dpcore.ingest import IngestResult
-from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec
+from dpcore.publish.bundle import StepOutput
+from dpcore.ingest.raw import IngestResult
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 from dpcore.steps.unattributed import unattributed_step
 
 from .common import NOISE_RETRIES, flow_run_id, private_task

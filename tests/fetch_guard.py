@@ -5,8 +5,8 @@ connection the warehouse opens (and the cursors of it each operation runs on): a
 ``fetchnumpy``, ``df``/``fetchdf``, ``arrow``/``to_arrow_table``, through a
 connection or a relation) with more than ``limit`` rows raises
 ``AssertionError`` naming the query; streamed reads (``to_arrow_reader``,
-which is how :meth:`dpcore.warehouse.Warehouse.iter_batches` and
-:mod:`dpcore.partitions` read) are checked batch by batch. On a table much
+which is how :meth:`dpcore.storage.warehouse.Warehouse.iter_batches` and
+:mod:`dpcore.storage.partitions` read) are checked batch by batch. On a table much
 larger than ``limit`` with few distinct values, a stage that loads the
 whole table, or all record ids, fails.
 """
@@ -16,8 +16,8 @@ from contextlib import contextmanager
 
 import duckdb
 
-import dpcore.warehouse as warehouse_module
-from dpcore.warehouse_lease import close_all
+import dpcore.storage.warehouse as warehouse_module
+from dpcore.storage.warehouse_lease import close_all
 
 _WHOLE = ("fetchall", "fetchnumpy", "df", "fetchdf", "fetch_df", "arrow", "to_arrow_table", "pl", "fetch_arrow_table")
 

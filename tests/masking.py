@@ -6,7 +6,7 @@ run and not a function of the data. Each kind is listed here once, with where it
 
 * **UUIDs** (:data:`UUID`): flow-run, task-run, state, artifact, log and event ids (uuid4/uuid7 from Prefect),
   Prefect's runner storage folders (``runner_storage/<uuid>``);
-* **16-hex-digit nonces** (:data:`NONCE`): ``dpcore.lineage.new_nonce(8)``: ingest ids, charges' public refs,
+* **16-hex-digit nonces** (:data:`NONCE`): ``dpcore.storage.lineage.new_nonce(8)``: ingest ids, charges' public refs,
   the warehouse's scratch folders;
 * **task-run names** (:data:`TASK_RUN_SUFFIX`, :func:`mask_task_runs`): a task called from a flow is named
   ``<task name>-<first 3 characters of a uuid4>`` (``prefect.task_engine``: ``bundle-837``); a submitted or mapped
@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
-#: ``dpcore.lineage.new_nonce(8)``: 16 hex digits, not part of a longer hex run.
+#: ``dpcore.storage.lineage.new_nonce(8)``: 16 hex digits, not part of a longer hex run.
 NONCE = re.compile(r"(?<![0-9a-f])[0-9a-f]{16}(?![0-9a-f])")
 ISO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})?")
 CONSOLE_TIME = re.compile(r"^\d{2}:\d{2}:\d{2}\.\d{3} \|", re.M)

@@ -274,8 +274,8 @@ def ledger_snapshot(warehouse: Path) -> dict[str, Any]:
     """Charges and running totals of the warehouse's ledger (empty before the first run)."""
     if not warehouse.exists():
         return {"charges": [], "spent": {}}
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.warehouse import Warehouse
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.storage.warehouse import Warehouse
 
     ledger = PrivacyLedger(Warehouse(warehouse))
     df = ledger.charges()

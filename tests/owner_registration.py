@@ -12,7 +12,7 @@ from pathlib import Path
 
 def home_settings(home) -> "Settings":
     """The settings of a pipeline home ``home`` as ``DPR_HOME=home`` (and no other DPR_* variable) gives them."""
-    from dpcore.settings import Settings
+    from dpcore.storage.settings import Settings
 
     home = Path(home).resolve()
     return Settings(home=home, warehouse=home / "warehouse.duckdb", bundles=home / "bundles", data=home / "data",
@@ -24,11 +24,11 @@ def register_spec(spec_path, settings=None, *, home=None, **choice):
 
     Where: ``settings``, else the home ``home`` (as ``DPR_HOME=home`` gives it), else the current
     environment's (``$DPR_HOME``). ``choice`` is passed on (``share=``, ``separate_from=[...]``,
-    ``reason=``). Returns the :class:`dpcore.registration.RegistrationOutcome`.
+    ``reason=``). Returns the :class:`dpcore.run.registration.RegistrationOutcome`.
     """
-    from dpcore.registration import register
-    from dpcore.settings import Settings
-    from dpcore.spec import load_spec
+    from dpcore.run.registration import register
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import load_spec
 
     settings = settings or (home_settings(home) if home is not None else Settings.from_env())
     return register(load_spec(spec_path), settings, **choice)

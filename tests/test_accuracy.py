@@ -7,15 +7,9 @@ import numpy as np
 import pytest
 import opendp.prelude as dp
 
-from dpcore.accuracy import (
-    check_alpha,
-    discrete_laplace_difference_half_width,
-    discrete_laplace_half_width,
-    discrete_laplace_tail,
-    exact_alpha,
-    gaussian_half_width,
-    interval_text,
-    student_t2_half_width,
+from dpcore.mechanisms.accuracy import (
+    check_alpha, discrete_laplace_difference_half_width, discrete_laplace_half_width, discrete_laplace_tail,
+    exact_alpha, gaussian_half_width, interval_text, student_t2_half_width,
 )
 from dpcore.noise import NoiseSource
 

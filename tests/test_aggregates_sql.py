@@ -14,9 +14,9 @@ import yaml
 
 from dpcore.explain import RuleMiner
 from dpcore.mechanisms.coco import group_sizes_by_leaf, group_sizes_from_counts
-from dpcore.spec import load_spec
+from dpcore.release.spec import load_spec
 from dpcore.steps.common import group_item_counts, load_columns, validated_table
-from dpcore.warehouse import Warehouse
+from dpcore.storage.warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,8 +86,8 @@ def test_sql_group_counts_on_random_tables_equal_pandas(tmp_path, seed):
 @pytest.fixture
 def coco_small(small_spec_path, tmp_path, dpr_home, monkeypatch):
     """The demo sample, ingested and validated, with the coco step enabled (demo method and K)."""
-    from dpcore.pipeline import ingest_stage, validate_stage
-    from dpcore.settings import Settings
+    from dpcore.run.pipeline import ingest_stage, validate_stage
+    from dpcore.storage.settings import Settings
 
     raw = yaml.safe_load(small_spec_path.read_text())
     raw["steps"]["coco"].update({"enabled": True, "method": "bottom_up_hg", "epsilon_per_level": 1.5,
@@ -126,8 +126,8 @@ def test_coco_sizes_and_seeded_release_equal_the_in_memory_path(coco_small):
 @pytest.fixture(scope="module")
 def detected(small_spec_path_module):
     """The demo sample, ingested, validated and detected (the detector's labels in internal.detect_scores)."""
-    from dpcore.pipeline import ingest_stage, validate_stage
-    from dpcore.settings import Settings
+    from dpcore.run.pipeline import ingest_stage, validate_stage
+    from dpcore.storage.settings import Settings
     from dpcore.steps.detect import detection_frame, fit_one, store_detection, templates_of
 
     path, home = small_spec_path_module
@@ -299,7 +299,7 @@ def test_mine_rules_refuses_bad_sample_and_chunk_sizes(detected):
 
 
 def test_spec_documents_and_bounds_sample_rows(small_spec_path, tmp_path):
-    from dpcore.spec import RulesSpec, SpecError
+    from dpcore.release.spec import RulesSpec, SpecError
 
     assert RulesSpec().sample_rows >= 336_776  # the demo (336,776 flights) is mined whole: its rules are unchanged
     assert "uniform random sample" in RulesSpec.model_fields["sample_rows"].description

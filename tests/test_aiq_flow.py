@@ -10,10 +10,10 @@ import pytest
 import yaml
 from prefect.exceptions import ParameterTypeError
 
-from dpcore.ledger import PrivacyLedger
-from dpcore.settings import Settings
+from dpcore.budget.ledger import PrivacyLedger
+from dpcore.storage.settings import Settings
 from dpcore.steps.common import StepInputError
-from dpcore.warehouse import Warehouse
+from dpcore.storage.warehouse import Warehouse
 from owner_registration import register_spec
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")

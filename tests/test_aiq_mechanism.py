@@ -18,7 +18,7 @@ import pytest
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import shortest_path
 
-from dpcore.budget import PrivacyCost
+from dpcore.budget.amounts import PrivacyCost
 from dpcore.mechanisms.aiq import AnomalyIdentification, ExpErrorProbability, exp_neg_bounds
 from dpcore.noise import NoiseSource
 

@@ -1,4 +1,4 @@
-"""The count-of-counts pictures drawn in a child process (dpcore.background_plots; issue 29, goal 5): the same
+"""The count-of-counts pictures drawn in a child process (dpcore.publish.background_plots; issue 29, goal 5): the same
 bytes as a drawing in the process, private modes, a failure or a kill raises at the wait (never a missing file
 without an error), a killed drawing leaves no half-written picture under a picture's name, and a release whose
 drawing fails fails with that error."""
@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from dpcore import background_plots
-from dpcore.background_plots import PictureError, submit, wait_for
+from dpcore.publish import background_plots
+from dpcore.publish.background_plots import PictureError, submit, wait_for
 from dpcore.mechanisms.coco import Hierarchy
-from dpcore.plots import coco_plot_paths, coco_plots, drawn_nodes
+from dpcore.publish.plots import coco_plot_paths, coco_plots, drawn_nodes
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def test_under_a_small_cap_pictures_are_drawn_by_a_child_process_with_the_same_b
     import subprocess
     import sys
 
-    from dpcore.plots import draw_privately, rank_size_plot
+    from dpcore.publish.plots import draw_privately, rank_size_plot
 
     est, h = shape
     here = coco_plots(est, h, tmp_path / "here", 60)
@@ -65,7 +65,7 @@ def test_under_a_small_cap_pictures_are_drawn_by_a_child_process_with_the_same_b
     job = tmp_path / "job.pkl"
     job.write_bytes(pickle.dumps((np.arange(50, 0, -1), tmp_path / "rank" / "r.png")))
     code = ("import pickle, sys\n"
-            "from dpcore.plots import draw_privately, rank_size_plot\n"
+            "from dpcore.publish.plots import draw_privately, rank_size_plot\n"
             f"sizes, path = pickle.loads(open({str(job)!r}, 'rb').read())\n"
             "draw_privately(rank_size_plot, sizes, path, 'sizes')\n"
             "print(path.exists(), 'matplotlib' in sys.modules)\n")
@@ -144,7 +144,7 @@ def test_a_newer_drawing_of_the_same_files_replaces_the_older(tmp_path, shape):
 def test_a_release_whose_drawing_fails_fails_with_that_error(dpr_home, small_spec_path, tmp_path, monkeypatch):
     """The pictures are drawn while the later steps run; their failure fails the release at the bundle, which
     is then not written (never a bundle without its pictures)."""
-    from dpcore.settings import Settings
+    from dpcore.storage.settings import Settings
     from flows.release_pipeline import release_pipeline
 
     monkeypatch.setattr(background_plots, "core_free", lambda: True)  # whatever the machine's load

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpcore.ingest import IngestError, ingest, load_raw, raw_digest
-from dpcore.spec import SpecError, load_spec
+from dpcore.ingest.raw import IngestError, ingest, load_raw, raw_digest
+from dpcore.release.spec import SpecError, load_spec
 from dpcore.validation import ValidationFailed, enforce, store_outcome, validate
-from dpcore.warehouse import Warehouse
+from dpcore.storage.warehouse import Warehouse
 
 CORPUS = Path(__file__).parent / "bad_inputs"
 BASE = CORPUS / "base_spec.yaml"

@@ -1,4 +1,4 @@
-"""dpcore.blas_threads: one BLAS thread while any user holds the limit; the last to leave restores.
+"""dpcore.runtime.blas_threads: one BLAS thread while any user holds the limit; the last to leave restores.
 
 The fits of two templates run at once in the flow's thread pool; each holds
 the limit while it runs. A per-call ``threadpool_limits`` would let the first
@@ -13,7 +13,7 @@ import pytest
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
 
-from dpcore.blas_threads import one_blas_thread  # noqa: E402
+from dpcore.runtime.blas_threads import one_blas_thread  # noqa: E402
 
 
 def _blas_threads() -> list[int]:

@@ -67,7 +67,7 @@ def _tables(bundle: Path) -> dict[str, pd.DataFrame]:
 @pytest.mark.timeout(900)
 def test_pipeline_reads_no_table_whole_and_chunks_do_not_change_releases(tmp_path, replicated_spec, monkeypatch,
                                                                          register_dataset):
-    from dpcore.chunks import MemoryBudget
+    from dpcore.runtime.chunks import MemoryBudget
     from flows.release_pipeline import release_pipeline
 
     monkeypatch.setenv("DPR_TEST_NOISE_SEED", "11")
@@ -80,8 +80,8 @@ def test_pipeline_reads_no_table_whole_and_chunks_do_not_change_releases(tmp_pat
     monkeypatch.setenv("DPR_HOME", str(tmp_path / "bounded"))
     register_dataset(replicated_spec)
     monkeypatch.setenv("DPR_MEMORY_LIMIT", "64MiB")
-    # below the floor a run is refused (dpcore.settings.MEMORY_FLOOR); here the point is the chunked reads of a tiny table
-    monkeypatch.setattr("dpcore.settings.MEMORY_FLOOR", 0)
+    # below the floor a run is refused (dpcore.storage.settings.MEMORY_FLOOR); here the point is the chunked reads of a tiny table
+    monkeypatch.setattr("dpcore.storage.settings.MEMORY_FLOOR", 0)
     monkeypatch.setattr(MemoryBudget, "chunk_rows", lambda self, bytes_per_row, minimum=1: 1000)
     with fetch_guard(monkeypatch, GUARD_ROWS) as seen:
         bounded = release_pipeline(spec_path=str(replicated_spec))

@@ -6,9 +6,9 @@ from fractions import Fraction
 
 import pytest
 
-from dpcore.budget import BudgetExceededError, PrivacyCost
-from dpcore.ledger import ChargeRequest, LedgerError, PrivacyLedger
-from dpcore.warehouse import Warehouse
+from dpcore.budget.amounts import BudgetExceededError, PrivacyCost
+from dpcore.budget.ledger import ChargeRequest, LedgerError, PrivacyLedger
+from dpcore.storage.warehouse import Warehouse
 
 
 def _req(step="s", eps=0.1, release="r1", dataset="ds"):
@@ -75,8 +75,8 @@ def test_unknown_dataset_says_what_to_do_not_an_internal_name(ledger):
 def test_the_plan_over_budget_problem_points_to_set_cap(tmp_path):
     import yaml
 
-    from dpcore.cost_plan import plan_release
-    from dpcore.spec import load_spec
+    from dpcore.run.cost_plan import plan_release
+    from dpcore.release.spec import load_spec
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]

@@ -17,8 +17,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpcore.bundle import _write_table
-from dpcore.quoting import md_cell, needs_quotes, quote, read_quoted
+from dpcore.publish.bundle import _write_table
+from dpcore.storage.quoting import md_cell, needs_quotes, quote, read_quoted
 
 STATUS = ["Employed", "Unemployed, Laid Off", " lead space", "trail space ", 'quote"d']
 CITY = ["Washington, D.C.", "a=b", "{brace}", "pipe|bar", "Zürich ∧ ∈"]
@@ -142,12 +142,12 @@ def _spec(tmp_path: Path, data: pd.DataFrame, groups: pd.DataFrame, explained: l
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_release_with_awkward_category_text(dpr_home, tmp_path):
-    from dpcore.ingest import load_raw
+    from dpcore.ingest.raw import load_raw
     from dpcore.mechanisms.coco import Hierarchy
     from dpcore.mechanisms.pcor.contexts import ContextSpace
-    from dpcore.settings import Settings
-    from dpcore.spec import load_spec
-    from dpcore.warehouse import Warehouse
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import load_spec
+    from dpcore.storage.warehouse import Warehouse
     from flows.release_pipeline import release_pipeline
 
     data, groups, explained = _dataset()

@@ -1,4 +1,4 @@
-"""dpcore.child_map (issue 29, goal 4): a mapper whose calls run in one child process that ends with the map.
+"""dpcore.runtime.child_map (issue 29, goal 4): a mapper whose calls run in one child process that ends with the map.
 
 Real child processes: results equal the calls made here (in order, every item, the work's prints kept
 out of the answers); an exception the work raises is raised here with its type, message and errno; a child
@@ -13,7 +13,7 @@ import sys
 import psutil
 import pytest
 
-from dpcore.child_map import ChildProcessFailed, child_map
+from dpcore.runtime.child_map import ChildProcessFailed, child_map
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
 import child_map_work as W  # noqa: E402
@@ -29,7 +29,7 @@ def _child_finds_the_work(monkeypatch):
 
 
 def _no_children():
-    return [p for p in psutil.Process().children(recursive=True) if "dpcore.child_map" in " ".join(p.cmdline())]
+    return [p for p in psutil.Process().children(recursive=True) if "dpcore.runtime.child_map" in " ".join(p.cmdline())]
 
 
 def test_results_equal_the_calls_in_order_from_one_other_process(capfd):
@@ -53,7 +53,7 @@ def test_the_work_shows_no_warning_and_no_log_record(capfd):
 def test_an_exception_in_the_work_is_raised_here_with_its_type_and_message():
     with pytest.raises(ValueError, match="item 3 is bad: name the rule") as info:
         child_map(W.fail_on_three, range(6))
-    assert any("child process of dpcore.child_map" in n for n in info.value.__notes__)
+    assert any("child process of dpcore.runtime.child_map" in n for n in info.value.__notes__)
     assert "Traceback" in str(info.value.__cause__)
     assert not _no_children()
 
@@ -88,7 +88,7 @@ def test_what_the_work_imports_stays_in_the_child():
 
     code = (
         f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-        "from dpcore.child_map import child_map\n"
+        "from dpcore.runtime.child_map import child_map\n"
         "import child_map_work as W\n"
         "print(child_map(W.import_and_report, ['dpcore.validation.suite'])[0], 'great_expectations' in sys.modules)\n"
     )

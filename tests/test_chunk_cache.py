@@ -19,8 +19,8 @@ from dpcore.detect.combine import Template, template_arrays
 from dpcore.detect.design import design_columns, design_matrix
 from dpcore.detect.settings import DetectorSettings
 from dpcore.detect.streaming import PartitionChunks, fit_partitions
-from dpcore.partitions import Partitions
-from dpcore.spec import load_spec
+from dpcore.storage.partitions import Partitions
+from dpcore.release.spec import load_spec
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 from prefect import flow
 
-from dpcore.chunks import serial_map
-from dpcore.partitions import exported
-from dpcore.warehouse import Warehouse
+from dpcore.runtime.chunks import serial_map
+from dpcore.storage.partitions import exported
+from dpcore.storage.warehouse import Warehouse
 from tasks.common import chunk_mapper, private_task
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")

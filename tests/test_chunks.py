@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpcore.chunks import DEFAULT_LIMIT, MemoryBudget, MemoryLimitError, chunk_bounds, parse_memory
-from dpcore.warehouse import Warehouse
+from dpcore.runtime.chunks import DEFAULT_LIMIT, MemoryBudget, MemoryLimitError, chunk_bounds, parse_memory
+from dpcore.storage.warehouse import Warehouse
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -54,7 +54,7 @@ def test_warehouse_sets_duckdb_memory_limit(tmp_path, cap, expected):
 def test_a_small_cap_favours_memory_and_a_larger_one_does_not():
     """Below 1 GiB (issue 29, goal 4): DuckDB 1/8, evictions, validation in a child, one fit at a time,
     nothing started ahead; at 1 GiB and the 2 GiB default none of it."""
-    from dpcore.chunks import EVICT_BELOW, SMALL_CAP_DUCKDB_SHARE
+    from dpcore.runtime.chunks import EVICT_BELOW, SMALL_CAP_DUCKDB_SHARE
 
     small = MemoryBudget(512 * 1024**2)
     assert small.favours_memory and small.evicts_between_operations and small.validates_in_child
@@ -103,7 +103,7 @@ def test_exported_partitions_equal_the_query_and_are_removed(tmp_path, rows):
     import pickle
     import stat
 
-    from dpcore.partitions import exported, scratch_dir
+    from dpcore.storage.partitions import exported, scratch_dir
 
     wh = Warehouse(tmp_path / "w.duckdb")
     rng = np.random.default_rng(1)
@@ -126,7 +126,7 @@ def test_exported_partitions_equal_the_query_and_are_removed(tmp_path, rows):
 
 
 def test_exported_empty_result_and_cleanup_on_error(tmp_path):
-    from dpcore.partitions import exported, scratch_dir
+    from dpcore.storage.partitions import exported, scratch_dir
 
     wh = Warehouse(tmp_path / "w.duckdb")
     wh.write_df("internal", "t", pd.DataFrame({"x": [1.0]}))

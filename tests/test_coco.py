@@ -648,8 +648,8 @@ def test_node_ids_are_injective_for_any_text(pairs):
 
 
 def test_groups_file_with_awkward_text_loads_and_plots(tmp_path):
-    from dpcore.plots import coco_plots
-    from dpcore.spec import parse_spec
+    from dpcore.publish.plots import coco_plots
+    from dpcore.release.spec import parse_spec
     from dpcore.steps.coco import coco_inputs
 
     groups = AWKWARD_LEVELS.assign(household=[f"h {i}, \"x\"" for i in range(len(AWKWARD_LEVELS))])
@@ -675,7 +675,7 @@ def test_groups_file_with_awkward_text_loads_and_plots(tmp_path):
 
 
 def test_plot_files_of_lookalike_nodes_do_not_overwrite_each_other(tmp_path):
-    from dpcore.plots import coco_plots
+    from dpcore.publish.plots import coco_plots
 
     # before: 'r=a=b' and 'r=a-b' both became coco_r-a-b.png; plain ids keep their old readable names
     h = Hierarchy.from_leaf_paths(pd.DataFrame({"r": ["a=b", "a-b", "AA", "$x$"]}), ["r"])
@@ -691,7 +691,7 @@ def test_each_nodes_picture_is_the_same_as_drawn_alone(tmp_path):
     alone (a fresh figure), whatever the nodes before it drew (scales, children, legend)."""
     from PIL import Image
 
-    from dpcore.plots import coco_plots
+    from dpcore.publish.plots import coco_plots
 
     leaves = pd.DataFrame({"r": ["a", "a", "b", "c", "c", "c"], "s": ["x", "y", "x", "x", "y", "z"]})
     h = Hierarchy.from_leaf_paths(leaves, ["r", "s"])

@@ -274,7 +274,7 @@ def test_split_model_and_refusals():
 
 def test_spec_auto_split_needs_a_total():
     from pydantic import ValidationError
-    from dpcore.spec import CocoSpec
+    from dpcore.release.spec import CocoSpec
     ok = CocoSpec(epsilon_per_level="auto", epsilon_total=1.5, method="consistent_hc_leaf")
     assert ok.epsilon_per_level == "auto"
     with pytest.raises(ValidationError, match="epsilon_total"):

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from dpcore.ledger import PrivacyLedger
-from dpcore.settings import Settings
+from dpcore.budget.ledger import PrivacyLedger
+from dpcore.storage.settings import Settings
 from dpcore.steps.common import StepInputError
-from dpcore.warehouse import Warehouse
+from dpcore.storage.warehouse import Warehouse
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -106,7 +106,7 @@ def test_auto_split_is_planned_from_the_public_groups_file(dpr_home, coco_spec):
     and the split (chosen by choose_split from the groups file, K and the method) is in the charges' parameters."""
     from fractions import Fraction
     from dpcore.mechanisms.coco import choose_split
-    from dpcore.spec import load_spec
+    from dpcore.release.spec import load_spec
     from dpcore.steps.coco import check_coco, coco_planned_charges
 
     for method in ("consistent_hc", "consistent_hc_leaf"):

@@ -15,7 +15,7 @@ ACCURACY = {
 
 
 def test_accuracy_labels_per_level():
-    from dpcore.plots import coco_accuracy_labels
+    from dpcore.publish.plots import coco_accuracy_labels
 
     labels = coco_accuracy_labels(ACCURACY)
     assert labels[1] == "each released cell ± 11 (95%, empirical)"
@@ -29,7 +29,7 @@ def test_accuracy_labels_per_level():
 def test_the_pictures_show_the_interval_and_reused_figures_stay_exact(tmp_path):
     from PIL import Image
 
-    from dpcore.plots import coco_plots
+    from dpcore.publish.plots import coco_plots
 
     leaves = pd.DataFrame({"r": ["a", "a", "b"], "s": ["x", "y", "x"]})
     h = Hierarchy.from_leaf_paths(leaves, ["r", "s"])

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpcore.budget import PrivacyCost
+from dpcore.budget.amounts import PrivacyCost
 from dpcore.mechanisms.coco import CocoMechanism, Hierarchy, group_counts, group_sizes_by_leaf
 from dpcore.noise import NoiseSource
 

@@ -98,7 +98,7 @@ def test_operator_flows_load_no_great_expectations_until_they_validate(tmp_path)
     pyplot."""
     code = ("import json, sys\n"
             "import flows.aiq_query, flows.explain_outlier, flows.coco_publish, flows.release_pipeline\n"
-            "from dpcore.pipeline import validate_stage\n"
+            "from dpcore.run.pipeline import validate_stage\n"
             "from dpcore.validation import public_rule_set\n"
             "print(json.dumps(sorted(m for m in ('great_expectations', 'matplotlib.pyplot') if m in sys.modules)))\n")
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,

@@ -2,7 +2,7 @@
 
 One release is stopped at every task boundary (``after:<task>``; ``before:<next task>`` is the same
 moment) and inside every step between its charge and its draw (``charged:<step>``) and between its draw
-and its store (``computed:<step>``), through the deterministic hook of :mod:`dpcore.fault_injection` in its
+and its store (``computed:<step>``), through the deterministic hook of :mod:`dpcore.runtime.fault_injection` in its
 ``raise`` mode (a real ``SIGKILL`` at a charge is covered by ``tests/test_operations.py``), one point
 after the other: each run resumes the stopped one and stops at the next point. The points are cut into two
 halves, each its own release id and module (this one and ``tests/test_crash_resume_late.py``), so that the
@@ -18,12 +18,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from dpcore.cost_plan import plan_release
-from dpcore.fault_injection import InjectedFault
-from dpcore.ledger import PrivacyLedger
-from dpcore.settings import Settings
-from dpcore.spec import load_spec
-from dpcore.warehouse import Warehouse
+from dpcore.run.cost_plan import plan_release
+from dpcore.runtime.fault_injection import InjectedFault
+from dpcore.budget.ledger import PrivacyLedger
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import load_spec
+from dpcore.storage.warehouse import Warehouse
 from owner_registration import register_spec
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.unregistered]  # registers its own cap

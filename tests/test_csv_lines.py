@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dpcore.sources.csv_lines import CR, CRLF, LF, odd_line_ends
+from dpcore.ingest.sources.csv_lines import CR, CRLF, LF, odd_line_ends
 
 
 def reference(data: bytes, delimiter: int = 44) -> list[tuple[int, int, int, int, bool]]:

@@ -1,7 +1,7 @@
 """The chunk work of validation, detection, rules and AIQ on a 2-worker Dask LocalCluster (issue 21 item 5):
 the same results as the single-process run.
 
-Each stage is run twice on its own warehouse, once with :func:`dpcore.chunks.serial_map` and once with a
+Each stage is run twice on its own warehouse, once with :func:`dpcore.runtime.chunks.serial_map` and once with a
 mapper that runs the chunks on the cluster's worker processes (what :func:`tasks.common.chunk_mapper` gives
 a flow with a Dask runner), with small chunks so there are several; the stored tables and the released
 answers (test noise seed) are identical.
@@ -13,9 +13,9 @@ import os
 import pandas as pd
 import pytest
 
-from dpcore.chunks import serial_map
-from dpcore.settings import Settings
-from dpcore.spec import load_spec
+from dpcore.runtime.chunks import serial_map
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import load_spec
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def dask_map():
 
 def _run(tmp_path, name, spec_path, monkeypatch, mapper):
     """ingest -> validate -> detect -> rules -> aiq on a fresh home, with ``mapper`` for the chunk work."""
-    from dpcore.pipeline import ingest_stage, validate_stage
+    from dpcore.run.pipeline import ingest_stage, validate_stage
     from dpcore.steps.aiq import aiq_step
     from dpcore.steps.detect import run_detection_streamed
     from dpcore.steps.rules import mine_rules

@@ -1,4 +1,4 @@
-"""dpcore.deferred_imports (issue 29, goals 4-5): great-expectations loads without scipy.stats and altair, which
+"""dpcore.runtime.deferred_imports (issue 29, goals 4-5): great-expectations loads without scipy.stats and altair, which
 it imports but uses only in expectations no suite here builds; a stand-in gives the real module's attributes
 on first use. Each case runs in a fresh interpreter (module state is per process)."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ def test_great_expectations_loads_without_scipy_stats_and_altair_and_validates()
     got = _run("""
         import sys
         import numpy as np
-        from dpcore.spec import load_spec
+        from dpcore.release.spec import load_spec
         from dpcore.validation import validate
         from dpcore.validation.suite import build_suite  # great-expectations imported here
         loaded = [type(sys.modules[n]).__name__ for n in ('scipy.stats', 'altair')]
@@ -37,7 +37,7 @@ def test_great_expectations_loads_without_scipy_stats_and_altair_and_validates()
 def test_first_use_gives_the_real_module_and_its_objects():
     got = _run("""
         import sys
-        from dpcore.deferred_imports import defer
+        from dpcore.runtime.deferred_imports import defer
         assert defer('scipy.stats', 'os', 'no_such_module_here') == ['scipy.stats']  # os: imported already
         from scipy import stats as s1          # the stand-in, not loaded yet
         import scipy.stats as s2

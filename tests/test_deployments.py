@@ -307,8 +307,8 @@ def test_series_scheduled_runs_release_their_months_and_a_retried_month_nothing_
     from prefect.client.orchestration import SyncPrefectClient
     from prefect.states import Scheduled
 
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.warehouse import Warehouse
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.storage.warehouse import Warehouse
     from series_fixtures import make_series_spec
 
     ops = stack
@@ -380,7 +380,7 @@ def _no_trace_of_overrides(ops, before: dict) -> None:
     bundles = ops.dpr_home / "bundles" / "nycflights13"
     assert not (bundles / "elsewhere-r1").exists(), "a spec outside the owner's folders was read"
     if ops.warehouse.exists():  # no seeded (not publishable) charge, ever
-        from dpcore.warehouse import Warehouse
+        from dpcore.storage.warehouse import Warehouse
 
         rows = Warehouse(ops.warehouse).query("SELECT count(*) FROM ledger.charges WHERE NOT publishable")
         assert rows[0][0] == 0, "a seeded-noise charge exists"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from dpcore.detect.combine import Template, TemplateFit, combine, fit_template
 from dpcore.detect.design import design_matrix
 from dpcore.detect.settings import DetectorSettings
-from dpcore.spec import PublicSchema
+from dpcore.release.spec import PublicSchema
 
 
 @pytest.fixture
@@ -290,7 +290,7 @@ def test_transform_errors_name_the_attribute(wide_schema):
 def test_spec_template_transforms_validated():
     from pydantic import ValidationError
 
-    from dpcore.spec import TemplateSpec
+    from dpcore.release.spec import TemplateSpec
 
     ok = TemplateSpec(name="p", behavioural="price", contextual=["carat", "cut"], transforms={"price": "log", "carat": "log"})
     assert ok.transforms == {"price": "log", "carat": "log"}
@@ -346,7 +346,7 @@ def test_fit_one_passes_the_spec_floor(tmp_path):
     """dpcore.steps.detect.fit_one derives the floor from spec.public_schema (demo spec: integer attributes)."""
     from pathlib import Path
 
-    from dpcore.spec import load_spec
+    from dpcore.release.spec import load_spec
     from dpcore.steps.detect import fit_one, templates_of
 
     spec = load_spec(Path(__file__).resolve().parents[1] / "specs" / "demo.yaml")
@@ -367,7 +367,7 @@ def test_detector_settings_from_spec_build_the_detector_the_keywords_built(schem
 
     from dpcore.detect.combine import detector_of
     from dpcore.detect.robust_em import RobustRegressionDetector
-    from dpcore.spec import DetectSpec
+    from dpcore.release.spec import DetectSpec
 
     def spec_of(**kw):
         return SimpleNamespace(steps=SimpleNamespace(detect=DetectSpec(**kw)))

@@ -24,11 +24,11 @@ import yaml
 from child_runs import flushed_texts
 from dpcore.detect.combine import fit_template
 from dpcore.detect.settings import DetectorSettings
-from dpcore.ingest import IngestResult
-from dpcore.settings import Settings
-from dpcore.spec import ReleaseSpec, load_spec
+from dpcore.ingest.raw import IngestResult
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec, load_spec
 from dpcore.steps.detect import fit_one, store_detection, templates_of
-from dpcore.warehouse import Warehouse
+from dpcore.storage.warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Text of any warning or diagnostic about convergence (what the old code printed or logged).

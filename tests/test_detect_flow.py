@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpcore.ledger import PrivacyLedger
-from dpcore.settings import Settings
-from dpcore.warehouse import Warehouse
+from dpcore.budget.ledger import PrivacyLedger
+from dpcore.storage.settings import Settings
+from dpcore.storage.warehouse import Warehouse
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -117,7 +117,7 @@ def test_template_transforms_reach_the_fit_and_bad_values_name_the_attribute(dpr
     """``transforms`` in the spec: the filter models log(air_time) ~ log(distance) + origin (stored in the
     internal model params); a log of an attribute whose public minimum is not above 0 is refused when the
     spec loads, naming the spec path (issue 15, hole 9: never a data-dependent abort)."""
-    from dpcore.spec import SpecError
+    from dpcore.release.spec import SpecError
     from flows.detect import detect_flow
 
     spec = yaml.safe_load(small_spec_path.read_text())

@@ -14,7 +14,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from dpcore.detect import RobustRegressionDetector
-from dpcore.detect import robust_em as rem
+from dpcore.detect import em_passes, mixture_em, robust_start
 from benchmarks.detect_leverage import masked
 
 
@@ -47,27 +47,27 @@ def test_lts_start_alone_is_right_where_em_from_it_with_exact_weights_drifts():
     det = RobustRegressionDetector(random_state=0).fit(X, y)
     Z, ys = det._design(X), det._std_y(y)
     assert roc_auc_score(out, np.abs(ys - Z @ det._lts_beta)) >= 0.99
-    beta0 = rem._lts_reweight(Z, ys, det._lts_beta, rem._lts_h(*Z.shape), rem._SIGMA2_FLOOR)
-    s2, p0, b = rem._start_params(Z, ys, beta0, 0.1)
+    beta0 = robust_start._lts_reweight(Z, ys, det._lts_beta, robust_start._lts_h(*Z.shape), mixture_em._SIGMA2_FLOOR)
+    s2, p0, b = robust_start._start_params(Z, ys, beta0, 0.1)
     aucs = {}
-    for ow in (1.0, rem._OUTLIER_WEIGHT):
-        res = rem._em(Z, ys, beta0, s2, p0, b, 200, 1e-6, outlier_weight=ow)
-        aucs[ow] = roc_auc_score(out, rem._log_odds(ys - Z @ res["beta"], res["s2"], res["p"], res["b"]))
-    assert aucs[1.0] < 0.7 and aucs[rem._OUTLIER_WEIGHT] >= 0.99
+    for ow in (1.0, mixture_em._OUTLIER_WEIGHT):
+        res = em_passes._em(Z, ys, beta0, s2, p0, b, 200, 1e-6, outlier_weight=ow)
+        aucs[ow] = roc_auc_score(out, mixture_em._log_odds(ys - Z @ res["beta"], res["s2"], res["p"], res["b"]))
+    assert aucs[1.0] < 0.7 and aucs[mixture_em._OUTLIER_WEIGHT] >= 0.99
 
 
 def test_large_table_path_subsample_then_c_steps_on_all_rows(monkeypatch):
     """n above the start subsample: subsets and C-steps on the sample, final C-steps on all rows."""
-    monkeypatch.setattr(rem, "_START_ROWS", 400)
+    monkeypatch.setattr(robust_start, "_START_ROWS", 400)
     X, y, out = masked(3000, 2, 0.3, 0)
     calls = []
-    orig = rem._concentrate
+    orig = robust_start._concentrate
 
     def spy(Z, y_, B, h, max_steps):
         calls.append((Z.shape[0], h))
         return orig(Z, y_, B, h, max_steps)
 
-    monkeypatch.setattr(rem, "_concentrate", spy)
+    monkeypatch.setattr(robust_start, "_concentrate", spy)
     det = RobustRegressionDetector(random_state=0).fit(X, y)
     assert calls[0] == (400, (400 + 3 + 1) // 2) and calls[-1] == (3000, (3000 + 3 + 1) // 2)
     assert roc_auc_score(out, det.decision_scores_) >= 0.99
@@ -75,7 +75,7 @@ def test_large_table_path_subsample_then_c_steps_on_all_rows(monkeypatch):
 
 # --------------------------------------------------------------------------- FAST-LTS pieces
 def test_h_is_floor_n_plus_q_plus_1_over_2():
-    assert rem._lts_h(30, 2) == 16 and rem._lts_h(31, 2) == 17 and rem._lts_h(100, 6) == 53 and rem._lts_h(3, 5) == 3
+    assert robust_start._lts_h(30, 2) == 16 and robust_start._lts_h(31, 2) == 17 and robust_start._lts_h(100, 6) == 53 and robust_start._lts_h(3, 5) == 3
 
 
 def test_c_steps_never_increase_the_trimmed_objective():
@@ -84,28 +84,28 @@ def test_c_steps_never_increase_the_trimmed_objective():
     Z = np.c_[np.ones(len(y)), (X - X.mean(0)) / X.std(0)]
     rng = np.random.default_rng(0)
     q = Z.shape[1]
-    h = rem._lts_h(*Z.shape)
+    h = robust_start._lts_h(*Z.shape)
     idx = np.argpartition(rng.random((200, len(y))), q - 1, axis=1)[:, :q]
-    B = rem._subset_ls(Z, y, idx)
-    obj, _ = rem._lts_objective(Z, y, B, h)
+    B = robust_start._subset_ls(Z, y, idx)
+    obj, _ = robust_start._lts_objective(Z, y, B, h)
     for _ in range(10):
-        B, prev, _ = rem._c_step(Z, y, B, h)
+        B, prev, _ = robust_start._c_step(Z, y, B, h)
         np.testing.assert_allclose(prev, obj)  # _c_step reports the objective of its input
-        obj, sub = rem._lts_objective(Z, y, B, h)
+        obj, sub = robust_start._lts_objective(Z, y, B, h)
         assert np.all(obj <= prev * (1 + 1e-9) + 1e-12)
         assert sub.shape == (200, h)  # exactly h rows, ties or not
-    Bc, oc = rem._concentrate(Z, y, B, h, 100)
+    Bc, oc = robust_start._concentrate(Z, y, B, h, 100)
     assert np.all(np.diff(oc) >= 0) and oc[0] <= obj.min() * (1 + 1e-12)
 
 
 def test_n_subsets_auto_covers_40_percent_contamination():
     # 1 - (1 - 0.6**q)**N >= 0.99, at least 500, at most 3000
     for q in range(1, 20):
-        N = rem._n_subsets_auto(q)
+        N = robust_start._n_subsets_auto(q)
         assert 500 <= N <= 3000
         if N < 3000:
             assert 1 - (1 - 0.6**q) ** N >= 0.99
-    assert rem._n_subsets_auto(9) == 500 and rem._n_subsets_auto(11) > 1200
+    assert robust_start._n_subsets_auto(9) == 500 and robust_start._n_subsets_auto(11) > 1200
 
 
 def test_trimmed_variance_factor_matches_the_normal():
@@ -113,8 +113,8 @@ def test_trimmed_variance_factor_matches_the_normal():
     x2 = np.sort(rng.standard_normal(400_000) ** 2)
     for alpha in (0.5, 0.75, 0.975):
         k = int(alpha * x2.size)
-        assert rem._trimmed_variance_factor(alpha) == pytest.approx(x2[:k].mean(), rel=0.02)
-    assert rem._trimmed_variance_factor(1.0) == 1.0
+        assert robust_start._trimmed_variance_factor(alpha) == pytest.approx(x2[:k].mean(), rel=0.02)
+    assert robust_start._trimmed_variance_factor(1.0) == 1.0
 
 
 # --------------------------------------------------------------------------- reproducibility, params
@@ -177,7 +177,7 @@ def test_spec_exposes_start_and_n_subsets_and_the_step_passes_them(monkeypatch):
     from pydantic import ValidationError
 
     import dpcore.steps.detect as step
-    from dpcore.spec import DetectSpec, load_spec
+    from dpcore.release.spec import DetectSpec, load_spec
 
     assert DetectSpec().start == "auto" and DetectSpec().n_subsets is None
     assert DetectSpec(start="legacy", n_subsets=1000).start == "legacy"

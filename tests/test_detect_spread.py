@@ -21,14 +21,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from dpcore.cost_plan import plan_release
+from dpcore.run.cost_plan import plan_release
 from dpcore.detect.combine import Template, detector_of, fit_template, template_arrays
 from dpcore.detect.robust_em import DataSpreadError
 from dpcore.detect.settings import DetectorSettings
 from dpcore.detect.streaming import fit_partitions
-from dpcore.partitions import export_partitions, scratch_dir
-from dpcore.spec import load_spec
-from dpcore.warehouse import Warehouse
+from dpcore.storage.partitions import export_partitions, scratch_dir
+from dpcore.release.spec import load_spec
+from dpcore.storage.warehouse import Warehouse
 
 N = 120
 HUGE = 1.7e308  # y's public upper bound: finite, and so is the width of its bounds

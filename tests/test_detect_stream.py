@@ -19,8 +19,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from dpcore.detect import robust_em as rem
-from dpcore.detect.robust_em import ArrayChunks, RobustRegressionDetector
+from dpcore.detect import start_sample
+from dpcore.detect.em_passes import ArrayChunks
+from dpcore.detect.robust_em import RobustRegressionDetector
 
 
 def _table(seed: int, n: int, heavy: bool = False):
@@ -104,7 +105,7 @@ def test_constant_y_and_errors_behave_as_in_memory():
     assert det.K_ == 0 and det.intercept_ == 4.0 and det.diagnostics_ == [{"code": "constant_y"}]
     assert np.all(det.decision_function(X, y) == -np.inf)
     # y constant on the start sample but not on the table: a usable scale, finite scores
-    sample = rem._start_sample_rows(1500, 1000, int(np.random.default_rng(0).integers(0, 2**63 - 1)))
+    sample = start_sample._start_sample_rows(1500, 1000, int(np.random.default_rng(0).integers(0, 2**63 - 1)))
     outside = np.setdiff1d(np.arange(1500), sample)[:2]
     y2 = y.copy()
     y2[outside] = [40.0, -40.0]
@@ -124,28 +125,28 @@ def test_constant_y_and_errors_behave_as_in_memory():
 
 
 def test_start_sample_rows_are_uniform_distinct_and_need_only_n_and_the_key():
-    a = rem._start_sample_rows(50_000, 1000, 7)
+    a = start_sample._start_sample_rows(50_000, 1000, 7)
     assert a.size == 1000 and np.unique(a).size == 1000 and np.all(np.diff(a) > 0) and a[-1] < 50_000
-    assert np.array_equal(a, rem._start_sample_rows(50_000, 1000, 7))
-    assert not np.array_equal(a, rem._start_sample_rows(50_000, 1000, 8))
+    assert np.array_equal(a, start_sample._start_sample_rows(50_000, 1000, 7))
+    assert not np.array_equal(a, start_sample._start_sample_rows(50_000, 1000, 8))
     # uniform: each position is drawn with probability m / n (chi-square over 10 bins of positions, many keys)
     for keys in (range(200), np.random.default_rng(1).integers(0, 2**63 - 1, size=200)):  # nearby keys; as drawn
         hits = np.zeros(10)
         for key in keys:
-            hits += np.bincount(rem._start_sample_rows(2_000, 100, int(key)) // 200, minlength=10)
+            hits += np.bincount(start_sample._start_sample_rows(2_000, 100, int(key)) // 200, minlength=10)
         expected = 200 * 100 / 10
         assert np.sum((hits - expected) ** 2 / expected) < 27.9  # chi2(9) at 0.001
     # blocks of hashing do not change the draw
-    old = rem._SAMPLE_BLOCK
+    old = start_sample._SAMPLE_BLOCK
     try:
-        rem._SAMPLE_BLOCK = 977
-        assert np.array_equal(a, rem._start_sample_rows(50_000, 1000, 7))
+        start_sample._SAMPLE_BLOCK = 977
+        assert np.array_equal(a, start_sample._start_sample_rows(50_000, 1000, 7))
     finally:
-        rem._SAMPLE_BLOCK = old
+        start_sample._SAMPLE_BLOCK = old
 
 
 def test_spec_start_sample_is_validated_and_named(small_spec_path, tmp_path):
-    from dpcore.spec import load_spec
+    from dpcore.release.spec import load_spec
 
     assert load_spec(small_spec_path).steps.detect.start_sample == 500_000
     raw = yaml.safe_load(small_spec_path.read_text())
@@ -159,9 +160,9 @@ def test_spec_start_sample_is_validated_and_named(small_spec_path, tmp_path):
 
 # --------------------------------------------------------------------------- the detect step over Parquet chunks
 def _prepared(dpr_home, spec_path, **detect):
-    from dpcore.pipeline import ingest_stage, validate_stage
-    from dpcore.settings import Settings
-    from dpcore.spec import load_spec
+    from dpcore.run.pipeline import ingest_stage, validate_stage
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import load_spec
 
     raw = yaml.safe_load(spec_path.read_text())
     raw["steps"]["detect"].update(detect)
@@ -226,7 +227,7 @@ def test_streamed_step_with_a_start_sample_equals_the_in_memory_fit(dpr_home, sm
     scores, _flags, models = None, None, None
     if rows == 1:
         from dpcore.detect.streaming import fit_partitions
-        from dpcore.partitions import exported
+        from dpcore.storage.partitions import exported
         t = templates_of(spec)[0]
         wh = open_stores(settings).warehouse
         sql = (f'SELECT _row, "{t.behavioural}", {", ".join(chr(34) + c + chr(34) for c in t.contextual)} '

@@ -18,8 +18,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from dpcore.plan_warnings import plan_warnings
-from dpcore.spec import load_spec
+from dpcore.run.plan_warnings import plan_warnings
+from dpcore.release.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("prefect_harness")

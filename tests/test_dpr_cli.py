@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpcore.ledger import PrivacyLedger
-from dpcore.spec import DATA_MARKER, SpecError, load_spec
-from dpcore.warehouse import Warehouse
+from dpcore.budget.ledger import PrivacyLedger
+from dpcore.release.spec import DATA_MARKER, SpecError, load_spec
+from dpcore.storage.warehouse import Warehouse
 from owner_registration import register_spec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from dpcore.budget import PrivacyCost
-from dpcore.ledger import PrivacyLedger
-from dpcore.warehouse import Warehouse
+from dpcore.budget.amounts import PrivacyCost
+from dpcore.budget.ledger import PrivacyLedger
+from dpcore.storage.warehouse import Warehouse
 from test_operator_values import REQUIRED, owner_spec
 
 ROOT = Path(__file__).resolve().parents[1]

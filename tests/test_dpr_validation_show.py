@@ -48,9 +48,9 @@ def write_spec(folder: Path, wage_max: float = 5000) -> Path:
 def stored(tmp_path, monkeypatch):
     """A home whose warehouse holds the validation of a 30-row file: wage out of bounds on data rows
     4, 5, 6 and 20; sector out of its domain on row 9 (stored by the stages a run uses)."""
-    from dpcore.pipeline import ingest_stage, validate_stage
-    from dpcore.settings import Settings
-    from dpcore.spec import load_spec
+    from dpcore.run.pipeline import ingest_stage, validate_stage
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import load_spec
 
     home = tmp_path / "home"
     monkeypatch.setenv("DPR_HOME", str(home))

@@ -21,7 +21,7 @@ import duckdb
 import pytest
 import yaml
 
-from dpcore.faults import environment_fault
+from dpcore.runtime.faults import environment_fault
 
 ROOT = Path(__file__).resolve().parents[1]
 DPR = str(Path(sys.executable).with_name("dpr"))

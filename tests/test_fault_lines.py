@@ -21,7 +21,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from dpcore.faults import environment_fault
+from dpcore.runtime.faults import environment_fault
 
 ROOT = Path(__file__).resolve().parents[1]
 DPR = str(Path(sys.executable).with_name("dpr"))
@@ -53,11 +53,11 @@ def details_of(line: str) -> str:
 
 def home_with_ledger(home: Path, monkeypatch) -> Path:
     """A home with a ledger (one budget, the marker), closed by this process; its warehouse path."""
-    from dpcore.budget import PrivacyCost
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.ledger_home import open_home_warehouse
-    from dpcore.settings import Settings
-    from dpcore.warehouse import let_go
+    from dpcore.budget.amounts import PrivacyCost
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.budget.ledger_home import open_home_warehouse
+    from dpcore.storage.settings import Settings
+    from dpcore.storage.warehouse import let_go
 
     monkeypatch.setenv("DPR_HOME", str(home))
     for name in ("DPR_WAREHOUSE", "DPR_BUNDLES", "DPR_MEMORY_LIMIT"):
@@ -105,10 +105,10 @@ def test_a_write_ahead_log_lost_after_a_charge_is_refused_as_behind_the_marker(t
     # a process that charges through the ledger (the marker follows) and dies without a checkpoint
     code = textwrap.dedent(f"""
         import os
-        from dpcore.budget import PrivacyCost
-        from dpcore.ledger import ChargeRequest, PrivacyLedger
-        from dpcore.ledger_home import open_home_warehouse
-        from dpcore.settings import Settings
+        from dpcore.budget.amounts import PrivacyCost
+        from dpcore.budget.ledger import ChargeRequest, PrivacyLedger
+        from dpcore.budget.ledger_home import open_home_warehouse
+        from dpcore.storage.settings import Settings
         wh = open_home_warehouse(Settings.from_env())
         wh.run(lambda con: con.execute("SET checkpoint_threshold = '1GB'"))
         PrivacyLedger(wh).reserve(ChargeRequest("tiny", "r1", "s", "m", PrivacyCost(1), "dp", {{}}))
@@ -131,7 +131,7 @@ def test_a_write_ahead_log_lost_after_a_charge_is_refused_as_behind_the_marker(t
 # --------------------------------------------------------------------------------------- the memory floor
 def test_the_plan_refuses_a_memory_cap_below_the_floor_as_the_run_does(tmp_path, monkeypatch):
     """`dpr plan` said the release fits under DPR_MEMORY_LIMIT=80MiB while the run refused it: one decision
-    (dpcore.cost_plan.release_blockers, issue 48.3) lists the floor among its reasons."""
+    (dpcore.run.cost_plan.release_blockers, issue 48.3) lists the floor among its reasons."""
     from click.testing import CliRunner
 
     from dpr.plan_cmd import plan
@@ -145,8 +145,8 @@ def test_the_plan_refuses_a_memory_cap_below_the_floor_as_the_run_does(tmp_path,
 
 def test_a_memory_cap_below_the_floor_is_refused_before_anything_is_read_or_charged(tmp_path):
     """``DPR_MEMORY_LIMIT=80MiB`` was accepted: the plan reserved the whole release and DuckDB ran out of memory."""
-    from dpcore.chunks import MemoryLimitError
-    from dpcore.settings import MEMORY_FLOOR, check_memory_floor
+    from dpcore.runtime.chunks import MemoryLimitError
+    from dpcore.storage.settings import MEMORY_FLOOR, check_memory_floor
 
     check_memory_floor({"DPR_MEMORY_LIMIT": f"{MEMORY_FLOOR}"})  # the floor itself is allowed
     check_memory_floor({})  # unset: the 2 GiB default
@@ -162,7 +162,7 @@ def test_a_memory_cap_below_the_floor_is_refused_before_anything_is_read_or_char
 
 def test_every_flow_refuses_a_memory_cap_below_the_floor_at_its_start(monkeypatch):
     """A deployment's run (a worker's environment) meets the same refusal in ``tasks.common.resolve``."""
-    from dpcore.chunks import MemoryLimitError
+    from dpcore.runtime.chunks import MemoryLimitError
     from tasks.common import resolve
 
     monkeypatch.setenv("DPR_MEMORY_LIMIT", "80MiB")
@@ -180,7 +180,7 @@ def test_a_release_that_runs_out_of_duckdbs_memory_ends_in_one_line_without_leak
 
     spec = small_spec(tmp_path / "spec.yaml", release_id="oom-r1", limit=1000)
     (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "sitecustomize.py").write_text("import dpcore.settings\ndpcore.settings.MEMORY_FLOOR = 0\n")
+    (tmp_path / "site" / "sitecustomize.py").write_text("import dpcore.storage.settings\ndpcore.settings.MEMORY_FLOOR = 0\n")
     home = tmp_path / "home"
     env = {"DPR_SPECS_DIR": str(tmp_path), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
     assert dpr("dataset", "add", "nycflights13", "--spec", str(spec), home=home, env=env).returncode == 0

@@ -1,7 +1,7 @@
 """A raw table's record ids are fingerprinted into its budget once (issue 32, section 2: operator queries).
 
 Every ingest adds the raw table's record-id fingerprints to the budget its dataset name charges
-(:meth:`dpcore.ledger.PrivacyLedger.register_records`). A raw table never changes, so a run over an input
+(:meth:`dpcore.budget.ledger.PrivacyLedger.register_records`). A raw table never changes, so a run over an input
 stored before (every operator query after the first) does not compute them again: the table, budget, id
 column and owner key are recorded in ``ledger.fingerprinted_tables``. Another table or another owner key
 is fingerprinted as before.
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from dpcore import ledger as ledger_module
-from dpcore.budget import PrivacyCost
-from dpcore.ledger import PrivacyLedger
-from dpcore.warehouse import Warehouse
+from dpcore.budget import ledger as ledger_module
+from dpcore.budget.amounts import PrivacyCost
+from dpcore.budget.ledger import PrivacyLedger
+from dpcore.storage.warehouse import Warehouse
 
 
 @pytest.fixture
@@ -61,10 +61,10 @@ def test_a_stored_raw_table_is_fingerprinted_once(led, monkeypatch):
 def test_the_first_run_after_a_registration_does_not_fingerprint_again(tmp_path, monkeypatch):
     """``dpr dataset add`` then a run of the same spec: the run's ingest reuses the registration's raw table, whose
     ids the registration put in the budget's fingerprints; the run adds nothing and computes nothing."""
-    from dpcore.pipeline import ingest_stage
-    from dpcore.registration import register
-    from dpcore.settings import Settings
-    from dpcore.spec import load_spec
+    from dpcore.run.pipeline import ingest_stage
+    from dpcore.run.registration import register
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import load_spec
     from dpcore.steps.common import open_stores
 
     monkeypatch.setenv("DPR_HOME", str(tmp_path / "dpr"))
@@ -124,7 +124,7 @@ def test_fingerprints_in_parts_equal_one_distinct_and_one_join(tmp_path, kind, m
     the parts fit where one statement does not is measured on 100x the demo under 512 MiB: README.)"""
     import duckdb
 
-    from dpcore.lineage import hmac_pads, hmac_sql
+    from dpcore.storage.lineage import hmac_pads, hmac_sql
 
     monkeypatch.setattr(ledger_module, "fingerprint_parts", lambda ids, length, memory: 3)
     con = duckdb.connect(str(tmp_path / "f.duckdb"))

@@ -1,8 +1,8 @@
 """Issue 29, goal 4: the rules step's frame fetched with less memory, and the warehouse's helpers for it.
 
 - :func:`dpcore.steps.rules._arrow_frame` returns the frame DuckDB's ``.df()`` returns, whatever the types;
-- :meth:`dpcore.warehouse.Warehouse.run` with ``memory_limit`` lowers DuckDB's limit for the operation only;
-- :func:`dpcore.warehouse._recut` re-cuts record batches to exactly ``rows`` rows, in order;
+- :meth:`dpcore.storage.warehouse.Warehouse.run` with ``memory_limit`` lowers DuckDB's limit for the operation only;
+- :func:`dpcore.storage.warehouse._recut` re-cuts record batches to exactly ``rows`` rows, in order;
 - :func:`dpcore.steps.rules._mining_frame` runs again under the budget's limit when the lowered one is too small.
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from dpcore.chunks import MemoryBudget
-from dpcore.warehouse import Warehouse, _recut
+from dpcore.runtime.chunks import MemoryBudget
+from dpcore.storage.warehouse import Warehouse, _recut
 
 _COLUMNS = {
     "i": "range::BIGINT",

@@ -14,11 +14,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from dpcore.budget import BudgetExceededError, PrivacyCost
-from dpcore.ledger import ChargeRequest, LineRequest, PrivacyLedger
-from dpcore.plots import budget_bars
-from dpcore.settings import Settings
-from dpcore.warehouse import Warehouse
+from dpcore.budget.amounts import BudgetExceededError, PrivacyCost
+from dpcore.budget.ledger import ChargeRequest, LineRequest, PrivacyLedger
+from dpcore.publish.plots import budget_bars
+from dpcore.storage.settings import Settings
+from dpcore.storage.warehouse import Warehouse
 
 
 def _gate_spec(small_spec_path, tmp_path):
@@ -117,7 +117,7 @@ def test_give_back_is_exact_and_keeps_what_was_drawn(tmp_path):
                                   LineRequest("b", "b", "m", "dp", {}, 1, PrivacyCost("0.3"))])
     led.reserve(ChargeRequest("ds", "r", "a", "m", PrivacyCost("0.1"), "dp", {"i": 1}))
     assert led.status("ds").spent == PrivacyCost("0.6")
-    from dpcore.ledger_home import ledger_progress
+    from dpcore.budget.ledger_home import ledger_progress
 
     rows_before = ledger_progress(led.wh)[0]
     back = led.give_back_unused("ds", "r", "test stop")

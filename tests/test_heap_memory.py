@@ -1,6 +1,6 @@
 """The detector's start sample without copies, and free heap handed back after it (issue 29, goal 4).
 
-* :func:`dpcore.heap.trim_heap` returns the free pages of a fragmented glibc heap (a child process holds
+* :func:`dpcore.runtime.heap.trim_heap` returns the free pages of a fragmented glibc heap (a child process holds
   one: 128 MiB of 64 KiB blocks, one in 16 kept; its resident memory must fall by most of the freed part);
 * :func:`dpcore.detect.em_passes._column_moments` is ``X[:, active].mean(axis=0)`` / ``.std(axis=0)``
   bit for bit (C, Fortran and strided ``X``, some columns inactive), holding one column at a time;
@@ -24,7 +24,7 @@ import pytest
 from dpcore.detect import robust_em
 from dpcore.detect.em_passes import ArrayChunks, _column_moments, _design_of
 from dpcore.detect.robust_em import RobustRegressionDetector
-from dpcore.heap import trim_heap
+from dpcore.runtime.heap import trim_heap
 
 MiB = 2**20
 
@@ -37,7 +37,7 @@ def _bits(a: np.ndarray) -> np.ndarray:
 def test_trim_heap_returns_the_free_pages_of_a_fragmented_heap():
     script = textwrap.dedent("""
         import ctypes
-        from dpcore.heap import trim_heap
+        from dpcore.runtime.heap import trim_heap
 
         def anon():
             for line in open("/proc/self/status"):
@@ -157,9 +157,9 @@ def test_the_rules_step_trims_once_after_its_search_with_the_same_rules(tmp_path
     """The rules step hands the free heap back after its frame and search are dropped; the rules are unchanged."""
     from owner_registration import register_spec
 
-    from dpcore.pipeline import ingest_stage, validate_stage
-    from dpcore.settings import Settings
-    from dpcore.spec import load_spec
+    from dpcore.run.pipeline import ingest_stage, validate_stage
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import load_spec
     from dpcore.steps import rules as rules_step
     from dpcore.steps.common import open_stores
     from dpcore.steps.detect import run_detection_streamed

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from dpcore.ingest import header_fields, ingest, load_raw, read_csv_text, read_input
-from dpcore.spec import SpecError, parse_spec
-from dpcore.warehouse import Warehouse
+from dpcore.ingest.raw import header_fields, ingest, load_raw, read_csv_text, read_input
+from dpcore.release.spec import SpecError, parse_spec
+from dpcore.storage.warehouse import Warehouse
 
 #: A semicolon file whose quoted cells hold a semicolon, a comma and a doubled quote.
 SEMI = 'id;name;x\nr1;"a;b";1,5\nr2;"say ""hi""";2\nr3;plain;3\n'

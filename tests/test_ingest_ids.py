@@ -1,6 +1,6 @@
 """Issue 28, hole 1: the public ingest id is fresh on every ingest, whatever the warehouse has seen.
 
-Before, :func:`dpcore.ingest.ingest` handed back the stored id when the same bytes had been ingested before,
+Before, :func:`dpcore.ingest.raw.ingest` handed back the stored id when the same bytes had been ingested before,
 and that id is public (the ingest log line, the manifest's ``input_id``, the report, the release artifact):
 ingesting D1, D1, D1 + x, D1 gave ids a, a, b, a, so two snapshots (D1, D1) and (D1, D1 + x), which differ in
 one record, were told apart with certainty. Content-hash deduplication stays, inside the warehouse only.
@@ -17,11 +17,11 @@ from owner_registration import register_spec
 from tiny_ids import D1, D1_PLUS, ids_spec
 
 from child_runs import read_runs
-from dpcore import pipeline
-from dpcore.ingest import ingest
-from dpcore.settings import Settings
-from dpcore.spec import load_spec
-from dpcore.warehouse import Warehouse
+from dpcore.run import pipeline
+from dpcore.ingest.raw import ingest
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import load_spec
+from dpcore.storage.warehouse import Warehouse
 from masking import Masker
 
 _spec = ids_spec

@@ -20,11 +20,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpcore import ingest as ingest_mod
-from dpcore.chunks import MemoryBudget
-from dpcore.ingest import IngestError, ingest, load_raw, raw_digest, read_csv_text, read_input
-from dpcore.spec import DemoSource, parse_spec
-from dpcore.warehouse import Warehouse
+from dpcore.ingest import raw as ingest_mod
+from dpcore.runtime.chunks import MemoryBudget
+from dpcore.ingest.raw import IngestError, ingest, load_raw, raw_digest, read_csv_text, read_input
+from dpcore.release.spec import DemoSource, parse_spec
+from dpcore.storage.warehouse import Warehouse
 
 
 CORPUS = Path(__file__).parent / "bad_inputs"
@@ -303,7 +303,7 @@ def test_a_row_over_the_reader_limit_is_an_unreadable_row(tmp_path: Path, monkey
     monkeypatch.setattr(ingest_mod, "MAX_ROW_BYTES", 4096)
     rows, side = read_with_rejects(b"id,b\n1," + b"y" * 5000 + b"\n2,3\n", tmp_path)
     assert rows == [(1, None, None), (2, "2", "3")]
-    assert side == [(1, 2, "longer than the reader's row limit (dpcore.ingest.MAX_ROW_BYTES)")]
+    assert side == [(1, 2, "longer than the reader's row limit (dpcore.ingest.raw.MAX_ROW_BYTES)")]
 
 
 def test_a_lone_quoted_blank_cell_is_skipped_like_a_blank_line(tmp_path: Path):

@@ -1,8 +1,8 @@
 """The pieces that keep `dpr spec check` and `dpr plan` light (issue 32, section 2) give what they replaced.
 
-* :func:`dpcore.lazy_modules.lazy_module`: a stand-in that imports its module on first use only;
+* :func:`dpcore.runtime.lazy_modules.lazy_module`: a stand-in that imports its module on first use only;
 * :mod:`dpcore.explain.unit_memo`: the spec's unit check asks pint once per unit text;
-* :func:`dpcore.neighbors.pairwise_ball_max` on few points: the KD-tree's counts without scipy;
+* :func:`dpcore.mechanisms.neighbors.pairwise_ball_max` on few points: the KD-tree's counts without scipy;
 * :func:`dpcore.steps.coco.coco_inputs` read with the csv module: pandas' reading of the groups file.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_lazy_module_imports_on_first_attribute_only():
     code = (
         "import sys\n"
-        "from dpcore.lazy_modules import lazy_module\n"
+        "from dpcore.runtime.lazy_modules import lazy_module\n"
         "m = lazy_module('fractions')\n"
         "sys.modules.pop('fractions', None)\n"
         "m2 = lazy_module('fractions')\n"
@@ -35,7 +35,7 @@ def test_lazy_module_imports_on_first_attribute_only():
 
 
 def test_lazy_module_missing_module_names_it():
-    from dpcore.lazy_modules import lazy_module
+    from dpcore.runtime.lazy_modules import lazy_module
 
     m = lazy_module("no_such_module_dpr_test")
     with pytest.raises(ModuleNotFoundError, match="no_such_module_dpr_test"):
@@ -99,7 +99,7 @@ def test_a_deleted_copy_of_pint_elsewhere_does_not_break_the_unit_registry(tmp_p
 def test_spec_refuses_an_unknown_unit_with_a_memo(tmp_path, monkeypatch):
     import yaml
 
-    from dpcore.spec import SpecError, load_spec
+    from dpcore.release.spec import SpecError, load_spec
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     spec = yaml.safe_load((ROOT / "specs" / "demo.yaml").read_text())
@@ -119,7 +119,7 @@ def test_spec_refuses_an_unknown_unit_with_a_memo(tmp_path, monkeypatch):
 def test_pairwise_ball_max_equals_the_kdtree(seed):
     from scipy.spatial import cKDTree
 
-    from dpcore.neighbors import pairwise_ball_max
+    from dpcore.mechanisms.neighbors import pairwise_ball_max
 
     rng = np.random.default_rng(seed)
     for _ in range(40):
@@ -146,7 +146,7 @@ def _old_coco_inputs(spec):
 
 
 def test_coco_inputs_read_without_pandas_equal_pandas_reading(tmp_path):
-    from dpcore.spec import load_spec, parse_spec
+    from dpcore.release.spec import load_spec, parse_spec
     from dpcore.steps.coco import coco_inputs
 
     specs = [load_spec(ROOT / "specs" / "demo.yaml")]
@@ -173,7 +173,7 @@ def test_coco_inputs_read_without_pandas_equal_pandas_reading(tmp_path):
 
 
 def test_coco_groups_file_with_a_short_row_is_refused(tmp_path):
-    from dpcore.spec import parse_spec
+    from dpcore.release.spec import parse_spec
     from dpcore.steps.coco import coco_inputs
     from dpcore.steps.common import StepInputError
 

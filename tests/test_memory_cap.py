@@ -8,7 +8,7 @@ run does) under ``DPR_MEMORY_LIMIT=512MiB``. The resident memory (RSS) of the pr
 process and the temporary Prefect server) is sampled every 0.2 s; the test fails, naming the peak, the
 stage it was in and the limit, if the tree ever holds more than the cap plus the Prefect server's fixed
 share (:data:`SERVER_SHARE`), or if the run fails. Under this cap the run favours memory
-(:attr:`dpcore.chunks.MemoryBudget.favours_memory`): great-expectations runs in a child process that ends
+(:attr:`dpcore.runtime.chunks.MemoryBudget.favours_memory`): great-expectations runs in a child process that ends
 with validation, the detector's templates are fitted one at a time, DuckDB gets 1/8 of the cap, and nothing
 is loaded or drawn ahead (README "DPR_MEMORY_LIMIT"). Runs only with ``DPR_SCALE_TESTS=1`` (a minute or two).
 

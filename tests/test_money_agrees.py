@@ -1,6 +1,6 @@
 """Issue 48.3: every statement about money agrees with the ledger.
 
-One function (:func:`dpcore.cost_plan.release_blockers`) decides what blocks a release; ``dpr plan`` prints its
+One function (:func:`dpcore.run.cost_plan.release_blockers`) decides what blocks a release; ``dpr plan`` prints its
 verdict and reasons and ``dpr run`` refuses on the same ones. A seeded random sequence of cap changes, specs
 stating other caps and costs, runs that finish or crash and stored re-runs checks, at the dpcore level, that
 the plan's verdict and first reason are what the run's own stages (preflight, registration and cap check,
@@ -16,13 +16,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from dpcore.budget import BudgetExceededError, PrivacyCost
-from dpcore.charge_keys import PIPELINE
-from dpcore.cost_plan import release_blockers
-from dpcore.ledger import LedgerError, PrivacyLedger
-from dpcore.settings import Settings
-from dpcore.spec import load_spec
-from dpcore.warehouse import Warehouse
+from dpcore.budget.amounts import BudgetExceededError, PrivacyCost
+from dpcore.budget.charge_keys import PIPELINE
+from dpcore.run.cost_plan import release_blockers
+from dpcore.budget.ledger import LedgerError, PrivacyLedger
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import load_spec
+from dpcore.storage.warehouse import Warehouse
 
 
 def _variant(base, tmp_path, cap: float, eps: float):
@@ -41,9 +41,9 @@ def _run(spec, settings):
     outcome), then ingest's registration and cap check, then the whole reservation (validation and the
     private steps read data and are not decisions about money). A run that passes reserves its lines.
     """
-    from dpcore import pipeline
-    from dpcore.cost_plan import plan_release
-    from dpcore.release_runs import close_run, open_run
+    from dpcore.run import pipeline
+    from dpcore.run.cost_plan import plan_release
+    from dpcore.run.release_runs import close_run, open_run
 
     try:
         pipeline.preflight(spec)
@@ -71,8 +71,8 @@ def _same_reason(exc, reasons: list[str]) -> bool:
 
 @pytest.mark.parametrize("seed", [4801, 4802])
 def test_plan_verdict_is_the_runs_and_budget_lines_are_the_ledgers(dpr_home, small_spec_path, tmp_path, seed):
-    from dpcore.charge_summary import release_budget_line
-    from dpcore.release_runs import close_run, finish_run
+    from dpcore.budget.charge_summary import release_budget_line
+    from dpcore.run.release_runs import close_run, finish_run
 
     rng = random.Random(seed)
     settings = Settings.from_env()
@@ -157,7 +157,7 @@ def test_series_plan_blames_the_dataset_cap_first_when_it_is_the_limit(dpr_home,
     limit. Each period's reasons are release_blockers', in the run's order: the dataset's budget first."""
     from series_fixtures import make_series_spec
 
-    from dpcore.series import plan_series
+    from dpcore.run.series_plan import plan_series
 
     ledger = PrivacyLedger(Warehouse(Settings.from_env().warehouse))
     ledger.set_cap("nycflights13", PrivacyCost("0.1", "1e-5"), reason="test")

@@ -1,4 +1,4 @@
-"""Radius-neighbour primitives against brute force (dpcore.neighbors)."""
+"""Radius-neighbour primitives against brute force (dpcore.mechanisms.neighbors)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpcore.neighbors import _blocked_counts, _sqdist_ckdtree, ball_counts, multiplicities, pairwise_ball_max, scale_by_bounds
+from dpcore.mechanisms.neighbors import (
+    _blocked_counts, _sqdist_ckdtree, ball_counts, multiplicities, pairwise_ball_max, scale_by_bounds,
+)
 from scipy.spatial import cKDTree
 
 

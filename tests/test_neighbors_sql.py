@@ -1,11 +1,11 @@
 """The AIQ counts without a KD-tree equal today's KD-tree counts exactly (issue 29).
 
-Two new paths, both against :func:`dpcore.neighbors.ball_counts` (KD-tree,
-saturated or not) and :func:`dpcore.neighbors.multiplicities` over the rows
-scaled by :func:`dpcore.neighbors.scale_by_bounds` (seed 001, Section 2):
+Two new paths, both against :func:`dpcore.mechanisms.neighbors.ball_counts` (KD-tree,
+saturated or not) and :func:`dpcore.mechanisms.neighbors.multiplicities` over the rows
+scaled by :func:`dpcore.mechanisms.neighbors.scale_by_bounds` (seed 001, Section 2):
 
-* :func:`dpcore.neighbors.few_query_counts` (brute force per query, numpy);
-* :func:`dpcore.neighbors_sql.table_ball_counts` (one DuckDB aggregate over
+* :func:`dpcore.mechanisms.neighbors.few_query_counts` (brute force per query, numpy);
+* :func:`dpcore.mechanisms.neighbors_sql.table_ball_counts` (one DuckDB aggregate over
   the unscaled table, scaling and distances in SQL).
 
 On random data, and on tie-heavy integer data where many pairs lie exactly at
@@ -21,10 +21,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpcore.neighbors import (
+from dpcore.mechanisms.neighbors import (
     _sqdist_ckdtree, ArrayChunks, ball_counts, chunked_ball_counts, few_query_counts, multiplicities, scale_by_bounds,
 )
-from dpcore.neighbors_sql import ckdtree_sqdist_sql, sql_countable, table_ball_counts
+from dpcore.mechanisms.neighbors_sql import ckdtree_sqdist_sql, sql_countable, table_ball_counts
 
 
 def kdtree_counts(raw, queries_raw, lows, highs, r, cap):

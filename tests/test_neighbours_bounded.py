@@ -2,7 +2,7 @@
 
 * Outlier counts (seed 002): degrees, q_count, S(X), U(0) and the selection's
   utilities over distinct points weighted by multiplicity
-  (:class:`dpcore.neighbors.PointMultiset`) against a frozen copy of the
+  (:class:`dpcore.mechanisms.neighbors.PointMultiset`) against a frozen copy of the
   row-by-row algorithm this change replaced (:func:`today_terms`), on the demo
   sample and on random tables with many duplicates and with none.
 * AIQ (seed 001): ball counts and multiplicities summed over chunks (1 row, a
@@ -29,13 +29,8 @@ from dpcore.mechanisms.outlier_count import (
     subspace_view,
 )
 from dpcore.mechanisms.subspace import TopSubspaceSelection, candidate_subspaces
-from dpcore.neighbors import (
-    ArrayChunks,
-    PointMultiset,
-    ball_counts,
-    chunked_ball_counts,
-    multiplicities,
-    scale_by_bounds,
+from dpcore.mechanisms.neighbors import (
+    ArrayChunks, PointMultiset, ball_counts, chunked_ball_counts, multiplicities, scale_by_bounds,
 )
 
 ATTRS = ["distance", "air_time", "dep_delay", "arr_delay"]
@@ -262,9 +257,9 @@ def test_chunked_counts_on_random_tables_and_the_mechanism(name):
 @pytest.fixture
 def warehouse_run(dpr_home, small_spec_path, monkeypatch):
     """Ingest and validate the demo sample; return (spec with AIQ enabled, settings, ingested, in-memory table)."""
-    from dpcore.pipeline import ingest_stage, validate_stage
-    from dpcore.settings import Settings
-    from dpcore.spec import load_spec
+    from dpcore.run.pipeline import ingest_stage, validate_stage
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import load_spec
     from dpcore.steps.common import load_columns, open_stores
 
     monkeypatch.setenv("DPR_TEST_NOISE_SEED", "11")
@@ -330,7 +325,7 @@ def test_aiq_step_answers_and_diagnostics_do_not_depend_on_the_chunks(warehouse_
 def test_aiq_step_sql_counts_equal_the_kdtree_and_the_chunked_path(warehouse_run, monkeypatch):
     """Issue 29: the step's one SQL aggregate gives today's KD-tree counts and the same answers as the fallback."""
     import dpcore.steps.aiq as aiq_step_module
-    from dpcore.neighbors_sql import sql_countable
+    from dpcore.mechanisms.neighbors_sql import sql_countable
     from dpcore.steps.common import open_stores
 
     spec, settings, ingested, df = warehouse_run

@@ -13,7 +13,7 @@ import pytest
 from owner_registration import register_spec
 from tiny_ids import D1, D1_PLUS, ids_spec
 
-import dpcore.ledger as ledger_module
+import dpcore.budget.ledger as ledger_module
 import dpcore.validation as validation_module
 from child_runs import read_runs
 

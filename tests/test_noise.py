@@ -491,7 +491,7 @@ def test_bad_arguments(seed):
 
 from hypothesis import given, settings as hsettings, strategies as hst  # noqa: E402
 
-from dpcore.budget import exact  # noqa: E402
+from dpcore.budget.amounts import exact  # noqa: E402
 from dpcore.noise import conservative_scale, lower_float, round_down, round_up, upper_float  # noqa: E402
 
 _pos_fractions = hst.fractions(min_value=Fraction(1, 10**6), max_value=Fraction(10**6), max_denominator=10**9)

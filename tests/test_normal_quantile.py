@@ -1,4 +1,4 @@
-"""dpcore.normal_quantile.ndtri returns scipy's doubles (the accuracy statements must not move by an ulp)."""
+"""dpcore.mechanisms.normal_quantile.ndtri returns scipy's doubles (the accuracy statements must not move by an ulp)."""
 from __future__ import annotations
 
 import math
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy.special import ndtri as scipy_ndtri
 
-from dpcore.accuracy import gaussian_half_width
-from dpcore.normal_quantile import ndtri
+from dpcore.mechanisms.accuracy import gaussian_half_width
+from dpcore.mechanisms.normal_quantile import ndtri
 
 
 def _same(a: float, b: float) -> bool:

@@ -22,9 +22,9 @@ import pytest
 import yaml
 
 from child_runs import child_env, finish, prefect_texts, read_runs, spawn
-from dpcore.ledger import PrivacyLedger
-from dpcore.settings import Settings
-from dpcore.warehouse import Warehouse
+from dpcore.budget.ledger import PrivacyLedger
+from dpcore.storage.settings import Settings
+from dpcore.storage.warehouse import Warehouse
 from masking import Masker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,9 +84,9 @@ def test_private_tasks_never_persist_or_cache_and_noise_tasks_retry_once():
     from prefect.cache_policies import NO_CACHE
     from prefect.states import Failed
 
-    from dpcore.budget import BudgetExceededError, PrivacyCost
-    from dpcore.fault_injection import InjectedFault
-    from dpcore.ledger import PlanMismatchError
+    from dpcore.budget.amounts import BudgetExceededError, PrivacyCost
+    from dpcore.runtime.fault_injection import InjectedFault
+    from dpcore.budget.ledger import PlanMismatchError
     from dpcore.steps.common import StepInputError
     from prefect import Task
 

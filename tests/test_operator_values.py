@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpcore.ledger import PrivacyLedger
-from dpcore.operator_values import OPERATOR_PARAMS, MissingOperatorValueError, operator_values, require_spec_path
-from dpcore.settings import Settings
-from dpcore.spec import SpecError, load_spec
-from dpcore.warehouse import Warehouse
+from dpcore.budget.ledger import PrivacyLedger
+from dpcore.run.operator_values import OPERATOR_PARAMS, MissingOperatorValueError, operator_values, require_spec_path
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import SpecError, load_spec
+from dpcore.storage.warehouse import Warehouse
 
 #: Values an owner's spec writes, none of them the demo's (nor the flows' old defaults).
 OWNER = {
@@ -133,7 +133,7 @@ def test_outlier_counts_budget_is_the_specs_form_or_the_requests(small_spec_path
 def test_outlier_counts_auto_is_resolved_as_the_release_does(small_spec_path, tmp_path):
     """Issue 48.4: ``method: auto`` (written or the format's default) resolves from public parameters exactly
     as the release's plan does; delta_count is asked for only when the resolved method spends delta."""
-    from dpcore.spec import outlier_counts_section, with_step
+    from dpcore.release.spec import outlier_counts_section, with_step
     from dpcore.steps.outlier_counts import outlier_counts_planned_charges
 
     path = owner_spec(small_spec_path, tmp_path / "auto.yaml", drop={"outlier_counts": ["delta_count", "method"]})

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from dpcore.budget import PrivacyCost
+from dpcore.budget.amounts import PrivacyCost
 from dpcore.mechanisms.outlier_count import (
     KISSING_NUMBER_BOUNDS,
     OutlierCountMechanism,
@@ -212,7 +212,7 @@ def test_fast_path_gives_exactly_the_same_counts_and_smooth_bound(monkeypatch, d
     """Blocked counting (d >= 8) and lazily extended degrees change no released quantity:
     q_count, S(X) and the release equal the KD-tree-counted values, and S(X) equals the
     fully evaluated max_t e^{-t beta} U(t) (no Proposition 2 early stop)."""
-    import dpcore.neighbors as nb
+    import dpcore.mechanisms.neighbors as nb
 
     rng = np.random.default_rng(50 + d)
     X = _blobs(rng, N, d)
@@ -236,7 +236,7 @@ def test_fast_path_gives_exactly_the_same_counts_and_smooth_bound(monkeypatch, d
 def test_release_counts_degrees_once(monkeypatch):
     """release() takes S(X) and q_count from one degree pass over the data (no second count)."""
     from dpcore.mechanisms.outlier_count import enclosing, query, smooth_bound
-    from dpcore.neighbors import ball_counts as real
+    from dpcore.mechanisms.neighbors import ball_counts as real
 
     rng = np.random.default_rng(60)
     X = _blobs(rng, 800, 10)

@@ -40,7 +40,7 @@ from dpcore.noise.smooth_cdp import (
     lln_tail,
     zcdp_rho_for,
 )
-from dpcore.spec import OutlierCountsSpec
+from dpcore.release.spec import OutlierCountsSpec
 from test_outlier_count_neighbours import _datasets, _neighbours
 
 EPS, DELTA = 0.5775, 1e-6
@@ -248,8 +248,17 @@ def test_exhaustive_neighbours_released_integers_within_the_charged_epsilon_delt
             if (q1, c1) != (q2, c2):
                 pairs.add((q1 - min(q1, q2), c1, q2 - min(q1, q2), c2))
     assert len(pairs) >= 3
-    pmf = (lambda v, c, lo, hi: lln_integer_pmf(v, c, lo, hi, p.sigma)) if p.family == "lln" else \
+    integer_pmf = (lambda v, c, lo, hi: lln_integer_pmf(v, c, lo, hi, p.sigma)) if p.family == "lln" else \
         (lambda v, c, lo, hi: arsinh_integer_pmf(v, c, lo, hi, p.sigma))
+    pmfs = {}
+
+    def pmf(v, c, lo, hi):
+        """The pmf on [lo, hi], computed once: a pair and its reverse (both in ``pairs``) share their window."""
+        key = (v, c, lo, hi)
+        if key not in pmfs:
+            pmfs[key] = integer_pmf(v, c, lo, hi)
+        return pmfs[key]
+
     worst_delta, worst_renyi = 0.0, 0.0
     x = 60.0
     while p.tail(x) > 1e-10:  # the window holds all but 1e-10 of the mass (heavy arsinh tails)

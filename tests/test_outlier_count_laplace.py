@@ -17,13 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpcore.accuracy import (
-    discrete_laplace_half_width,
-    discrete_laplace_tail,
-    gaussian_half_width,
-    student_t2_half_width,
+from dpcore.mechanisms.accuracy import (
+    discrete_laplace_half_width, discrete_laplace_tail, gaussian_half_width, student_t2_half_width,
 )
-from dpcore.budget import PrivacyCost, exact
+from dpcore.budget.amounts import PrivacyCost, exact
 from dpcore.mechanisms.outlier_count import (
     METHODS,
     SMOOTH_METHODS,
@@ -33,7 +30,7 @@ from dpcore.mechanisms.outlier_count import (
     public_global_sensitivity,
 )
 from dpcore.noise import NoiseSource
-from dpcore.spec import OutlierCountsSpec
+from dpcore.release.spec import OutlierCountsSpec
 from dpcore.steps.outlier_counts import budget_split
 from test_outlier_count_neighbours import _datasets, _neighbours
 

@@ -28,8 +28,8 @@ from scipy.special import ndtr
 
 from dpcore.mechanisms.outlier_count import OutlierCountMechanism, count_outliers, public_global_sensitivity
 from dpcore.mechanisms.subspace import TopSubspaceSelection
-from dpcore.neighbors import scale_by_bounds
-from dpcore.spec import parse_spec
+from dpcore.mechanisms.neighbors import scale_by_bounds
+from dpcore.release.spec import parse_spec
 from dpcore.validation import validate
 
 EPS, DELTA = 0.5, 1e-6

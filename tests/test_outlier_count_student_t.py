@@ -23,12 +23,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from dpcore.accuracy import discrete_laplace_half_width, student_t2_half_width
+from dpcore.mechanisms.accuracy import discrete_laplace_half_width, student_t2_half_width
 from dpcore.mechanisms.outlier_count import OutlierCountMechanism, choose_method, count_outliers, \
     public_global_sensitivity
 from dpcore.noise import NoiseSource, student_t2_cdf_compare, student_t2_integer_pmf, student_t2_shift_scale
 from dpcore.noise.student_t import student_t2_integer_from_bits
-from dpcore.spec import OutlierCountsSpec
+from dpcore.release.spec import OutlierCountsSpec
 from dpcore.steps.outlier_counts import budget_split
 from test_outlier_count_neighbours import _datasets, _neighbours, one_of_each_neighbour
 

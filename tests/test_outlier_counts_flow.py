@@ -9,14 +9,21 @@ import pytest
 import yaml
 from prefect.exceptions import ParameterTypeError
 
-from dpcore.accuracy import interval_text
-from dpcore.ledger import PrivacyLedger
-from dpcore.settings import Settings
+from dpcore.mechanisms.accuracy import interval_text
+from dpcore.budget.ledger import PrivacyLedger
+from dpcore.storage.settings import Settings
 from dpcore.steps.common import StepInputError
-from dpcore.warehouse import Warehouse
+from dpcore.storage.warehouse import Warehouse
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 STEPS = ("outlier_subspaces", "outlier_count")
+
+
+def _without_detector(spec: dict) -> None:
+    """The detector and its owner-only rules off: the outlier-counts step does not use them (its subspaces and
+    counts are over the validated table) and they charge nothing; off, each release is cheaper."""
+    spec["steps"]["detect"]["enabled"] = False
+    spec["steps"]["rules"]["enabled"] = False
 
 
 def _charges():
@@ -28,6 +35,7 @@ def test_pipeline_selects_h_subspaces_and_charges_each_release(dpr_home, small_s
     from flows.release_pipeline import release_pipeline
 
     spec = yaml.safe_load(small_spec_path.read_text())
+    _without_detector(spec)
     spec["steps"]["outlier_counts"] = {"enabled": True, "k": 3, "r": 0.02, "h": 2, "subspace_dim": 1,
                                        "epsilon_select": 0.4, "epsilon_count": 0.3, "delta_count": 1e-6,
                                        "method": "smooth"}
@@ -113,6 +121,7 @@ def test_epsilon_total_with_auto_charges_the_total_as_pure_dp_and_publishes_the_
     from flows.release_pipeline import release_pipeline
 
     spec = yaml.safe_load(small_spec_path.read_text())
+    _without_detector(spec)
     spec["steps"]["outlier_counts"] = {"enabled": True, "k": 3, "r": 0.02, "h": 2, "subspace_dim": 1,
                                        "epsilon_total": 1.5, "method": "auto"}
     path = tmp_path / "oc_total.yaml"
@@ -138,7 +147,7 @@ def test_epsilon_total_with_auto_charges_the_total_as_pure_dp_and_publishes_the_
 
 
 def test_epsilon_total_and_an_explicit_epsilon_are_refused_before_any_charge(dpr_home, small_spec_path, tmp_path):
-    from dpcore.spec import SpecError, load_spec
+    from dpcore.release.spec import SpecError, load_spec
 
     spec = yaml.safe_load(small_spec_path.read_text())
     spec["steps"]["outlier_counts"].update({"enabled": True, "epsilon_total": 1.5, "epsilon_count": 0.5})
@@ -158,6 +167,7 @@ def test_smooth_student_t_charges_pure_dp_and_publishes_integer_counts_with_the_
     from flows.release_pipeline import release_pipeline
 
     spec = yaml.safe_load(small_spec_path.read_text())
+    _without_detector(spec)
     spec["steps"]["outlier_counts"] = {"enabled": True, "k": 3, "r": 0.02, "h": 2, "subspace_dim": 1,
                                        "epsilon_select": 0.4, "epsilon_count": 1.5, "delta_count": 1e-6,
                                        "method": "smooth_student_t"}
@@ -201,6 +211,7 @@ def test_published_accuracy_of_a_smooth_release_is_identical_on_neighbouring_inp
     from flows.release_pipeline import release_pipeline
 
     spec = yaml.safe_load(small_spec_path.read_text())
+    _without_detector(spec)
     rows = Path(spec["dataset"]["source"]["path"]).read_text().splitlines()[:301]  # 300 flights: S(X) < G
     src = tmp_path / "flights_300.csv"
     src.write_text("\n".join(rows) + "\n")

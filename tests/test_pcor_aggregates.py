@@ -125,7 +125,7 @@ def demo(small_flights_csv):
     """The conftest's demo sample (first 3,000 flights) as the step would see it: arr_delay, carrier x origin x month."""
     from pathlib import Path
 
-    from dpcore.spec import load_spec
+    from dpcore.release.spec import load_spec
 
     spec = load_spec(Path(__file__).resolve().parents[1] / "specs" / "demo.yaml")
     sp = ContextSpace.from_domains(ATTRS, [spec.public_schema.categorical[a].domain for a in ATTRS])
@@ -301,9 +301,9 @@ def test_demo_verifier_decisions_are_the_same(demo, verifier):
 
 
 def _prepared(tmp_path, small_spec_path, **pcor):
-    from dpcore.pipeline import ingest_stage, validate_stage
-    from dpcore.settings import Settings
-    from dpcore.spec import load_spec
+    from dpcore.run.pipeline import ingest_stage, validate_stage
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import load_spec
 
     spec = yaml.safe_load(small_spec_path.read_text())
     spec["steps"]["pcor"].update({"enabled": True, "from_detector": 0, "n_samples": 5, **pcor})
@@ -344,15 +344,16 @@ def test_the_step_builds_the_same_index_and_seeds_the_same_searches(dpr_home, tm
     table_rows = pd.Index(df["flight_id"]).get_indexer(ids)
     assert [t.record_id for t in plan.targets] == ids
     assert [t.row >= 0 for t in plan.targets] == [r >= 0 for r in table_rows] == [True, True, False, False, True, True]
-    present = table_rows[table_rows >= 0]
-    # after the found targets the index holds one stand-in (issue 46.2): a record of the table whose value is
-    # farthest from the centre, searched (and discarded) for each target without a record
+    # the index holds one row per target (issue 46.2): its record, or a stand-in drawn from the table's records
+    # (searched and discarded) for a target without one
     held = plan.job.index
-    assert abs(held.metric[-1] - held.centre) == np.abs(metric - held.centre).max()
-    stand_in = np.flatnonzero((codes == held.codes[-1]).all(axis=1) & (metric == held.metric[-1]))[:1]
-    assert [t.row for t in plan.targets if t.row < 0] == [-(present.size + 1)] * 2
-    _assert_rows_equal(plan.job.index, _row_based(sp, codes, metric), np.append(present, stand_in), codes, metric)
-    assert plan.job.seed_offsets == tuple(int(r) for r in present)
+    assert [t.row for t in plan.targets] == [p if r >= 0 else -(p + 1) for p, r in enumerate(table_rows)]
+    stand_ins = [np.flatnonzero((codes == held.codes[p]).all(axis=1) & (metric == held.metric[p]))[0]
+                 for p, r in enumerate(table_rows) if r < 0]  # each a record of the table
+    rows = table_rows.copy()
+    rows[rows < 0] = stand_ins
+    _assert_rows_equal(plan.job.index, _row_based(sp, codes, metric), rows, codes, metric)
+    assert [o for o, r in zip(plan.job.seed_offsets, table_rows) if r >= 0] == [int(r) for r in table_rows if r >= 0]
     old_job = replace(plan.job, index=CellIndex.build(sp, codes, metric), seed_offsets=())
     for t, row in zip(plan.targets, table_rows):
         assert step.compute_explanation(plan.job, t.row) == step.compute_explanation(old_job, int(row))
@@ -360,7 +361,7 @@ def test_the_step_builds_the_same_index_and_seeds_the_same_searches(dpr_home, tm
 
 def _old_detector_targets(spec, settings, ingested, verifier):
     """The choice as it was made before: every flagged candidate checked on the row-based index of the table."""
-    from dpcore.spec import pcor_source_templates
+    from dpcore.release.spec import pcor_source_templates
     from dpcore.steps.common import open_stores
     from dpcore.steps.detect import flagged_by_score
 
@@ -407,8 +408,8 @@ def test_aggregate_index_reads_entries_not_rows(tmp_path, monkeypatch):
     only those pairs, in chunks sized by DPR_MEMORY_LIMIT; the index equals the row-based one; targets are looked
     up by id (absent ids: -1) with their input-row-order positions."""
     import dpcore.steps.pcor as step
-    from dpcore.chunks import MemoryBudget
-    from dpcore.warehouse import Warehouse
+    from dpcore.runtime.chunks import MemoryBudget
+    from dpcore.storage.warehouse import Warehouse
 
     monkeypatch.setenv("DPR_MEMORY_LIMIT", "64MiB")
     n = 200_000

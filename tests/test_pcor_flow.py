@@ -12,12 +12,12 @@ import pytest
 import yaml
 from prefect.exceptions import ParameterTypeError
 
-from dpcore.budget import BudgetExceededError
-from dpcore.ledger import PrivacyLedger
-from dpcore.settings import Settings
-from dpcore.spec import SpecError
+from dpcore.budget.amounts import BudgetExceededError
+from dpcore.budget.ledger import PrivacyLedger
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import SpecError
 from dpcore.steps.common import StepInputError
-from dpcore.warehouse import Warehouse
+from dpcore.storage.warehouse import Warehouse
 from owner_registration import register_spec
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -66,7 +66,7 @@ def _is_valid(flights: pd.DataFrame, record_id: str, bits: str) -> bool:
     """The released context contains the record and the naive Grubbs path flags it there."""
     from dpcore.mechanisms.pcor.contexts import ContextSpace
     from dpcore.mechanisms.pcor.verifiers import make_verifier
-    from dpcore.spec import load_spec
+    from dpcore.release.spec import load_spec
 
     spec = load_spec(Path(__file__).resolve().parents[1] / "specs" / "demo.yaml")
     space = ContextSpace.from_domains(ATTRS, [spec.public_schema.categorical[a].domain for a in ATTRS])
@@ -214,9 +214,9 @@ def test_absent_or_quarantined_roster_id_is_charged_like_a_record_without_contex
 
 @pytest.mark.unregistered
 def test_over_budget_batch_is_refused_before_any_charge(dpr_home, small_spec_path, tmp_path, flights):
-    from dpcore.pipeline import ingest_stage, validate_stage
-    from dpcore.registration import register
-    from dpcore.spec import load_spec
+    from dpcore.run.pipeline import ingest_stage, validate_stage
+    from dpcore.run.registration import register
+    from dpcore.release.spec import load_spec
     from dpcore.steps.pcor import pcor_step
 
     ids = [str(i) for i in flights.dropna(subset=["arr_delay", "air_time"])["flight_id"].iloc[:3]]
@@ -235,8 +235,8 @@ def test_over_budget_batch_is_refused_before_any_charge(dpr_home, small_spec_pat
 def test_a_failed_search_stays_charged_and_the_others_are_stored(dpr_home, small_spec_path, tmp_path, flights,
                                                                  most_delayed, monkeypatch):
     import dpcore.steps.pcor as step
-    from dpcore.pipeline import ingest_stage, validate_stage
-    from dpcore.spec import load_spec
+    from dpcore.run.pipeline import ingest_stage, validate_stage
+    from dpcore.release.spec import load_spec
 
     other = str(flights.dropna(subset=["arr_delay", "air_time"])["flight_id"].iloc[0])
     spec = load_spec(_spec(small_spec_path, tmp_path, record_ids=[most_delayed, other]))
@@ -338,8 +338,8 @@ def test_pipeline_explains_the_detectors_top_outliers(dpr_home, small_spec_path,
 def test_without_the_own_cell_check_the_metric_templates_top_records_are_explained(dpr_home, small_spec_path,
                                                                                      tmp_path):
     """from_detector_own_cell: false keeps the template filter only: the top records of the named template."""
-    from dpcore.pipeline import ingest_stage, validate_stage
-    from dpcore.spec import load_spec
+    from dpcore.run.pipeline import ingest_stage, validate_stage
+    from dpcore.release.spec import load_spec
     from dpcore.steps.pcor import plan_pcor
     from flows.detect import detect_flow
 
@@ -373,8 +373,8 @@ def test_when_no_flagged_record_qualifies_every_slot_is_charged_and_answered_no_
     after the release's earlier steps charged, and not fewer charges either (issue 28: how many qualified is
     private): each of the three slots is charged and answered no_valid_context; with the choice published,
     the public table lists no record."""
-    from dpcore.pipeline import ingest_stage, validate_stage
-    from dpcore.spec import load_spec
+    from dpcore.run.pipeline import ingest_stage, validate_stage
+    from dpcore.release.spec import load_spec
     from dpcore.steps.pcor import pcor_step
     from flows.detect import detect_flow
 

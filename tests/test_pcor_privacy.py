@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpcore.budget import exact
+from dpcore.budget.amounts import exact
 from dpcore.mechanisms.pcor.contexts import ContextSpace
 from dpcore.mechanisms.pcor.evaluator import ContextEvaluator
 from dpcore.mechanisms.pcor.exact import exact_output_distribution

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpcore.budget import PrivacyCost
+from dpcore.budget.amounts import PrivacyCost
 from dpcore.mechanisms.pcor import samplers as S
 from dpcore.mechanisms.pcor.exact import exact_output_distribution
 from dpcore.mechanisms.pcor.mechanism import PCORMechanism, PCORResult, SAMPLERS

@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from dpcore.ingest import IngestResult
-from dpcore.spec import SpecError, load_spec, parse_spec, pcor_source_templates
+from dpcore.ingest.raw import IngestResult
+from dpcore.release.spec import SpecError, load_spec, parse_spec, pcor_source_templates
 from dpcore.steps.common import StepInputError
-from dpcore.warehouse import Warehouse
+from dpcore.storage.warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,14 +5,8 @@ from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from dpcore.periods import (
-    Period,
-    PeriodError,
-    parse_label,
-    parse_period,
-    period_containing,
-    period_ended_before,
-    periods_between,
+from dpcore.release.periods import (
+    Period, PeriodError, parse_label, parse_period, period_containing, period_ended_before, periods_between,
 )
 
 UTC = timezone.utc

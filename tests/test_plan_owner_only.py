@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from dpcore.cost_plan import plan_release
-from dpcore.spec import load_spec
+from dpcore.run.cost_plan import plan_release
+from dpcore.release.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 DPR = str(Path(sys.executable).parent / "dpr")

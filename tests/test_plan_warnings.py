@@ -12,9 +12,10 @@ import pytest
 import yaml
 
 from dpcore.mechanisms.aiq import AnomalyIdentification
-from dpcore.plan_warnings import (AIQ_COIN_FLIP, aiq_coin_flip_warnings, outlier_radius_grid_warnings,
-                                  parameter_warnings, pcor_utility_warnings)
-from dpcore.spec import PcorSpec, load_spec
+from dpcore.run.plan_warnings import (
+    AIQ_COIN_FLIP, aiq_coin_flip_warnings, outlier_radius_grid_warnings, parameter_warnings, pcor_utility_warnings,
+)
+from dpcore.release.spec import PcorSpec, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 DPR = str(Path(sys.executable).parent / "dpr")

@@ -1,4 +1,4 @@
-"""dpcore.pooled_map: chunks of every caller on one pool of a thread per core, the same numbers as serial_map.
+"""dpcore.runtime.pooled_map: chunks of every caller on one pool of a thread per core, the same numbers as serial_map.
 
 The detector's concurrent fits send their EM passes' chunks to the pool (tasks.detect, issue 29): results come
 back in item order, so each fit adds its chunks' sums in the same order and gets the same bits; a failing chunk
@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpcore.chunks import serial_map
-from dpcore.pooled_map import MAX_THREADS, pool_size, pooled_map
+from dpcore.runtime.chunks import serial_map
+from dpcore.runtime.pooled_map import MAX_THREADS, pool_size, pooled_map
 
 
 def _slow_square(x):

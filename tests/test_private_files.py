@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpcore.private_files import owner_umask, private_dir, private_open, private_umask, publish, write_private_atomic
+from dpcore.storage.private_files import (
+    owner_umask, private_dir, private_open, private_umask, publish, write_private_atomic,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,7 +67,7 @@ def modes_under(home: Path) -> dict[str, int]:
 
 @pytest.fixture
 def umask_022():
-    from dpcore.warehouse_lease import close_all
+    from dpcore.storage.warehouse_lease import close_all
 
     close_all()  # a connection an earlier test of this process kept holds the private umask until let go
     old = os.umask(0o022)
@@ -111,8 +113,8 @@ def test_a_whole_release_leaves_every_private_file_0600_and_the_bundle_public(dp
 
 def test_the_warehouse_its_log_and_spill_folder_are_created_private(tmp_path, umask_022):
     """DuckDB takes no mode: its file, .wal and .tmp spill folder come out 0600/0700 under umask 022."""
-    from dpcore.chunks import MemoryBudget
-    from dpcore.warehouse import Warehouse
+    from dpcore.runtime.chunks import MemoryBudget
+    from dpcore.storage.warehouse import Warehouse
 
     wh = Warehouse(tmp_path / "w.duckdb", memory=MemoryBudget(256 << 20))
     seen = {}
@@ -136,7 +138,7 @@ def test_the_warehouse_its_log_and_spill_folder_are_created_private(tmp_path, um
 def test_an_older_warehouse_made_with_the_umask_is_tightened_when_opened(tmp_path, umask_022):
     import duckdb
 
-    from dpcore.warehouse import Warehouse
+    from dpcore.storage.warehouse import Warehouse
 
     path = tmp_path / "old.duckdb"
     duckdb.connect(str(path)).close()

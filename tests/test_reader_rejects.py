@@ -22,13 +22,13 @@ import pandas as pd
 import pytest
 import yaml
 
-import dpcore.ingest as ingest_mod
-from dpcore.ingest import IngestError, ingest, raw_digest
-from dpcore.spec import load_spec
+import dpcore.ingest.raw as ingest_mod
+from dpcore.ingest.raw import IngestError, ingest, raw_digest
+from dpcore.release.spec import load_spec
 from dpcore.steps.common import quarantine_table, validated_table
 from dpcore.validation import enforce
 from dpcore.validation.chunked import validate_table
-from dpcore.warehouse import Warehouse
+from dpcore.storage.warehouse import Warehouse
 
 CORPUS = Path(__file__).parent / "bad_inputs"
 GOOD = (CORPUS / "good.csv").read_bytes()
@@ -179,11 +179,11 @@ def test_nested_parquet_columns_are_refused_before_any_row_is_read(column, value
     with pytest.raises(IngestError, match=f"column '{column}' is .*{re.escape(type_word)}.*nested type"):
         ingest(_spec_for(path, "parquet"), wh, tmp_path)
     assert not wh.query("SELECT 1 FROM duckdb_tables() WHERE schema_name = 'raw' AND table_name LIKE 'flights%'")
-    # a Parquet dataset (a folder) is checked by dpcore.sources the same way
+    # a Parquet dataset (a folder) is checked by dpcore.ingest.sources the same way
     folder = tmp_path / "ds"
     folder.mkdir()
     frame.to_parquet(folder / "part-0.parquet", index=False)
-    from dpcore.sources import SourceError
+    from dpcore.ingest.sources import SourceError
 
     with pytest.raises(SourceError, match=f"column '{column}' is .*nested type"):
         ingest(_spec_for(folder, "parquet"), Warehouse(tmp_path / "w2.duckdb"), tmp_path)

@@ -1,11 +1,12 @@
-"""The README matches the code (issue 20, item 6).
+"""The README and the docs pages match the code (issue 20, item 6; the docs site of issue 49 §3).
 
-Every command line in the README's shell blocks and inline code is checked
+Every command line in the shell blocks and inline code of ``README.md`` and ``docs/*.md`` is checked
 against what it names: ``dpr`` subcommands and their options (through the
 click command itself), the demo's flags, ``prefect deployment run`` targets
 and ``-p`` parameters (against prefect.yaml and the flows' signatures),
-scripts and files, and ``DPR_*`` settings. The worked example's block is run
-as written (tests/test_dpr_cli.py covers every subcommand's errors).
+scripts and files, and ``DPR_*`` settings. A block marked runnable
+(``<!-- runnable: tests/test_x.py::test_name -->`` on the line before it) is run as written by the test it
+names: the worked example's block here (tests/test_dpr_cli.py covers every subcommand's errors).
 """
 from __future__ import annotations
 
@@ -21,12 +22,24 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
+#: The README and every docs page, by path relative to the repository root (the README's content moved into
+#: docs/ in issue 49 §3: the checks below read all of it).
+PAGES = {p.relative_to(ROOT).as_posix(): p.read_text()
+         for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+README = "\n".join(PAGES.values())
 BIN = Path(sys.executable).parent
+RUNNABLE = re.compile(r"<!-- runnable: ([\w/.]+)::(\w+) -->\n```bash\n(.*?)```", re.S)
 
 
 def _blocks() -> list[str]:
     return re.findall(r"```bash\n(.*?)```", README, re.S)
+
+
+def runnable_block(test_file: str, test_name: str) -> str:
+    """The shell block marked ``<!-- runnable: test_file::test_name -->`` (exactly one, in any page)."""
+    found = [block for f, name, block in RUNNABLE.findall(README) if (f, name) == (test_file, test_name)]
+    assert len(found) == 1, f"{len(found)} blocks marked runnable by {test_file}::{test_name} in README.md, docs/*.md"
+    return found[0]
 
 
 def _command_lines() -> list[str]:
@@ -76,6 +89,22 @@ def _resolve(words: list[str]) -> tuple[click.Command, list[str]]:
     if hasattr(cmd, "_load"):
         cmd._load()  # operator commands build their options from the flow
     return cmd, [w.split("=", 1)[0] for w in rest if w.startswith("-")]
+
+
+def test_every_runnable_block_names_a_test_that_runs_it():
+    """A block marked runnable names a test that exists, and that test reads its block through the marker."""
+    import ast
+
+    marked = RUNNABLE.findall(README)
+    assert len(marked) >= 2, "the GSS example (docs/own-table.md) and the yearly survey (docs/series.md) are runnable"
+    for test_file, test_name, _ in marked:
+        path = ROOT / test_file
+        assert path.is_file(), f"a runnable block names {test_file}, which does not exist"
+        tree = ast.parse(path.read_text())
+        funcs = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        assert test_name in funcs, f"a runnable block names {test_file}::{test_name}, which does not exist"
+        src = ast.get_source_segment(path.read_text(), funcs[test_name])
+        assert "runnable_block(" in src, f"{test_file}::{test_name} does not run its marked block"
 
 
 def test_the_readme_names_dpr_commands():
@@ -137,7 +166,7 @@ def test_named_scripts_files_and_settings_exist():
         for w in _words(line):
             if re.match(r"^(\./)?(scripts|deployments)/[\w.]+$", w):
                 assert (ROOT / w).is_file(), f"{line}: {w} does not exist"
-    code = "\n".join(p.read_text() for d in ("dpcore", "flows", "tasks", "dpr", "scripts", "deployments")
+    code = "\n".join(p.read_text() for d in ("dpcore", "flows", "tasks", "dpr", "scripts", "deployments", "benchmarks")
                      for p in (ROOT / d).rglob("*") if p.suffix in (".py", ".sh"))
     code += (ROOT / "tests" / "conftest.py").read_text()  # the suite's own settings (README "Tests")
     for var in sorted(set(re.findall(r"\bDPR_[A-Z_]+\b", README))):
@@ -147,10 +176,11 @@ def test_named_scripts_files_and_settings_exist():
 
 
 def test_the_worked_example_runs_as_written(prefect_harness, tmp_path):
-    """The README's GSS block, run line by line in bash from the repository root."""
+    """The GSS block of docs/own-table.md, run line by line in bash from the repository root."""
     from prefect.settings import PREFECT_API_URL
 
-    (block,) = [b for b in _blocks() if "export_gss_wages.py" in b]
+    block = runnable_block("tests/test_readme.py", "test_the_worked_example_runs_as_written")
+    assert "export_gss_wages.py" in block
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPR_")}
     env.update(DPR_HOME=str(tmp_path / "home"), PREFECT_API_URL=str(PREFECT_API_URL.value()),
                PREFECT_LOGGING_LEVEL="WARNING", COLUMNS="200")
@@ -160,7 +190,8 @@ def test_the_worked_example_runs_as_written(prefect_harness, tmp_path):
     out = res.stdout
     assert "specs/gss_wages.yaml: the spec is valid" in out and "fits: yes" in out, out[-3000:]
     assert "bundle    :" in out and "budget gss_wages" in out, out[-3000:]
-    gss_line = [ln for ln in README.splitlines() if ln.startswith("budget    : this run charged")][1]  # the GSS run's
+    gss_line = next(ln for ln in PAGES["docs/own-table.md"].splitlines()
+                    if ln.startswith("budget    : this run charged"))  # the GSS run's printed budget
     assert gss_line in out.splitlines(), out[-3000:]
     manifest = next((tmp_path / "home" / "bundles" / "gss_wages").glob("*/manifest.json"))
     assert manifest.is_file()
@@ -170,12 +201,13 @@ def test_the_worked_example_runs_as_written(prefect_harness, tmp_path):
 
 def test_the_demo_budget_line_matches_the_demo_specs_cost_plan():
     """The README's printed demo budget is what a first demo release charges (the cost plan of specs/demo.yaml)."""
-    from dpcore.cost_plan import plan_release
-    from dpcore.spec import load_spec
+    from dpcore.run.cost_plan import plan_release
+    from dpcore.release.spec import load_spec
 
     plan = plan_release(load_spec(ROOT / "specs" / "demo.yaml"))
     assert not plan.problems
-    line = next(ln for ln in README.splitlines() if ln.startswith("budget    : this run charged"))  # the demo's
+    lines = [next(ln for ln in PAGES[page].splitlines() if ln.startswith("budget    : this run charged"))
+             for page in ("README.md", "docs/getting-started.md")]  # the demo's printed budget, on both pages
     left = plan.cap - plan.total
     t = plan.total
     expected = (f"budget    : this run charged epsilon={float(t.epsilon):.6g} delta={float(t.delta):.3g}; this release "
@@ -183,4 +215,4 @@ def test_the_demo_budget_line_matches_the_demo_specs_cost_plan():
                 f"epsilon={float(plan.total.epsilon):.6g} of "
                 f"{float(plan.cap.epsilon):g}; left epsilon={float(left.epsilon):.6g} delta={float(left.delta):.3g} "
                 f"({plan.neighbour} neighbours)")
-    assert line == expected
+    assert lines == [expected, expected]

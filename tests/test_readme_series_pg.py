@@ -1,4 +1,4 @@
-"""The README's yearly PostgreSQL series (issue 48): its block runs as written against a real PostgreSQL.
+"""The yearly PostgreSQL series of docs/series.md (issue 48): its block runs as written against a real PostgreSQL.
 
 A tiny ``survey`` table (1,000 rows per year: the rejected-fraction gate reads noisy counts, so not fewer, in 2010, 2012 and 2016, plus a 2014 row the spec does not list)
 in the session's pgserver; the block (register, plan the series, backfill 2010 to 2016, budget) runs in bash
@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from pg_fixtures import pg_server  # noqa: F401 - the session's PostgreSQL server
-from test_readme import BIN, ROOT, _blocks
+from test_readme import BIN, ROOT, runnable_block
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -20,7 +20,8 @@ pytestmark = pytest.mark.usefixtures("prefect_harness")
 def test_the_yearly_postgres_series_runs_as_written(pg_server, tmp_path):  # noqa: F811
     from prefect.settings import PREFECT_API_URL
 
-    (block,) = [b for b in _blocks() if "specs/survey_yearly.yaml --from" in b]
+    block = runnable_block("tests/test_readme_series_pg.py", "test_the_yearly_postgres_series_runs_as_written")
+    assert "specs/survey_yearly.yaml --from" in block
     regions = ["north", "south", "east", "west"]
     rows = [f"({i}, {year}, '{regions[i % 4]}', {20000 + 1000 * (i % 100)})" for year in (2010, 2012, 2014, 2016)
             for i in range(year * 1000, year * 1000 + 1000)]
@@ -30,7 +31,7 @@ def test_the_yearly_postgres_series_runs_as_written(pg_server, tmp_path):  # noq
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPR_")}
     env.update(DPR_HOME=str(tmp_path / "home"), PREFECT_API_URL=str(PREFECT_API_URL.value()),
                DPR_PG_DSN=pg_server.admin_uri, PREFECT_LOGGING_LEVEL="WARNING", COLUMNS="200",
-               PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # `dpr` as the README writes it
+               PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # `dpr` as the page writes it
     res = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

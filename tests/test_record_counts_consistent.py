@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpcore.bundle import StepOutput
+from dpcore.publish.bundle import StepOutput
 from dpcore.mechanisms.row_counts import InputRowCounts, consistent_counts
 from dpcore.steps.record_counts import record_counts_accuracy, rejected_fraction_gate
 
@@ -89,7 +89,7 @@ def test_stated_coverage_holds_exactly_for_every_truth_on_a_grid(epsilon, alpha)
 
 def test_quarantined_half_width_adds_only_the_clamping_event():
     """The quarantined half-width is the difference's, enlarged only by the chance Z_1 < 0 and Z_2 < -T."""
-    from dpcore.accuracy import discrete_laplace_difference_half_width
+    from dpcore.mechanisms.accuracy import discrete_laplace_difference_half_width
     from dpcore.steps.record_counts import quarantined_half_width
 
     for eps in (0.1, 0.8, 2.0):

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from dpcore.spec import load_spec
+from dpcore.release.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -24,16 +24,16 @@ import pandas as pd
 import pytest
 import yaml
 
-from dpcore.budget import PrivacyCost
-from dpcore.ingest import IngestResult
-from dpcore.ledger import (
+from dpcore.budget.amounts import PrivacyCost
+from dpcore.ingest.raw import IngestResult
+from dpcore.budget.ledger import (
     ChargeRequest, DatasetNotRegisteredError, LedgerError, OverlapDecisionRequired, PrivacyLedger,
 )
 from dpcore.mechanisms.row_counts import L1_SENSITIVITY, InputRowCounts
-from dpcore.settings import Settings
-from dpcore.spec import parse_spec
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import parse_spec
 from dpcore.validation import ValidationDone, validate
-from dpcore.warehouse import Warehouse
+from dpcore.storage.warehouse import Warehouse
 
 
 # --------------------------------------------------------------------------- hole 4: duplicate ids
@@ -132,8 +132,8 @@ def _register(spec_path: Path, settings: Settings, **choice):
 
 
 def _run(spec_path: Path, settings: Settings):
-    from dpcore import pipeline
-    from dpcore.spec import load_spec
+    from dpcore.run import pipeline
+    from dpcore.release.spec import load_spec
     from dpcore.steps.record_counts import record_counts_step
 
     spec = load_spec(spec_path)
@@ -172,8 +172,8 @@ def test_no_data_derived_hash_or_key_in_any_public_file(tmp_path, settings):
     assert all("key" not in r and len(r["ref"]) == 16 for r in m["releases"])
     # every ingest gets a fresh random id, also of the same content (issue 28: the id must not tell whether these
     # bytes were seen before); the same content is recognised again inside the warehouse only (same raw table)
-    from dpcore import pipeline
-    from dpcore.spec import load_spec
+    from dpcore.run import pipeline
+    from dpcore.release.spec import load_spec
     again = pipeline.ingest_stage(load_spec(_spec_file(tmp_path, "lin", data)), settings)
     assert again.ingest_id != ing.ingest_id and again.table == ing.table
     other = _csv(tmp_path / "e.csv", [("r1", "1")])
@@ -184,8 +184,8 @@ def test_no_data_derived_hash_or_key_in_any_public_file(tmp_path, settings):
 
 
 def test_ledger_refusals_never_name_a_charge_key(tmp_path):
-    from dpcore.budget import BudgetExceededError
-    from dpcore.ledger import PlanMismatchError
+    from dpcore.budget.amounts import BudgetExceededError
+    from dpcore.budget.ledger import PlanMismatchError
 
     led = PrivacyLedger(Warehouse(tmp_path / "w.duckdb"))
     led.ensure_budget("d", PrivacyCost(1))
@@ -194,8 +194,8 @@ def test_ledger_refusals_never_name_a_charge_key(tmp_path):
     assert led.reserve(req)
     with pytest.raises(BudgetExceededError) as over:
         led.reserve(ChargeRequest("d", "r1", "other", "m", PrivacyCost(1), "dp"))
-    from dpcore.charge_keys import line_key
-    from dpcore.ledger import LineRequest
+    from dpcore.budget.charge_keys import line_key
+    from dpcore.budget.ledger import LineRequest
 
     led.reserve_lines("d", "r2", [LineRequest(line_key("d", "r2", "s", {}), "s", "m", "dp", {}, 1, PrivacyCost("0.1"))])
     bad = ChargeRequest("d", "r2", "t", "m", PrivacyCost("0.1"), "dp")
@@ -213,7 +213,7 @@ def test_a_registration_out_of_duckdb_memory_says_what_to_do_and_records_nothing
     fix: a larger DPR_MEMORY_LIMIT for this command), not a traceback; nothing is registered."""
     import duckdb
 
-    from dpcore import ledger as ledger_module
+    from dpcore.budget import ledger as ledger_module
 
     def out_of_memory(*args, **kwargs):
         raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block of size 256.0 KiB")
@@ -321,8 +321,8 @@ def test_task_handles_carry_no_integer_for_prefect_to_probe(tmp_path, settings):
     """Hole 11a: Prefect marks a result ``untrackable_result`` when a top-level value is an int in
     [-5, 256]; the ingest and validate tasks return handles whose fields are strings only."""
     data = _csv(tmp_path / "d.csv", [(f"r{i}", str(i % 10)) for i in range(3)])
-    from dpcore import pipeline
-    from dpcore.spec import load_spec
+    from dpcore.run import pipeline
+    from dpcore.release.spec import load_spec
 
     _register(_spec_file(tmp_path, "h", data), settings)
     spec = load_spec(_spec_file(tmp_path, "h", data))

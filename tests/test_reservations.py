@@ -7,10 +7,10 @@ from fractions import Fraction
 
 import pytest
 
-from dpcore.budget import BudgetExceededError, PrivacyCost
-from dpcore.charge_keys import line_key
-from dpcore.ledger import ChargeRequest, LineRequest, PlanMismatchError, PrivacyLedger
-from dpcore.warehouse import Warehouse
+from dpcore.budget.amounts import BudgetExceededError, PrivacyCost
+from dpcore.budget.charge_keys import line_key
+from dpcore.budget.ledger import ChargeRequest, LineRequest, PlanMismatchError, PrivacyLedger
+from dpcore.storage.warehouse import Warehouse
 
 STEPS = ("record_counts", "aiq", "pcor")
 
@@ -85,7 +85,7 @@ _OPEN: dict[str, PrivacyLedger] = {}  # per pool process: the ledger of each war
 
 def _run_release(path: str, ds: str, release: str, barrier) -> tuple[str, str, str]:
     """One release in its own process: reserve the plan, then charge, compute and store every line."""
-    from dpcore.budget import BudgetExceededError
+    from dpcore.budget.amounts import BudgetExceededError
 
     led = _OPEN.get(path) or _OPEN.setdefault(path, PrivacyLedger(Warehouse(path, timeout=120)))
     barrier.wait(timeout=120)

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from dpcore.detect import RobustRegressionDetector
-from dpcore.detect import robust_em as rem
+from dpcore.detect import em_passes, mixture_em, robust_start
 
 W_TRUE = np.array([1.0, -2.0, 3.0])
 B0_TRUE = 3.0
@@ -89,7 +89,7 @@ def test_leverage_cluster_captures_ols_but_not_em():
     Z = np.c_[np.ones(len(y)), X]
     beta0 = np.r_[ols(X, y)[1], ols(X, y)[0]]
     r = y - Z @ beta0
-    res = rem._em(Z, y, beta0, float(r.var()), 0.1, float(r.var()), 200, 1e-6)
+    res = em_passes._em(Z, y, beta0, float(r.var()), 0.1, float(r.var()), 200, 1e-6)
     assert np.max(np.abs(res["beta"][1:] - W_TRUE)) > 0.5
     assert det.log_likelihood_ > res["ll"]
 
@@ -99,7 +99,7 @@ def test_estep_matches_gaussian_and_cauchy_densities():
     """t_i uses N(0, s2) vs the marginal of the Gamma(0.5, b) mixture = Cauchy(scale sqrt(2b))."""
     r = np.linspace(-20, 20, 81)
     s2, p, b = 1.7, 0.2, 4.5
-    t, etau, ll = rem._estep(r, s2, p, b)
+    t, etau, ll = mixture_em._estep(r, s2, p, b)
     g = (1 - p) * stats.norm.pdf(r, scale=math.sqrt(s2))
     c = p * stats.cauchy.pdf(r, scale=math.sqrt(2 * b))
     np.testing.assert_allclose(t, c / (g + c), rtol=1e-10)
@@ -123,12 +123,12 @@ def test_em_log_likelihood_never_decreases(noise):
     beta = np.linalg.lstsq(Z, y, rcond=None)[0]
     r = y - Z @ beta
     s2, p, b = float(r.var()), 0.3, float(r.var()) * 3
-    t, etau, ll = rem._estep(r, s2, p, b)
+    t, etau, ll = mixture_em._estep(r, s2, p, b)
     lls = [ll]
     for _ in range(40):
-        beta, s2, p, b, r = rem._mstep(Z, y, t, etau, s2, b)
+        beta, s2, p, b, r = mixture_em._mstep(Z, y, t, etau, s2, b)
         assert b >= s2  # the identifiability constraint
-        t, etau, ll = rem._estep(r, s2, p, b)
+        t, etau, ll = mixture_em._estep(r, s2, p, b)
         lls.append(ll)
     d = np.diff(lls)
     assert np.all(d >= -1e-9 * np.abs(lls[1:])), d.min()
@@ -141,7 +141,7 @@ def test_em_log_likelihood_never_decreases(noise):
 )
 def test_noise_step_is_the_constrained_maximum(su, ru, st, te):
     """(sigma^2, b) = argmax of Q over {b >= sigma^2}, checked against a brute-force grid."""
-    s2, b = rem._noise_step(su, ru, st, te, 1.0, 1.0)
+    s2, b = mixture_em._noise_step(su, ru, st, te, 1.0, 1.0)
     assert b >= s2 > 0
     Q = lambda s2, b: -0.5 * su * np.log(s2) - ru / (2 * s2) + 0.5 * st * np.log(b) - te * b
     g = np.exp(np.linspace(-12, 8, 1201))
@@ -435,16 +435,16 @@ def test_level_medians_fix_an_unfitted_level():
     Z = np.column_stack([np.ones(300), codes == 1, codes == 2]).astype(float)
     y = np.array([0.0, 5.0, -7.0])[codes] + rng.normal(scale=0.01, size=300)
     beta = np.array([0.0, 5.0, 0.0])  # level 2 left unfitted
-    fixed = rem._level_medians(Z, y, beta, np.array([1, 2]))
+    fixed = robust_start._level_medians(Z, y, beta, np.array([1, 2]))
     np.testing.assert_allclose(fixed, [0.0, 5.0, -7.0], atol=0.01)
-    np.testing.assert_array_equal(rem._level_medians(Z, y, beta, np.array([], int)), beta)
+    np.testing.assert_array_equal(robust_start._level_medians(Z, y, beta, np.array([], int)), beta)
 
 
 def test_solve_ridge_is_relative_to_each_column():
     """A column with a tiny diagonal entry is not shrunk by the ridge of the heavy ones."""
     G = np.diag([1e12, 1e-3])
     rhs = np.array([1e12, 2e-3])
-    np.testing.assert_allclose(rem._solve(G, rhs), [1.0, 2.0], rtol=1e-6)
+    np.testing.assert_allclose(mixture_em._solve(G, rhs), [1.0, 2.0], rtol=1e-6)
 
 
 @pytest.mark.parametrize("noise", ["planted", "student_t"])
@@ -458,8 +458,8 @@ def test_squarem_reaches_the_plain_em_optimum_in_fewer_steps(noise):
     beta = np.linalg.lstsq(Z, y, rcond=None)[0]
     r = y - Z @ beta
     args = (Z, y, beta, float(r.var()), 0.3, float(r.var()) * 3, 2000, 1e-10)
-    plain = rem._em(*args, accelerate=False)
-    fast = rem._em(*args)
+    plain = em_passes._em(*args, accelerate=False)
+    fast = em_passes._em(*args)
     assert plain["converged"] and fast["converged"]
     assert fast["ll"] >= plain["ll"] - 1e-6 * abs(plain["ll"])
     assert fast["n_iter"] < plain["n_iter"]
@@ -472,7 +472,7 @@ def test_squarem_log_likelihood_never_decreases_across_cycles():
     Z = np.c_[np.ones(len(y)), X]
     beta = np.linalg.lstsq(Z, y, rcond=None)[0]
     r = y - Z @ beta
-    lls = [rem._em(Z, y, beta, float(r.var()), 0.3, float(r.var()) * 3, k, 1e-300)["ll"] for k in range(3, 40, 3)]
+    lls = [em_passes._em(Z, y, beta, float(r.var()), 0.3, float(r.var()) * 3, k, 1e-300)["ll"] for k in range(3, 40, 3)]
     assert np.all(np.diff(lls) >= -1e-9 * np.abs(lls[1:]))
 
 
@@ -539,7 +539,7 @@ def test_noise_step_with_floor_is_the_constrained_maximum(floor):
     """Brute force over a grid: the clamped step maximises Q on {s2 >= floor, b >= s2}."""
     grid = np.exp(np.linspace(np.log(1e-3), np.log(1e2), 801))
     for su, ru, st, te in [(90.0, 1.0, 10.0, 5.0), (90.0, 90.0, 10.0, 1.0), (50.0, 0.5, 50.0, 500.0), (10.0, 3.0, 90.0, 3.0)]:
-        s2, b = rem._noise_step(su, ru, st, te, 1.0, 1.0, floor)
+        s2, b = mixture_em._noise_step(su, ru, st, te, 1.0, 1.0, floor)
         assert s2 >= floor and b >= s2
 
         def Q(s, bb):
@@ -579,9 +579,9 @@ def test_exact_levels_keep_the_reference_level_fitted_under_the_floor(seed):
 def test_solve_exact_or_ridge_is_exact_when_well_posed_and_ridged_when_collinear():
     G = np.array([[1e12, 1e6], [1e6, 1e6 + 1e-3]])  # the intercept column's entry dwarfs the level's
     beta = np.array([3.0, -2.0])
-    np.testing.assert_allclose(rem._solve_exact_or_ridge(G, G @ beta), beta, rtol=1e-9)
+    np.testing.assert_allclose(mixture_em._solve_exact_or_ridge(G, G @ beta), beta, rtol=1e-9)
     dup = np.array([[2.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])  # columns 1 and 2 identical
-    b = rem._solve_exact_or_ridge(dup, dup @ np.array([1.0, 2.0, 0.0]))
+    b = mixture_em._solve_exact_or_ridge(dup, dup @ np.array([1.0, 2.0, 0.0]))
     assert np.all(np.isfinite(b))
     np.testing.assert_allclose(dup @ b, dup @ np.array([1.0, 2.0, 0.0]), rtol=1e-6)
     assert b[1] == pytest.approx(b[2], rel=1e-6)  # the ridge splits the collinear pair

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from child_runs import flushed_texts, read_runs
-from dpcore.settings import Settings
-from dpcore.spec import SpecError, load_spec
-from dpcore.warehouse import Warehouse
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import SpecError, load_spec
+from dpcore.storage.warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,7 @@ import pytest
 from prefect import flow
 from prefect.states import Completed, State
 
-from dpcore.spec import ReleaseSpec, load_spec
+from dpcore.release.spec import ReleaseSpec, load_spec
 from tasks.common import _seal, _Sealed, private_task
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")

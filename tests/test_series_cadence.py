@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dpcore.periods import PeriodError, parse_label, parse_period, period_ended_before
-from dpcore.series import backfill_periods, plan_series, run_period, series_release_pattern
-from dpcore.spec import SpecError, load_spec
+from dpcore.release.periods import PeriodError, parse_label, parse_period, period_ended_before
+from dpcore.release.series import backfill_periods, run_period, series_release_pattern
+from dpcore.run.series_plan import plan_series
+from dpcore.release.spec import SpecError, load_spec
 from test_series_spec import series_spec
 
 UTC = timezone.utc
@@ -84,9 +85,9 @@ def test_listed_periods(tmp_path, dpr_home, small_flights_csv, register_dataset)
     lines = small_flights_csv.read_text().splitlines()[:101]
     (tmp_path / "flights_2010.csv").write_text("\n".join(lines) + "\n")
     register_dataset(path)
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.settings import Settings
-    from dpcore.warehouse import Warehouse
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.storage.settings import Settings
+    from dpcore.storage.warehouse import Warehouse
 
     rows = plan_series(path, PrivacyLedger(Warehouse(Settings.from_env().warehouse)))
     assert [(r.period, r.status) for r in rows] == [("2010", "fits"), ("2012", "fits"), ("2016", "refused")], \
@@ -115,7 +116,7 @@ def test_a_quarterly_run_without_a_period_suggests_a_quarter(tmp_path):
 
 
 def test_the_series_page_title_says_the_cadence(tmp_path):
-    from dpcore.series_page import build_series_page
+    from dpcore.publish.series_page import build_series_page
 
     path = series_spec(tmp_path, series={"period": "yearly", "periods": [2010, 2012]})
     page = build_series_page(load_spec(path), tmp_path / "bundles")
@@ -125,7 +126,7 @@ def test_the_series_page_title_says_the_cadence(tmp_path):
 
 
 def test_empty_periods_are_stated_and_the_option_is_checked(tmp_path):
-    from dpcore.series import empty_period_note
+    from dpcore.release.series import empty_period_note
 
     daily = load_spec(series_spec(tmp_path, series={"period": "daily", "first": "2013-01-01"}))
     note = empty_period_note(daily)
@@ -139,7 +140,7 @@ def test_empty_periods_are_stated_and_the_option_is_checked(tmp_path):
 
 def test_older_series_specs_hash_as_before(tmp_path):
     # the keys added for issue 48 count only when set: a stored release's spec hash does not move
-    from dpcore.spec import _drop_unset_period, _hash_json
+    from dpcore.release.spec import _drop_unset_period, _hash_json
 
     spec = load_spec(series_spec(tmp_path))
     data = spec.model_dump(mode="json", by_alias=True)  # what the hash read before issue 48, plus the new keys
@@ -154,7 +155,7 @@ def test_older_series_specs_hash_as_before(tmp_path):
 
 def test_series_plot_intervals_stop_at_zero():
     # the tables state each interval clipped at 0: the bars below a value stop at 0 too
-    from dpcore.series_page import clipped_errors
+    from dpcore.publish.series_page import clipped_errors
 
     below, above = clipped_errors([3.0, 10.0, 0.0], [5.0, 2.0, 4.0])
     assert below == [3.0, 2.0, 0.0] and above == [5.0, 2.0, 4.0]

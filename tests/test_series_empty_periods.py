@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from dpcore.ledger import PrivacyLedger
-from dpcore.settings import Settings
-from dpcore.spec import SpecError, load_spec
-from dpcore.warehouse import Warehouse
+from dpcore.budget.ledger import PrivacyLedger
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import SpecError, load_spec
+from dpcore.storage.warehouse import Warehouse
 from series_fixtures import make_series_spec
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.unregistered]

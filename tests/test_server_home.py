@@ -1,4 +1,4 @@
-"""Where ``dpr server start`` keeps Prefect's database (issue 48, item 5): code, help and README agree."""
+"""Where ``dpr server start`` keeps Prefect's database (issue 48, item 5): code, help and docs agree."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,5 +19,6 @@ def test_prefect_home_wins_over_dpr_home_and_every_text_says_so(tmp_path, monkey
     assert prefect_home() == tmp_path / "dpr" / "prefect"
     help_text = " ".join(CliRunner().invoke(cli, ["server", "start", "--help"]).output.split())
     assert "$PREFECT_HOME when it is set, else in $DPR_HOME/prefect" in help_text
-    row = next(ln for ln in (ROOT / "README.md").read_text().splitlines() if ln.startswith("| `dpr server start`"))
-    assert "its database in `$PREFECT_HOME` when set, else `$DPR_HOME/prefect`" in row
+    page = (ROOT / "docs" / "own-table.md").read_text()  # the command reference (was the README's table row)
+    section = page.split("### `dpr server start`", 1)[1].split("\n#", 1)[0]
+    assert "its database in `$PREFECT_HOME` when set, else `$DPR_HOME/prefect`" in section

@@ -91,9 +91,9 @@ def _spec(small_spec_path: Path, folder: Path, source: dict, name: str = "spec.y
 
 
 def test_every_source_kind_ingests_the_same_text_table(sources, small_spec_path, tmp_path):
-    from dpcore.ingest import ingest, load_raw
-    from dpcore.spec import load_spec
-    from dpcore.warehouse import Warehouse
+    from dpcore.ingest.raw import ingest, load_raw
+    from dpcore.release.spec import load_spec
+    from dpcore.storage.warehouse import Warehouse
 
     hive = tmp_path / "hive"
     _typed(Path(sources["csv"]["path"])).to_parquet(hive, partition_cols=["origin"], index=False)
@@ -119,8 +119,8 @@ def test_every_source_kind_ingests_the_same_text_table(sources, small_spec_path,
 @pytest.mark.unregistered
 def test_every_source_kind_gives_the_same_validated_table_and_release(sources, small_spec_path, tmp_path,
                                                                      monkeypatch):
-    from dpcore.settings import Settings
-    from dpcore.warehouse import Warehouse
+    from dpcore.storage.settings import Settings
+    from dpcore.storage.warehouse import Warehouse
     from flows.release_pipeline import release_pipeline
 
     monkeypatch.setenv("DPR_TEST_NOISE_SEED", "31")
@@ -201,7 +201,7 @@ def test_the_password_never_appears_on_any_surface(sources, pg_server, small_spe
 
     from prefect.settings import get_current_settings
 
-    from dpcore.sources import SourceError
+    from dpcore.ingest.sources import SourceError
     from flows.release_pipeline import release_pipeline
 
     home = tmp_path / "home"
@@ -303,12 +303,12 @@ def refusal_cases(sources, pg_server, tmp_path, monkeypatch):  # noqa: F811
 @pytest.mark.unregistered
 def test_each_refusal_names_the_source_and_the_fix_before_any_charge(refusal_cases, sources, small_spec_path,
                                                                      tmp_path, dpr_home):
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.pipeline import ingest_stage
-    from dpcore.settings import Settings
-    from dpcore.sources import SourceError
-    from dpcore.spec import load_spec
-    from dpcore.warehouse import Warehouse
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.run.pipeline import ingest_stage
+    from dpcore.storage.settings import Settings
+    from dpcore.ingest.sources import SourceError
+    from dpcore.release.spec import load_spec
+    from dpcore.storage.warehouse import Warehouse
 
     register_spec(_spec(small_spec_path, tmp_path / "good", sources["postgres"]))
     settings = Settings.from_env()
@@ -332,10 +332,10 @@ def test_each_refusal_names_the_source_and_the_fix_before_any_charge(refusal_cas
 @pytest.mark.unregistered
 def test_a_refused_source_stops_the_flow_before_its_first_charge(refusal_cases, sources, small_spec_path, tmp_path,
                                                                  dpr_home):
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.settings import Settings
-    from dpcore.sources import SourceError
-    from dpcore.warehouse import Warehouse
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.storage.settings import Settings
+    from dpcore.ingest.sources import SourceError
+    from dpcore.storage.warehouse import Warehouse
     from flows.release_pipeline import release_pipeline
 
     register_spec(_spec(small_spec_path, tmp_path / "good", sources["postgres"]))
@@ -351,7 +351,7 @@ def test_a_refused_source_stops_the_flow_before_its_first_charge(refusal_cases, 
 
 
 def test_a_connection_string_in_the_spec_is_refused_without_being_shown(tmp_path, small_spec_path):
-    from dpcore.spec import SpecError, load_spec
+    from dpcore.release.spec import SpecError, load_spec
 
     good = load_spec(_spec(small_spec_path, tmp_path, {"kind": "postgres", "dsn_env": "DPR_PG_DSN", "table": "t"}))
     assert good.dataset.source.dsn_env == "DPR_PG_DSN"
@@ -366,8 +366,8 @@ def test_a_connection_string_in_the_spec_is_refused_without_being_shown(tmp_path
 
 def test_a_series_period_is_a_bound_parameter_of_the_query(sources, pg_server, small_spec_path, tmp_path):  # noqa: F811
     """A series spec's postgres query gets {period_start} / {period_end} as bound parameters (a literal % kept)."""
-    from dpcore.ingest import read_input
-    from dpcore.spec import SpecError, load_spec
+    from dpcore.ingest.raw import read_input
+    from dpcore.release.spec import SpecError, load_spec
 
     pg_server.execute("DROP TABLE IF EXISTS public.visits", "CREATE TABLE public.visits (flight_id text, day date)",
                       "INSERT INTO public.visits VALUES ('F1', '2013-01-31'), ('F2', '2013-02-01'), "
@@ -396,12 +396,12 @@ def test_the_postgres_spool_parts_are_private_removed_and_numbered_in_order(sour
     (nothing stored) and leaves no part behind."""
     import stat
 
-    import dpcore.sources.postgres as pg
-    from dpcore.ingest import ingest
-    from dpcore.partitions import scratch_dir
-    from dpcore.sources import SourceError
-    from dpcore.spec import load_spec
-    from dpcore.warehouse import Warehouse
+    import dpcore.ingest.sources.postgres as pg
+    from dpcore.ingest.raw import ingest
+    from dpcore.storage.partitions import scratch_dir
+    from dpcore.ingest.sources import SourceError
+    from dpcore.release.spec import load_spec
+    from dpcore.storage.warehouse import Warehouse
 
     parts: list[tuple[Path, int, int]] = []
     opened = pg.private_open
@@ -439,14 +439,14 @@ def test_the_postgres_spool_parts_are_private_removed_and_numbered_in_order(sour
 def test_a_spool_part_fits_duckdbs_memory_share(monkeypatch):
     """A part is at most a quarter of DuckDB's share of the cap (DuckDB's CSV reader may hold a small file whole:
     64 MB parts ran out of memory under DPR_MEMORY_LIMIT=256MB), at most 16 MB, at least 1 MB."""
-    from dpcore.chunks import DUCKDB_SHARE
-    from dpcore.sources.postgres import _part_bytes
+    from dpcore.runtime.chunks import DUCKDB_SHARE
+    from dpcore.ingest.sources.postgres import _part_bytes
 
     monkeypatch.setenv("DPR_MEMORY_LIMIT", "256MB")
     assert _part_bytes() == int(256_000_000 * DUCKDB_SHARE) // 4 < 16 << 20
     monkeypatch.setenv("DPR_MEMORY_LIMIT", "8GB")
     assert _part_bytes() == 16 << 20
-    monkeypatch.setattr("dpcore.chunks.DUCKDB_SHARE", 1 / 64)  # the 1 MB floor (the cap's own floor is 64 MiB)
+    monkeypatch.setattr("dpcore.runtime.chunks.DUCKDB_SHARE", 1 / 64)  # the 1 MB floor (the cap's own floor is 64 MiB)
     monkeypatch.setenv("DPR_MEMORY_LIMIT", "64MiB")
     assert _part_bytes() == 1 << 20
 
@@ -454,8 +454,8 @@ def test_a_spool_part_fits_duckdbs_memory_share(monkeypatch):
 def test_the_csv_readers_buffer_fits_duckdbs_memory_share(monkeypatch):
     """DuckDB's default CSV buffer (16 x max_line_size = 128 MiB) exceeded DuckDB's whole memory_limit under
     DPR_MEMORY_LIMIT=256MB; the buffer is an eighth of DuckDB's share, between 1 and 16 longest rows."""
-    from dpcore.chunks import DUCKDB_SHARE
-    from dpcore.ingest import MAX_ROW_BYTES, csv_buffer_bytes
+    from dpcore.runtime.chunks import DUCKDB_SHARE
+    from dpcore.ingest.raw import MAX_ROW_BYTES, csv_buffer_bytes
 
     monkeypatch.setenv("DPR_MEMORY_LIMIT", "256MB")
     assert csv_buffer_bytes() == MAX_ROW_BYTES  # an eighth of 64 MB is below one longest row

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpcore.spec import DATA_MARKER, StepsSpec, load_spec
+from dpcore.release.spec import DATA_MARKER, StepsSpec, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 DPR = str(Path(sys.executable).parent / "dpr")

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpcore.settings import PROJECT_SPECS, Settings, specs_dirs_from_env
-from dpcore.spec import SpecError, load_spec
-from dpcore.spec_dirs import SpecPathError, allowed_spec_file
+from dpcore.storage.settings import PROJECT_SPECS, Settings, specs_dirs_from_env
+from dpcore.release.spec import SpecError, load_spec
+from dpcore.release.spec_dirs import SpecPathError, allowed_spec_file
 
 ROOT = Path(__file__).resolve().parents[1]
 DPR = str(Path(sys.executable).parent / "dpr")

@@ -1,7 +1,7 @@
 """Issue 15, hole 9: specs whose steps could abort on a private fact are refused when they load.
 
 A step needing a value in every row must not use a nullable attribute, and a ``log`` transform needs a
-public minimum above 0: decided from the spec alone (``dpcore.spec.public_completeness_problems``, applied
+public minimum above 0: decided from the spec alone (``dpcore.release.spec.public_completeness_problems``, applied
 by the loader to enabled steps and by each step to itself), so no input can make one run abort and its
 neighbour succeed.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpcore.spec import SpecError, load_spec
+from dpcore.release.spec import SpecError, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,7 +102,7 @@ def test_a_log_with_a_positive_public_min_and_disabled_steps_are_fine(tmp_path):
 def test_every_detector_transform_has_a_public_domain_rule():
     """A transform the detector knows but the spec cannot check would be refused only by the data."""
     from dpcore.detect.design import TRANSFORMS
-    from dpcore.spec import TRANSFORM_DOMAINS
+    from dpcore.release.spec import TRANSFORM_DOMAINS
 
     assert set(TRANSFORMS) == set(TRANSFORM_DOMAINS)
 
@@ -142,10 +142,10 @@ def _with_log(spec):
     ],
 )
 def test_each_step_applies_the_same_public_rules_to_itself(tmp_path, step, build, path):
-    """One place for the rules (``dpcore.spec.public_completeness_problems``): a step about to run refuses a
+    """One place for the rules (``dpcore.release.spec.public_completeness_problems``): a step about to run refuses a
     spec that bypassed the loader with exactly the loader's message, whether or not it is enabled, before any
     data is read (settings and input are not even given)."""
-    from dpcore.spec import public_completeness_problems
+    from dpcore.release.spec import public_completeness_problems
     from dpcore.steps.aiq import check_aiq
     from dpcore.steps.common import StepInputError
     from dpcore.steps.detect import detection_frame

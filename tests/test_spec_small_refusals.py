@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpcore.budget import UNITS_PER_ONE, PrivacyCost
-from dpcore.ingest import IngestError, ingest
-from dpcore.spec import SpecError, load_spec, parse_spec
-from dpcore.warehouse import Warehouse
+from dpcore.budget.amounts import UNITS_PER_ONE, PrivacyCost
+from dpcore.ingest.raw import IngestError, ingest
+from dpcore.release.spec import SpecError, load_spec, parse_spec
+from dpcore.storage.warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
 DPR = str(Path(sys.executable).parent / "dpr")
@@ -67,7 +67,7 @@ def test_an_attribute_name_with_a_trailing_line_break_is_refused():
 
 
 def test_a_release_id_flag_with_a_trailing_line_break_is_refused_naming_the_flag():
-    from dpcore.spec import check_release_id_flag
+    from dpcore.release.spec import check_release_id_flag
 
     with pytest.raises(SpecError, match=r"^--release-id 'r1\\n' is not a valid release id"):
         check_release_id_flag("r1\n")

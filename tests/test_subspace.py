@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from dpcore.budget import PrivacyCost
+from dpcore.budget.amounts import PrivacyCost
 from dpcore.mechanisms.outlier_count import count_outliers, global_sensitivity_bounds, subspace_view
 from dpcore.mechanisms.subspace import TopSubspaceSelection, candidate_subspaces
 from dpcore.noise import NoiseSource

@@ -19,7 +19,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpcore.budget import PrivacyCost
+from dpcore.budget.amounts import PrivacyCost
 from dpcore.mechanisms.unattributed import (METHODS, NEEDS_SIZE_BOUND, UnattributedHistogramMechanism, accuracy,
                                             as_sorted_sizes, choose_method)
 from dpcore.mechanisms.unattributed.mechanism import HMM_MAX_G

@@ -18,7 +18,7 @@ import pytest
 
 from dpcore.noise import NoiseSource
 from dpcore.mechanisms.unattributed.hmm import HMM_TAIL, _posterior_mean, _viterbi_path, hmm_band, hmm_estimate
-from dpcore.budget import PrivacyCost
+from dpcore.budget.amounts import PrivacyCost
 from dpcore.mechanisms.unattributed.pfl import (_band, _chain, pfl_cost, pfl_float_slack, pfl_output_probability,
                                                 pfl_plan, pfl_release)
 

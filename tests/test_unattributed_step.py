@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from dpcore.ledger import PrivacyLedger
+from dpcore.budget.ledger import PrivacyLedger
 from dpcore.mechanisms.unattributed import METHODS, choose_method
-from dpcore.settings import Settings
-from dpcore.spec import UnattributedMethod, load_spec
-from dpcore.warehouse import Warehouse
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import UnattributedMethod, load_spec
+from dpcore.storage.warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,7 +96,7 @@ def test_operator_flow_auto_uses_public_parameters_and_stores_the_release(dpr_ho
 
 def test_group_sizes_are_one_sql_aggregate_over_the_public_list(dpr_home, un_spec, small_flights_csv):
     """The step's internal input equals a pandas count over the validated rows, zero for absent groups, clamped."""
-    from dpcore.pipeline import ingest_stage, validate_stage
+    from dpcore.run.pipeline import ingest_stage, validate_stage
     from dpcore.steps.unattributed import group_sizes
 
     spec = load_spec(un_spec(max_group_size=5))

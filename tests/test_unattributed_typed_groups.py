@@ -18,14 +18,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from dpcore.cost_plan import plan_release
-from dpcore.ledger import PrivacyLedger
-from dpcore.pipeline import ingest_stage, validate_stage
-from dpcore.settings import Settings
-from dpcore.spec import load_spec
+from dpcore.run.cost_plan import plan_release
+from dpcore.budget.ledger import PrivacyLedger
+from dpcore.run.pipeline import ingest_stage, validate_stage
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import load_spec
 from dpcore.steps.common import StepInputError
 from dpcore.steps.unattributed import unattributed_step
-from dpcore.warehouse import Warehouse
+from dpcore.storage.warehouse import Warehouse
 from owner_registration import register_spec
 
 SIZES = {1: 30, 2: 12, 3: 5}  # rows per group; group 4 of the domain has none

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpcore.ingest import ingest, load_raw, raw_digest
-from dpcore.spec import parse_spec
+from dpcore.ingest.raw import ingest, load_raw, raw_digest
+from dpcore.release.spec import parse_spec
 from dpcore.validation import (
     NUMBER_PATTERN,
     RuleSummary,
@@ -24,7 +24,7 @@ from dpcore.validation import (
     validate,
     validated_table_name,
 )
-from dpcore.warehouse import Warehouse
+from dpcore.storage.warehouse import Warehouse
 
 SECRET = "SECRET123"
 

@@ -18,8 +18,9 @@ import pandas as pd
 import pytest
 
 from dpcore import validation as V
-from dpcore.ingest import load_raw
+from dpcore.ingest.raw import load_raw
 from dpcore.validation import by_values as BV
+from dpcore.validation import validated_rows as VR
 from dpcore.validation import validate_table, validated_table_name
 from test_validation_chunks import SECRET, assert_same, ingested, random_table, reference_validate, table_and_types
 
@@ -204,10 +205,10 @@ def test_validated_rows_are_written_range_by_range_with_numbers_cast_by_duckdb(t
 
 
 def test_ranges_are_sized_by_duckdbs_memory_share():
-    from dpcore.chunks import MemoryBudget
+    from dpcore.runtime.chunks import MemoryBudget
 
-    assert BV.sorted_rows(MemoryBudget(2 << 30)) == (512 << 20) // BV.SORT_BYTES_PER_ROW == 2_097_152
-    assert BV.sorted_rows(MemoryBudget(64 << 20)) == 122_880  # at least one row group
+    assert VR.sorted_rows(MemoryBudget(2 << 30)) == (512 << 20) // VR.SORT_BYTES_PER_ROW == 2_097_152
+    assert VR.sorted_rows(MemoryBudget(64 << 20)) == 122_880  # at least one row group
 
 
 def test_a_cast_that_differs_from_pandas_types_by_joins(tmp_path, monkeypatch):
@@ -228,11 +229,11 @@ def test_a_cast_that_differs_from_pandas_types_by_joins(tmp_path, monkeypatch):
 def test_casts_agree_compares_bits_and_missing_values(tmp_path):
     path = tmp_path / "values.parquet"
     pd.DataFrame({"pos": [1, 2, 3, 4], "v": ["0.1", "-0", "", "1e3"]}).to_parquet(path, index=False)
-    cast = BV._inline_sql("v", "VARCHAR")
+    cast = VR._inline_sql("v", "VARCHAR")
     typed = pd.DataFrame({"pos": [1, 2, 3, 4], "t": [0.1, -0.0, np.nan, 1000.0]})
-    assert BV._casts_agree(path, typed, cast)
-    assert BV._casts_agree(path, typed.iloc[[0, 3]], cast)  # only the positions given are compared
-    assert not BV._casts_agree(path, typed.assign(t=[0.1, 0.0, np.nan, 1000.0]), cast)  # the sign of zero
-    assert not BV._casts_agree(path, typed.assign(t=[np.nextafter(0.1, 1), -0.0, np.nan, 1000.0]), cast)  # 1 ulp
-    assert not BV._casts_agree(path, typed.assign(t=[0.1, -0.0, 0.0, 1000.0]), cast)  # missing against a value
-    assert BV._inline_sql("v", "BIGINT") == "CAST(v AS DOUBLE)" and BV._inline_sql("v", "BOOLEAN") is None
+    assert VR._casts_agree(path, typed, cast)
+    assert VR._casts_agree(path, typed.iloc[[0, 3]], cast)  # only the positions given are compared
+    assert not VR._casts_agree(path, typed.assign(t=[0.1, 0.0, np.nan, 1000.0]), cast)  # the sign of zero
+    assert not VR._casts_agree(path, typed.assign(t=[np.nextafter(0.1, 1), -0.0, np.nan, 1000.0]), cast)  # 1 ulp
+    assert not VR._casts_agree(path, typed.assign(t=[0.1, -0.0, 0.0, 1000.0]), cast)  # missing against a value
+    assert VR._inline_sql("v", "BIGINT") == "CAST(v AS DOUBLE)" and VR._inline_sql("v", "BOOLEAN") is None

@@ -9,7 +9,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpcore.ingest import ROW
+from dpcore.ingest.raw import ROW
 from dpcore.validation.cells import _cells_json, _jsonable
 
 

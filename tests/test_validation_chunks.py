@@ -20,13 +20,13 @@ import pandas as pd
 import pytest
 
 from dpcore import validation as V
-from dpcore.ingest import ingest, load_raw, raw_digest
-from dpcore.spec import load_spec, parse_spec
+from dpcore.ingest.raw import ingest, load_raw, raw_digest
+from dpcore.release.spec import load_spec, parse_spec
 from dpcore.validation import (
     RuleSummary, enforce, latest_passing_summary, owner_summary, store_outcome, validate, validate_table,
     validated_table_name,
 )
-from dpcore.warehouse import Warehouse
+from dpcore.storage.warehouse import Warehouse
 
 ROW = "_row"
 SECRET = "SECRET123"
@@ -459,9 +459,9 @@ def test_chunks_run_in_other_processes(tmp_path):
 
 @pytest.mark.parametrize("by_values", [True, False])
 def test_chunks_run_in_a_child_process(tmp_path, by_values):
-    """Under a small cap the great-expectations chunks run in one child process (dpcore.child_map): the same
+    """Under a small cap the great-expectations chunks run in one child process (dpcore.runtime.child_map): the same
     tables, summaries and details as the whole-table reference, by distinct values and chunk by chunk."""
-    from dpcore.child_map import child_map
+    from dpcore.runtime.child_map import child_map
 
     df = random_table(np.random.default_rng(17), 23)
     spec, wh, res = ingested(tmp_path, df)
@@ -472,7 +472,7 @@ def test_chunks_run_in_a_child_process(tmp_path, by_values):
 
 def test_chunk_rows_are_public(monkeypatch):
     """Rows per chunk depend on the memory cap and the columns only."""
-    from dpcore.chunks import MemoryBudget
+    from dpcore.runtime.chunks import MemoryBudget
 
     spec = make_spec(Path("/nonexistent.csv"))
     small = V.validation_chunk_rows(MemoryBudget(256 * 1024**2), spec, 7)

@@ -20,8 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dpcore.ingest import load_raw
+from dpcore.ingest.raw import load_raw
 from dpcore.validation import by_values as BV
+from dpcore.validation import distinct_values as DV
 from dpcore.validation import validate_table
 from dpcore.validation.id_forms import form_map, forms_of, pattern_atoms, to_form
 from test_validation_by_values import assert_equal_results, stored
@@ -152,8 +153,8 @@ def test_too_many_forms_fall_back_to_the_id_chunks(tmp_path, monkeypatch):
     ids[4], ids[9], ids[17] = "", "a b", ids[3]
     df = _table(np.random.default_rng(2), 30, ids)
     calls = []
-    real = BV.copy_duplicated_rows
-    monkeypatch.setattr(BV, "copy_duplicated_rows", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = DV.copy_duplicated_rows
+    monkeypatch.setattr(DV, "copy_duplicated_rows", lambda *a, **k: calls.append(1) or real(*a, **k))
     monkeypatch.setattr("dpcore.validation.chunked.validation_chunk_rows", lambda *args: 14)
     before, after = _compare(tmp_path, df, r"0[0-9][0-9]|1[0-9][0-9]|2[0-3]\d")
     assert not calls  # 30 forms > 14: the id column went through the id chunks as before

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from dpcore.spec import parse_spec
+from dpcore.release.spec import parse_spec
 from dpcore.validation import validate
 
 SECRET = 7777.25  # an out-of-bounds value: must never be printed

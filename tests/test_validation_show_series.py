@@ -27,9 +27,9 @@ def _series(folder, wage_max=5000):
 
 
 def test_a_later_period_is_under_the_current_rules(tmp_path, monkeypatch):
-    from dpcore.pipeline import ingest_stage, validate_stage
-    from dpcore.settings import Settings
-    from dpcore.spec import load_spec
+    from dpcore.run.pipeline import ingest_stage, validate_stage
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import load_spec
 
     home = tmp_path / "home"
     monkeypatch.setenv("DPR_HOME", str(home))

@@ -3,15 +3,15 @@
 Real DuckDB files: after a query that scans a table of about 48 MiB, the pages DuckDB keeps
 (``duckdb_memory()``'s ``BASE_TABLE``) are gone before the next operation under ``DPR_MEMORY_LIMIT=512MiB``
 and kept under the 2 GiB default; query results are the same either way; an operation run inside a
-stream of the same file (:meth:`~dpcore.warehouse.Warehouse.iter_batches`) does not evict under the stream,
+stream of the same file (:meth:`~dpcore.storage.warehouse.Warehouse.iter_batches`) does not evict under the stream,
 which still yields every row.
 """
 from __future__ import annotations
 
 import pytest
 
-from dpcore.chunks import DEFAULT_LIMIT, EVICT_BELOW, EVICT_TO, MemoryBudget
-from dpcore.warehouse import Warehouse
+from dpcore.runtime.chunks import DEFAULT_LIMIT, EVICT_BELOW, EVICT_TO, MemoryBudget
+from dpcore.storage.warehouse import Warehouse
 
 MiB = 2**20
 ROWS = 2_000_000

@@ -1,4 +1,4 @@
-"""The warehouse connection a process keeps between its operations (dpcore.warehouse_lease)."""
+"""The warehouse connection a process keeps between its operations (dpcore.storage.warehouse_lease)."""
 from __future__ import annotations
 
 import os
@@ -11,8 +11,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from dpcore import warehouse_lease as lease
-from dpcore.warehouse import Warehouse
+from dpcore.storage import warehouse_lease as lease
+from dpcore.storage.warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -128,7 +128,7 @@ def test_another_process_waiting_for_the_file_makes_the_holder_let_go(kept):
     within a second, and this process's next operation opens the file again and sees the other's write."""
     wh = kept
     assert lease.get(str(wh.path)) is not None
-    code = ("import sys, time; sys.path.insert(0, %r); from dpcore.warehouse import Warehouse; t = time.monotonic(); "
+    code = ("import sys, time; sys.path.insert(0, %r); from dpcore.storage.warehouse import Warehouse; t = time.monotonic(); "
             "Warehouse(%r, timeout=30).run(lambda con: con.execute('INSERT INTO internal.t VALUES (42)'), "
             "transaction=True); print(time.monotonic() - t)") % (str(ROOT), str(wh.path))
     env = {**os.environ, "DPR_WAREHOUSE_IDLE_S": "0"}

@@ -2,8 +2,8 @@
 
 Private chunk folders (``<warehouse>.scratch/<nonce>/``) and PostgreSQL spool parts
 (``<warehouse>.scratch/postgres-<nonce>.csv``) of a process that died are removed when a run unit opens
-(:func:`dpcore.release_runs.open_run`); what a live process that uses the warehouse may hold is kept
-(:func:`dpcore.warehouse_lease.clear_leftovers`: presence files under the file's ``flock``). Every process here
+(:func:`dpcore.run.release_runs.open_run`); what a live process that uses the warehouse may hold is kept
+(:func:`dpcore.storage.warehouse_lease.clear_leftovers`: presence files under the file's ``flock``). Every process here
 is a real one: the run that clears, and a live holder that is later killed.
 """
 from __future__ import annotations
@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 _RUN = """
 import sys
 from pathlib import Path
-from dpcore.release_runs import close_run, open_run
-from dpcore.warehouse import Warehouse
+from dpcore.run.release_runs import close_run, open_run
+from dpcore.storage.warehouse import Warehouse
 path = Path(sys.argv[1])
 Warehouse(path).query("SELECT 1")  # the warehouse exists (made here the first time)
 close_run(open_run(path, "nycflights13", sys.argv[2], "probe", ["line"]))
@@ -30,7 +30,7 @@ close_run(open_run(path, "nycflights13", sys.argv[2], "probe", ["line"]))
 _HOLDER = """
 import sys, time
 from pathlib import Path
-from dpcore.warehouse import Warehouse
+from dpcore.storage.warehouse import Warehouse
 path = Path(sys.argv[1])
 Warehouse(path).query("SELECT 1")
 Warehouse(path).let_go()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 
-from dpcore.ledger import PrivacyLedger
-from dpcore.warehouse import Warehouse
+from dpcore.budget.ledger import PrivacyLedger
+from dpcore.storage.warehouse import Warehouse
 
 
 def test_set_up_runs_once_per_file_and_again_for_a_replaced_or_recreated_file(tmp_path):

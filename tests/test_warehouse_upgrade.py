@@ -22,12 +22,12 @@ import duckdb
 import pytest
 import yaml
 
-from dpcore.bundle import BundleExistsError
-from dpcore.ledger_home import LedgerMissingError
-from dpcore.release_runs import ReleaseIdTakenError
-from dpcore.ledger_upgrade import SCHEMA_VERSION, WarehouseVersionError, schema_version, upgrade
-from dpcore.settings import Settings
-from dpcore.warehouse import Warehouse, let_go
+from dpcore.publish.bundle import BundleExistsError
+from dpcore.budget.ledger_home import LedgerMissingError
+from dpcore.run.release_runs import ReleaseIdTakenError
+from dpcore.budget.ledger_upgrade import SCHEMA_VERSION, WarehouseVersionError, schema_version, upgrade
+from dpcore.storage.settings import Settings
+from dpcore.storage.warehouse import Warehouse, let_go
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]
 ROOT = Path(__file__).resolve().parents[1]
@@ -176,7 +176,7 @@ def test_a_run_on_a_home_whose_warehouse_is_missing_refuses_and_creates_nothing(
 
 def test_a_fresh_home_without_a_warehouse_is_refused_as_unregistered_and_creates_nothing(
         tmp_path, monkeypatch, small_spec_path):
-    from dpcore.ledger import DatasetNotRegisteredError
+    from dpcore.budget.ledger import DatasetNotRegisteredError
     from flows.release_pipeline import release_pipeline
 
     home = tmp_path / "fresh"

@@ -2,9 +2,11 @@
 
 * :mod:`.robust_em` -- :class:`RobustRegressionDetector`, one filter: Gaussian/Cauchy
   mixture regression fitted by EM from a robust start.
-  Its parts (issue 29): :mod:`.mixture_em` (the EM core: E-step, M-step, SQUAREM),
-  :mod:`.robust_start` (FAST-LTS and the start), :mod:`.em_passes` (the passes over
-  chunks of rows) and :mod:`.level_design` (one-hot blocks as per-level sums).
+  Its parts (issues 29 and 49): :mod:`.mixture_em` (the EM core: E-step, M-step, SQUAREM),
+  :mod:`.robust_start` (FAST-LTS and the EM's start), :mod:`.start_sample` (the rows the
+  scaling and the start see), :mod:`.em_passes` (the passes over chunks of rows),
+  :mod:`.level_design` (one-hot blocks as per-level sums) and :mod:`.labels` (the top
+  ``K`` records, ties by lower row).
 * :mod:`.design` -- :func:`design_matrix`, contexts encoded from the *public* schema, with a
   template's per-attribute transforms (:func:`apply_transform`, ``log``).
 * :mod:`.combine` -- :class:`Template`, :func:`fit_template` and :func:`combine` ("a record
@@ -19,6 +21,10 @@ Diagnostics (non-convergence, ...) are data on the fitted detector and in
 :attr:`TemplateFit.params`, stored in the warehouse's ``internal`` schema; nothing
 here warns or logs, and exception messages carry no data values, row counts or
 row positions (DESIGN.md, privacy rule 6).
+
+Who may import it: :mod:`dpcore.steps`, :mod:`dpcore.run` and ``tasks/``/``flows/``. It imports
+:mod:`dpcore.release`, :mod:`dpcore.storage` and :mod:`dpcore.runtime` only (nothing of its layer's
+siblings :mod:`dpcore.publish`, :mod:`dpcore.validation`, :mod:`dpcore.mechanisms`).
 """
 from .combine import Template, TemplateFit, combine, fit_template, template_arrays
 from .design import TRANSFORMS, apply_transform, design_matrix, sigma2_floor_of

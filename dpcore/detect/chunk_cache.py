@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..lineage import new_nonce
-from ..private_files import private_open
+from dpcore.storage.lineage import new_nonce
+from dpcore.storage.private_files import private_open
 
 __all__ = ["load_npy", "save_npys"]
 
@@ -56,7 +56,7 @@ def load_npy(path: str | Path) -> np.ndarray:
     ------
     OSError
         The file is shorter than its header says (a truncated file); the message names no file (a chunk's
-        number is private: :meth:`dpcore.partitions.Partitions.read`).
+        number is private: :meth:`dpcore.storage.partitions.Partitions.read`).
     """
     with open(path, "rb", buffering=0) as fh:
         head = fh.read(10)

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..spec import PublicSchema
+from dpcore.release.spec import PublicSchema
 from .design import TRANSFORMS, DesignColumns, apply_transform, design_columns, sigma2_floor_of
 from .robust_em import RobustRegressionDetector, model_parameters
 from .settings import DetectorSettings
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -113,7 +113,7 @@ def template_arrays(df: pd.DataFrame, template: Template, schema: PublicSchema) 
     ----------
     df : pandas.DataFrame
     template : Template
-    schema : dpcore.spec.PublicSchema
+    schema : dpcore.release.spec.PublicSchema
 
     Returns
     -------
@@ -175,7 +175,7 @@ def fit_template(
     df : pandas.DataFrame
         Complete rows (no missing values in the template's attributes).
     template : Template
-    schema : dpcore.spec.PublicSchema
+    schema : dpcore.release.spec.PublicSchema
         Public bounds and domains used by :func:`~dpcore.detect.design.design_matrix`.
     settings : DetectorSettings, optional
         The detector's parameters (default: its defaults). Their

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..spec import PublicSchema
-from ..lazy_modules import lazy_module
+from dpcore.release.spec import PublicSchema
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -87,7 +87,7 @@ def sigma2_floor_of(attribute: str, schema: PublicSchema, transform: str | None 
     ----------
     attribute : str
         The template's behavioural attribute.
-    schema : dpcore.spec.PublicSchema
+    schema : dpcore.release.spec.PublicSchema
     transform : {None, "log"}
         The template's transform of ``attribute``.
 
@@ -156,7 +156,7 @@ def design_matrix(
         The records (one row each); must hold every attribute in ``contextual``.
     contextual : list of str
         Contextual attributes :math:`S` of the template, in order.
-    schema : dpcore.spec.PublicSchema
+    schema : dpcore.release.spec.PublicSchema
         The public schema: numeric bounds and categorical domains.
     transforms : dict of str to str, optional
         Per-attribute transforms (:data:`TRANSFORMS`) of numeric contexts, see

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from ..blas_threads import one_blas_thread
+from dpcore.runtime.blas_threads import one_blas_thread
 
 from .level_design import encoded_scan, previous_one
 from .mixture_em import _SIGMA2_FLOOR, _em_loop, _estep, _log_odds, _mstats, _posterior, _ru
@@ -75,7 +75,7 @@ class ArrayChunks:
     rows : int, optional
         Rows per chunk (``None``: one chunk).
     mapper : callable, optional
-        ``mapper(fn, items) -> list`` (default :func:`dpcore.chunks.serial_map`).
+        ``mapper(fn, items) -> list`` (default :func:`dpcore.runtime.chunks.serial_map`).
     """
 
     def __init__(self, X: np.ndarray, y: np.ndarray, rows: int | None = None, mapper=None) -> None:
@@ -125,7 +125,7 @@ class ArrayChunks:
 
 
 def _serial_map(fn, items) -> list:
-    from ..chunks import serial_map
+    from dpcore.runtime.chunks import serial_map
 
     return serial_map(fn, items)
 
@@ -209,11 +209,11 @@ def chunk_pass(item):
     * ``"ru"``: :func:`_ru` with the posteriors at the old parameters and the new coefficients.
 
     Everything returned adds (or takes extremes) over chunks; the caller combines. BLAS runs on one
-    thread (:func:`dpcore.blas_threads.one_blas_thread`).
+    thread (:func:`dpcore.runtime.blas_threads.one_blas_thread`).
     """
     src, i, state = item
     kind = state["kind"]
-    with np.errstate(all="ignore"), one_blas_thread():  # also on a Dask worker: dpcore.blas_threads
+    with np.errstate(all="ignore"), one_blas_thread():  # also on a Dask worker: dpcore.runtime.blas_threads
         if kind == "scan":
             if hasattr(src, "encoded"):  # a warehouse export: from the encoded columns (level_design.encoded_scan)
                 cols, y = src.encoded(i)

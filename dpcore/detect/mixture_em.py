@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from ..blas_threads import one_blas_thread
-from ..lazy_modules import lazy_module
+from dpcore.runtime.blas_threads import one_blas_thread
+from dpcore.runtime.lazy_modules import lazy_module
 
 _special = lazy_module("scipy.special")  # imported on first use (dpr spec check / plan never load scipy)
 
@@ -32,7 +32,7 @@ _RIDGE = 1e-9
 #: M-step falls back to the ridge (see :func:`_solve_exact_or_ridge`).
 _RANK_TOL = 1e-10
 #: Share of the Cauchy weights t_i * tau_bar_i kept in the coefficient step of start="lts"/"auto"
-#: (robust_em module docstring, "Masking"): small enough that no leverage cluster pulls the fit, positive so
+#: (robust_start module docstring, "Masking"): small enough that no leverage cluster pulls the fit, positive so
 #: that a one-hot level whose rows the Cauchy holds keeps its own weighted mean.
 _OUTLIER_WEIGHT = 1e-3
 
@@ -85,7 +85,7 @@ def _solve(G: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     row, so ``G`` stays positive definite without it.
 
     The q x q solves are small; they run with one BLAS thread
-    (:func:`dpcore.blas_threads.one_blas_thread`), as multi-threaded OpenBLAS
+    (:func:`dpcore.runtime.blas_threads.one_blas_thread`), as multi-threaded OpenBLAS
     is up to ~40x slower on them on a busy machine.
     """
     q = G.shape[-1]

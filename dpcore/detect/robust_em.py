@@ -140,22 +140,22 @@ entry in ``diagnostics_`` (no warning is emitted).
 Chunks (issue 21): tables larger than memory
 ---------------------------------------------
 The E-step is per row and every quantity the M-step needs is a sum over rows
-(:func:`_mstats`: :math:`S_t`, :math:`S_u`, :math:`T`, the weighted normal
-equations :math:`Z^TWZ` and :math:`Z^TWy`; :func:`_ru`: :math:`R_u` with the
+(:func:`~dpcore.detect.mixture_em._mstats`: :math:`S_t`, :math:`S_u`, :math:`T`, the weighted normal
+equations :math:`Z^TWZ` and :math:`Z^TWy`; :func:`~dpcore.detect.mixture_em._ru`: :math:`R_u` with the
 new coefficients; the log-likelihood), so EM runs over a *chunk source*
-(:class:`ArrayChunks`; the warehouse's :class:`dpcore.detect.streaming.PartitionChunks`):
-each M-step is two passes over the chunks (:func:`chunk_pass`, a module-level
+(:class:`~dpcore.detect.em_passes.ArrayChunks`; the warehouse's :class:`dpcore.detect.streaming.PartitionChunks`):
+each M-step is two passes over the chunks (:func:`~dpcore.detect.em_passes.chunk_pass`, a module-level
 function the source's mapper may run elsewhere), the partial sums are added
-in the caller and nothing per row is kept (:func:`_em_chunks`; :func:`_em`
-is its one-chunk case). One pass before them takes the exact extremes
+in the caller and nothing per row is kept (:func:`~dpcore.detect.em_passes._em_chunks`;
+:func:`~dpcore.detect.em_passes._em` is its one-chunk case). One pass before them takes the exact extremes
 (constant columns, 0/1 columns, constant :math:`y`). The scaling
 (:math:`y`'s median and MAD, the columns' mean and sd) and the robust start
 below use the *start sample*: all rows when :math:`n \le` ``start_sample``
 (then EM runs on those rows in memory and the fit is exactly the in-memory one,
 chunks or not), else ``start_sample`` rows drawn uniformly with
-``random_state`` (:func:`_start_sample_rows`, a keyed hash of the row
+``random_state`` (:mod:`dpcore.detect.start_sample`, a keyed hash of the row
 positions: the choice depends on :math:`n` and the key only). The chunks'
-partial sums are added with one rounding (:func:`_fsum`), but each chunk's own
+partial sums are added with one rounding (:func:`~dpcore.detect.em_passes._fsum`), but each chunk's own
 sum rounds differently from a one-pass sum (last bits); on well-conditioned
 fits the results agree to ~1e-13, on a flat likelihood ridge (heavy-tailed
 errors, tens of SQUAREM cycles) the extrapolation amplifies the difference to a
@@ -174,128 +174,16 @@ the same iterations, ``K`` and labels). The robust start's subsample stays dense
 
 Labelling (slide "Parameters Learning"): the top :math:`K=\lfloor\sum_i t_i\rfloor`
 records by :math:`t_i` (ties: lower row index first; a ``1e-9`` guard absorbs
-round-off in the sum), chosen by a threshold (:func:`top_k_labels`), not a full sort.
+round-off in the sum), chosen by a threshold (:func:`dpcore.detect.labels.top_k_labels`), not a full sort.
 
-Modules (issue 29): this module holds the model's derivation (this
-docstring), the start sample and :class:`RobustRegressionDetector`; the EM
-core is :mod:`dpcore.detect.mixture_em`, the robust start
-:mod:`dpcore.detect.robust_start`, the streamed passes
-:mod:`dpcore.detect.em_passes` and the factored design
-:mod:`dpcore.detect.level_design`. Every name they held here is re-exported.
-
-Robust start (``start="auto"`` = ``"lts"``, issue 22)
-------------------------------------------------------
-EM is local; started from least squares it is captured by bad leverage points.
-The start is FAST-LTS (Rousseeuw and Van Driessen, "Computing LTS regression
-for large data sets", Data Min. Knowl. Discov. 2006), the least trimmed
-squares estimator of Rousseeuw (1984, JASA 79), on a random subsample of at
-most ``_START_ROWS = 3000`` rows of the start sample ("all rows" below means
-the start sample's rows, see "Chunks") (``m`` rows, ``q`` regression coefficients,
-coverage :math:`h=\lfloor (m+q+1)/2\rfloor`, breakdown point
-:math:`(m-h+1)/m\approx 50\%`):
-
-1. ``n_subsets`` random elemental subsets (``q`` distinct rows each; their
-   exact fit, batched). With a fraction :math:`\varepsilon` of outliers a
-   subset is clean with probability :math:`(1-\varepsilon)^q`, so :math:`N`
-   subsets hold a clean one with probability
-   :math:`1-(1-(1-\varepsilon)^q)^N`. The default (``n_subsets=None``) is the
-   smallest :math:`N\ge500` giving 99% at :math:`\varepsilon=0.4`, capped at
-   3,000: 500 cover :math:`q\le9` (8 contextual attributes), :math:`q=11`
-   (10 attributes) needs 1,266 (:func:`_n_subsets_auto`). Wide designs (many
-   one-hot columns) get fewer, so that one concentration step over all of
-   them costs at most :math:`10^9` multiply-adds (never fewer than
-   ``4 * n_starts``); for them elemental sets are mostly singular anyway, and
-   the level-median correction below does the work.
-2. Two concentration steps (C-steps: refit least squares on the :math:`h`
-   rows with the smallest squared residuals) on every subset. Theorem 1 of
-   the paper: a C-step never increases the trimmed objective
-   :math:`\sum_{i\le h} r^2_{(i)}` (tested). Exactly :math:`h` rows are taken
-   (``argpartition``), ties or not, as the theorem needs.
-3. The ``max(10, n_starts)`` best distinct candidates are concentrated to
-   convergence (at most 100 steps); the best trimmed objective wins.
-4. Large tables (:math:`n > m`): the winner is concentrated on **all** rows
-   (at most 5 C-steps with :math:`h=\lfloor (n+q+1)/2\rfloor`; one pass over
-   the rows each, so the 1M x 5 fit stays within its 10 s budget).
-5. Reweighting (Rousseeuw and Leroy 1987, Sec. 5.1; the paper, Sec. 4): the
-   raw LTS scale :math:`s_0^2 = \frac1h\sum_{i\le h}r^2_{(i)} / c_{h/n}`,
-   :math:`c_\alpha = E[X^2 \mid |X|\le\Phi^{-1}((1+\alpha)/2)]` for
-   standard normal :math:`X` (:func:`_trimmed_variance_factor`), then least
-   squares on the rows with :math:`|r_i|\le 2.2414\,s_0` (97.5% of
-   :math:`|N(0,1)|`). This reweighted fit is the EM's start (:math:`\sigma`
-   from the MAD of its residuals, ``p = p_init``).
-
-Before each EM, the coefficient of every 0/1 column (one-hot level) is
-corrected by the median residual of its rows, and the intercept by that of
-the rows in no level (the reference levels), two backfitting sweeps
-(:func:`_level_medians`), on the subsample and again on all rows: LTS may
-leave a whole level outside its h-subset, and levels absent from the
-subsample have no information at all. All batched numpy; the random choices
-come from ``numpy.random.default_rng(random_state)``.
-
-Masking: why the EM's coefficient step differs under ``start="lts"``
---------------------------------------------------------------------
-A good start is not enough. On a fixture with a tight cluster of bad
-leverage points (``benchmarks/detect_leverage.py``: a fraction eps of the rows
-at :math:`x\approx10`, :math:`y` far below the plane, plus 5% vertical
-outliers) EM started at the reweighted LTS fit -- which ranks the planted
-rows perfectly -- slid into the masked fit (the plane through the cluster,
-clean rows flagged; ROC AUC 0.42-0.71). With :math:`\sigma^2` capped at
-:math:`1.5^2` times the LTS scale and the EM run from every kept LTS
-candidate, 19 of the 863 seeds where LTS itself was right failed
-(n = 30..1000, p = 1, 2, 3, 5, eps = 0.1..0.4, 20 seeds per cell): 16 drifted
-from the reweighted LTS start, 3 were won on likelihood by the EM of another
-LTS candidate. Measured while deciding:
-
-* capping :math:`\sigma^2` at :math:`1.5^2` or :math:`1^2` times the
-  reweighted LTS scale, or fixing it there (the MM-estimator's fixed S-scale,
-  Yohai 1987), recovered none of the 16 (the masked fits had
-  :math:`\sigma^2` within the cap: the drift is in :math:`\vec w`, not in
-  :math:`\sigma`); capping :math:`p\le0.5` changed nothing either;
-* choosing among EM results by the trimmed objective, by a bisquare
-  M-objective at the LTS scale, or by the distance of the EM coefficients
-  from the LTS ones (a Hausman-type check, Yohai, Stahel and Zamar 1991)
-  does not separate drifted from good fits (10 seeds per cell): good fits reach trimmed-objective
-  ratios of 3.8 and coefficient distances of 64 (per coefficient, in
-  covariance units), drifted ones start at 1.1 and 14; the masked fits even
-  have the *higher* mixture likelihood and the lower bisquare objective;
-* what drives the drift is the Cauchy part of the weighted least squares,
-  :math:`\omega_i=(1-t_i)/\sigma^2+t_i\bar\tau_i`: for an outlier far away
-  :math:`\bar\tau_i\approx2/e_i^2`, so its pull on :math:`\vec w` is
-  :math:`\propto x_i/e_i` -- it redescends only like the Cauchy
-  :math:`\psi`, and a cluster at high leverage multiplies it; as the fit
-  moves towards the cluster, :math:`e_i` shrinks and the pull grows (an
-  M-estimator with a slowly redescending :math:`\psi` has no leverage
-  breakdown protection; Maronna, Martin and Yohai 2006, Sec. 5.9).
-
-So under ``start="lts"`` the coefficient step uses
-:math:`\omega_i=(1-t_i)/\sigma^2+\kappa\,t_i\bar\tau_i` with
-:math:`\kappa` = ``_OUTLIER_WEIGHT`` = :math:`10^{-3}`: the rows the model
-holds as outliers keep a thousandth of their weight, so the step is driven by
-the inliers, like the hard-redescending (bisquare) :math:`\psi` of the
-MM-estimator's M-step (Yohai 1987; Salibian-Barrera and Yohai 2006 for the
-fast S/MM computation), which keeps the start's breakdown point. With it, and
-the reweighted fit as the only start, all 19 were recovered (ROC AUC 1.000)
-and none of the 863 failed. :math:`\kappa`
-stays positive so that a one-hot level whose rows the Cauchy component holds
-still gets its own weighted mean (the exact solve of
-:func:`_solve_exact_or_ridge` needs their weight above :math:`10^{-10}` of the
-intercept's); measured window: :math:`\kappa\in[10^{-4}, 3\cdot10^{-2}]`
-recovered all 863, :math:`\kappa=0.1` failed one; the floor tests
-(whole-number levels) hold down to :math:`10^{-6}` with the reference-level
-correction above. The step is then an ECM step for the *inlier* part of
-:math:`Q` only, so :math:`\ell` is no longer guaranteed to increase at every
-step (the SQUAREM safeguard and the stopping rule are unchanged); the E-step,
-the :math:`(\sigma^2, b)` step, the scores, ``labels_``, ``K`` and the
-measurement floor are exactly as above. Only the reweighted LTS fit starts the
-EM (the MM principle: refine the high-breakdown estimate locally; other LTS
-candidates, refined by EM, won on likelihood with masked fits of
-:math:`p>0.5` -- the tight cluster as the "inlier" Gaussian).
-
-``start="legacy"`` is the start before issue 22, kept for comparison: 300
-elemental subsets, two C-steps, ``n_starts`` kept and concentrated (at most 30
-steps) with :math:`h=\lfloor(m+q+2)/2\rfloor`, each refined by exact EM, best
-subsample likelihood. ``start="ols"``: exact EM from least squares on the
-subsample (the classical, non-robust start).
+Modules (issues 29 and 49): this module holds the model's derivation (this
+docstring) and :class:`RobustRegressionDetector` (its parameters, the fit's
+scaling and the scores); the EM core is :mod:`dpcore.detect.mixture_em`, the
+robust start :mod:`dpcore.detect.robust_start` (why each of its steps is there,
+sections "Robust start" and "Masking" of its docstring), the start sample
+:mod:`dpcore.detect.start_sample`, the labels :mod:`dpcore.detect.labels`, the
+streamed passes :mod:`dpcore.detect.em_passes` and the factored design
+:mod:`dpcore.detect.level_design`.
 
 Scaling: :math:`y` is standardised by its median and MAD (std if the MAD is 0),
 the non-constant columns of :math:`X` by mean and std, except 0/1 columns
@@ -338,33 +226,23 @@ import math
 import numbers
 
 import numpy as np
-from ..blas_threads import one_blas_thread
-from ..heap import trim_heap
-from ..lazy_modules import lazy_module
+from dpcore.runtime.blas_threads import one_blas_thread
+from dpcore.runtime.heap import trim_heap
+from dpcore.runtime.lazy_modules import lazy_module
 
 _special = lazy_module("scipy.special")  # imported on first use (dpr spec check / plan never load scipy)
 
-# The three subjects of the fit live in their own modules (issue 29); every name is re-exported here, so
-# ``from dpcore.detect.robust_em import ...`` and ``robust_em._name`` keep working.
-from .em_passes import (  # noqa: F401  (re-exported)
-    _Y_CLIP, ArrayChunks, _as_float, _check_X, _check_y, _design_of, _em, _em_chunks, _estep_pass, _fsum,
-    _column_moments, _serial_map, _standardised, chunk_pass,
+# The fit's other subjects live in their own modules (issues 29 and 49): import their names from there.
+from .em_passes import (
+    _Y_CLIP, ArrayChunks, _as_float, _check_X, _check_y, _column_moments, _design_of, _em_chunks, chunk_pass,
 )
+from .labels import top_k_labels
 from .level_design import level_layout
-from .mixture_em import (  # noqa: F401  (re-exported)
-    _LOG_2PI, _LOG_PI, _OUTLIER_WEIGHT, _P_FLOOR, _RANK_TOL, _RIDGE, _SIGMA2_FLOOR, _em_loop, _estep, _log_odds,
-    _mstats, _mstep, _noise_step, _ru, _solve, _solve_exact_or_ridge,
-)
-from .robust_start import (  # noqa: F401  (re-exported)
-    _C_STEPS_ALL, _C_STEPS_FINAL, _C_STEPS_KEPT, _C_STEPS_MAX, _ELEMENTAL_WORK, _MAD_TO_SD, _N_ELEMENTAL, _RW_CUT,
-    _c_step, _concentrate, _fast_lts, _level_medians, _lts_h, _lts_objective, _lts_reweight, _lts_starts,
-    _n_subsets_auto, _start_params, _subset_ls, _trimmed_variance_factor,
-)
+from .mixture_em import _SIGMA2_FLOOR, _log_odds
+from .robust_start import _MAD_TO_SD, em_start
+from .start_sample import START_SAMPLE, _start_sample_rows
 
-__all__ = [
-    "START_SAMPLE", "ArrayChunks", "DataSpreadError", "RobustRegressionDetector", "chunk_pass", "model_parameters",
-    "top_k_labels",
-]
+__all__ = ["DataSpreadError", "RobustRegressionDetector", "model_parameters"]
 
 #: Constructor parameters, in order (``get_params``).
 _PARAMS = (
@@ -372,11 +250,6 @@ _PARAMS = (
 )
 #: Values of ``start``.
 _STARTS = ("auto", "lts", "ols", "legacy")
-#: Rows of the robust-start subsample.
-_START_ROWS = 3000
-#: Default rows of the start sample (``start_sample``): the robust start and the scaling see at most this many
-#: rows, drawn with ``random_state``; the EM then runs on all rows in chunks (issue 21).
-START_SAMPLE = 500_000
 
 
 class DataSpreadError(ValueError):
@@ -408,81 +281,6 @@ def model_parameters(d: int) -> int:
     A fit needs at least this many rows (:meth:`RobustRegressionDetector.fit`).
     """
     return d + 4
-
-
-# --------------------------------------------------------------------------- start sample
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    """The SplitMix64 finaliser (Steele, Lea and Flood 2014) on uint64: a bijection that scrambles the bits."""
-    x = x + np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
-#: Row positions hashed per block when drawing the start sample.
-_SAMPLE_BLOCK = 1 << 20
-
-
-def _start_sample_rows(n: int, m: int, key: int) -> np.ndarray:
-    """Sorted positions of ``m`` of ``n`` rows, uniformly at random without replacement, in O(m) memory.
-
-    Each position ``i`` gets the pseudo-random key
-    ``splitmix64(splitmix64(i XOR k1) XOR k2)`` with ``k1 = splitmix64(key)``,
-    ``k2 = splitmix64(k1)`` (distinct for distinct positions: the finaliser is a
-    bijection; two keyed rounds, so that samples of nearby keys are not
-    translates of one another) and the
-    ``m`` smallest keys win: a uniform ``m``-subset for a random ``key``
-    (the detector draws it from ``random_state``). The choice depends only
-    on ``n``, ``m`` and ``key``, never on the data or the chunk size; positions
-    are hashed in blocks of :data:`_SAMPLE_BLOCK`, keeping the best ``m`` so far.
-    """
-    k1 = _splitmix64(np.array([key], dtype=np.uint64))
-    k2 = _splitmix64(k1)
-    best_keys = np.empty(0, dtype=np.uint64)
-    best_rows = np.empty(0, dtype=np.int64)
-    for a in range(0, n, _SAMPLE_BLOCK):
-        rows = np.arange(a, min(n, a + _SAMPLE_BLOCK), dtype=np.int64)
-        keys = _splitmix64(_splitmix64(rows.astype(np.uint64) ^ k1) ^ k2)
-        keys = np.concatenate([best_keys, keys])
-        rows = np.concatenate([best_rows, rows])
-        if keys.size > m:
-            keep = np.argpartition(keys, m - 1)[:m]
-            keys, rows = keys[keep], rows[keep]
-        best_keys, best_rows = keys, rows
-    return np.sort(best_rows)
-
-
-def top_k_labels(scores: np.ndarray, K: int) -> tuple[np.ndarray, float]:
-    """Labels of the top ``K`` scores, ties by lower row, and the ``K``-th score (``inf`` when ``K = 0``).
-
-    Slide "Parameters Learning": the filter labels its top :math:`K` records.
-    Chosen by a threshold (issue 29), not a full sort: the ``K``-th largest
-    score ``thr`` by ``np.partition`` (O(n)), every score above it, and of the
-    scores equal to it the first ``K - #{score > thr}`` rows. The labels are
-    those of a stable sort by descending score cut at ``K``. Scores are never NaN
-    (finite inputs; the detector's module docstring).
-
-    Parameters
-    ----------
-    scores : ndarray of shape (n,)
-    K : int
-        ``0 <= K <= n``.
-
-    Returns
-    -------
-    labels : ndarray of int64, shape (n,)
-    threshold : float
-    """
-    n = scores.shape[0]
-    labels = np.zeros(n, dtype=np.int64)
-    if K <= 0:
-        return labels, math.inf
-    thr = float(-np.partition(-scores, K - 1)[K - 1])
-    above = scores > thr
-    labels[above] = 1
-    ties = np.flatnonzero(scores == thr)[: K - int(above.sum())]
-    labels[ties] = 1
-    return labels, thr
 
 
 # --------------------------------------------------------------------------- detector
@@ -525,7 +323,7 @@ class RobustRegressionDetector:
         It scales with ``y``: rescaling ``y`` by ``c`` needs ``c**2`` times the
         floor for identical labels (shifting needs nothing).
     start : {"auto", "lts", "ols", "legacy"}, default "auto"
-        How EM is started (module docstring, "Robust start" and "Masking").
+        How EM is started (:mod:`dpcore.detect.robust_start`, sections "Robust start" and "Masking").
         ``"lts"``: FAST-LTS (Rousseeuw and Van Driessen 2006), reweighted, as
         the single start, and the inlier-driven coefficient step, so a cluster
         of bad leverage points below ~50% of the rows cannot mask itself.
@@ -534,7 +332,7 @@ class RobustRegressionDetector:
         ``"legacy"``: the start before issue 22 (a lighter LTS, several starts
         by likelihood, exact EM), kept for comparison and reproduction.
     start_sample : int, default 500000
-        Rows of the start sample (issue 21; module docstring, "Chunks"),
+        Rows of the start sample (issue 21; :mod:`dpcore.detect.start_sample`),
         ``1 <= start_sample <= 10**8`` and at least the number of model
         parameters: the scaling and the robust start use ``min(n,
         start_sample)`` rows drawn with ``random_state`` (all rows when
@@ -545,7 +343,7 @@ class RobustRegressionDetector:
         ``1 <= n_subsets <= 100000``. ``None``: enough for a 99% chance of a
         clean subset at 40% contamination, at least 500 (500 up to 8
         contextual attributes, 1,266 for 10; at most 3,000). Wide one-hot
-        designs are capped by a work budget (module docstring).
+        designs are capped by a work budget (:mod:`dpcore.detect.robust_start`).
 
     Attributes
     ----------
@@ -677,7 +475,10 @@ class RobustRegressionDetector:
 
     # ------------------------------------------------------------ transforms
     def _std(self) -> tuple:
-        """The fitted standardisation ``(active, x_loc, x_scale, y_loc, y_scale)`` (see :func:`_standardised`)."""
+        """The fitted standardisation ``(active, x_loc, x_scale, y_loc, y_scale)``.
+
+        See :func:`~dpcore.detect.em_passes._standardised`.
+        """
         return (self._active, self._x_loc, self._x_scale, self._y_loc, self._y_scale)
 
     def _design(self, X: np.ndarray) -> np.ndarray:
@@ -730,7 +531,7 @@ class RobustRegressionDetector:
         n, d = X.shape
         y = _check_y(y, n)
         self._check_shape(n, d)
-        with np.errstate(all="ignore"), one_blas_thread():  # one BLAS thread: dpcore.blas_threads
+        with np.errstate(all="ignore"), one_blas_thread():  # one BLAS thread: dpcore.runtime.blas_threads
             self._fit_source(ArrayChunks(X, y))
             self.decision_scores_ = self.decision_function(X, y)
             self.posterior_ = _special.expit(self.decision_scores_)
@@ -741,18 +542,19 @@ class RobustRegressionDetector:
         """Fit the mixture regression on rows streamed in chunks (issue 21): the same fit as :meth:`fit`.
 
         Seed 004, slide "Parameters Learning": the E-step is per row and the
-        M-step needs only sums over rows (:func:`_mstats`, :func:`_ru`), which
-        add over chunks, so each EM step passes over the chunks twice and keeps
-        nothing per row (module docstring, "Chunks"). :meth:`fit` is this
-        method on one in-memory chunk (:class:`ArrayChunks`).
+        M-step needs only sums over rows (:func:`~dpcore.detect.mixture_em._mstats`,
+        :func:`~dpcore.detect.mixture_em._ru`), which add over chunks, so each EM
+        step passes over the chunks twice and keeps nothing per row (module
+        docstring, "Chunks"). :meth:`fit` is this
+        method on one in-memory chunk (:class:`~dpcore.detect.em_passes.ArrayChunks`).
 
         Parameters
         ----------
         source : chunk source
             ``n_rows``, ``n_features``, ``load(i)``, ``take(rows)``, ``map(fn, state)``
-            (see :class:`ArrayChunks`; the warehouse's is
+            (see :class:`~dpcore.detect.em_passes.ArrayChunks`; the warehouse's is
             :class:`dpcore.detect.streaming.PartitionChunks`). Its mapper runs
-            :func:`chunk_pass` on each chunk; the results are combined here.
+            :func:`~dpcore.detect.em_passes.chunk_pass` on each chunk; the results are combined here.
 
         Returns
         -------
@@ -771,7 +573,7 @@ class RobustRegressionDetector:
         self._validate_params()
         n, d = int(source.n_rows), int(source.n_features)
         self._check_shape(n, d)
-        with np.errstate(all="ignore"), one_blas_thread():  # one BLAS thread: dpcore.blas_threads
+        with np.errstate(all="ignore"), one_blas_thread():  # one BLAS thread: dpcore.runtime.blas_threads
             return self._fit_source(source)
 
     def _check_shape(self, n: int, d: int) -> None:
@@ -795,9 +597,9 @@ class RobustRegressionDetector:
         One pass over the chunks for the exact extremes (constant columns, 0/1
         columns, constant ``y``); the scaling and the robust start on the start
         sample (all rows when ``n <= start_sample``, else ``start_sample`` rows
-        drawn with ``random_state``, :func:`_start_sample_rows`); then EM over
+        drawn with ``random_state``, :func:`~dpcore.detect.start_sample._start_sample_rows`); then EM over
         all rows: in memory on the start sample's standardised rows when it is
-        the whole table, else chunk by chunk (:func:`_em_chunks`).
+        the whole table, else chunk by chunk (:func:`~dpcore.detect.em_passes._em_chunks`).
         """
         n, d = int(src.n_rows), int(src.n_features)
         # ---- exact extremes over all rows (the scan also checks finiteness)
@@ -855,52 +657,24 @@ class RobustRegressionDetector:
         ys = self._std_y(y)
         Z = self._design(X)
         del X, y
-        q = Z.shape[1]
-        n0 = Z.shape[0]  # rows of the start sample
 
-        # ---- robust start on a subsample of the start sample
-        m = min(n0, _START_ROWS)
-        sub = np.arange(n0) if m == n0 else np.sort(rng.choice(n0, size=m, replace=False))
-        Zs, ys_s = Z[sub], ys[sub]
+        # ---- the robust start on a subsample of the start sample, refined by EM there (dpcore.detect.robust_start)
         max_iter, tol = int(self.max_iter), float(self.tol)
-        n_starts = int(self.n_starts)
         start = "lts" if self.start == "auto" else self.start
-        ow = 1.0
-        self._lts_beta = None
-        if start == "legacy":
-            cands = _lts_starts(Zs, ys_s, rng, n_starts)
-        elif start == "ols":
-            cands = [_solve(Zs.T @ Zs, Zs.T @ ys_s)]
-        else:
-            n_sub = _n_subsets_auto(q) if self.n_subsets is None else int(self.n_subsets)
-            B, _ = _fast_lts(Zs, ys_s, rng, n_sub, n_starts, concentrate=_concentrate)
-            if m < n0:  # the subsample's best fit, concentrated on the start sample (module docstring, "Robust start", 4.)
-                B, _ = _concentrate(Z, ys, B[:1], _lts_h(n0, q), _C_STEPS_FINAL)
-                beta_rw = _lts_reweight(Z, ys, B[0], _lts_h(n0, q), floor)
-            else:
-                beta_rw = _lts_reweight(Zs, ys_s, B[0], _lts_h(m, q), floor)
-            self._lts_beta = B[0]  # raw LTS coefficients, standardised units (benchmarks/detect_leverage.py)
-            cands = [beta_rw]
-            ow = _OUTLIER_WEIGHT
-        best = None
-        for beta0 in cands:
-            beta0 = _level_medians(Zs, ys_s, beta0, levels, reference=start == "lts")
-            s2, p, b = _start_params(Zs, ys_s, beta0, float(self.p_init), floor)
-            res = _em(Zs, ys_s, beta0, s2, p, b, max_iter, tol, floor=floor, outlier_weight=ow)
-            if best is None or res["ll"] > best["ll"]:
-                best = res
-        self.start_log_likelihood_ = best["ll"]
-        del Zs, ys_s
+        first = em_start(Z, ys, levels, rng, start=start, n_starts=int(self.n_starts), n_subsets=self.n_subsets,
+                         p_init=self.p_init, max_iter=max_iter, tol=tol, floor=floor)
+        self._lts_beta = first["lts_beta"]  # raw LTS coefficients, standardised units (benchmarks/detect_leverage.py)
+        self.start_log_likelihood_ = first["ll"]
+        beta0, ow = first["beta"], first["outlier_weight"]
 
-        # ---- EM on all rows (levels absent from the subsample get their median, on the start sample, first)
-        beta0 = _level_medians(Z, ys, best["beta"], levels, reference=start == "lts")
+        # ---- EM on all rows
         if rows is None:  # the start sample is the table: EM on its standardised rows, one chunk in memory
             em_src, em_std = ArrayChunks(Z if self._layout is None else self._layout.factor(Z), ys), None
         else:  # EM over the source's chunks, standardising each (in the factored form, dpcore.detect.level_design)
             del Z, ys
-            trim_heap()  # the start sample's arrays and the robust start's leave free heap resident (dpcore.heap)
+            trim_heap()  # the start sample's arrays and the robust start's leave free heap resident (dpcore.runtime.heap)
             em_src, em_std = src, (*self._std(), self._layout)
-        res = _em_chunks(em_src, em_std, beta0, best["s2"], best["p"], best["b"], max_iter, tol, floor=floor,
+        res = _em_chunks(em_src, em_std, beta0, first["s2"], first["p"], first["b"], max_iter, tol, floor=floor,
                          outlier_weight=ow)
         del em_src
         self.n_iter_ = int(res["n_iter"])
@@ -1007,6 +781,6 @@ class RobustRegressionDetector:
         constant ``y`` (no standardisation; :meth:`decision_function`).
         """
         # errstate is thread-local: no floating-point warning leaves (module docstring); one BLAS thread:
-        # dpcore.blas_threads
+        # dpcore.runtime.blas_threads
         with np.errstate(all="ignore"), one_blas_thread():
             return _log_odds(ys - Z @ self._beta, self._s2, self._p, self._b)

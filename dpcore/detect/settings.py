@@ -20,10 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from .robust_em import START_SAMPLE, RobustRegressionDetector
+from .robust_em import RobustRegressionDetector
+from .start_sample import START_SAMPLE
 
 if TYPE_CHECKING:
-    from ..spec import ReleaseSpec
+    from dpcore.release.spec import ReleaseSpec
 
 __all__ = ["DetectorSettings"]
 

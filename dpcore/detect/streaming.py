@@ -5,7 +5,7 @@ regression is per row and its M-step needs only sums over rows, so
 :meth:`~dpcore.detect.robust_em.RobustRegressionDetector.fit_chunks` passes
 over chunks of rows and keeps nothing per row. This module is its chunk
 source over a warehouse export (:class:`PartitionChunks`, on
-:class:`dpcore.partitions.Partitions`: one Parquet row group per chunk, read
+:class:`dpcore.storage.partitions.Partitions`: one Parquet row group per chunk, read
 without the warehouse's lock, so templates fit concurrently in threads and a
 Dask mapper can read the chunks too) and the scoring pass that writes each
 chunk's scores to a private Parquet file next to the export
@@ -29,17 +29,18 @@ from pathlib import Path
 
 import numpy as np
 
-from ..chunks import serial_map
-from ..lineage import new_nonce
-from ..partitions import Partitions
-from ..spec import PublicSchema
+from dpcore.runtime.chunks import serial_map
+from dpcore.storage.lineage import new_nonce
+from dpcore.storage.partitions import Partitions
+from dpcore.release.spec import PublicSchema
 from .chunk_cache import load_npy, save_npys
 from .combine import Template, detector_of, fit_params, template_arrays, template_encoded
 from .design import DesignColumns, design_columns
+from .em_passes import _standardised
 from .level_design import FactoredDesign
-from .robust_em import DataSpreadError, _standardised, model_parameters
+from .robust_em import DataSpreadError, model_parameters
 from .settings import DetectorSettings
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -56,16 +57,16 @@ def template_columns(template: Template) -> list[str]:
 
 @dataclass
 class PartitionChunks:
-    """Chunk source of one template over an export (the protocol of :class:`~dpcore.detect.robust_em.ArrayChunks`).
+    """Chunk source of one template over an export (the protocol of :class:`~dpcore.detect.em_passes.ArrayChunks`).
 
     Parameters
     ----------
-    parts : dpcore.partitions.Partitions
+    parts : dpcore.storage.partitions.Partitions
         The export: ``_row`` and at least the template's attributes, in row order.
     template : Template
-    schema : dpcore.spec.PublicSchema
+    schema : dpcore.release.spec.PublicSchema
     mapper : callable, optional
-        ``mapper(fn, items) -> list`` (default :func:`dpcore.chunks.serial_map`);
+        ``mapper(fn, items) -> list`` (default :func:`dpcore.runtime.chunks.serial_map`);
         not pickled (a Dask worker gets the handle without it).
     """
 
@@ -152,7 +153,7 @@ class PartitionChunks:
         the first pass writes each chunk's ``Z`` and ``y`` as ``.npy`` files in
         a private folder next to the export (removed with it), the later ones
         read them back instead of decoding Parquet and re-encoding the
-        categories. Byte for byte what :func:`~dpcore.detect.robust_em._standardised`
+        categories. Byte for byte what :func:`~dpcore.detect.em_passes._standardised`
         returns; with a level layout in ``std`` (issue 29) that is the factored
         design, stored as its dense columns and level codes (a byte or two per
         row and categorical context instead of eight per one-hot column). Files are written to a temporary name and renamed, so

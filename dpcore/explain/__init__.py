@@ -16,8 +16,12 @@ such as ``distance / air_time < 3.46 mph`` or ``|t1 - t2| ≥ 180 s ∧ carrier 
 
 A plain library (numpy, pandas, pint): no Prefect. The rules are internal
 (non-private), like the detector's labels they explain.
+
+Who may import it: :mod:`dpcore.release` (a spec's units are checked by :mod:`.unit_memo`) and every
+package above it, and ``tasks/``/``flows/``. It imports :mod:`dpcore.storage` and :mod:`dpcore.runtime`
+only (nothing of its layer's siblings :mod:`dpcore.budget`, :mod:`dpcore.noise`).
 """
-from ..lazy_exports import lazy_getattr
+from dpcore.runtime.lazy_exports import lazy_getattr
 
 #: Each public name -> the submodule that defines it, loaded on first use (PEP 562): the spec's unit check
 #: imports :mod:`.units` alone, not the rule miner and its trees.

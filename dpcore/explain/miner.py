@@ -60,7 +60,7 @@ from .rules import Rule, categorical_rules, select_rules, sorted_rules
 from .space import CategoricalCodes, TreeRows, condition_codes
 from .trees import Tree, iter_trees
 from .units import parse_unit
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 

@@ -35,7 +35,7 @@ from .categories import value_predicates
 from .ranges import format_number, search_sorted
 from .select import select_rules
 from .trees import Tree
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -44,9 +44,9 @@ __all__ = ["Rule", "sorted_rules", "categorical_rules", "select_rules"]
 
 def _value_text(v) -> str:
     """A category as the rule text writes it: numbers formatted; a text bare when it cannot misread the value
-    set, else as a JSON string literal (:func:`dpcore.quoting.quote`, as PCOR contexts write it):
+    set, else as a JSON string literal (:func:`dpcore.storage.quoting.quote`, as PCOR contexts write it):
     ``wrkstat ∈ {Working fulltime, "Unemployed, Laid Off"}`` (issue 48)."""
-    from ..quoting import needs_quotes, quote
+    from dpcore.storage.quoting import needs_quotes, quote
 
     if isinstance(v, float):
         return format_number(v)

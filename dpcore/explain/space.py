@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .ranges import boundaries, sort_finite
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 

@@ -72,7 +72,7 @@ from .units import (
     same_dimension,
     unit_text,
 )
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 

@@ -9,7 +9,7 @@ For a record value ``i`` and database ``x`` (a histogram over record values),
 ``g(i, x) = 1`` iff ``i`` is a (beta, r)-anomaly (Definition 2.2): ``i`` is
 present (``x_i > 0``) and ``B_x(i, r) <= beta``, where ``B_x(i, r)`` counts the
 records within distance ``r`` of ``i`` (closed ball, including ``i`` itself and
-duplicates; see :mod:`dpcore.neighbors`).  ``g`` depends on ``x`` only through
+duplicates; see :mod:`dpcore.mechanisms.neighbors`).  ``g`` depends on ``x`` only through
 ``b = B_x(i, r)`` and ``xi = x_i``, so every method here takes those two
 integers per query.  An arbitrary query point has ``xi = 0`` and ``g = 0``.
 
@@ -49,10 +49,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..budget import PrivacyCost, exact
+from dpcore.budget.amounts import PrivacyCost, exact
 from .params import real_between
-from ..chunks import serial_map
-from ..neighbors import ArrayChunks, chunked_ball_counts, pairwise_ball_max
+from dpcore.runtime.chunks import serial_map
+from .neighbors import ArrayChunks, chunked_ball_counts, pairwise_ball_max
 from ..noise import NoiseSource
 
 __all__ = ["AnomalyIdentification", "ExpErrorProbability", "exp_neg_bounds"]
@@ -303,7 +303,7 @@ class AnomalyIdentification:
     Notes
     -----
     * Input per query: ``b = B_x(i, r)`` and ``xi = x_i`` (computed by
-      :meth:`counts` / :mod:`dpcore.neighbors`; they never leave the
+      :meth:`counts` / :mod:`dpcore.mechanisms.neighbors`; they never leave the
       warehouse).  Output: one private bit per query, ``True`` = "anomaly".
     * Neighbour relation: add/remove one record (``neighbour = "add-remove"``).
     * Cost of one query: epsilon (notion ``dp`` or ``sp``); for a batch see
@@ -613,7 +613,7 @@ class AnomalyIdentification:
             (``n_chunks``, ``chunk(i)``: e.g. the warehouse's
             :class:`dpcore.steps.aiq.ScaledPartitions`), read one chunk at a
             time.  An array is the one-chunk case
-            (:class:`dpcore.neighbors.ArrayChunks`).
+            (:class:`dpcore.mechanisms.neighbors.ArrayChunks`).
         queries : array_like, shape (q, d)
             Query points (records or arbitrary points).
         query_multiplicity : array_like of int or None
@@ -621,7 +621,7 @@ class AnomalyIdentification:
         saturate : bool, default True
             Return saturated counts capped at :meth:`saturation_cap`.
         mapper : callable
-            Runs the per-chunk work (:func:`dpcore.neighbors.chunked_ball_counts`).
+            Runs the per-chunk work (:func:`dpcore.mechanisms.neighbors.chunked_ball_counts`).
 
         Returns
         -------

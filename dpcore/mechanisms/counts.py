@@ -19,7 +19,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..budget import PrivacyCost, exact
+from dpcore.budget.amounts import PrivacyCost, exact
 from ..noise import NoiseSource, conservative_scale
 
 

@@ -44,7 +44,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..budget import PrivacyCost, exact
+from dpcore.budget.amounts import PrivacyCost, exact
 from ..noise import NoiseSource, conservative_scale
 
 #: L1 sensitivity of (accepted rows, input rows) under add/remove of one raw row (module docstring).

@@ -48,10 +48,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..budget import PrivacyCost, exact
+from dpcore.budget.amounts import PrivacyCost, exact
 from .params import real_between
 from ..noise import NoiseSource
-from ..neighbors import PointMultiset
+from .neighbors import PointMultiset
 from .outlier_count.global_sensitivity import public_global_sensitivity
 from .outlier_count.query import _as_points, _check_k, _check_r, count_outliers, subspace_view
 
@@ -107,7 +107,7 @@ class TopSubspaceSelection:
     * Input: ``X`` of shape ``(N, D)`` scaled to [0, 1] by public bounds, or
       the bounded-memory form: a dict mapping each candidate subspace (the
       tuple as in ``candidates``) to the
-      :class:`~dpcore.neighbors.PointMultiset` of the records in that
+      :class:`~dpcore.mechanisms.neighbors.PointMultiset` of the records in that
       subspace's coordinates (:func:`~dpcore.mechanisms.outlier_count.subspace_view`
       of ``X``, aggregated: e.g. by ``GROUP BY`` in the warehouse).  Both give
       the same utilities; the dict holds only the distinct points of each

@@ -59,6 +59,9 @@ exact chain sampler behind :meth:`NoiseSource.nonincreasing_chain` (numba
 kernels, imported on first use).
 Everything public (and the private helpers the tests use) is re-exported here,
 so ``from dpcore.noise import NoiseSource, conservative_scale`` keeps working.
+
+Who may import it: any ``dpcore`` package above it (noise is drawn only through this package, DESIGN.md)
+and ``tasks/``/``flows/``. It imports :mod:`dpcore.runtime` only.
 """
 
 from __future__ import annotations

@@ -200,7 +200,7 @@ def conservative_scale(numerator, denominator) -> float:
 
 def _readings(value, name: str, pick) -> Fraction:
     """``pick`` (``max`` or ``min``) of a float's two exact readings: its binary value and its
-    decimal text (the ledger charges ``dpcore.budget.exact(x) = Fraction(repr(x))``). Taking the
+    decimal text (the ledger charges ``dpcore.budget.amounts.exact(x) = Fraction(repr(x))``). Taking the
     larger numerator and the smaller denominator makes a scale conservative under either reading.
     Non-floats have one reading."""
     q = _exact_positive(value, name)

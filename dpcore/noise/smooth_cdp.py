@@ -68,7 +68,7 @@ import numpy as np
 from .core import _exact_fraction, _exact_positive, _readings, lower_float, upper_float
 from .interval import REJECT, UNDECIDED, Interval, round_exactly
 from .student_t import _first_true
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 special = lazy_module("scipy.special")  # imported on first use (dpr spec check / plan never load scipy)
 

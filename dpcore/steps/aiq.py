@@ -37,22 +37,22 @@ Conventions
   records' own values come from a SQL lookup of their ids; ``B_x(i, r)`` and
   ``x_i`` of every query point are then ``2 q`` filtered counts of ONE SQL
   aggregate over the validated table
-  (:func:`dpcore.neighbors_sql.table_ball_counts`): DuckDB scales each row by
+  (:func:`dpcore.mechanisms.neighbors_sql.table_ball_counts`): DuckDB scales each row by
   the public bounds and sums the squared differences with the same IEEE
-  operations, in the same order, as :func:`dpcore.neighbors.scale_by_bounds`
+  operations, in the same order, as :func:`dpcore.mechanisms.neighbors.scale_by_bounds`
   and the KD-tree's point-to-point distance, so the counts are those of the
   in-memory path (seed 001, Section 2; tested on random and tie-heavy data
   and on the demo). No export, no Parquet file, no pandas frame, memory of
   DuckDB's vectors; the scan runs on the warehouse's threads, next to the
   data (BENCHMARKS, "AIQ counting at scale": several times faster than the
   chunked KD-tree path it replaces). Only for attribute types whose conversion to DOUBLE could
-  differ from numpy's (DECIMAL, ...; :func:`~dpcore.neighbors_sql.sql_countable`)
+  differ from numpy's (DECIMAL, ...; :func:`~dpcore.mechanisms.neighbors_sql.sql_countable`)
   does the step fall back to the chunked path: the attributes exported once
-  to private Parquet partitions (:func:`dpcore.partitions.exported`), each
-  chunk scaled and counted by :func:`dpcore.neighbors.chunked_ball_counts`
-  (brute force for a few queries, :func:`dpcore.neighbors.few_query_counts`),
+  to private Parquet partitions (:func:`dpcore.storage.partitions.exported`), each
+  chunk scaled and counted by :func:`dpcore.mechanisms.neighbors.chunked_ball_counts`
+  (brute force for a few queries, :func:`dpcore.mechanisms.neighbors.few_query_counts`),
   one chunk in memory at a time, chunk size from ``DPR_MEMORY_LIMIT``
-  (:meth:`dpcore.chunks.MemoryBudget.chunk_rows`, public), the chunks on the
+  (:meth:`dpcore.runtime.chunks.MemoryBudget.chunk_rows`, public), the chunks on the
   ``mapper``'s workers.
 """
 from __future__ import annotations
@@ -64,24 +64,25 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..accuracy import Accuracy
-from ..budget import PrivacyCost
-from ..bundle import StepOutput
-from ..ingest import IngestResult
+from dpcore.mechanisms.accuracy import Accuracy
+from dpcore.budget.amounts import PrivacyCost
+from dpcore.publish.bundle import StepOutput
+from dpcore.ingest.raw import IngestResult
 from ..mechanisms.aiq import AnomalyIdentification
-from ..chunks import serial_map
-from ..neighbors import scale_by_bounds
-from ..neighbors_sql import sql_countable, table_ball_counts
-from ..partitions import Partitions, exported
-from ..quoting import md_cell
-from ..settings import Settings
-from ..spec import AiqSpec, ReleaseSpec
+from dpcore.runtime.chunks import serial_map
+from dpcore.mechanisms.neighbors import scale_by_bounds
+from ..noise import NoiseSource
+from dpcore.mechanisms.neighbors_sql import sql_countable, table_ball_counts
+from dpcore.storage.partitions import Partitions, exported
+from dpcore.storage.quoting import md_cell
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import AiqSpec, ReleaseSpec
 from .detect import DETECTOR_CHOICE_NOT_PROTECTED, detector_choice_owner_only, flagged_records
 from .common import (
     PlannedCharge, StepInputError, charge_request, check_record_ids, noise_source, open_stores,
     require_public_completeness, validated_table,
 )
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -156,7 +157,7 @@ def _public_params(spec: ReleaseSpec) -> dict[str, Any]:
 
 
 def aiq_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
-    """The batch's one charge, from the spec alone (:mod:`dpcore.cost_plan`); checks the step first."""
+    """The batch's one charge, from the spec alone (:mod:`dpcore.run.cost_plan`); checks the step first."""
     mech = check_aiq(spec)
     match = _public_params(spec)
     if not spec.steps.aiq.from_detector:
@@ -180,7 +181,7 @@ class ScaledPartitions:
 
     Picklable (a Dask mapper sends it to workers, which read the private
     Parquet file without the warehouse). The scaling is
-    :func:`~dpcore.neighbors.scale_by_bounds` on each chunk's rows: the same
+    :func:`~dpcore.mechanisms.neighbors.scale_by_bounds` on each chunk's rows: the same
     elementwise float64 operations as on the whole table.
     """
 
@@ -223,9 +224,10 @@ def record_points(wh, spec: ReleaseSpec, ingested: IngestResult, attrs: list[str
     Returns
     -------
     (numpy.ndarray, numpy.ndarray)
-        The query points (zeros for an id not in the validated table, never
-        used) and which ids are present. Internal only: whether an id is
-        present is private (DESIGN.md rule 8), the values too.
+        The query points (zeros for an id not in the validated table: the
+        step counts a stand-in point instead, :func:`stand_in_points`) and
+        which ids are present. Internal only: whether an id is present is
+        private (DESIGN.md rule 8), the values too.
 
     Raises
     ------
@@ -247,10 +249,50 @@ def record_points(wh, spec: ReleaseSpec, ingested: IngestResult, attrs: list[str
         raise RuntimeError(f"the validated table repeats a value of the record id column '{rid}'; re-run validation")
     pos = np.asarray(pd.Index(df["_dpr_id"].astype(str)).get_indexer(list(record_ids)), dtype=np.int64)
     present = pos >= 0
-    if present.any():
-        vals = df[attrs].to_numpy(dtype=float).reshape(-1, len(attrs))
-        queries[present] = scale_by_bounds(vals[pos[present]], lows, highs)
+    vals = df[attrs].to_numpy(dtype=float).reshape(-1, len(attrs))
+    queries[present] = scale_by_bounds(vals[pos[present]], lows, highs)
     return queries, present
+
+
+def stand_in_points(wh, spec: ReleaseSpec, ingested: IngestResult, attrs: list[str], k: int, lows, highs,
+                    noise: NoiseSource) -> np.ndarray:
+    """``k`` query points, each the values of a record drawn uniformly at random from the validated table.
+
+    Issue 46.2, DESIGN.md rule 14: the point counted for a query without a
+    record (an absent or quarantined id, an unfilled detector slot) is a
+    real record's, so the aggregate does the work of a query about a
+    uniformly random present record (a fixed point such as the public lower
+    bounds made the count ten times faster). Always the same two queries
+    (the table's size, then the drawn rows), whoever is present; the draws
+    go through ``noise`` (:mod:`dpcore.noise`) and are never released.
+
+    Parameters
+    ----------
+    wh, spec, ingested, attrs
+        As :func:`record_points`.
+    k : int
+        How many points (the batch's record-id queries and detector slots: public).
+    lows, highs : numpy.ndarray
+        Public bounds of ``attrs``.
+    noise : NoiseSource
+        The release's noise source (OS CSPRNG; seeded only in tests).
+
+    Returns
+    -------
+    numpy.ndarray, shape (k, len(attrs))
+        Scaled by the public bounds; zeros when the validated table is empty. Internal only.
+    """
+    table = validated_table(spec, ingested)
+    points = np.zeros((k, len(attrs)), dtype=np.float64)
+    n = int(wh.query(f"SELECT count(*) FROM {table}")[0][0])
+    draws = noise.integers(0, max(n, 1), size=k)
+    cols = ", ".join(f'"{a}"' for a in attrs)
+    df = wh.query_df(f"SELECT _k, {cols} FROM (SELECT row_number() OVER () - 1 AS _k, {cols} FROM {table}) "
+                     "WHERE _k IN (SELECT unnest(?::BIGINT[]))", [sorted({int(d) for d in draws})])
+    if len(df):
+        pos = pd.Index(df["_k"].to_numpy(dtype=np.int64)).get_indexer(draws)
+        points = scale_by_bounds(df[attrs].to_numpy(dtype=float)[pos].reshape(k, len(attrs)), lows, highs)
+    return points
 
 
 def column_types(wh, spec: ReleaseSpec, ingested: IngestResult, attrs: list[str]) -> dict[str, str]:
@@ -289,7 +331,7 @@ def aiq_step(
     flow_run_id : str, optional
     mapper : callable
         Runs the per-chunk counting of the chunked fallback only
-        (:func:`dpcore.chunks.serial_map`; a Dask mapper from the flow layer
+        (:func:`dpcore.runtime.chunks.serial_map`; a Dask mapper from the flow layer
         runs it on workers). The SQL count, the normal path, is one scan on
         the warehouse's own threads: shipping chunks to workers would need the
         Parquet export, which alone costs more than the whole aggregate. Noise
@@ -338,8 +380,16 @@ def aiq_step(
         # issue 46.2, rule 14: every query point is counted, present or not, and so is one stand-in per
         # detector slot left unfilled (the public bound from_detector): the same aggregate over the same
         # number of points whoever is in the table; the counts of a recordless query are then discarded
-        n_pad = len(cfg.record_ids) + cfg.from_detector - len(record_ids)
-        counted = np.vstack([q_r, q_p, np.zeros((n_pad, len(attrs)))])
+        # (whose points are real records' drawn at random: stand_in_points, always the same queries)
+        n_listed, n_slots = len(cfg.record_ids), len(cfg.record_ids) + cfg.from_detector
+        draw = noise_source()  # its own source: the answers' draws stay as they were (a seeded test's too)
+        stand = stand_in_points(wh, spec, ingested, attrs, n_slots, lows, highs, draw)
+        q_r = np.where(present[:, None], q_r, stand[: len(record_ids)])
+        n_pad = n_slots - len(record_ids)
+        chosen = q_r[n_listed:]  # the detector's chosen records: an unfilled slot counts one of them, drawn
+        pad = (chosen[[int(draw.integers(0, len(chosen))) for _ in range(n_pad)]] if len(chosen)
+               else stand[len(record_ids):])
+        counted = np.vstack([q_r, q_p, pad.reshape(n_pad, len(attrs))])
         live = np.concatenate([present, np.ones(len(q_p), dtype=bool)])
         cap = mech.saturation_cap()
         if sql_countable(column_types(wh, spec, ingested, attrs)):

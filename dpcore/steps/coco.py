@@ -38,21 +38,21 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..accuracy import Accuracy, discrete_laplace_half_width, level_text
-from ..bundle import StepOutput
-from ..ingest import IngestResult
+from dpcore.mechanisms.accuracy import Accuracy, discrete_laplace_half_width, level_text
+from dpcore.publish.bundle import StepOutput
+from dpcore.ingest.raw import IngestResult
 from ..mechanisms.coco.bootstrap import BootstrapError, bootstrap_level_errors
 from ..mechanisms.coco.split import SPLIT_GRID, SPLIT_OBJECTIVE, choose_split
 from ..mechanisms.coco import (CocoMechanism, Hierarchy, NodeChunk, NodeEstimate, coco_histograms, emd,
                                group_sizes_from_counts)
 from ..mechanisms.coco.representations import counts_from_leaf_counts
-from ..background_plots import submit as draw_in_background
-from ..plots import coco_plots, draw_privately, drawn_nodes
-from ..settings import Settings
-from ..spec import ReleaseSpec
+from dpcore.publish.background_plots import submit as draw_in_background
+from dpcore.publish.plots import coco_plots, draw_privately, drawn_nodes
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 from .common import (PlannedCharge, StepInputError, charge_request, group_item_counts, noise_source, open_stores,
                      validated_table)
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -229,7 +229,7 @@ def _level_params(spec: ReleaseSpec, inputs: CocoInputs) -> dict[str, Any]:
 
 
 def coco_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
-    """One charge per measured level, from the spec and its public groups file (:mod:`dpcore.cost_plan`)."""
+    """One charge per measured level, from the spec and its public groups file (:mod:`dpcore.run.cost_plan`)."""
     inputs, mech = check_coco(spec)
     base = _level_params(spec, inputs)
     return [PlannedCharge.of(f"coco_level{level}", mech, mech.level_cost(level), {**base, "level": level})
@@ -358,8 +358,8 @@ def finish_coco(
     progress : callable, optional
         ``progress(done, total)`` over the bootstrap replicates of the accuracy figures.
     background_plots : bool
-        Draw the pictures in a child process (:mod:`dpcore.background_plots`): the output names them before
-        they exist, and :func:`dpcore.bundle.write_bundle` waits for them (raising if the drawing failed).
+        Draw the pictures in a child process (:mod:`dpcore.publish.background_plots`): the output names them before
+        they exist, and :func:`dpcore.publish.bundle.write_bundle` waits for them (raising if the drawing failed).
         Default: drawn here, before this returns.
     """
     cfg = spec.steps.coco

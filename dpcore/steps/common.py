@@ -6,14 +6,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..budget import PrivacyCost
-from ..ingest import IngestResult
-from ..ledger import ChargeRequest, PrivacyLedger
+from dpcore.budget.amounts import PrivacyCost
+from dpcore.ingest.raw import IngestResult
+from dpcore.budget.ledger import ChargeRequest, PrivacyLedger
 from ..noise import NoiseSource
-from ..settings import Settings
-from ..spec import ReleaseSpec, public_completeness_problems
-from ..warehouse import Warehouse
-from ..lazy_modules import lazy_module
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec, public_completeness_problems
+from dpcore.storage.warehouse import Warehouse
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -45,7 +45,7 @@ class PlannedCharge:
     match : dict
         Parameters (spec-derived only) that every charge of this kind carries:
         with the spec's validation hash they name the planned line
-        (:func:`dpcore.charge_keys.line_key`) the run reserves and its charges
+        (:func:`dpcore.budget.charge_keys.line_key`) the run reserves and its charges
         draw from.
     """
 
@@ -77,10 +77,10 @@ def open_stores(settings: Settings) -> Stores:
     """Open (creating if needed) the warehouse file and its ledger tables.
 
     Refuses a home whose marker or bundles name a ledger its warehouse does not
-    hold (:func:`dpcore.ledger_home.open_home_warehouse`): a lost warehouse
+    hold (:func:`dpcore.budget.ledger_home.open_home_warehouse`): a lost warehouse
     never gives a fresh budget.
     """
-    from ..ledger_home import open_home_warehouse
+    from dpcore.budget.ledger_home import open_home_warehouse
 
     wh = open_home_warehouse(settings)
     return Stores(wh, PrivacyLedger(wh))
@@ -89,7 +89,7 @@ def open_stores(settings: Settings) -> Stores:
 def require_public_completeness(spec: ReleaseSpec, step: str) -> None:
     """Refuse to run ``step`` if it could abort on a private fact (issue 15, hole 9).
 
-    A thin call to :func:`dpcore.spec.public_completeness_problems`, the one
+    A thin call to :func:`dpcore.release.spec.public_completeness_problems`, the one
     place the rules live (nullable attributes of a step that needs a value in
     every row, a ``log`` transform without a public ``min > 0``). The spec
     loader already refuses such specs for enabled steps; this repeats the
@@ -243,7 +243,7 @@ def charge_request(
 
     The spec's validation hash is part of the parameters, so the same query
     under different validation rules is a different charge. Nothing about the
-    input's content is: the key (:func:`dpcore.charge_keys.charge_key`) names
+    input's content is: the key (:func:`dpcore.budget.charge_keys.charge_key`) names
     the release, not the data (DESIGN.md rule 2).
     """
     return ChargeRequest(

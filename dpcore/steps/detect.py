@@ -43,20 +43,20 @@ from typing import Iterator
 
 import numpy as np
 
-from ..chunks import MemoryBudget, serial_map
+from dpcore.runtime.chunks import MemoryBudget, serial_map
 from ..detect.combine import Template, TemplateFit, combine, fit_template
 from ..detect.settings import DetectorSettings
 from ..detect.kth_pair import kth_pair
 from ..detect.streaming import StreamedFit, fit_partitions
-from ..lineage import new_nonce
-from ..partitions import Partitions, export_partitions, scratch_dir
-from ..ingest import ROW, IngestResult
-from ..settings import Settings
-from ..spec import ReleaseSpec
+from dpcore.storage.lineage import new_nonce
+from dpcore.storage.partitions import Partitions, export_partitions, scratch_dir
+from dpcore.ingest.raw import ROW, IngestResult
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 from ..validation import validated_table_name
-from ..warehouse import Warehouse
+from dpcore.storage.warehouse import Warehouse
 from .common import StepInputError, load_columns, open_stores, require_public_completeness, validated_table
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -69,7 +69,7 @@ class DetectionDone:
     """
 
     templates: tuple[str, ...]
-    table_suffix: str = field(repr=False)  # private: the same for every ingest of the same bytes (dpcore.ingest)
+    table_suffix: str = field(repr=False)  # private: the same for every ingest of the same bytes (dpcore.ingest.raw)
 
 
 def templates_of(spec: ReleaseSpec) -> list[Template]:
@@ -218,7 +218,7 @@ def _bytes_per_row(spec: ReleaseSpec) -> int:
 
 
 def detection_chunk_rows(spec: ReleaseSpec, budget: MemoryBudget | None = None) -> int:
-    """Rows per chunk of the detect step: :meth:`~dpcore.chunks.MemoryBudget.chunk_rows` of :func:`_bytes_per_row`.
+    """Rows per chunk of the detect step: :meth:`~dpcore.runtime.chunks.MemoryBudget.chunk_rows` of :func:`_bytes_per_row`.
 
     A function of ``DPR_MEMORY_LIMIT`` and the spec's public schema only, never of the data.
     """
@@ -233,7 +233,7 @@ def open_detection_partitions(
     No record id: the stored tables are keyed by ``_row`` (the module's
     docstring); the fits read only their attributes.
 
-    :func:`dpcore.partitions.export_partitions` into a fresh folder of the
+    :func:`dpcore.storage.partitions.export_partitions` into a fresh folder of the
     warehouse's private scratch folder, in input row order, ``rows`` per chunk
     (default :func:`detection_chunk_rows`). The templates' fits read it
     without the warehouse's lock, concurrently; their score files go next to

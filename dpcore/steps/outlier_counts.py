@@ -38,11 +38,11 @@ privacy over two steps holds.
 Memory (issue 21).  The rows are never loaded: for each candidate subspace the
 warehouse aggregates its attributes (``SELECT cols, count(*) ... GROUP BY
 cols``), the distinct values are scaled by the public bounds in numpy exactly
-as :func:`~dpcore.neighbors.scale_by_bounds` and
+as :func:`~dpcore.mechanisms.neighbors.scale_by_bounds` and
 :func:`~dpcore.mechanisms.outlier_count.subspace_view` scale each row (the
 same float64 coordinates, so the same distances), and every count runs on
 those distinct points weighted by their multiplicities
-(:class:`~dpcore.neighbors.PointMultiset`).  Memory grows with the number of
+(:class:`~dpcore.mechanisms.neighbors.PointMultiset`).  Memory grows with the number of
 distinct points of the candidate subspaces, not with the number of rows; the
 released numbers are those of the row-by-row computation (tested).
 """
@@ -56,10 +56,10 @@ import math
 
 import numpy as np
 
-from ..budget import exact
-from ..accuracy import interval_text
-from ..bundle import StepOutput
-from ..ingest import IngestResult
+from dpcore.budget.amounts import exact
+from dpcore.mechanisms.accuracy import interval_text
+from dpcore.publish.bundle import StepOutput
+from dpcore.ingest.raw import IngestResult
 from ..mechanisms.outlier_count import (
     CI_LEVEL,
     CDP_METHODS,
@@ -70,14 +70,14 @@ from ..mechanisms.outlier_count import (
 )
 from ..mechanisms.kissing import kissing_lower, kissing_upper
 from ..mechanisms.subspace import TopSubspaceSelection, candidate_subspaces
-from ..neighbors import PointMultiset, scale_by_bounds
-from ..settings import Settings
-from ..spec import ReleaseSpec
+from dpcore.mechanisms.neighbors import PointMultiset, scale_by_bounds
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 from .common import (
     PlannedCharge, StepInputError, charge_request, noise_source, open_stores, require_public_completeness,
     validated_table,
 )
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -161,7 +161,7 @@ def budget_split(epsilon_total, h: int, n_candidates: int, method: str, level: f
     Parameters
     ----------
     epsilon_total : float or Fraction
-        ``> 0``; read through its decimal text (:func:`dpcore.budget.exact`).
+        ``> 0``; read through its decimal text (:func:`dpcore.budget.amounts.exact`).
     h : int
         Number of subspaces selected (``1 <= h <= n_candidates``).
     n_candidates : int
@@ -327,7 +327,7 @@ def subspace_points(wh, table: str, columns: list[str], lows, highs) -> PointMul
     ``SELECT columns, count(*) FROM table GROUP BY columns`` (DuckDB, which
     spills to disk beyond its memory limit), then each distinct row is scaled
     in numpy by the public bounds and by ``1 / sqrt(|S|)``: the elementwise
-    operations :func:`~dpcore.neighbors.scale_by_bounds` and
+    operations :func:`~dpcore.mechanisms.neighbors.scale_by_bounds` and
     :func:`~dpcore.mechanisms.outlier_count.subspace_view` apply to every
     record, so each record's coordinates are bit for bit those of the
     in-memory path.  Rows that become equal only after scaling are merged.
@@ -457,7 +457,7 @@ def _count_params(spec: ReleaseSpec, attrs: list[str], cands: list[tuple[int, ..
 
 
 def outlier_counts_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
-    """The selection's charge and ``h`` count charges, from the spec alone (:mod:`dpcore.cost_plan`).
+    """The selection's charge and ``h`` count charges, from the spec alone (:mod:`dpcore.run.cost_plan`).
 
     Each count is planned at the largest cost among the candidate dimensions' mechanisms (``auto`` may
     resolve differently per dimension; the selection decides which are used).

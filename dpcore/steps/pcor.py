@@ -44,26 +44,26 @@ from typing import Any
 
 import numpy as np
 
-from ..accuracy import Accuracy, level_text
-from ..budget import charge_under
-from ..bundle import StepOutput
-from ..ingest import IngestResult
-from ..ledger import ChargeRequest
+from dpcore.mechanisms.accuracy import Accuracy, level_text
+from dpcore.budget.amounts import charge_under
+from dpcore.publish.bundle import StepOutput
+from dpcore.ingest.raw import IngestResult
+from dpcore.budget.ledger import ChargeRequest
 from ..mechanisms.pcor.contexts import ContextSpace
 from ..mechanisms.pcor.evaluator import ContextEvaluator
 from ..mechanisms.pcor.index import CellIndex
 from ..mechanisms.pcor.mechanism import PCORMechanism
 from ..mechanisms.pcor.verifiers import make_verifier
 from ..noise import NoiseSource
-from ..quoting import md_cell
-from ..settings import Settings
-from ..spec import PcorSpec, ReleaseSpec, pcor_source_templates
+from dpcore.storage.quoting import md_cell
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import PcorSpec, ReleaseSpec, pcor_source_templates
 from .common import (
     PlannedCharge, StepInputError, charge_request, check_record_ids, noise_source, noise_test_seed, open_stores,
     require_public_completeness, validated_table,
 )
 from .detect import detector_choice_not_protected, detector_choice_owner_only, flagged_by_score, flagged_records
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -81,9 +81,9 @@ class PcorJob:
     space : ContextSpace
         Context attributes and their full public domains.
     index : CellIndex or None
-        Per-cell statistics and sorted metric values of the validated table, holding the targets as rows;
-        Holds the found targets and a stand-in record (:func:`_with_stand_ins`); built from one public
-        record when the validated table holds no record (every target is then recordless).
+        Per-cell statistics and sorted metric values of the validated table, holding one row per target:
+        its record, or a randomly drawn stand-in for a target without one (:func:`_with_stand_ins`); built
+        from one public record when the validated table holds no record (every target is then recordless).
     verifier : str
         ``grubbs``, ``lof`` or ``histogram``.
     verifier_params : dict
@@ -97,7 +97,7 @@ class PcorJob:
         record's position in the validated table in input-row order; a
         search's test noise is seeded ``noise_seed + offset``, as when the
         index held every row, so seeded releases do not depend on which
-        records are held.
+        records are held; a stand-in row's offset follows the table's positions.
     """
 
     space: ContextSpace
@@ -185,7 +185,7 @@ def aggregate_index(wh, spec: ReleaseSpec, ingested: IngestResult, space: Contex
     gives every distinct ``(attribute values, metric value)`` pair with its
     multiplicity: everything the verifiers of seed 003 (Section 6.5) read
     about any population. The result is streamed in chunks sized by
-    ``DPR_MEMORY_LIMIT`` (:class:`~dpcore.chunks.MemoryBudget`, from the
+    ``DPR_MEMORY_LIMIT`` (:class:`~dpcore.runtime.chunks.MemoryBudget`, from the
     number of columns only), each chunk's values encoded by
     :meth:`ContextSpace.encode` (so the codes are those of the records), and
     passed to :meth:`CellIndex.from_aggregates`. Memory grows with the
@@ -239,7 +239,7 @@ def _encoded_chunks(chunks, space: ContextSpace, metric: str, count: str | None 
     Parameters
     ----------
     chunks : iterable of pandas.DataFrame
-        E.g. :meth:`~dpcore.warehouse.Warehouse.iter_chunks` of a query selecting :func:`_columns`.
+        E.g. :meth:`~dpcore.storage.warehouse.Warehouse.iter_chunks` of a query selecting :func:`_columns`.
     space : ContextSpace
     metric : str
     count : str, optional
@@ -330,7 +330,7 @@ def detector_targets(
     """The records ``steps.pcor.from_detector`` adds, in record-id order (a non-private choice).
 
     Candidates are the records labelled outliers by the templates of
-    :func:`~dpcore.spec.pcor_source_templates` (``steps.pcor.from_template``,
+    :func:`~dpcore.release.spec.pcor_source_templates` (``steps.pcor.from_template``,
     or every template whose behavioural attribute is the metric), ranked by
     their highest detector score among those templates. With
     ``from_detector_own_cell`` (default) only candidates that the PCOR
@@ -442,7 +442,7 @@ def pcor_cost_statement(spec: ReleaseSpec, mech: PCORMechanism | None = None) ->
     neighbours), counted as 0.4 against your replace-one cap".
 
     The mechanism's cost is stated under add/remove neighbours; against a replace-one cap the ledger counts
-    it converted (:func:`dpcore.budget.charge_under`: twice the epsilon), and this says both numbers.
+    it converted (:func:`dpcore.budget.amounts.charge_under`: twice the epsilon), and this says both numbers.
     """
     mech = mech if mech is not None else check_pcor(spec)[4]
     cost = mech.cost()
@@ -459,7 +459,7 @@ def _common_params(attrs: list[str], metric: str, verifier: str, vparams: dict[s
 
 
 def pcor_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
-    """One charge per explained record, from the spec alone (:mod:`dpcore.cost_plan`).
+    """One charge per explained record, from the spec alone (:mod:`dpcore.run.cost_plan`).
 
     Exact: one charge per listed ``record_ids`` entry and one per ``from_detector`` slot, whether or not the
     detector fills it (:func:`plan_pcor`: how many records qualify is private, so it changes no charge).
@@ -553,9 +553,12 @@ def plan_pcor(
     n_listed = len(dict.fromkeys(cfg.record_ids))
     # every target without a record (absent or quarantined listed id, unfilled detector slot) gets a stand-in
     # held row whose search runs and is discarded (issue 46.2: no shortcut on presence; rule 14)
-    held_index, held, extra = _with_stand_ins(index, space, spec, metric, codes, values, held, n_listed,
+    held_index, rows, extra = _with_stand_ins(index, space, spec, metric, codes, values, held, n_listed,
                                               cfg.from_detector, unfilled)
-    offsets = tuple(int(p) for p in position)
+    # test noise only: a found target's search is seeded by its table position; a stand-in's by its row
+    # (after the table's positions), as its output is discarded
+    offsets = tuple(int(position[h]) if h >= 0 else int(index.n_rows if index is not None else 1) + p
+                    for p, h in enumerate(held.tolist() + [-1] * unfilled)) if seed is not None else ()
     job = PcorJob(space, held_index, cfg.verifier, vparams, mech_params, seed, offsets)
     common = _common_params(attrs, metric, cfg.verifier, vparams, mech_params)
     # a listed record's charge is named by its (public) id; a detector-chosen record's by its slot only: the
@@ -568,7 +571,7 @@ def plan_pcor(
                            {**common, "record_id": rid} if i < n_listed
                            else {**common, "record_id": None, "detector_slot": i - n_listed}, noise, flow_run_id),
         )
-        for i, (rid, row) in enumerate(zip(ids, held))
+        for i, (rid, row) in enumerate(zip(ids, rows))
     ) + tuple(
         PcorTarget(
             "", row,
@@ -586,23 +589,33 @@ def stand_in_row(row: int) -> int:
 
 
 def _with_stand_ins(index: CellIndex | None, space: ContextSpace, spec: ReleaseSpec, metric: str, codes, values,
-                    held: np.ndarray, n_listed: int, from_detector: int, unfilled: int):
-    """The index holding the found targets and one stand-in record; each recordless target's stand-in row.
+                    held: np.ndarray, n_listed: int, from_detector: int, unfilled: int,
+                    noise: NoiseSource | None = None):
+    """The index holding one row per target (its record, or a random stand-in); each target's held row.
 
     Issue 46.2, DESIGN.md rule 14: a target without a record (a listed id
     that is absent or quarantined, a detector slot left unfilled) runs the
     same search as a present one, on a stand-in record, and the search's
     output is discarded (:func:`compute_explanation`), so the step's work
-    (the same queries, one search per target) does not say whether the
-    record is there. The stand-in of a listed id is the indexed record whose
-    metric value is farthest from the centre (the record most likely to be
-    an outlier, as an explained record usually is; an internal choice, never
-    released); the stand-in of an unfilled detector slot is one of the
-    records the detector did choose (its search is drawn from the same
-    distribution as a filled slot's), or that extreme record when the
-    detector chose none. With no validated record at all the index is built
-    from one public record (the first value of every context attribute's
-    public domain and the metric's public lower bound).
+    does not say whether the record is there. The stand-in is drawn through
+    ``noise`` (:mod:`dpcore.noise`: the OS CSPRNG in a release), independently
+    for each recordless target, from records of the same kind as a present
+    target's:
+
+    * a listed id: a record drawn uniformly at random from the validated
+      table (every record equally likely, by the index's multiplicities), so
+      the absent id's search is distributed exactly as the search of a
+      present id whose record is a uniformly random record of the table;
+    * an unfilled detector slot: one of the records the detector did choose,
+      uniformly (a filled slot's record), or a uniform record of the table
+      when it chose none.
+
+    The draw depends on which ids are present only through the set of
+    targets needing a stand-in; the index always holds exactly one row per
+    target (listed ids and detector slots, a public count), so building it
+    is the same work too. With no validated record at all, every stand-in is
+    one public record (the first value of every context attribute's public
+    domain and the metric's public lower bound), indexed alone.
 
     Parameters
     ----------
@@ -613,49 +626,64 @@ def _with_stand_ins(index: CellIndex | None, space: ContextSpace, spec: ReleaseS
     codes, values : numpy.ndarray
         The found targets' codes and metric values (:func:`lookup_records`).
     held : (T,) int64
-        Each listed or chosen target's held row, ``-1`` when absent.
+        Each listed or chosen target's position among the found records, ``-1`` when absent.
     n_listed, from_detector, unfilled : int
         Listed targets, detector slots, unfilled detector slots.
+    noise : NoiseSource, optional
+        Draws the stand-ins (never released); default :func:`~dpcore.steps.common.noise_source`, the
+        release's source (OS CSPRNG; seeded only in tests).
 
     Returns
     -------
     (CellIndex, numpy.ndarray, list of int)
-        The index holding the found records as rows ``0 .. F - 1`` and the
-        extreme (or public) stand-in as row ``F``; ``held`` with each ``-1``
-        replaced by the encoded stand-in row ``-(k + 1)``
-        (:func:`stand_in_row`); the encoded stand-in rows of the unfilled slots.
+        The index holding ``T + unfilled`` rows, row ``p`` being target
+        ``p``'s record or its stand-in; each of the ``T`` targets' held row
+        (``p``, or ``-(p + 1)`` when ``p`` is a stand-in: :func:`stand_in_row`);
+        the encoded stand-in rows ``-(T + k + 1)`` of the unfilled slots.
     """
-    n_found = int(np.asarray(values).shape[0])
+    noise = noise_source() if noise is None else noise
+    held = np.asarray(held, dtype=np.int64).reshape(-1)
+    codes = np.asarray(codes, dtype=np.int32).reshape(-1, space.m)
+    values = np.asarray(values, dtype=float).reshape(-1)
+    n_targets = held.size + int(unfilled)
     if index is None:  # no validated record: a one-record index of public values (nothing private to search)
         bound = float(spec.public_schema.numeric[metric].min)
         public_codes = np.zeros((1, space.m), dtype=np.int32)
         index = CellIndex.from_aggregates(space, public_codes, np.array([bound]), np.array([1], dtype=np.int64))
-        extreme_codes, extreme_value = public_codes, np.array([bound])
-    else:
-        e = int(np.argmax(np.abs(index.entry_value - index.centre)))
+    row_codes = np.zeros((n_targets, space.m), dtype=np.int32)
+    row_values = np.zeros(n_targets, dtype=float)
+    found = np.flatnonzero(held >= 0)
+    row_codes[found] = codes[held[found]]
+    row_values[found] = values[held[found]]
+    chosen = [int(p) for p in found if p >= n_listed]  # detector-chosen records' rows
+
+    def from_table(p: int) -> None:  # a uniformly random record: entry e with probability count_e / n_rows
+        e = int(np.searchsorted(index.entry_cum, noise.integers(0, index.n_rows), side="right")) - 1
         cell = int(index.entry_cell[e])
-        extreme_codes = ((cell // index.strides) % space.sizes).astype(np.int32).reshape(1, -1)
-        extreme_value = np.array([float(index.entry_value[e])])
-    all_codes = np.concatenate([np.asarray(codes, dtype=np.int32).reshape(-1, space.m), extreme_codes])
-    all_values = np.concatenate([np.asarray(values, dtype=float).reshape(-1), extreme_value])
-    extreme = -(n_found + 1)
-    chosen = [int(r) for r in held[n_listed:] if r >= 0]  # detector-chosen records' held rows
-    out = np.asarray(held, dtype=np.int64).copy()
-    for i in np.flatnonzero(out < 0):
-        out[i] = extreme if i < n_listed or not chosen else -(chosen[i % len(chosen)] + 1)
-    extra = [(-(chosen[(from_detector - unfilled + k) % len(chosen)] + 1) if chosen else extreme)
-             for k in range(unfilled)]
-    return index.with_rows(all_codes, all_values), out, extra
+        row_codes[p] = (cell // index.strides) % space.sizes
+        row_values[p] = float(index.entry_value[e])
+
+    out = np.arange(n_targets, dtype=np.int64)
+    for p in range(n_targets):
+        if p < held.size and held[p] >= 0:
+            continue
+        if p >= n_listed and chosen:  # a detector slot: like a filled slot
+            q = chosen[noise.integers(0, len(chosen))]
+            row_codes[p], row_values[p] = row_codes[q], row_values[q]
+        else:
+            from_table(p)
+        out[p] = -(p + 1)
+    return index.with_rows(row_codes, row_values), out[: held.size], [int(r) for r in out[held.size:]]
 
 
 def reserve_pcor(settings: Settings, plan: PcorPlan) -> PcorPlan:
     """Per target: reuse a stored release, or charge it (flow process only).
 
     In a release run every charge draws from the run's reservation
-    (:meth:`~dpcore.ledger.PrivacyLedger.reserve_lines`, made before the
+    (:meth:`~dpcore.budget.ledger.PrivacyLedger.reserve_lines`, made before the
     run's first charge), so nothing here can go over the budget. A target
     charged by a crashed run whose answer was never stored is searched again
-    within that charge (:meth:`~dpcore.ledger.PrivacyLedger.reserve` returns
+    within that charge (:meth:`~dpcore.budget.ledger.PrivacyLedger.reserve` returns
     False: never charged twice).
 
     Raises

@@ -10,7 +10,7 @@ Also the release's rejected-fraction gate (``steps.validation.max_rejected_fract
 a stop decided on exact counts would publish them (a failed run is public), so
 the gate is post-processing of these noisy, charged counts
 (:func:`rejected_fraction_gate`). A release the gate stops gives back the part of
-its reservation no step drew (:func:`stop_at_gate`; DESIGN.md rule 15).
+its reservation no step drew (:func:`dpcore.run.pipeline.stop_at_gate`; DESIGN.md rule 15).
 """
 from __future__ import annotations
 
@@ -19,15 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from ..accuracy import (Accuracy, check_alpha, discrete_laplace_difference_tail, discrete_laplace_half_width,
-                        exact_alpha, interval_text, level_text)
-from ..bundle import StepOutput
-from ..ingest import IngestResult
+from dpcore.mechanisms.accuracy import (
+    Accuracy, check_alpha, discrete_laplace_difference_tail, discrete_laplace_half_width, exact_alpha, interval_text,
+    level_text,
+)
+from dpcore.publish.bundle import StepOutput
+from dpcore.ingest.raw import IngestResult
 from ..mechanisms.row_counts import InputRowCounts, consistent_counts
-from ..settings import Settings
-from ..spec import ReleaseSpec
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 from .common import PlannedCharge, charge_request, noise_source, open_stores, validated_table
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -90,7 +92,7 @@ def _params(spec: ReleaseSpec) -> dict[str, Any]:
 
 
 def record_counts_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
-    """The step's one charge, from the spec alone (:mod:`dpcore.cost_plan`)."""
+    """The step's one charge, from the spec alone (:mod:`dpcore.run.cost_plan`)."""
     mech = InputRowCounts(spec.steps.record_counts.epsilon)
     return [PlannedCharge.of("record_counts", mech, mech.privacy_map(1), _params(spec))]
 
@@ -107,7 +109,7 @@ def record_counts_accuracy(mech: InputRowCounts, alpha: float) -> dict[str, Accu
     Returns
     -------
     dict
-        Cell -> :class:`~dpcore.accuracy.Accuracy`. After
+        Cell -> :class:`~dpcore.mechanisms.accuracy.Accuracy`. After
         :func:`~dpcore.mechanisms.row_counts.consistent_counts` the shown
         accepted and input counts are each within ``max(|Z_1|, |Z_2|)`` of the
         truth, so their half-width is one draw's at ``alpha / 2`` (both
@@ -176,7 +178,7 @@ def rejected_fraction_gate(spec: ReleaseSpec, counts: StepOutput) -> str | None:
     str or None
         A message quoting the noisy numbers (already released) when the noisy
         rejected fraction is above the limit. What the stop cost is stated by
-        :func:`stop_at_gate`, from the ledger.
+        :func:`dpcore.run.pipeline.stop_at_gate`, from the ledger.
     """
     limit = spec.steps.validation.max_rejected_fraction
     cells = dict(zip(counts.tables["counts"]["cell"], counts.tables["counts"]["noisy_count"]))
@@ -191,49 +193,6 @@ def rejected_fraction_gate(spec: ReleaseSpec, counts: StepOutput) -> str | None:
         f"{limit}: the release stops after the record counts. The data owner reads the exact validation result with "
         "`dpr validation show --spec SPEC`."
     )
-
-
-#: Why a gate-stopped release gives its undrawn reservation back (recorded in ``ledger.given_back``).
-GATE_STOP_REASON = "stopped by the rejected-rows gate (steps.validation.max_rejected_fraction) on the noisy record counts"
-
-
-def stop_at_gate(spec: ReleaseSpec, settings: Settings, counts: StepOutput,
-                 flow_run_id: str | None = None) -> str | None:
-    """The rejected-rows gate, and on a stop the give-back of what the release reserved and never drew.
-
-    The gate's verdict (:func:`rejected_fraction_gate`) is post-processing of
-    the published noisy counts, so the stop is a public fact: in one ledger
-    transaction the stop is recorded and the release's undrawn reservation
-    is given back (:meth:`~dpcore.ledger.PrivacyLedger.give_back_unused`).
-    The message states the true cost from the ledger: what the release
-    reserved, what its charges drew (the record counts, in the budget's
-    neighbour relation) and what it gave back, and what the budget has left.
-
-    Parameters
-    ----------
-    spec : ReleaseSpec
-    settings : Settings
-    counts : StepOutput
-        The ``record_counts`` output (noisy, charged).
-    flow_run_id : str, optional
-
-    Returns
-    -------
-    str or None
-        None to go on; else the public reason to stop, with the figures.
-    """
-    verdict = rejected_fraction_gate(spec, counts)
-    if verdict is None:
-        return None
-    from ..cost_plan import plan_release
-
-    lines = [ln.key for ln in plan_release(spec).lines]  # the release pipeline's own lines (not an operator's)
-    back = open_stores(settings).ledger.give_back_unused(spec.dataset.name, spec.release_id, GATE_STOP_REASON,
-                                                         flow_run_id, line_keys=lines)
-    st = back.status
-    return (f"{verdict} Release {spec.release_id!r} {back.text()} to the budget of {st.budget or st.dataset!r} "
-            f"(charged under its {st.neighbour} neighbours; left now epsilon={float(st.remaining.epsilon):.6g} "
-            f"delta={float(st.remaining.delta):.3g} of the cap epsilon={float(st.cap.epsilon):.6g}).")
 
 
 def gate_outlook(spec: ReleaseSpec, n_rows: int, n_rejected: int) -> str:

@@ -29,15 +29,15 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from ..chunks import MemoryBudget, serial_map
-from ..heap import trim_heap
-from ..ingest import IngestResult
-from ..partitions import exported
-from ..settings import Settings
-from ..spec import ReleaseSpec
+from dpcore.runtime.chunks import MemoryBudget, serial_map
+from dpcore.runtime.heap import trim_heap
+from dpcore.ingest.raw import IngestResult
+from dpcore.storage.partitions import exported
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 from .common import StepInputError, open_stores, validated_table
 from .detect import require_detection
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -60,7 +60,7 @@ class RulesDone:
     """
 
     templates: tuple[str, ...]
-    table_suffix: str = field(repr=False)  # private: the same for every ingest of the same bytes (dpcore.ingest)
+    table_suffix: str = field(repr=False)  # private: the same for every ingest of the same bytes (dpcore.ingest.raw)
 
 
 def rules_inputs(spec: ReleaseSpec, templates: list[str] | None = None) -> tuple[list[str], dict[str, str], list[str]]:
@@ -136,7 +136,7 @@ def sample_positions(n: int, m: int, seed: int = SAMPLE_SEED) -> np.ndarray | No
 
 def _frame_memory_limit() -> int:
     """Bytes of DuckDB's ``memory_limit`` while :func:`_mining_frame` fetches its rows:
-    :attr:`dpcore.chunks.MemoryBudget.held_duckdb_bytes` (1/16 of the cap, at least 64 MiB; public: the cap
+    :attr:`dpcore.runtime.chunks.MemoryBudget.held_duckdb_bytes` (1/16 of the cap, at least 64 MiB; public: the cap
     only). DuckDB then spills the query's sort, window and joins beyond it while the frame is built beside it
     in Python. Under a 1 GiB cap on 10x the demo (issue 29, goal 4), with :func:`_arrow_frame`: the fetch's
     peak 297 -> 61 MiB over its start (one process, the same frame), and the rules stage's process-tree peak
@@ -178,7 +178,7 @@ def _mining_frame(wh, spec: ReleaseSpec, ingested: IngestResult, suffix: str, te
     Fetched as Arrow and converted by :func:`_arrow_frame` (the same frame as
     ``.df()``, with less memory), with DuckDB's ``memory_limit`` lowered to
     :func:`_frame_memory_limit` while the query runs
-    (:meth:`dpcore.warehouse.Warehouse.run`); if DuckDB runs out of memory
+    (:meth:`dpcore.storage.warehouse.Warehouse.run`); if DuckDB runs out of memory
     under it, the query runs again under the budget's own limit. The rows
     and their order do not depend on the limit.
     """
@@ -283,15 +283,15 @@ def rule_counts(wh, sql: str, params: list, units: dict[str, str], rules: list[t
     sql, params : str, list
         A query returning the columns the rules read and their label columns
         (:func:`labelled_query`); exported once to private Parquet partitions
-        (:func:`dpcore.partitions.exported`), removed afterwards.
+        (:func:`dpcore.storage.partitions.exported`), removed afterwards.
     units : dict
         Numeric attribute -> unit (to rebuild the rules' trees).
     rules : list of (str, tuple)
         ``(label column, rule_spec(rule))`` per rule.
     rows : int
-        Rows per chunk (:meth:`dpcore.chunks.MemoryBudget.chunk_rows`; public).
+        Rows per chunk (:meth:`dpcore.runtime.chunks.MemoryBudget.chunk_rows`; public).
     mapper : callable
-        ``mapper(fn, items)`` (default :func:`dpcore.chunks.serial_map`; the
+        ``mapper(fn, items)`` (default :func:`dpcore.runtime.chunks.serial_map`; the
         flow layer may pass a Dask one); the per-chunk counts are added here.
 
     Returns
@@ -367,9 +367,9 @@ def mine_rules(
         Default ``steps.rules.max_depth`` / ``max_rules`` / ``sample_rows``.
     chunk_rows : int, optional
         Rows per chunk of the exact counts (default: from ``DPR_MEMORY_LIMIT``,
-        :class:`~dpcore.chunks.MemoryBudget`); results do not depend on it.
+        :class:`~dpcore.runtime.chunks.MemoryBudget`); results do not depend on it.
     mapper : callable
-        Maps the per-chunk counts (:func:`dpcore.chunks.serial_map`, or a Dask mapper).
+        Maps the per-chunk counts (:func:`dpcore.runtime.chunks.serial_map`, or a Dask mapper).
     n_jobs : int, optional
         Threads of the rule search (:class:`~dpcore.explain.RuleMiner`'s
         ``n_jobs``; default 1); the rules do not depend on it.
@@ -429,7 +429,7 @@ def mine_rules(
         found += [(i, rule) for (i, _), miner in zip(mined, miners) for rule in miner.rules_]
         del miners
     del frame
-    trim_heap()  # the sample frame and the search's trees and sorts: free heap handed back (dpcore.heap)
+    trim_heap()  # the sample frame and the search's trees and sorts: free heap handed back (dpcore.runtime.heap)
     if found:
         used = [c for c in columns if any(c in r.columns for _, r in found)]
         used_sql, _ = labelled_query(spec, ingested, suffix, chosen, used)

@@ -25,16 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from ..accuracy import Accuracy, level_text
-from ..bundle import StepOutput
-from ..ingest import IngestResult
+from dpcore.mechanisms.accuracy import Accuracy, level_text
+from dpcore.publish.bundle import StepOutput
+from dpcore.ingest.raw import IngestResult
 from ..mechanisms.unattributed import UnattributedHistogramMechanism, accuracy, choose_method
-from ..plots import draw_privately, rank_size_plot
-from ..settings import Settings
-from ..spec import ReleaseSpec
+from dpcore.publish.plots import draw_privately, rank_size_plot
+from dpcore.storage.settings import Settings
+from dpcore.release.spec import ReleaseSpec
 from .common import (PlannedCharge, StepInputError, charge_request, group_item_counts, noise_source, open_stores,
                      validated_table)
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -89,7 +89,7 @@ def _params(spec: ReleaseSpec, mech: UnattributedHistogramMechanism) -> dict[str
 
 
 def unattributed_planned_charges(spec: ReleaseSpec) -> list[PlannedCharge]:
-    """The step's one charge, from the spec alone (:mod:`dpcore.cost_plan`)."""
+    """The step's one charge, from the spec alone (:mod:`dpcore.run.cost_plan`)."""
     mech = check_unattributed(spec)
     return [PlannedCharge.of("unattributed", mech, mech.privacy_map(), _params(spec, mech))]
 
@@ -181,7 +181,7 @@ def unattributed_step(spec: ReleaseSpec, settings: Settings, ingested: IngestRes
     a = acc["sorted_sizes"]
     table["ci_level"] = a["level"]
     table["ci_half_width"] = a["bound"]
-    # private modes (the bundle's copy is public); in a child process under a small cap (dpcore.plots.draw_privately)
+    # private modes (the bundle's copy is public); in a child process under a small cap (dpcore.publish.plots.draw_privately)
     images = [draw_privately(rank_size_plot, est, (plot_dir or settings.data / "plots" / spec.release_id) / "unattributed.png",
                              f"{cfg.group_column}: released group sizes, largest first ({mech.method})")]
     top = ", ".join(f"{v:,}" for v in est[:10])

@@ -22,7 +22,9 @@ stop a run.
   by chunk (issue 21), with :func:`validation_chunk_rows`.
 * :mod:`.by_values` -- what :func:`validate_table` does where it applies (issue 29): the
   suite run once per distinct attribute value and on the id column alone, the verdicts joined
-  back to the rows in DuckDB; the same stored result as chunk by chunk.
+  back to the rows in DuckDB; the same stored result as chunk by chunk. Its SQL steps (issue 49):
+  :mod:`.distinct_values` (the distinct values, their frames, the id chunks) and
+  :mod:`.validated_rows` (the ``validated`` table, typed as pandas types it).
 * :mod:`.id_forms` -- record ids by their form under the id pattern (issue 29): the id rules decided once
   per form.
 * :mod:`.quarantine_rows` -- the quarantine rows of validation by values, one chunk at a time.
@@ -51,8 +53,12 @@ column names, counts, data row numbers (1 = the first row after the header)
 and the public bounds of ``in_bounds`` rules; :class:`ValidationFailed` carries
 rule and column names only. :mod:`.results` reads the stored results back for
 the data owner (``dpr validation show``).
+
+Who may import it: :mod:`dpcore.steps`, :mod:`dpcore.run` and ``tasks/``/``flows/``/``dpr/``. It imports
+:mod:`dpcore.ingest`, :mod:`dpcore.release`, :mod:`dpcore.storage` and :mod:`dpcore.runtime` only (nothing
+of its layer's siblings :mod:`dpcore.publish`, :mod:`dpcore.detect`, :mod:`dpcore.mechanisms`).
 """
-from ..lazy_exports import lazy_getattr
+from dpcore.runtime.lazy_exports import lazy_getattr
 
 #: Each public name -> the submodule that defines it. Loaded on first use (PEP 562): importing
 #: :mod:`dpcore.validation` (e.g. for :func:`validated_table_name`) does not import great-expectations,

@@ -22,15 +22,17 @@ values (the demo's widest, ``tailnum``, 4,043), so:
    are :class:`~dpcore.validation.worker.ChunkTask` s, so the caller's mapper may spread them over processes.
 3. DuckDB joins the failing values back to the rows (the ``quarantine`` rows, with the id chunks'
    failing rows), and writes the ``validated`` table one ``_row`` range at a time, each range sorted in
-   DuckDB's memory (:func:`_validated_in_ranges`). A numeric cell's typed value is pandas' (the same code as
-   before, :func:`~dpcore.validation.cells._typed_column`, run on the distinct values): written as DuckDB's
-   cast of the cell when that cast gives pandas' value bit for bit on every distinct value passing the
-   column's rules (:func:`_casts_agree`), else joined; a categorical cell's typed value is its text or that
-   text as an integer (:func:`_typed_sql`). A failing id form is joined back through the rows holding it
+   DuckDB's memory (:func:`~dpcore.validation.validated_rows._validated_in_ranges`). A numeric cell's
+   typed value is pandas' (the same code as before, :func:`~dpcore.validation.cells._typed_column`, run
+   on the distinct values): written as DuckDB's cast of the cell when that cast gives pandas' value bit
+   for bit on every distinct value passing the column's rules
+   (:func:`~dpcore.validation.validated_rows._casts_agree`), else joined; a categorical cell's typed
+   value is its text or that text as an integer (:func:`~dpcore.validation.validated_rows._typed_sql`).
+   A failing id form is joined back through the rows holding it
    (streamed again, :func:`~dpcore.validation.id_forms.write_rows_of_forms`). The quarantine rows' cells are
    built (:mod:`~dpcore.validation.quarantine_rows`) while DuckDB writes the validated table
    (:class:`~dpcore.validation.store.LaterRows`). great-expectations runs on the frames while DuckDB finds the
-   duplicated ids (not under a small cap, :attr:`~dpcore.chunks.MemoryBudget.works_ahead`).
+   duplicated ids (not under a small cap, :attr:`~dpcore.runtime.chunks.MemoryBudget.works_ahead`).
 4. great-expectations' result over the whole table is the distinct-value run's result with each
    row-level expectation's counts weighted by the rows holding each value (``unexpected_count`` from
    the quarantine rows, ``missing_count`` from the weights, checked against great-expectations' own
@@ -39,8 +41,9 @@ values (the demo's widest, ``tailnum``, 4,043), so:
    the row-by-row path's (tests/test_validation_by_values.py, tests/test_validation_id_forms.py).
 
 The path applies when every declared column is present, the table is not empty, the attribute columns
-have a type DuckDB groups exactly as pandas reads it (text, integers, booleans: :data:`VALUE_TYPES`)
-and the record id is text or an integer (:data:`ID_TYPES`) (:func:`applies`), and when no column has
+have a type DuckDB groups exactly as pandas reads it (text, integers, booleans:
+:data:`~dpcore.validation.distinct_values.VALUE_TYPES`) and the record id is text or an integer
+(:data:`~dpcore.validation.distinct_values.ID_TYPES`) (:func:`applies`), and when no column has
 more distinct values than a chunk of the cap holds rows (``max_values``); otherwise
 :func:`~dpcore.validation.validate_table` validates chunk by chunk as before.
 
@@ -48,9 +51,9 @@ The verdict on every row is the row-by-row path's, so the neighbour relation val
 steps (one raw row changes at most one validated row; ``unique`` rejects every copy) is unchanged.
 
 Memory: a frame of distinct values has at most ``rows`` rows (the chunked path's public chunk size),
-an id chunk :data:`BYTES_PER_ID_ROW` per row within the cap's chunk share, a quarantine chunk ``rows``
-failing rows; the grouping, the joins and the ``validated`` table are DuckDB's (under the warehouse's
-``memory_limit``, spilling to its private temporary folder).
+an id chunk :data:`~dpcore.validation.distinct_values.BYTES_PER_ID_ROW` per row within the cap's chunk
+share, a quarantine chunk ``rows`` failing rows; the grouping, the joins and the ``validated`` table are
+DuckDB's (under the warehouse's ``memory_limit``, spilling to its private temporary folder).
 
 Why not great-expectations' SQL data source (ENVIRONMENT.md: over ``duckdb-engine`` its metric
 queries return no row): ``SqlAlchemyExecutionEngine.execute_query`` returns the cursor result after
@@ -61,6 +64,11 @@ so ``count(*)`` reads ``[]``. Buffering the rows inside the block (``result.free
 does not help). It was not adopted: each expectation would be its own scans of the whole table, and the
 regex rules would run as DuckDB's full-match ``~`` on patterns written for Python's ``re.search``
 (``\A``/``\Z``), so not the same verdicts.
+
+Modules (issue 49): step 1 (the distinct values, the frames and the id chunks, by SQL) is
+:mod:`dpcore.validation.distinct_values`, step 3's ``validated`` table (its SQL and the cells' types)
+:mod:`dpcore.validation.validated_rows`; this module decides where the path applies, runs the steps
+and combines great-expectations' results (steps 2 to 4).
 
 Privacy: the distinct values and great-expectations' results carry raw values; they live in the
 warehouse's private scratch folder (removed on exit) and in ``internal.validation_result_chunks``
@@ -77,32 +85,26 @@ from typing import Callable
 
 import numpy as np
 
-from ..chunks import MemoryBudget
-from ..ingest import ROW
-from ..private_files import private_open
-from ..spec import ReleaseSpec
-from ..warehouse import Warehouse
-from .cells import _int_domain, _typed_column
+from dpcore.runtime.chunks import MemoryBudget
+from dpcore.ingest.raw import ROW
+from dpcore.storage.private_files import private_open
+from dpcore.release.spec import ReleaseSpec
+from dpcore.storage.warehouse import Warehouse
+from .cells import _typed_column
 from .check import ChunkVerdict, _work_frame
 from .combine import PARTIAL_EXAMPLES, _combine
-from .duplicates import _copy_flagged_ranges, _duplicated_rows_sql, _q, chunk_starts, copy_duplicated_rows
-from .id_forms import form_map, id_text_sql, write_form_counts, write_rows_of_forms
+from .distinct_values import BYTES_PER_ID_ROW, ID_TYPES, VALUE_TYPES, _export, _export_ids, _lit, _values_of_file
+from .duplicates import _flag_name, _q, chunk_starts
+from .id_forms import form_map, id_text_sql, write_rows_of_forms
 from .outcome import ValidationOutcome
 from .rule_set import suite_entries
 from .quarantine_rows import quarantine_chunk
-from .store import LaterRows, SqlRows, _ChunkRows
+from .store import LaterRows, _ChunkRows
+from .validated_rows import _casts_agree, _inline_sql, _typed_sql, _validated_in_ranges, sorted_rows
 from .worker import ChunkTask, _validate_chunk
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # on first use: after the great-expectations chunks (a child process may run them)
-
-#: DuckDB types whose GROUP BY and IS NOT DISTINCT FROM join match pandas' reading of the values exactly
-#: (no NaN, no signed zero, no decimal rounding): text, integers that fit int64, booleans.
-VALUE_TYPES = ("VARCHAR", "BIGINT", "INTEGER", "SMALLINT", "TINYINT", "UINTEGER", "USMALLINT", "UTINYINT", "BOOLEAN")
-#: Record-id types whose text (:func:`~dpcore.validation.cells._as_text`) DuckDB writes the same way.
-ID_TYPES = ("VARCHAR", "BIGINT", "INTEGER", "SMALLINT", "TINYINT", "UINTEGER", "USMALLINT", "UTINYINT")
-#: Bytes per row of an id chunk: ``_row``, the id as text and the duplicate flag.
-BYTES_PER_ID_ROW = 8 + 60 + 1
 
 _ROW_RULES_OF_ID = ("not_null", "unique", "id_pattern")
 
@@ -125,246 +127,6 @@ def applies(columns: dict[str, str], spec: ReleaseSpec, n_rows: int) -> bool:
     if columns[rid].upper() not in ID_TYPES:
         return False
     return all(columns[c].upper() in VALUE_TYPES for c in attrs)
-
-
-def _values_of_file(path: Path) -> list[tuple[int, str | None]]:
-    """A column's distinct values file as ``(pos, v)`` pairs."""
-    import pyarrow.parquet as pq
-
-    t = pq.read_table(path, columns=["pos", "v"])
-    return list(zip(t.column("pos").to_pylist(), t.column("v").to_pylist()))
-
-
-def _lit(path: Path | str) -> str:
-    return "'" + str(path).replace("'", "''") + "'"
-
-
-def _export(wh: Warehouse, source: str, columns: dict[str, str], spec: ReleaseSpec, folder: Path,
-            rows: int, id_rows: int, flag: str, max_values: int, forms: tuple[str, str] | None) -> dict | None:
-    """Step 1: the distinct values of every attribute and the frames of distinct values, to Parquet.
-
-    With ``forms`` (:func:`~dpcore.validation.id_forms.form_map`) the record id is grouped like an
-    attribute, by its form, and the id chunks hold only the rows whose id is duplicated (the ``unique``
-    rule); if the id has more than ``max_values`` forms (counting stops there), or without ``forms``, the
-    id chunks hold every row.
-
-    Returns
-    -------
-    dict or None
-        None when an attribute has more than ``max_values`` distinct values. Else
-        ``values``: per attribute (raw column order; the record id first when grouped by form) its file of
-        ``(pos, v, n)`` and its count ``m``; ``frames``: files of distinct-value frames (ChunkTask inputs);
-        ``forms``: the forms used (None: the ids row by row, :func:`_export_ids`);
-        ``n_rows``, ``first_row``, ``last_row``.
-    """
-    rid = spec.dataset.record_id
-    attrs = [c for c in columns if c in set(spec.public_schema.columns)]
-    counted = {}
-    if forms is not None and write_form_counts(wh, source, rid, columns[rid], forms, id_rows, max_values,
-                                               folder / "id-forms.parquet"):
-        attrs = [rid, *attrs]  # the ids' forms counted from Arrow batches, read back as a column's values
-        counted[rid] = folder / "id-forms.parquet"
-    row = _q(ROW)
-
-    def op(con):
-        n, lo, hi = con.execute(f"SELECT count(*), min({row}), max({row}) FROM {source}").fetchone()
-        values = {}
-        for i, c in enumerate(attrs):
-            path = folder / f"values-{i:04d}.parquet"
-            counts = (f"SELECT v, n FROM read_parquet({_lit(counted[c])})" if c in counted
-                      else f"SELECT {_q(c)} AS v, count(*) AS n FROM {source} GROUP BY 1")
-            con.execute(
-                f"COPY (SELECT CAST(row_number() OVER (ORDER BY nullif(trim(CAST(v AS VARCHAR)), '') IS NULL, n DESC, v NULLS LAST) "
-                f"AS BIGINT) AS pos, v, n FROM ({counts})) TO {_lit(path)} (FORMAT parquet)"
-            )
-            os.chmod(path, 0o600)
-            m = con.execute(f"SELECT count(*) FROM read_parquet({_lit(path)})").fetchone()[0]
-            values[c] = (path, int(m))
-        by_form = rid in values
-        m_all = max(m for _, m in values.values())
-        if m_all > max_values:  # a column with that many values: row by row (memory stays within the cap)
-            return None
-        frames = []
-        for k, start in enumerate(range(1, m_all + 1, rows)):
-            stop = min(m_all + 1, start + rows)
-            sel, joins = [], []
-            for c, t in columns.items():
-                if c == ROW:
-                    sel.append(f"p.pos AS {row}")
-                elif c in values:
-                    path, m = values[c]
-                    a = f"d{len(joins)}"
-                    joins.append(f"JOIN read_parquet({_lit(path)}) {a} ON {a}.pos = CASE WHEN p.pos <= {m} "
-                                 f"THEN p.pos ELSE 1 END")
-                    sel.append(f"{a}.v AS {_q(c)}")
-                elif c == rid:  # the ids of the first rows (their rules are read from the id chunks)
-                    sel.append(f"i.{_q(c)} AS {_q(c)}")
-                else:  # undeclared columns: not validated, no value needed
-                    sel.append(f"CAST(NULL AS {t}) AS {_q(c)}")
-            path = folder / f"frame-{k:08d}.parquet"
-            con.execute(
-                f"COPY (SELECT {', '.join(sel)}, false AS {_q(flag)} FROM range({start}, {stop}) p(pos) "
-                f"{' '.join(joins)} {'' if by_form else f'LEFT JOIN {source} i ON i.{row} = p.pos '}ORDER BY p.pos) "
-                f"TO {_lit(path)} "
-                "(FORMAT parquet)"
-            )
-            os.chmod(path, 0o600)
-            frames.append(str(path))
-        return {"values": values, "frames": frames, "forms": forms if by_form else None,
-                "n_rows": int(n), "first_row": int(lo), "last_row": int(hi)}
-
-    return wh.run(op)
-
-
-def _export_ids(wh: Warehouse, source: str, columns: dict[str, str], spec: ReleaseSpec, folder: Path, id_rows: int,
-                flag: str, ex: dict) -> list[str]:
-    """Step 1, the ids: files of id chunks (ChunkTask inputs) for the rows :func:`_export` left to them.
-
-    Grouped by form (``ex["forms"]``), the chunks hold only the rows whose id is duplicated (the ``unique``
-    rule); else every row.
-    """
-    rid, row = spec.dataset.record_id, _q(ROW)
-
-    def op(con):
-        con.execute(f"CREATE OR REPLACE TEMP TABLE _dup_rows AS {_duplicated_rows_sql(source, columns, rid)}")
-        try:
-            if ex["forms"] is not None:  # the ids' own rules are read from the frames: the duplicated ids only
-                return copy_duplicated_rows(con, source, f"r.{row}, r.{_q(rid)}", flag, id_rows, folder, "ids")
-            return _copy_flagged_ranges(con, source, f"r.{row}, r.{_q(rid)}", flag, ex["first_row"], ex["last_row"],
-                                        id_rows, folder, "ids")
-        finally:
-            con.execute("DROP TABLE IF EXISTS _dup_rows")
-
-    return wh.run(op)
-
-
-def _typed_sql(expr: str, duck_type: str, col: str, spec: ReleaseSpec) -> str | None:
-    """SQL for a categorical cell's typed value where it is exact (valid cells only), else None (joined instead).
-
-    A valid categorical cell's text is a domain value's text: as text it is the cell itself (text
-    input, ``''`` missing) or the integer written in decimal (as :func:`_as_text` writes integers); an
-    integer domain's value is that text read as an integer. Numbers and other types are typed by
-    pandas (:func:`_typed_column`) and joined.
-    """
-    attr = spec.public_schema.categorical.get(col)
-    t = duck_type.upper()
-    if attr is None or t not in ID_TYPES:
-        return None
-    text = f"NULLIF({expr}, '')" if t == "VARCHAR" else f"CAST({expr} AS VARCHAR)"
-    return f"CAST({text} AS BIGINT)" if _int_domain(attr.domain) else text
-
-
-def _inline_sql(expr: str, duck_type: str) -> str | None:
-    """SQL typing a numeric cell as DuckDB would, or None where DuckDB has no such cast here (the values are joined).
-
-    Text is read by ``TRY_CAST(... AS DOUBLE)`` (``''`` missing), integers are converted. Used for a column
-    only when :func:`_casts_agree` found it gives pandas' value bit for bit on every distinct value passing the
-    column's rules (:func:`~dpcore.validation.cells._typed_column`), so a validated row holds the same double
-    either way.
-    """
-    t = duck_type.upper()
-    if t == "VARCHAR":
-        return f"TRY_CAST(NULLIF({expr}, '') AS DOUBLE)"
-    if t in ID_TYPES:
-        return f"CAST({expr} AS DOUBLE)"
-    return None
-
-
-def _casts_agree(values_path: Path, typed: "pd.DataFrame", cast_sql: str) -> bool:
-    """Whether ``cast_sql`` (over column ``v``) gives, for every position of ``typed``, its ``t`` bit for bit.
-
-    ``values_path`` is a column's distinct values (``pos``, ``v``); ``typed`` the pandas-typed value ``t`` of the
-    positions passing the column's rules. A missing value (NaN in pandas) must be NULL in DuckDB; any other
-    value the same 64 bits (so ``-0.0`` is not ``0.0``).
-    """
-    import duckdb
-
-    con = duckdb.connect()
-    try:
-        got = con.execute(f"SELECT pos, {cast_sql} AS x FROM read_parquet({_lit(values_path)}) ORDER BY pos").df()
-    finally:
-        con.close()
-    a = got.set_index("pos")["x"].reindex(typed["pos"].to_numpy()).to_numpy(dtype="float64", na_value=np.nan)
-    b = typed["t"].to_numpy(dtype="float64", na_value=np.nan)
-    na, nb = np.isnan(a), np.isnan(b)
-    return bool(np.array_equal(na, nb) and np.array_equal(a[~na].view(np.int64), b[~nb].view(np.int64)))
-
-
-#: Rows of a DuckDB row group (its storage's unit of writing).
-DUCKDB_ROW_GROUP_ROWS = 122_880
-#: Bytes of DuckDB memory per row of a range of the ``validated`` table sorted in memory (the demo's rows take
-#: about 100 bytes as sort payload; a wider table spills to DuckDB's temporary folder, correct and slower).
-SORT_BYTES_PER_ROW = 256
-
-
-def sorted_rows(memory: MemoryBudget) -> int:
-    """Rows per statement writing the ``validated`` table (:func:`_validated_in_ranges`): DuckDB's share / 256 bytes.
-
-    At least one DuckDB row group (122,880 rows). 2,097,152 rows at the default 2 GiB cap (DuckDB's 512 MiB).
-    """
-    return int(max(DUCKDB_ROW_GROUP_ROWS, memory.duckdb_bytes // SORT_BYTES_PER_ROW))
-
-
-def _validated_select(spec: ReleaseSpec, columns: dict[str, str], typed: dict[str, str]) -> list[str]:
-    """The ``validated`` table's columns as SQL over the raw row ``r``: ``_row``, the id as text, then each attribute.
-
-    ``typed`` gives the SQL of the attributes :func:`_typed_sql` does not type (a joined value or an inline cast).
-    """
-    rid = spec.dataset.record_id
-    row = _q(ROW)
-    sel = [f"CAST(r.{row} AS BIGINT) AS {row}"]
-    sel.append((f"r.{_q(rid)}" if columns[rid].upper() == "VARCHAR" else f"CAST(r.{_q(rid)} AS VARCHAR)") + f" AS {_q(rid)}")
-    for c in [*spec.public_schema.categorical, *spec.public_schema.numeric]:
-        direct = _typed_sql(f"r.{_q(c)}", columns[c], c, spec)
-        sel.append(f"{direct if direct is not None else typed[c]} AS {_q(c)}")
-    return sel
-
-
-def _validated_in_ranges(source: str, spec: ReleaseSpec, columns: dict[str, str], values: dict, typed_of: dict,
-                         inline: dict[str, str] | None, badrows_path: Path, folder: Path, first_row: int,
-                         last_row: int, per: int) -> list[SqlRows]:
-    """The ``validated`` rows as one statement per ``_row`` range of ``per`` rows, each sorted by ``_row``.
-
-    Each statement reads the range of the raw table, drops the failing rows (an ANTI JOIN with the range's
-    rows of ``badrows_path``) and types the numeric attributes: by ``inline`` (DuckDB's cast, checked against
-    pandas by :func:`_casts_agree`) or, when ``inline`` is None, by joining each cell to its pandas-typed value
-    (``typed_of``, written next to the values). DuckDB's joins do not keep the scan's order, so each range is
-    sorted by ``_row``; the ranges are appended in order, so the table is in ``_row`` order. A range fits DuckDB's
-    memory share (:func:`sorted_rows`), so its sort does not spill: one sort of the 100x demo's 33.7 million
-    rows spilled and took most of validation's time (issue 29, goal 2). Measured on the 10x demo while choosing
-    (2 cores, the statements alone): 1.36-1.42 s sorted by ranges, 1.6-1.9 s for an order-keeping filtered scan
-    without a join or a sort (a row bitmap or the failing values in the filter), 1.2-1.3 s for the same
-    statement without dropping any row; at 100x 13.7-15.2 s, 14.4-16.5 s (17.7-18.8 s with the bitmap) and
-    11.7-13.7 s.
-
-    Returns
-    -------
-    list of SqlRows
-        One statement per range, in ``_row`` order.
-    """
-    typed, joins = dict(inline or {}), []
-    if inline is None:
-        for c, frame in typed_of.items():
-            out = folder / f"typed-{list(values).index(c):04d}.parquet"
-            with private_open(out, "wb") as fh:
-                frame.to_parquet(fh, index=False)
-            a = f"x{len(joins)}"
-            joins.append(
-                f"JOIN (SELECT d.v, t.t FROM read_parquet({_lit(values[c][0])}) d JOIN read_parquet({_lit(out)}) t "
-                f"ON t.pos = d.pos) {a} ON r.{_q(c)} IS NOT DISTINCT FROM {a}.v"
-            )
-            typed[c] = f"{a}.t"
-    sel = ", ".join(_validated_select(spec, columns, typed))
-    row = _q(ROW)
-    out = []
-    for lo in range(first_row, last_row + 1, per):
-        hi = min(last_row + 1, lo + per)
-        out.append(SqlRows(
-            f"SELECT {sel} FROM {source} r {' '.join(joins)} ANTI JOIN (SELECT _row FROM read_parquet("
-            f"{_lit(badrows_path)}) WHERE _row >= {lo} AND _row < {hi}) b ON r.{row} = b._row "
-            f"WHERE r.{row} >= {lo} AND r.{row} < {hi} ORDER BY r.{row}"
-        ))
-    return out
 
 
 def _column_cols(e: dict) -> list[str]:
@@ -417,8 +179,6 @@ def validate_by_values(wh: Warehouse, ingest_result, spec: ReleaseSpec, columns:
 
     source = ingest_result.qualified_table
     rid = spec.dataset.record_id
-    from .chunked import _flag_name
-
     flag = _flag_name(columns)
     id_rows = memory.chunk_rows(BYTES_PER_ID_ROW)
     pattern = next(e.kwargs["regex"] for e in suite_entries(spec) if e.rule == "id_pattern")

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from ..ingest import ROW
-from ..spec import ReleaseSpec
+from dpcore.ingest.raw import ROW
+from dpcore.release.spec import ReleaseSpec
 from .rules import _NUMBER_BODY, _num_col
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 

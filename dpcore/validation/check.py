@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ingest import ROW
-from ..spec import ReleaseSpec
+from dpcore.ingest.raw import ROW
+from dpcore.release.spec import ReleaseSpec
 from .cells import _as_text, _cells_json, _json_clean, _parse_numbers, _typed
 from .outcome import RuleSummary
 from .rules import DERIVED_PREFIX, _num_col, _whole_col
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -127,7 +127,7 @@ def _check(raw: pd.DataFrame, duplicated: np.ndarray, spec: ReleaseSpec):
         great-expectations' complete result on the chunk (raw values: warehouse only).
     """
     if ROW not in raw.columns:
-        raise ValueError(f"raw table has no {ROW!r} column (load it with dpcore.ingest.load_raw)")
+        raise ValueError(f"raw table has no {ROW!r} column (load it with dpcore.ingest.raw.load_raw)")
     raw = raw.reset_index(drop=True)
     rows, frame, work = _work_frame(raw, spec)
     if rows.duplicated().any():

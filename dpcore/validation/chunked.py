@@ -27,23 +27,22 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from ..chunks import MemoryBudget, serial_map
-from ..ingest import ROW, IngestResult
-from ..lineage import new_nonce
-from ..partitions import scratch_dir
-from ..spec import ReleaseSpec
-from ..warehouse import Warehouse
+from dpcore.runtime.chunks import MemoryBudget, serial_map
+from dpcore.ingest.raw import ROW, IngestResult
+from dpcore.storage.lineage import new_nonce
+from dpcore.storage.partitions import scratch_dir
+from dpcore.release.spec import ReleaseSpec
+from dpcore.storage.warehouse import Warehouse
 from .by_values import applies, validate_by_values
 from .combine import _combine
-from .duplicates import _copy_flagged_ranges, _duplicated_rows_sql, _q
+from .duplicates import _copy_flagged_ranges, _duplicated_rows_sql, _flag_name, _q
 from .outcome import ValidationOutcome
-from .rules import DERIVED_PREFIX
 from .store import _ChunkRows, _store
 from .worker import ChunkTask, _validate_chunk
 
 
 #: Bytes per row and raw column of a chunk (a short text cell as a Python/Arrow string, as
-#: :meth:`dpcore.chunks.MemoryBudget.chunk_rows` counts it) and per derived float64 column.
+#: :meth:`dpcore.runtime.chunks.MemoryBudget.chunk_rows` counts it) and per derived float64 column.
 #: great-expectations' working set on a chunk is about twice the columns' size (measured on the
 #: demo: ~1.3 kB per row of 11 raw and 8 derived columns), well inside the cap's share for a chunk.
 BYTES_PER_TEXT_CELL = 60
@@ -68,14 +67,6 @@ def validation_chunk_rows(memory: MemoryBudget, spec: ReleaseSpec, n_columns: in
     """
     derived = sum(1 + int(a.integer) for a in spec.public_schema.numeric.values())
     return memory.chunk_rows(BYTES_PER_TEXT_CELL * n_columns + BYTES_PER_DERIVED_CELL * derived)
-
-
-def _flag_name(columns) -> str:
-    """A column name for the duplicate flag that no input column uses."""
-    name = f"{DERIVED_PREFIX}dup"
-    while name in set(columns):
-        name += "_"
-    return name
 
 
 def _export_chunks(wh: Warehouse, source: str, columns: dict[str, str], rid: str, rows: int,
@@ -145,7 +136,7 @@ def validate_table(
         Rows per chunk; default :func:`validation_chunk_rows` (public: from the cap and the columns).
     mapper : callable
         ``mapper(fn, items) -> list`` in the order of ``items``; default
-        :func:`dpcore.chunks.serial_map` (a Dask mapper may run the chunks on workers of this machine).
+        :func:`dpcore.runtime.chunks.serial_map` (a Dask mapper may run the chunks on workers of this machine).
 
     by_values : bool
         True (default): validate by distinct values (:mod:`dpcore.validation.by_values`, issue 29) when it

@@ -8,8 +8,8 @@ table).
 """
 from __future__ import annotations
 
-from ..ingest import ROW
-from ..spec import ReleaseSpec
+from dpcore.ingest.raw import ROW
+from dpcore.release.spec import ReleaseSpec
 from .check import ChunkVerdict
 from .outcome import RuleSummary, ValidationOutcome
 

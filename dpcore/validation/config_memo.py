@@ -40,7 +40,7 @@ import threading
 from great_expectations.core.id_dict import IDDict
 from great_expectations.expectations.expectation import Expectation
 
-from ..shared_scope import SharedScope
+from dpcore.runtime.shared_scope import SharedScope
 
 _LOCK = threading.Lock()  # the memo's writes
 _ORIGINAL = Expectation.__dict__["configuration"]
@@ -118,5 +118,5 @@ def _uninstall() -> None:
 
 #: ``with memoised_configurations():`` -- within the block, ``Expectation.configuration`` is built once per
 #: expectation (module docstring); nested and concurrent blocks share one memo
-#: (:class:`dpcore.shared_scope.SharedScope`).
+#: (:class:`dpcore.runtime.shared_scope.SharedScope`).
 memoised_configurations = SharedScope(_install, _uninstall)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ingest import ROW
-from ..private_files import private_umask
-from ..lazy_modules import lazy_module
+from dpcore.ingest.raw import ROW
+from dpcore.storage.private_files import private_umask
+from dpcore.runtime.lazy_modules import lazy_module
+from .rules import DERIVED_PREFIX
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -142,3 +143,11 @@ def copy_duplicated_rows(con, source: str, select: str, flag: str, rows: int, fo
         os.chmod(path, 0o600)
         paths.append(str(path))
     return paths
+
+
+def _flag_name(columns) -> str:
+    """A column name for the duplicate flag that no input column uses."""
+    name = f"{DERIVED_PREFIX}dup"
+    while name in set(columns):
+        name += "_"
+    return name

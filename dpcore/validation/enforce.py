@@ -8,7 +8,7 @@ and columns only.
 """
 from __future__ import annotations
 
-from ..spec import ReleaseSpec
+from dpcore.release.spec import ReleaseSpec
 from .outcome import ValidationFailed, ValidationOutcome
 from .rules import _RULE_TEXT
 

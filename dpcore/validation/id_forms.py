@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..private_files import private_open
+from dpcore.storage.private_files import private_open
 
 __all__ = ["form_map", "forms_of", "id_text_sql", "pattern_atoms", "to_form", "write_form_counts", "write_rows_of_forms"]
 

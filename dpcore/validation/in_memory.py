@@ -7,13 +7,13 @@ until :func:`~dpcore.validation.store_outcome` writes them.
 """
 from __future__ import annotations
 
-from ..ingest import ROW
-from ..spec import ReleaseSpec
+from dpcore.ingest.raw import ROW
+from dpcore.release.spec import ReleaseSpec
 from .check import _check
 from .combine import _combine
 from .duplicates import _duplicate_flags
 from .outcome import ValidationOutcome
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -27,7 +27,7 @@ def validate(raw: pd.DataFrame, spec: ReleaseSpec) -> ValidationOutcome:
     Parameters
     ----------
     raw : pandas.DataFrame
-        The table as ingested (:func:`dpcore.ingest.load_raw`), with the 1-based
+        The table as ingested (:func:`dpcore.ingest.raw.load_raw`), with the 1-based
         ``_row`` input row number. CSV cells are text; Parquet cells may be typed.
     spec : ReleaseSpec
 
@@ -47,7 +47,7 @@ def validate(raw: pd.DataFrame, spec: ReleaseSpec) -> ValidationOutcome:
         great-expectations could not evaluate a rule (names rule and column only).
     """
     if ROW not in raw.columns:
-        raise ValueError(f"raw table has no {ROW!r} column (load it with dpcore.ingest.load_raw)")
+        raise ValueError(f"raw table has no {ROW!r} column (load it with dpcore.ingest.raw.load_raw)")
     if pd.to_numeric(raw[ROW], errors="raise").duplicated().any():
         raise ValueError(f"raw table's {ROW!r} column is not unique")
     verdict, validated, quarantine, result = _check(raw, _duplicate_flags(raw, spec.dataset.record_id), spec)

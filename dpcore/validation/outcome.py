@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .rules import _RULE_TEXT
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -258,4 +258,4 @@ class ValidationDone:
     """
 
     dataset: str
-    table: str = field(repr=False)  # private: the same for every ingest of the same bytes (dpcore.ingest)
+    table: str = field(repr=False)  # private: the same for every ingest of the same bytes (dpcore.ingest.raw)

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..ingest import ROW
-from ..private_files import private_open
+from dpcore.ingest.raw import ROW
+from dpcore.storage.private_files import private_open
 from .cells import _as_text, _cells_json_array
 from .worker import read_rows
 

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..warehouse import Warehouse
+from dpcore.storage.warehouse import Warehouse
 from .outcome import ROW_NUMBERS, row_numbers_text  # noqa: F401 - the owner's texts of row numbers, per kind
 from .store import table_name
 
@@ -35,7 +35,7 @@ class StoredValidation:
     created_at : datetime
         When it was stored (UTC).
     spec_hash : str
-        The validation hash of the spec it ran under (:meth:`~dpcore.spec.ReleaseSpec.validation_hash`).
+        The validation hash of the spec it ran under (:meth:`~dpcore.release.spec.ReleaseSpec.validation_hash`).
     source_path : str or None
         The input file it read (the owner's path), when the catalogue has it.
     summary : dict
@@ -133,9 +133,9 @@ def hash_matches(stored: StoredValidation, spec_path, wh: Warehouse) -> bool:
     """
     import re
 
-    from ..periods import PeriodError, parse_label
-    from ..series import series_release_pattern
-    from ..spec import SpecError, load_spec
+    from dpcore.release.periods import PeriodError, parse_label
+    from dpcore.release.series import series_release_pattern
+    from dpcore.release.spec import SpecError, load_spec
 
     spec = load_spec(spec_path)
     if stored.spec_hash == spec.validation_hash():

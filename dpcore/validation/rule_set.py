@@ -13,8 +13,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..ingest import ROW
-from ..spec import ReleaseSpec
+from dpcore.ingest.raw import ROW
+from dpcore.release.spec import ReleaseSpec
 from .rules import _RULE_CHECK, NUMBER_PATTERN, _num_col, _whole_col
 
 __all__ = ["SuiteEntry", "public_rule_set", "suite_entries"]

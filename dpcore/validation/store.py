@@ -16,11 +16,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from ..ingest import IngestResult
-from ..spec import ReleaseSpec
-from ..warehouse import Warehouse
+from dpcore.ingest.raw import IngestResult
+from dpcore.release.spec import ReleaseSpec
+from dpcore.storage.warehouse import Warehouse
 from .outcome import ValidationOutcome
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -34,7 +34,7 @@ def validated_table_name(ingest_result: IngestResult, spec: ReleaseSpec) -> str:
     """Table name (in ``validated`` and ``quarantine``) for an input validated under a spec.
 
     Named by the raw table (one per distinct input: the same for every ingest of
-    the same bytes, :func:`dpcore.ingest.ingest`) and the spec's validation hash,
+    the same bytes, :func:`dpcore.ingest.raw.ingest`) and the spec's validation hash,
     so two specs with different schemas never overwrite each other's results.
     Private, like the raw table's name: a stored validation is reused under the
     hood (:func:`latest_passing_summary`, keyed on the content hash) and no public

@@ -15,16 +15,16 @@ import uuid
 
 import pandas as pd
 
-from ..deferred_imports import defer
-from ..ingest import ROW
-from ..spec import ReleaseSpec
+from dpcore.runtime.deferred_imports import defer
+from dpcore.ingest.raw import ROW
+from dpcore.release.spec import ReleaseSpec
 from .rule_set import public_rule_set, suite_entries  # noqa: F401  (public_rule_set: imported from here before)
 
 # No usage statistics from great-expectations (the pipeline runs offline).
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 # great-expectations imports scipy.stats and altair at its import and uses them only in expectations no suite
 # here builds (KS tests, KL divergence): loaded on their first use instead, 77 MiB and 0.7 s less
-# (dpcore.deferred_imports; issue 29, goals 4-5)
+# (dpcore.runtime.deferred_imports; issue 29, goals 4-5)
 defer("scipy.stats", "altair")
 
 import great_expectations as gx  # noqa: E402  (after the analytics switch)

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..private_files import private_open, write_private_text
-from ..spec import ReleaseSpec
+from dpcore.storage.private_files import private_open, write_private_text
+from dpcore.release.spec import ReleaseSpec
 from .check import ChunkVerdict, _check
-from ..lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 

@@ -15,8 +15,8 @@ from typing import Iterable
 
 import numpy as np
 
-from ...quoting import needs_quotes, quote, read_quoted
-from ...lazy_modules import lazy_module
+from dpcore.storage.quoting import needs_quotes, quote, read_quoted
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -43,7 +43,7 @@ def node_segment(column: str, value: object) -> str:
     -------
     str
         ``column=text`` for a plain text; ``column="..."`` (a JSON string
-        literal, :func:`dpcore.quoting.quote`) when the text holds ``/``,
+        literal, :func:`dpcore.storage.quoting.quote`) when the text holds ``/``,
         starts with ``"``, has leading or trailing whitespace or a character
         that is not printable.
     """

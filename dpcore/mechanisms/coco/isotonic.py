@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 
 import numpy as np
-from ...lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 _optimize = lazy_module("scipy.optimize")  # imported on first use (dpr spec check / plan never load scipy)
 

@@ -33,7 +33,7 @@ from typing import Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from ...budget import PrivacyCost, exact
+from dpcore.budget.amounts import PrivacyCost, exact
 from ...noise import NoiseSource, conservative_scale
 from .consistency import (HC_VARIANCE_RULES, aggregate_up, consistent_hc, discrete_laplace_variance,
                           hc_estimate, hc_variances, hg_estimate, hg_variances, naive_estimate, top_down)

@@ -28,7 +28,7 @@ from typing import Mapping
 import numpy as np
 
 from .hierarchy import Hierarchy
-from ...lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 

@@ -56,7 +56,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ...budget import exact
+from dpcore.budget.amounts import exact
 from .consistency import discrete_laplace_variance, gls_tree_variances
 from .hierarchy import Hierarchy
 

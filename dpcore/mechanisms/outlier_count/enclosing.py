@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...neighbors import ball_counts
+from dpcore.mechanisms.neighbors import ball_counts
 from .query import _as_points, _check_r
-from ...lazy_modules import lazy_module
+from dpcore.runtime.lazy_modules import lazy_module
 
 # imported on first use (dpr spec check / plan never load scipy)
 _sparse = lazy_module("scipy.sparse")

@@ -23,10 +23,10 @@ next to the count:
   public maximum ``G`` (``S <= G`` always), ``ceil(G z / alpha)``.
 * smooth Student's T: likewise at ``S = G``: the exact smallest integer ``h``
   with ``P(|round((G/s) Z)| <= h) >= level`` (rational arithmetic,
-  :func:`dpcore.accuracy.student_t2_half_width`; the rounding's half unit is
+  :func:`dpcore.mechanisms.accuracy.student_t2_half_width`; the rounding's half unit is
   part of it).
 
-All half-widths come from :mod:`dpcore.accuracy` (one implementation each).
+All half-widths come from :mod:`dpcore.mechanisms.accuracy` (one implementation each).
 :meth:`OutlierCountMechanism.half_width_at` evaluates the same figure at any
 value ``S`` of the smooth bound: at ``S = G`` it is the published bound above
 (``ci_half_width`` is exactly that call), at ``S = S(X)`` the actual,
@@ -56,8 +56,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from ...accuracy import discrete_laplace_half_width, gaussian_half_width, student_t2_half_width
-from ...budget import PrivacyCost
+from dpcore.mechanisms.accuracy import discrete_laplace_half_width, gaussian_half_width, student_t2_half_width
+from dpcore.budget.amounts import PrivacyCost
 from ...noise import NoiseSource, conservative_scale, lower_float, student_t2_shift_scale, upper_float
 from ..params import real_between
 from ..smooth_cdp_params import SmoothCDPParameters
@@ -551,13 +551,13 @@ class OutlierCountMechanism:
             ``k K_d^up + 1``.
             ``global_laplace``: the exact smallest such integer
             (:func:`discrete_laplace_half_width`).  ``global``:
-            ``ceil(sigma z)`` (:func:`dpcore.accuracy.gaussian_half_width`).  ``smooth``: the
+            ``ceil(sigma z)`` (:func:`dpcore.mechanisms.accuracy.gaussian_half_width`).  ``smooth``: the
             **bound** with ``S(X)`` replaced by its public maximum ``G``
             (``ceil(G z / alpha)``); the data-dependent sigma is never used, so
             the figure is identical on neighbouring datasets.
             ``smooth_student_t``: likewise at ``S = G``: the exact smallest
             integer ``h`` with ``P(|round(c_G Z)| <= h) >= level``,
-            ``c_G = G / s``, ``Z ~ T_2`` (:func:`dpcore.accuracy.student_t2_half_width`,
+            ``c_G = G / s``, ``Z ~ T_2`` (:func:`dpcore.mechanisms.accuracy.student_t2_half_width`,
             exact rationals; the half unit of the rounding is included).  It is
             non-decreasing in ``c`` and ``S(X) <= G``, so it covers every dataset.
         """
@@ -591,11 +591,11 @@ class OutlierCountMechanism:
         int
             ``global_laplace``: the exact smallest ``t`` with
             ``P(|Z| <= t) >= level`` at scale :meth:`laplace_scale`
-            (:func:`dpcore.accuracy.discrete_laplace_half_width`).
+            (:func:`dpcore.mechanisms.accuracy.discrete_laplace_half_width`).
             ``global``: ``ceil(gaussian_half_width(global_sigma(d), alpha))``.
             ``smooth``: ``ceil(gaussian_half_width(S / alpha_smooth, alpha))``
             (sigma rounded up as in the release).  ``smooth_student_t``:
-            :func:`dpcore.accuracy.student_t2_half_width` of the exact scale
+            :func:`dpcore.mechanisms.accuracy.student_t2_half_width` of the exact scale
             ``S / s`` (:meth:`student_t_scale`).  ``smooth_lln``, ``smooth_arsinh``:
             the smallest integer covering ``level`` of ``round((S / s) Z)``
             from the distribution's tail (:meth:`SmoothCDPParameters.half_width_at`).

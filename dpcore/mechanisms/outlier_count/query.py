@@ -4,7 +4,7 @@ Source: Okada, Fukuchi, Kakizaki & Sakuma, "Differentially Private Analysis of
 Outliers" (the paper); section/equation numbers are the paper's.
 
 Records are real vectors scaled to [0, 1] by the spec's *public* bounds
-(:func:`dpcore.neighbors.scale_by_bounds`).  In subspace ``S`` the distance is
+(:func:`dpcore.mechanisms.neighbors.scale_by_bounds`).  In subspace ``S`` the distance is
 ``dist_S(x, y) = sqrt(sum_{i in S} (x_i - y_i)^2 / |S|)`` (Section 3.1);
 :func:`subspace_view` returns coordinates in which plain Euclidean distance is
 ``dist_S``.  ``N_S(X, r, x)`` (Definition 7, eq. 12) are the *other* records
@@ -13,10 +13,10 @@ within ``r`` (closed ball; duplicates are distinct records and count), and
 ``q_count = |O_S(X, k, r)|`` (eq. 14).
 
 Every count runs on the distinct points weighted by their multiplicities
-(:class:`dpcore.neighbors.PointMultiset`; an array of records is aggregated
+(:class:`dpcore.mechanisms.neighbors.PointMultiset`; an array of records is aggregated
 first): a record's degree is the number of copies of the points within ``r``
 of its point minus one, the same for every copy (issue 21).  Ball membership
-uses the closed ball as evaluated by :func:`dpcore.neighbors.ball_counts`.
+uses the closed ball as evaluated by :func:`dpcore.mechanisms.neighbors.ball_counts`.
 
 Every function here returns exact statistics that must stay in the warehouse
 (DESIGN.md rule 6).
@@ -28,7 +28,7 @@ import numbers
 
 import numpy as np
 
-from ...neighbors import PointMultiset, _as_matrix, ball_counts
+from dpcore.mechanisms.neighbors import PointMultiset, _as_matrix, ball_counts
 
 __all__ = ["subspace_view", "neighbour_counts", "count_outliers"]
 
@@ -36,14 +36,14 @@ __all__ = ["subspace_view", "neighbour_counts", "count_outliers"]
 def _as_points(XS, name: str = "XS") -> np.ndarray:
     """Records as a finite float64 ``(N, d)`` array with ``d >= 1``.
 
-    The shared check of :func:`dpcore.neighbors._as_matrix` (one definition
+    The shared check of :func:`dpcore.mechanisms.neighbors._as_matrix` (one definition
     for the data checks of seeds 001 and 002).
     """
     return _as_matrix(XS, name, min_cols=1)
 
 
 def _multiset(XS, name: str = "XS") -> PointMultiset:
-    """``XS`` as distinct points with multiplicities (:class:`dpcore.neighbors.PointMultiset`).
+    """``XS`` as distinct points with multiplicities (:class:`dpcore.mechanisms.neighbors.PointMultiset`).
 
     An array of records is aggregated (records with the same coordinates have
     the same degree); a :class:`PointMultiset` (e.g. aggregated in the
@@ -145,7 +145,7 @@ def neighbour_counts(XS, r, cap: int | None = None) -> np.ndarray:
     Notes
     -----
     Counted over the distinct points weighted by multiplicity
-    (:func:`dpcore.neighbors.ball_counts` with ``weights``): memory and time
+    (:func:`dpcore.mechanisms.neighbors.ball_counts` with ``weights``): memory and time
     grow with the distinct points, not with the records.
     """
     r = _check_r(r)

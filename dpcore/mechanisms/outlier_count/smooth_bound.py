@@ -77,7 +77,7 @@ matter, so at most ``ceil(ln G / beta)`` steps are needed and degrees are only
 counted up to ``k + that`` (saturating counts).
 
 *Memory (issue 21).*  Every count runs on the distinct points weighted by
-their multiplicities (:class:`dpcore.neighbors.PointMultiset`; an array of
+their multiplicities (:class:`dpcore.mechanisms.neighbors.PointMultiset`; an array of
 records is aggregated first, the pipeline aggregates in the warehouse): a
 record's degree is the number of copies of the points within ``r`` of its
 point minus one, the same for every copy; the histograms of degrees and the
@@ -93,7 +93,7 @@ algorithm as its oracle).
 ``q_count`` need); a later ``t`` that needs more re-counts only the saturated
 records, with a larger cap.  :meth:`~dpcore.mechanisms.outlier_count.OutlierCountMechanism.release` takes both
 ``S(X)`` and ``q_count`` (``#{deg < k}``) from that one pass.  Counting uses
-:func:`dpcore.neighbors.ball_counts`, which in ``d >= 8`` switches from the
+:func:`dpcore.mechanisms.neighbors.ball_counts`, which in ``d >= 8`` switches from the
 KD-tree to blocked matrix products with an exact re-evaluation of pairs
 within rounding of ``r``.  None of this changes a released quantity: the
 degrees below the cap are exact either way, every ``U(t)`` is computed from
@@ -110,7 +110,7 @@ import math
 
 import numpy as np
 
-from ...neighbors import PointMultiset, ball_counts
+from dpcore.mechanisms.neighbors import PointMultiset, ball_counts
 from ..kissing import kissing_upper
 from .enclosing import relaxed_enclosable_bound
 from .query import _point_degrees

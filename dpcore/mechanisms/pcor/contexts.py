@@ -29,7 +29,7 @@ Conventions fixed by this module (shared by the whole ``pcor`` package)
 
   Values are written as ``str(value)``, bare when that text cannot be
   mistaken for the syntax and otherwise as a JSON string literal
-  (:func:`dpcore.quoting.quote`): ``status = "Unemployed, Laid Off"``,
+  (:func:`dpcore.storage.quoting.quote`): ``status = "Unemployed, Laid Off"``,
   ``city ∈ {"Washington, D.C.", " lead space", Zürich}``. A value is quoted
   when it is empty, has leading or trailing whitespace, starts with ``"``,
   holds a character that is not printable (line break, tab, no-break space,
@@ -50,8 +50,8 @@ from functools import cached_property
 
 import numpy as np
 
-from ...quoting import needs_quotes, quote, read_quoted
-from ...lazy_modules import lazy_module
+from dpcore.storage.quoting import needs_quotes, quote, read_quoted
+from dpcore.runtime.lazy_modules import lazy_module
 
 pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr plan` never load it
 
@@ -61,7 +61,7 @@ MAX_BITS = 64
 _AND = " ∧ "
 _ANY = "any"
 _EMPTY = "∅"
-# characters of the syntax: a value (name) holding one of them is written quoted (dpcore.quoting)
+# characters of the syntax: a value (name) holding one of them is written quoted (dpcore.storage.quoting)
 _VALUE_SPECIALS = ",{}∧∈∅"
 _NAME_SPECIALS = ",{}∧∈∅=:"
 _RESERVED = (_ANY,)

@@ -47,7 +47,14 @@ class ContextEvaluator:
     n_verified : int
         Distinct contexts passed to the verifier so far (cache misses,
         including every context of :meth:`enumerate_valid`).
+    work : dict
+        The operations of the search, counted by the samplers
+        (:func:`dpcore.mechanisms.pcor.samplers._tally`; internal).
+    fresh_validity : bool
+        ``True``: :meth:`valid` accepts ``fresh=True`` (the samplers' constant work).
     """
+
+    fresh_validity = True
 
     def __init__(self, index: CellIndex, verifier, row: int, utility: str = "population"):
         if utility not in UTILITIES:
@@ -67,10 +74,11 @@ class ContextEvaluator:
         self._enum_valid = np.zeros(0, dtype=bool)
         self._enum_population = np.zeros(0, dtype=np.int64)
         self.n_verified = 0
+        self.work: dict[str, int] = {}
 
     # ------------------------------------------------------------------ validity
 
-    def valid(self, contexts) -> np.ndarray:
+    def valid(self, contexts, fresh: bool = False) -> np.ndarray:
         """Whether each context is valid for ``V`` (``V ∈ D_C`` and ``f_M(D_C, V)``).
 
         Cached by packed key: only distinct, not-yet-seen contexts reach the
@@ -79,6 +87,11 @@ class ContextEvaluator:
         Parameters
         ----------
         contexts : (B, t) or (t,) bool
+        fresh : bool
+            ``True``: every row reaches the verifier (one batch), whether or
+            not it was verified before, so the work is the batch's size and
+            not the cache's hits (constant work, issue 46.2); the answers are
+            the same (the verifier is deterministic) and fill the cache.
 
         Returns
         -------
@@ -86,6 +99,18 @@ class ContextEvaluator:
         """
         ctx = self.space._as_batch(contexts)
         keys = self.space.pack(ctx)
+        if fresh:
+            res = np.asarray(self.verifier.verify(self.index, self.row, ctx), dtype=bool).reshape(-1)
+            in_enum = np.zeros(keys.shape[0], dtype=bool)
+            if self._enum_keys.size:
+                pos = np.minimum(np.searchsorted(self._enum_keys, keys), self._enum_keys.size - 1)
+                in_enum = self._enum_keys[pos] == keys
+            cache = self._cache
+            for key, v, e in zip(keys.tolist(), res.tolist(), in_enum.tolist()):
+                if not e and key not in cache:
+                    self.n_verified += 1
+                cache[key] = v
+            return res
         out = np.zeros(keys.shape[0], dtype=bool)
         known = np.zeros(keys.shape[0], dtype=bool)
         if self._enum_keys.size:

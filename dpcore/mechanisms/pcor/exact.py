@@ -82,7 +82,9 @@ def _final_distribution(evaluator, cands: np.ndarray, reference, epsilon_step: f
 
 def _uniform_distribution(mechanism, evaluator, max_outcomes: int) -> dict[Optional[int], float]:
     """Exact distribution of Algorithm 2 (unbounded rejection loop; module docstring)."""
-    start = S.start_context(evaluator, int(mechanism.max_start_evaluations), start=mechanism.start_rule_for(evaluator))
+    with S.without_constant_work():
+        start = S.start_context(evaluator, int(mechanism.max_start_evaluations),
+                                start=mechanism.start_rule_for(evaluator))
     if start is None:
         return {None: 1.0}
     reference = start if mechanism.utility == "overlap" else None
@@ -154,7 +156,8 @@ def exact_output_distribution(mechanism, evaluator, max_branches: int = 2_000_00
         if nodes > max_branches:
             raise ValueError(f"choice tree exceeds max_branches={max_branches}")
         try:
-            start, reference, cands = mechanism.sample_candidates(evaluator, _ReplayChooser(prefix))
+            with S.without_constant_work():  # the outputs are the same; padding would only cost time here
+                start, reference, cands = mechanism.sample_candidates(evaluator, _ReplayChooser(prefix))
         except _Branch as b:
             for i, q in enumerate(b.probabilities):
                 if q > 0.0:

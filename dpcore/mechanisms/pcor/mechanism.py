@@ -36,13 +36,13 @@ from __future__ import annotations
 import math
 
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Optional
 
 import numpy as np
 
-from ...budget import PrivacyCost, exact
+from dpcore.budget.amounts import PrivacyCost, exact
 from ...noise import NoiseSource
 from ..params import real_between
 from . import samplers as S
@@ -96,6 +96,13 @@ class PCORResult:
         (multi)set.
     n_em_calls : int
         Internal: exponential-mechanism calls made (``<= 1`` or ``<= n + 1``).
+    work : dict
+        Internal: the operations the search performed (``evaluator.work``:
+        ``start_contexts`` tested by the start rule, graph ``expansions``,
+        verifier ``queries``, ``utilities`` computed, ``selections`` and
+        their ``em_candidates``, padding included). Constant work (issue
+        46.2): every count depends on public parameters only, not on the
+        record or the data (the uniform sampler excepted).
     """
 
     context: Optional[np.ndarray]
@@ -104,6 +111,12 @@ class PCORResult:
     n_verified: int
     n_candidates: int
     n_em_calls: int = 0
+    work: dict = field(default_factory=dict)
+
+
+def _work(evaluator) -> dict:
+    """A copy of ``evaluator.work`` (``{}`` for evaluators that do not count)."""
+    return dict(getattr(evaluator, "work", None) or {})
 
 
 class _CountingChooser:
@@ -174,7 +187,9 @@ class PCORMechanism:
         (one call, all of ``epsilon``).
     max_start_evaluations : int
         Contexts tested by :func:`~dpcore.mechanisms.pcor.samplers.start_context`
-        before giving up with ``"no_valid_context"``; ``>= 1``.
+        before giving up with ``"no_valid_context"``; ``>= 1``.  Every search
+        tests all of them (``min(bound, 2^(t-m))``, twice for ``"full"``),
+        whatever it finds: constant work (issue 46.2).
     max_uniform_draws : int
         Draw bound of the uniform sampler (Algorithm 2); ``>= 1``.
     max_direct_contexts : int
@@ -189,6 +204,19 @@ class PCORMechanism:
       ``"no_valid_context"``.
     * Neighbour relation ``add-remove``; notion ``ocdp``; cost
       ``PrivacyCost(epsilon, 0)`` (module docstring).
+    * Constant work (issue 46.2, DESIGN.md rule 14): the work of a search
+      (contexts tested, expansions, verifier queries, utilities, selections
+      and their candidates) depends on public parameters only, not on the
+      record or the data, so a search's duration does not say whether the
+      record is an outlier or in the table: the start rule tests its whole
+      bound, DFS/BFS/random walk and the final selection are padded to their
+      maxima, and a search without a start runs the same search from
+      ``V``'s cell, discarded (:mod:`~dpcore.mechanisms.pcor.samplers`).
+      Padding draws come from a separate chooser, so every output is the
+      one of the unpadded search.  Not constant: the uniform sampler (its
+      draws run until ``n`` valid samples), and the verifier's own cost per
+      context (Grubbs works from per-cell sums, the same for every context;
+      LOF's and Histogram's per-context cost was not measured).
     * scikit-learn style: ``__init__`` stores the parameters only;
       :meth:`validate` (called by :meth:`cost`, :meth:`explain`, ...) checks
       them with messages naming the parameter and its allowed range.
@@ -493,28 +521,60 @@ class PCORMechanism:
         """
         self.validate()
         self._check_evaluator(evaluator)
+        pad = S._pad_chooser(chooser)
         start = S.start_context(evaluator, int(self.max_start_evaluations), start=self.start_rule_for(evaluator))
         if start is None:
+            if self.sampler != "uniform" and S.constant_work():
+                # constant work (issue 46.2): the same search from V's cell, every draw from the padding
+                # chooser, then the final selection's work; all of it discarded
+                dummy = np.asarray(evaluator.cell_context, dtype=bool).copy()
+                ref = dummy if self.utility == "overlap" else None
+                cands = self._candidates(evaluator, dummy, ref, pad, pad, None)
+                if cands.shape[0] == 0:
+                    cands = dummy[None, :]
+                S.select_final(evaluator, cands, self.final_step(), pad, ref, pad_to=self.final_pad(evaluator),
+                               pad=pad)
             return None, None, None
         reference = start if self.utility == "overlap" else None
+        cands = self._candidates(evaluator, start, reference, chooser, pad, progress)
+        if cands.shape[0] == 0:  # direct: COE_M(D, V) empty
+            S.select_final(evaluator, start[None, :], self.final_step(), pad, reference,
+                           pad_to=self.final_pad(evaluator), pad=pad)
+            return start, reference, None
+        return start, reference, cands
+
+    def _candidates(self, evaluator, start, reference, chooser, pad, progress):
+        """The sampler's candidate (multi)set from ``start`` (see :meth:`sample_candidates`)."""
         n = int(self.n_samples)
         step = self.epsilon_step()
         if self.sampler == "direct":
             cands = S.direct_candidates(evaluator, int(self.max_direct_contexts))
             if progress is not None:
                 progress(1, 1)
-            if cands.shape[0] == 0:
-                return start, reference, None
-        elif self.sampler == "uniform":
-            cands = S.uniform_candidates(evaluator, start, n, chooser, max_draws=int(self.max_uniform_draws),
-                                         progress=progress)
-        elif self.sampler == "random_walk":
-            cands = S.random_walk_candidates(evaluator, start, n, chooser, progress=progress)
-        elif self.sampler == "dfs":
-            cands = S.dfs_candidates(evaluator, start, n, step, chooser, reference=reference, progress=progress)
-        else:
-            cands = S.bfs_candidates(evaluator, start, n, step, chooser, reference=reference, progress=progress)
-        return start, reference, cands
+            return cands
+        if self.sampler == "uniform":
+            return S.uniform_candidates(evaluator, start, n, chooser, max_draws=int(self.max_uniform_draws),
+                                        progress=progress)
+        if self.sampler == "random_walk":
+            return S.random_walk_candidates(evaluator, start, n, chooser, progress=progress, pad=pad)
+        if self.sampler == "dfs":
+            return S.dfs_candidates(evaluator, start, n, step, chooser, reference=reference, progress=progress,
+                                    pad=pad)
+        return S.bfs_candidates(evaluator, start, n, step, chooser, reference=reference, progress=progress, pad=pad)
+
+    def final_pad(self, evaluator) -> int:
+        """The public candidate count the final selection is padded to (constant work, issue 46.2).
+
+        Returns
+        -------
+        int
+            ``2^(t - m)`` for ``direct`` (every context containing ``V``);
+            ``n + 1`` otherwise (the start and ``n`` samples, steps or
+            selections). Depends on public parameters only.
+        """
+        if self.sampler == "direct":
+            return 1 << int(np.count_nonzero(~np.asarray(evaluator.cell_context, dtype=bool)))
+        return int(self.n_samples) + 1
 
     def explain_with_chooser(self, evaluator, chooser, progress: Optional[Callable[[int, int], None]] = None
                              ) -> PCORResult:
@@ -536,10 +596,11 @@ class PCORMechanism:
         start, reference, cands = self.sample_candidates(evaluator, counting, progress)
         if cands is None:
             return PCORResult(None, "no_valid_context", start, int(evaluator.n_verified), 0,
-                              counting.n_exponential)
-        context = S.select_final(evaluator, cands, self.final_step(), counting, reference)
+                              counting.n_exponential, _work(evaluator))
+        context = S.select_final(evaluator, cands, self.final_step(), counting, reference,
+                                 pad_to=self.final_pad(evaluator))
         return PCORResult(context, "released", start, int(evaluator.n_verified), int(cands.shape[0]),
-                          counting.n_exponential)
+                          counting.n_exponential, _work(evaluator))
 
     def explain(self, evaluator, noise: NoiseSource, progress: Optional[Callable[[int, int], None]] = None
                 ) -> PCORResult:

@@ -72,6 +72,8 @@ The searches therefore only flip the ``t - m`` *free* bits (those not set in
 from __future__ import annotations
 
 import itertools
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Callable, Optional, Protocol, runtime_checkable
 
 import numpy as np
@@ -197,6 +199,125 @@ def _neighbours(evaluator, context: np.ndarray, free: np.ndarray) -> np.ndarray:
     return evaluator.space.flip_all(context)[free]
 
 
+# ---------------------------------------------------------------------------
+# Constant work (issue 46.2, DESIGN.md rule 14)
+# ---------------------------------------------------------------------------
+#
+# A search's duration is visible (Prefect stores every task's run time), so
+# the amount of work must not depend on the searched record: an outlier (its
+# own cell a valid start, a search that can go far) and an ordinary record (no
+# valid context) must do the same work.  Every search therefore performs a
+# fixed schedule that depends on public parameters only (``f = t - m`` free
+# bits, ``n``, the bounds): the start rule tests its whole bound; every
+# expansion verifies all ``f`` neighbours afresh (never from the cache, whose
+# hits depend on where the search went) and computes all ``f`` utilities;
+# every exponential-mechanism selection is padded to a public bound on its
+# candidate count; a graph search whose frontier or stack ran out, or that has
+# no start at all, continues with dummy expansions and selections whose
+# results are discarded.  Padding draws come from a separate chooser
+# (:func:`_pad_chooser`), never from the search's own chooser, so every
+# released output -- and every seeded test output -- is exactly what it was.
+
+
+#: Whether the samplers do constant work (on by default; :func:`without_constant_work` turns it off).
+_CONSTANT_WORK: ContextVar[bool] = ContextVar("pcor_constant_work", default=True)
+
+
+@contextmanager
+def without_constant_work():
+    """Within this block the samplers skip the constant-work padding and verify through the cache.
+
+    For :mod:`~dpcore.mechanisms.pcor.exact` only, which replays every branch
+    of a search's choice tree on one evaluator to compute the exact output
+    distribution (never a release): the outputs are the same either way, the
+    padding only costs time there.
+    """
+    token = _CONSTANT_WORK.set(False)
+    try:
+        yield
+    finally:
+        _CONSTANT_WORK.reset(token)
+
+
+def constant_work() -> bool:
+    """bool: whether the samplers pad their work (``False`` only inside :func:`without_constant_work`)."""
+    return _CONSTANT_WORK.get()
+
+
+def _tally(evaluator, key: str, amount: int) -> None:
+    """Add ``amount`` to ``evaluator.work[key]`` (the operations of a search; internal, never released)."""
+    work = getattr(evaluator, "work", None)
+    if work is not None:
+        work[key] = work.get(key, 0) + int(amount)
+
+
+def _verify(evaluator, contexts: np.ndarray) -> np.ndarray:
+    """Validity of every row of ``contexts``, each row sent to the verifier (no cache shortcut).
+
+    With a :class:`~dpcore.mechanisms.pcor.evaluator.ContextEvaluator` the
+    rows are verified afresh (``valid(..., fresh=True)``); evaluators without
+    that option (test doubles) answer through ``valid``.  Counted as
+    ``queries``.
+    """
+    _tally(evaluator, "queries", contexts.shape[0])
+    if getattr(evaluator, "fresh_validity", False) and _CONSTANT_WORK.get():
+        return np.asarray(evaluator.valid(contexts, fresh=True), dtype=bool)
+    return np.asarray(evaluator.valid(contexts), dtype=bool)
+
+
+def _pad_verify(evaluator, like: np.ndarray, count: int) -> None:
+    """Dummy work: verify ``count`` contexts (rows of ``like`` repeated), results discarded."""
+    if count > 0 and _CONSTANT_WORK.get():
+        like = np.atleast_2d(np.asarray(like, dtype=bool))
+        _verify(evaluator, like[np.arange(count) % like.shape[0]])
+
+
+def _pad_chooser(chooser) -> "Chooser":
+    """The chooser of the padding draws: never the search's own, so padding changes no output.
+
+    Of the same kind as the search's (the OS CSPRNG through OpenDP for a
+    production :class:`NoiseChooser`, so a padding draw costs what a real one
+    does); a seeded numpy source otherwise (tests, exact replays). Its draws
+    are discarded.
+    """
+    inner = chooser
+    while not isinstance(inner, NoiseChooser) and hasattr(inner, "inner"):
+        inner = inner.inner
+    if isinstance(inner, NoiseChooser) and inner.noise.publishable:
+        return NoiseChooser(NoiseSource())
+    return NoiseChooser(NoiseSource(seed=0))
+
+
+def _pad_em(evaluator, pad, real: int, bound: int, epsilon_step: float) -> None:
+    """Pad an exponential-mechanism selection over ``real`` candidates to ``bound`` candidates.
+
+    A selection is two draws, whatever ``real`` is: the real one over
+    ``real`` candidates (made by the caller; with ``real = 0``, a dummy
+    selection, a draw over one dummy candidate here) and one from ``pad``
+    over ``bound - real + 1`` dummy candidates (``bound + 1`` candidates in
+    all, counted under ``em_candidates``). Results discarded.
+    """
+    if not _CONSTANT_WORK.get():
+        return
+    real = int(real)
+    if real == 0:
+        pad.exponential(np.zeros(1), epsilon_step)
+        real = 1
+    total = max(int(bound), real) + 1
+    _tally(evaluator, "em_candidates", total)
+    pad.exponential(np.zeros(total - real), epsilon_step)
+
+
+def _frontier_bound(f: int, j: int) -> int:
+    """A public bound on BFS's frontier before its ``j``-th selection (``j >= 1``): ``f + (j - 1) max(f - 2, 0)``.
+
+    The first expansion adds at most ``f`` contexts; each selection removes
+    one and its expansion adds at most ``f - 1`` (the context it was reached
+    from is visited).
+    """
+    return int(f) + (int(j) - 1) * max(int(f) - 2, 0)
+
+
 class _Utilities:
     """Per-search cache of ``u_V(D, C)`` by packed key (Section 3.2).
 
@@ -223,9 +344,22 @@ class _Utilities:
                 self.cache[keys[i]] = float(v)
         return np.array([self.cache[k] for k in keys], dtype=np.float64)
 
+    def refresh(self, contexts: np.ndarray, keys: list[int]) -> None:
+        """Compute the utility of every row afresh (fixed work per expansion) and cache it; counted."""
+        if contexts.shape[0] == 0 or not _CONSTANT_WORK.get():
+            return
+        _tally(self.evaluator, "utilities", contexts.shape[0])
+        if self.reference is None:
+            vals = self.evaluator.utility(contexts)
+        else:
+            vals = self.evaluator.utility(contexts, reference=self.reference)
+        for k, v in zip(keys, np.asarray(vals)):
+            self.cache[k] = float(v)
+
 
 def select_final(evaluator, candidates: np.ndarray, epsilon_step: float, chooser: Chooser,
-                 reference: Optional[np.ndarray] = None) -> np.ndarray:
+                 reference: Optional[np.ndarray] = None, *, pad_to: Optional[int] = None,
+                 pad: Optional[Chooser] = None) -> np.ndarray:
     """The final exponential-mechanism selection ``Exp_u^{eps1}(D, C_M)``.
 
     Algorithm 1 line 9, Algorithm 2 line 12, Algorithm 3 line 17, Algorithm 4
@@ -243,15 +377,37 @@ def select_final(evaluator, candidates: np.ndarray, epsilon_step: float, chooser
     chooser : Chooser
     reference : numpy.ndarray or None
         ``C_V`` for the overlap utility, ``None`` for population size.
+    pad_to : int or None
+        Constant work (issue 46.2): a public bound on the candidate count
+        (:meth:`~dpcore.mechanisms.pcor.mechanism.PCORMechanism.final_pad`);
+        the utilities of ``pad_to`` rows (the candidates, then repeats of them)
+        are computed and the selection is padded to ``pad_to`` candidates by a
+        discarded draw from ``pad``. ``None``: no padding.
+    pad : Chooser or None
+        The padding chooser (default :func:`_pad_chooser` of ``chooser``).
 
     Returns
     -------
     numpy.ndarray, shape (t,), bool
         The selected context.  Cost: ``epsilon_step`` (= ``2 eps1``) under
-        OCDP, add/remove-one neighbours.
+        OCDP, add/remove-one neighbours (the padding draws are discarded and
+        read no data).
     """
-    u = _Utilities(evaluator, reference)(candidates)
+    if not _CONSTANT_WORK.get():
+        pad_to = None
+    if pad_to is None:
+        u = _Utilities(evaluator, reference)(candidates)
+    else:
+        k = candidates.shape[0]
+        rows = candidates[np.arange(max(int(pad_to), k)) % k]
+        _tally(evaluator, "utilities", rows.shape[0])
+        vals = evaluator.utility(rows) if reference is None else evaluator.utility(rows, reference=reference)
+        u = np.asarray(vals, dtype=np.float64)[:k]
+    _tally(evaluator, "selections", 1)
     j = int(chooser.exponential(u, epsilon_step))
+    if pad_to is not None:
+        _pad_em(evaluator, _pad_chooser(chooser) if pad is None else pad, candidates.shape[0], int(pad_to),
+                epsilon_step)
     return candidates[j].copy()
 
 
@@ -340,6 +496,16 @@ def start_context(evaluator, max_evaluations: int = 100_000, batch_size: int = 4
     ``C_V`` (the walk / search starts there; for the overlap utility it is
     also the reference), hold unchanged for either rule.  ``C_V`` does
     depend on the data (it is internal and never released on its own).
+
+    Constant work (issue 46.2, DESIGN.md rule 14): the rule's work does not
+    depend on the record or the data.  Every scan tests its whole bound
+    (``min(max_evaluations, 2^f)`` contexts, ``f = t - m`` free bits, in the
+    order above) and only then takes the first valid context of that order;
+    ``"full"`` always runs the ``"cell"`` scan as well; ``"climb"`` climbs
+    (from the cell when no start was found, its result then discarded) and
+    pads its tests to ``min(max_evaluations, f (f + 1) / 2)``.  Every context is
+    verified afresh (never answered from the cache).  The returned ``C_V``
+    is exactly the one of the early-exiting rule.
     """
     if not isinstance(start, str) or start not in START_RULES:
         raise ValueError(f"start must be one of {', '.join(START_RULES)}; got {start!r}")
@@ -347,14 +513,21 @@ def start_context(evaluator, max_evaluations: int = 100_000, batch_size: int = 4
         raise ValueError(f"max_evaluations must be an integer >= 1, got {max_evaluations!r}")
     max_evaluations = int(max_evaluations)
     cell = np.asarray(evaluator.cell_context, dtype=bool)
-    if start == "full":
-        found = _first_valid(evaluator, np.ones_like(cell), False, max_evaluations, batch_size)
-        if found is not None:
-            return found
+    # constant work (issue 46.2): every scan tests its whole bound, whatever it finds, and "full" always
+    # runs its "cell" fallback too; the start is the first valid context of the same order as before
+    top = _first_valid(evaluator, np.ones_like(cell), False, max_evaluations, batch_size) if start == "full" else None
     found = _first_valid(evaluator, cell.copy(), True, max_evaluations, batch_size)
-    if start == "climb" and found is not None:
-        return _climb(evaluator, found, max_evaluations)
+    if start == "full":
+        return top if top is not None else found
+    if start == "climb":
+        climbed = _climb(evaluator, cell if found is None else found, max_evaluations)
+        return None if found is None else climbed
     return found
+
+
+def _climb_bound(f: int, max_evaluations: int) -> int:
+    """The most contexts :func:`_climb` can test: ``min(max_evaluations, f (f + 1) / 2)`` (``f`` free bits)."""
+    return min(int(max_evaluations), f * (f + 1) // 2)
 
 
 def _climb(evaluator, base: np.ndarray, max_evaluations: int) -> np.ndarray:
@@ -367,29 +540,42 @@ def _climb(evaluator, base: np.ndarray, max_evaluations: int) -> np.ndarray:
     contexts were tested, returning the last valid context reached.  At most
     ``f`` rounds of at most ``f`` tests (``f`` free bits).  Reads the data only
     through validity, in a fixed order: a function of ``COE_M(D, V)``.
+    Constant work: after the ascent stops, dummy tests (repeats of the last
+    round's contexts, discarded) bring the count to :func:`_climb_bound`.
     """
     free = _free_bits(evaluator)
     c = np.asarray(base, dtype=bool).copy()
     evaluated = 0
+    last = c[None, :]
     while evaluated < max_evaluations:
         off = free[~c[free]][: max_evaluations - evaluated]
         if off.size == 0:
             break
         batch = np.repeat(c[None, :], off.size, axis=0)
         batch[np.arange(off.size), off] = True
-        ok = np.flatnonzero(np.asarray(evaluator.valid(batch), dtype=bool))
+        ok = np.flatnonzero(_verify(evaluator, batch))
         evaluated += off.size
+        last = batch
         if ok.size == 0:
             break
         c = batch[ok[0]].copy()
+    bound = _climb_bound(free.size, max_evaluations)
+    _pad_verify(evaluator, last, bound - evaluated)
+    _tally(evaluator, "start_contexts", max(bound, evaluated))
     return c
 
 
 def _first_valid(evaluator, base: np.ndarray, flip_to: bool, max_evaluations: int,
                  batch_size: int) -> Optional[np.ndarray]:
-    """First valid context setting free bits of ``base`` to ``flip_to``, by distance then lexicographically."""
+    """First valid context setting free bits of ``base`` to ``flip_to``, by distance then lexicographically.
+
+    Tests the whole bound (``min(max_evaluations, 2^f)`` contexts, in the same order and
+    batches whatever is found) and returns the first valid one of that order
+    -- the context the early-exiting scan returned -- or ``None``.
+    """
     free = _free_bits(evaluator)
     evaluated = 0
+    found = None
     for d in range(free.size + 1):
         combos = itertools.combinations(free.tolist(), d)
         while evaluated < max_evaluations:
@@ -401,14 +587,17 @@ def _first_valid(evaluator, base: np.ndarray, flip_to: bool, max_evaluations: in
                 idx = np.asarray(chunk, dtype=np.int64)
                 rows = np.repeat(np.arange(len(chunk)), d)
                 batch[rows, idx.ravel()] = flip_to
-            ok = np.asarray(evaluator.valid(batch), dtype=bool)
+            ok = _verify(evaluator, batch)
             evaluated += len(chunk)
             hit = np.flatnonzero(ok)
-            if hit.size:
-                return batch[hit[0]].copy()
-        if evaluated >= max_evaluations:
-            return None
-    return None
+            if found is None and hit.size:
+                found = batch[hit[0]].copy()
+            if found is not None and not _CONSTANT_WORK.get():  # exact replays only: stop at the first
+                break
+        if evaluated >= max_evaluations or (found is not None and not _CONSTANT_WORK.get()):
+            break
+    _tally(evaluator, "start_contexts", evaluated)
+    return found
 
 
 # ---------------------------------------------------------------------------
@@ -588,7 +777,7 @@ def uniform(evaluator, start: np.ndarray, n: int, epsilon_step: float, chooser: 
 
 
 def random_walk_candidates(evaluator, start: np.ndarray, n: int, chooser: Chooser, *,
-                           progress: Progress = None) -> np.ndarray:
+                           progress: Progress = None, pad: Optional[Chooser] = None) -> np.ndarray:
     """The random walk's multiset ``C_M`` (Algorithm 3, lines 1-15).
 
     From the current context, the paper draws connected contexts uniformly
@@ -612,6 +801,8 @@ def random_walk_candidates(evaluator, start: np.ndarray, n: int, chooser: Choose
         Only ``uniform`` is called.
     progress : callable or None
         ``progress(steps, n)`` after each step.
+    pad : Chooser or None
+        Chooser of the padding draws (default :func:`_pad_chooser`).
 
     Returns
     -------
@@ -625,13 +816,19 @@ def random_walk_candidates(evaluator, start: np.ndarray, n: int, chooser: Choose
     -----
     Privacy: moves depend on the data only through validity, so the walk's
     distribution is identical for OCDP neighbours (Theorem 5.3).
+    Constant work (issue 46.2): exactly ``n`` expansions of ``f`` fresh
+    verifications each; a walk stuck at ``C_V`` continues with dummy
+    expansions (discarded, their draws from ``pad``).
     """
     free = _free_bits(evaluator)
+    pad = _pad_chooser(chooser) if pad is None else pad
     current = np.asarray(start, dtype=bool).copy()
     walk = [current.copy()]
+    expansions = 0
     for step in range(int(n)):
         nb = _neighbours(evaluator, current, free)
-        idx = np.flatnonzero(np.asarray(evaluator.valid(nb), dtype=bool)) if nb.shape[0] else np.zeros(0, int)
+        expansions += 1
+        idx = np.flatnonzero(_verify(evaluator, nb)) if nb.shape[0] else np.zeros(0, int)
         if idx.size == 0:
             break
         j = int(chooser.uniform(idx.size))
@@ -639,6 +836,13 @@ def random_walk_candidates(evaluator, start: np.ndarray, n: int, chooser: Choose
         walk.append(current.copy())
         if progress is not None:
             progress(step + 1, int(n))
+    for _ in (range(expansions, int(n)) if _CONSTANT_WORK.get() else ()):  # padding: walk stuck
+        expansions += 1
+        nb = _neighbours(evaluator, current, free)
+        if nb.shape[0]:
+            _verify(evaluator, nb)
+        pad.uniform(max(int(free.size), 1))
+    _tally(evaluator, "expansions", expansions)
     return np.asarray(walk, dtype=bool)
 
 
@@ -675,7 +879,8 @@ def random_walk(evaluator, start: np.ndarray, n: int, epsilon_step: float, choos
 
 
 def dfs_candidates(evaluator, start: np.ndarray, n: int, epsilon_step: float, chooser: Chooser, *,
-                   reference: Optional[np.ndarray] = None, progress: Progress = None) -> np.ndarray:
+                   reference: Optional[np.ndarray] = None, progress: Progress = None,
+                   pad: Optional[Chooser] = None) -> np.ndarray:
     """Private depth-first search (Algorithm 4, lines 1-20), exactly ``n`` selections.
 
     The stack starts as ``[C_V]`` and ``Visited = {C_V}``.  Each iteration
@@ -702,6 +907,8 @@ def dfs_candidates(evaluator, start: np.ndarray, n: int, epsilon_step: float, ch
         ``C_V`` for the overlap utility.
     progress : callable or None
         ``progress(selections, n)`` after each selection.
+    pad : Chooser or None
+        Chooser of the padding draws (default :func:`_pad_chooser`).
 
     Returns
     -------
@@ -709,30 +916,48 @@ def dfs_candidates(evaluator, start: np.ndarray, n: int, epsilon_step: float, ch
         ``Visited`` in visiting order: ``C_V`` then the selected contexts, all
         distinct (a **set**); ``k = n + 1`` unless the reachable valid
         component had fewer contexts.
+
+    Notes
+    -----
+    Constant work (issue 46.2): a DFS makes at most ``2n - 1`` iterations
+    (``s`` selections and at most ``s + 1`` pops, or ``n`` selections and at
+    most ``n - 1`` pops); every search makes exactly ``2n - 1``, each
+    verifying all ``f`` neighbours afresh, computing their ``f`` utilities and
+    drawing over ``f`` candidates (a pop's draw, and the iterations after the
+    search ended, are dummies over ``C_V``'s neighbours, discarded, drawn
+    from ``pad``).
     """
     free = _free_bits(evaluator)
+    f = int(free.size)
+    pad = _pad_chooser(chooser) if pad is None else pad
     util = _Utilities(evaluator, reference)
     start = np.asarray(start, dtype=bool).copy()
     stack = [start]
     visited_keys = set(_keys(evaluator, start[None, :]))
     visited = [start.copy()]
     selections = 0
+    iterations = 0
     while selections < n and stack:
+        iterations += 1
         top = stack[-1]
         nb = _neighbours(evaluator, top, free)
+        _tally(evaluator, "selections", 1)
         if nb.shape[0] == 0:
             stack.pop()
             continue
         keys = _keys(evaluator, nb)
-        ok = np.asarray(evaluator.valid(nb), dtype=bool)
+        ok = _verify(evaluator, nb)
+        util.refresh(nb, keys)
         ok &= np.array([k not in visited_keys for k in keys], dtype=bool)
         idx = np.flatnonzero(ok)
         if idx.size == 0:
+            _pad_em(evaluator, pad, 0, f, epsilon_step)  # a pop does a selection's work
             stack.pop()
             continue
         children = nb[idx]
         child_keys = [keys[i] for i in idx]
         j = int(chooser.exponential(util(children, child_keys), epsilon_step))
+        _pad_em(evaluator, pad, idx.size, f, epsilon_step)
         c = children[j].copy()
         stack.append(c)
         visited_keys.add(child_keys[j])
@@ -740,6 +965,15 @@ def dfs_candidates(evaluator, start: np.ndarray, n: int, epsilon_step: float, ch
         selections += 1
         if progress is not None:
             progress(selections, int(n))
+    for _ in (range(iterations, 2 * int(n) - 1) if _CONSTANT_WORK.get() else ()):  # padding to 2n - 1
+        iterations += 1
+        _tally(evaluator, "selections", 1)
+        nb = _neighbours(evaluator, start, free)
+        if nb.shape[0]:
+            _verify(evaluator, nb)
+            util.refresh(nb, _keys(evaluator, nb))
+            _pad_em(evaluator, pad, 0, f, epsilon_step)
+    _tally(evaluator, "expansions", iterations)
     return np.asarray(visited, dtype=bool)
 
 
@@ -773,7 +1007,8 @@ def dfs(evaluator, start: np.ndarray, n: int, epsilon_step: float, chooser: Choo
 
 
 def bfs_candidates(evaluator, start: np.ndarray, n: int, epsilon_step: float, chooser: Chooser, *,
-                   reference: Optional[np.ndarray] = None, progress: Progress = None) -> np.ndarray:
+                   reference: Optional[np.ndarray] = None, progress: Progress = None,
+                   pad: Optional[Chooser] = None) -> np.ndarray:
     """Private breadth-first search (Algorithm 5, lines 1-14), exactly ``n`` selections.
 
     ``Visited = {C_V}`` and the frontier ``C_M`` holds the valid neighbours of
@@ -801,27 +1036,45 @@ def bfs_candidates(evaluator, start: np.ndarray, n: int, epsilon_step: float, ch
         ``C_V`` for the overlap utility.
     progress : callable or None
         ``progress(selections, n)`` after each selection.
+    pad : Chooser or None
+        Chooser of the padding draws (default :func:`_pad_chooser`).
 
     Returns
     -------
     numpy.ndarray, shape (k, t), bool
         ``Visited`` in visiting order (distinct), ``k = n + 1`` unless the
         frontier emptied first.
+
+    Notes
+    -----
+    Constant work (issue 46.2): exactly ``n`` expansions (``C_V``'s, then one
+    after each selection but the last), each verifying all ``f`` neighbours
+    afresh and computing their ``f`` utilities, and exactly ``n`` selections,
+    the ``j``-th drawn over :func:`_frontier_bound` ``(f, j)`` candidates (the
+    frontier, padded by a discarded draw from ``pad``); when the frontier
+    empties first, dummy selections and expansions (of ``C_V``'s neighbours,
+    discarded) follow.
     """
     free = _free_bits(evaluator)
+    f = int(free.size)
+    pad = _pad_chooser(chooser) if pad is None else pad
     util = _Utilities(evaluator, reference)
     start = np.asarray(start, dtype=bool).copy()
     visited_keys = set(_keys(evaluator, start[None, :]))
     visited = [start.copy()]
     frontier: list[np.ndarray] = []
     frontier_keys: list[int] = []
+    expansions = 0
 
     def expand(c: np.ndarray) -> None:
+        nonlocal expansions
+        expansions += 1
         nb = _neighbours(evaluator, c, free)
         if nb.shape[0] == 0:
             return
         keys = _keys(evaluator, nb)
-        ok = np.asarray(evaluator.valid(nb), dtype=bool)
+        ok = _verify(evaluator, nb)
+        util.refresh(nb, keys)
         in_frontier = set(frontier_keys)
         for i in np.flatnonzero(ok):
             k = keys[i]
@@ -834,7 +1087,9 @@ def bfs_candidates(evaluator, start: np.ndarray, n: int, epsilon_step: float, ch
     selections = 0
     while selections < n and frontier:
         u = util(np.asarray(frontier, dtype=bool), frontier_keys)
+        _tally(evaluator, "selections", 1)
         j = int(chooser.exponential(u, epsilon_step))
+        _pad_em(evaluator, pad, len(frontier), _frontier_bound(f, selections + 1), epsilon_step)
         c = frontier.pop(j)
         k = frontier_keys.pop(j)
         visited_keys.add(k)
@@ -844,6 +1099,16 @@ def bfs_candidates(evaluator, start: np.ndarray, n: int, epsilon_step: float, ch
             progress(selections, int(n))
         if selections < n:
             expand(c)
+    for s in (range(selections, int(n)) if _CONSTANT_WORK.get() else ()):  # padding: frontier empty
+        _tally(evaluator, "selections", 1)
+        _pad_em(evaluator, pad, 0, _frontier_bound(f, s + 1), epsilon_step)
+        if s + 1 < n:
+            expansions += 1
+            nb = _neighbours(evaluator, start, free)
+            if nb.shape[0]:
+                _verify(evaluator, nb)
+                util.refresh(nb, _keys(evaluator, nb))
+    _tally(evaluator, "expansions", expansions)
     return np.asarray(visited, dtype=bool)
 
 

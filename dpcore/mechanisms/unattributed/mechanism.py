@@ -74,8 +74,8 @@ from typing import Any
 
 import numpy as np
 
-from ...accuracy import check_alpha, discrete_laplace_half_width
-from ...budget import PrivacyCost, exact
+from dpcore.mechanisms.accuracy import check_alpha, discrete_laplace_half_width
+from dpcore.budget.amounts import PrivacyCost, exact
 from ...noise import NoiseSource, conservative_scale
 from ..coco.consistency import hc_estimate, naive_estimate, round_half_up
 from ..coco.isotonic import isotonic
@@ -589,7 +589,7 @@ def accuracy(method: str, epsilon, G: int, size_bound: int | None = None, alpha=
         * ``noise_scale`` and ``entry_half_width``: the discrete Laplace scale
           of the single measurement and the exact ``1 - alpha`` half-width of
           one noisy entry **before** post-processing
-          (:func:`dpcore.accuracy.discrete_laplace_half_width`).
+          (:func:`dpcore.mechanisms.accuracy.discrete_laplace_half_width`).
         * ``naive``, ``hg_l1``, ``hg_l2`` (``kind = "bound"``):
           ``max_entry_error``: with prob. ``>= 1 - alpha`` **every** released
           entry is within this of the true sorted entry (union bound: the

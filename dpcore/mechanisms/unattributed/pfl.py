@@ -87,7 +87,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpcore.budget import PrivacyCost, exact
+from dpcore.budget.amounts import PrivacyCost, exact
 from dpcore.noise import NoiseSource, conservative_scale
 
 from .pfl_messages import messages_block, weight_table

@@ -1,0 +1,99 @@
+"""A Parquet dataset: a folder of Parquet files, hive-partitioned or not, read as text cells (issue 31).
+
+``source: {kind: parquet, path: data/flights/, partitioning: hive}``. The files are every ``*.parquet``
+below the folder (names starting with ``_`` or ``.`` are metadata and skipped), read in the sorted order of
+their paths, so ``_row`` numbers the rows file after file. With ``partitioning: hive`` the ``key=value``
+folder names become columns whose text is the folder name's (``hive_types_autocast`` off: ``month=01``
+reads ``01``). Column types are checked against the spec (:func:`~dpcore.ingest.sources.columns.check_types`) from
+the files' footers before any row is read; then DuckDB streams the files into the text table under its
+memory limit (one ``CREATE TABLE ... AS``: no row passes through Python).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import duckdb
+
+from .columns import ROW, Column, check_names, check_types, duckdb_family, text_cells
+from .errors import SourceError
+
+if TYPE_CHECKING:
+    from dpcore.release.spec import ParquetSource, ReleaseSpec
+
+
+def where(source: "ParquetSource") -> str:
+    """How messages name the source (its folder: a path from the spec, never data)."""
+    return f"parquet dataset {source.path} (dataset.source.path)"
+
+
+def files(source: "ParquetSource") -> list[Path]:
+    """The dataset's Parquet files in sorted path order; refused when there is none."""
+    root = Path(source.path)
+    found = sorted(p for p in root.rglob("*.parquet")
+                   if p.is_file() and not any(part.startswith(("_", ".")) for part in p.relative_to(root).parts))
+    if not found:
+        raise SourceError(f"{where(source)} holds no *.parquet file; point dataset.source.path at the dataset's "
+                          "folder (or at one Parquet file)")
+    return found
+
+
+def stamps(paths: list[Path]) -> list[tuple]:
+    """Size, modification time and inode of every file (a file changed during the read is refused)."""
+    out = []
+    for p in paths:
+        st = p.stat()
+        out.append((str(p), st.st_size, st.st_mtime_ns, st.st_ino))
+    return out
+
+
+def _scan(source: "ParquetSource") -> str:
+    hive = "true" if source.partitioning == "hive" else "false"
+    return f"read_parquet(?, hive_partitioning = {hive}, hive_types_autocast = false, union_by_name = false)"
+
+
+def _input_error(exc: duckdb.Error) -> bool:
+    if isinstance(exc, (duckdb.InvalidInputException, duckdb.ConversionException, duckdb.BinderException)):
+        return True
+    return isinstance(exc, duckdb.IOException) and "lock" not in str(exc).lower()
+
+
+def columns(con, source: "ParquetSource", paths: list[Path]) -> list[Column]:
+    """The dataset's columns and types from the files' footers (no row read)."""
+    try:
+        rows = con.execute(f"DESCRIBE SELECT * FROM {_scan(source)}", [[str(p) for p in paths]]).fetchall()
+    except duckdb.Error as exc:
+        if not _input_error(exc):
+            raise
+        raise SourceError(f"{where(source)}: its files cannot be read as one Parquet dataset ({type(exc).__name__}: "
+                          "a file that is not Parquet, or files whose columns differ); check the folder holds one "
+                          "table's files, with partitioning: hive if it has key=value folders") from None
+    return [Column(r[0], r[1], duckdb_family(r[1])) for r in rows]
+
+
+def create(con, target: str, source: "ParquetSource", spec: "ReleaseSpec | None") -> list[Column]:
+    """Write the dataset into ``target`` as text cells (``_row`` first); types checked first when ``spec`` is given.
+
+    Raises
+    ------
+    SourceError
+        No file, unreadable files, a refused column type or name, or a file changed during the read.
+    """
+    paths = files(source)
+    before = stamps(paths)
+    cols = columns(con, source, paths)
+    check_names(where(source), cols)
+    if spec is not None:
+        check_types(where(source), cols, spec)
+    try:
+        con.execute(f"CREATE TABLE {target} AS SELECT row_number() OVER () AS {ROW}, {text_cells(cols)} "
+                    f"FROM {_scan(source)}", [[str(p) for p in paths]])
+    except duckdb.Error as exc:
+        if not _input_error(exc):
+            raise
+        raise SourceError(f"{where(source)}: a file could not be read ({type(exc).__name__}); check that every "
+                          "file is a complete Parquet file of the same columns") from None
+    if stamps(paths) != before:
+        raise SourceError(f"{where(source)}: a file changed while it was being read; ingest again once the "
+                          "dataset is complete")
+    return cols
