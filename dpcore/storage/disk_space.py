@@ -3,7 +3,7 @@
 Issue 51: a national table (hundreds of millions of rows) fills the warehouse's disk with its raw copy, the
 validated table, the detector's scratch exports and DuckDB's spill folder (``<warehouse>.tmp/``). A disk that
 cannot hold them used to fail in the middle of validation or detection with ``ENOSPC``; now the registration
-(:func:`dpcore.registration.register`) and the release's ingest stage (:func:`dpcore.pipeline.ingest_stage`,
+(:func:`dpcore.run.registration.register`) and the release's ingest stage (:func:`dpcore.run.pipeline.ingest_stage`,
 before the cost preflight reserves the first charge) compare an estimate of what they will write with the free
 space of the warehouse's file system and stop in one line naming both (:class:`NotEnoughDiskError`, an
 environment failure: exit code 1, like a full disk met later).
@@ -21,11 +21,11 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .faults import EnvironmentFault
+from dpcore.runtime.faults import EnvironmentFault
 
 if TYPE_CHECKING:
     from .settings import Settings
-    from .spec import ReleaseSpec
+    from dpcore.release.spec import ReleaseSpec
 
 #: Bytes of warehouse and scratch (DuckDB's spill folder, the scratch exports, the warehouse file's growth and
 #: its WAL) a registration or a release may add per byte of input, by the input's format. Measured by
@@ -61,7 +61,7 @@ def input_bytes(spec: "ReleaseSpec") -> int | None:
     """The input's size on disk in bytes, or None when it has no files of its own to measure.
 
     A CSV or Parquet file: its size; a Parquet dataset folder (hive-partitioned or not): the sum over its
-    ``*.parquet`` files (:func:`dpcore.sources.parquet_dataset.files`); a DuckDB source: its database file. A
+    ``*.parquet`` files (:func:`dpcore.ingest.sources.parquet_dataset.files`); a DuckDB source: its database file. A
     missing file gives None (the ingest then refuses it with its own message).
     """
     src = spec.dataset.source
@@ -71,8 +71,8 @@ def input_bytes(spec: "ReleaseSpec") -> int | None:
     path = Path(src.path)
     try:
         if kind == "parquet" and path.is_dir():
-            from .sources.errors import SourceError
-            from .sources.parquet_dataset import files
+            from dpcore.ingest.sources.errors import SourceError
+            from dpcore.ingest.sources.parquet_dataset import files
 
             try:
                 return sum(p.stat().st_size for p in files(src))
