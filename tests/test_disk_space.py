@@ -1,8 +1,8 @@
 """Issue 51: a disk too small for the raw copy, the validated table and DuckDB's spill is refused early.
 
-The registration and the release's ingest stage compare :func:`dpcore.storage.disk_space.needed_bytes` with the free
+The registration and the release's ingest stage compare :func:`dpcore.ingest.disk_space.needed_bytes` with the free
 space of the warehouse's disk before they read the input (the release: before its first charge). The free space
-is faked through :func:`dpcore.storage.disk_space.free_bytes`, the one place the check reads the file system.
+is faked through :func:`dpcore.ingest.disk_space.free_bytes`, the one place the check reads the file system.
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def _raw_tables(settings) -> int:
 
 def test_a_hive_partitioned_parquet_dataset_is_measured_by_its_files(tmp_path):
     """The estimate's input size: the sum of a hive-partitioned dataset's ``*.parquet`` files (metadata skipped)."""
-    from dpcore.storage import disk_space
+    from dpcore.ingest import disk_space
     from dpcore.release.spec import load_spec
 
     folder = tmp_path / "hive"
@@ -69,7 +69,7 @@ def test_a_hive_partitioned_parquet_dataset_is_measured_by_its_files(tmp_path):
 
 
 def test_a_registration_on_a_too_small_disk_is_refused_before_the_input_is_read(tmp_path, settings, monkeypatch):
-    from dpcore.storage import disk_space
+    from dpcore.ingest import disk_space
     from dpcore.runtime.faults import environment_fault
     from dpcore.budget.ledger import PrivacyLedger
     from dpcore.storage.warehouse import Warehouse
@@ -97,7 +97,7 @@ def test_a_registration_on_a_too_small_disk_is_refused_before_the_input_is_read(
 def test_a_release_on_a_too_small_disk_stops_before_its_first_charge(tmp_path, settings, monkeypatch):
     """A real flow run: the ingest stage refuses (one line, need and free named) before the cost preflight, so
     nothing is reserved or spent and no raw copy is written; with the space it needs the same release runs."""
-    from dpcore.storage import disk_space
+    from dpcore.ingest import disk_space
     from dpcore.runtime.faults import environment_fault
     from dpcore.budget.ledger import PrivacyLedger
     from dpcore.release.spec import load_spec

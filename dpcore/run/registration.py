@@ -22,7 +22,7 @@ from dpcore.budget.ledger import LedgerError, Registration
 from dpcore.storage.settings import Settings
 from dpcore.release.spec import ReleaseSpec
 from dpcore.steps.common import open_stores
-from dpcore.storage.disk_space import require_disk
+from dpcore.ingest.disk_space import require_disk
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def register(
         The input cannot be read.
     NotEnoughDiskError
         The warehouse's disk has less free space than the ingest, the fingerprints and DuckDB's spill may take
-        (:func:`dpcore.storage.disk_space.require_disk`, issue 51); nothing was read or recorded.
+        (:func:`dpcore.ingest.disk_space.require_disk`, issue 51); nothing was read or recorded.
     """
     stores = open_stores(settings)
     ledger = stores.ledger

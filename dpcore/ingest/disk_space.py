@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from dpcore.runtime.faults import EnvironmentFault
 
 if TYPE_CHECKING:
-    from .settings import Settings
+    from dpcore.storage.settings import Settings
     from dpcore.release.spec import ReleaseSpec
 
 #: Bytes of warehouse and scratch (DuckDB's spill folder, the scratch exports, the warehouse file's growth and
