@@ -21,6 +21,7 @@ from dpcore.steps.common import StepInputError, noise_test_seed, open_stores
 from dpcore.steps.record_counts import rejected_fraction_gate
 from dpcore.steps.rules import RulesDone
 from dpcore.validation import ValidationDone, enforce, latest_passing_summary, owner_summary, validated_table_name
+from dpcore.ingest.disk_space import require_disk
 
 
 class PreflightError(StepInputError):
@@ -166,9 +167,13 @@ def ingest_stage(spec: ReleaseSpec, settings: Settings) -> IngestResult:
     The record ids of every raw row are fingerprinted (HMAC under the owner's
     key) into that budget, internally only
     (:meth:`~dpcore.budget.ledger.PrivacyLedger.register_records`), so that a later
-    registration of a renamed copy of the data sees the overlap.
+    registration of a renamed copy of the data sees the overlap. Before the
+    input is read (and so before the cost preflight's first charge), a disk
+    too small for the raw copy, the validated table and DuckDB's spill stops
+    the run (:func:`dpcore.ingest.disk_space.require_disk`, issue 51).
     """
     require_registered(spec, settings)
+    require_disk(spec, settings, "the release")  # before the input is read and the first charge (issue 51)
     stores = open_stores(settings)
     result = ingest(spec, stores.warehouse, settings.data)
     rid = spec.dataset.record_id

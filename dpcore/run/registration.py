@@ -22,6 +22,7 @@ from dpcore.budget.ledger import LedgerError, Registration
 from dpcore.storage.settings import Settings
 from dpcore.release.spec import ReleaseSpec
 from dpcore.steps.common import open_stores
+from dpcore.ingest.disk_space import require_disk
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,9 @@ def register(
         with a larger ``DPR_MEMORY_LIMIT``).
     IngestError
         The input cannot be read.
+    NotEnoughDiskError
+        The warehouse's disk has less free space than the ingest, the fingerprints and DuckDB's spill may take
+        (:func:`dpcore.ingest.disk_space.require_disk`, issue 51); nothing was read or recorded.
     """
     stores = open_stores(settings)
     ledger = stores.ledger
@@ -107,6 +111,7 @@ def register(
     existing = ledger.repeat_registration(name, cap, spec.budget.neighbour, share, seps, reason)
     if existing is not None:  # identical to the recorded one (a different one was refused): no data read
         return RegistrationOutcome(existing, True)
+    require_disk(spec, settings, "the registration")  # before the input is read (issue 51)
     ingested = ingest(spec, stores.warehouse, settings.data)
     rid = spec.dataset.record_id
     if not stores.warehouse.query(

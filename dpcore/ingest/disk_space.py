@@ -1,0 +1,131 @@
+"""Enough free disk for a registration or a release, checked before the input is read or anything is charged.
+
+Issue 51: a national table (hundreds of millions of rows) fills the warehouse's disk with its raw copy, the
+validated table, the detector's scratch exports and DuckDB's spill folder (``<warehouse>.tmp/``). A disk that
+cannot hold them used to fail in the middle of validation or detection with ``ENOSPC``; now the registration
+(:func:`dpcore.run.registration.register`) and the release's ingest stage (:func:`dpcore.run.pipeline.ingest_stage`,
+before the cost preflight reserves the first charge) compare an estimate of what they will write with the free
+space of the warehouse's file system and stop in one line naming both (:class:`NotEnoughDiskError`, an
+environment failure: exit code 1, like a full disk met later).
+
+The estimate is :data:`NEED_PER_INPUT_BYTE` times the input's size on disk (the bytes of its files as the file
+system lists them: a public property of the files, like their names; no row is read, so it says nothing about a
+record, and the figures are rounded up to a tenth of a GB). Inputs without files of their own (a PostgreSQL
+table, the bundled demo) are not checked here: a full disk met later still stops the run with ``ENOSPC``.
+"""
+from __future__ import annotations
+
+import errno
+import math
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dpcore.runtime.faults import EnvironmentFault
+
+if TYPE_CHECKING:
+    from dpcore.storage.settings import Settings
+    from dpcore.release.spec import ReleaseSpec
+
+#: Bytes of warehouse and scratch (DuckDB's spill folder, the scratch exports, the warehouse file's growth and
+#: its WAL) a registration or a release may add per byte of input, by the input's format. Measured by
+#: ``benchmarks.scale --source parquet --factors 100`` (BENCHMARKS "Scale: national size ...", 2026-12-07, 33.7
+#: million rows, 0.303 GB of snappy Parquet): the registration grew the home by 4.56 GB at its peak (15.0 x the
+#: input; 2.97 GB of it DuckDB's spill while the record ids' HMAC fingerprints were made, 64 hex characters each),
+#: the release by 4.56 GB more over the 1.68 GB the registration left (15.0 x; the folder's second raw copy,
+#: the validated table, the detector's exports, the spill). Both times 1.25 (the spill varies with the load and
+#: the cap): 19. The same rows take 44.3 bytes each as CSV and 9.0 as this Parquet (4.9 x), so a CSV's factor
+#: is 19 / 4.9 = 3.9; a DuckDB source stores them about as the warehouse's raw table does (14.4 bytes a row): 12.
+NEED_PER_INPUT_BYTE = {"parquet": 19.0, "csv": 3.9, "duckdb": 12.0}
+
+
+class NotEnoughDiskError(EnvironmentFault):
+    """The warehouse's disk has less free space than the command will write (one line; nothing read or charged)."""
+
+    def __init__(self, line: str):
+        super().__init__(line, errno.ENOSPC)
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes for this user on the file system holding ``path`` (its nearest existing folder).
+
+    The one place the check reads the file system (tests replace it to fake a small disk).
+    """
+    p = Path(path).resolve()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return shutil.disk_usage(p).free
+
+
+def input_bytes(spec: "ReleaseSpec") -> int | None:
+    """The input's size on disk in bytes, or None when it has no files of its own to measure.
+
+    A CSV or Parquet file: its size; a Parquet dataset folder (hive-partitioned or not): the sum over its
+    ``*.parquet`` files (:func:`dpcore.ingest.sources.parquet_dataset.files`); a DuckDB source: its database file. A
+    missing file gives None (the ingest then refuses it with its own message).
+    """
+    src = spec.dataset.source
+    kind = src.kind
+    if kind not in NEED_PER_INPUT_BYTE:  # the demo (bundled, small) and database servers: nothing to measure
+        return None
+    path = Path(src.path)
+    try:
+        if kind == "parquet" and path.is_dir():
+            from dpcore.ingest.sources.errors import SourceError
+            from dpcore.ingest.sources.parquet_dataset import files
+
+            try:
+                return sum(p.stat().st_size for p in files(src))
+            except SourceError:  # no file: the ingest says so
+                return None
+        return path.stat().st_size
+    except FileNotFoundError:
+        return None
+
+
+def needed_bytes(spec: "ReleaseSpec") -> int | None:
+    """What a registration or a release of ``spec`` may write: :data:`NEED_PER_INPUT_BYTE` x :func:`input_bytes`."""
+    size = input_bytes(spec)
+    if size is None:
+        return None
+    return int(math.ceil(NEED_PER_INPUT_BYTE[spec.dataset.source.kind] * size))
+
+
+def _gb(n: float, up: bool) -> str:
+    tenths = math.ceil(n / 1e8) if up else math.floor(n / 1e8)
+    return f"{tenths / 10:.1f} GB"
+
+
+#: What each command writes, as its refusal names it
+_WRITES = {
+    "the registration": "the raw copy, the record ids' fingerprints and DuckDB's spill folder",
+    "the release": "the raw copy, the validated table, the detector's scratch exports and DuckDB's spill folder",
+}
+
+
+def require_disk(spec: "ReleaseSpec", settings: "Settings", what: str) -> None:
+    """Stop ``what`` (``"the registration"``, ``"the release"``) when the warehouse's disk is too small for it.
+
+    Called before the input is read and before the first charge. Compares :func:`needed_bytes` with
+    :func:`free_bytes` of the warehouse's folder (the spill folder and the scratch exports lie next to the
+    warehouse file, on the same file system).
+
+    Raises
+    ------
+    NotEnoughDiskError
+        One line: what is needed, what is free, where, and what to do; nothing was read or charged.
+    """
+    need = needed_bytes(spec)
+    if need is None:
+        return
+    folder = settings.warehouse.parent
+    free = free_bytes(folder)
+    if need <= free:
+        return
+    parts = _WRITES.get(what, _WRITES["the release"])
+    raise NotEnoughDiskError(
+        f"not enough free disk for {what} of dataset {spec.dataset.name}: {parts} need about {_gb(need, True)} on "
+        f"{folder} ({NEED_PER_INPUT_BYTE[spec.dataset.source.kind]:g} x the input's "
+        f"{(input_bytes(spec) or 0) / 1e9:.1f} GB of "
+        f"{spec.dataset.source.kind}), {_gb(free, False)} is free there; nothing was read or charged: free space "
+        "on that disk or point DPR_HOME (or DPR_WAREHOUSE) at a larger one, then run the same command again")
