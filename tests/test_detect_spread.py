@@ -67,7 +67,9 @@ def _spec(tmp_path: Path, name: str, spread: bool) -> Path:
         },
         "budget": {"epsilon": 10.0, "delta": 1.0e-6},
         "steps": {
-            "validation": {"max_rejected_fraction": 0.5},
+            # the gate off: on 120 rows the noisy record counts alone can put the rejected fraction past any
+            # threshold (it stopped a full-suite run once); this test is about the detector, not the gate
+            "validation": {"max_rejected_fraction": 1.0},
             "record_counts": {"enabled": True},
             "detect": {"enabled": True, "templates": [
                 {"name": "y_by_x", "behavioural": "y", "contextual": ["x", "g"]},
