@@ -171,3 +171,16 @@ def test_series_plan_blames_the_dataset_cap_first_when_it_is_the_limit(dpr_home,
     first = release_blockers(load_spec(path, period="2013-01"), ledger).reasons
     assert first[0].startswith("budget:") and first[1].startswith("budget.series_cap:"), first
     assert row.reason == "; ".join(first)
+
+
+def test_a_budget_refusal_never_prints_two_different_amounts_as_the_same_text():
+    """One ledger unit (10^-18) short: six significant digits read "would charge epsilon=3.2 but has epsilon=3.2
+    left" (seen in a full-suite run); the refusal prints the component that differs exactly."""
+    from dpcore.budget.amounts import texts_apart
+
+    asked = PrivacyCost("3.2")
+    left = PrivacyCost.from_units(asked.units[0] - 1, 10**13)
+    a, b = texts_apart(asked, left)
+    assert a == "(epsilon=3.2, delta=0)" and b == "(epsilon=3.199999999999999999, delta=1e-05)"
+    assert texts_apart(asked, asked) == (str(asked), str(asked))  # equal amounts: the usual short text
+    assert texts_apart(PrivacyCost(1), PrivacyCost(2)) == (str(PrivacyCost(1)), str(PrivacyCost(2)))

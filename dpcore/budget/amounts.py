@@ -110,6 +110,29 @@ class PrivacyCost:
         return f"(epsilon={float(self.epsilon):.6g}, delta={float(self.delta):.3g})"
 
 
+def _exact_text(x: Fraction) -> str:
+    """``x`` as a decimal with every digit the ledger keeps (at most 18 after the point), trailing zeros cut."""
+    whole, rest = divmod(x.numerator * UNITS_PER_ONE // x.denominator, UNITS_PER_ONE)
+    return f"{whole}.{rest:018d}".rstrip("0").rstrip(".")
+
+
+def texts_apart(a: PrivacyCost, b: PrivacyCost) -> tuple[str, str]:
+    """``a`` and ``b`` as text, each of epsilon and delta with as many digits as it takes to tell them apart.
+
+    A message that compares two amounts ("would charge … but … has … left") must not print two different
+    amounts as the same text: six significant digits read ``epsilon=3.2`` for 3.2 and for 3.2 less one ledger
+    unit (10^-18). Where the short texts of a component are equal but its values are not, both are printed
+    exactly (every digit the ledger keeps); otherwise the texts are ``str(a)``, ``str(b)``.
+    """
+    def part(x: Fraction, y: Fraction, short) -> tuple[str, str]:
+        tx, ty = short(x), short(y)
+        return (_exact_text(x), _exact_text(y)) if tx == ty and x != y else (tx, ty)
+
+    ea, eb = part(a.epsilon, b.epsilon, lambda v: f"{float(v):.6g}")
+    da, db = part(a.delta, b.delta, lambda v: f"{float(v):.3g}")
+    return f"(epsilon={ea}, delta={da})", f"(epsilon={eb}, delta={db})"
+
+
 def set_cap_hint(dataset: str) -> str:
     """How the data owner changes a cap; the same words in every message that points there."""
     return (f"`dpr budget set-cap {dataset} EPSILON [DELTA] --reason \"...\"` (the data owner's decision, recorded "

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from dpcore.budget.amounts import NeighbourConversionError, PrivacyCost, charge_under, set_cap_hint
+from dpcore.budget.amounts import NeighbourConversionError, PrivacyCost, charge_under, set_cap_hint, texts_apart
 from dpcore.budget.charge_keys import line_key
 from dpcore.budget.ledger import LedgerError, LineRequest, PrivacyLedger
 from dpcore.release.spec import ReleaseSpec
@@ -321,9 +321,10 @@ def plan_release(spec: ReleaseSpec, ledger: PrivacyLedger | None = None,
         if over:
             problems.append(over)
     if not plan.fits:
+        asked, left = texts_apart(plan.new, plan.remaining)
         problems.append(
-            f"budget: this release would charge {plan.new} but dataset "
-            f"{name!r} has {plan.remaining} left (spent {spent} of cap {cap}, {neighbour} neighbours). Lower a "
+            f"budget: this release would charge {asked} but dataset "
+            f"{name!r} has {left} left (spent {spent} of cap {cap}, {neighbour} neighbours). Lower a "
             f"step's epsilon/delta, disable a step, or, if the data owner approves, raise the cap with "
             f"{set_cap_hint(name)}"
         )
@@ -428,8 +429,9 @@ def release_blockers(spec: ReleaseSpec, ledger: PrivacyLedger | None, *,
             reasons.append(mismatch)
     left = plan.remaining - before
     if not plan.new.fits_within(left):
+        asked, left_text = texts_apart(plan.new, left)
         reasons.append(
-            f"budget: this release would charge {plan.new} but dataset {name!r} has {left} left"
+            f"budget: this release would charge {asked} but dataset {name!r} has {left_text} left"
             + (f" after the periods planned before it ({before})" if before != PrivacyCost(0) else "")
             + f" (spent {plan.spent} of cap {plan.cap}, {plan.neighbour} neighbours). Lower a step's epsilon/delta, "
             f"disable a step, or, if the data owner approves, raise the cap with {set_cap_hint(name)}")
