@@ -315,11 +315,40 @@ def disk_use(home: Path) -> tuple[int, int]:
     return tree_bytes(home), tree_bytes(home / "warehouse.duckdb.tmp")
 
 
+def _address_space_cap(cap_bytes: int):
+    """A ``preexec_fn`` that caps the child's address space (``RLIMIT_AS``) at ``cap_bytes``."""
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (cap_bytes, cap_bytes))
+
+    return limit
+
+
+def _wait_watched(proc: subprocess.Popen, watch, stop: threading.Event, timeout_s: float,
+                  t0: float) -> tuple[int, str | None, float]:
+    """Run ``watch`` on a thread while ``proc`` runs; kill its process group after ``timeout_s``.
+
+    Returns the exit code, the timeout's reason (None when it ended in time) and the wall seconds since ``t0``;
+    ``stop`` is set and the watcher joined before returning.
+    """
+    th = threading.Thread(target=watch, daemon=True)
+    th.start()
+    timed_out = None
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = f"timed out after {timeout_s / 60:.0f} min"
+        os.killpg(proc.pid, signal.SIGKILL)
+        rc = proc.wait()
+    wall = time.perf_counter() - t0
+    stop.set()
+    th.join()
+    return rc, timed_out, wall
+
+
 def watched(cmd: list[str], env: dict, log_path: Path, cap_bytes: int, timeout_s: float, home: Path) -> dict:
     """Run ``cmd`` (its own session, ``RLIMIT_AS`` = the cap) sampling its tree's RSS every 0.5 s and the disk under
     ``home`` every 2 s; killed above the cap or after ``timeout_s``. Returns the measurements."""
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (cap_bytes, cap_bytes))
+    limit = _address_space_cap(cap_bytes)
 
     la0 = load1()
     started = datetime.now()
@@ -348,17 +377,8 @@ def watched(cmd: list[str], env: dict, log_path: Path, cap_bytes: int, timeout_s
                 n += 1
                 stop.wait(0.5)
 
-        th = threading.Thread(target=watch, daemon=True)
-        th.start()
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            killed = f"timed out after {timeout_s / 60:.0f} min"
-            os.killpg(proc.pid, signal.SIGKILL)
-            rc = proc.wait()
-        wall = time.perf_counter() - t0
-        stop.set()
-        th.join()
+        rc, timed_out, wall = _wait_watched(proc, watch, stop, timeout_s, t0)
+        killed = timed_out or killed
     text = log_path.read_text(errors="replace").strip().splitlines()
     after, spill_after = disk_use(home)
     return {"rc": rc, "killed": killed, "wall_s": wall, "peak_tree_rss": peak, "peak_disk": peak_disk,
@@ -423,8 +443,7 @@ def run_pipeline(factor: int, spec: Path, run_dir: Path, timeout_s: float, cap_b
     if gnu_time.exists():
         cmd = [str(gnu_time), "-v"] + cmd
 
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (cap_bytes, cap_bytes))
+    limit = _address_space_cap(cap_bytes)
 
     out_f, err_f = open(run_dir / "stdout.log", "w"), open(run_dir / "stderr.log", "w")
     la0 = load1()
@@ -455,17 +474,8 @@ def run_pipeline(factor: int, spec: Path, run_dir: Path, timeout_s: float, cap_b
                 log(f"{factor}x: {time.perf_counter() - t0:.0f} s, tree RSS {rss / 2**30:.2f} GiB, load {loads[-1]:.2f}")
             stop.wait(0.5)
 
-    th = threading.Thread(target=watch, daemon=True)
-    th.start()
-    try:
-        rc = proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        killed = f"timed out after {timeout_s / 60:.0f} min"
-        os.killpg(proc.pid, signal.SIGKILL)
-        rc = proc.wait()
-    wall = time.perf_counter() - t0
-    stop.set()
-    th.join()
+    rc, timed_out, wall = _wait_watched(proc, watch, stop, timeout_s, t0)
+    killed = timed_out or killed
     out_f.close()
     err_f.close()
     la1 = load1()

@@ -8,7 +8,6 @@ single-process run's, bit for bit, and the bucket is empty afterwards, also afte
 """
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import socket
@@ -248,7 +247,6 @@ def test_detect_flow_on_a_dask_runner_through_s3_equals_the_default_runner(tmp_p
     import flows.detect
     from dpcore.storage.settings import Settings
     from dpcore.steps.common import open_stores
-    from flows.runner import task_runner_from_env
     from owner_registration import register_spec
 
     client, hidden = hidden_cluster
@@ -258,13 +256,7 @@ def test_detect_flow_on_a_dask_runner_through_s3_equals_the_default_runner(tmp_p
 
     up, reused = shipping.MOVED["up"], shipping.MOVED["reused"]
     out = {}
-    for name, runner, url in (("default", task_runner_from_env({}), None),
-                              ("dask", task_runner_from_env({"DPR_DASK_ADDRESS": client.scheduler.address}),
-                               f"s3://{BUCKET}/scratch")):
-        home = (hidden if url else tmp_path) / f"detect-{name}"
-        monkeypatch.setenv("DPR_HOME", str(home))
-        if url:
-            monkeypatch.setenv("DPR_SCRATCH_URL", url)
+    for name, runner in _each_runner(client, hidden, tmp_path, "detect", monkeypatch):
         register_spec(small_spec_path, Settings.from_env())
         flows.detect.detect_flow.with_options(task_runner=runner)(spec_path=str(small_spec_path))
         wh = open_stores(Settings.from_env()).warehouse
@@ -277,6 +269,20 @@ def test_detect_flow_on_a_dask_runner_through_s3_equals_the_default_runner(tmp_p
     # the second template's fit was sent the keys of the export the first one's had uploaded
     assert shipping.MOVED["reused"] > reused
     assert _store().listing() == []
+
+
+def _each_runner(client, hidden: Path, tmp_path: Path, prefix: str, monkeypatch):
+    """The default runner in a home of ``tmp_path``, then the Dask runner through the S3 store in a home the
+    workers cannot see (``hidden``): yields (name, runner) with ``DPR_HOME`` (and ``DPR_SCRATCH_URL``) set."""
+    from flows.runner import task_runner_from_env
+
+    for name, runner, url in (("default", task_runner_from_env({}), None),
+                              ("dask", task_runner_from_env({"DPR_DASK_ADDRESS": client.scheduler.address}),
+                               f"s3://{BUCKET}/scratch")):
+        monkeypatch.setenv("DPR_HOME", str((hidden if url else tmp_path) / f"{prefix}-{name}"))
+        if url:
+            monkeypatch.setenv("DPR_SCRATCH_URL", url)
+        yield name, runner
 
 
 def _release_spec(folder: Path, small_spec_path: Path, release_id: str) -> Path:
@@ -316,7 +322,6 @@ def test_a_seeded_release_through_s3_on_hidden_workers_equals_the_default_runner
     import flows.release_pipeline
     from dpcore.storage.scratch_store import shipping
     from dpcore.storage.settings import Settings
-    from flows.runner import task_runner_from_env
     from owner_registration import register_spec
 
     client, hidden = hidden_cluster
@@ -328,13 +333,7 @@ def test_a_seeded_release_through_s3_on_hidden_workers_equals_the_default_runner
     moved = dict(shipping.MOVED)
     workers_before = client.run(_worker_moved)
     out = {}
-    for name, runner, url in (("default", task_runner_from_env({}), None),
-                              ("dask", task_runner_from_env({"DPR_DASK_ADDRESS": client.scheduler.address}),
-                               f"s3://{BUCKET}/scratch")):
-        home = (hidden if url else tmp_path) / f"release-{name}"
-        monkeypatch.setenv("DPR_HOME", str(home))
-        if url:
-            monkeypatch.setenv("DPR_SCRATCH_URL", url)
+    for name, runner in _each_runner(client, hidden, tmp_path, "release", monkeypatch):
         register_spec(spec_path, Settings.from_env())
         res = flows.release_pipeline.release_pipeline.with_options(task_runner=runner)(spec_path=str(spec_path))
         out[name] = _public_files(Path(res["bundle"]))
@@ -540,7 +539,6 @@ def test_every_flow_opens_the_store_before_it_maps_work_and_a_flow_that_did_not_
     from prefect import Flow, flow
 
     import flows
-    from dpcore.storage.scratch_store import ScratchStoreError
     from flows.runner import task_runner_from_env
     from tasks.common import chunk_mapper, private_task
 
