@@ -452,7 +452,7 @@ def run_pipeline(factor: int, spec: Path, run_dir: Path, timeout_s: float, cap_b
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out_f, stderr=err_f, preexec_fn=limit,
                             start_new_session=True)
     peak_tree, killed, loads, samples = 0, None, [la0], []
-    disk = [0, 0]
+    disk, disk_samples = [0, 0], []
     stop = threading.Event()
 
     def watch() -> None:
@@ -468,6 +468,7 @@ def run_pipeline(factor: int, spec: Path, run_dir: Path, timeout_s: float, cap_b
             if watch_registration and n % 4 == 0:
                 d, sp = disk_use(home)
                 disk[0], disk[1] = max(disk[0], d), max(disk[1], sp)
+                disk_samples.append((round(time.perf_counter() - t0, 2), d))
             n += 1
             if n % 60 == 0:
                 loads.append(load1())
@@ -497,7 +498,7 @@ def run_pipeline(factor: int, spec: Path, run_dir: Path, timeout_s: float, cap_b
         "load_max": max(loads + [la1]), "started": started.isoformat(timespec="seconds"), "stages": stages,
         "ok": rc == 0 and killed is None, "rss_samples": samples, "memory_limit": memory_limit,
         "register_s": register_s, "register": reg,
-        "peak_disk": disk[0], "peak_spill": disk[1], "disk_after": disk_use(home)[0],
+        "peak_disk": disk[0], "peak_spill": disk[1], "disk_after": disk_use(home)[0], "disk_samples": disk_samples,
         "spill_after": disk_use(home)[1], "spill_left": (home / "warehouse.duckdb.tmp").exists(),
         "commit": _commit(),
     }
@@ -544,15 +545,16 @@ def parse_stages(err: str, started: datetime, wall: float) -> dict[str, float]:
 # --------------------------------------------------------------------------------------------- report
 
 
-def stage_peaks(res: dict) -> dict[str, int]:
-    """The largest sampled tree RSS inside each stage's time window."""
+def stage_peaks(res: dict, samples: str = "rss_samples") -> dict[str, int]:
+    """The largest sampled tree RSS (or, with ``samples="disk_samples"``, disk under the home) inside each stage's
+    time window."""
     out: dict[str, int] = {}
     start = 0.0
     for s in STAGE_NAMES:
         d = res["stages"].get(s)
         if d is None:
             continue
-        inside = [r for t, r in res.get("rss_samples", []) if start <= t <= start + d]
+        inside = [r for t, r in res.get(samples, []) if start <= t <= start + d]
         if inside:
             out[s] = max(inside)
         start += d
@@ -821,15 +823,25 @@ def national_section(results: list[dict], args) -> str:
             f"| {f}x | {r['rows']:,} | - | {status} | {secs(r.get('register_s'))} | {secs(r['wall_s'])} | {secs(total)}"
             " | - | - | - | - | - | - |")
     lines += ["", "Seconds per stage (`register` = `dpr dataset add`, the rest the release's stages), ratio to the "
-              "first factor in brackets, then the largest tree RSS sampled inside the stage (GB):", "",
+              "first factor in brackets, then the largest tree RSS sampled inside the stage (GB), then the largest "
+              "disk under `DPR_HOME` sampled inside the stage (GB, and x the input in brackets; the release's "
+              "stages include what the registration left):", "",
               "| stage | " + " | ".join(f"{r['factor']}x s" for r in ran) + " | "
-              + " | ".join(f"{r['factor']}x GB" for r in ran) + " |", "|---|" + "---|" * (2 * len(ran))]
+              + " | ".join(f"{r['factor']}x GB" for r in ran) + " | "
+              + " | ".join(f"{r['factor']}x disk GB" for r in ran) + " |", "|---|" + "---|" * (3 * len(ran))]
     first = ran[0] if ran else None
 
     def stage_s(r: dict, st: str) -> float | None:
         return r.get("register_s") if st == "register" else r["stages"].get(st)
 
     peaks = {r["factor"]: stage_peaks(r) for r in ran}
+    disks = {r["factor"]: stage_peaks(r, "disk_samples") for r in ran}
+
+    def disk_cell(r: dict, st: str) -> str:
+        b = (r.get("register") or {}).get("peak_disk") if st == "register" else disks[r["factor"]].get(st)
+        inp = r.get("input_bytes")
+        return "-" if b is None else gb(b) + (f" ({b / inp:.1f})" if inp else "")
+
     for st in ["register", *STAGE_NAMES]:
         cells = []
         for r in ran:
@@ -840,6 +852,7 @@ def national_section(results: list[dict], args) -> str:
             cells.append(c)
         cells += [gb((r.get("register") or {}).get("peak_tree_rss")) if st == "register"
                   else gb(peaks[r["factor"]].get(st)) for r in ran]
+        cells += [disk_cell(r, st) for r in ran]
         if any(c != "-" for c in cells):
             lines.append(f"| {st} | " + " | ".join(cells) + " |")
     lines += ["", "Goals of issue 51, computed from the rows above:", ""]
