@@ -123,3 +123,41 @@ def test_a_release_on_a_too_small_disk_stops_before_its_first_charge(tmp_path, s
     monkeypatch.setattr(disk_space, "free_bytes", lambda path: need)
     out = release_pipeline(spec_path=str(spec_path))
     assert Path(out["bundle"]).is_dir() and led.status("diskrun").spent.epsilon > 0
+
+
+def test_a_parquet_folders_release_after_its_registration_writes_no_second_raw_copy(tmp_path, settings, monkeypatch):
+    """The run that follows ``dpr dataset add`` of the same spec (same release id) finds the folder's rows in the
+    table the registration stored by their key computed from the files, and writes no copy (it used to write a
+    whole second raw table, then drop it). A file changed since gives other rows: a new table, as before; another
+    release id always gets its own table (issue 46.4)."""
+    from dpcore.ingest import raw as raw_module
+    from dpcore.release.spec import load_spec
+    from dpcore.run.pipeline import ingest_stage
+
+    folder = tmp_path / "hive"
+    df = pd.DataFrame({"id": [f"r{i}" for i in range(60)], "x": [i % 10 for i in range(60)],
+                       "m": [i % 3 for i in range(60)]})
+    df.to_parquet(folder, partition_cols=["m"], index=False)
+    spec_path = _spec(tmp_path, {"kind": "parquet", "path": str(folder), "partitioning": "hive"})
+    register_spec(spec_path, settings)
+    assert _raw_tables(settings) == 1
+    written = []
+    real = raw_module.create_text_table
+    monkeypatch.setattr(raw_module, "create_text_table", lambda con, target, *a, **k: written.append(target)
+                        or real(con, target, *a, **k))
+    spec = load_spec(spec_path)
+    first = ingest_stage(spec, settings)
+    assert written == [] and _raw_tables(settings) == 1
+    assert ingest_stage(spec, settings).table == first.table and written == []
+    # another row in one file: other rows, so a table of their own (not the stored one)
+    part = next(folder.rglob("*.parquet"))
+    changed = pd.read_parquet(part)
+    pd.concat([changed, changed.iloc[:1].assign(id="r99")]).to_parquet(part, index=False)
+    again = ingest_stage(spec, settings)
+    assert len(written) == 1 and again.table != first.table and _raw_tables(settings) == 2
+    # another release id: its own table whatever the rows
+    other = yaml.safe_load(spec_path.read_text())
+    other["release_id"] = "r2"
+    spec_path.write_text(yaml.safe_dump(other))
+    assert ingest_stage(load_spec(spec_path), settings).table not in (first.table, again.table)
+    assert len(written) == 2 and _raw_tables(settings) == 3

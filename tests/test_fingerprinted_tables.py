@@ -32,9 +32,9 @@ def _count_fingerprinting(monkeypatch) -> list[str]:
     calls: list[str] = []
     real = ledger_module._fingerprint_table
 
-    def counted(con, table_sql, id_column, pads, duckdb_bytes):
+    def counted(con, table_sql, id_column, pads, duckdb_bytes, budget):
         calls.append(table_sql)
-        return real(con, table_sql, id_column, pads, duckdb_bytes)
+        return real(con, table_sql, id_column, pads, duckdb_bytes, budget)
 
     monkeypatch.setattr(ledger_module, "_fingerprint_table", counted)
     return calls
@@ -120,11 +120,13 @@ def test_fingerprint_parts_follow_duckdbs_memory_and_the_ids_length():
 def test_fingerprints_in_parts_equal_one_distinct_and_one_join(tmp_path, kind, monkeypatch):
     """200k ids with repeats and NULLs in 3 parts, against a ledger whose budget 'b' holds a third of them and
     budget 'c' one: the same fingerprints as one DISTINCT over them all (each id's text, so -0.0 and 0.0 stay
-    two ids), the same overlaps as one join, and adding them to 'b' leaves 'b' holding each one once. (That
-    the parts fit where one statement does not is measured on 100x the demo under 512 MiB: README.)"""
+    two ids), the same overlaps as one join, and adding them to 'b' leaves 'b' holding each one once. Each part
+    passes through its own temporary table (issue 51: never one of every part's fingerprints, which spilled 34 GB
+    at 1000x the demo). (That the parts fit where one statement does not is measured on 100x the demo under
+    512 MiB: README.)"""
     import duckdb
 
-    from dpcore.storage.lineage import hmac_pads, hmac_sql
+    from dpcore.storage.lineage import hmac_pads, owner_hmac
 
     monkeypatch.setattr(ledger_module, "fingerprint_parts", lambda ids, length, memory: 3)
     con = duckdb.connect(str(tmp_path / "f.duckdb"))
@@ -134,25 +136,37 @@ def test_fingerprints_in_parts_equal_one_distinct_and_one_join(tmp_path, kind, m
                  "FROM range(200000) r(i)")
     pads = hmac_pads(b"k" * 32)
     every = sorted(r[0] for r in con.execute(
-        f"SELECT DISTINCT {hmac_sql('id')} FROM t WHERE id IS NOT NULL", pads).fetchall())
+        f"SELECT DISTINCT {ledger_module.fingerprint_sql('id')} FROM t WHERE id IS NOT NULL", pads).fetchall())
+    # the stored form is the HMAC's first 124 bits (fixed width, not its 64 hex digits)
+    one = con.execute("SELECT CAST(id AS VARCHAR) FROM t WHERE id IS NOT NULL LIMIT 1").fetchone()[0]
+    assert int(owner_hmac(b"k" * 32, one)[:31], 16) in set(every)
+    assert con.execute(f"SELECT typeof({ledger_module.fingerprint_sql(repr(one))})", pads).fetchone()[0] == "HUGEINT"
     con.execute("CREATE SCHEMA ledger")
-    con.execute("CREATE TABLE ledger.record_fingerprints (budget VARCHAR NOT NULL, fp VARCHAR NOT NULL)")
-    con.execute("CREATE TABLE held AS SELECT unnest(?::VARCHAR[]) AS fp", [every[::3]])
-    con.execute("INSERT INTO ledger.record_fingerprints SELECT 'b', fp FROM held")
-    con.execute("INSERT INTO ledger.record_fingerprints VALUES ('c', ?), ('c', ?)", [every[5], "f" * 64])
-    n, found = ledger_module._fingerprint_table(con, "t", "id", pads, 64 * 1024**2, overlaps=True)
-    got = [r[0] for r in con.execute("SELECT fp FROM _fp").fetchall()]
-    assert sorted(r[0] for r in con.execute("SELECT DISTINCT part FROM _fp").fetchall()) == [0, 1, 2]
-    assert len(got) == len(set(got)) == n == len(every)
-    assert set(got) == set(every)
-    assert found == {"b": len(every[::3]), "c": 1}
-    ledger_module._add_fingerprints(con, "b")
+    for stmt in ledger_module._DDL:
+        if "record_fingerprints" in stmt and stmt.startswith("CREATE"):
+            con.execute(stmt)
+    third = [f for f in every if f % 3 == 0]
+    con.execute(f"INSERT INTO ledger.record_fingerprints SELECT DISTINCT 'b', {ledger_module.fingerprint_sql('id')} AS fp "
+                "FROM t WHERE id IS NOT NULL AND fp % 3 = 0", pads)
+    con.execute("INSERT INTO ledger.record_fingerprints VALUES ('c', ?::HUGEINT), ('c', 12345)", [every[5]])
+    sizes: list[int] = []
+    real_execute = con.execute
+
+    class Watched:  # the size of _fp after each part's CREATE
+        def execute(self, sql, params=None):
+            out = real_execute(sql, params) if params is not None else real_execute(sql)
+            if sql.startswith("CREATE OR REPLACE TEMP TABLE _fp"):
+                sizes.append(real_execute("SELECT count(*) FROM _fp").fetchone()[0])
+            return out
+
+    n, found = ledger_module._fingerprint_table(Watched(), "t", "id", pads, 64 * 1024**2, "b", overlaps=True)
+    assert len(sizes) == 3 and sum(sizes) == n == len(every) and max(sizes) < len(every) * 0.4
+    assert found == {"b": len(third), "c": 1} and 0 < len(third) < len(every)
     held = [r[0] for r in con.execute("SELECT fp FROM ledger.record_fingerprints WHERE budget = 'b'").fetchall()]
     assert len(held) == len(set(held)) and set(held) == set(every)
     assert con.execute("SELECT count(*) FROM ledger.record_fingerprints WHERE budget = 'c'").fetchone()[0] == 2
     assert not con.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = '_fp'").fetchall()
-    # a budget holding none of them takes them all in one statement
-    assert ledger_module._fingerprint_table(con, "t", "id", pads, 64 * 1024**2) == (len(every), {})
-    ledger_module._add_fingerprints(con, "d")
+    # a budget holding none of them takes each part whole
+    assert ledger_module._fingerprint_table(con, "t", "id", pads, 64 * 1024**2, "d") == (len(every), {})
     assert con.execute("SELECT count(*), count(DISTINCT fp) FROM ledger.record_fingerprints WHERE budget = 'd'"
                        ).fetchone() == (len(every), len(every))

@@ -32,13 +32,14 @@ from dpcore.storage.warehouse import Warehouse, let_go
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]
 ROOT = Path(__file__).resolve().parents[1]
 OLD = Path(__file__).resolve().parent / "fixtures" / "old_homes"
+OLD_FINGERPRINTS = Path(__file__).resolve().parent / "fixtures" / "old_fingerprints"
 DPR = str(Path(sys.executable).with_name("dpr"))
 LAYOUTS = sorted(p.name for p in OLD.iterdir())
 
 
-def _old_home(layout: str, tmp_path: Path, monkeypatch) -> Path:
+def _old_home(layout: str, tmp_path: Path, monkeypatch, folder: Path = OLD) -> Path:
     home = tmp_path / "home"
-    shutil.copytree(OLD / layout, home)
+    shutil.copytree(folder / layout, home)
     gz = home / "warehouse.duckdb.gz"
     (home / "warehouse.duckdb").write_bytes(gzip.decompress(gz.read_bytes()))
     gz.unlink()
@@ -185,3 +186,39 @@ def test_a_fresh_home_without_a_warehouse_is_refused_as_unregistered_and_creates
         release_pipeline(spec_path=str(_spec(small_spec_path, tmp_path, "new-r1")))
     assert not (home / "warehouse.duckdb").exists()
     assert Settings.from_env().warehouse == home / "warehouse.duckdb"
+
+
+def test_hex_fingerprints_are_upgraded_to_124_bits_and_match_the_same_ids(tmp_path, monkeypatch):
+    """Issue 51: a warehouse of schema 3 (written by ``6d31182``: dataset ``people``, ids p0..p99, registered with
+    their HMACs as 64 hex digits) is upgraded to the 124-bit fingerprints; a registration of ids p50..p149 under
+    another name then finds the same 50 overlapping ids, and sharing the budget adds only the 50 new ones."""
+    from dpcore.budget.ledger import FINGERPRINT_TYPE, OverlapDecisionRequired
+    from dpcore.release.spec import load_spec
+    from dpcore.run.registration import register
+    from dpcore.storage.lineage import owner_hmac
+
+    home = _old_home("v3-6d31182", tmp_path, monkeypatch, OLD_FINGERPRINTS)
+    settings = Settings.from_env()
+    key = settings.owner_secret()
+    old = {r[0] for r in _raw(home, "SELECT fp FROM ledger.record_fingerprints WHERE budget = 'people'")}
+    assert old == {owner_hmac(key, f"p{i}") for i in range(100)}  # the fixture: hex HMACs of the ids
+    assert _raw(home, "SELECT value FROM ledger.meta WHERE name = 'schema_version'") == [("3",)]
+
+    csv = tmp_path / "renamed.csv"
+    csv.write_text("pid,x\n" + "".join(f"p{i},{i % 10}\n" for i in range(50, 150)))
+    spec = tmp_path / "renamed.yaml"
+    spec.write_text("release_id: renamed-r1\n"
+                    f"dataset: {{name: renamed, source: {{kind: csv, path: {csv}}}, record_id: pid}}\n"
+                    "schema: {numeric: {x: {min: 0, max: 10}}}\nbudget: {epsilon: 1.0}\n")
+    with pytest.raises(OverlapDecisionRequired) as err:
+        register(load_spec(spec), settings)
+    assert err.value.overlaps == {"people": 50}
+    assert _raw(home, "SELECT value FROM ledger.meta WHERE name = 'schema_version'") == [(str(SCHEMA_VERSION),)]
+    assert _raw(home, "SELECT data_type FROM information_schema.columns WHERE table_name = 'record_fingerprints' "
+                      "AND column_name = 'fp'") == [(FINGERPRINT_TYPE,)]
+    now = {r[0] for r in _raw(home, "SELECT fp FROM ledger.record_fingerprints WHERE budget = 'people'")}
+    assert now == {int(h[:31], 16) for h in old}  # the refusal added nothing
+    out = register(load_spec(spec), settings, share="people")
+    assert (out.overlaps, out.ids) == ({"people": 50}, 100)
+    held = _raw(home, "SELECT count(*), count(DISTINCT fp) FROM ledger.record_fingerprints WHERE budget = 'people'")
+    assert held == [(150, 150)]

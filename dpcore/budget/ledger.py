@@ -45,7 +45,8 @@ Rules enforced here (DESIGN.md, privacy rules 1, 2, 4):
   registered by the data owner (:meth:`PrivacyLedger.register_dataset`, the
   owner-only ``dpr dataset add NAME --spec S``) before any run can use it.
   Registration fingerprints the input's record ids with an HMAC under the
-  owner's key (:mod:`dpcore.storage.lineage`; the ids themselves are never stored),
+  owner's key (:mod:`dpcore.storage.lineage`; the ids themselves are never stored; a fingerprint is the
+  HMAC's first 124 bits, :data:`FINGERPRINT_TYPE`),
   shows the owner which budgets' records they overlap and how many
   (:meth:`PrivacyLedger.overlaps`), and needs the owner's choice when they
   overlap: share one of those budgets, or keep a separate budget on purpose
@@ -196,8 +197,10 @@ _DDL = [
         dataset VARCHAR NOT NULL, other VARCHAR NOT NULL, reason VARCHAR NOT NULL, created_at TIMESTAMPTZ NOT NULL,
         PRIMARY KEY (dataset, other))""",
     # no key: an index over every record's fingerprint would have to fit in DuckDB's memory (issue 21);
-    # register_records inserts only fingerprints the budget does not hold yet (an anti-join, which spills)
-    """CREATE TABLE IF NOT EXISTS ledger.record_fingerprints (budget VARCHAR NOT NULL, fp VARCHAR NOT NULL)""",
+    # register_records inserts only fingerprints the budget does not hold yet (an anti-join, part by part).
+    # fp: the HMAC's first 124 bits (FINGERPRINT_TYPE; schema 4: warehouses of schema 3 and before held the
+    # HMAC's 64 hex digits and are converted by dpcore.budget.ledger_upgrade, compact_fingerprints)
+    """CREATE TABLE IF NOT EXISTS ledger.record_fingerprints (budget VARCHAR NOT NULL, fp HUGEINT NOT NULL)""",
     # raw tables whose record ids are in a budget's fingerprints (a raw table never changes: issue 32, a run
     # over a stored input does not fingerprint it again); key_id: an HMAC label of the owner key used
     """CREATE TABLE IF NOT EXISTS ledger.fingerprinted_tables (
@@ -575,11 +578,58 @@ def _registration(row) -> Registration:
     return Registration(d, b, c, r, json.loads(sep), PrivacyCost.from_units(ec, dc), nb, t)
 
 
+#: How ``ledger.record_fingerprints`` stores a record id's fingerprint: the first 124 bits (31 hex digits) of its
+#: HMAC-SHA256 under the owner's key (:func:`dpcore.storage.lineage.hmac_sql`) as a (non-negative) 128-bit
+#: integer, 16 bytes of fixed width where the 64 hex digits took 64 (and about 80 in DuckDB's memory and spill).
+#: A truncated HMAC is a pseudorandom function of the id like the whole one, so two different ids share a
+#: fingerprint with probability 2^-124: matching m new ids against n held ones finds on average at most
+#: m*n/2^124 false overlaps, 6e-20 for a billion against a billion (a false overlap only adds one to the owner's
+#: private overlap count; no overlap is ever missed). Not UHUGEINT (all 128 bits): DuckDB 2.0's hash aggregate
+#: (DISTINCT, EXCEPT) over UHUGEINT slows down quadratically (150k values: 35 s; HUGEINT: 1 s at a load of 9). Issue 51: at
+#: 1000x the demo the hex fingerprints filled 34 GB of DuckDB's spill folder.
+FINGERPRINT_TYPE = "HUGEINT"
+_FINGERPRINT_HEX_DIGITS = 31
+
+
+def fingerprint_sql(column_sql: str) -> str:
+    """SQL computing the stored fingerprint (:data:`FINGERPRINT_TYPE`) of ``column_sql``'s text.
+
+    Takes :func:`dpcore.storage.lineage.hmac_sql`'s two BLOB parameters (the pads of
+    :func:`dpcore.storage.lineage.hmac_pads`). Equal to :func:`fingerprint_of_hex` of the HMAC's hex digits, so a
+    converted old ledger matches the same ids (:func:`compact_fingerprints`).
+    """
+    return fingerprint_of_hex(hmac_sql(column_sql))
+
+
+def fingerprint_of_hex(hex_sql: str) -> str:
+    """SQL turning a 64-hex-digit HMAC (the layout before schema 4) into the stored fingerprint: its first 31 digits."""
+    return f"('0x' || left({hex_sql}, {_FINGERPRINT_HEX_DIGITS}))::{FINGERPRINT_TYPE}"
+
+
+def compact_fingerprints(con) -> bool:
+    """Convert ``ledger.record_fingerprints.fp`` from 64 hex digits to :data:`FINGERPRINT_TYPE`, in place.
+
+    For :func:`dpcore.budget.ledger_upgrade.upgrade` (schema 3 -> 4), inside its transaction: one ``ALTER
+    TABLE ... SET DATA TYPE ... USING`` (a column rewrite, streamed by DuckDB; no row passes through Python).
+    Each held fingerprint becomes the one :func:`fingerprint_sql` computes for the same id under the same key,
+    so a later registration finds the same overlaps. Returns whether anything was converted (False: no table,
+    or already converted).
+    """
+    row = con.execute("SELECT data_type FROM information_schema.columns WHERE table_schema = 'ledger' AND "
+                      "table_name = 'record_fingerprints' AND column_name = 'fp'").fetchone()
+    if row is None or row[0] == FINGERPRINT_TYPE:
+        return False
+    con.execute(f"ALTER TABLE ledger.record_fingerprints ALTER COLUMN fp SET DATA TYPE {FINGERPRINT_TYPE} "
+                f"USING {fingerprint_of_hex('fp')}")
+    return True
+
+
 #: Bytes of DuckDB's memory a part of the fingerprinting holds per id (the id's text aside when it is longer
 #: than :data:`_INLINE_TEXT`, DuckDB's inline string): half of DuckDB's memory over this is a part's ids. Measured
 #: here (DuckDB 2.0, 2 threads): a DISTINCT over 850k ten-character ids ran in 16 MiB and one over 1.7M did not
-#: (about 20 and 10 bytes per id); a join of 1M and of 2M fingerprints (64 hex digits) against 33.7M ran in
-#: 64 MiB (2.2 s, 3.3 s) and one of 4M did not (about 34 and 17 bytes per fingerprint).
+#: (about 20 and 10 bytes per id); a join of 1M and of 2M fingerprints (then 64 hex digits; now 16 bytes, so
+#: this is an upper bound) against 33.7M ran in 64 MiB (2.2 s, 3.3 s) and one of 4M did not (about 34 and 17
+#: bytes per fingerprint).
 _PART_BYTES_PER_ID = 32
 _INLINE_TEXT = 12
 #: DuckDB's memory a part cannot use (its buffers; bytes): at 16 MiB a join of 50k fingerprints against 33.7M
@@ -617,22 +667,27 @@ def fingerprint_parts(ids: int, mean_length: float, duckdb_bytes: int) -> int:
     return max(1, -(-int(ids) // per_part))
 
 
-def _fingerprint_table(con, table_sql: str, id_column: str, pads: list[bytes], duckdb_bytes: int,
+def _fingerprint_table(con, table_sql: str, id_column: str, pads: list[bytes], duckdb_bytes: int, budget: str,
                        overlaps: bool = False) -> tuple[int, dict[str, int]]:
-    """``_fp (part, fp)``: the distinct HMAC fingerprints of a raw table's non-null record ids (a temp table).
+    """Add the HMAC fingerprints of a raw table's distinct non-null record ids to ``budget`` (once each).
 
     The ids are taken as text (what is fingerprinted), made distinct in :func:`fingerprint_parts` parts split
-    by DuckDB's hash of that text (parts are disjoint, so their union is distinct, and each distinct id is
-    fingerprinted once), and written part after part (DuckDB spills the table to its folder beyond its memory).
-    With ``overlaps``, each part is matched with every budget's fingerprints (a join whose hash table is the
-    part's). Only the counts are kept: a table of the matches grew DuckDB's unevictable memory by 0.65 MiB a
-    part until 100x the demo ran out of 64 MiB.
+    by DuckDB's hash of that text (parts are disjoint, so each distinct id is fingerprinted once), and each part
+    goes through a temporary table ``_fp (fp)`` that holds that part only (it fits DuckDB's memory: no spill):
+    with ``overlaps``, it is first matched with every budget's fingerprints (a join whose hash table is the
+    part's; only the counts are kept: a table of the matches grew DuckDB's unevictable memory by 0.65 MiB a part
+    until 100x the demo ran out of 64 MiB); then its fingerprints the budget does not hold yet are inserted
+    into ``ledger.record_fingerprints`` (the only writer; an anti-join with the part as hash table, or a plain
+    insert when the budget held none before: the parts are disjoint). Issue 51: the former one temporary table
+    of every part's fingerprints, written before the first insert, filled 34 GB of DuckDB's spill folder at
+    1000x the demo. Run inside the caller's transaction: a refusal after this (an undecided overlap) rolls the
+    insert back.
 
     Returns
     -------
     (int, dict of str to int)
-        The number of distinct ids; with ``overlaps``, budget -> how many of them its records hold (budgets
-        without overlap left out; private: the owner's eyes only), else empty.
+        The number of distinct ids; with ``overlaps``, budget -> how many of them its records held before
+        (budgets without overlap left out; private: the owner's eyes only), else empty.
     """
     text = f'CAST("{id_column}" AS VARCHAR)'
     ids, mean_length = con.execute(
@@ -640,47 +695,31 @@ def _fingerprint_table(con, table_sql: str, id_column: str, pads: list[bytes], d
     ).fetchone()
     parts = fingerprint_parts(int(ids), float(mean_length), duckdb_bytes)
     match = overlaps and con.execute("SELECT 1 FROM ledger.record_fingerprints LIMIT 1").fetchone() is not None
+    held = con.execute("SELECT 1 FROM ledger.record_fingerprints WHERE budget = ? LIMIT 1", [budget]).fetchone()
     found: dict[str, int] = {}
-    con.execute("CREATE OR REPLACE TEMP TABLE _fp (part INTEGER, fp VARCHAR)")
+    distinct = 0
     for part in range(parts):
         where = "" if parts == 1 else f" AND hash({text}) % {parts} = {part}"
         con.execute(
-            f"INSERT INTO _fp SELECT {part}, {hmac_sql('v')} FROM "
+            f"CREATE OR REPLACE TEMP TABLE _fp AS SELECT {fingerprint_sql('v')} AS fp FROM "
             f'(SELECT DISTINCT {text} AS v FROM {table_sql} WHERE "{id_column}" IS NOT NULL{where})',
             pads,
         )
+        distinct += int(con.execute("SELECT count(*) FROM _fp").fetchone()[0])
         if match:
-            for budget, n in con.execute(
-                f"SELECT f.budget, count(*) FROM ledger.record_fingerprints f JOIN {_part(part)} p USING (fp) "
-                "GROUP BY 1"
+            for b, n in con.execute(
+                "SELECT f.budget, count(*) FROM ledger.record_fingerprints f JOIN _fp p USING (fp) GROUP BY 1"
             ).fetchall():
-                found[budget] = found.get(budget, 0) + int(n)
-    distinct = int(con.execute("SELECT count(*) FROM _fp").fetchone()[0])
-    return distinct, dict(sorted(found.items()))
-
-
-def _part(part: int) -> str:
-    """``_fp``'s fingerprints of one part, as a subquery."""
-    return f"(SELECT fp FROM _fp WHERE part = {int(part)})"
-
-
-def _add_fingerprints(con, budget: str) -> None:
-    """Add ``_fp``'s fingerprints the budget does not hold yet, then drop ``_fp``.
-
-    Part by part: the part's fingerprints less those the budget holds (found by a join whose hash table is the
-    part's), so that each statement fits DuckDB's memory (:func:`fingerprint_parts`). A budget so holds each
-    fingerprint once (``ledger.record_fingerprints`` is written only here).
-    """
-    if con.execute("SELECT 1 FROM ledger.record_fingerprints WHERE budget = ? LIMIT 1", [budget]).fetchone() is None:
-        con.execute("INSERT INTO ledger.record_fingerprints SELECT ?, fp FROM _fp", [budget])
-    else:
-        parts = int(con.execute("SELECT coalesce(max(part), -1) + 1 FROM _fp").fetchone()[0])
-        for part in range(parts):
+                found[b] = found.get(b, 0) + int(n)
+        if held is None:
+            con.execute("INSERT INTO ledger.record_fingerprints SELECT ?, fp FROM _fp", [budget])
+        else:
             con.execute(
-                f"INSERT INTO ledger.record_fingerprints SELECT ?, fp FROM ({_part(part)} EXCEPT "
-                f"SELECT f.fp FROM ledger.record_fingerprints f JOIN {_part(part)} p USING (fp) WHERE f.budget = ?)",
+                "INSERT INTO ledger.record_fingerprints SELECT ?, fp FROM (SELECT fp FROM _fp EXCEPT "
+                "SELECT f.fp FROM ledger.record_fingerprints f JOIN _fp p USING (fp) WHERE f.budget = ?)",
                 [budget, budget])
-    con.execute("DROP TABLE _fp")
+    con.execute("DROP TABLE IF EXISTS _fp")
+    return distinct, dict(sorted(found.items()))
 
 
 def _fingerprinted_row(budget: str, table_sql: str, id_column: str, owner_key: bytes) -> list[str]:
@@ -909,8 +948,7 @@ class PrivacyLedger:
             if con.execute("SELECT 1 FROM ledger.fingerprinted_tables WHERE budget = ? AND table_sql = ? AND "
                            "id_column = ? AND key_id = ?", done).fetchone():
                 return budget  # this raw table (which never changes) is in the budget's fingerprints already
-            _fingerprint_table(con, table_sql, id_column, pads, self.wh.memory.duckdb_bytes)
-            _add_fingerprints(con, budget)
+            _fingerprint_table(con, table_sql, id_column, pads, self.wh.memory.duckdb_bytes, budget)
             con.execute("INSERT INTO ledger.fingerprinted_tables VALUES (?, ?, ?, ?)", done)
             return budget
 
@@ -979,7 +1017,9 @@ class PrivacyLedger:
             if existing is not None:
                 return existing, True
             budget, seps = wanted.budget, wanted.separate_from
-            ids, found = _fingerprint_table(con, table_sql, id_column, pads, self.wh.memory.duckdb_bytes,
+            # the fingerprints go into the budget's now (part by part, nothing kept aside); a refusal below
+            # rolls them back with the rest of this transaction
+            ids, found = _fingerprint_table(con, table_sql, id_column, pads, self.wh.memory.duckdb_bytes, budget,
                                             overlaps=True)
             if on_fingerprinted is not None:
                 on_fingerprinted(dict(found), ids)
@@ -1010,7 +1050,6 @@ class PrivacyLedger:
                 [dataset, budget, wanted.choice, reason, json.dumps(seps, sort_keys=True), eps_cap, delta_cap, neighbour,
                  wanted.registered_at],
             )
-            _add_fingerprints(con, budget)
             # the run that follows a registration reads the same stored raw table: not fingerprinted again
             con.execute("INSERT OR IGNORE INTO ledger.fingerprinted_tables VALUES (?, ?, ?, ?)",
                         _fingerprinted_row(budget, table_sql, id_column, owner_key))

@@ -15,7 +15,11 @@ brings an older warehouse to :data:`SCHEMA_VERSION` in one transaction, or refus
   (:data:`MIGRATED_LINES`). Two old charges that now get one key (an old release id run again on changed
   data) stay charged under ``legacy:<old key>``.
 * **version 2** (``542fa91`` up to ``8cd7745``): already today's keys and release runs; only the version is
-  written.
+  written (and the fingerprints converted, as for version 3).
+* **version 3** (up to ``6d31182``): ``ledger.record_fingerprints.fp`` held each record id's HMAC-SHA256 as 64
+  hex digits; it is converted in place to the HMAC's first 124 bits
+  (:func:`dpcore.budget.ledger.compact_fingerprints`, issue 51), the value today's registration computes for the
+  same id under the same key, so every later registration finds the same overlaps as before.
 * a **newer** version than this code knows: refused, naming both versions (upgrade the code, or restore a
   backup taken before the newer version ran); nothing is changed.
 
@@ -27,11 +31,11 @@ import json
 from pathlib import Path
 
 from .charge_keys import PIPELINE, charge_key, run_key
-from .ledger import LedgerError
+from .ledger import LedgerError, compact_fingerprints
 from dpcore.storage.warehouse import Warehouse
 
 #: The layout this code writes.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: ``ledger.release_runs.lines`` of a release finished before its planned lines were recorded.
 MIGRATED_LINES = ["(finished before the upgrade to schema 3; planned lines not recorded)"]
 
@@ -97,10 +101,11 @@ def upgrade(wh: Warehouse, bundles: Path) -> int | None:
 
     def op(con):
         con.execute("CREATE TABLE IF NOT EXISTS ledger.meta (name VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)")
-        if _table(con, "charges"):
+        if _table(con, "charges") and (found is None or found < 3):
             _rekey(con)
             con.execute(_RELEASE_RUNS_DDL)
             _finished_releases(con, bundles, wh.path)
+        compact_fingerprints(con)  # versions up to 3: hex fingerprints (a no-op when there are none)
         con.execute("INSERT OR REPLACE INTO ledger.meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
 
     wh.run(op, transaction=True)

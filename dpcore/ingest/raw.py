@@ -808,7 +808,11 @@ def _ingest_text_source(spec: ReleaseSpec, wh: Warehouse) -> IngestResult:
     There are no input bytes to hash first, so the table is written under a fresh storage name, its content
     key computed from what was written (:func:`dpcore.ingest.sources.table.content_key`), and, when the catalogue
     already holds that content for the dataset, the new copy is dropped and the stored table reused (validation
-    reused with it). All in one write transaction, as for a file. The catalogue's ``source_path`` records the
+    reused with it). A Parquet folder whose dataset already has an input of this release id in the catalogue (the
+    run after ``dpr dataset add`` of the same spec, or a resumed run) gets its key from the files first
+    (:func:`dpcore.ingest.sources.parquet_dataset.content_key_of_files`, the same key) and, when it is the stored
+    table's, writes no copy at all (issue 51: the copy was a second raw table on disk for the length of the
+    ingest). All in one write transaction, as for a file. The catalogue's ``source_path`` records the
     source's description (kind and table or path), never a connection string.
 
     Raises
@@ -823,11 +827,7 @@ def _ingest_text_source(spec: ReleaseSpec, wh: Warehouse) -> IngestResult:
     ingest_id = new_nonce(8)  # public: drawn before anything is read or looked up
     _ensure_catalog(wh)
 
-    def op(con) -> tuple[str, str]:
-        table = f"{dataset}__{new_nonce(8)}"  # private storage name, independent of every public id
-        create_text_table(con, f'raw."{table}"', src, spec, wh.memory.duckdb_setting, scratch_dir(wh),
-                          csv_options=csv_read_options())
-        key = _release_key(content_key(con, f'raw."{table}"', src.kind), spec.release_id)
+    def stored(con, key: str) -> str | None:
         known = con.execute(
             "SELECT table_name FROM raw.ingests WHERE content_hash = ? AND dataset = ? AND ingest_id IS NOT NULL",
             [key, dataset],
@@ -835,8 +835,35 @@ def _ingest_text_source(spec: ReleaseSpec, wh: Warehouse) -> IngestResult:
         if known and con.execute(
             "SELECT 1 FROM information_schema.tables WHERE table_schema = 'raw' AND table_name = ?", [known[0][0]]
         ).fetchall():
+            return known[0][0]
+        return None
+
+    def log_ingest(con, table: str) -> None:
+        con.execute(
+            "INSERT INTO raw.ingest_log (ingest_id, dataset, table_name, ingested_at) VALUES (?, ?, ?, ?)",
+            [ingest_id, dataset, table, datetime.now(timezone.utc)],
+        )
+
+    def op(con) -> tuple[str, str]:
+        if src.kind == "parquet" and con.execute(
+            "SELECT 1 FROM raw.ingests WHERE dataset = ? AND ends_with(content_hash, ?) LIMIT 1",
+            [dataset, _release_key("", spec.release_id)],
+        ).fetchone():  # this release id stored an input of this dataset before: maybe these rows (no copy then)
+            from .sources.parquet_dataset import content_key_of_files
+
+            key = _release_key(content_key_of_files(con, src, spec), spec.release_id)
+            table = stored(con, key)
+            if table is not None:
+                log_ingest(con, table)
+                return table, key
+        table = f"{dataset}__{new_nonce(8)}"  # private storage name, independent of every public id
+        create_text_table(con, f'raw."{table}"', src, spec, wh.memory.duckdb_setting, scratch_dir(wh),
+                          csv_options=csv_read_options())
+        key = _release_key(content_key(con, f'raw."{table}"', src.kind), spec.release_id)
+        known = stored(con, key)
+        if known is not None:
             con.execute(f'DROP TABLE raw."{table}"')
-            table = known[0][0]
+            table = known
         else:
             n_rows = con.execute(f'SELECT count(*) FROM raw."{table}"').fetchone()[0]
             con.execute("DELETE FROM raw.ingests WHERE content_hash = ? AND dataset = ?", [key, dataset])
@@ -846,10 +873,7 @@ def _ingest_text_source(spec: ReleaseSpec, wh: Warehouse) -> IngestResult:
                 [key, dataset, table, src.kind, describe_source(src), n_rows, None, datetime.now(timezone.utc),
                  ingest_id],
             )
-        con.execute(
-            "INSERT INTO raw.ingest_log (ingest_id, dataset, table_name, ingested_at) VALUES (?, ?, ?, ?)",
-            [ingest_id, dataset, table, datetime.now(timezone.utc)],
-        )
+        log_ingest(con, table)
         return table, key
 
     table, key = wh.run(op, transaction=True)

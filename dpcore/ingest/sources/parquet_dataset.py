@@ -71,6 +71,54 @@ def columns(con, source: "ParquetSource", paths: list[Path]) -> list[Column]:
     return [Column(r[0], r[1], duckdb_family(r[1])) for r in rows]
 
 
+def _select(cols: list[Column]) -> str:
+    """The text table's rows: ``_row`` (1-based, in the files' sorted order) then every column as text."""
+    return f"SELECT row_number() OVER () AS {ROW}, {text_cells(cols)}"
+
+
+def content_key_of_files(con, source: "ParquetSource", spec: "ReleaseSpec | None") -> str:
+    """The catalogue key (:func:`dpcore.ingest.sources.table.content_key`) of the table :func:`create` would write,
+    computed from the files without writing it (issue 51).
+
+    The same rows, as the same text, through a temporary view of the same ``SELECT`` (its file list inlined as
+    SQL text: a view takes no parameter), so the key equals the written table's: an ingest that finds it in the
+    catalogue for its release id reuses the stored table and writes no second raw copy (at 100x the demo a
+    0.3 GB Parquet folder's copy took about 1.7 GB of warehouse and 200 s). One read of the files, no row
+    through Python; the checks :func:`create` makes first (columns, names, types, no file changed during the
+    read) are made here too.
+
+    Raises
+    ------
+    SourceError
+        As :func:`create`.
+    """
+    from .table import content_key
+
+    paths = files(source)
+    before = stamps(paths)
+    cols = columns(con, source, paths)
+    check_names(where(source), cols)
+    if spec is not None:
+        check_types(where(source), cols, spec)
+    listed = ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths)
+    view = "_dpr_parquet_source"
+    try:
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS {_select(cols)} FROM "
+                    + _scan(source).replace("read_parquet(?", f"read_parquet([{listed}]"))
+        key = content_key(con, view, source.kind)
+    except duckdb.Error as exc:
+        if not _input_error(exc):
+            raise
+        raise SourceError(f"{where(source)}: a file could not be read ({type(exc).__name__}); check that every "
+                          "file is a complete Parquet file of the same columns") from None
+    finally:
+        con.execute(f"DROP VIEW IF EXISTS {view}")
+    if stamps(paths) != before:
+        raise SourceError(f"{where(source)}: a file changed while it was being read; ingest again once the "
+                          "dataset is complete")
+    return key
+
+
 def create(con, target: str, source: "ParquetSource", spec: "ReleaseSpec | None") -> list[Column]:
     """Write the dataset into ``target`` as text cells (``_row`` first); types checked first when ``spec`` is given.
 
@@ -86,8 +134,7 @@ def create(con, target: str, source: "ParquetSource", spec: "ReleaseSpec | None"
     if spec is not None:
         check_types(where(source), cols, spec)
     try:
-        con.execute(f"CREATE TABLE {target} AS SELECT row_number() OVER () AS {ROW}, {text_cells(cols)} "
-                    f"FROM {_scan(source)}", [[str(p) for p in paths]])
+        con.execute(f"CREATE TABLE {target} AS {_select(cols)} FROM {_scan(source)}", [[str(p) for p in paths]])
     except duckdb.Error as exc:
         if not _input_error(exc):
             raise
