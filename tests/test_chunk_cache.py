@@ -105,13 +105,29 @@ def test_each_chunk_is_decoded_once_per_fit_and_its_arrays_are_exact(tmp_path, m
     fit = fit_partitions(parts, t, schema, DetectorSettings(random_state=1, start_sample=300))
     decoded = [i for i, c in reads if c != ("_row",)]
     assert sorted(decoded) == list(range(parts.n_chunks))  # every chunk's attributes decoded exactly once
+    # issue 51: the fit's caches are gone once every row is scored (they were the release's disk peak)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["part.parquet", fit.scores_path.name]
+    src = PartitionChunks(parts, t, schema)
+    for i in range(parts.n_chunks):
+        X, y = src.load(i)  # decoded and cached again
+        X2, y2 = src.load(i)  # from the cache
+        Xr, yr, _ = template_arrays(real(parts, i), t, schema)
+        assert X.tobytes() == X2.tobytes() == Xr.tobytes() and y.tobytes() == y2.tobytes() == yr.tobytes()
     raw = tmp_path / "raw-arr"
     assert stat.S_IMODE(raw.stat().st_mode) == 0o700
     assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in raw.iterdir())
-    src = PartitionChunks(parts, t, schema)
-    for i in range(parts.n_chunks):
-        X, y = src.load(i)  # from the cache
-        Xr, yr, _ = template_arrays(real(parts, i), t, schema)
-        assert X.tobytes() == Xr.tobytes() and y.tobytes() == yr.tobytes()
+    # during a fit, a chunk's encoded files are gone as soon as its standardised ones are written
+    left = []
+    real_std = PartitionChunks.standardised
+
+    def watched(self, i, std):
+        out = real_std(self, i, std)
+        if std is not None:
+            left.append(any(f.exists() for f in self._encoded_files(i)))
+        return out
+
+    monkeypatch.setattr(PartitionChunks, "standardised", watched)
+    fit_partitions(parts, t, schema, DetectorSettings(random_state=1, start_sample=300))
+    assert left and not any(left)
     scores = pd.read_parquet(fit.scores_path)
     assert list(scores["_row"]) == list(frame["_row"])

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,8 +134,7 @@ class PartitionChunks:
         start's sample, the first EM pass, the scoring) read that instead of
         Parquet (issue 29: four decodings of every chunk became one).
         """
-        folder = Path(self.parts.path).parent / f"raw-{self.template.name}"
-        files = [folder / f"{i}-c{k}.npy" for k in range(len(self._widths))] + [folder / f"{i}-y.npy"]
+        files = self._encoded_files(i)
         if all(f.exists() for f in files):
             got = [load_npy(f) for f in files]
             return DesignColumns(self._widths, got[:-1], self._names, got[-1].shape[0]), got[-1]
@@ -158,6 +159,12 @@ class PartitionChunks:
         design, stored as its dense columns and level codes (a byte or two per
         row and categorical context instead of eight per one-hot column). Files are written to a temporary name and renamed, so
         concurrent readers (threads, Dask workers) never see half a file.
+
+        Once a chunk's standardised files are written, its :meth:`encoded` files are removed (issue 51: the two
+        caches of a template took 34 bytes a row, 2.3 GB of scratch for two templates at 100x the demo, the
+        release's disk peak): the fit's later passes and its scoring read the standardised ones; a later caller
+        needing the encoded rows again (another standardisation) decodes the chunk from Parquet once more, to the
+        same arrays.
         """
         if std is None:
             return self.load(i)
@@ -176,7 +183,22 @@ class PartitionChunks:
         X, y = self.load(i)
         Z, ys = _standardised(X, y, std)
         save_npys(files, (Z, ys) if layout is None else (Z.D, Z.codes, ys))
+        for f in self._encoded_files(i):  # the standardised files replace them (docstring)
+            f.unlink(missing_ok=True)
         return Z, ys
+
+    def _encoded_files(self, i: int) -> list[Path]:
+        """:meth:`encoded`'s cache files of chunk ``i``."""
+        folder = Path(self.parts.path).parent / f"raw-{self.template.name}"
+        return [folder / f"{i}-c{k}.npy" for k in range(len(self._widths))] + [folder / f"{i}-y.npy"]
+
+    def drop_caches(self) -> None:
+        """Remove this template's chunk caches (:meth:`encoded`'s and :meth:`standardised`'s folders) next to the
+        export, once its fit has scored every row (issue 51: they are not read again)."""
+        base = Path(self.parts.path).parent
+        mine = re.compile(re.escape(f"enc-{self.template.name}-") + "[0-9a-f]{16}")
+        for folder in [base / f"raw-{self.template.name}", *(p for p in base.iterdir() if mine.fullmatch(p.name))]:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def take(self, rows) -> tuple[np.ndarray, np.ndarray]:
         """The rows at sorted positions ``rows`` (None: all rows) as ``(X, y)``, one chunk read at a time.
@@ -318,6 +340,7 @@ def fit_partitions(
     with _score_writer(path) as write:
         for i in range(src.n_chunks):
             write(*(mapper or serial_map)(score_chunk, [(src, i, det)])[0])
+    src.drop_caches()  # every row scored: the template's chunk caches are not read again (issue 51)
     params = fit_params(template, det, src.names, floor, src.n_rows, None)
     return StreamedFit(template=template, params=params, scores_path=path, K=int(det.K_),
                       export_path=Path(parts.path))
