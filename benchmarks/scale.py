@@ -883,19 +883,8 @@ def national_section(results: list[dict], args) -> str:
             lines.append(f"- 1000x did not complete: {k.get('killed') or 'exit ' + str(k.get('rc'))} after "
                          f"{total / 60:.1f} min (registration {secs(k.get('register_s'))} s; release stages finished: "
                          f"{', '.join(done) or 'none'}): **FAIL**")
-        if not k["ok"] and h and h.get("ok") and h.get("input_bytes"):  # what the run would have needed, linearly
-            f_ = k["rows"] / h["rows"]
-            hreg = h.get("register") or {}
-            reg_growth = hreg.get("peak_disk", 0)
-            rel_growth = h.get("peak_disk", 0) - hreg.get("disk_after", 0)
-            lines.append(
-                f"- 1000x, linear in rows from the 100x run (at that run's load): registration about "
-                f"{(h.get('register_s') or 0) * f_ / 60:.0f} min, release about {h['wall_s'] * f_ / 60:.0f} min; disk: "
-                f"the registration about {reg_growth * f_ / 1e9:.0f} GB at its peak, leaving about "
-                f"{hreg.get('disk_after', 0) * f_ / 1e9:.0f} GB, the release about {rel_growth * f_ / 1e9:.0f} GB more at "
-                f"its peak: about {(hreg.get('disk_after', 0) + rel_growth) * f_ / 1e9:.0f} GB in all, "
-                f"{(hreg.get('disk_after', 0) + rel_growth) * f_ / k['input_bytes']:.0f} x the input "
-                f"({gb(k['input_bytes'])} GB)")
+        if not k["ok"]:  # what the run would have needed, linearly
+            lines += _linear_1000x(h, k.get("input_bytes"))
         if h and h.get("ok"):
             over = []
             for st in ["register", *STAGE_NAMES]:
@@ -905,6 +894,8 @@ def national_section(results: list[dict], args) -> str:
             lines.append(f"- every stage <= {GOAL_STAGE_RATIO:g} x its 100x time (stages of 1 s or more at 100x): "
                          + ("none over: **pass**" if not over else "over: " + "; ".join(over) + ": **FAIL**")
                          + ("" if k["ok"] else " (over the stages that finished)"))
+    if (k is None or k.get("skipped")) and h and h.get("ok"):  # 1000x not run here: its linear estimate
+        lines += _linear_1000x(h, None)
     for r in ran:
         reg = r.get("register") or {}
         tree = max(reg.get("peak_tree_rss", 0), r.get("peak_tree_rss") or 0)
@@ -925,6 +916,25 @@ def national_section(results: list[dict], args) -> str:
                      + ("it is left (" + gb(max(r.get('spill_after', 0), reg.get('spill_after', 0))) + " GB): **FAIL**"
                         if left else "**pass**"))
     return "\n".join(lines) + "\n"
+
+
+def _linear_1000x(h: dict | None, input_1000x: int | None) -> list[str]:
+    """The 1000x run's time and disk, linear in rows from the 100x run ``h`` (an empty list without one)."""
+    if not (h and h.get("ok") and h.get("input_bytes")):
+        return []
+    f_ = 1000 * BASE_ROWS / h["rows"]
+    inp = input_1000x or h["input_bytes"] * f_
+    hreg = h.get("register") or {}
+    reg_growth = hreg.get("peak_disk", 0)
+    rel_growth = h.get("peak_disk", 0) - hreg.get("disk_after", 0)
+    return [
+        f"- 1000x, linear in rows from the 100x run (at that run's load): registration about "
+        f"{(h.get('register_s') or 0) * f_ / 60:.0f} min, release about {h['wall_s'] * f_ / 60:.0f} min; disk: "
+        f"the registration about {reg_growth * f_ / 1e9:.0f} GB at its peak, leaving about "
+        f"{hreg.get('disk_after', 0) * f_ / 1e9:.0f} GB, the release about {rel_growth * f_ / 1e9:.0f} GB more at "
+        f"its peak: about {(hreg.get('disk_after', 0) + rel_growth) * f_ / 1e9:.0f} GB in all, "
+        f"{(hreg.get('disk_after', 0) + rel_growth) * f_ / inp:.0f} x the input "
+        f"({gb(inp)} GB{'' if input_1000x else ', estimated'})"]
 
 
 def before_table(folder: Path, now: dict[int, dict]) -> list[str]:

@@ -146,8 +146,8 @@ def test_fingerprints_in_parts_equal_one_distinct_and_one_join(tmp_path, kind, m
         if "record_fingerprints" in stmt and stmt.startswith("CREATE"):
             con.execute(stmt)
     third = [f for f in every if f % 3 == 0]
-    con.execute(f"INSERT INTO ledger.record_fingerprints SELECT DISTINCT 'b', {ledger_module.fingerprint_sql('id')} AS fp "
-                "FROM t WHERE id IS NOT NULL AND fp % 3 = 0", pads)
+    con.execute("INSERT INTO ledger.record_fingerprints SELECT DISTINCT 'b', "
+                f"{ledger_module.fingerprint_sql('id')} AS fp FROM t WHERE id IS NOT NULL AND fp % 3 = 0", pads)
     con.execute("INSERT INTO ledger.record_fingerprints VALUES ('c', ?::HUGEINT), ('c', 12345)", [every[5]])
     sizes: list[int] = []
     real_execute = con.execute

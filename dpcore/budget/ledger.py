@@ -585,8 +585,8 @@ def _registration(row) -> Registration:
 #: fingerprint with probability 2^-124: matching m new ids against n held ones finds on average at most
 #: m*n/2^124 false overlaps, 6e-20 for a billion against a billion (a false overlap only adds one to the owner's
 #: private overlap count; no overlap is ever missed). Not UHUGEINT (all 128 bits): DuckDB 2.0's hash aggregate
-#: (DISTINCT, EXCEPT) over UHUGEINT slows down quadratically (150k values: 35 s; HUGEINT: 1 s at a load of 9). Issue 51: at
-#: 1000x the demo the hex fingerprints filled 34 GB of DuckDB's spill folder.
+#: (DISTINCT, EXCEPT) over UHUGEINT slows down quadratically (150k values: 35 s; HUGEINT: 1 s at a load of 9).
+#: Issue 51: at 1000x the demo the hex fingerprints filled 34 GB of DuckDB's spill folder.
 FINGERPRINT_TYPE = "HUGEINT"
 _FINGERPRINT_HEX_DIGITS = 31
 

@@ -196,6 +196,8 @@ class PartitionChunks:
         """Remove this template's chunk caches (:meth:`encoded`'s and :meth:`standardised`'s folders) next to the
         export, once its fit has scored every row (issue 51: they are not read again)."""
         base = Path(self.parts.path).parent
+        if not base.is_dir():
+            return
         mine = re.compile(re.escape(f"enc-{self.template.name}-") + "[0-9a-f]{16}")
         for folder in [base / f"raw-{self.template.name}", *(p for p in base.iterdir() if mine.fullmatch(p.name))]:
             shutil.rmtree(folder, ignore_errors=True)
