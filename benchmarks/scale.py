@@ -769,7 +769,7 @@ def national_section(results: list[dict], args) -> str:
     lines = [
         "## Scale: national size, 100x and 1000x the demo from a hive-partitioned Parquet dataset (issue 51)",
         "",
-        f"`nice -n 15 .venv/bin/python -m benchmarks.scale --source parquet --factors "
+        f"`nice -n {getattr(args, 'nice', 15)} .venv/bin/python -m benchmarks.scale --source parquet --factors "
         f"{' '.join(map(str, args.factors))}" + (" --prebuild" if args.prebuild else "")
         + (f" --stop-at {args.stop_at}" if args.stop_at else "") + "` with `DPR_SCALE_DIR` on the same disk "
         f"({machine()}; 2 cores shared with other engineers' tests, 24 GiB RAM; code at commit {commits}). "
@@ -855,6 +855,7 @@ def national_section(results: list[dict], args) -> str:
         cells += [disk_cell(r, st) for r in ran]
         if any(c != "-" for c in cells):
             lines.append(f"| {st} | " + " | ".join(cells) + " |")
+    lines += _national_before(ran, getattr(args, "before", None))
     lines += ["", "Goals of issue 51, computed from the rows above:", ""]
     h, k = by.get(100), by.get(1000)
 
@@ -869,7 +870,7 @@ def national_section(results: list[dict], args) -> str:
                          + v(h["wall_s"] <= RECORDED_100X["release_s"] and (h.get("register_s") or 0)
                              <= RECORDED_100X["register_s"])
                          + (f" (measured at a 1-minute load of {(h.get('register') or {}).get('load_before', h['load_before']):.0f}"
-                            f" to {h['load_max']:.0f}, niced 15, on 2 cores; the recorded figures at a load of about 2, from"
+                            f" to {h['load_max']:.0f}, niced {getattr(args, 'nice', 15)}, on 2 cores; the recorded figures at a load of about 2, from"
                             " a CSV: not comparable)" if h["load_max"] > 4 else ""))
         else:
             lines.append(f"- 100x: did not complete ({h.get('killed')})")
@@ -916,6 +917,46 @@ def national_section(results: list[dict], args) -> str:
                      + ("it is left (" + gb(max(r.get('spill_after', 0), reg.get('spill_after', 0))) + " GB): **FAIL**"
                         if left else "**pass**"))
     return "\n".join(lines) + "\n"
+
+
+def _national_before(ran: list[dict], folder: Path | None) -> list[str]:
+    """With ``--before``: each factor's earlier run in ``folder`` (``<f>x/result.json``) beside today's, stage by
+    stage (seconds and the largest disk sampled inside the stage)."""
+    if folder is None:
+        return []
+    out = []
+    for r in ran:
+        path = Path(folder) / f"{r['factor']}x" / "result.json"
+        if not path.exists():
+            continue
+        b = json.loads(path.read_text())
+        if not b.get("ok"):
+            continue
+        breg, reg = b.get("register") or {}, r.get("register") or {}
+        inp = r.get("input_bytes") or b.get("input_bytes") or 0
+        out += ["", f"Before, {r['factor']}x (the same harness on the code at commit {b.get('commit', '?')}, run at "
+                f"{(breg.get('started') or b['started']).replace('T', ' ')[:16]} UTC, load "
+                f"{breg.get('load_before', b['load_before']):.0f} to {b['load_max']:.0f}): disk peak "
+                f"{gb(max(breg.get('peak_disk', 0), b.get('peak_disk', 0)))} GB -> "
+                f"{gb(max(reg.get('peak_disk', 0), r.get('peak_disk', 0)))} GB now, left "
+                f"{gb(b.get('disk_after'))} -> {gb(r.get('disk_after'))} GB, spill peak "
+                f"{gb(max(breg.get('peak_spill', 0), b.get('peak_spill', 0)))} -> "
+                f"{gb(max(reg.get('peak_spill', 0), r.get('peak_spill', 0)))} GB:", "",
+                "| stage | s before -> now | disk GB before -> now (x the input) |", "|---|---|---|"]
+        bd, nd = stage_peaks(b, "disk_samples"), stage_peaks(r, "disk_samples")
+
+        def cell(x):
+            return "-" if x is None else f"{gb(x)}" + (f" ({x / inp:.1f})" if inp else "")
+
+        for st in ["register", *STAGE_NAMES]:
+            if st == "register":
+                s0, s1, d0, d1 = b.get("register_s"), r.get("register_s"), breg.get("peak_disk"), reg.get("peak_disk")
+            else:
+                s0, s1, d0, d1 = b["stages"].get(st), r["stages"].get(st), bd.get(st), nd.get(st)
+            if s0 is None and s1 is None:
+                continue
+            out.append(f"| {st} | {secs(s0)} -> {secs(s1)} | {cell(d0)} -> {cell(d1)} |")
+    return out
 
 
 def _linear_1000x(h: dict | None, input_1000x: int | None) -> list[str]:
@@ -1002,6 +1043,8 @@ def main(argv: list[str] | None = None) -> int:
                          "(issue 29, goal 2: section validate_sql, benchmarks.ingest_validate.versus_sql)")
     ap.add_argument("--before", type=Path, default=None,
                     help="a folder of earlier result.json files (<f>x/result.json) shown as the 'before' comparison")
+    ap.add_argument("--nice", type=int, default=15,
+                    help="the niceness the runs were started with (`nice -n N`), as the section states it")
     args = ap.parse_args(argv)
     if args.with_sql and args.memory_limit:
         ap.error("--with-sql measures validation at the default cap (its section names no cap): run it without "
