@@ -29,14 +29,16 @@ if TYPE_CHECKING:
 
 #: Bytes of warehouse and scratch (DuckDB's spill folder, the scratch exports, the warehouse file's growth and
 #: its WAL) a registration or a release may add per byte of input, by the input's format. Measured by
-#: ``benchmarks.scale --source parquet --factors 100`` (BENCHMARKS "Scale: national size ...", 2026-12-07, 33.7
-#: million rows, 0.303 GB of snappy Parquet): the registration grew the home by 4.56 GB at its peak (15.0 x the
-#: input; 2.97 GB of it DuckDB's spill while the record ids' HMAC fingerprints were made, 64 hex characters each),
-#: the release by 4.56 GB more over the 1.68 GB the registration left (15.0 x; the folder's second raw copy,
-#: the validated table, the detector's exports, the spill). Both times 1.25 (the spill varies with the load and
-#: the cap): 19. The same rows take 44.3 bytes each as CSV and 9.0 as this Parquet (4.9 x), so a CSV's factor
-#: is 19 / 4.9 = 3.9; a DuckDB source stores them about as the warehouse's raw table does (14.4 bytes a row): 12.
-NEED_PER_INPUT_BYTE = {"parquet": 19.0, "csv": 3.9, "duckdb": 12.0}
+#: ``benchmarks.scale --source parquet --factors 100`` (BENCHMARKS "Scale: national size ...", 2026-12-07 18:56
+#: UTC, 33.7 million rows, 0.303 GB of snappy Parquet, after issue 51's disk work): the registration grew the home
+#: by 1.33 GB at its peak (4.4 x the input: the raw copy, the ids' fingerprints of 16 bytes each written part by
+#: part, 0.25 GB of spill) and left 1.09 GB; the release grew it by 2.34 GB more at its peak (7.7 x: the
+#: validated table, the detector's export and chunk caches, its score tables; no second raw copy) and left 2.49
+#: GB in all. The larger times 1.25 (the spill varies with the load and the cap): 10 (it was 19 before: hex
+#: fingerprints spilled, the folder was copied twice, the detector kept two caches per template). The same rows
+#: take 44.3 bytes each as CSV and 9.0 as this Parquet (4.9 x), so a CSV's factor is 10 / 4.9 = 2.0; a DuckDB
+#: source stores them about as the warehouse's raw table does (14.4 bytes a row): 10 x 9.0 / 14.4 = 6.3.
+NEED_PER_INPUT_BYTE = {"parquet": 10.0, "csv": 2.0, "duckdb": 6.3}
 
 
 class NotEnoughDiskError(EnvironmentFault):
