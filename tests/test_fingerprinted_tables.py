@@ -121,7 +121,7 @@ def test_fingerprints_in_parts_equal_one_distinct_and_one_join(tmp_path, kind, m
     """200k ids with repeats and NULLs in 3 parts, against a ledger whose budget 'b' holds a third of them and
     budget 'c' one: the same fingerprints as one DISTINCT over them all (each id's text, so -0.0 and 0.0 stay
     two ids), the same overlaps as one join, and adding them to 'b' leaves 'b' holding each one once. (That
-    the parts fit where one statement does not is measured on 100x the demo under 512 MiB: README.)"""
+    the parts fit where one statement does not is measured on 100x the demo under 512 MiB: docs/scale.md, "Under a cap below 1 GiB: memory before speed".)"""
     import duckdb
 
     from dpcore.storage.lineage import hmac_pads, hmac_sql

@@ -33,8 +33,8 @@ warehouse:
 
 A warehouse of an older layout is upgraded first (:mod:`dpcore.budget.ledger_upgrade`).
 
-The owner then restores the latest backup of the warehouse (README, "Back
-up"), or says ``dpr budget recover --from-bundles``: :func:`recover_from_bundles`
+The owner then restores the latest backup of the warehouse (docs/backups.md,
+"What, when and how"), or says ``dpr budget recover --from-bundles``: :func:`recover_from_bundles`
 rebuilds the spent totals from the manifests, never less than they say, as
 one ``recovered`` charge per budget and earlier ledger, recorded in
 ``ledger.recoveries`` and listed by ``dpr budget``. The charges themselves

@@ -107,7 +107,7 @@ def orchestrator_gone(exc: BaseException) -> EnvironmentFault | None:
     """The one-line fault of the Prefect API going away during a command (an httpx connection error), or None.
 
     The release's charges live in the warehouse's ledger, not in Prefect: running the same release id again
-    resumes within its reservation and charges nothing more (README, 'Refusals, crashes and re-runs').
+    resumes within its reservation and charges nothing more (docs/operating.md, "Retries, refusals, crashes and progress").
     """
     if type(exc).__name__ not in _GONE or not type(exc).__module__.startswith(("httpx", "httpcore")):
         return None

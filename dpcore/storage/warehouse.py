@@ -343,7 +343,7 @@ class Warehouse:
     def let_go(self) -> None:
         """Close this process's kept connection to the file now (DuckDB folds its write-ahead log into the file).
 
-        After it, a copy of the file alone holds everything committed so far (README, "Back up").
+        After it, a copy of the file alone holds everything committed so far (docs/backups.md, "What, when and how").
         """
         let_go(self.path)
 
