@@ -232,7 +232,7 @@ def published_refs(folder: Path) -> set[str] | None:
     except (ValueError, UnicodeDecodeError, AttributeError, TypeError, KeyError):
         raise BundleExistsError(
             f"a bundle is published at {folder} but its manifest cannot be read; a published bundle is never "
-            "rewritten, so nothing was written: restore it from your backup (README, 'Back up')") from None
+            "rewritten, so nothing was written: restore it from your backup (docs/backups.md, 'What, when and how')") from None
 
 
 def write_bundle(

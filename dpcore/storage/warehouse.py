@@ -108,7 +108,7 @@ class WarehouseCorruptError(EnvironmentFault):
 
         super().__init__(
             f"the warehouse {path} is not a readable DuckDB database (truncated, overwritten or damaged): restore "
-            "it together with the owner key from your latest backup (README, 'Back up'); without a backup, move it "
+            "it together with the owner key from your latest backup (docs/backups.md, 'What, when and how'); without a backup, move it "
             "aside and run `dpr budget recover --from-bundles`",
             errno.EIO,
         )
