@@ -278,7 +278,7 @@ def operations(monkeypatch):
     found: list[bool] = []
     real_verify, real_start = GrubbsVerifier.verify, S.start_context
     real_flip, real_util = ContextSpace.flip_all, ContextEvaluator.utility
-    real_em = NoiseSource.exponential_mechanism
+    real_em, real_integers = NoiseSource.exponential_mechanism, NoiseSource.integers
 
     def verify(self, index, row, contexts):
         ops["queries"] += int(np.atleast_2d(contexts).shape[0])
@@ -299,6 +299,10 @@ def operations(monkeypatch):
         ops["utilities"] += int(np.atleast_2d(contexts).shape[0])
         return real_util(self, contexts, reference)
 
+    def integers(self, low, high, size=None):
+        ops["uniform_draws"] += 1 if size is None else int(np.prod(size))
+        return real_integers(self, low, high, size)
+
     def em(self, utilities, epsilon, sensitivity):
         ops["selections"] += 1
         ops["em_candidates"] += int(np.size(utilities))
@@ -309,6 +313,7 @@ def operations(monkeypatch):
     monkeypatch.setattr(ContextSpace, "flip_all", flip_all)
     monkeypatch.setattr(ContextEvaluator, "utility", utility)
     monkeypatch.setattr(NoiseSource, "exponential_mechanism", em)
+    monkeypatch.setattr(NoiseSource, "integers", integers)
 
     def run(job, row):
         from dpcore.steps.pcor import compute_explanation
@@ -323,7 +328,7 @@ def operations(monkeypatch):
 
 
 @pytest.mark.parametrize("sampler,start", [("bfs", "cell"), ("bfs", "full"), ("dfs", "climb"),
-                                           ("random_walk", "cell")])
+                                           ("random_walk", "cell"), ("uniform", "cell")])
 def test_an_outliers_search_does_the_same_work_present_or_absent(operations, monkeypatch, sampler, start):
     """V = (x, p, 100) is an outlier (its own cell is a valid start). Present (D holds V) and absent (D' = D
     without V: the step searches a stand-in drawn from D'), the search performs the same operations in the
@@ -340,7 +345,8 @@ def test_an_outliers_search_does_the_same_work_present_or_absent(operations, mon
                                          np.array([0], np.int64), 1, 0, 0)
     present, v_found, out = operations(step.PcorJob(SPACE, held, "grubbs", {"alpha": 0.05}, mech), int(rows[0]))
     assert v_found and out["release"]["status"] == "released"
-    assert present["start_contexts"] >= 16 and present["expansions"] >= N_SAMPLES
+    assert present["start_contexts"] >= 16
+    assert present["expansions" if sampler != "uniform" else "uniform_draws"] >= N_SAMPLES
     d_minus = _index(codes[:-1], values[:-1])
     kinds = set()
     for k, _ in _draws(d_minus):
@@ -353,3 +359,34 @@ def test_an_outliers_search_does_the_same_work_present_or_absent(operations, mon
         kinds.add(stand_in_found)
         assert absent == present, (k, stand_in_found)
     assert kinds == {True, False}  # both kinds of stand-in (an outlier, an ordinary record) were searched
+
+
+@pytest.mark.parametrize("max_draws", [8, 100])  # fewer draws than the 16 contexts holding V (each draw
+# verified), and more (every context verified once, the draws looked up)
+def test_a_uniform_search_does_the_same_work_on_neighbouring_tables(operations, max_draws):
+    """The uniform sampler (Algorithm 2) used to draw until it had n valid samples: its draws and verifier
+    queries said how many of V's contexts are valid. V = (x, p, 100) on D; on the neighbour D + (x, p, 90) fewer
+    of V's contexts are valid (the added record masks V in its own cell); an ordinary record
+    (x, p, 11) has none. All three searches make the same draws, verifier queries, utilities and selections."""
+    import dpcore.steps.pcor as step
+
+    mech = {**MECH, "sampler": "uniform", "start": "cell", "max_uniform_draws": max_draws}
+    codes, values = _records(with_v=True)
+    seen, valid_counts = [], []
+    tables = [(codes, values, len(values) - 1),
+              (np.vstack([codes, [[0, 0]]]), np.append(values, 90.0), len(values) - 1),
+              (codes, values, 0)]
+    for c, v, row in tables:
+        held, rows, _ = step._with_stand_ins(_index(c, v), SPACE, None, "m", c[row:row + 1], v[row:row + 1],
+                                             np.array([0], np.int64), 1, 0, 0)
+        job = step.PcorJob(SPACE, held, "grubbs", {"alpha": 0.05}, mech)
+        ops, _, out = operations(job, int(rows[0]))
+        seen.append(ops)
+        from dpcore.mechanisms.pcor.evaluator import ContextEvaluator
+        from dpcore.mechanisms.pcor.verifiers import GrubbsVerifier
+
+        ev = ContextEvaluator(held, GrubbsVerifier(0.05), int(rows[0]), "population")
+        valid_counts.append(int(ev.enumerate_valid()[1].sum()))
+    assert valid_counts[0] > valid_counts[1] > valid_counts[2] == 0  # so the comparison can fail
+    assert seen[0] == seen[1] == seen[2], seen
+    assert seen[0]["uniform_draws"] >= max_draws and seen[0]["queries"] >= min(16, max_draws)

@@ -129,6 +129,9 @@ class _CountingChooser:
     def uniform(self, k: int) -> int:
         return self.inner.uniform(k)
 
+    def uniform_many(self, k: int, size: int) -> np.ndarray:
+        return S._uniform_many(self.inner, k, size)
+
     def exponential(self, utilities, epsilon_step: float) -> int:
         self.n_exponential += 1
         return self.inner.exponential(utilities, epsilon_step)
@@ -524,7 +527,7 @@ class PCORMechanism:
         pad = S._pad_chooser(chooser)
         start = S.start_context(evaluator, int(self.max_start_evaluations), start=self.start_rule_for(evaluator))
         if start is None:
-            if self.sampler != "uniform" and S.constant_work():
+            if S.constant_work():
                 # constant work (issue 46.2): the same search from V's cell, every draw from the padding
                 # chooser, then the final selection's work; all of it discarded
                 dummy = np.asarray(evaluator.cell_context, dtype=bool).copy()
