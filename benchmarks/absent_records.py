@@ -57,24 +57,35 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def pcor_times(frame, targets, repeats: int) -> list[tuple[float, float, float, float]]:
-    """Per target row: (median present s, median absent s, min present s, min absent s) on D and on D minus it."""
+def pcor_times(frame, targets, repeats: int, sampler: str | None = None, works: list | None = None
+               ) -> list[tuple[float, float, float, float]]:
+    """Per target row: (median present s, median absent s, min present s, min absent s) on D and on D minus it.
+
+    ``sampler`` replaces the demo spec's; ``works`` (a list) receives, per target, the set of distinct work
+    counts (:attr:`~dpcore.mechanisms.pcor.mechanism.PCORResult.work`) its present and absent searches made.
+    """
     from dpcore.mechanisms.pcor.contexts import ContextSpace
     from dpcore.mechanisms.pcor.index import CellIndex
-    from dpcore.steps.pcor import PcorJob, _with_stand_ins, compute_explanation
+    from dpcore.steps.pcor import PcorJob, _search, _with_stand_ins, stand_in_row
+
+    def compute_explanation(job, row):  # the pcor-search task's search (its rendering of a release aside)
+        work = _search(job, row if row >= 0 else stand_in_row(row)).work
+        if works is not None:
+            seen.add(tuple(sorted(work.items())))
 
     raw = yaml.safe_load(SPEC.read_text())
     pcor = raw["steps"]["pcor"]
     cat = raw["schema"]["categorical"]
     space = ContextSpace.from_domains(ATTRS, [cat[a]["domain"] for a in ATTRS])
     spec = SimpleNamespace(public_schema=SimpleNamespace(numeric={"arr_delay": SimpleNamespace(min=-100.0)}))
-    mech = {"sampler": pcor["sampler"], "epsilon": pcor["epsilon"], "n_samples": pcor["n_samples"],
+    mech = {"sampler": sampler or pcor["sampler"], "epsilon": pcor["epsilon"], "n_samples": pcor["n_samples"],
             "utility": pcor["utility"]}
     vparams = {"alpha": pcor["alpha"]}
     codes = space.encode(frame[ATTRS])
     metric = frame["arr_delay"].to_numpy(dtype=float)
     out = []
     for v in targets:
+        seen: set = set()
         keep = np.ones(metric.size, dtype=bool)
         keep[v] = False
         d = CellIndex.from_aggregates(space, codes, metric, np.ones(metric.size, dtype=np.int64))
@@ -96,7 +107,58 @@ def pcor_times(frame, targets, repeats: int) -> list[tuple[float, float, float, 
             for times, job, row in (runs if r % 2 == 0 else runs[::-1]):
                 times.append(_timed(lambda: compute_explanation(job, row)))
         out.append((statistics.median(present), statistics.median(absent), min(present), min(absent)))
-        log(f"target {len(out)}: present {out[-1][0]:.3f} s, absent {out[-1][1]:.3f} s")
+        if works is not None:
+            works.append(seen)
+        log(f"{mech['sampler']} target {len(out)}: present {out[-1][0]:.3f} s, absent {out[-1][1]:.3f} s")
+    return out
+
+
+def verifier_costs(frame, targets, contexts: int, repeats: int) -> dict:
+    """Per verifier (LOF, Histogram, Grubbs for reference), per target V: the median seconds of one
+    ``verify`` call over the same ``contexts`` public random contexts (V's cell with seeded random free bits),
+    present (D holds V) and absent (D minus V: a stand-in drawn as the step draws it, searched in its place),
+    and LOF's window rounds (the work counter of its fast path: windows doubled until sufficient).
+
+    Returns ``{verifier: [(present s, absent s, present rounds, absent rounds), ...]}``.
+    """
+    from dpcore.mechanisms.pcor.contexts import ContextSpace
+    from dpcore.mechanisms.pcor.index import CellIndex
+    from dpcore.mechanisms.pcor.verifiers import GrubbsVerifier, HistogramVerifier, LOFVerifier
+    from dpcore.noise import NoiseSource
+    from dpcore.steps.pcor import _with_stand_ins, stand_in_row
+
+    raw = yaml.safe_load(SPEC.read_text())
+    cat = raw["schema"]["categorical"]
+    space = ContextSpace.from_domains(ATTRS, [cat[a]["domain"] for a in ATTRS])
+    spec = SimpleNamespace(public_schema=SimpleNamespace(numeric={"arr_delay": SimpleNamespace(min=-100.0)}))
+    codes = space.encode(frame[ATTRS])
+    metric = frame["arr_delay"].to_numpy(dtype=float)
+    masks = NoiseSource(seed=7).integers(0, 2, size=(contexts, space.t)).astype(bool)  # public: a benchmark choice
+    verifiers = {"lof": LOFVerifier(), "histogram": HistogramVerifier(), "grubbs": GrubbsVerifier(0.05)}
+    out: dict = {name: [] for name in verifiers}
+    d = CellIndex.from_aggregates(space, codes, metric, np.ones(metric.size, dtype=np.int64))
+    for v in targets:
+        keep = np.ones(metric.size, dtype=bool)
+        keep[v] = False
+        d_minus = CellIndex.from_aggregates(space, codes[keep], metric[keep], np.ones(keep.sum(), dtype=np.int64))
+        present, rows, _ = _with_stand_ins(d, space, spec, "arr_delay", codes[v:v + 1], metric[v:v + 1],
+                                           np.array([0]), 1, 0, 0)
+        absent, rows2, _ = _with_stand_ins(d_minus, space, spec, "arr_delay", codes[:0], metric[:0],
+                                           np.array([-1]), 1, 0, 0)
+        cases = [(present, int(rows[0])), (absent, stand_in_row(int(rows2[0])))]
+        for name, ver in verifiers.items():
+            res = []
+            for index, row in cases:
+                ctx = masks | space.cell_context(index.row_codes(row))[None, :]
+                ver.verify(index, row, ctx)  # warm-up (caches, first calls), not timed
+                times, rounds = [], 0
+                for _ in range(repeats):
+                    times.append(_timed(lambda: ver.verify(index, row, ctx)))
+                    rounds = int(sum(getattr(ver, "last_rounds", [])))
+                res.append((statistics.median(times), rounds))
+            out[name].append((res[0][0], res[1][0], res[0][1], res[1][1]))
+            log(f"{name} target {len(out[name])}: present {res[0][0]:.3f} s ({res[0][1]} rounds), "
+                f"absent {res[1][0]:.3f} s ({res[1][1]} rounds)")
     return out
 
 

@@ -390,3 +390,35 @@ def test_a_uniform_search_does_the_same_work_on_neighbouring_tables(operations, 
     assert valid_counts[0] > valid_counts[1] > valid_counts[2] == 0  # so the comparison can fail
     assert seen[0] == seen[1] == seen[2], seen
     assert seen[0]["uniform_draws"] >= max_draws and seen[0]["queries"] >= min(16, max_draws)
+
+
+def test_lof_verifies_every_context_in_the_same_number_of_window_rounds():
+    """LOF's fast path grows a window of values around V until it provably suffices: an outlier far out in the
+    tail needed more rounds than an ordinary record (the verifier's own cost said which V it was). Every context
+    now takes ``pad_rounds`` rounds (2), the extra ones discarded: the same count for an outlier V, an ordinary
+    record (an absent id's stand-in is one) and V on a neighbouring table (one record added near V)."""
+    from dpcore.mechanisms.pcor.verifiers import LOFVerifier
+
+    d = 8
+    space = ContextSpace.from_domains(["a", "b"], [[f"a{i}" for i in range(d)], [f"b{i}" for i in range(d)]])
+    rng = np.random.default_rng(1)
+    sizes = [400 if (a, b) == (0, 0) else 12 for a in range(d) for b in range(d)]
+    codes = np.repeat(np.array([(a, b) for a in range(d) for b in range(d)], np.int32), sizes, axis=0)
+    values = np.round(rng.gamma(1.0, 20.0, size=len(codes)))
+    contexts = np.random.default_rng(3).integers(0, 2, size=(32, space.t)).astype(bool)
+
+    def rounds(extra_values, v, pad):
+        c = np.vstack([codes, np.zeros((len(extra_values), 2), np.int32)])
+        x = np.append(values, extra_values)
+        held = CellIndex.from_aggregates(space, c, x, np.ones(len(x), np.int64)).with_rows(
+            np.zeros((1, 2), np.int32), np.array([v]))
+        verifier = LOFVerifier(pad_rounds=pad)
+        valid = verifier.verify(held, 0, contexts | space.cell_context(held.row_codes(0))[None, :])
+        return verifier.last_rounds, int(valid.sum())
+
+    cases = [([800.0], 800.0), ([20.0], 20.0), ([800.0, 790.0], 800.0)]  # outlier V, ordinary, V's neighbour
+    unpadded = [rounds(x, v, 1) for x, v in cases]
+    assert unpadded[0][1] > unpadded[1][1]  # V is an outlier in more contexts than the ordinary record
+    assert sum(unpadded[0][0]) != sum(unpadded[1][0])  # one round per context was data-dependent
+    padded = [rounds(x, v, 2)[0] for x, v in cases]
+    assert padded[0] == padded[1] == padded[2] == [2] * 32
