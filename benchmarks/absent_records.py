@@ -244,7 +244,7 @@ def main(argv=None) -> None:
     uni_works: list = []
     uni_r = pcor_times(frame, drawn, args.repeats, "uniform", uni_works)
     uni_o = pcor_times(frame, outliers, args.repeats, "uniform", uni_works)
-    costs = verifier_costs(frame, drawn + outliers, args.contexts, max(args.repeats, 3))
+    costs = verifier_costs(frame, drawn + outliers, args.contexts, max(args.repeats, 5))
     aiq = aiq_times(frame, max(args.repeats, 5))
     load_after = _load()
     lines = [
@@ -258,7 +258,8 @@ def main(argv=None) -> None:
         "x month, arr_delay, Grubbs, BFS n = 50, epsilon 0.2, overlap utility). Present: the record is in the "
         "table and its context is searched; absent: the neighbouring table without it, where the step draws a "
         "stand-in record uniformly from the table (a new draw each run), searches it and discards the result. "
-        "Timed: `compute_explanation`, the `pcor-search` task's work. "
+        "Timed: the search the `pcor-search` task runs (`dpcore.steps.pcor._search`; the task adds only the "
+        "rendering of a released context). "
         f"Medians (and minima) of {args.repeats} runs per record, interleaved in alternating order, production "
         "noise.",
         "",
@@ -295,7 +296,7 @@ def main(argv=None) -> None:
         f"Verifiers' own cost per context (issue 46.2, B): one `verify` call over the same {args.contexts} "
         "contexts (the record's cell with seeded random free bits), present (the table holds the record) and "
         "absent (the table without it; the stand-in drawn as the step draws it), medians of "
-        f"{max(args.repeats, 3)} calls after a warm-up; LOF's window rounds (its fast path's work counter) in "
+        f"{max(args.repeats, 5)} calls after a warm-up; LOF's window rounds (its fast path's work counter) in "
         "brackets. Default parameters (LOF k 10, threshold 1.5, `pad_rounds` 2; Histogram share 2.5e-3; "
         "Grubbs alpha 0.05).",
         "",
