@@ -6,7 +6,9 @@ stand-in record, and its output is discarded; AIQ counts every query point
 (and one stand-in per unfilled detector slot) in the same aggregate. The
 traces compared are the searches the mechanism ran (calls and
 exponential-mechanism selections) and the points the ball-count aggregate
-counted; the released outcome of a recordless target is unchanged.
+counted; the released outcome of a recordless target is unchanged. Every sampler (BFS, DFS, random walk,
+uniform) and the LOF verifier's window search do the same counted work for a present record, an absent id's
+stand-in and a neighbouring table.
 """
 from __future__ import annotations
 
