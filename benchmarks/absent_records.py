@@ -49,7 +49,7 @@ AIQ_ATTRS = ["distance", "air_time", "dep_delay", "arr_delay"]
 PREVIOUS_OUTLIER_PRESENT, PREVIOUS_DRAWN_PRESENT = 0.406, 5.509
 PREVIOUS_RUN = "1198077, 2026-12-07 15:10 UTC, load 38.5"
 #: The LOF measurement before pad_rounds (``verifier_costs`` with 64 contexts, pad_rounds 1, no warm-up).
-LOF_BEFORE = "commit 5cb9fbf with pad_rounds=1, 64 contexts, 2026-12-07 18:35 UTC, load about 9"
+LOF_BEFORE = "commit b32b253, 64 contexts, 2 calls without a warm-up, 2026-12-07 18:35 UTC, load about 9"
 
 
 def log(msg: str) -> None:
@@ -309,7 +309,8 @@ def main(argv=None) -> None:
         "",
         "Before `pad_rounds` (LOF's window search stopped at its first sufficient window; the same records and "
         f"code otherwise, {LOF_BEFORE}): a drawn record's 64 contexts took 64 rounds, the most delayed flights' "
-        "124 and 125 (their neighbours lie far out in the tail), 0.04 s against 0.10-0.11 s per call: the "
+        "124 and 125 (their neighbours lie far out in the tail), 0.04 s (after the first call) against "
+        "0.10-0.11 s per call: the "
         "verifier's own time said whether V was an outlier. Histogram and Grubbs do the same vectorised work "
         "for every record (no counter; the times above agree up to the load).",
     ]
