@@ -246,7 +246,7 @@ def main(argv=None) -> None:
     uni_works: list = []
     uni_r = pcor_times(frame, drawn, args.repeats, "uniform", uni_works)
     uni_o = pcor_times(frame, outliers, args.repeats, "uniform", uni_works)
-    costs = verifier_costs(frame, drawn + outliers, args.contexts, max(args.repeats, 5))
+    costs = verifier_costs(frame, drawn + outliers, args.contexts, max(args.repeats, 9))
     aiq = aiq_times(frame, max(args.repeats, 5))
     load_after = _load()
     lines = [
@@ -295,24 +295,24 @@ def main(argv=None) -> None:
                  f"{'one set of counts for every search' if len(all_work) == 1 else f'{len(all_work)} sets'} |")
     lines += [
         "",
-        f"Verifiers' own cost per context (issue 46.2, B): one `verify` call over the same {args.contexts} "
-        "contexts (the record's cell with seeded random free bits), present (the table holds the record) and "
-        "absent (the table without it; the stand-in drawn as the step draws it), medians of "
-        f"{max(args.repeats, 5)} calls after a warm-up; LOF's window rounds (its fast path's work counter) in "
-        "brackets. Default parameters (LOF k 10, threshold 1.5, `pad_rounds` 2; Histogram share 2.5e-3; "
-        "Grubbs alpha 0.05).",
-        "",
-        "| verifier | record | present (s) | absent (s) | absent / present |",
-        "|---|---|---|---|---|",
-    ]
-    lines += [
-        "",
         "Before `pad_rounds` (LOF's window search stopped at its first sufficient window; the same records and "
         f"code otherwise, {LOF_BEFORE}): a drawn record's 64 contexts took 64 rounds, the most delayed flights' "
         "124 and 125 (their neighbours lie far out in the tail), 0.04 s (after the first call) against "
         "0.10-0.11 s per call: the "
         "verifier's own time said whether V was an outlier. Histogram and Grubbs do the same vectorised work "
         "for every record (no counter; the times above agree up to the load).",
+    ]
+    lines += [
+        "",
+        f"Verifiers' own cost per context (issue 46.2, B): one `verify` call over the same {args.contexts} "
+        "contexts (the record's cell with seeded random free bits), present (the table holds the record) and "
+        "absent (the table without it; the stand-in drawn as the step draws it), medians of "
+        f"{max(args.repeats, 9)} calls after a warm-up; LOF's window rounds (its fast path's work counter) in "
+        "brackets. Default parameters (LOF k 10, threshold 1.5, `pad_rounds` 2; Histogram share 2.5e-3; "
+        "Grubbs alpha 0.05).",
+        "",
+        "| verifier | record | present (s) | absent (s) | absent / present |",
+        "|---|---|---|---|---|",
     ]
     names = [f"drawn {i + 1}" for i in range(len(drawn))] + [f"most delayed {i + 1}" for i in range(len(outliers))]
     for ver, rows in costs.items():

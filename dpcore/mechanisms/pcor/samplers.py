@@ -789,7 +789,7 @@ def uniform_candidates(evaluator, start: np.ndarray, n: int, chooser: Chooser, *
     ``min(2^f, max_draws)`` fresh verifications (``f = t - m`` free bits) in
     batches of :data:`UNIFORM_BATCH` contexts, whatever it finds:
 
-    * ``2^f <= max_draws``: every one of the ``2^f`` contexts containing
+    * ``2^f <= max_draws`` (and ``f <= 30``): every one of the ``2^f`` contexts containing
       ``V`` is verified once and each draw's validity is looked up (a draw
       is the index of its context, bit ``b`` = free bit ``b``);
     * otherwise every draw is verified (repeats included).
@@ -802,7 +802,12 @@ def uniform_candidates(evaluator, start: np.ndarray, n: int, chooser: Chooser, *
     bounds (``max_uniform_draws = max_start_evaluations = 100,000``) the
     sampler's verifications are at most the start rule's own, so a uniform
     search costs at most about twice the start search it follows; the draws
-    cost one vectorised CSPRNG call per 30 free bits.
+    cost one vectorised CSPRNG call per 30 free bits. Measured on the demo's
+    flights (``f = 28``, BENCHMARKS.md "Absent records do the same work"): a
+    uniform search took 6.5-8.5 s, present or absent, drawn record or most
+    delayed flight, with one set of work counts for all, against 3.2-4.7 s
+    for BFS in the same run. The memory is ``8 max_draws`` bytes per 30 free
+    bits (0.8 MB at the default).
     """
     free = _free_bits(evaluator)
     f = int(free.size)
@@ -812,7 +817,7 @@ def uniform_candidates(evaluator, start: np.ndarray, n: int, chooser: Chooser, *
     draws = int(max_draws)
     _tally(evaluator, "uniform_draws", draws)
     chunks = _uniform_draw_bits(chooser, f, draws) or [np.zeros(draws, dtype=np.int64)]  # f = 0: one context
-    table = f < 63 and (1 << f) <= draws
+    table = f <= _BITS_PER_DRAW and (1 << f) <= draws  # one chunk: a draw is its context's number
     total = (1 << f) if table else draws
     n_batches = -(-total // UNIFORM_BATCH)
     valid = np.zeros(total, dtype=bool)
