@@ -803,10 +803,11 @@ def uniform_candidates(evaluator, start: np.ndarray, n: int, chooser: Chooser, *
     sampler's verifications are at most the start rule's own, so a uniform
     search costs at most about twice the start search it follows; the draws
     cost one vectorised CSPRNG call per 30 free bits. Measured on the demo's
-    flights (``f = 28``, BENCHMARKS.md "Absent records do the same work"): a
-    uniform search took 6.5-8.5 s, present or absent, drawn record or most
-    delayed flight, with one set of work counts for all, against 3.2-4.7 s
-    for BFS in the same run. The memory is ``8 max_draws`` bytes per 30 free
+    flights (``f = 28``, BENCHMARKS.md "Absent records do the same work",
+    2026-12-07 18:54 UTC, load about 10): a uniform search took 6-9 s
+    (median 8.2 s present, 8.8 s absent), drawn record or most delayed
+    flight, with one set of work counts for all, about twice BFS's 3.3-5.2 s
+    in the same run. The memory is ``8 max_draws`` bytes per 30 free
     bits (0.8 MB at the default).
     """
     free = _free_bits(evaluator)

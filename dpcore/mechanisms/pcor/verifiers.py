@@ -738,7 +738,7 @@ class HistogramVerifier:
     bin (for every record alike). On the demo's flights (BENCHMARKS.md
     "Absent records do the same work", verifiers' table: one call over 256
     contexts) a drawn record, an absent id's stand-in and the most delayed
-    flights take the same 10-20 ms up to the machine's load, as Grubbs
+    flights take the same 9-22 ms up to the machine's load, as Grubbs
     (per-cell sums) does.
 
     Parameters
