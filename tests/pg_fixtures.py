@@ -1,6 +1,6 @@
 """A real PostgreSQL server for the tests of PostgreSQL sources (issue 31), started once per test session.
 
-``pgserver`` (a pip-installable PostgreSQL; README "Development") runs the server from a temporary folder,
+``pgserver`` (a pip-installable PostgreSQL; docs/development.md, "PostgreSQL in the tests") runs the server from a temporary folder,
 listening on a Unix socket there only (no TCP port: parallel test workers never collide), ready in about
 4 s. The fixture :func:`pg_server` yields a :class:`PgServer`; tests that use it are skipped, with the
 reason, only when the server cannot start (``.ci/run`` installs the dev extra, which has ``pgserver``).

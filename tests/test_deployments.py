@@ -221,7 +221,7 @@ def test_bad_parameters_are_refused_or_fail_readably_and_spend_nothing(stack):
 
 
 def test_other_operator_deployments_run_from_the_cli(stack):
-    """outlier-counts and coco-publish, started at once with the README's commands, both complete and charge
+    """outlier-counts and coco-publish, started at once with the commands of docs/operating.md ("Running an operator flow"), both complete and charge
     (each parameter not given on the command line taken from the spec)."""
     ops = stack
     before = ledger_snapshot(ops.warehouse)

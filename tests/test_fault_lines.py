@@ -232,7 +232,7 @@ def test_a_read_only_home_shows_its_budget_and_refuses_a_run(tmp_path, monkeypat
     assert js.returncode == 0 and '"budget": "tiny"' in js.stdout, js.stderr[-3000:]
     run = subprocess.run(_read_only(home, DPR, "run", str(ROOT / "specs" / "demo.yaml")), env=env,
                          capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2, run.stderr[-3000:]  # README: a home that is not writable is refused
+    assert run.returncode == 2, run.stderr[-3000:]  # docs/operating.md: a home that is not writable is refused
     assert "is not writable" in the_error_line(run)
     assert sorted(p.name for p in home.iterdir()) == before  # nothing written (it could not be)
 

@@ -123,7 +123,7 @@ def test_fingerprints_in_parts_equal_one_distinct_and_one_join(tmp_path, kind, m
     two ids), the same overlaps as one join, and adding them to 'b' leaves 'b' holding each one once. Each part
     passes through its own temporary table (issue 51: never one of every part's fingerprints, which spilled 34 GB
     at 1000x the demo). (That the parts fit where one statement does not is measured on 100x the demo under
-    512 MiB: README.)"""
+    512 MiB: docs/scale.md, "Under a cap below 1 GiB: memory before speed".)"""
     import duckdb
 
     from dpcore.storage.lineage import hmac_pads, owner_hmac

@@ -87,7 +87,7 @@ def test_a_deleted_warehouse_is_refused_until_recovered_from_the_bundles(home):
         open_stores(Settings.from_env())
     msg = str(err.value)
     assert "\n" not in msg and str(home / "warehouse.duckdb") in msg and old in msg
-    assert "dpr budget recover --from-bundles" in msg and "Back up" in msg
+    assert "dpr budget recover --from-bundles" in msg and "docs/backups.md" in msg
     assert not (home / "warehouse.duckdb").exists()  # no fresh ledger was started
 
     lid, done = recover_from_bundles(Settings.from_env())
@@ -187,7 +187,7 @@ def test_a_damaged_warehouse_is_one_line_naming_the_file_and_the_backup(home, da
         assert res.returncode == 1, (args, res.stderr)
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
-        assert str(path) in lines[0] and "Back up" in lines[0] and "not a readable DuckDB database" in lines[0]
+        assert str(path) in lines[0] and "docs/backups.md" in lines[0] and "not a readable DuckDB database" in lines[0]
 
 
 def _charge_rows(home: Path) -> int:

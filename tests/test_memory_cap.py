@@ -10,7 +10,7 @@ stage it was in and the limit, if the tree ever holds more than the cap plus the
 share (:data:`SERVER_SHARE`), or if the run fails. Under this cap the run favours memory
 (:attr:`dpcore.runtime.chunks.MemoryBudget.favours_memory`): great-expectations runs in a child process that ends
 with validation, the detector's templates are fitted one at a time, DuckDB gets 1/8 of the cap, and nothing
-is loaded or drawn ahead (README "DPR_MEMORY_LIMIT"). Runs only with ``DPR_SCALE_TESTS=1`` (a minute or two).
+is loaded or drawn ahead (docs/scale.md, "Under a cap below 1 GiB: memory before speed"). Runs only with ``DPR_SCALE_TESTS=1`` (a minute or two).
 
 Copies 1..9 carry seeded integer jitter in {-2..+2} on ``dep_delay``, ``arr_delay`` and ``air_time``
 (clipped to the spec's bounds; empty cells stay empty), as ``benchmarks/scale.py`` writes them; ids are

@@ -6,7 +6,9 @@ stand-in record, and its output is discarded; AIQ counts every query point
 (and one stand-in per unfilled detector slot) in the same aggregate. The
 traces compared are the searches the mechanism ran (calls and
 exponential-mechanism selections) and the points the ball-count aggregate
-counted; the released outcome of a recordless target is unchanged.
+counted; the released outcome of a recordless target is unchanged. Every sampler (BFS, DFS, random walk,
+uniform) and the LOF verifier's window search do the same counted work for a present record, an absent id's
+stand-in and a neighbouring table.
 """
 from __future__ import annotations
 
@@ -278,7 +280,7 @@ def operations(monkeypatch):
     found: list[bool] = []
     real_verify, real_start = GrubbsVerifier.verify, S.start_context
     real_flip, real_util = ContextSpace.flip_all, ContextEvaluator.utility
-    real_em = NoiseSource.exponential_mechanism
+    real_em, real_integers = NoiseSource.exponential_mechanism, NoiseSource.integers
 
     def verify(self, index, row, contexts):
         ops["queries"] += int(np.atleast_2d(contexts).shape[0])
@@ -299,6 +301,10 @@ def operations(monkeypatch):
         ops["utilities"] += int(np.atleast_2d(contexts).shape[0])
         return real_util(self, contexts, reference)
 
+    def integers(self, low, high, size=None):
+        ops["uniform_draws"] += 1 if size is None else int(np.prod(size))
+        return real_integers(self, low, high, size)
+
     def em(self, utilities, epsilon, sensitivity):
         ops["selections"] += 1
         ops["em_candidates"] += int(np.size(utilities))
@@ -309,6 +315,7 @@ def operations(monkeypatch):
     monkeypatch.setattr(ContextSpace, "flip_all", flip_all)
     monkeypatch.setattr(ContextEvaluator, "utility", utility)
     monkeypatch.setattr(NoiseSource, "exponential_mechanism", em)
+    monkeypatch.setattr(NoiseSource, "integers", integers)
 
     def run(job, row):
         from dpcore.steps.pcor import compute_explanation
@@ -323,7 +330,7 @@ def operations(monkeypatch):
 
 
 @pytest.mark.parametrize("sampler,start", [("bfs", "cell"), ("bfs", "full"), ("dfs", "climb"),
-                                           ("random_walk", "cell")])
+                                           ("random_walk", "cell"), ("uniform", "cell")])
 def test_an_outliers_search_does_the_same_work_present_or_absent(operations, monkeypatch, sampler, start):
     """V = (x, p, 100) is an outlier (its own cell is a valid start). Present (D holds V) and absent (D' = D
     without V: the step searches a stand-in drawn from D'), the search performs the same operations in the
@@ -340,7 +347,8 @@ def test_an_outliers_search_does_the_same_work_present_or_absent(operations, mon
                                          np.array([0], np.int64), 1, 0, 0)
     present, v_found, out = operations(step.PcorJob(SPACE, held, "grubbs", {"alpha": 0.05}, mech), int(rows[0]))
     assert v_found and out["release"]["status"] == "released"
-    assert present["start_contexts"] >= 16 and present["expansions"] >= N_SAMPLES
+    assert present["start_contexts"] >= 16
+    assert present["expansions" if sampler != "uniform" else "uniform_draws"] >= N_SAMPLES
     d_minus = _index(codes[:-1], values[:-1])
     kinds = set()
     for k, _ in _draws(d_minus):
@@ -353,3 +361,66 @@ def test_an_outliers_search_does_the_same_work_present_or_absent(operations, mon
         kinds.add(stand_in_found)
         assert absent == present, (k, stand_in_found)
     assert kinds == {True, False}  # both kinds of stand-in (an outlier, an ordinary record) were searched
+
+
+@pytest.mark.parametrize("max_draws", [8, 100])  # fewer draws than the 16 contexts holding V (each draw
+# verified), and more (every context verified once, the draws looked up)
+def test_a_uniform_search_does_the_same_work_on_neighbouring_tables(operations, max_draws):
+    """The uniform sampler (Algorithm 2) used to draw until it had n valid samples: its draws and verifier
+    queries said how many of V's contexts are valid. V = (x, p, 100) on D; on the neighbour D + (x, p, 90) fewer
+    of V's contexts are valid (the added record masks V in its own cell); an ordinary record
+    (x, p, 11) has none. All three searches make the same draws, verifier queries, utilities and selections."""
+    import dpcore.steps.pcor as step
+
+    mech = {**MECH, "sampler": "uniform", "start": "cell", "max_uniform_draws": max_draws}
+    codes, values = _records(with_v=True)
+    seen, valid_counts = [], []
+    tables = [(codes, values, len(values) - 1),
+              (np.vstack([codes, [[0, 0]]]), np.append(values, 90.0), len(values) - 1),
+              (codes, values, 0)]
+    for c, v, row in tables:
+        held, rows, _ = step._with_stand_ins(_index(c, v), SPACE, None, "m", c[row:row + 1], v[row:row + 1],
+                                             np.array([0], np.int64), 1, 0, 0)
+        job = step.PcorJob(SPACE, held, "grubbs", {"alpha": 0.05}, mech)
+        ops, _, out = operations(job, int(rows[0]))
+        seen.append(ops)
+        from dpcore.mechanisms.pcor.evaluator import ContextEvaluator
+        from dpcore.mechanisms.pcor.verifiers import GrubbsVerifier
+
+        ev = ContextEvaluator(held, GrubbsVerifier(0.05), int(rows[0]), "population")
+        valid_counts.append(int(ev.enumerate_valid()[1].sum()))
+    assert valid_counts[0] > valid_counts[1] > valid_counts[2] == 0  # so the comparison can fail
+    assert seen[0] == seen[1] == seen[2], seen
+    assert seen[0]["uniform_draws"] >= max_draws and seen[0]["queries"] >= min(16, max_draws)
+
+
+def test_lof_verifies_every_context_in_the_same_number_of_window_rounds():
+    """LOF's fast path grows a window of values around V until it provably suffices: an outlier far out in the
+    tail needed more rounds than an ordinary record (the verifier's own cost said which V it was). Every context
+    now takes ``pad_rounds`` rounds (2), the extra ones discarded: the same count for an outlier V, an ordinary
+    record (an absent id's stand-in is one) and V on a neighbouring table (one record added near V)."""
+    from dpcore.mechanisms.pcor.verifiers import LOFVerifier
+
+    d = 8
+    space = ContextSpace.from_domains(["a", "b"], [[f"a{i}" for i in range(d)], [f"b{i}" for i in range(d)]])
+    rng = np.random.default_rng(1)
+    sizes = [400 if (a, b) == (0, 0) else 12 for a in range(d) for b in range(d)]
+    codes = np.repeat(np.array([(a, b) for a in range(d) for b in range(d)], np.int32), sizes, axis=0)
+    values = np.round(rng.gamma(1.0, 20.0, size=len(codes)))
+    contexts = np.random.default_rng(3).integers(0, 2, size=(32, space.t)).astype(bool)
+
+    def rounds(extra_values, v, pad):
+        c = np.vstack([codes, np.zeros((len(extra_values), 2), np.int32)])
+        x = np.append(values, extra_values)
+        held = CellIndex.from_aggregates(space, c, x, np.ones(len(x), np.int64)).with_rows(
+            np.zeros((1, 2), np.int32), np.array([v]))
+        verifier = LOFVerifier(pad_rounds=pad)
+        valid = verifier.verify(held, 0, contexts | space.cell_context(held.row_codes(0))[None, :])
+        return verifier.last_rounds, int(valid.sum())
+
+    cases = [([800.0], 800.0), ([20.0], 20.0), ([800.0, 790.0], 800.0)]  # outlier V, ordinary, V's neighbour
+    unpadded = [rounds(x, v, 1) for x, v in cases]
+    assert unpadded[0][1] > unpadded[1][1]  # V is an outlier in more contexts than the ordinary record
+    assert sum(unpadded[0][0]) != sum(unpadded[1][0])  # one round per context was data-dependent
+    padded = [rounds(x, v, 2)[0] for x, v in cases]
+    assert padded[0] == padded[1] == padded[2] == [2] * 32

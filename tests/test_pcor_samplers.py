@@ -586,6 +586,35 @@ def test_uniform_draw_bound_falls_back_to_the_start_context():
     assert cands.shape[0] >= 1 and (cands == cell).all()
 
 
+class _OneByOne:
+    """A chooser with ``uniform`` and ``exponential`` only: the sampler draws one value per call, in order."""
+
+    def __init__(self, seed):
+        self.inner = S.NoiseChooser(NoiseSource(seed=seed))
+
+    def uniform(self, k):
+        return self.inner.uniform(k)
+
+    def exponential(self, utilities, epsilon_step):
+        return self.inner.exponential(utilities, epsilon_step)
+
+
+@pytest.mark.parametrize("max_draws", [5, 40, 1000])  # 64 contexts hold V: each draw verified, or a lookup
+def test_constant_work_uniform_keeps_the_samples_of_the_early_stopping_loop(medium, max_draws):
+    """The constant-work uniform sampler makes all max_draws draws and keeps the first n valid ones: given the
+    same sequence of draws it returns exactly the samples of the paper's loop, which stops at the n-th valid
+    draw (so the released distribution is unchanged), while its verifier work is min(2^f, max_draws)."""
+    start = S.start_context(medium)
+    for seed in range(6):
+        for n in (1, 3, 8):
+            with S.without_constant_work():
+                old = S.uniform_candidates(medium, start, n, _OneByOne(seed), max_draws=max_draws)
+            medium.work = {}
+            new = S.uniform_candidates(medium, start, n, _OneByOne(seed), max_draws=max_draws)
+            assert np.array_equal(old, new), (seed, n)
+            assert medium.work == {"uniform_draws": max_draws, "queries": min(64, max_draws)}
+
+
 # ---------------------------------------------------------------------------
 # Parameters, epsilon_1, cost, privacy map
 # ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@ among LF lines, a row over the reader's length limit) both ingest, validate and 
 unreadable row quarantined with its line and reason for the owner. One real flow run on an input holding
 three kinds of unreadable rows completes, charges and publishes, and ``dpr validation show`` lists the rows
 with their lines and reasons. What may still refuse an input is its header and an input that is not of the
-declared kind (README "Accepted CSV files").
+declared kind (docs/sources.md, "Accepted CSV files").
 """
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ def _empty_march(path: Path, mode: str | None) -> None:
     if mode is not None:
         spec["series"]["empty_periods"] = mode
     # the rejected-fraction gate reads the noisy counts, which on zero rows are noise alone: it would stop
-    # (charged) at random, as the README says; the test keeps it open so the outcome is the release
+    # (charged) at random, as docs/series.md says ("Empty periods"); the test keeps it open so the outcome is the release
     spec["steps"].setdefault("validation", {})["max_rejected_fraction"] = 1.0
     path.write_text(yaml.safe_dump(spec))
 

@@ -33,8 +33,8 @@ warehouse:
 
 A warehouse of an older layout is upgraded first (:mod:`dpcore.budget.ledger_upgrade`).
 
-The owner then restores the latest backup of the warehouse (README, "Back
-up"), or says ``dpr budget recover --from-bundles``: :func:`recover_from_bundles`
+The owner then restores the latest backup of the warehouse (docs/backups.md,
+"What, when and how"), or says ``dpr budget recover --from-bundles``: :func:`recover_from_bundles`
 rebuilds the spent totals from the manifests, never less than they say, as
 one ``recovered`` charge per budget and earlier ledger, recorded in
 ``ledger.recoveries`` and listed by ``dpr budget``. The charges themselves
@@ -87,7 +87,7 @@ class LedgerMissingError(LedgerError):
     """The home's marker or bundles name a ledger its warehouse does not hold (nothing was charged)."""
 
 
-_ADVICE = ("restore warehouse.duckdb together with owner/owner.key from your latest backup (README, 'Back up'), "
+_ADVICE = ("restore warehouse.duckdb together with owner/owner.key from your latest backup (docs/backups.md, 'What, when and how'), "
            "or run `dpr budget recover --from-bundles` to rebuild the spent totals from the bundles' manifests")
 
 
@@ -199,7 +199,7 @@ def write_marker(settings: Settings, lid: str, wh: Warehouse | None = None) -> N
         doc.update({"count": count, "spent_units": spent})
     doc["note"] = ("the id of this home's ledger, how many charge and reservation rows it held and each budget's "
                    "spent total (units of 1e-18); a warehouse holding another ledger, none, or fewer rows is refused "
-                   "(README, 'Back up')")
+                   "(docs/backups.md, 'What, when and how')")
     public_mkdir(settings.home)
     write_private_atomic(marker_path(settings), json.dumps(doc, indent=2) + "\n")
 
@@ -294,8 +294,8 @@ def scan_bundles(bundles: Path, *, strict: bool = True) -> list[BundleRecord]:
                 if strict:
                     raise BundleUnreadableError(
                         f"the bundle manifest {path} cannot be read ({type(exc).__name__}): it states what the "
-                        "ledger had spent, so nothing was charged: restore it from your latest backup (README, "
-                        f"'Back up'), or, if that folder is not a release bundle, move it out of {bundles}"
+                        "ledger had spent, so nothing was charged: restore it from your latest backup (docs/backups.md, "
+                        f"'What, when and how'), or, if that folder is not a release bundle, move it out of {bundles}"
                     ) from None
     return found
 

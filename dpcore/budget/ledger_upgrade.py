@@ -97,7 +97,7 @@ def upgrade(wh: Warehouse, bundles: Path) -> int | None:
         raise WarehouseVersionError(
             f"the warehouse {wh.path} has schema version {found}, written by a newer version of this project; "
             f"this code reads schema version {SCHEMA_VERSION} and upgrades only older ones, so nothing was read or "
-            "charged: run the newer code again, or restore a backup taken before it ran (README, 'Upgrade')")
+            "charged: run the newer code again, or restore a backup taken before it ran (docs/backups.md, 'Upgrade')")
 
     def op(con):
         con.execute("CREATE TABLE IF NOT EXISTS ledger.meta (name VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)")
@@ -151,7 +151,7 @@ def _finished_releases(con, bundles: Path, warehouse: Path) -> None:
             raise WarehouseVersionError(
                 f"upgrading the warehouse {warehouse} from schema version 1 to {SCHEMA_VERSION}: the bundle "
                 f"manifest {path} cannot be read, so whether release {rid!r} was published is unknown; nothing was "
-                "changed or charged: restore that manifest from your backup (README, 'Back up')") from None
+                "changed or charged: restore that manifest from your backup (docs/backups.md, 'What, when and how')") from None
         refs = {str(r.get("ref")) for r in manifest.get("releases", []) if isinstance(r, dict) and r.get("ref")}
         held = {r[0] for r in con.execute("SELECT public_ref FROM ledger.charges WHERE dataset = ? AND "
                                           "release_id = ?", [ds, rid]).fetchall()}

@@ -5,13 +5,20 @@ validated table, the detector's scratch exports and DuckDB's spill folder (``<wa
 cannot hold them used to fail in the middle of validation or detection with ``ENOSPC``; now the registration
 (:func:`dpcore.run.registration.register`) and the release's ingest stage (:func:`dpcore.run.pipeline.ingest_stage`,
 before the cost preflight reserves the first charge) compare an estimate of what they will write with the free
-space of the warehouse's file system and stop in one line naming both (:class:`NotEnoughDiskError`, an
-environment failure: exit code 1, like a full disk met later).
+space of the warehouse's file system and stop in one line (:class:`NotEnoughDiskError`, an environment
+failure: exit code 1, like a full disk met later).
 
 The estimate is :data:`NEED_PER_INPUT_BYTE` times the input's size on disk (the bytes of its files as the file
-system lists them: a public property of the files, like their names; no row is read, so it says nothing about a
-record, and the figures are rounded up to a tenth of a GB). Inputs without files of their own (a PostgreSQL
-table, the bundled demo) are not checked here: a full disk met later still stops the run with ``ENOSPC``.
+system lists them; no row is read). The size grows with the rows, so it is a data-dependent figure (issue 46):
+it appears only where the data owner alone reads it -- the registration's refusal (``dpr dataset add``, the
+owner's command on the owner's terminal) and :func:`disk_outlook`, printed by ``dpr spec check SPEC --data``.
+A release's refusal, which an operator sees (a deployment run's state message and logs), names no figure: only
+that free disk is short, where, and the owner's command that shows the figures (:func:`require_disk`). Whether
+the refusal happens at all depends on the input's size only near the threshold (free space = the estimate):
+it is decided before the first charge, from the whole input's size, so one record moves it only when the free
+space lies within that record's bytes (times the factor) of the estimate. Inputs without files of their own (a
+PostgreSQL table, the bundled demo) are not checked here: a full disk met later still stops the run with
+``ENOSPC``.
 """
 from __future__ import annotations
 
@@ -105,6 +112,23 @@ _WRITES = {
 }
 
 
+def disk_outlook(spec: "ReleaseSpec", settings: "Settings") -> str | None:
+    """The owner's line on disk: what a release of ``spec`` needs and what is free (None: nothing to measure).
+
+    Printed by ``dpr spec check SPEC --data`` (the data owner's command, on the owner's terminal): the figures a
+    release's refusal leaves out (:func:`require_disk`), rounded to a tenth of a GB.
+    """
+    need = needed_bytes(spec)
+    if need is None:
+        return None
+    folder = settings.warehouse.parent
+    free = free_bytes(folder)
+    verdict = "enough" if need <= free else "NOT enough: a release would stop before its first charge"
+    return (f"disk: a release of dataset {spec.dataset.name} needs about {_gb(need, True)} on {folder} "
+            f"({NEED_PER_INPUT_BYTE[spec.dataset.source.kind]:g} x the input's {(input_bytes(spec) or 0) / 1e9:.1f} GB "
+            f"of {spec.dataset.source.kind}), {_gb(free, False)} is free there: {verdict}")
+
+
 def require_disk(spec: "ReleaseSpec", settings: "Settings", what: str) -> None:
     """Stop ``what`` (``"the registration"``, ``"the release"``) when the warehouse's disk is too small for it.
 
@@ -115,7 +139,10 @@ def require_disk(spec: "ReleaseSpec", settings: "Settings", what: str) -> None:
     Raises
     ------
     NotEnoughDiskError
-        One line: what is needed, what is free, where, and what to do; nothing was read or charged.
+        One line, nothing read or charged. The registration (the owner's ``dpr dataset add``): what is needed,
+        what is free, where, and what to do. A release (which an operator may start and watch): only that free
+        disk is short, where, and that the data owner sees the figures with ``dpr spec check SPEC --data``; no
+        figure, since the input's size is data-dependent (issue 46, rule 6).
     """
     need = needed_bytes(spec)
     if need is None:
@@ -125,6 +152,12 @@ def require_disk(spec: "ReleaseSpec", settings: "Settings", what: str) -> None:
     if need <= free:
         return
     parts = _WRITES.get(what, _WRITES["the release"])
+    if what != "the registration":  # a run's refusal: no data-dependent figure (the owner's command has them)
+        raise NotEnoughDiskError(
+            f"not enough free disk for {what} of dataset {spec.dataset.name} on {folder}: {parts} do not fit in "
+            "its free space; nothing was read or charged. The data owner sees the figures with `dpr spec check "
+            "SPEC --data`; free space on that disk or point DPR_HOME (or DPR_WAREHOUSE) at a larger one, then run "
+            "the same release again")
     raise NotEnoughDiskError(
         f"not enough free disk for {what} of dataset {spec.dataset.name}: {parts} need about {_gb(need, True)} on "
         f"{folder} ({NEED_PER_INPUT_BYTE[spec.dataset.source.kind]:g} x the input's "

@@ -10,7 +10,7 @@ column types checked against the spec first; this module stores it. Each distinc
 (1 is the first row after the header; blank lines are not counted, and a row
 whose quoted cell holds a line break is one row: not a line number of the file).
 
-CSV dialect (README: "Accepted CSV files"): UTF-8 (a leading byte-order mark is
+CSV dialect (docs/sources.md, "Accepted CSV files"): UTF-8 (a leading byte-order mark is
 dropped), a header row, the field delimiter of ``dataset.source.delimiter``
 (``,`` by default; ``;``, tab or ``|``), RFC 4180 quoting (double quotes, a
 quote inside a quoted cell doubled), LF, CRLF or CR-only line ends (as the header

@@ -408,7 +408,7 @@ def _draft_text(df: pd.DataFrame, title: str, src_lines: list[str], default_name
         "# Public metadata only may remain: every line ending with the marker below holds a value read",
         "# from the data. Replace it with public knowledge (a published code list, a physical or legal",
         "# limit), then delete the marker; `dpr spec check` and every release refuse the spec until then.",
-        "# The README's spec reference explains every key.",
+        "# docs/spec.md (the spec reference) explains every key.",
         "release_id: r1",
         "dataset:",
         f"  name: {_text(name or default_name)}",
@@ -476,7 +476,7 @@ def _draft_text(df: pd.DataFrame, title: str, src_lines: list[str], default_name
         "    epsilon: 0.1",
     ]
     off = _off_steps()
-    lines.append(f"  # {', '.join(off[:-1])} and {off[-1]} are off until configured (README: spec reference)")
+    lines.append(f"  # {', '.join(off[:-1])} and {off[-1]} are off until configured (docs/spec.md: the spec reference)")
     lines += [f"  {name}: {{enabled: false}}" for name in off]
     return "\n".join(lines) + "\n"
 

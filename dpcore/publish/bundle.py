@@ -71,7 +71,13 @@ ALWAYS_NOT_PROTECTED = [
     "removal from the validated table, so every step's guarantee is stated for add/remove of validated rows "
     "(or converted to it by the ledger).",
     "Timing: how long a run, a step or a task takes (Prefect records durations) depends on the data's size and "
-    "content; no mechanism here pads or randomises it.",
+    "the parameters; nothing pads a whole run. No step shortens its work because an asked or chosen record is "
+    "absent (a PCOR search or an AIQ count runs on a stand-in record) or because the input is unchanged, and "
+    "PCOR's searches do the same work for every record; what timing can still tell is listed in the project's "
+    "privacy documentation (docs/privacy.md, \"Always not protected\").",
+    "Whether the warehouse's disk has room for the release: a release whose estimated disk need (a fixed factor "
+    "times the input's size in bytes) exceeds the free space stops before its first charge, naming no figure; "
+    "this depends on the input's size only within one row's bytes of the free-space threshold.",
     "Failures inside a private computation: a step that fails on the data after its charge (e.g. the outlier "
     "count's exact search reaching its node limit, or too few validated rows for a detector template) fails "
     "the run with a generic message; that it failed is a fact about the data no charge covers.",
@@ -232,7 +238,7 @@ def published_refs(folder: Path) -> set[str] | None:
     except (ValueError, UnicodeDecodeError, AttributeError, TypeError, KeyError):
         raise BundleExistsError(
             f"a bundle is published at {folder} but its manifest cannot be read; a published bundle is never "
-            "rewritten, so nothing was written: restore it from your backup (README, 'Back up')") from None
+            "rewritten, so nothing was written: restore it from your backup (docs/backups.md, 'What, when and how')") from None
 
 
 def write_bundle(

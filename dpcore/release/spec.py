@@ -511,7 +511,7 @@ class SeriesSpec(_Strict):
         default="refuse",
         description="A period whose input has no data row: 'refuse' (default) stops it before any charge, which "
         "tells whether anyone has a record in that period; 'release' releases it like any other (charged, noisy "
-        "zero counts; see the README's series section for what a zero-row period publishes).")
+        "zero counts; see docs/series.md, 'Empty periods', for what a zero-row period publishes).")
 
     @field_validator("first", "last", mode="before")
     @classmethod
@@ -1441,7 +1441,7 @@ def _format_errors(err: ValidationError, root: "yaml.Node | None" = None, errors
         if e["type"] in _QUOTING_TYPES:
             msg = _scrub(msg)
         if e["type"] == "extra_forbidden":
-            msg = "unknown key (check the spelling; see the spec reference in README.md)"
+            msg = "unknown key (check the spelling; see the spec reference, docs/spec.md)"
             if where and not where[-1][1]:
                 n = where[-1][2]
                 loc = ".".join(shown[:-1])

@@ -109,7 +109,7 @@ def _refuse_unknown_bundle(settings: "Settings", wh: Warehouse, dataset: str, re
             f"release {release_id!r} of dataset {dataset!r} is already published at {path}, but this warehouse's "
             "ledger does not hold that bundle's charges; a published bundle is never rewritten, so nothing was "
             "charged: give this release a new release id (--release-id), or restore the warehouse that made it "
-            "(README, 'Back up')")
+            "(docs/backups.md, 'What, when and how')")
 
 
 def _ensure(wh: Warehouse) -> None:
@@ -140,7 +140,7 @@ def _open_warehouse(warehouse: Path, dataset: str, settings: "Settings | None") 
     if not Path(warehouse).exists():
         raise LedgerMissingError(
             f"the warehouse {warehouse} is missing: nothing was created or charged; restore it from your latest "
-            "backup (README, 'Back up'), or register the dataset in a new home (`dpr dataset add`)")
+            "backup (docs/backups.md, 'What, when and how'), or register the dataset in a new home (`dpr dataset add`)")
     return Warehouse(warehouse)
 
 

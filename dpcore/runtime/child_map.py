@@ -4,7 +4,7 @@
 every call made in a child process (``python -m dpcore.runtime.child_map``) that ends when the map does. What the
 child imports to do the work stays out of the caller's process. The release uses it for validation under
 a small memory cap (:attr:`dpcore.runtime.chunks.MemoryBudget.validates_in_child`): great-expectations and what
-it loads (pandas, pyarrow, sqlalchemy, pydantic: about 190 MiB, README "DPR_MEMORY_LIMIT") would otherwise
+it loads (pandas, pyarrow, sqlalchemy, pydantic: about 190 MiB; docs/scale.md, "Under a cap below 1 GiB: memory before speed") would otherwise
 stay resident in the flow process for the whole run, after validation needs them no more; the pictures'
 matplotlib likewise (:func:`dpcore.publish.plots.draw_privately`).
 

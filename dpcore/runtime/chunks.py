@@ -115,7 +115,7 @@ class MemoryBudget:
         """Whether the cap is small (below :data:`EVICT_BELOW`, 1 GiB): the run trades speed for memory.
 
         The flow process's floor (its imports, library pages and Python objects: about 250 MiB before
-        validation, 430-500 MiB late in a run of 10x the demo; README "DPR_MEMORY_LIMIT") and the temporary
+        validation, 430-500 MiB late in a run of 10x the demo; docs/scale.md, "Under a cap below 1 GiB: memory before speed") and the temporary
         Prefect server's (about 200 MiB) are most of such a cap, so a run under it (issue 29, goal 4):
 
         * gives DuckDB :data:`SMALL_CAP_DUCKDB_SHARE` of the cap, not :data:`DUCKDB_SHARE`
@@ -200,7 +200,7 @@ class MemoryBudget:
         (:attr:`duckdb_bytes`), for the next query; between operations the
         stages work in Python beside them. Under a small cap the process's own
         floor (its imports, library pages and Python objects: about 560 MiB
-        of a run's flow process, README "DPR_MEMORY_LIMIT") is most of the cap,
+        of a run's flow process, docs/scale.md, "Under a cap below 1 GiB: memory before speed") is most of the cap,
         so :meth:`dpcore.storage.warehouse.Warehouse.run` evicts them when an operation
         ends (the limit lowered to :data:`EVICT_TO` and set back; about 2.6 ms
         per operation): on 10x the demo under 512 MiB the flow process's

@@ -98,7 +98,7 @@ def wal_damaged(exc: BaseException) -> EnvironmentFault | None:
     wal = m.group(1) if m else "the warehouse's .wal file"
     return EnvironmentFault(
         f"the warehouse's write-ahead log {wal} is damaged (DuckDB cannot replay it): an environment failure, not "
-        "a refusal: restore the warehouse and the owner key from your latest backup (README, 'Back up'). Do not "
+        "a refusal: restore the warehouse and the owner key from your latest backup (docs/backups.md, 'What, when and how'). Do not "
         "delete the .wal to get past this (the charges it holds would be lost); without a backup, move the "
         "warehouse and its .wal aside and run `dpr budget recover --from-bundles`", errno.EIO)
 
@@ -107,7 +107,7 @@ def orchestrator_gone(exc: BaseException) -> EnvironmentFault | None:
     """The one-line fault of the Prefect API going away during a command (an httpx connection error), or None.
 
     The release's charges live in the warehouse's ledger, not in Prefect: running the same release id again
-    resumes within its reservation and charges nothing more (README, 'Refusals, crashes and re-runs').
+    resumes within its reservation and charges nothing more (docs/operating.md, "Retries, refusals, crashes and progress").
     """
     if type(exc).__name__ not in _GONE or not type(exc).__module__.startswith(("httpx", "httpcore")):
         return None
@@ -133,7 +133,7 @@ def out_of_memory(exc: BaseException) -> EnvironmentFault | None:
     cap = os.environ.get("DPR_MEMORY_LIMIT") or "unset (2 GiB)"
     return EnvironmentFault(
         f"DuckDB ran out of memory under DPR_MEMORY_LIMIT={cap}: an environment failure, not a refusal: raise "
-        "DPR_MEMORY_LIMIT (README, 'DPR_MEMORY_LIMIT') or free memory, then run the same command again (a "
+        "DPR_MEMORY_LIMIT (docs/scale.md) or free memory, then run the same command again (a "
         "release id run again resumes within its reservation)", errno.ENOMEM)
 
 

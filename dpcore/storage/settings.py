@@ -63,7 +63,7 @@ def specs_dirs_from_env(env: Mapping[str, str], home: Path) -> tuple[Path, ...]:
 #: DuckDB's memory in validation at 96 and 128 MiB (DuckDB's share, a quarter of such a cap: 24 and 32 MiB) and
 #: completed at 160, 192 and 256 MiB; the whole demo (336,776 flights) completed at 160, 192 and 256 MiB
 #: (about 100 s each). The floor keeps one 32 MiB step above the smallest cap that completed, for specs with
-#: more columns than the demo's. README, "DPR_MEMORY_LIMIT".
+#: more columns than the demo's. docs/scale.md, "`DPR_MEMORY_LIMIT`: the memory a run uses".
 MEMORY_FLOOR = 192 * 1024**2
 
 

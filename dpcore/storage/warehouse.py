@@ -47,6 +47,7 @@ from typing import Callable, Iterator, TypeVar
 import duckdb
 
 from . import warehouse_lease as lease
+from .warehouse_lease import let_go  # noqa: F401  (callers import it from here)
 from dpcore.runtime.chunks import EVICT_TO, MemoryBudget
 from dpcore.runtime.faults import EnvironmentFault
 from .private_files import private_umask, public_mkdir, tighten
@@ -57,12 +58,8 @@ pd = lazy_module("pandas")  # imported on first use: `dpr spec check` and `dpr p
 SCHEMAS = ("raw", "validated", "quarantine", "internal", "releases", "ledger")
 T = TypeVar("T")
 
-_LOCKS: dict[str, threading.RLock] = {}
-_LOCKS_GUARD = threading.Lock()
 #: (file, set-up, pid) -> (device, inode) of the file the set-up last ran on (:meth:`Warehouse.setup_once`)
 _SET_UP: dict[tuple[str, str, int], tuple[int, int]] = {}
-#: per lock file: [pid, fd, depth] of this process's hold (touched only under the file's in-process RLock)
-_HOLDS: dict[str, list[int]] = {}
 
 
 def _joined(batches: list):
@@ -111,7 +108,7 @@ class WarehouseCorruptError(EnvironmentFault):
 
         super().__init__(
             f"the warehouse {path} is not a readable DuckDB database (truncated, overwritten or damaged): restore "
-            "it together with the owner key from your latest backup (README, 'Back up'); without a backup, move it "
+            "it together with the owner key from your latest backup (docs/backups.md, 'What, when and how'); without a backup, move it "
             "aside and run `dpr budget recover --from-bundles`",
             errno.EIO,
         )
@@ -137,21 +134,6 @@ def _is_retryable(exc: BaseException) -> bool:
     return False
 
 
-def _process_lock(path: Path) -> threading.RLock:
-    with _LOCKS_GUARD:
-        return _LOCKS.setdefault(str(path), threading.RLock())
-
-
-def let_go(path: str | Path) -> None:
-    """Close this process's kept connection to the warehouse file ``path``, if it has one and no operation of
-    this process is using it (:meth:`Warehouse.let_go`); a run unit calls it when it ends."""
-    path = Path(path).resolve()
-    with _process_lock(path):
-        held = lease.get(str(path))
-        if held is not None and held.depth == 0:
-            lease.close(str(path))
-
-
 class Warehouse:
     """Handle on one DuckDB warehouse file.
 
@@ -171,7 +153,7 @@ class Warehouse:
         self.path = Path(path).resolve()
         self.timeout = timeout
         self.memory = memory if memory is not None else MemoryBudget.from_env()
-        self._lock = _process_lock(self.path)
+        self._lock = lease.process_lock(self.path)
         self._scoped = threading.local()  # this thread's memory_limited() limit (``limit``), if any
         public_mkdir(self.path.parent)  # the home: the usual mode, whatever umask a connection holds
         for made_before in (self.path, self.wal, self.spill):  # by an older version, with the umask's mode
@@ -230,7 +212,7 @@ class Warehouse:
     def _queued(self, deadline: float) -> Iterator[None]:
         """Hold the cross-process advisory lock (re-entrant in this process; call under ``self._lock``)."""
         key = str(self.lock_file)
-        hold = _HOLDS.get(key)
+        hold = lease.HOLDS.get(key)
         if hold is not None and hold[0] == os.getpid():
             hold[2] += 1
         else:  # first hold in this process (a forked child does not inherit its parent's hold)
@@ -252,13 +234,13 @@ class Warehouse:
                     except BaseException:
                         os.close(fd)
                         raise
-            hold = _HOLDS[key] = [os.getpid(), fd, 1]
+            hold = lease.HOLDS[key] = [os.getpid(), fd, 1]
         try:
             yield
         finally:
             hold[2] -= 1
             if hold[2] == 0:
-                del _HOLDS[key]
+                del lease.HOLDS[key]
                 os.close(hold[1])  # closing the descriptor releases the flock
 
     @staticmethod
@@ -361,7 +343,7 @@ class Warehouse:
     def let_go(self) -> None:
         """Close this process's kept connection to the file now (DuckDB folds its write-ahead log into the file).
 
-        After it, a copy of the file alone holds everything committed so far (README, "Back up").
+        After it, a copy of the file alone holds everything committed so far (docs/backups.md, "What, when and how").
         """
         let_go(self.path)
 

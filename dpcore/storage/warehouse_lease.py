@@ -21,6 +21,9 @@ Nothing about the data depends on it: each operation still runs in its own trans
 (:meth:`~dpcore.storage.warehouse.Warehouse.run`) on a cursor of its own (its own transaction context,
 temporary tables, registered frames and pending results, dropped when it ends, as with a connection of
 its own before), and a crash loses exactly what it lost before (committed work is in DuckDB's write-ahead log, the ``flock`` dies with the process).
+
+The module also owns what the warehouse and its lease share: the file's in-process lock
+(:func:`process_lock`) and this process's hold of the file's queue (:data:`HOLDS`).
 """
 from __future__ import annotations
 
@@ -51,6 +54,34 @@ class Lease:
     wait_fd: int
     depth: int = 0
     last: float = field(default_factory=time.monotonic)
+
+
+_LOCKS: dict[str, threading.RLock] = {}
+_LOCKS_GUARD = threading.Lock()
+#: per lock file: [pid, fd, depth] of this process's hold of the file's queue, the advisory ``flock`` taken by
+#: :meth:`dpcore.storage.warehouse.Warehouse._queued` (touched only under the file's :func:`process_lock`)
+HOLDS: dict[str, list[int]] = {}
+
+
+def process_lock(path: Path) -> threading.RLock:
+    """The in-process lock of the warehouse file ``path`` (one re-entrant lock per file and process).
+
+    Every operation of :class:`dpcore.storage.warehouse.Warehouse` on the file, and every change to its
+    lease, holds it: operations of one process on one file run one at a time.
+    """
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(str(path), threading.RLock())
+
+
+def let_go(path: str | Path) -> None:
+    """Close this process's kept connection to the warehouse file ``path``, if it has one and no operation of
+    this process is using it (:meth:`dpcore.storage.warehouse.Warehouse.let_go`); a run unit calls it when it
+    ends (also importable from :mod:`dpcore.storage.warehouse`)."""
+    path = Path(path).resolve()
+    with process_lock(path):
+        held = get(str(path))
+        if held is not None and held.depth == 0:
+            close(str(path))
 
 
 _LEASES: dict[str, Lease] = {}
@@ -139,13 +170,11 @@ def close(key: str) -> None:
 
 def _reap() -> None:
     """Give up leases that are idle for :data:`IDLE_S`, or that another process waits for (daemon thread)."""
-    from .warehouse import _process_lock
-
     while not _STOP.wait(TICK_S):
         with _GUARD:
             items = [(k, v) for k, v in _LEASES.items() if v.pid == os.getpid()]
         for key, lease in items:
-            lock = _process_lock(Path(key))
+            lock = process_lock(Path(key))
             if not lock.acquire(blocking=False):
                 continue  # in use by an operation of this process
             try:
@@ -177,8 +206,6 @@ def _ensure_reaper() -> None:
 def close_all() -> None:
     """Give up every lease of this process that no operation is using (at exit; tests before they change the
     umask or the connection factory)."""
-    from .warehouse import let_go
-
     for key in list(_LEASES):
         let_go(key)
 
@@ -187,8 +214,6 @@ def _after_fork_in_child() -> None:
     """A forked child keeps its parent's connections referenced (never closes or checkpoints them) and closes
     its copies of the parent's lock descriptors, so that the parent's release of the queue is a release."""
     global _LEASES, _GUARD, _STOP
-    from . import warehouse
-
     _GUARD = threading.Lock()  # the parent's may have been held by another thread at fork time
     _STOP = threading.Event()
     _REAPER[:] = [None, 0]
@@ -199,12 +224,12 @@ def _after_fork_in_child() -> None:
         except OSError:
             pass
     _LEASES = {}
-    for hold in warehouse._HOLDS.values():
+    for hold in HOLDS.values():
         try:
             os.close(hold[1])
         except OSError:
             pass
-    warehouse._HOLDS.clear()
+    HOLDS.clear()
 
 
 def _at_exit() -> None:

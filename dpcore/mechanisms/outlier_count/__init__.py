@@ -20,9 +20,8 @@ Modules
   1-2, the discrete Laplace, Bun & Steinke's Student's T and concentrated-DP
   noise) and why each is private.
 * :mod:`~dpcore.mechanisms.outlier_count.mechanism`:
-  :class:`OutlierCountMechanism`, the release and its public accuracy statement.
-* :mod:`~dpcore.mechanisms.outlier_count.choice`: ``method: auto``
-  (:func:`choose_method`, public parameters only).
+  :class:`OutlierCountMechanism`, the release and its public accuracy statement, and ``method: auto``
+  (:func:`choose_method`, public parameters only, from those statements).
 
 Every public name of these modules is re-exported here; import from this package.
 
@@ -58,11 +57,10 @@ warehouse (DESIGN.md rule 6).
 from __future__ import annotations
 
 from ..kissing import KISSING_NUMBER_BOUNDS, kissing_lower, kissing_upper
-from .choice import choose_method
 from .enclosing import DEFAULT_NODE_LIMIT, ExactSearchLimitError, algorithm1, enclosable, max_enclosable, \
     relaxed_enclosable_bound
 from .global_sensitivity import global_sensitivity_bounds, public_global_sensitivity
-from .mechanism import BETA_SLACK, CI_LEVEL, OutlierCountMechanism
+from .mechanism import BETA_SLACK, CI_LEVEL, OutlierCountMechanism, choose_method
 from .methods import CDP_METHODS, GAUSSIAN_METHODS, METHODS, PURE_METHODS, SMOOTH_METHODS, SPEC_METHODS, \
     STUDENT_T_SHIFT_SHARE
 # the private checks too: they were imported from the single module before the split

@@ -21,7 +21,10 @@ answers, so audits test the code that releases, not a re-implementation.
   is ``n`` i.i.d. uniform draws from ``COE_M(D, V)``; it is enumerated as a
   multinomial over multisets.  This models the loop without its draw bound
   (``max_uniform_draws``); the production rejection sampler is tested
-  against it statistically.
+  against it statistically, and its constant-work form (all
+  ``max_uniform_draws`` draws made, the first ``n`` valid ones kept) is
+  tested to return exactly the samples of the loop that stops at the
+  ``n``-th valid draw, given the same draws.
 """
 from __future__ import annotations
 

@@ -100,9 +100,9 @@ class PCORResult:
         Internal: the operations the search performed (``evaluator.work``:
         ``start_contexts`` tested by the start rule, graph ``expansions``,
         verifier ``queries``, ``utilities`` computed, ``selections`` and
-        their ``em_candidates``, padding included). Constant work (issue
-        46.2): every count depends on public parameters only, not on the
-        record or the data (the uniform sampler excepted).
+        their ``em_candidates``, the uniform sampler's ``uniform_draws``,
+        padding included). Constant work (issue 46.2): every count depends
+        on public parameters only, not on the record or the data.
     """
 
     context: Optional[np.ndarray]
@@ -128,6 +128,9 @@ class _CountingChooser:
 
     def uniform(self, k: int) -> int:
         return self.inner.uniform(k)
+
+    def uniform_many(self, k: int, size: int) -> np.ndarray:
+        return S._uniform_many(self.inner, k, size)
 
     def exponential(self, utilities, epsilon_step: float) -> int:
         self.n_exponential += 1
@@ -191,7 +194,9 @@ class PCORMechanism:
         tests all of them (``min(bound, 2^(t-m))``, twice for ``"full"``),
         whatever it finds: constant work (issue 46.2).
     max_uniform_draws : int
-        Draw bound of the uniform sampler (Algorithm 2); ``>= 1``.
+        Draw bound of the uniform sampler (Algorithm 2); ``>= 1``.  Every
+        uniform search makes exactly this many draws (constant work, issue
+        46.2), so it is also the sampler's cost.
     max_direct_contexts : int
         Enumeration bound of the direct approach (``2^(t-m)`` must not
         exceed it); ``>= 1``.
@@ -213,10 +218,18 @@ class PCORMechanism:
       maxima, and a search without a start runs the same search from
       ``V``'s cell, discarded (:mod:`~dpcore.mechanisms.pcor.samplers`).
       Padding draws come from a separate chooser, so every output is the
-      one of the unpadded search.  Not constant: the uniform sampler (its
-      draws run until ``n`` valid samples), and the verifier's own cost per
-      context (Grubbs works from per-cell sums, the same for every context;
-      LOF's and Histogram's per-context cost was not measured).
+      one of the unpadded search.  The uniform sampler always makes
+      ``max_uniform_draws`` draws and ``min(2^(t-m), max_uniform_draws)``
+      verifications, then keeps the first ``n`` valid draws (the same
+      distribution as drawing until ``n`` are valid;
+      :func:`~dpcore.mechanisms.pcor.samplers.uniform_candidates`).  The
+      verifier's own cost per context: Grubbs works from per-cell sums, the
+      same for every context; Histogram is vectorised over the batch (its
+      work follows the batch and the occupied cells, not the record); LOF
+      pads every context to ``pad_rounds`` window rounds, and only a
+      context needing more rounds still takes longer
+      (:class:`~dpcore.mechanisms.pcor.verifiers.LOFVerifier`; figures in
+      BENCHMARKS.md "Absent records do the same work").
     * scikit-learn style: ``__init__`` stores the parameters only;
       :meth:`validate` (called by :meth:`cost`, :meth:`explain`, ...) checks
       them with messages naming the parameter and its allowed range.
@@ -524,7 +537,7 @@ class PCORMechanism:
         pad = S._pad_chooser(chooser)
         start = S.start_context(evaluator, int(self.max_start_evaluations), start=self.start_rule_for(evaluator))
         if start is None:
-            if self.sampler != "uniform" and S.constant_work():
+            if S.constant_work():
                 # constant work (issue 46.2): the same search from V's cell, every draw from the padding
                 # chooser, then the final selection's work; all of it discarded
                 dummy = np.asarray(evaluator.cell_context, dtype=bool).copy()

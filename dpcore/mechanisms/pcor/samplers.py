@@ -145,7 +145,9 @@ class NoiseChooser:
 
     Notes
     -----
-    ``uniform(k)`` is ``noise.integers(0, k)`` (exactly uniform);
+    ``uniform(k)`` is ``noise.integers(0, k)`` (exactly uniform), and
+    ``uniform_many(k, size)`` is ``size`` of them in one vectorised call
+    (the uniform sampler's draws);
     ``exponential(u, eps)`` is ``noise.exponential_mechanism(u, eps,
     sensitivity=1)``, whose selection probabilities are exactly
     :meth:`NoiseSource.exponential_mechanism_probabilities` with the same
@@ -165,6 +167,15 @@ class NoiseChooser:
         if k == 1:
             return 0
         return int(self.noise.integers(0, k))
+
+    def uniform_many(self, k: int, size: int) -> np.ndarray:
+        """``size`` independent uniform indices in ``range(k)`` (int64), in one ``noise.integers`` call."""
+        k, size = int(k), int(size)
+        if k < 1:
+            raise ValueError(f"uniform_many(k, size) needs k >= 1, got {k}")
+        if k == 1:
+            return np.zeros(size, dtype=np.int64)
+        return np.asarray(self.noise.integers(0, k, size=size), dtype=np.int64)
 
     def exponential(self, utilities, epsilon_step: float) -> int:
         """Exponential-mechanism index; see :class:`Chooser`."""
@@ -678,6 +689,53 @@ def _uniform_free_bits(chooser: Chooser, f: int) -> np.ndarray:
     return out
 
 
+#: Contexts per verifier call of the constant-work uniform sampler (a public batch size).
+UNIFORM_BATCH = 4096
+
+
+def _uniform_many(chooser: Chooser, k: int, size: int) -> np.ndarray:
+    """``size`` independent uniform indices in ``range(k)``, as an int64 array.
+
+    Through the chooser's ``uniform_many(k, size)`` when it has one
+    (:class:`NoiseChooser`: one vectorised, exactly uniform
+    ``NoiseSource.integers`` call); otherwise ``size`` calls of
+    ``chooser.uniform(k)`` in order (instrumented test choosers).
+    """
+    many = getattr(chooser, "uniform_many", None)
+    if many is not None:
+        return np.asarray(many(int(k), int(size)), dtype=np.int64).reshape(-1)
+    return np.array([int(chooser.uniform(int(k))) for _ in range(int(size))], dtype=np.int64)
+
+
+def _uniform_draw_bits(chooser: Chooser, f: int, draws: int) -> list[np.ndarray]:
+    """The free bits of ``draws`` uniform draws, as one int64 array per chunk of at most 30 bits.
+
+    Chunk ``c`` holds bits ``30 c ... 30 c + w - 1`` of every draw (bit ``b``
+    of a value is free bit ``30 c + b``), the mapping of
+    :func:`_uniform_free_bits`; each value is uniform over ``range(2^w)``, so
+    every free bit of every draw is an independent fair bit.
+    """
+    out = []
+    pos = 0
+    while pos < f:
+        w = min(_BITS_PER_DRAW, f - pos)
+        out.append(_uniform_many(chooser, 1 << w, draws))
+        pos += w
+    return out
+
+
+def _contexts_of(cell: np.ndarray, free: np.ndarray, chunks: list[np.ndarray], rows: slice) -> np.ndarray:
+    """The contexts of the draws ``rows``: ``V``'s cell with the drawn free bits set (chunk mapping above)."""
+    batch = np.repeat(cell[None, :], chunks[0][rows].shape[0], axis=0)
+    pos = 0
+    for values in chunks:
+        w = min(_BITS_PER_DRAW, free.size - pos)
+        bits = ((values[rows][:, None] >> np.arange(w, dtype=np.int64)[None, :]) & 1).astype(bool)
+        batch[:, free[pos:pos + w]] = bits
+        pos += w
+    return batch
+
+
 def uniform_candidates(evaluator, start: np.ndarray, n: int, chooser: Chooser, *, max_draws: int = 100_000,
                        progress: Progress = None) -> np.ndarray:
     """Uniform sampling of valid contexts (Algorithm 2, lines 1-10).
@@ -687,9 +745,9 @@ def uniform_candidates(evaluator, start: np.ndarray, n: int, chooser: Chooser, *
     at 1.  This is the paper's uniform draw over all ``2^t`` contexts
     *conditioned on containing V*: contexts not containing ``V`` are never
     valid, so rejecting them (as line 7 does) or never drawing them gives the
-    same distribution of accepted samples.  Draws repeat until ``n`` valid
-    contexts are found (line 3, read as exactly ``n`` samples) or
-    ``max_draws`` draws were made.
+    same distribution of accepted samples.  The samples are the first ``n``
+    valid draws (line 3, read as exactly ``n`` samples) among at most
+    ``max_draws`` draws.
 
     Parameters
     ----------
@@ -699,19 +757,21 @@ def uniform_candidates(evaluator, start: np.ndarray, n: int, chooser: Chooser, *
     n : int
         Number of valid samples, ``>= 1``.
     chooser : Chooser
-        Only ``uniform`` is called (data independent).
+        Only ``uniform`` (or its vectorised form ``uniform_many``) is called
+        (data independent).
     max_draws : int
         Bound on the number of draws (Theorem 5.2: about ``n 2^(t-m) / |COE|``
         are needed on average).
     progress : callable or None
-        ``progress(valid_found, n)`` after each batch.
+        ``progress(batches_done, batches)`` after each verifier batch
+        (public counts).
 
     Returns
     -------
     numpy.ndarray, shape (k, t), bool
         The sample **multiset** ``C_M`` (line 8; a context drawn twice appears
-        twice), ``k = n`` unless the draw bound was hit.  If the bound is hit
-        with ``0 < k < n`` valid samples, those ``k`` are used; with ``k = 0``
+        twice), ``k = n`` unless fewer of the ``max_draws`` draws were valid.
+        With ``0 < k < n`` valid samples those ``k`` are used; with ``k = 0``
         the multiset is ``[C_V]``.
 
     Notes
@@ -719,8 +779,73 @@ def uniform_candidates(evaluator, start: np.ndarray, n: int, chooser: Chooser, *
     Privacy: the draws are data independent and accepted by validity only,
     so the multiset's distribution is the same for OCDP neighbours; the
     sampling costs nothing (Theorem 5.1, eq. 6 factor ``Pr[C_p in C_M]``).
-    Draws are verified in batches; extra draws after the ``n``-th valid one
-    are discarded, which does not change the distribution (draws are i.i.d.).
+
+    Constant work (issue 46.2, DESIGN.md rule 14): the paper's loop draws
+    until it has ``n`` valid samples, so its number of draws and
+    verifications -- and its duration -- said how many valid contexts the
+    record has (none for a record that is not an outlier anywhere, or for an
+    absent id's stand-in). Here every search makes exactly ``max_draws``
+    draws (vectorised, :func:`_uniform_many`) and exactly
+    ``min(2^f, max_draws)`` fresh verifications (``f = t - m`` free bits) in
+    batches of :data:`UNIFORM_BATCH` contexts, whatever it finds:
+
+    * ``2^f <= max_draws`` (and ``f <= 30``): every one of the ``2^f`` contexts containing
+      ``V`` is verified once and each draw's validity is looked up (a draw
+      is the index of its context, bit ``b`` = free bit ``b``);
+    * otherwise every draw is verified (repeats included).
+
+    The samples are then the first ``n`` valid draws in draw order. Exactly
+    the same distribution as the early-stopping loop (``without_constant_work``):
+    draws are i.i.d., so the prefix up to the ``n``-th valid draw (or the
+    bound) has the same law whether the draws after it are made or not; and
+    the released context depends only on that prefix. With the default
+    bounds (``max_uniform_draws = max_start_evaluations = 100,000``) the
+    sampler's verifications are at most the start rule's own, so a uniform
+    search costs at most about twice the start search it follows; the draws
+    cost one vectorised CSPRNG call per 30 free bits. Measured on the demo's
+    flights (``f = 28``, BENCHMARKS.md "Absent records do the same work",
+    2026-12-07 18:54 UTC, load about 10): a uniform search took 6-9 s
+    (median 8.2 s present, 8.8 s absent), drawn record or most delayed
+    flight, with one set of work counts for all, about twice BFS's 3.3-5.2 s
+    in the same run. The memory is ``8 max_draws`` bytes per 30 free
+    bits (0.8 MB at the default).
+    """
+    free = _free_bits(evaluator)
+    f = int(free.size)
+    cell = np.asarray(evaluator.cell_context, dtype=bool)
+    if not _CONSTANT_WORK.get():  # the paper's loop, stopped at the n-th valid draw (equivalence tests)
+        return _uniform_until(evaluator, start, n, chooser, max_draws, progress)
+    draws = int(max_draws)
+    _tally(evaluator, "uniform_draws", draws)
+    chunks = _uniform_draw_bits(chooser, f, draws) or [np.zeros(draws, dtype=np.int64)]  # f = 0: one context
+    table = f <= _BITS_PER_DRAW and (1 << f) <= draws  # one chunk: a draw is its context's number
+    total = (1 << f) if table else draws
+    n_batches = -(-total // UNIFORM_BATCH)
+    valid = np.zeros(total, dtype=bool)
+    for b in range(n_batches):
+        rows = slice(b * UNIFORM_BATCH, min(total, (b + 1) * UNIFORM_BATCH))
+        if table:  # context number i: free bit j set iff bit j of i (the chunk mapping, one chunk)
+            ids = np.arange(rows.start, rows.stop, dtype=np.int64)
+            batch = _contexts_of(cell, free, [ids], slice(None))
+        else:
+            batch = _contexts_of(cell, free, chunks, rows)
+        valid[rows] = _verify(evaluator, batch)
+        if progress is not None:
+            progress(b + 1, n_batches)
+    ok = valid[chunks[0]] if table else valid
+    first = np.flatnonzero(ok)[: int(n)]
+    if first.size == 0:
+        return np.asarray(start, dtype=bool)[None, :].copy()
+    return _contexts_of(cell, free, chunks, first)
+
+
+def _uniform_until(evaluator, start: np.ndarray, n: int, chooser: Chooser, max_draws: int,
+                   progress: Progress) -> np.ndarray:
+    """The paper's loop: draw until ``n`` valid samples or ``max_draws`` draws (:func:`uniform_candidates`).
+
+    The work of this loop depends on the record (how many of its contexts
+    are valid): used only inside :func:`without_constant_work`, to test that
+    :func:`uniform_candidates` returns exactly its samples.
     """
     free = _free_bits(evaluator)
     cell = np.asarray(evaluator.cell_context, dtype=bool)
@@ -817,8 +942,10 @@ def random_walk_candidates(evaluator, start: np.ndarray, n: int, chooser: Choose
     Privacy: moves depend on the data only through validity, so the walk's
     distribution is identical for OCDP neighbours (Theorem 5.3).
     Constant work (issue 46.2): exactly ``n`` expansions of ``f`` fresh
-    verifications each; a walk stuck at ``C_V`` continues with dummy
-    expansions (discarded, their draws from ``pad``).
+    verifications each and ``n`` CSPRNG draws (a step with a single valid
+    neighbour, where ``uniform(1)`` draws nothing, makes a discarded draw
+    from ``pad``); a walk stuck at ``C_V`` continues with dummy expansions
+    (discarded, their draws from ``pad``).
     """
     free = _free_bits(evaluator)
     pad = _pad_chooser(chooser) if pad is None else pad
@@ -830,8 +957,12 @@ def random_walk_candidates(evaluator, start: np.ndarray, n: int, chooser: Choose
         expansions += 1
         idx = np.flatnonzero(_verify(evaluator, nb)) if nb.shape[0] else np.zeros(0, int)
         if idx.size == 0:
+            if _CONSTANT_WORK.get():  # the step's draw, discarded
+                pad.uniform(max(int(free.size), 2))
             break
         j = int(chooser.uniform(idx.size))
+        if idx.size == 1 and _CONSTANT_WORK.get():  # uniform(1) draws nothing: a discarded draw instead
+            pad.uniform(2)
         current = nb[idx[j]].copy()
         walk.append(current.copy())
         if progress is not None:
@@ -841,7 +972,7 @@ def random_walk_candidates(evaluator, start: np.ndarray, n: int, chooser: Choose
         nb = _neighbours(evaluator, current, free)
         if nb.shape[0]:
             _verify(evaluator, nb)
-        pad.uniform(max(int(free.size), 1))
+        pad.uniform(max(int(free.size), 2))
     _tally(evaluator, "expansions", expansions)
     return np.asarray(walk, dtype=bool)
 
