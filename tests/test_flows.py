@@ -221,47 +221,62 @@ def test_preflight_refuses_public_faults_of_any_step_before_the_first_charge(dpr
     assert _ledger().charges("nycflights13").empty
 
 
-def test_coco_derived_groups_file_is_stated_as_not_protected(dpr_home, small_spec_path, tmp_path):
-    """Issue 15 hole 10: the demo's fleet file is computed from the flights; the spec says so and the
-    manifest and report state what that leaves unprotected. A public groups file adds no statement."""
+@pytest.fixture(scope="module")
+def accuracy_bundle(prefect_harness, tmp_path_factory, module_small_spec_path) -> Path:
+    """The bundle of one release with every public step on (AIQ, coco with the demo's groups file, which is
+    derived from the data, PCOR) at the accuracy level 0.9, run once for the two tests below that read it."""
     from flows.release_pipeline import release_pipeline
+    from owner_registration import register_spec
 
-    spec = yaml.safe_load(small_spec_path.read_text())
-    assert spec["steps"]["coco"]["groups_provenance"] == "derived_from_data"  # the demo spec says so
-    spec["steps"]["coco"].update({"enabled": True, "max_group_size": 60})
-    spec["steps"]["detect"]["enabled"] = False
-    spec["steps"]["rules"]["enabled"] = False  # the owner-only rules explain the detector's flags
-    spec["steps"]["pcor"]["enabled"] = spec["steps"]["aiq"]["enabled"] = False
-    for provenance, release in (("derived_from_data", "r-derived"), ("public", "r-public")):
-        spec["steps"]["coco"]["groups_provenance"] = provenance
-        spec["release_id"] = release
-        path = tmp_path / f"{provenance}.yaml"
-        path.write_text(yaml.safe_dump(spec))
-        bundle = Path(release_pipeline(spec_path=str(path))["bundle"])
-        manifest = json.loads((bundle / "manifest.json").read_text())
-        (prot,) = [p for p in manifest["protection"] if p["step"] == "coco"]
-        stated = any("computed from the protected data" in t for t in prot["not_protected"])
-        in_report = "computed from the protected data" in (bundle / "report.md").read_text()
-        assert stated == in_report == (provenance == "derived_from_data")
-
-
-def test_every_released_number_carries_a_public_accuracy_statement(dpr_home, small_spec_path, tmp_path):
-    """Issue 16 part 1: manifest (per step), tables (columns) and report (next to the numbers) state the accuracy
-    of every output type; the statements depend on the spec only (the leak test compares them across neighbours)."""
-    import pandas as pd
-
-    from flows.release_pipeline import release_pipeline
-
-    spec = yaml.safe_load(small_spec_path.read_text())
+    folder = tmp_path_factory.mktemp("accuracy")
+    spec = yaml.safe_load(module_small_spec_path.read_text())
     spec["accuracy_alpha"] = 0.1
     spec["steps"]["detect"]["enabled"] = False
     spec["steps"]["rules"]["enabled"] = False  # the owner-only rules explain the detector's flags
     spec["steps"]["aiq"].update({"enabled": True, "record_ids": ["F000001", "F900000"], "from_detector": 0})
-    spec["steps"]["coco"].update({"enabled": True, "max_group_size": 60})
+    spec["steps"]["coco"].update({"enabled": True, "max_group_size": 60, "groups_provenance": "derived_from_data"})
     spec["steps"]["pcor"].update({"enabled": True, "record_ids": ["F000003"], "from_detector": 0, "n_samples": 10})
-    path = tmp_path / "acc.yaml"
+    path = folder / "acc.yaml"
     path.write_text(yaml.safe_dump(spec))
-    bundle = Path(release_pipeline(spec_path=str(path))["bundle"])
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("DPR_HOME", str(folder / "dpr"))
+        monkeypatch.delenv("DPR_WAREHOUSE", raising=False)
+        monkeypatch.delenv("DPR_BUNDLES", raising=False)
+        register_spec(path)
+        return Path(release_pipeline(spec_path=str(path))["bundle"])
+
+
+def test_coco_derived_groups_file_is_stated_as_not_protected(dpr_home, small_spec_path, tmp_path, accuracy_bundle):
+    """Issue 15 hole 10: the demo's fleet file is computed from the flights; the spec says so and the
+    manifest and report state what that leaves unprotected. A public groups file adds no statement.
+    (The derived file's release: ``accuracy_bundle``, which runs coco on it; one release here, the public file.)"""
+    from flows.release_pipeline import release_pipeline
+
+    spec = yaml.safe_load(small_spec_path.read_text())
+    assert spec["steps"]["coco"]["groups_provenance"] == "derived_from_data"  # the demo spec says so
+    spec["steps"]["coco"].update({"enabled": True, "max_group_size": 60, "groups_provenance": "public"})
+    spec["steps"]["detect"]["enabled"] = False
+    spec["steps"]["rules"]["enabled"] = False  # the owner-only rules explain the detector's flags
+    spec["steps"]["pcor"]["enabled"] = spec["steps"]["aiq"]["enabled"] = False
+    spec["release_id"] = "r-public"
+    path = tmp_path / "public.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    public = Path(release_pipeline(spec_path=str(path))["bundle"])
+    for provenance, bundle in (("derived_from_data", accuracy_bundle), ("public", public)):
+        manifest = json.loads((bundle / "manifest.json").read_text())
+        (prot,) = [p for p in manifest["protection"] if p["step"] == "coco"]
+        stated = any("computed from the protected data" in t for t in prot["not_protected"])
+        in_report = "computed from the protected data" in (bundle / "report.md").read_text()
+        assert stated == in_report == (provenance == "derived_from_data"), provenance
+
+
+def test_every_released_number_carries_a_public_accuracy_statement(accuracy_bundle):
+    """Issue 16 part 1: manifest (per step), tables (columns) and report (next to the numbers) state the accuracy
+    of every output type; the statements depend on the spec only (the leak test compares them across neighbours).
+    The release: ``accuracy_bundle`` (every public step on, accuracy level 0.9)."""
+    import pandas as pd
+
+    bundle = accuracy_bundle
     manifest = json.loads((bundle / "manifest.json").read_text())
     acc = {p["step"]: p["accuracy"] for p in manifest["protection"]}
     assert set(acc) == {"record_counts", "aiq", "coco", "pcor"} and all(acc.values())
