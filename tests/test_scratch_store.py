@@ -598,3 +598,66 @@ def test_a_file_every_item_of_a_map_references_goes_up_once(tmp_path, hidden_clu
     assert got == [bytes([i]) * 1000 for i in range(4)]
     assert shipping.MOVED["up"] - up == 4 * 1000  # not 16 * 1000
     assert store.listing() == []
+
+
+def _count_downloads(on: bool = True) -> dict:
+    """On a worker: start (``on``) or stop counting :meth:`ScratchStore.get_file` calls per object key; the
+    counts so far."""
+    from dpcore.storage.scratch_store.store import ScratchStore
+
+    counting = getattr(ScratchStore.get_file, "counts", None)
+    if counting is None and on:
+        plain = ScratchStore.get_file
+        counts: dict = {}
+
+        def get_file(self, key, local):
+            counts[key] = counts.get(key, 0) + 1
+            return plain(self, key, local)
+
+        get_file.counts, get_file.plain = counts, plain
+        ScratchStore.get_file = get_file
+        return {}
+    if counting is not None and not on:
+        ScratchStore.get_file = ScratchStore.get_file.plain
+    return dict(counting or {})
+
+
+def _passes(item):
+    """On a worker, like a template's fit: several passes over chunks it received, each a map on the cluster."""
+    from tasks.common import _worker_map
+
+    paths, n = item
+    return [_worker_map(_read_one, [(paths, i) for i in range(len(paths))]) for _ in range(n)]
+
+
+def test_a_worker_downloads_each_object_once_for_every_pass_of_a_fit(tmp_path, hidden_cluster):
+    """A task that received chunks through the store maps three passes over them to the cluster (the EM passes of
+    a detector's fit): each worker downloads each object once (its cached copy serves the later passes), and
+    the copies go when the shipment ends (nothing left in the workers' folders or the bucket)."""
+    from dpcore.storage.scratch_store import shipping
+    from dpcore.storage.scratch_store.shipping import mirror_base, register_flow_run
+    from tasks.common import _dask_map
+
+    client, hidden = hidden_cluster
+    root = hidden / "passes.scratch"
+    root.mkdir()
+    paths = []
+    for i in range(4):
+        (root / f"chunk-{i}.bin").write_bytes(bytes([i]) * 1000)
+        paths.append(str(root / f"chunk-{i}.bin"))
+    store = _store()
+    prefix = store.open_run("test-passes")
+    register_flow_run(prefix, root)
+    client.run(_count_downloads)
+    try:
+        got = _dask_map(client, _passes, [(paths, 3)], (store, prefix, str(root), "flow"))
+        counts = client.run(_count_downloads)
+    finally:
+        client.run(_count_downloads, False)
+    assert got == [[[bytes([i]) * 1000 for i in range(4)]] * 3]
+    per_worker = [c for c in counts.values() if c]
+    assert per_worker and all(set(c.values()) == {1} for c in per_worker), counts  # once per object per worker
+    assert all(k.startswith(prefix + "/") for c in per_worker for k in c)
+    assert store.listing() == []
+    assert not any(client.run(lambda: os.listdir(mirror_base())).values())
+    assert not any(client.run(lambda: shipping._CACHE).values())
