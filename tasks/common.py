@@ -390,7 +390,7 @@ def _dask_map_shipped(client: Any, fn: Callable, items: list, transport: tuple) 
     store, prefix, root, back = transport
     shipment = new_nonce(8)
     try:
-        shipped = [shipping.ship(item, store, prefix, shipment, root, "out") for item in items]
+        shipped = [shipping.ship(item, store, prefix, shipment, root, "out", back) for item in items]
         fault_point("scratch:shipped")  # crash tests: the chunks' objects are in the store, no chunk has run
         call = functools.partial(shipping.run_shipped, functools.partial(_call_quietly, fn), store.url, prefix,
                                  shipment, back)

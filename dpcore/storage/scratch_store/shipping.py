@@ -7,7 +7,9 @@ every ``str`` or path in it that lies below the sender's scratch folder (``root`
 process's own folder, the files downloaded there (mode 0600, folders 0700):
 
 * ``"out"`` (flow or worker to a worker): a worker's private mirror ``<tmp>/dpr-scratch-<pid>/<shipment>``
-  (:func:`drop_mirror` removes it when the work ends). In any other process (Dask's scheduler, which
+  (:func:`drop_mirror` removes it when the work ends); sent on by a worker from its mirrors (a fit's EM
+  passes), the same paths below the receiver's ``<tmp>/dpr-scratch-<pid>``: its mirror of the sender's
+  shipment, kept until that shipment ends, so a later pass finds the chunks and what earlier passes wrote. In any other process (Dask's scheduler, which
   unpickles task graphs, or the sender itself) it stays a :class:`Shipment`.
 * ``"back"`` (a worker's result): the flow's scratch folder (the process that opened the run,
   :func:`register_flow_run`), or, for a chunk sent on by a worker, that worker's mirror; its objects are
@@ -202,7 +204,11 @@ def ship(obj: Any, store: ScratchStore, prefix: str, shipment: str, root: str | 
         The sender's scratch folder (the flow's ``<warehouse>.scratch``, or a worker's mirror).
     direction : {"out", "back"}
     back : str, optional
-        For ``"back"``: who receives it, ``"flow"`` or ``"worker"``.
+        For ``"back"``: who receives it, ``"flow"`` or ``"worker"``. For ``"out"``: ``"worker"`` when a worker
+        sends it on from its mirrors (``root`` is its :func:`mirror_base`: a fit's EM passes); each receiving
+        worker then puts the files at the same paths below its own :func:`mirror_base`, in its mirror of the
+        sender's shipment (a pass finds what the earlier passes downloaded or wrote there: the chunks, the
+        detector's decoded-chunk cache), which goes when that shipment ends.
 
     An outgoing file is uploaded once while it is unchanged (same path, modification time and size) and a
     shipment of the run still uses it: the items of one map (each of a chunk source's items holds every
@@ -263,10 +269,12 @@ def holds_paths(obj: Any, root: str | Path) -> list[str]:
 def _arrive(payload: bytes, url: str, prefix: str, ship: str, direction: str, back: str | None):
     carrier = Shipment(payload, url, prefix, ship, direction, back)
     shipment, folder = ship.split("|", 1)
+    peer = False
     if direction == "out":
         if prefix in _FLOW_RUNS or not on_worker():
             return carrier  # the scheduler (it unpickles task graphs) or the sender: not for here
-        dest = mirror_base() / shipment
+        peer = back == "worker"  # sent on by a worker from its mirrors: into this worker's mirrors of the same
+        dest = mirror_base() if peer else mirror_base() / shipment
         with _LOCK:
             _refuse_ended(shipment)
             _SHIPMENTS[shipment] = (url, prefix)
@@ -279,15 +287,17 @@ def _arrive(payload: bytes, url: str, prefix: str, ship: str, direction: str, ba
             return carrier
         dest = mirror_base()
     store = ScratchStore(url)
-    obj = _load(payload, store, dest, shipment if direction == "out" else None)
+    obj = _load(payload, store, dest, shipment if direction == "out" else None, peer, prefix)
     if direction == "back":
         store.rm(folder)  # downloaded: its objects go now
     return obj
 
 
-def _load(payload: bytes, store: ScratchStore, dest: Path, shipment: str | None = None) -> Any:
+def _load(payload: bytes, store: ScratchStore, dest: Path, shipment: str | None = None, peer: bool = False,
+          prefix: str = "") -> Any:
     """Unpickle ``payload`` with its references below ``dest`` (files downloaded; with ``shipment``, an arriving
-    shipment's, through the worker's object cache)."""
+    shipment's, through the worker's object cache; with ``peer``, into this worker's mirrors of the sender's
+    shipments, each registered as a shipment of the run ``prefix`` here)."""
     import pickle
 
     class U(pickle.Unpickler):
@@ -296,8 +306,15 @@ def _load(payload: bytes, store: ScratchStore, dest: Path, shipment: str | None 
             if tag != _TAG:
                 raise pickle.UnpicklingError("unknown reference")
             local = dest / rel if rel else dest
+            guards = () if shipment is None else (shipment,)
+            if peer and rel:
+                owner = PurePath(rel).parts[0]
+                guards = (shipment, owner)
+                with _LOCK:
+                    _refuse_ended(owner)
+                    _SHIPMENTS.setdefault(owner, (store.url, prefix))
             if kind == "f":
-                _download(store, key, local, shipment)
+                _download(store, key, local, guards)
             elif kind == "d":
                 _private_dirs(local, dest)
             else:
@@ -317,16 +334,17 @@ def _private_dirs(path: Path, top: Path) -> None:
         here.mkdir(mode=PRIVATE_DIR, exist_ok=True)
 
 
-def _download(store: ScratchStore, key: str, local: Path, shipment: str | None = None) -> None:
-    """``key`` to ``local`` (0600). With ``shipment`` (arriving on a worker): through the object cache,
-    downloaded only if this worker holds no unchanged copy of ``key``, then hard-linked to ``local``."""
+def _download(store: ScratchStore, key: str, local: Path, guards: tuple[str, ...] = ()) -> None:
+    """``key`` to ``local`` (0600). With ``guards`` (the shipments of a shipment arriving on a worker, none of
+    which may have ended): through the object cache, downloaded only if this worker holds no unchanged copy of
+    ``key``, then hard-linked to ``local``."""
     with _LOCK:
-        if shipment is not None:
+        for shipment in guards:
             _refuse_ended(shipment)
         if local.exists():
             return
         local.parent.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
-        if shipment is None:
+        if not guards:
             _fetch(store, key, local)
         else:
             copy = _cached_copy(store, key)
