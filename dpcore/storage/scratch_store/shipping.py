@@ -9,8 +9,9 @@ process's own folder, the files downloaded there (mode 0600, folders 0700):
 * ``"out"`` (flow or worker to a worker): a worker's private mirror ``<tmp>/dpr-scratch-<pid>/<shipment>``
   (:func:`drop_mirror` removes it when the work ends); sent on by a worker from its mirrors (a fit's EM
   passes), the same paths below the receiver's ``<tmp>/dpr-scratch-<pid>``: its mirror of the sender's
-  shipment, kept until that shipment ends, so a later pass finds the chunks and what earlier passes wrote. In any other process (Dask's scheduler, which
-  unpickles task graphs, or the sender itself) it stays a :class:`Shipment`.
+  shipment, kept until that shipment ends, so a later pass finds the chunks and what earlier passes wrote.
+  In any other process (Dask's scheduler, which unpickles task graphs, or the sender itself) it stays a
+  :class:`Shipment`.
 * ``"back"`` (a worker's result): the flow's scratch folder (the process that opened the run,
   :func:`register_flow_run`), or, for a chunk sent on by a worker, that worker's mirror; its objects are
   deleted once downloaded.
