@@ -129,7 +129,7 @@ LONG_ALLOWED = {
         "four whole releases per case in child processes (two snapshots released in sequence, twice)",
     "tests/test_scratch_store.py::test_a_seeded_demo_release_through_s3_on_hidden_workers_equals_the_default_runners":
         "two whole releases of the demo spec on its 336,776 rows (default runner; Dask workers through S3), "
-        "public files compared",
+        "public files compared: 55 s at load 5, 140 s at load 17 on 2 cores",
 }
 
 
