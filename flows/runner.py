@@ -119,8 +119,9 @@ def _store_aware(base: type) -> type:
     Each parameter that names a file or folder of the warehouse's scratch folder is shipped
     (:func:`dpcore.storage.scratch_store.shipping.ship`: its files uploaded under a random prefix of the run, the worker
     receives the same object with paths in its own private mirror); the task's result comes back the same way
-    (:func:`tasks.common.private_task`, worker-safe tasks). The shipment's objects are removed when the task
-    ends, succeeded or failed; the run's whole prefix when the runner exits. Without a store: ``base`` unchanged.
+    (:func:`tasks.common.private_task`, worker-safe tasks). The shipment's objects, and every worker's copies of
+    them, are removed when the task ends, succeeded or failed; the run's whole prefix, and every worker's files
+    of the run, when the runner exits. Without a store: ``base`` unchanged.
     """
 
     class StoreAwareDaskTaskRunner(base):
@@ -139,18 +140,26 @@ def _store_aware(base: type) -> type:
                 shipped = {k: shipping.ship(v, store, prefix, shipment, root, "out") for k, v in parameters.items()}
                 future = super().submit(task, shipped, wait_for=wait_for, dependencies=dependencies)
             except BaseException:
-                shipping.end_shipment(store, prefix, shipment)
+                shipping.end_shipment(store, prefix, shipment, self._client)
                 raise
-            future.wrapped_future.add_done_callback(lambda _f: shipping.end_shipment(store, prefix, shipment))
+            client = self._client
+
+            def ended(_future) -> None:  # in Dask's callback thread; the runner's exit drops the run anyway
+                try:
+                    shipping.end_shipment(store, prefix, shipment, client)
+                except Exception:
+                    shipping.end_shipment(store, prefix, shipment)
+
+            future.wrapped_future.add_done_callback(ended)
             return future
 
         def __exit__(self, *args):
-            try:
-                super().__exit__(*args)
-            finally:
-                from tasks.common import close_scratch_transport
+            from tasks.common import close_scratch_transport
 
-                close_scratch_transport()
+            try:  # the store's objects of the run, then the workers' files of it, while the client is open
+                close_scratch_transport(client=self._client)
+            finally:
+                super().__exit__(*args)
 
     StoreAwareDaskTaskRunner.__name__ = StoreAwareDaskTaskRunner.__qualname__ = f"StoreAware{base.__name__}"
     return StoreAwareDaskTaskRunner

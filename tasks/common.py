@@ -297,17 +297,42 @@ def open_scratch_transport(spec: ReleaseSpec, settings: Settings) -> None:
     root = settings.warehouse.parent / f"{settings.warehouse.name}.scratch"
     register_flow_run(prefix, root)
     _RUN_STORES[run_id] = (store, prefix, str(root))
+    client = _cluster_client()
+    if client is not None:  # what a killed run of this release left on the workers (mirrors, cached objects)
+        from dpcore.storage.scratch_store.shipping import drop_stale_runs
+
+        client.run(drop_stale_runs, prefix.rsplit("/", 1)[0], flow_runs())
 
 
-def close_scratch_transport(run_id: str | None = None) -> None:
-    """Remove this flow run's prefix from the store (all its objects) and forget it (the runner's exit)."""
-    from dpcore.storage.scratch_store.shipping import forget_run, unregister_flow_run
+def _cluster_client() -> Any:
+    """The Dask client of this flow run's runner when it works with an existing cluster (``DPR_DASK_ADDRESS``)
+    or has already connected; None otherwise (a thread pool, or a local cluster not started yet: fresh workers)."""
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    runner = getattr(ctx, "task_runner", None) if ctx is not None else None
+    if runner is None or "prefect_dask" not in sys.modules:
+        return None
+    from prefect_dask import DaskTaskRunner
+
+    if not isinstance(runner, DaskTaskRunner) or not (getattr(runner, "_client", None) or runner.address):
+        return None
+    return runner.client
+
+
+def close_scratch_transport(run_id: str | None = None, client: Any = None) -> None:
+    """Remove this flow run's prefix from the store (all its objects) and forget it (the runner's exit); with
+    ``client`` (the runner's Dask client), every worker then removes its files of the run (mirrors, cached
+    objects: :func:`dpcore.storage.scratch_store.shipping.drop_run`)."""
+    from dpcore.storage.scratch_store.shipping import drop_run, forget_run, unregister_flow_run
 
     got = _RUN_STORES.pop(run_id or flow_run_id() or "", None)
     if got is not None:
         store, prefix, _ = got
         try:
             store.rm(prefix)
+            if client is not None:
+                client.run(drop_run, prefix)
         finally:
             unregister_flow_run(prefix)
             forget_run(prefix)
@@ -365,16 +390,13 @@ def _dask_map_shipped(client: Any, fn: Callable, items: list, transport: tuple) 
     store, prefix, root, back = transport
     shipment = new_nonce(8)
     try:
-        shipped = [shipping.ship(item, store, prefix, shipment, root, "out") for item in items]
+        shipped = [shipping.ship(item, store, prefix, shipment, root, "out", back) for item in items]
         fault_point("scratch:shipped")  # crash tests: the chunks' objects are in the store, no chunk has run
         call = functools.partial(shipping.run_shipped, functools.partial(_call_quietly, fn), store.url, prefix,
                                  shipment, back)
         return client.gather(client.map(call, shipped, pure=False))
     finally:
-        try:
-            client.run(shipping.drop_mirror, shipment)
-        finally:
-            shipping.end_shipment(store, prefix, shipment)
+        shipping.end_shipment(store, prefix, shipment, client)  # and every worker's mirror and cached copies
 
 
 def _worker_map(fn: Callable, items: Any) -> list:

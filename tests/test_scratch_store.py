@@ -285,23 +285,6 @@ def _each_runner(client, hidden: Path, tmp_path: Path, prefix: str, monkeypatch)
         yield name, runner
 
 
-def _release_spec(folder: Path, small_spec_path: Path, release_id: str) -> Path:
-    """The small demo spec with every step on (AIQ on two ids of the sample, coco, outlier counts,
-    unattributed, PCOR): each step that maps work to the runner or the chunk mapper runs."""
-    import yaml
-
-    spec = yaml.safe_load(small_spec_path.read_text())
-    spec["release_id"] = release_id
-    for step in ("aiq", "coco", "outlier_counts", "unattributed", "pcor"):
-        spec["steps"][step]["enabled"] = True
-    spec["steps"]["aiq"]["record_ids"] = ["F000001", "F000002"]
-    spec["steps"]["detect"]["start_sample"] = 1000
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "release.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
 #: Public files of a bundle that differ between any two runs by design (a run's time, its random ingest id
 #: and charge refs): compared with those values masked, every other public file byte for byte.
 RUN_SPECIFIC = {"manifest.json", "report.md", "tables/ledger_charges.csv", "tables/ledger_charges.parquet"}
@@ -313,12 +296,14 @@ def _public_files(bundle: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.timeout(900)
-def test_a_seeded_release_through_s3_on_hidden_workers_equals_the_default_runners(tmp_path, small_spec_path,
-                                                                                  monkeypatch, hidden_cluster):
-    """The whole release pipeline (every step of the small demo spec) with ``DPR_DASK_ADDRESS`` and
-    ``DPR_SCRATCH_URL`` on workers that cannot see the warehouse, against the default thread pool, test noise
-    seed: every public file of the bundle is the same, byte for byte (run-specific values masked in the
-    manifest, the report and the charges table); the chunks went through S3; no object is left."""
+def test_a_seeded_demo_release_through_s3_on_hidden_workers_equals_the_default_runners(tmp_path, monkeypatch,
+                                                                                       hidden_cluster):
+    """A full release of the demo spec (``specs/demo.yaml``, the bundled 336,776 flights, every step the demo
+    runs) with ``DPR_DASK_ADDRESS`` and ``DPR_SCRATCH_URL`` on workers that cannot see the warehouse, against
+    the default thread pool, test noise seed: every public file of the bundle is the same, byte for byte
+    (run-specific values masked in the manifest, the report and the charges table); the chunks went through
+    S3, each worker downloaded each object once (the EM passes used its cached copies); no object is left in
+    the bucket and no file in the workers' folders."""
     import flows.release_pipeline
     from dpcore.storage.scratch_store import shipping
     from dpcore.storage.settings import Settings
@@ -329,22 +314,31 @@ def test_a_seeded_release_through_s3_on_hidden_workers_equals_the_default_runner
     monkeypatch.setenv("DPR_ALLOW_TEST_NOISE", "1")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
-    spec_path = _release_spec(tmp_path / "spec", small_spec_path, "store-r1")
+    spec_path = ROOT / "specs" / "demo.yaml"
     moved = dict(shipping.MOVED)
     workers_before = client.run(_worker_moved)
     out = {}
-    for name, runner in _each_runner(client, hidden, tmp_path, "release", monkeypatch):
-        register_spec(spec_path, Settings.from_env())
-        res = flows.release_pipeline.release_pipeline.with_options(task_runner=runner)(spec_path=str(spec_path))
-        out[name] = _public_files(Path(res["bundle"]))
+    client.run(_count_downloads)
+    try:
+        for name, runner in _each_runner(client, hidden, tmp_path, "release", monkeypatch):
+            register_spec(spec_path, Settings.from_env())
+            res = flows.release_pipeline.release_pipeline.with_options(task_runner=runner)(spec_path=str(spec_path))
+            out[name] = _public_files(Path(res["bundle"]))
+        counts = client.run(_count_downloads)
+    finally:
+        client.run(_count_downloads, False)
     assert not any(client.run(os.path.exists, str(hidden / "release-dask")).values())
     assert shipping.MOVED["up"] > moved["up"] and shipping.MOVED["down"] > moved["down"]  # through S3
     assert _store().listing() == []
-    # a fit's EM passes, sent on by the worker that runs it, re-send the chunks' keys: no chunk is uploaded again
+    assert not any(client.run(lambda: os.listdir(shipping.mirror_base())).values())  # nor the workers' copies
+    # a fit's EM passes, sent on by the worker that runs it, re-send the chunks' keys (no chunk is uploaded
+    # again) and each worker downloads a key once: its copy serves the later passes
     workers = {k: sum(v[k] - workers_before[w][k] for w, v in client.run(_worker_moved).items()) for k in moved}
     assert workers["reused"] > workers["up"], workers
+    assert any(counts.values()) and all(set(c.values()) <= {1} for c in counts.values()), counts
     assert sorted(out["default"]) == sorted(out["dask"])
     assert any(k.startswith("tables/coco") for k in out["default"]) and "budget.png" in out["default"]
+    assert any(k.startswith("tables/pcor") for k in out["default"])
     same = [k for k in out["default"] if k not in RUN_SPECIFIC]
     assert [k for k in same if out["default"][k] != out["dask"][k]] == []
     assert RUN_SPECIFIC <= set(out["default"])
@@ -432,32 +426,54 @@ def test_a_failed_step_leaves_no_object_in_the_bucket(tmp_path, small_spec_path,
 @pytest.mark.timeout(600)
 def test_a_killed_runs_objects_go_with_the_rerun_of_its_release_id(tmp_path, small_spec_path, monkeypatch,
                                                                    hidden_cluster, s3):
-    """A detect flow in a child process killed (SIGKILL, fault point ``scratch:shipped``) while a step's chunks
-    are in the store leaves them there; the next run of the same release id removes them before it starts,
-    and leaves nothing itself."""
+    """A detect flow in a child process killed (SIGKILL) by its first template's fit, on a worker, once the fit's
+    EM passes have run: the store keeps the run's objects and the workers their cached copies of them; the
+    next run of the same release id removes both before it starts, and leaves nothing itself."""
+    import yaml
+
     from child_runs import child_env, finish, spawn
-    from dpcore.storage.scratch_store import release_key
+    from dpcore.storage.scratch_store import release_key, shipping
     from dpcore.storage.settings import Settings
     from owner_registration import register_spec
 
     client, hidden = hidden_cluster
     home = tmp_path / "killed"
+    spec = yaml.safe_load(small_spec_path.read_text())
+    spec["steps"]["detect"]["start_sample"] = 1000  # the EM's passes go over the chunks, on the workers
+    spec_path = tmp_path / "killed.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
     monkeypatch.setenv("DPR_HOME", str(home))
-    register_spec(small_spec_path, Settings.from_env())
+    register_spec(spec_path, Settings.from_env())
     code = f"""
+        import os
         import flows.detect
-        report("detect", lambda **kw: flows.detect.detect_flow(spec_path={str(small_spec_path)!r}, **kw))
+        from tasks.common import chunk_mapper, private_task
+        from tasks.detect import fit_streamed
+        FLOW = os.getpid()
+        def fit_then_kill(parts, template, spec):
+            fit = fit_streamed(parts, template, spec, mapper=chunk_mapper(pooled=True))
+            os.kill(FLOW, 9)  # on the worker: the flow dies while the workers hold their copies
+            return fit
+        flows.detect.fit_streamed_task = private_task(fit_then_kill, name="fit-then-kill", worker_safe=True)
+        report("detect", lambda **kw: flows.detect.detect_flow(spec_path={str(spec_path)!r}, **kw))
     """
     env = child_env(tmp_path, home, **s3, DPR_DASK_ADDRESS=client.scheduler.address,
-                    DPR_SCRATCH_URL=f"s3://{BUCKET}/scratch", DPR_FAULT_AT="scratch:shipped", DPR_FAULT_MODE="kill")
+                    DPR_SCRATCH_URL=f"s3://{BUCKET}/scratch")
     proc = spawn(code, env)
     results, output = finish(proc, timeout=300)
     assert proc.returncode == -9 and results == [], output[-3000:]
+    for _ in range(240):  # the other template's fit runs on to its end
+        if not any(client.processing().values()):
+            break
+        time.sleep(0.5)
     left = _store().listing()
-    assert left and all(f"/{release_key('test-r1')}/" in k for k in left), left  # the killed run's chunks
-    state = _detect_in_process(small_spec_path, home, client, monkeypatch)  # the same release id, test-r1
+    assert left and all(f"/{release_key('test-r1')}/" in k for k in left), left  # the killed run's objects
+    cached = client.run(lambda: sorted(shipping._CACHE))
+    assert any(cached.values()) and all(f"/{release_key('test-r1')}/" in k for c in cached.values() for k in c)
+    state = _detect_in_process(spec_path, home, client, monkeypatch)  # the same release id, test-r1
     assert state.is_completed(), state.message
     assert _store().listing() == []
+    assert not any(client.run(lambda: os.listdir(shipping.mirror_base())).values())  # the copies went too
 
 
 WRONG = {"AWS_ACCESS_KEY_ID": "AKIAWRONGKEYID000123", "AWS_SECRET_ACCESS_KEY": "wrong-secret-value-9f8e7d6c"}
@@ -598,3 +614,79 @@ def test_a_file_every_item_of_a_map_references_goes_up_once(tmp_path, hidden_clu
     assert got == [bytes([i]) * 1000 for i in range(4)]
     assert shipping.MOVED["up"] - up == 4 * 1000  # not 16 * 1000
     assert store.listing() == []
+
+
+def _count_downloads(on: bool = True) -> dict:
+    """On a worker: start (``on``) or stop counting :meth:`ScratchStore.get_file` calls per object key; the
+    counts so far."""
+    from dpcore.storage.scratch_store.store import ScratchStore
+
+    counting = getattr(ScratchStore.get_file, "counts", None)
+    if counting is None and on:
+        plain = ScratchStore.get_file
+        counts: dict = {}
+
+        def get_file(self, key, local):
+            counts[key] = counts.get(key, 0) + 1
+            return plain(self, key, local)
+
+        get_file.counts, get_file.plain = counts, plain
+        ScratchStore.get_file = get_file
+        return {}
+    if counting is not None and not on:
+        ScratchStore.get_file = ScratchStore.get_file.plain
+    return dict(counting or {})
+
+
+def _read_marking(item):
+    """A chunk's bytes, and whether this is the first time it is read in this folder (a mark written beside it,
+    as the detector keeps a chunk's decoded arrays beside the export for later passes)."""
+    paths, i = item
+    mark = Path(paths[i] + ".seen")
+    first = not mark.exists()
+    mark.touch()
+    return Path(paths[i]).read_bytes(), first
+
+
+def _passes(item):
+    """On a worker, like a template's fit: several passes over chunks it received, each a map on the cluster."""
+    from tasks.common import _worker_map
+
+    paths, n = item
+    return [_worker_map(_read_marking, [(paths, i) for i in range(len(paths))]) for _ in range(n)]
+
+
+def test_a_worker_downloads_each_object_once_for_every_pass_of_a_fit(tmp_path, hidden_cluster):
+    """A task that received chunks through the store maps three passes over them to the cluster (the EM passes of
+    a detector's fit): each worker downloads each object once (its cached copy serves the later passes), a
+    file a pass writes beside a chunk is there for the later passes on that worker (the detector's decoded
+    chunks), and the copies go when the shipment ends (nothing left in the workers' folders or the bucket)."""
+    from dpcore.storage.scratch_store import shipping
+    from dpcore.storage.scratch_store.shipping import mirror_base, register_flow_run
+    from tasks.common import _dask_map
+
+    client, hidden = hidden_cluster
+    root = hidden / "passes.scratch"
+    root.mkdir()
+    paths = []
+    for i in range(4):
+        (root / f"chunk-{i}.bin").write_bytes(bytes([i]) * 1000)
+        paths.append(str(root / f"chunk-{i}.bin"))
+    store = _store()
+    prefix = store.open_run("test-passes")
+    register_flow_run(prefix, root)
+    client.run(_count_downloads)
+    try:
+        got = _dask_map(client, _passes, [(paths, 3)], (store, prefix, str(root), "flow"))
+        counts = client.run(_count_downloads)
+    finally:
+        client.run(_count_downloads, False)
+    assert [[data for data, _ in one] for one in got[0]] == [[bytes([i]) * 1000 for i in range(4)]] * 3
+    firsts = sum(first for one in got[0] for _, first in one)
+    assert 4 <= firsts <= 2 * 4, firsts  # each chunk read afresh at most once per worker, not once per pass (12)
+    per_worker = [c for c in counts.values() if c]
+    assert per_worker and all(set(c.values()) == {1} for c in per_worker), counts  # once per object per worker
+    assert all(k.startswith(prefix + "/") for c in per_worker for k in c)
+    assert store.listing() == []
+    assert not any(client.run(lambda: os.listdir(mirror_base())).values())
+    assert not any(client.run(lambda: shipping._CACHE).values())

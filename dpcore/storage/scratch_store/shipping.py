@@ -7,8 +7,11 @@ every ``str`` or path in it that lies below the sender's scratch folder (``root`
 process's own folder, the files downloaded there (mode 0600, folders 0700):
 
 * ``"out"`` (flow or worker to a worker): a worker's private mirror ``<tmp>/dpr-scratch-<pid>/<shipment>``
-  (:func:`drop_mirror` removes it when the work ends). In any other process (Dask's scheduler, which
-  unpickles task graphs, or the sender itself) it stays a :class:`Shipment`.
+  (:func:`drop_mirror` removes it when the work ends); sent on by a worker from its mirrors (a fit's EM
+  passes), the same paths below the receiver's ``<tmp>/dpr-scratch-<pid>``: its mirror of the sender's
+  shipment, kept until that shipment ends, so a later pass finds the chunks and what earlier passes wrote.
+  In any other process (Dask's scheduler, which unpickles task graphs, or the sender itself) it stays a
+  :class:`Shipment`.
 * ``"back"`` (a worker's result): the flow's scratch folder (the process that opened the run,
   :func:`register_flow_run`), or, for a chunk sent on by a worker, that worker's mirror; its objects are
   deleted once downloaded.
@@ -16,8 +19,15 @@ process's own folder, the files downloaded there (mode 0600, folders 0700):
 A file downloaded from the store and sent on unchanged is referenced by its key again (no second upload: an
 EM pass's chunks), a file uploaded for one outgoing shipment is sent by its key to the other shipments of the
 run while it is unchanged (the items of one map, every template's fit; :func:`end_shipment` removes it with
-the last shipment using it), and one the receiver already has is not downloaded again. Nothing here logs; the sizes moved are added to
-:data:`MOVED` (bytes up, bytes down) for the benchmark only.
+the last shipment using it), and one the receiver already has is not downloaded again. A worker keeps each
+object it downloaded for a shipment in its object cache (``<tmp>/dpr-scratch-<pid>/objects/<key>``: the key is
+the store's random path, no name derived from the data) and hard-links it into the mirror of every later
+shipment that references the same key (an EM pass's chunks, every template's export): a key is downloaded once
+per worker while it exists. The copies go with the objects: when the sender removes a shipment's objects
+(:func:`end_shipment` with the Dask client: every worker drops its copies of them, :func:`drop_on_worker`), when
+the run ends, also failed (:func:`drop_run`, the runner's exit), and after a killed run when the next run of
+the same release id opens (:func:`drop_stale_runs`, like the store's leftovers). Nothing here logs; the sizes
+moved are added to :data:`MOVED` (bytes up, bytes down, bytes served from the cache) for the benchmark only.
 """
 from __future__ import annotations
 
@@ -36,7 +46,7 @@ from .store import ScratchStore
 _TAG = "dpr-scratch"
 #: Bytes uploaded and downloaded by this process, and bytes of downloaded files sent on by their key instead of
 #: being uploaded again (an EM pass's chunks sent on by a worker) (tests and the benchmark only; never logged).
-MOVED = {"up": 0, "down": 0, "reused": 0}
+MOVED = {"up": 0, "down": 0, "reused": 0, "cached": 0}
 #: Run prefixes this process opened as the flow: prefix -> the warehouse's scratch folder.
 _FLOW_RUNS: dict[str, str] = {}
 #: On a worker: shipment nonce -> (store URL, run prefix) of the shipments whose mirror is here.
@@ -47,6 +57,12 @@ _ORIGIN: dict[str, tuple[str, int, int]] = {}
 #: A file sent again while unchanged (the detector's export, sent with every template's fit) goes by its key;
 #: its object is removed when the last shipment using it ends (:func:`end_shipment`).
 _SHARED: dict[str, list] = {}
+#: On a worker: object key -> (cached copy, mtime_ns, size) of each object downloaded for a shipment.
+_CACHE: dict[str, tuple[str, int, int]] = {}
+#: The folder of :func:`mirror_base` that holds the object cache (not a shipment's nonce: those are hex).
+CACHE_DIR = "objects"
+#: On a worker: shipments whose files were dropped here (a late task of one is refused, not downloaded again).
+_ENDED: dict[str, None] = {}
 _LOCK = threading.RLock()
 
 
@@ -189,7 +205,11 @@ def ship(obj: Any, store: ScratchStore, prefix: str, shipment: str, root: str | 
         The sender's scratch folder (the flow's ``<warehouse>.scratch``, or a worker's mirror).
     direction : {"out", "back"}
     back : str, optional
-        For ``"back"``: who receives it, ``"flow"`` or ``"worker"``.
+        For ``"back"``: who receives it, ``"flow"`` or ``"worker"``. For ``"out"``: ``"worker"`` when a worker
+        sends it on from its mirrors (``root`` is its :func:`mirror_base`: a fit's EM passes); each receiving
+        worker then puts the files at the same paths below its own :func:`mirror_base`, in its mirror of the
+        sender's shipment (a pass finds what the earlier passes downloaded or wrote there: the chunks, the
+        detector's decoded-chunk cache), which goes when that shipment ends.
 
     An outgoing file is uploaded once while it is unchanged (same path, modification time and size) and a
     shipment of the run still uses it: the items of one map (each of a chunk source's items holds every
@@ -206,9 +226,10 @@ def ship(obj: Any, store: ScratchStore, prefix: str, shipment: str, root: str | 
     return Shipment(payload, store.url, prefix, f"{shipment}|{folder}", direction, back)
 
 
-def end_shipment(store: ScratchStore, prefix: str, shipment: str) -> None:
+def end_shipment(store: ScratchStore, prefix: str, shipment: str, client: Any = None) -> None:
     """The work of ``shipment`` ended (done or failed): remove its objects, and each shared upload no other
-    shipment of the run still uses."""
+    shipment of the run still uses; with ``client`` (the Dask client the work went through) every worker first
+    drops its mirror of the shipment and its cached copies of those objects (:func:`drop_on_worker`)."""
     with _LOCK:
         gone = []
         for local, got in list(_SHARED.items()):
@@ -217,6 +238,14 @@ def end_shipment(store: ScratchStore, prefix: str, shipment: str) -> None:
                 if not got[3]:
                     gone.append(got[0])
                     del _SHARED[local]
+    try:
+        if client is not None:
+            client.run(drop_on_worker, shipment, [f"{prefix}/{shipment}", *gone])
+    finally:
+        _remove(store, prefix, shipment, gone)
+
+
+def _remove(store: ScratchStore, prefix: str, shipment: str, gone: list[str]) -> None:
     try:
         store.rm(f"{prefix}/{shipment}")
     finally:
@@ -241,11 +270,14 @@ def holds_paths(obj: Any, root: str | Path) -> list[str]:
 def _arrive(payload: bytes, url: str, prefix: str, ship: str, direction: str, back: str | None):
     carrier = Shipment(payload, url, prefix, ship, direction, back)
     shipment, folder = ship.split("|", 1)
+    peer = False
     if direction == "out":
         if prefix in _FLOW_RUNS or not on_worker():
             return carrier  # the scheduler (it unpickles task graphs) or the sender: not for here
-        dest = mirror_base() / shipment
+        peer = back == "worker"  # sent on by a worker from its mirrors: into this worker's mirrors of the same
+        dest = mirror_base() if peer else mirror_base() / shipment
         with _LOCK:
+            _refuse_ended(shipment)
             _SHIPMENTS[shipment] = (url, prefix)
     elif back == "flow":
         if prefix not in _FLOW_RUNS:
@@ -256,13 +288,17 @@ def _arrive(payload: bytes, url: str, prefix: str, ship: str, direction: str, ba
             return carrier
         dest = mirror_base()
     store = ScratchStore(url)
-    obj = _load(payload, store, dest)
+    obj = _load(payload, store, dest, shipment if direction == "out" else None, peer, prefix)
     if direction == "back":
         store.rm(folder)  # downloaded: its objects go now
     return obj
 
 
-def _load(payload: bytes, store: ScratchStore, dest: Path) -> Any:
+def _load(payload: bytes, store: ScratchStore, dest: Path, shipment: str | None = None, peer: bool = False,
+          prefix: str = "") -> Any:
+    """Unpickle ``payload`` with its references below ``dest`` (files downloaded; with ``shipment``, an arriving
+    shipment's, through the worker's object cache; with ``peer``, into this worker's mirrors of the sender's
+    shipments, each registered as a shipment of the run ``prefix`` here)."""
     import pickle
 
     class U(pickle.Unpickler):
@@ -271,8 +307,15 @@ def _load(payload: bytes, store: ScratchStore, dest: Path) -> Any:
             if tag != _TAG:
                 raise pickle.UnpicklingError("unknown reference")
             local = dest / rel if rel else dest
+            guards = () if shipment is None else (shipment,)
+            if peer and rel:
+                owner = PurePath(rel).parts[0]
+                guards = (shipment, owner)
+                with _LOCK:
+                    _refuse_ended(owner)
+                    _SHIPMENTS.setdefault(owner, (store.url, prefix))
             if kind == "f":
-                _download(store, key, local)
+                _download(store, key, local, guards)
             elif kind == "d":
                 _private_dirs(local, dest)
             else:
@@ -292,24 +335,146 @@ def _private_dirs(path: Path, top: Path) -> None:
         here.mkdir(mode=PRIVATE_DIR, exist_ok=True)
 
 
-def _download(store: ScratchStore, key: str, local: Path) -> None:
+def _download(store: ScratchStore, key: str, local: Path, guards: tuple[str, ...] = ()) -> None:
+    """``key`` to ``local`` (0600). With ``guards`` (the shipments of a shipment arriving on a worker, none of
+    which may have ended): through the object cache, downloaded only if this worker holds no unchanged copy of
+    ``key``, then hard-linked to ``local``."""
     with _LOCK:
+        for shipment in guards:
+            _refuse_ended(shipment)
         if local.exists():
             return
         local.parent.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
-        tmp = local.with_name(f".{local.name}.{new_nonce(4)}.part")
-        with private_open(tmp, "xb"):
-            pass
-        try:
-            store.get_file(key, str(tmp))
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, local)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        if not guards:
+            _fetch(store, key, local)
+        else:
+            copy = _cached_copy(store, key)
+            _link(copy, local)
         st = os.stat(local)
-        MOVED["down"] += st.st_size
         _ORIGIN[str(local)] = (key, st.st_mtime_ns, st.st_size)
+
+
+def _refuse_ended(shipment: str) -> None:
+    """A task of a shipment whose files were already dropped here (its map failed and ended while this task
+    waited) stops before it writes a file (caller holds the lock)."""
+    if shipment in _ENDED:
+        raise RuntimeError("a chunk of a shipment that already ended reached this worker; its work was stopped")
+
+
+def _fetch(store: ScratchStore, key: str, local: Path) -> None:
+    """Download ``key`` to ``local`` (through a private temporary file; 0600)."""
+    tmp = local.with_name(f".{local.name}.{new_nonce(4)}.part")
+    with private_open(tmp, "xb"):
+        pass
+    try:
+        store.get_file(key, str(tmp))
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, local)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    MOVED["down"] += os.stat(local).st_size
+
+
+def _cache_path(key: str) -> Path:
+    return mirror_base() / CACHE_DIR / key.lstrip("/")
+
+
+def _cached_copy(store: ScratchStore, key: str) -> Path:
+    """This worker's copy of ``key`` (downloaded now unless an unchanged copy is cached; caller holds the lock)."""
+    got = _CACHE.get(key)
+    if got is not None:
+        try:
+            st = os.stat(got[0])
+            if (st.st_mtime_ns, st.st_size) == got[1:]:
+                MOVED["cached"] += st.st_size
+                return Path(got[0])
+        except FileNotFoundError:
+            pass
+        del _CACHE[key]
+    copy = _cache_path(key)
+    _private_dirs(copy.parent, mirror_base())
+    if copy.exists():
+        copy.unlink()
+    _fetch(store, key, copy)
+    st = os.stat(copy)
+    _CACHE[key] = (str(copy), st.st_mtime_ns, st.st_size)
+    return copy
+
+
+def _link(copy: Path, local: Path) -> None:
+    """``local`` as a hard link of ``copy`` (a private copy if the file system has no hard links)."""
+    try:
+        os.link(copy, local)
+    except OSError:
+        tmp = local.with_name(f".{local.name}.{new_nonce(4)}.part")
+        with private_open(tmp, "xb") as out, open(copy, "rb") as src:
+            shutil.copyfileobj(src, out)
+        os.replace(tmp, local)
+
+
+def drop_on_worker(shipment: str | None, keys: list[str] | tuple[str, ...] = ()) -> None:
+    """On a worker (``client.run``): remove ``shipment``'s mirror and the cached copies of ``keys`` and of every
+    object below them (the objects the sender just removed from the store)."""
+    if shipment:
+        with _LOCK:
+            _ENDED[shipment] = None
+            while len(_ENDED) > 10000:
+                del _ENDED[next(iter(_ENDED))]
+        drop_mirror(shipment)
+    with _LOCK:
+        for key in keys:
+            key = key.rstrip("/")
+            for k in [k for k in _CACHE if k == key or k.startswith(key + "/")]:
+                del _CACHE[k]
+            path = _cache_path(key)
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            elif path.exists():
+                path.unlink()
+            _prune(path.parent)
+
+
+def _prune(folder: Path) -> None:
+    """Remove ``folder`` and its parents up to (and with) the cache folder while they are empty."""
+    top = mirror_base() / CACHE_DIR
+    if folder != top and top not in folder.parents:
+        return
+    while True:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        if folder == top:
+            return
+        folder = folder.parent
+
+
+def drop_run(prefix: str) -> None:
+    """On a worker (``client.run``): every file of the run ``prefix`` here (its shipments' mirrors, its cached
+    objects): the run ended, done or failed."""
+    with _LOCK:
+        mine = [n for n, (_, p) in _SHIPMENTS.items() if p == prefix]
+    for n in mine:
+        drop_on_worker(n)
+    drop_on_worker(None, [prefix])
+
+
+def drop_stale_runs(release: str, keep: tuple[str, ...] = ()) -> None:
+    """On a worker (``client.run``): the files of every run of the release folder ``release`` (a path of the
+    store, :func:`~dpcore.storage.scratch_store.store.release_key`) other than ``keep``: what a killed run of
+    that release left here, removed when the next run of the release opens (as :meth:`ScratchStore.open_run`
+    removes its objects)."""
+    release = release.rstrip("/")
+    with _LOCK:
+        runs = {p for _, p in _SHIPMENTS.values() if p.startswith(release + "/")}
+        runs |= {k[: k.index("/", len(release) + 1)] for k in _CACHE
+                 if k.startswith(release + "/") and "/" in k[len(release) + 1:]}
+        folder = _cache_path(release)
+        if folder.is_dir():
+            runs |= {f"{release}/{p.name}" for p in folder.iterdir()}
+    for prefix in runs - set(keep):
+        drop_run(prefix)
 
 
 def run_shipped(fn: Callable, url: str, prefix: str, shipment: str, back: str, item: Any) -> Any:
