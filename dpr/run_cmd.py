@@ -74,7 +74,9 @@ def run(spec, release_id, period, start, end) -> None:
         allowed_spec_file(spec, Settings.from_env().specs_dirs)
         check_run_flags(spec, period, start, end)
         if start is not None:
-            backfill_periods(spec, start, end)
+            periods = backfill_periods(spec, start, end)
+            if _answer_stored_backfill(spec, periods, Settings.from_env()):
+                return  # every period released before: from the ledger (no Prefect, no data read)
         elif period is None and (base := load_spec(spec)).series is not None:
             # examples of the spec's own cadence (issue 48): its first periods, never another kind's label
             some = base.series.cadence().following(base.series.cadence().first, 4)
@@ -88,7 +90,7 @@ def run(spec, release_id, period, start, end) -> None:
         check_paths(loaded, Settings.from_env())
         if start is None:  # what blocks the release, decided as `dpr plan` decides it (issue 48.3)
             blockers = refuse_blocked(loaded)
-            if blockers.plan.finished and _answer_stored(loaded, Settings.from_env()):
+            if blockers.plan.finished and _answer_stored(loaded, Settings.from_env(), blockers):
                 return  # a finished release id: its stored release, from the ledger (no Prefect, no data read)
     prefect_environment()
     from flows.release_pipeline import main as release_main
@@ -117,35 +119,52 @@ def refuse_blocked(spec: Any) -> Any:
     return blockers
 
 
-def _answer_stored(spec: Any, settings: Any) -> bool:
+def _answer_stored(spec: Any, settings: Any, blockers: Any = None) -> bool:
     """Print the stored release of a finished release id from the ledger, as the flow's re-run would (issue 48 §6).
 
     A finished release's outcome never changes, so its re-run needs neither Prefect nor the data: this prints
-    the same lines as a re-run through the flow, the budget line read from the ledger now. A series period is
-    answered here only when the series page is at least as new as the period's bundle; otherwise (a run that
-    stopped between its release and the page) the flow's re-run rebuilds the page. Returns False when the
-    flow must run.
+    the same lines as a re-run through the flow, the budget line read from the ledger now
+    (:func:`dpcore.run.release_runs.stored_answer` decides when; a series period whose page is older than its
+    bundle goes through the flow, which rebuilds the page). Returns False when the flow must run.
     """
-    from pathlib import Path
-
     from dpcore.budget.charge_summary import release_outcome_lines
-    from dpcore.run.release_runs import stored_outcome
+    from dpcore.run.release_runs import stored_answer
 
     from .plan_cmd import open_ledger
 
     ledger = open_ledger()
-    outcome = stored_outcome(ledger.wh.path, spec.dataset.name, spec.release_id)
+    outcome = stored_answer(spec, ledger, settings.bundles, blockers)
     if outcome is None:
         return False
-    if spec.series is not None:
-        page = Path(settings.bundles) / spec.dataset.name / "series" / "index.md"
-        manifest = Path(outcome["bundle"]) / "manifest.json"
-        try:
-            if page.stat().st_mtime < manifest.stat().st_mtime:
-                return False
-        except OSError:
-            return False
     click.echo("\n".join(release_outcome_lines(ledger, spec.dataset.name, spec.release_id, outcome)))
+    return True
+
+
+def _answer_stored_backfill(spec_path: str, periods: list[str], settings: Any) -> bool:
+    """Print a backfill whose every period is stored from the ledger, as ``--from/--to`` prints it (issue 48 §6).
+
+    Returns False, having printed nothing, when a period must go through the flow: the flow's backfill then
+    answers the stored periods from the ledger the same way and runs only the others.
+    """
+    from dpcore.budget.charge_summary import release_outcome_lines
+    from dpcore.release.series import backfill_done_line
+    from dpcore.release.spec import load_spec
+    from dpcore.run.release_runs import stored_answer
+
+    from .plan_cmd import open_ledger
+
+    ledger = open_ledger()
+    answers = []
+    for p in periods:
+        spec = load_spec(spec_path, period=p)
+        outcome = stored_answer(spec, ledger, settings.bundles)
+        if outcome is None:
+            return False
+        answers.append((p, spec, outcome))
+    for p, spec, outcome in answers:
+        click.echo(f"\nperiod    : {p}")
+        click.echo("\n".join(release_outcome_lines(ledger, spec.dataset.name, spec.release_id, outcome)))
+    click.echo(backfill_done_line(periods))
     return True
 
 

@@ -186,16 +186,29 @@ def main(argv: list[str] | None = None, loaded=None) -> int:
 
 
 def _backfill(spec_path: str, periods: list[str]) -> int:
-    """Release each period of ``periods`` in order, each its own all-or-nothing run; stop at the first failure."""
+    """Release each period of ``periods`` in order, each its own all-or-nothing run; stop at the first failure.
+
+    A period released before is answered from the ledger as ``dpr run`` answers a stored re-run
+    (:func:`dpcore.run.release_runs.stored_answer`: no flow run, no data read); only the others run the flow.
+    """
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.release.series import backfill_done_line
     from dpcore.run.errors import expected_errors
     from dpcore.release.spec import load_spec
+    from dpcore.run.release_runs import stored_answer
+    from dpcore.storage.settings import Settings
+    from dpcore.storage.warehouse import Warehouse
 
     done: list[str] = []
     for p in periods:
         try:
             spec = load_spec(spec_path, period=p)  # the period's spec, loaded once: the run takes it (given_spec)
-            with ready(), given_spec(spec_path, None, p, spec_path, spec):
-                out = release_pipeline(spec_path=spec_path, period=p)
+            settings = Settings.from_env()
+            ledger = PrivacyLedger(Warehouse(settings.warehouse)) if settings.warehouse.exists() else None
+            out = stored_answer(spec, ledger, settings.bundles)
+            if out is None:
+                with ready(), given_spec(spec_path, None, p, spec_path, spec):
+                    out = release_pipeline(spec_path=spec_path, period=p)
         except BaseException as exc:
             before = ", ".join(done) if done else "none"
             rest = periods[periods.index(p) + 1:]
@@ -210,7 +223,7 @@ def _backfill(spec_path: str, periods: list[str]) -> int:
         done.append(p)
         print(f"\nperiod    : {p}")
         _print_outcome(out, spec)
-    print(f"\nbackfill done: {len(done)} period(s), {periods[0]} to {periods[-1]}")
+    print(backfill_done_line(periods))
     return 0
 
 

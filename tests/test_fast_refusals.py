@@ -39,6 +39,14 @@ def report():  # at exit: `dpr` leaves a refusal through os._exit after the exit
     print("\\nPROBE " + json.dumps({"prefect": loaded}), flush=True)
 
 atexit.register(report)
+
+
+class Teardown:  # its finaliser runs in the interpreter's teardown only (not after os._exit)
+    def __del__(self, write=__import__("os").write):
+        write(1, b"\\nTEARDOWN\\n")
+
+
+keep = Teardown()
 from dpr.main import main
 main()
 """
@@ -225,4 +233,50 @@ def test_a_stored_series_period_goes_through_the_flow_only_when_its_page_is_olde
     repaired = _dpr(["run", str(spec), "--period", "2013-01"], home)
     assert repaired["exit"] == 0 and "stored    : this release id was finished before" in repaired["out"]
     assert repaired["prefect"] != [] and len(_release_runs_of(spec)) == 2  # the flow's re-run
+    # a command that ran a flow leaves without the interpreter's teardown (seconds of a small release, issue 48 §6)
+    assert "TEARDOWN" not in repaired["out"] and again["out"].rstrip().endswith("TEARDOWN")
     assert page.stat().st_mtime >= manifest.stat().st_mtime  # the page rebuilt
+
+
+def test_a_backfill_answers_its_stored_periods_from_the_ledger_and_runs_only_the_others(
+        small_spec_path, small_flights_csv, tmp_path, monkeypatch, capsys):
+    """`dpr run --from/--to` (issue 48 §6): a period released before is answered from the ledger like a single
+    stored re-run (no flow run, no data read); only the others run the flow; each period's lines say which
+    were stored and its budget line is the ledger's."""
+    from series_fixtures import make_series_spec
+
+    from dpcore.budget.amounts import PrivacyCost
+    from dpcore.budget.charge_summary import release_budget_line
+    from dpcore.budget.ledger import PrivacyLedger
+    from dpcore.storage.warehouse import Warehouse
+    from flows.release_pipeline import main, release_pipeline
+
+    home = tmp_path / "home"
+    folder = tmp_path / "series"
+    folder.mkdir()
+    spec = make_series_spec(folder, small_spec_path, small_flights_csv, series_cap=None)
+    register_spec(spec, home=home)
+    monkeypatch.setenv("DPR_HOME", str(home))
+    release_pipeline(spec_path=str(spec), period="2013-01")
+    assert len(_release_runs_of(spec)) == 1
+    capsys.readouterr()
+
+    # 2013-01 stored, 2013-02 new: one flow run more (before: two, the stored period through the flow too)
+    assert main(["--spec", str(spec), "--from", "2013-01", "--to", "2013-02"]) == 0
+    assert len(_release_runs_of(spec)) == 2
+    mixed = capsys.readouterr().out
+    first, second = mixed.split("\nperiod    : 2013-02\n")
+    assert "period    : 2013-01" in first and "stored    : this release id was finished before" in first
+    assert "stored    :" not in second and "backfill done: 2 period(s), 2013-01 to 2013-02" in second
+
+    # both stored: `dpr run` answers the whole backfill before Prefect starts
+    again = _dpr(["run", str(spec), "--from", "2013-01", "--to", "2013-02"], home)
+    assert again["exit"] == 0, again["out"] + again["err"]
+    assert again["prefect"] == [] and len(_release_runs_of(spec)) == 2
+    text = again["out"].split("\nPROBE ")[0]
+    ledger = PrivacyLedger(Warehouse(home / "warehouse.duckdb"))
+    for p in ("2013-01", "2013-02"):
+        block = text.split(f"period    : {p}\n")[1].split("\nperiod    :")[0].strip().splitlines()
+        assert block[0].startswith("stored    : this release id was finished before")
+        assert block[4] == release_budget_line(ledger, "nycflights13", f"nycflights13-{p}", PrivacyCost(0))
+    assert text.rstrip().endswith("backfill done: 2 period(s), 2013-01 to 2013-02")

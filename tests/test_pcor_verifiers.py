@@ -119,6 +119,8 @@ def test_population_and_overlap_vs_pandas(dense_limit):
         np.testing.assert_allclose(sums[b], [m.sum(), x.sum(), (x * x).sum()], rtol=1e-9, atol=1e-6)
         assert mn[b] == (metric[m].min() if m.any() else np.inf)
         assert mx[b] == (metric[m].max() if m.any() else -np.inf)
+        one = index.context_minmax(ctx[b:b + 1])  # one context: its own path (issue 48 §6), the same values
+        assert one[0].tolist() == [mn[b]] and one[1].tolist() == [mx[b]]
     assert pop.dtype == np.int64 and ov.dtype == np.int64
     assert len(set(pop.tolist())) > 20  # the contexts are not degenerate
 

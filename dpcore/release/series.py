@@ -244,6 +244,11 @@ def backfill_periods(spec_path: str | Path, start: str, end: str) -> list[str]:
     return [p.label for p in found]
 
 
+def backfill_done_line(periods: list[str]) -> str:
+    """The last line ``dpr run --from/--to`` prints after every period of ``periods`` was released or stored."""
+    return f"\nbackfill done: {len(periods)} period(s), {periods[0]} to {periods[-1]}"
+
+
 def series_without_period(spec_path: str | Path) -> None:
     """Refuse a flow run of a series spec that names no period (the operator flows take no period yet).
 

@@ -421,6 +421,11 @@ class CellIndex:
             mx = np.where(cm, self.occupied_max[None, :], -np.inf).max(axis=1, initial=-np.inf)
             return mn, mx
         r = self.minmax_tensor.reshape(int(self.space.sizes[0]), -1)
+        if b == 1:  # one context (each verification of a search): reduce only its values' slices, no full-size
+            # temporary per attribute (the same minima: most of a 2,000-row release's PCOR time, issue 48 §6)
+            for i in range(self.space.m):
+                r = r.reshape(int(self.space.sizes[i]), -1)[masks[i][0]].min(axis=0, initial=np.inf)
+            return r[0:1], -r[1:2]
         r = np.where(masks[0][:, :, None], r[None, :, :], np.inf).min(axis=1)
         for i in range(1, self.space.m):
             s = int(self.space.sizes[i])
