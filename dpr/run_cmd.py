@@ -124,11 +124,11 @@ def _answer_stored(spec: Any, settings: Any, blockers: Any = None) -> bool:
 
     A finished release's outcome never changes, so its re-run needs neither Prefect nor the data: this prints
     the same lines as a re-run through the flow, the budget line read from the ledger now
-    (:func:`dpcore.run.release_runs.stored_answer` decides when; a series period whose page is older than its
+    (:func:`dpcore.run.cost_plan.stored_answer` decides when; a series period whose page is older than its
     bundle goes through the flow, which rebuilds the page). Returns False when the flow must run.
     """
     from dpcore.budget.charge_summary import release_outcome_lines
-    from dpcore.run.release_runs import stored_answer
+    from dpcore.run.cost_plan import stored_answer
 
     from .plan_cmd import open_ledger
 
@@ -149,7 +149,7 @@ def _answer_stored_backfill(spec_path: str, periods: list[str], settings: Any) -
     from dpcore.budget.charge_summary import release_outcome_lines
     from dpcore.release.series import backfill_done_line
     from dpcore.release.spec import load_spec
-    from dpcore.run.release_runs import stored_answer
+    from dpcore.run.cost_plan import stored_answer
 
     from .plan_cmd import open_ledger
 

@@ -189,13 +189,13 @@ def _backfill(spec_path: str, periods: list[str]) -> int:
     """Release each period of ``periods`` in order, each its own all-or-nothing run; stop at the first failure.
 
     A period released before is answered from the ledger as ``dpr run`` answers a stored re-run
-    (:func:`dpcore.run.release_runs.stored_answer`: no flow run, no data read); only the others run the flow.
+    (:func:`dpcore.run.cost_plan.stored_answer`: no flow run, no data read); only the others run the flow.
     """
     from dpcore.budget.ledger import PrivacyLedger
     from dpcore.release.series import backfill_done_line
     from dpcore.run.errors import expected_errors
     from dpcore.release.spec import load_spec
-    from dpcore.run.release_runs import stored_answer
+    from dpcore.run.cost_plan import stored_answer
     from dpcore.storage.settings import Settings
     from dpcore.storage.warehouse import Warehouse
 

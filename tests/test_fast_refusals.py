@@ -74,10 +74,16 @@ def _release_runs_of(spec: Path) -> list:
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
     from prefect.client.schemas.sorting import FlowRunSort
 
-    async def read():  # the newest 200 of the session's harness (a test's own runs are among them)
+    async def read():  # every release run of the session's harness, page by page (a full suite makes thousands)
+        runs: list = []
         async with get_client() as client:
-            return await client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["release_pipeline"])),
-                                               sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=200)
+            while True:
+                page = await client.read_flow_runs(
+                    flow_filter=FlowFilter(name=FlowFilterName(any_=["release_pipeline"])),
+                    sort=FlowRunSort.ID_DESC, limit=200, offset=len(runs))
+                runs += page
+                if len(page) < 200:
+                    return runs
 
     runs = anyio.run(read)
     wanted = {str(spec), os.path.realpath(spec)}

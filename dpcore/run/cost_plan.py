@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
+from pathlib import Path
 
 from dpcore.budget.amounts import NeighbourConversionError, PrivacyCost, charge_under, set_cap_hint, texts_apart
 from dpcore.budget.charge_keys import line_key
@@ -442,3 +443,48 @@ def release_blockers(spec: ReleaseSpec, ledger: PrivacyLedger | None, *,
         if over:
             reasons.append(over)
     return Blockers(plan, reasons)
+
+
+def stored_answer(spec: Any, ledger: Any, bundles: Path, blockers: Any = None) -> dict[str, Any] | None:
+    """The stored outcome ``dpr run`` may print for ``spec`` without Prefect or the data, or None (issue 48 §6).
+
+    A release is answered from the ledger when nothing blocks it (:func:`dpcore.run.cost_plan.release_blockers`),
+    its release id finished with this spec's planned lines (``CostPlan.finished``) and its outcome is stored.
+    A series period is answered only when the series page is at least as new as the period's bundle;
+    otherwise (a run that stopped between its release and the page) the flow's re-run rebuilds the page.
+    Used for one release and for each period of a backfill (``dpr run --from/--to``).
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+        The loaded spec (a series spec with its period).
+    ledger : PrivacyLedger or None
+        None: no warehouse yet (nothing is stored).
+    bundles : Path
+        The bundles folder (``Settings.bundles``).
+    blockers : Blockers, optional
+        ``release_blockers(spec, ledger)`` when the caller has it already.
+
+    Returns
+    -------
+    dict or None
+        The public outcome marked as stored (:func:`as_stored`); None when the flow must run.
+    """
+    from .release_runs import stored_outcome
+
+    if ledger is None:
+        return None
+    blockers = release_blockers(spec, ledger) if blockers is None else blockers
+    if blockers.reasons or not blockers.plan.finished:
+        return None
+    outcome = stored_outcome(ledger.wh.path, spec.dataset.name, spec.release_id)
+    if outcome is None:
+        return None
+    if spec.series is not None:
+        page = Path(bundles) / spec.dataset.name / "series" / "index.md"
+        try:
+            if page.stat().st_mtime < (Path(outcome["bundle"]) / "manifest.json").stat().st_mtime:
+                return None
+        except OSError:
+            return None
+    return outcome
