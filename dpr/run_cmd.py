@@ -63,7 +63,7 @@ def run(spec, release_id, period, start, end) -> None:
     from dpcore.release.path_checks import check_paths
     from dpcore.release.series import backfill_periods, check_run_flags
     from dpcore.storage.settings import Settings, check_memory_floor
-    from dpcore.release.spec import check_release_id_flag, load_spec
+    from dpcore.release.spec import SpecFile, check_release_id_flag
     from dpcore.release.spec_dirs import allowed_spec_file
 
     with refusals():  # fail fast, before Prefect starts a server or a flow run is created (issue 48 §6)
@@ -77,16 +77,14 @@ def run(spec, release_id, period, start, end) -> None:
             periods = backfill_periods(spec, start, end)
             if _answer_stored_backfill(spec, periods, Settings.from_env()):
                 return  # every period released before: from the ledger (no Prefect, no data read)
-        elif period is None and (base := load_spec(spec)).series is not None:
+        source = SpecFile(spec)  # read once; validated once below (the spec is loaded once per run, issue 49)
+        if start is None and period is None and (series := source.series()) is not None:
             # examples of the spec's own cadence (issue 48): its first periods, never another kind's label
-            some = base.series.cadence().following(base.series.cadence().first, 4)
-            refuse(f"--period: SPEC is a series spec ({base.series.cadence().describe()}); give the period to release "
+            some = series.cadence().following(series.cadence().first, 4)
+            refuse(f"--period: SPEC is a series spec ({series.cadence().describe()}); give the period to release "
                    f"(--period {some[0].label}) or a range (--from {some[0].label} --to {some[-1].label}). Nothing "
                    "was read or charged.")
-        if start is None and period is None and release_id is None:
-            loaded = base  # the same load: the spec is loaded once per run (issue 49)
-        else:
-            loaded = load_spec(spec, release_id=release_id, period=period)
+        loaded = source.load(release_id=release_id, period=period)
         check_paths(loaded, Settings.from_env())
         if start is None:  # what blocks the release, decided as `dpr plan` decides it (issue 48.3)
             blockers = refuse_blocked(loaded)

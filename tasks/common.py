@@ -39,7 +39,7 @@ from prefect.cache_policies import NO_CACHE
 
 from dpcore.runtime.fault_injection import fault_point
 from dpcore.storage.settings import Settings
-from dpcore.release.spec import ReleaseSpec, load_spec
+from dpcore.release.spec import ReleaseSpec, SeriesSpec, SpecFile
 from dpcore.release.spec_dirs import allowed_spec_file
 
 
@@ -635,8 +635,16 @@ def _given(spec_path: str, release_id: str | None, period: str | None, path: Pat
     return given[4] if same else None
 
 
+def _dataset_name(source: SpecFile) -> str:
+    """The dataset name a spec file states (for the period's log line), before the spec is validated."""
+    data = source.raw
+    dataset = data.get("dataset") if isinstance(data, dict) else None
+    name = dataset.get("name") if isinstance(dataset, dict) else None
+    return str(name) if name is not None else "?"
+
+
 def resolve(spec_path: str, release_id: str | None, period: str | None = None,
-            choose_period: Callable[[ReleaseSpec, str | None], str | None] | None = None,
+            choose_period: Callable[[SeriesSpec | None, str, str | None], str | None] | None = None,
             ) -> tuple[ReleaseSpec, Settings]:
     """Load the spec (with an optional release-id override) and the settings; refuse unusable paths.
 
@@ -648,8 +656,9 @@ def resolve(spec_path: str, release_id: str | None, period: str | None = None,
     that carries a test-only switch or job variables (:func:`refuse_test_switches_in_deployment_runs`).
 
     The spec is loaded once per run (issue 49): here, or not at all when the command line that started the run
-    handed its loaded spec over (:func:`given_spec`). The one exception is a deployment's run of a series spec
-    without a period: read as its first period to learn the series, then for the period its schedule gives.
+    handed its loaded spec over (:func:`given_spec`). A deployment's run of a series spec without a period reads
+    the file once, chooses the period from its validated ``series`` section alone
+    (:meth:`dpcore.release.spec.SpecFile.series`), and validates the whole spec once, for that period.
 
     Parameters
     ----------
@@ -657,8 +666,9 @@ def resolve(spec_path: str, release_id: str | None, period: str | None = None,
     release_id, period : str or None
         The flow's parameters (``period``: a series spec's, issue 30).
     choose_period : callable, optional
-        ``choose_period(spec, period)``: the period the run releases, given the spec as loaded for ``period``
-        (:func:`tasks.series.pick_period`, the release pipeline's); None: ``period`` as given.
+        ``choose_period(series, dataset_name, period)``: the period the run releases, given the spec's ``series``
+        section (None without one) and dataset name (:func:`tasks.series.pick_period`, the release pipeline's);
+        None: ``period`` as given.
     """
     from dpcore.release.path_checks import check_paths
     from dpcore.storage.settings import check_memory_floor
@@ -669,12 +679,15 @@ def resolve(spec_path: str, release_id: str | None, period: str | None = None,
     path = allowed_spec_file(spec_path, settings.specs_dirs)
     spec = _given(spec_path, release_id, period, path)
     if spec is None:
-        spec = load_spec(path, release_id=release_id, period=period)  # period: a series spec's (issue 30)
-    if choose_period is not None:
-        chosen = choose_period(spec, period)
-        if chosen != period:  # a deployment's run of a series spec: the period its schedule gives
+        source = SpecFile(path)  # read once; validated once below, for the period the run releases
+        if choose_period is not None:  # a deployment's run of a series spec: the period its schedule gives
+            period = choose_period(source.series(), _dataset_name(source), period)
+        spec = source.load(release_id=release_id, period=period)  # period: a series spec's (issue 30)
+    elif choose_period is not None:  # the spec the command line handed over, for the period it was given
+        chosen = choose_period(spec.series, spec.dataset.name, period)
+        if chosen != period:
             period = chosen
-            spec = load_spec(path, release_id=release_id, period=period)
+            spec = SpecFile(path).load(release_id=release_id, period=period)
     if spec.series is not None and period is None:  # never a silent first period
         from dpcore.release.series import series_without_period
 

@@ -11,7 +11,7 @@ from prefect.context import FlowRunContext
 
 from dpcore.release.series import check_period_source, run_period
 from dpcore.storage.settings import Settings
-from dpcore.release.spec import ReleaseSpec
+from dpcore.release.spec import ReleaseSpec, SeriesSpec
 
 
 def scheduled_start():
@@ -27,15 +27,17 @@ def scheduled_start():
     return run.expected_start_time, run.deployment_id is not None
 
 
-def pick_period(base: ReleaseSpec, period: str | None) -> str | None:
+def pick_period(series: SeriesSpec | None, dataset_name: str, period: str | None) -> str | None:
     """The period this run releases: ``period`` if given, else (a deployment's run of a series spec) the period
     that ended before the run's scheduled start time.
 
     Parameters
     ----------
-    base : ReleaseSpec
-        The run's spec as :func:`tasks.common.resolve` loaded it (a series spec without ``period`` read as its
-        first period): only its series section and dataset name are used here.
+    series : SeriesSpec or None
+        The run's spec's validated ``series`` section (:meth:`dpcore.release.spec.SpecFile.series`), None for
+        a spec without one.
+    dataset_name : str
+        The spec's dataset name, for the log line.
     period : str or None
         The flow's ``period`` parameter.
 
@@ -45,12 +47,12 @@ def pick_period(base: ReleaseSpec, period: str | None) -> str | None:
         A series spec run outside a deployment without ``period`` (names the parameter).
     """
     when, from_deployment = scheduled_start()
-    cad = base.series.cadence() if base.series is not None else None
-    chosen = run_period(base.series is not None, period, when, from_deployment, cad)
-    if base.series is not None:
+    cad = series.cadence() if series is not None else None
+    chosen = run_period(series is not None, period, when, from_deployment, cad)
+    if series is not None:
         how = ("given" if period is not None else
                f"the last period of the series ({cad.describe()}) that ended before the scheduled start {when}")
-        get_run_logger().info("series %s: releasing period %s (%s)", base.dataset.name, chosen, how)
+        get_run_logger().info("series %s: releasing period %s (%s)", dataset_name, chosen, how)
     return chosen
 
 

@@ -19,24 +19,27 @@ from tiny_ids import D1, ids_spec
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 
-def _count_loads(monkeypatch) -> list[str]:
-    """Replace ``load_spec`` wherever it is bound (``dpcore.release.spec`` and every importer); the list of loaded paths."""
-    import dpcore.release.spec
-    import dpr.run_cmd  # noqa: F401  (imported first, so that their bound name is replaced too)
-    import flows.release_pipeline  # noqa: F401
-    import tasks.common  # noqa: F401
-    import tasks.series  # noqa: F401
+def _count_loads(monkeypatch) -> dict[str, list[str]]:
+    """Count the spec files read and the specs validated, on every path.
 
-    real, calls = dpcore.release.spec.load_spec, []
+    ``load_spec`` is ``SpecFile(path).load()``, and the run's paths call :class:`~dpcore.release.spec.SpecFile`
+    themselves, so the class's two methods are replaced: ``reads`` lists each file read, ``loads`` each whole
+    spec validated (a ``load_spec`` from any module goes through both)."""
+    from dpcore.release.spec import SpecFile
 
-    def counting(path, **overrides):
-        calls.append(str(path))
-        return real(path, **overrides)
+    calls: dict[str, list[str]] = {"reads": [], "loads": []}
+    real_init, real_load = SpecFile.__init__, SpecFile.load
 
-    for mod in list(sys.modules.values()):
-        names = getattr(mod, "__dict__", None)  # a module's own names (no lazy module is loaded by looking)
-        if isinstance(names, dict) and names.get("load_spec") is real:
-            monkeypatch.setattr(mod, "load_spec", counting)
+    def counting_init(self, path):
+        calls["reads"].append(str(path))
+        real_init(self, path)
+
+    def counting_load(self, **overrides):
+        calls["loads"].append(str(self.path))
+        return real_load(self, **overrides)
+
+    monkeypatch.setattr(SpecFile, "__init__", counting_init)
+    monkeypatch.setattr(SpecFile, "load", counting_load)
     return calls
 
 
@@ -55,8 +58,51 @@ def test_a_run_from_the_command_line_and_a_flow_run_each_load_the_spec_once(dpr_
     calls = _count_loads(monkeypatch)
     assert main(["--spec", str(path)]) == 0  # the command line: its check before Prefect, then the flow run
     assert "bundle    :" in capsys.readouterr().out
-    assert calls == [str(path)]  # was three loads
-    calls.clear()
+    assert calls == {"reads": [str(path)], "loads": [str(path)]}  # was three loads
+    calls["reads"].clear(), calls["loads"].clear()
     out = release_pipeline(spec_path=str(path))  # a flow run on its own (a deployment's): the stored release
     assert out["stored_release"]
-    assert len(calls) == 1  # was two (the period's choice, then the run's)
+    assert (len(calls["reads"]), len(calls["loads"])) == (1, 1)  # was two (the period's choice, then the run's)
+    calls["reads"].clear(), calls["loads"].clear()
+    from click.testing import CliRunner
+    from dpr.main import cli
+
+    # `dpr run --release-id` of that release: its stored release, from the ledger (was two loads: without the id to
+    # see whether the spec is a series, then with it)
+    res = CliRunner().invoke(cli, ["run", "--spec", str(path), "--release-id", "ids-r1"])
+    assert res.exit_code == 0, res.output
+    assert (len(calls["reads"]), len(calls["loads"])) == (1, 1), calls
+
+
+def test_a_deployment_run_of_a_series_spec_without_a_period_reads_and_validates_the_spec_once(tmp_path, monkeypatch):
+    """A deployment's run of a series spec is given no period: its schedule chooses one from the series section
+    (:func:`tasks.series.pick_period`), then the whole spec is validated once, for that period (was two loads:
+    the spec read as its first period to learn the series, then read again for the chosen one)."""
+    from datetime import datetime, timezone
+
+    from prefect import flow
+
+    import tasks.series
+    from tasks.common import resolve
+
+    folder = tmp_path / "series"
+    path = ids_spec(folder)
+    spec = yaml.safe_load(path.read_text())
+    spec["release_id"] = "ids-{period}"
+    spec["dataset"]["source"]["path"] = "input-{period}.csv"
+    spec["series"] = {"period": "monthly", "first": "2024-01"}
+    path.write_text(yaml.safe_dump(spec))
+    (folder / "input-2024-03.csv").write_text(D1)
+    monkeypatch.setenv("DPR_SPECS_DIR", str(folder))
+    # a deployment's run scheduled on 2024-04-02: the last month that ended before it is 2024-03
+    monkeypatch.setattr(tasks.series, "scheduled_start",
+                        lambda: (datetime(2024, 4, 2, 6, tzinfo=timezone.utc), True))
+    calls = _count_loads(monkeypatch)
+
+    @flow
+    def resolve_only(spec_path: str):
+        loaded, _ = resolve(spec_path, None, None, choose_period=tasks.series.pick_period)
+        return loaded.release_id, loaded.period
+
+    assert resolve_only(str(path)) == ("ids-2024-03", "2024-03")
+    assert (len(calls["reads"]), len(calls["loads"])) == (1, 1), calls

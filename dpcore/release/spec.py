@@ -1645,7 +1645,8 @@ def load_spec(path: str | Path, **overrides: object) -> ReleaseSpec:
     ``overrides`` replace top-level keys (e.g. ``release_id="2024-q1"``), except ``period``: the period a
     series spec is filled for (``period="2013-05"``; :func:`dpcore.release.series_templates.fill_series`: ``{period}`` and
     ``{dataset}`` in ``release_id`` and ``dataset.source.path``). A series spec read without a period is read as
-    its first period; a spec without ``series`` is refused a period.
+    its first period; a spec without ``series`` is refused a period. ``load_spec(path, **o)`` is
+    ``SpecFile(path).load(**o)``.
 
     Raises
     ------
@@ -1654,35 +1655,84 @@ def load_spec(path: str | Path, **overrides: object) -> ReleaseSpec:
         :data:`DATA_MARKER` (a drafted value read from the data). No message quotes a line of the file that
         is not a plausible spec key (lines and columns instead; see :func:`_format_errors`).
     """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"spec file not found: {path}") from None
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"spec file {path} is not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        from dpcore.runtime.faults import is_environment_fault
+    return SpecFile(path).load(**overrides)
 
-        if is_environment_fault(exc):  # a symlink loop, an I/O error, a full disk: the machine's, exit 1
-            raise
-        raise SpecError(f"spec file {path} cannot be read ({exc.strerror})") from None
-    marked = [n for n, line in enumerate(text.splitlines(), start=1) if DATA_MARKER in line]
-    if marked:
-        raise SpecError(
-            f"spec file {path} still holds values read from the data on line(s) {', '.join(map(str, marked))} "
-            f"(marked '{DATA_MARKER}'): public metadata must not come from the data. Replace each with public "
-            "knowledge (a published code list, a physical or legal limit) or confirm it is public, then delete the "
-            "marker."
-        )
-    period = overrides.pop("period", None)
-    data, root = _parse_yaml(text, path)
-    if isinstance(data, dict):
-        given = {k: v for k, v in overrides.items() if v is not None}
-        data = {**data, **given}
-        # a series spec's templates ({period}, {dataset}) are filled before the paths are resolved (issue 30)
-        data = fill_series(data, period, str(path), release_id_override="release_id" in given)
-        data = _resolve_files(data, path.parent)
-    elif period is not None:
-        raise SpecError(f"{path} declares no series, so it has no periods: leave out the period (--period)")
-    return _validate(data, str(path), root)
+
+class SpecFile:
+    """A spec file read and parsed once; :meth:`load` validates it for a release (issue 49: one load per run).
+
+    A deployment's run of a series spec without a period must learn the series' cadence before it knows which
+    period it releases; :meth:`series` gives the validated ``series`` section alone, so the whole spec is
+    validated once, for the chosen period, from the same text (the file is not read twice, so both come from
+    the same version of it).
+
+    Parameters
+    ----------
+    path : str or Path
+        The spec file.
+
+    Raises
+    ------
+    SpecError
+        The file is missing, not UTF-8, unreadable, not YAML, or still carries :data:`DATA_MARKER`.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise SpecError(f"spec file not found: {self.path}") from None
+        except UnicodeDecodeError as exc:
+            raise SpecError(f"spec file {self.path} is not UTF-8 text (byte {exc.start})") from None
+        except OSError as exc:
+            from dpcore.runtime.faults import is_environment_fault
+
+            if is_environment_fault(exc):  # a symlink loop, an I/O error, a full disk: the machine's, exit 1
+                raise
+            raise SpecError(f"spec file {self.path} cannot be read ({exc.strerror})") from None
+        marked = [n for n, line in enumerate(text.splitlines(), start=1) if DATA_MARKER in line]
+        if marked:
+            raise SpecError(
+                f"spec file {self.path} still holds values read from the data on line(s) "
+                f"{', '.join(map(str, marked))} (marked '{DATA_MARKER}'): public metadata must not come from the "
+                "data. Replace each with public knowledge (a published code list, a physical or legal limit) or "
+                "confirm it is public, then delete the marker."
+            )
+        self._data, self._root = _parse_yaml(text, self.path)
+
+    @property
+    def raw(self) -> object:
+        """The parsed YAML document, before validation (read it, do not change it)."""
+        return self._data
+
+    def series(self) -> "SeriesSpec | None":
+        """The validated ``series`` section, or None for a spec without one.
+
+        A section that does not validate on its own is reported as :meth:`load` reports it (the whole spec's
+        errors, with their lines), so a bad series section gives the same message on every path.
+        """
+        data = self._data
+        if not isinstance(data, dict) or data.get("series") is None:
+            return None
+        try:
+            return SeriesSpec.model_validate(data["series"])
+        except ValidationError:
+            return self.load().series  # raises the whole spec's SpecError (names the key and its line)
+
+    def load(self, **overrides: object) -> ReleaseSpec:
+        """The spec validated for ``overrides`` (see :func:`load_spec`); the parsed text is not changed."""
+        import copy
+
+        path = self.path
+        period = overrides.pop("period", None)
+        data, root = copy.deepcopy(self._data), self._root
+        if isinstance(data, dict):
+            given = {k: v for k, v in overrides.items() if v is not None}
+            data = {**data, **given}
+            # a series spec's templates ({period}, {dataset}) are filled before the paths are resolved (issue 30)
+            data = fill_series(data, period, str(path), release_id_override="release_id" in given)
+            data = _resolve_files(data, path.parent)
+        elif period is not None:
+            raise SpecError(f"{path} declares no series, so it has no periods: leave out the period (--period)")
+        return _validate(data, str(path), root)
