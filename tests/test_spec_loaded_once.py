@@ -69,7 +69,7 @@ def test_a_run_from_the_command_line_and_a_flow_run_each_load_the_spec_once(dpr_
 
     # `dpr run --release-id` of that release: its stored release, from the ledger (was two loads: without the id to
     # see whether the spec is a series, then with it)
-    res = CliRunner().invoke(cli, ["run", "--spec", str(path), "--release-id", "ids-r1"])
+    res = CliRunner().invoke(cli, ["run", str(path), "--release-id", "ids-r1"])
     assert res.exit_code == 0, res.output
     assert (len(calls["reads"]), len(calls["loads"])) == (1, 1), calls
 
