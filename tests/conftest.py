@@ -136,6 +136,10 @@ SLOW_FIRST = [
     "tests/test_operator_values.py", "tests/test_outlier_count_cdp.py", "tests/test_bounded_memory.py",
     "tests/test_coco_dask.py", "tests/test_outlier_count_student_t.py", "tests/test_cost_plan.py",
     "tests/test_readme.py", "tests/test_outlier_count_neighbours.py",
+    # late in the alphabet and heavy in the 2026-12-07 full runs (tests of 20-70 s): started early too
+    "tests/test_scratch_store.py", "tests/test_fault_lines.py", "tests/test_tiny_validated_tables.py",
+    "tests/test_private_files.py", "tests/test_dpr_server.py", "tests/test_fast_refusals.py",
+    "tests/test_series_flow.py", "tests/test_validation_id_forms.py",
 ]
 
 
