@@ -94,12 +94,7 @@ def content_key_of_files(con, source: "ParquetSource", spec: "ReleaseSpec | None
     """
     from .table import content_key
 
-    paths = files(source)
-    before = stamps(paths)
-    cols = columns(con, source, paths)
-    check_names(where(source), cols)
-    if spec is not None:
-        check_types(where(source), cols, spec)
+    paths, before, cols = _checked_columns(con, source, spec)
     listed = ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths)
     view = "_dpr_parquet_source"
     try:
@@ -119,6 +114,17 @@ def content_key_of_files(con, source: "ParquetSource", spec: "ReleaseSpec | None
     return key
 
 
+def _checked_columns(con, source: "ParquetSource", spec: "ReleaseSpec | None"):
+    """The dataset's files, their stamps before the read and its columns, names (and types, given ``spec``) checked."""
+    paths = files(source)
+    before = stamps(paths)
+    cols = columns(con, source, paths)
+    check_names(where(source), cols)
+    if spec is not None:
+        check_types(where(source), cols, spec)
+    return paths, before, cols
+
+
 def create(con, target: str, source: "ParquetSource", spec: "ReleaseSpec | None") -> list[Column]:
     """Write the dataset into ``target`` as text cells (``_row`` first); types checked first when ``spec`` is given.
 
@@ -127,12 +133,7 @@ def create(con, target: str, source: "ParquetSource", spec: "ReleaseSpec | None"
     SourceError
         No file, unreadable files, a refused column type or name, or a file changed during the read.
     """
-    paths = files(source)
-    before = stamps(paths)
-    cols = columns(con, source, paths)
-    check_names(where(source), cols)
-    if spec is not None:
-        check_types(where(source), cols, spec)
+    paths, before, cols = _checked_columns(con, source, spec)
     try:
         con.execute(f"CREATE TABLE {target} AS {_select(cols)} FROM {_scan(source)}", [[str(p) for p in paths]])
     except duckdb.Error as exc:
