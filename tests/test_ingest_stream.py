@@ -508,3 +508,38 @@ def test_raw_digest_of_a_missing_table_is_refused(tmp_path: Path):
     wh = Warehouse(tmp_path / "w.duckdb")
     with pytest.raises(ValueError, match="does not exist"):
         raw_digest(wh, "nope")
+
+
+@pytest.mark.parametrize("extra", [None, "filename"])
+def test_a_parquet_datasets_row_numbers_are_the_windows_without_the_window(tmp_path: Path, extra):
+    """Issue 51: ``_row`` of a hive-partitioned dataset (several files, several row groups each) is the number
+    ``row_number() OVER ()`` gives (file after file in path order, rows in file order), computed from the footers'
+    row counts, not by DuckDB's one-thread streaming window; and the plan has no window unless a column is named like one
+    the reader adds (``filename``), when the window is kept and the numbers are the same."""
+    import duckdb
+
+    from dpcore.ingest.sources import parquet_dataset as pds
+    from dpcore.ingest.sources.columns import text_cells
+    from dpcore.release.spec import ParquetSource
+
+    rng = np.random.default_rng(5)
+    df = pd.DataFrame({"id": [f"r{i}" for i in range(5000)], "v": rng.integers(0, 99, 5000),
+                       "m": rng.integers(1, 4, 5000)})
+    if extra:
+        df[extra] = "x"
+    for m, part in df.groupby("m"):
+        (tmp_path / "d" / f"m={m}").mkdir(parents=True)
+        for k, half in enumerate((part.iloc[: len(part) // 2], part.iloc[len(part) // 2:])):
+            half.drop(columns="m").to_parquet(tmp_path / "d" / f"m={m}" / f"f{k}.parquet", index=False,
+                                              row_group_size=300)
+    source = ParquetSource(kind="parquet", path=str(tmp_path / "d"), partitioning="hive")
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    pds.create(con, "t", source, None)
+    paths, _, cols = pds._checked_columns(con, source, None)
+    window = con.execute(f"SELECT row_number() OVER () AS _row, {text_cells(cols)} FROM {pds._scan(source)}",
+                         [[str(p) for p in paths]]).df()
+    stored = con.execute("SELECT * FROM t ORDER BY _row").df()
+    assert len(stored) == 5000 and list(stored["_row"]) == list(range(1, 5001))
+    pd.testing.assert_frame_equal(stored, window.sort_values("_row").reset_index(drop=True), check_dtype=False)
+    plan = str(con.execute(f"EXPLAIN {pds._select(con, cols, paths, source)}").fetchall())
+    assert ("window" in plan.lower()) == bool(extra)
