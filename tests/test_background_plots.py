@@ -89,6 +89,9 @@ def test_a_busy_machine_draws_in_the_flow_process(dpr_home, small_spec_path, tmp
     monkeypatch.setattr(background_plots, "_spawn", lambda: spawned.append(1) or subprocess.Popen(["false"]))
     spec = yaml.safe_load(small_spec_path.read_text())
     spec["steps"]["coco"].update({"enabled": True, "max_group_size": 60, "levels": ["origin"]})
+    # the detector and its owner-only rules are not what this file tests, and charge nothing; off, each release
+    # here costs about half the CPU (BENCHMARKS.md, "Test suite time")
+    spec["steps"]["detect"]["enabled"] = spec["steps"]["rules"]["enabled"] = False
     path = tmp_path / "coco.yaml"
     path.write_text(yaml.safe_dump(spec))
     out = release_pipeline(spec_path=str(path))
@@ -151,6 +154,9 @@ def test_a_release_whose_drawing_fails_fails_with_that_error(dpr_home, small_spe
 
     spec = yaml.safe_load(small_spec_path.read_text())
     spec["steps"]["coco"].update({"enabled": True, "max_group_size": 60, "levels": ["origin"]})
+    # the detector and its owner-only rules are not what this file tests, and charge nothing; off, each release
+    # here costs about half the CPU (BENCHMARKS.md, "Test suite time")
+    spec["steps"]["detect"]["enabled"] = spec["steps"]["rules"]["enabled"] = False
     path = tmp_path / "coco.yaml"
     path.write_text(yaml.safe_dump(spec))
     settings = Settings.from_env()

@@ -1,11 +1,13 @@
 """The whole release pipeline in bounded memory (issue 21): no stage reads the table whole, and the
 chunk size does not change any release.
 
-The table: the first 3,000 demo flights written 8 times (24,000 records, ids renumbered), so every
-exact aggregate (distinct points, (cell, value) pairs, groups) has at most ~3,000 rows while the
-table, and its record ids, have 24,000. One run has chunks of 1,000 rows, `DPR_MEMORY_LIMIT` = 64 MiB
+The table: the first 1,500 demo flights written 8 times (12,000 records, ids renumbered), so every
+exact aggregate (distinct points, (cell, value) pairs, groups) has at most ~1,500 rows while the
+table, and its record ids, have 12,000. One run has chunks of 500 rows, `DPR_MEMORY_LIMIT` = 64 MiB
 (DuckDB gets 32 MiB and must spill beyond it) and the fetch guard (tests/fetch_guard.py): any
-warehouse read returning more than 3,000 rows whole fails it. The other run has the default chunk
+warehouse read returning more than 1,500 rows whole fails it. (Until wt/suite3 the table was the first
+3,000 flights written 8 times, chunks of 1,000 rows and a guard at 3,000: twice the rows; the size is not
+what is tested.) The other run has the default chunk
 sizes and no guard. With the same test noise seed the two bundles' tables are identical.
 """
 from __future__ import annotations
@@ -22,12 +24,14 @@ pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 ROOT = Path(__file__).resolve().parents[1]
 COPIES = 8
-GUARD_ROWS = 3000
+BASE_ROWS = 1500  # the first flights of the small table, written COPIES times
+GUARD_ROWS = BASE_ROWS
+CHUNK_ROWS = 500
 
 
 @pytest.fixture
 def replicated_spec(tmp_path, small_spec_path, small_flights_csv) -> Path:
-    base = pd.read_csv(small_flights_csv, dtype=str, keep_default_na=False)
+    base = pd.read_csv(small_flights_csv, dtype=str, keep_default_na=False).head(BASE_ROWS)
     n = len(base)
     frames = []
     for c in range(COPIES):
@@ -39,13 +43,13 @@ def replicated_spec(tmp_path, small_spec_path, small_flights_csv) -> Path:
     spec = yaml.safe_load(small_spec_path.read_text())
     spec["dataset"]["source"] = {"kind": "csv", "path": str(csv)}
     spec["dataset"].pop("roster", None)
-    spec["dataset"]["roster"] = {"ids": ["F000001", "F000002", "F024000"]}
+    spec["dataset"]["roster"] = {"ids": ["F000001", "F000002", f"F{COPIES * BASE_ROWS:06d}"]}
     steps = spec["steps"]
     for name in ("coco", "outlier_counts", "pcor", "unattributed", "aiq"):
         steps[name]["enabled"] = True
     steps["aiq"]["record_ids"] = ["F000001", "F000002"]
     steps["detect"]["start_sample"] = 1000   # the robust start on a public-size sample; EM over all rows
-    steps["rules"]["sample_rows"] = 2000     # the miner on a sample; its metrics recounted over all rows
+    steps["rules"]["sample_rows"] = 1000     # the miner on a sample; its metrics recounted over all rows
     spec["budget"]["epsilon"] = 100.0
     path = tmp_path / "x8.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -82,7 +86,7 @@ def test_pipeline_reads_no_table_whole_and_chunks_do_not_change_releases(tmp_pat
     monkeypatch.setenv("DPR_MEMORY_LIMIT", "64MiB")
     # below the floor a run is refused (dpcore.storage.settings.MEMORY_FLOOR); here the point is the chunked reads of a tiny table
     monkeypatch.setattr("dpcore.storage.settings.MEMORY_FLOOR", 0)
-    monkeypatch.setattr(MemoryBudget, "chunk_rows", lambda self, bytes_per_row, minimum=1: 1000)
+    monkeypatch.setattr(MemoryBudget, "chunk_rows", lambda self, bytes_per_row, minimum=1: CHUNK_ROWS)
     with fetch_guard(monkeypatch, GUARD_ROWS) as seen:
         bounded = release_pipeline(spec_path=str(replicated_spec))
     assert any(how == "to_arrow_reader batch" for _, how, _ in seen)  # the guard saw the streamed reads
