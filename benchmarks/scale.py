@@ -561,6 +561,22 @@ def stage_peaks(res: dict, samples: str = "rss_samples") -> dict[str, int]:
     return out
 
 
+def stage_disk_growth(res: dict) -> dict[str, int]:
+    """Per stage: the largest disk under the home sampled inside the stage minus the first sample inside it (bytes
+    the stage wrote on top of what it found: its tables and DuckDB's spill)."""
+    out: dict[str, int] = {}
+    start = 0.0
+    for s in STAGE_NAMES:
+        d = res["stages"].get(s)
+        if d is None:
+            continue
+        inside = [r for t, r in res.get("disk_samples", []) if start <= t <= start + d]
+        if len(inside) > 1:
+            out[s] = max(inside) - inside[0]
+        start += d
+    return out
+
+
 def gb(b: float | None) -> str:
     return "-" if b is None else f"{b / 1e9:.2f}"
 
@@ -895,14 +911,25 @@ def national_section(results: list[dict], args) -> str:
             lines.append(f"- every stage <= {GOAL_STAGE_RATIO:g} x its 100x time (stages of 1 s or more at 100x): "
                          + ("none over: **pass**" if not over else "over: " + "; ".join(over) + ": **FAIL**")
                          + ("" if k["ok"] else " (over the stages that finished)"))
+            gh, gk = stage_disk_growth(h), stage_disk_growth(k)
+            grew = [f"{st} {gb(gh[st])} -> {gb(gk[st])} GB ({gk[st] / gh[st]:.0f} x)" for st in STAGE_NAMES
+                    if gh.get(st, 0) > 0 and gk.get(st, 0) > GOAL_STAGE_RATIO * gh[st]]
+            if over and grew:
+                lines.append("  - disk written inside a stage (its tables and DuckDB's spill: the largest sample "
+                             "minus the first), 100x -> 1000x, where it grew more than "
+                             f"{GOAL_STAGE_RATIO:g} x: " + "; ".join(grew) + ". DuckDB works in its share of the "
+                             "cap (512 MiB by default; 1/16 of the cap while the rules fetch their sample) whatever the rows: what a stage held in that share at 100x "
+                             "spills at 1000x, and a spilled sort or join also reads back what it wrote")
     if (k is None or k.get("skipped")) and h and h.get("ok"):  # 1000x not run here: its linear estimate
         lines += _linear_1000x(h, None)
     for r in ran:
         reg = r.get("register") or {}
         tree = max(reg.get("peak_tree_rss", 0), r.get("peak_tree_rss") or 0)
+        peaks = stage_peaks(r)
+        where = max(peaks, key=peaks.get) if peaks and max(peaks.values()) >= tree else None
         lines.append(f"- {r['factor']}x tree peak <= DPR_MEMORY_LIMIT {cap / 2**20:,.0f} MiB + the server's share "
-                     f"{SERVER_SHARE / 2**20:.0f} MiB = {allow / 2**20:,.0f} MiB: {tree / 2**20:,.0f} MiB: "
-                     + v(tree <= allow))
+                     f"{SERVER_SHARE / 2**20:.0f} MiB = {allow / 2**20:,.0f} MiB: {tree / 2**20:,.0f} MiB"
+                     + (f" (in the stage {where})" if where and tree > allow else "") + ": " + v(tree <= allow))
         inp = r.get("input_bytes")
         if inp:
             pd_ = max(reg.get("peak_disk", 0), r.get("peak_disk", 0))
