@@ -151,10 +151,27 @@ def _choose_type(driver, label: str, kind: str) -> None:
 
 
 def _type(element, text: str) -> None:
-    """Replace a field's text like a user, then Tab out so the form commits it."""
+    """Replace a field's text like a user, then Tab out so the form commits it.
+
+    The click that gives the field focus is retried, the field scrolled to the middle of the view each time,
+    while the page still moves under it (a full suite on 3 workers once found the Job Variables field
+    "clickable" but lying under the page's content at its first click); then focus is given by script.
+    """
+    import time
+
+    from selenium.common.exceptions import ElementClickInterceptedException, ElementNotInteractableException
     from selenium.webdriver.common.keys import Keys
 
-    element.click()
+    driver = element.parent
+    for attempt in range(20):
+        try:
+            element.click()
+            break
+        except (ElementClickInterceptedException, ElementNotInteractableException):
+            driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", element)
+            time.sleep(0.5)
+    else:
+        driver.execute_script("arguments[0].focus();", element)
     element.send_keys(Keys.CONTROL, "a")
     element.send_keys(Keys.DELETE)
     element.send_keys(text)
