@@ -545,36 +545,27 @@ def parse_stages(err: str, started: datetime, wall: float) -> dict[str, float]:
 # --------------------------------------------------------------------------------------------- report
 
 
-def stage_peaks(res: dict, samples: str = "rss_samples") -> dict[str, int]:
-    """The largest sampled tree RSS (or, with ``samples="disk_samples"``, disk under the home) inside each stage's
-    time window."""
-    out: dict[str, int] = {}
+def _inside_stages(res: dict, samples: str):
+    """``(stage, [sampled values inside the stage's time window])`` for each stage that ran, in order."""
     start = 0.0
     for s in STAGE_NAMES:
         d = res["stages"].get(s)
         if d is None:
             continue
-        inside = [r for t, r in res.get(samples, []) if start <= t <= start + d]
-        if inside:
-            out[s] = max(inside)
+        yield s, [r for t, r in res.get(samples, []) if start <= t <= start + d]
         start += d
-    return out
+
+
+def stage_peaks(res: dict, samples: str = "rss_samples") -> dict[str, int]:
+    """The largest sampled tree RSS (or, with ``samples="disk_samples"``, disk under the home) inside each stage's
+    time window."""
+    return {s: max(inside) for s, inside in _inside_stages(res, samples) if inside}
 
 
 def stage_disk_growth(res: dict) -> dict[str, int]:
     """Per stage: the largest disk under the home sampled inside the stage minus the first sample inside it (bytes
     the stage wrote on top of what it found: its tables and DuckDB's spill)."""
-    out: dict[str, int] = {}
-    start = 0.0
-    for s in STAGE_NAMES:
-        d = res["stages"].get(s)
-        if d is None:
-            continue
-        inside = [r for t, r in res.get("disk_samples", []) if start <= t <= start + d]
-        if len(inside) > 1:
-            out[s] = max(inside) - inside[0]
-        start += d
-    return out
+    return {s: max(inside) - inside[0] for s, inside in _inside_stages(res, "disk_samples") if len(inside) > 1}
 
 
 def gb(b: float | None) -> str:

@@ -5,10 +5,9 @@ The table: the first 1,500 demo flights written 8 times (12,000 records, ids ren
 exact aggregate (distinct points, (cell, value) pairs, groups) has at most ~1,500 rows while the
 table, and its record ids, have 12,000. One run has chunks of 500 rows, `DPR_MEMORY_LIMIT` = 64 MiB
 (DuckDB gets 32 MiB and must spill beyond it) and the fetch guard (tests/fetch_guard.py): any
-warehouse read returning more than 1,500 rows whole fails it. (Until wt/suite3 the table was the first
-3,000 flights written 8 times, chunks of 1,000 rows and a guard at 3,000: twice the rows; the size is not
-what is tested.) The other run has the default chunk
-sizes and no guard. With the same test noise seed the two bundles' tables are identical.
+warehouse read returning more than 1,500 rows whole fails it (the size is not what is tested: the
+proportions of table, chunks and guard are). The other run has the default chunk sizes and no guard.
+With the same test noise seed the two bundles' tables are identical.
 """
 from __future__ import annotations
 

@@ -92,6 +92,8 @@ from .charge_keys import canonical, charge_key, matches
 from dpcore.runtime.fault_injection import fault_point
 from dpcore.storage.lineage import hmac_pads, hmac_sql, new_nonce, owner_hmac
 from dpcore.storage.partitions import scratch_dir
+from dpcore.storage.private_files import private_umask
+from dpcore.storage.quoting import sql_text
 from dpcore.storage.warehouse import Warehouse
 from dpcore.runtime.lazy_modules import lazy_module
 
@@ -671,7 +673,7 @@ def fingerprint_parts(ids: int, mean_length: float, duckdb_bytes: int) -> int:
 
 
 def _fingerprint_table(con, table_sql: str, id_column: str, pads: list[bytes], duckdb_bytes: int, budget: str,
-                       overlaps: bool = False, scratch: Path | None = None) -> tuple[int, dict[str, int]]:
+                       scratch: Path, overlaps: bool = False) -> tuple[int, dict[str, int]]:
     """Add the HMAC fingerprints of a raw table's distinct non-null record ids to ``budget`` (once each).
 
     The ids are taken as text (what is fingerprinted), made distinct in :func:`fingerprint_parts` parts split
@@ -686,12 +688,12 @@ def _fingerprint_table(con, table_sql: str, id_column: str, pads: list[bytes], d
     1000x the demo. Run inside the caller's transaction: a refusal after this (an undecided overlap) rolls the
     insert back.
 
-    With more than one part and a ``scratch`` folder, the table is read once: one ``COPY ... PARTITION_BY``
-    writes each id's text into its part's Parquet files in a fresh private folder under ``scratch`` (removed
-    before this returns, also on error; a killed process's folder goes with
-    :func:`dpcore.storage.warehouse_lease.clear_leftovers`), and each part reads only its own files. Without it
-    each part scans the whole table again, so the work grew with rows times parts (issue 51: 42 scans of
-    337M ids at 1000x the demo under the default cap, quadratic in the rows).
+    With more than one part the table is read once: one ``COPY ... PARTITION_BY`` writes each id's text into
+    its part's Parquet files in a fresh private folder under ``scratch`` (the warehouse's scratch folder,
+    :func:`dpcore.storage.partitions.scratch_dir`; removed before this returns, also on error; a killed
+    process's folder goes with :func:`dpcore.storage.warehouse_lease.clear_leftovers`), and each part reads
+    only its own files. (A scan of the whole table per part made the work grow with rows times parts; issue
+    51: 42 scans of 337M ids at 1000x the demo under the default cap.)
 
     Returns
     -------
@@ -708,19 +710,18 @@ def _fingerprint_table(con, table_sql: str, id_column: str, pads: list[bytes], d
     held = con.execute("SELECT 1 FROM ledger.record_fingerprints WHERE budget = ? LIMIT 1", [budget]).fetchone()
     found: dict[str, int] = {}
     distinct = 0
-    folder = None if parts == 1 or scratch is None else Path(scratch) / f"fingerprints-{new_nonce(8)}"
+    folder = None if parts == 1 else Path(scratch) / f"fingerprints-{new_nonce(8)}"
     try:
         if folder is not None:
             _split_ids(con, table_sql, id_column, text, parts, duckdb_bytes, folder)
         for part in range(parts):
-            if folder is None:
-                where = "" if parts == 1 else f" AND hash({text}) % {parts} = {part}"
-                source = f'(SELECT DISTINCT {text} AS v FROM {table_sql} WHERE "{id_column}" IS NOT NULL{where})'
+            if folder is None:  # one part: the table itself
+                source = f'(SELECT DISTINCT {text} AS v FROM {table_sql} WHERE "{id_column}" IS NOT NULL)'
             else:
                 files = sorted((folder / f"part={part}").glob("*.parquet"))
                 if not files:
                     continue  # no id hashed into this part
-                listed = ", ".join(_sql_text(f) for f in files)
+                listed = ", ".join(sql_text(f) for f in files)
                 source = f"(SELECT DISTINCT v FROM read_parquet([{listed}], hive_partitioning = false))"
             con.execute(f"CREATE OR REPLACE TEMP TABLE _fp AS SELECT {fingerprint_sql('v')} AS fp FROM {source}",
                         pads)
@@ -744,27 +745,24 @@ def _fingerprint_table(con, table_sql: str, id_column: str, pads: list[bytes], d
     return distinct, dict(sorted(found.items()))
 
 
-def _sql_text(path: Path) -> str:
-    """``path`` as an SQL string literal."""
-    return "'" + str(path).replace("'", "''") + "'"
-
-
 def _split_ids(con, table_sql: str, id_column: str, text: str, parts: int, duckdb_bytes: int, folder: Path) -> None:
     """Write each non-null id's text of ``table_sql`` into ``folder/part=<k>/`` (Parquet), k its hash part: one scan.
 
-    The folder is created 0700 (it holds raw ids; its parent, the warehouse's scratch folder, is 0700 too). The
-    partitioned writer keeps a buffer per part open: its flush threshold is set so that the buffers of every
-    part fit a quarter of DuckDB's memory (at :data:`_PART_BYTES_PER_ID` bytes an id), then put back.
+    It holds raw ids, so it is written under :func:`dpcore.storage.private_files.private_umask` (folders 0700,
+    files 0600; its parent, the warehouse's scratch folder, is 0700 too). The partitioned writer keeps a buffer
+    per part open: its flush threshold is set so that the buffers of every part fit a quarter of DuckDB's memory
+    (at :data:`_PART_BYTES_PER_ID` bytes an id), then put back.
     """
     folder.mkdir(mode=0o700)
     flush = max(2048, int(duckdb_bytes // 4 // (parts * _PART_BYTES_PER_ID)))
     before = con.execute("SELECT current_setting('partitioned_write_flush_threshold')").fetchone()[0]
     con.execute(f"SET partitioned_write_flush_threshold = {min(flush, 524288)}")
     try:
-        con.execute(
-            f"COPY (SELECT hash({text}) % {parts} AS part, {text} AS v FROM {table_sql} "
-            f'WHERE "{id_column}" IS NOT NULL) TO {_sql_text(folder)} (FORMAT parquet, PARTITION_BY (part))'
-        )
+        with private_umask():
+            con.execute(
+                f"COPY (SELECT hash({text}) % {parts} AS part, {text} AS v FROM {table_sql} "
+                f'WHERE "{id_column}" IS NOT NULL) TO {sql_text(folder)} (FORMAT parquet, PARTITION_BY (part))'
+            )
     finally:
         con.execute(f"SET partitioned_write_flush_threshold = {int(before)}")
 
@@ -996,7 +994,7 @@ class PrivacyLedger:
                            "id_column = ? AND key_id = ?", done).fetchone():
                 return budget  # this raw table (which never changes) is in the budget's fingerprints already
             _fingerprint_table(con, table_sql, id_column, pads, self.wh.memory.duckdb_bytes, budget,
-                               scratch=scratch_dir(self.wh))
+                               scratch_dir(self.wh))
             con.execute("INSERT INTO ledger.fingerprinted_tables VALUES (?, ?, ?, ?)", done)
             return budget
 
@@ -1068,7 +1066,7 @@ class PrivacyLedger:
             # the fingerprints go into the budget's now (part by part, nothing kept aside); a refusal below
             # rolls them back with the rest of this transaction
             ids, found = _fingerprint_table(con, table_sql, id_column, pads, self.wh.memory.duckdb_bytes, budget,
-                                            overlaps=True, scratch=scratch_dir(self.wh))
+                                            scratch_dir(self.wh), overlaps=True)
             if on_fingerprinted is not None:
                 on_fingerprinted(dict(found), ids)
             undecided = [b for b in found if b != budget and b != dataset and b not in seps]

@@ -16,6 +16,9 @@ or displayed:
 * Markdown table cells of the report (:func:`md_cell`), where ``|`` or a line
   break in a value would break the table.
 
+One more quoting lives here because every package writes it: a path (or other
+text) as an SQL string literal of DuckDB (:func:`sql_text`).
+
 Nothing here changes a value: quoting and escaping are undone exactly by
 :func:`read_quoted` and by a Markdown renderer.
 """
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["needs_quotes", "quote", "read_quoted", "md_cell"]
+__all__ = ["needs_quotes", "quote", "read_quoted", "md_cell", "sql_text"]
 
 _DECODER = json.JSONDecoder()
 
@@ -155,3 +158,9 @@ def md_cell(text: object) -> str:
         else:
             out.append(c)
     return "".join(out)
+
+
+def sql_text(text: object) -> str:
+    """``str(text)`` as an SQL string literal (single quotes, each inner quote doubled), e.g. a file's path in
+    DuckDB's ``read_parquet('...')`` or ``COPY ... TO '...'``."""
+    return "'" + str(text).replace("'", "''") + "'"

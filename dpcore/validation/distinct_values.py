@@ -27,6 +27,7 @@ from pathlib import Path
 
 from dpcore.ingest.raw import ROW
 from dpcore.release.spec import ReleaseSpec
+from dpcore.storage.quoting import sql_text
 from dpcore.storage.warehouse import Warehouse
 from .duplicates import _copy_flagged_ranges, _duplicated_rows_sql, _q, copy_duplicated_rows
 from .id_forms import write_form_counts
@@ -48,8 +49,7 @@ def _values_of_file(path: Path) -> list[tuple[int, str | None]]:
     return list(zip(t.column("pos").to_pylist(), t.column("v").to_pylist()))
 
 
-def _lit(path: Path | str) -> str:
-    return "'" + str(path).replace("'", "''") + "'"
+_lit = sql_text  # a path as an SQL string literal (the name the validation modules import)
 
 
 def _export(wh: Warehouse, source: str, columns: dict[str, str], spec: ReleaseSpec, folder: Path,

@@ -13,6 +13,7 @@ import numpy as np
 
 from dpcore.ingest.raw import ROW
 from dpcore.storage.private_files import private_umask
+from dpcore.storage.quoting import sql_text
 from dpcore.runtime.lazy_modules import lazy_module
 from .rules import DERIVED_PREFIX
 
@@ -101,11 +102,11 @@ def _copy_flagged_ranges(con, source: str, select: str, flag: str, lo: int, hi: 
     for k, start in enumerate(range(int(lo), int(hi) + 1, rows)):
         stop = start + rows
         path = Path(folder) / f"{prefix}-{k:08d}.parquet"
-        target = str(path).replace("'", "''")
+        target = sql_text(path)
         con.execute(
             f"COPY (SELECT {select}, r.{row} IN (SELECT {row} FROM _dup_rows WHERE {row} >= {start} AND {row} < {stop}) "
             f"AS {_q(flag)} FROM {source} r WHERE r.{row} >= {start} AND r.{row} < {stop} ORDER BY r.{row}) "
-            f"TO '{target}' (FORMAT parquet)"
+            f"TO {target} (FORMAT parquet)"
         )
         os.chmod(path, 0o600)
         paths.append(str(path))
@@ -135,10 +136,10 @@ def copy_duplicated_rows(con, source: str, select: str, flag: str, rows: int, fo
     for k, lo in enumerate(starts):
         cond = f"r.{row} >= {lo}" + (f" AND r.{row} < {starts[k + 1]}" if k + 1 < len(starts) else "")
         path = Path(folder) / f"{prefix}-{k:08d}.parquet"
-        target = str(path).replace("'", "''")
+        target = sql_text(path)
         con.execute(
             f"COPY (SELECT {select}, true AS {_q(flag)} FROM {source} r SEMI JOIN _dup_rows d ON r.{row} = d.{row} "
-            f"WHERE {cond} ORDER BY r.{row}) TO '{target}' (FORMAT parquet)"
+            f"WHERE {cond} ORDER BY r.{row}) TO {target} (FORMAT parquet)"
         )
         os.chmod(path, 0o600)
         paths.append(str(path))

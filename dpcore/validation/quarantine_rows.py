@@ -18,12 +18,12 @@ import pandas as pd
 
 from dpcore.ingest.raw import ROW
 from dpcore.storage.private_files import private_open
+from dpcore.storage.quoting import sql_text
 from .cells import _as_text, _cells_json_array
 from .worker import read_rows
 
 
-def _lit(path: Path | str) -> str:
-    return "'" + str(path).replace("'", "''") + "'"
+_lit = sql_text  # a path as an SQL string literal
 
 
 def quarantine_chunk(raw_path: Path | str, lo: int, hi: int | None, hits_path: Path | str, rid: str,

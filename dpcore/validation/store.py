@@ -18,6 +18,7 @@ from typing import Callable
 
 from dpcore.ingest.raw import IngestResult
 from dpcore.release.spec import ReleaseSpec
+from dpcore.storage.quoting import sql_text
 from dpcore.storage.warehouse import Warehouse
 from .outcome import ValidationOutcome
 from dpcore.runtime.lazy_modules import lazy_module
@@ -140,7 +141,7 @@ def _store(wh: Warehouse, ingest_result: IngestResult, spec: ReleaseSpec, outcom
         if isinstance(obj, pd.DataFrame):
             con.register(name, obj)
             return name
-        return "read_parquet('" + str(obj).replace("'", "''") + "')"
+        return f"read_parquet({sql_text(obj)})"
 
     def quarantine_of(ch: _ChunkRows) -> tuple[object, int]:
         if isinstance(ch.quarantine, LaterRows):

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
+from dpcore.storage.quoting import sql_text
+
 from .columns import ROW, Column, check_names, check_types, duckdb_family, text_cells
 from .errors import SourceError
 
@@ -47,9 +49,13 @@ def stamps(paths: list[Path]) -> list[tuple]:
     return out
 
 
-def _scan(source: "ParquetSource") -> str:
+def _scan(source: "ParquetSource", files: str = "?", numbered: bool = False) -> str:
+    """DuckDB's reader of the dataset: ``files`` is the file list (a parameter, or a list literal); ``numbered``
+    adds the reader's ``filename`` and ``file_row_number`` columns (:func:`_select`)."""
     hive = "true" if source.partitioning == "hive" else "false"
-    return f"read_parquet(?, hive_partitioning = {hive}, hive_types_autocast = false, union_by_name = false)"
+    extra = ", filename = true, file_row_number = true" if numbered else ""
+    return (f"read_parquet({files}, hive_partitioning = {hive}, hive_types_autocast = false, "
+            f"union_by_name = false{extra})")
 
 
 def _input_error(exc: duckdb.Error) -> bool:
@@ -76,10 +82,6 @@ def columns(con, source: "ParquetSource", paths: list[Path]) -> list[Column]:
 _READER_COLUMNS = ("filename", "file_row_number")
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def _select(con, cols: list[Column], paths: list[Path], source: "ParquetSource") -> str:
     """The text table's rows: ``_row`` (1-based, in the files' sorted order) then every column as text.
 
@@ -90,17 +92,16 @@ def _select(con, cols: list[Column], paths: list[Path], source: "ParquetSource")
     after file in sorted path order, rows in file order. A dataset with a column named like one the reader adds
     (:data:`_READER_COLUMNS`) keeps the window.
     """
-    listed = "[" + ", ".join(_literal(str(p)) for p in paths) + "]"
-    scan = _scan(source).replace("read_parquet(?", f"read_parquet({listed}")
+    listed = "[" + ", ".join(sql_text(p) for p in paths) + "]"
     if any(c.name.lower() in _READER_COLUMNS for c in cols):
-        return f"SELECT row_number() OVER () AS {ROW}, {text_cells(cols)} FROM {scan}"
+        return f"SELECT row_number() OVER () AS {ROW}, {text_cells(cols)} FROM {_scan(source, listed)}"
     counts = dict(con.execute(f"SELECT file_name, num_rows FROM parquet_file_metadata({listed})").fetchall())
     offsets, before = [], 0
     for p in paths:
-        offsets.append(f"({_literal(str(p))}, {before})")
+        offsets.append(f"({sql_text(p)}, {before})")
         before += int(counts[str(p)])
-    scan = scan.replace("union_by_name = false)", "union_by_name = false, filename = true, file_row_number = true)")
-    return (f"SELECT o.off + s.file_row_number + 1 AS {ROW}, {text_cells(cols, 's.')} FROM {scan} s "
+    return (f"SELECT o.off + s.file_row_number + 1 AS {ROW}, {text_cells(cols, 's.')} FROM "
+            f"{_scan(source, listed, numbered=True)} s "
             f"JOIN (VALUES {', '.join(offsets)}) o(f, off) ON s.filename = o.f")
 
 
