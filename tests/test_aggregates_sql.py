@@ -216,16 +216,30 @@ def test_rules_on_a_table_under_sample_rows_equal_the_in_memory_search(detected,
     assert json.loads(got["params"][0])["sample_rows"] == spec.steps.rules.sample_rows
 
 
-def test_rules_on_a_sample_carry_exact_figures_over_every_row(detected):
-    """A table larger than sample_rows: the rules are the miner's on the uniform sample (same rows as
-    sample_positions over the input order), and every stored precision, recall, F1 and support is a brute-force
-    count over all rows, not the sample's; ranks follow the exact F1."""
-    from dpcore.steps.rules import mine_rules, sample_positions
+@pytest.mark.parametrize("path", ["drawn", "numbered"])
+def test_rules_on_a_sample_carry_exact_figures_over_every_row(detected, monkeypatch, path):
+    """A table larger than sample_rows: the rules are the miner's on the uniform sample, and every stored
+    precision, recall, F1 and support is a brute-force count over all rows, not the sample's; ranks follow the
+    exact F1. The sample is drawn from the row numbers (``drawn``: sample_row_numbers, no sort of the table),
+    or, when that draw would not fit the memory, the rows at sample_positions in row order (``numbered``)."""
+    from dpcore.steps import rules
+    from dpcore.storage import row_sample
+    from dpcore.steps.rules import SAMPLE_SEED, mine_rules, sample_positions
 
     spec, settings, ingested = detected
     chosen, units, categorical, frame, labels = _reference(spec, settings, ingested)
     m = 700
-    pos = sample_positions(len(frame), m)
+    table = rules.validated_table(spec, ingested)
+    wh = Warehouse(settings.warehouse)
+    row = wh.query_df(f'SELECT "_row" FROM {table} ORDER BY "_row"')["_row"].to_numpy()
+    assert len(row) == len(frame) and row[-1] - row[0] + 1 > len(row)  # rejected rows leave gaps in the numbers
+    if path == "drawn":
+        drawn = wh.run(lambda con: row_sample.sample_row_numbers(con, table, len(row), int(row[0]), int(row[-1]), m,
+                                                                 SAMPLE_SEED, max_draw=10**7))
+        pos = np.flatnonzero(np.isin(row, drawn))
+    else:
+        monkeypatch.setattr(row_sample, "BYTES_PER_DRAWN", 10**12)  # no draw fits: the rows are numbered
+        pos = sample_positions(len(frame), m)
     assert pos is not None and len(pos) == m and len(np.unique(pos)) == m
     mine_rules(spec, settings, ingested, sample_rows=m, chunk_rows=311)
     got = _stored(settings)

@@ -277,3 +277,52 @@ def test_streamed_step_never_reads_the_table_whole(dpr_home, small_spec_path, mo
     scores, flags, models = _tables(settings, spec, ing)
     assert len(scores) == 2 * len(flags) and flags["flagged"].any() and all(m["n_iter"] > 0 for m in models)
 
+
+
+def test_an_export_checked_for_order_refuses_rows_out_of_order_and_leaves_no_file(tmp_path):
+    """export_partitions(increasing=...) checks within batches and across a batch boundary; in order it writes."""
+    from dpcore.storage.partitions import NotInOrder, export_partitions
+    from dpcore.storage.warehouse import Warehouse
+
+    wh = Warehouse(tmp_path / "w.duckdb")
+    for name, rows in (("ok", [0, 2, 3, 7, 8, 9]), ("within", [0, 2, 1, 7, 8, 9]), ("boundary", [0, 2, 5, 5, 8, 9])):
+        wh.write_df("validated", name, pd.DataFrame({"_row": rows, "x": np.arange(6.0)}))
+        folder = tmp_path / name
+        folder.mkdir()
+        sql = f'SELECT * FROM validated."{name}"'
+        if name == "ok":
+            parts = export_partitions(wh, sql, None, 3, folder, increasing="_row")
+            assert pd.concat(list(parts))["_row"].tolist() == rows
+        else:
+            with pytest.raises(NotInOrder):
+                export_partitions(wh, sql, None, 3, folder, increasing="_row")
+            assert list(folder.iterdir()) == []
+
+
+def test_the_detection_export_scans_the_stored_order_and_sorts_only_when_it_is_not_row_order(
+        dpr_home, small_spec_path, monkeypatch):
+    """Validation stores the rows in row order, so the export is one scan without ORDER BY; a table stored in
+    another order is exported again sorted, with the same chunks."""
+    import dpcore.steps.detect as detect
+    from dpcore.steps.common import open_stores, validated_table
+
+    spec, settings, ing = _prepared(dpr_home, small_spec_path)
+    calls = []
+    real = detect.export_partitions
+    monkeypatch.setattr(detect, "export_partitions", lambda wh, sql, *a, **k: calls.append(sql) or real(wh, sql, *a, **k))
+    table = validated_table(spec, ing)
+    wh = open_stores(settings).warehouse
+    want = wh.query_df(f"SELECT * FROM {table} ORDER BY _row")
+    got = []
+    for shuffled in (False, True):
+        if shuffled:
+            wh.run(lambda con: con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM {table} ORDER BY hash(_row)"))
+        calls.clear()
+        parts = detect.open_detection_partitions(spec, settings, ing, rows=97)
+        try:
+            got.append(pd.concat(list(parts), ignore_index=True))
+        finally:
+            detect.close_detection_partitions(parts)
+        assert ["ORDER BY" in sql for sql in calls] == ([False, True] if shuffled else [False])
+    pd.testing.assert_frame_equal(got[0], got[1], check_exact=True)
+    assert got[0]["_row"].tolist() == want["_row"].tolist() and len(got[0]) > 97 * 3

@@ -134,6 +134,14 @@ def sample_positions(n: int, m: int, seed: int = SAMPLE_SEED) -> np.ndarray | No
     return np.sort(np.random.default_rng(seed).choice(n, size=m, replace=False))
 
 
+def numbered_sample_sql(table: str) -> str:
+    """SQL of the ``_row`` of ``table``'s rows at the positions (0-based, in row order) in column ``p`` of a
+    registered ``_dpr_sample``: the rows are numbered by a window ordered by row, a sort of every row (the
+    fallback of :func:`_mining_frame`; ``benchmarks.rules_sample``'s baseline)."""
+    return (f'SELECT r."_row" FROM (SELECT "_row", row_number() OVER (ORDER BY "_row") - 1 AS p FROM {table}) r '
+            "JOIN _dpr_sample USING (p)")
+
+
 def _frame_memory_limit() -> int:
     """Bytes of DuckDB's ``memory_limit`` while :func:`_mining_frame` fetches its rows:
     :attr:`dpcore.runtime.chunks.MemoryBudget.held_duckdb_bytes` (1/16 of the cap, at least 64 MiB; public: the cap
@@ -171,9 +179,15 @@ def _arrow_frame(con, table) -> pd.DataFrame:
 
 
 def _mining_frame(wh, spec: ReleaseSpec, ingested: IngestResult, suffix: str, templates: list[str],
-                  columns: list[str], n: int, m: int) -> tuple[pd.DataFrame, bool]:
-    """The rows to mine with their labels, in input row order: all ``n`` rows, or the
-    :func:`sample_positions` rows when ``n > m`` (picked in the warehouse before the labels are joined).
+                  columns: list[str], n: int, m: int, bounds: tuple[int, int] | None = None) -> tuple[pd.DataFrame, bool]:
+    """The rows to mine with their labels, in input row order: all ``n`` rows, or a uniform random sample
+    of ``m`` of them when ``n > m`` (picked in the warehouse before the labels are joined).
+
+    The sample is drawn from the row numbers (:func:`dpcore.storage.row_sample.sample_row_numbers`, public
+    seed :data:`SAMPLE_SEED`; ``bounds`` = the table's least and greatest ``_row``): one pass with a
+    semi-join, no sort of the table. When that draw would not fit the memory (a table whose row numbers are
+    mostly gaps) or ``bounds`` is None, the rows are numbered in row order and the :func:`sample_positions`
+    rows kept (a sort of every row, spilled beyond DuckDB's share).
 
     Fetched as Arrow and converted by :func:`_arrow_frame` (the same frame as
     ``.df()``, with less memory), with DuckDB's ``memory_limit`` lowered to
@@ -184,19 +198,28 @@ def _mining_frame(wh, spec: ReleaseSpec, ingested: IngestResult, suffix: str, te
     """
     import duckdb
 
-    pos = sample_positions(n, m)
-    if pos is None:
+    from ..storage.row_sample import BYTES_PER_DRAWN, sample_row_numbers
+
+    sampled = n > m
+    table = validated_table(spec, ingested) if sampled else None
+    rows = None
+    if sampled and bounds is not None:
+        max_draw = MemoryBudget.from_env().chunk_rows(BYTES_PER_DRAWN, minimum=1)
+        rows = wh.run(lambda con: sample_row_numbers(con, table, n, bounds[0], bounds[1], m, SAMPLE_SEED,
+                                                     max_draw=max_draw))
+    if not sampled:
         sql, params = labelled_query(spec, ingested, suffix, templates, columns)
         query, picked = f'SELECT * FROM ({sql}) ORDER BY "_row"', None
+    elif rows is not None:
+        picked = pd.DataFrame({"_row": rows})
+        sql, params = labelled_query(spec, ingested, suffix, templates, columns,
+                                     where='v."_row" IN (SELECT "_row" FROM _dpr_sample)')
+        query = f'SELECT * FROM ({sql}) ORDER BY "_row"'
     else:
-        picked = pd.DataFrame({"p": pos.astype(np.int64)})
+        picked = pd.DataFrame({"p": sample_positions(n, m).astype(np.int64)})
         sql, params = labelled_query(spec, ingested, suffix, templates, columns,
                                      where='v."_row" IN (SELECT "_row" FROM picked)')
-        query = (
-            'WITH picked AS (SELECT r."_row" FROM (SELECT "_row", row_number() OVER (ORDER BY "_row") - 1 AS p '
-            f"FROM {validated_table(spec, ingested)}) r JOIN _dpr_sample USING (p)) "
-            f'SELECT * FROM ({sql}) ORDER BY "_row"'
-        )
+        query = f'WITH picked AS ({numbered_sample_sql(table)}) SELECT * FROM ({sql}) ORDER BY "_row"'
 
     def op(con):
         if picked is not None:
@@ -212,7 +235,7 @@ def _mining_frame(wh, spec: ReleaseSpec, ingested: IngestResult, suffix: str, te
         frame = wh.run(op, memory_limit=_frame_memory_limit())
     except duckdb.OutOfMemoryException:
         frame = wh.run(op)
-    return frame, pos is not None
+    return frame, sampled
 
 
 def _tree_spec(tree):
@@ -340,8 +363,8 @@ def mine_rules(
        every template's labels; the rules are those of one fit per template): the whole table in
        input order when it has no more (the in-memory search, unchanged), else a
        uniform random sample without replacement of exactly ``sample_rows``
-       rows (:func:`sample_positions`, public seed :data:`SAMPLE_SEED`), kept in
-       input order. The sample is not stratified (flagged and unflagged rows
+       rows (drawn from the row numbers without sorting the table, :func:`_mining_frame`; public seed
+       :data:`SAMPLE_SEED`), kept in input order. The sample is not stratified (flagged and unflagged rows
        are drawn alike), so the miner's precision, recall and F1 on it are
        ratio estimates of the table's, and its ranking estimates the
        table's; none of these sample figures is stored:
@@ -401,9 +424,10 @@ def mine_rules(
     columns = [*units, *categorical]
     sql, params = labelled_query(spec, ingested, suffix, chosen, columns)
     flagged_sql = "".join(f", coalesce(count_if({_label(i)}), 0)" for i in range(len(chosen)))
-    counts = wh.query(f"SELECT count(*){flagged_sql} FROM ({sql})", params)[0]
-    n, flagged = int(counts[0]), [int(c) for c in counts[1:]]
-    frame, sampled = _mining_frame(wh, spec, ingested, suffix, chosen, columns, n, int(m))
+    counts = wh.query(f'SELECT count(*), min("_row"), max("_row"){flagged_sql} FROM ({sql})', params)[0]
+    n, flagged = int(counts[0]), [int(c) for c in counts[3:]]
+    bounds = None if n == 0 else (int(counts[1]), int(counts[2]))
+    frame, sampled = _mining_frame(wh, spec, ingested, suffix, chosen, columns, n, int(m), bounds)
     params_json = json.dumps({"max_depth": depth, "max_rules": top, "units": units, "categorical": categorical,
                               "sample_rows": int(m)})
     now = datetime.now(timezone.utc)

@@ -72,8 +72,13 @@ class Partitions:
         return self.n_chunks
 
 
+class NotInOrder(Exception):
+    """Raised by :func:`export_partitions` when the ``increasing`` column does not increase down the result."""
+
+
 def export_partitions(
-    wh: Warehouse, sql: str, params: list | None, rows: int, directory: Path, distinct: tuple[str, ...] = ()
+    wh: Warehouse, sql: str, params: list | None, rows: int, directory: Path, distinct: tuple[str, ...] = (),
+    increasing: str | None = None,
 ) -> Partitions:
     """Write ``sql``'s result to ``directory`` as one Parquet file with a row group of ``rows`` rows per chunk.
 
@@ -84,6 +89,12 @@ def export_partitions(
     encoding (Parquet's writer otherwise builds one per chunk and drops it;
     that was half of the detection export's writing, issue 29). The values
     read back are the same either way.
+
+    ``increasing``: a column whose values must increase strictly down the result (checked batch by batch, with
+    numpy, against the previous batch's last value); otherwise :class:`NotInOrder` is raised and the file is
+    removed. A caller that needs a table's rows in ``_row`` order reads them without ``ORDER BY`` (in the
+    order they were stored, a scan: no sort of the table) and, if that order is not ``_row``'s, exports again
+    with the ``ORDER BY`` (:func:`dpcore.steps.detect.open_detection_partitions`).
     """
     import pyarrow.parquet as pq
 
@@ -93,18 +104,38 @@ def export_partitions(
     writer = None
     n = 0
     columns: tuple[str, ...] = ()
+    last = None
+    ok = False
     try:
         for batch in wh.iter_batches(sql, params, rows=rows):
+            if increasing is not None:
+                last = _check_increasing(batch.column(increasing), last)
             if writer is None:
                 dictionary = [c for c in batch.schema.names if c not in distinct]
                 writer = pq.ParquetWriter(path, batch.schema, use_dictionary=dictionary or False)
                 columns = tuple(batch.schema.names)
             writer.write_batch(batch, row_group_size=rows)
             n += 1
+        ok = True
     finally:
         if writer is not None:
             writer.close()
+        if not ok:
+            path.unlink(missing_ok=True)
     return Partitions(path, n, int(rows), columns)
+
+
+def _check_increasing(column, last):
+    """The last value of ``column`` (an Arrow array without nulls) after checking that its values increase
+    strictly and exceed ``last``; raises :class:`NotInOrder` otherwise."""
+    import numpy as np
+
+    values = column.to_numpy(zero_copy_only=False)
+    if len(values) == 0:
+        return last
+    if (last is not None and values[0] <= last) or np.any(values[1:] <= values[:-1]):
+        raise NotInOrder
+    return values[-1]
 
 
 @contextmanager
