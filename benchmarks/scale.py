@@ -926,6 +926,7 @@ def national_section(results: list[dict], args) -> str:
             pd_ = max(reg.get("peak_disk", 0), r.get("peak_disk", 0))
             lines.append(f"- {r['factor']}x scratch + warehouse disk <= {GOAL_DISK_RATIO:g} x the input "
                          f"({gb(inp)} GB): peak {gb(pd_)} GB = {pd_ / inp:.1f} x: " + v(pd_ <= GOAL_DISK_RATIO * inp))
+            lines.append(_disk_check_line(r, inp))
         left = r.get("spill_left") or reg.get("spill_left")
         if left and (r.get("rc") or 0) < 0:  # a killed DuckDB cannot remove its spill: not a verdict on the code
             lines.append(f"- {r['factor']}x DuckDB's spill folder removed afterwards: not judged (the command was "
@@ -935,6 +936,25 @@ def national_section(results: list[dict], args) -> str:
                      + ("it is left (" + gb(max(r.get('spill_after', 0), reg.get('spill_after', 0))) + " GB): **FAIL**"
                         if left else "**pass**"))
     return "\n".join(lines) + "\n"
+
+
+def _disk_check_line(r: dict, inp: int) -> str:
+    """Whether the release's and the registration's disk check (:mod:`dpcore.ingest.disk_space`: refuse before
+    the first charge when the free space is under ``NEED_PER_INPUT_BYTE[kind]`` x the input) asked for at least
+    what each command then added under ``DPR_HOME``: the registration its peak (a fresh home), the release its
+    peak minus what the registration left."""
+    from dpcore.ingest.disk_space import NEED_PER_INPUT_BYTE
+
+    factor = NEED_PER_INPUT_BYTE["parquet"]
+    reg = r.get("register") or {}
+    grew = {"registration": reg.get("peak_disk"),
+            "release": (r["peak_disk"] - reg["disk_after"]) if r.get("peak_disk") and reg.get("disk_after") else None}
+    known = {k: b for k, b in grew.items() if b is not None}
+    if not known:
+        return f"- {r['factor']}x disk check's estimate: not judged (no disk samples)"
+    return (f"- {r['factor']}x the disk check's estimate ({factor:g} x the input, asked for before the first charge) "
+            "covers what each command added: " + "; ".join(f"{k} {gb(b)} GB = {b / inp:.1f} x" for k, b in known.items())
+            + ": " + ("**pass**" if all(b <= factor * inp for b in known.values()) else "**FAIL**"))
 
 
 def _national_before(ran: list[dict], folder: Path | None) -> list[str]:

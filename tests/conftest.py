@@ -115,10 +115,31 @@ def _registered_small_spec(request):
         register_spec(request.getfixturevalue("small_spec_path"))
 
 
+@pytest.fixture(autouse=True)
+def _detector_fit_memo(request, monkeypatch):
+    """The flow's fit-template task answers a fit seen before in this process from memory
+    (``tests/detector_fit_memo.py``), unless the test is marked ``real_detector_fit``."""
+    if request.node.get_closest_marker("real_detector_fit"):
+        return
+    import sys
+
+    module = sys.modules.get("tasks.detect")
+    if module is None:  # imported by the first flow test of the process: patched from then on
+        if not any(name.startswith(("flows", "tasks")) for name in sys.modules):
+            return
+        import tasks.detect as module
+    from detector_fit_memo import memo_fit_streamed
+
+    monkeypatch.setattr(module, "fit_streamed", memo_fit_streamed)
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "unregistered: the test registers its own dataset names (no automatic registration of the "
                    "small spec in dpr_home)")
+    config.addinivalue_line(
+        "markers", "real_detector_fit: the flow's detector fits for real in this test (no memo of earlier fits, "
+                   "tests/detector_fit_memo.py)")
 
 
 #: The slowest modules, slowest first (wall seconds measured on the CI machine's kind on 2026-11-26, about:

@@ -629,3 +629,46 @@ def test_enumeration_without_dense_tensors_matches():
     assert v1.any() and not v1.all()
     with pytest.raises(ValueError, match="dense per-cell tensors"):
         next(sparse.iter_enumeration(row))
+
+
+def test_grubbs_critical_values_are_cached_by_population_size_not_up_to_it():
+    """The cache of G_crit holds the sizes met, not an array up to the largest (8 bytes per record of the table:
+    737 MiB per search at 1000x the demo); its values are those of the former dense cache, bit for bit."""
+    import tracemalloc
+
+    from dpcore.mechanisms.pcor.verifiers import GrubbsVerifier, grubbs_critical_value
+
+    class DenseCache:  # the former cache: an array indexed by N, grown to the largest N met
+        def __init__(self, alpha):
+            self.alpha, self.g = alpha, np.full(0, np.nan)
+
+        def critical(self, n):
+            n = np.asarray(n, dtype=np.int64)
+            if n.size == 0:
+                return np.zeros(n.shape)
+            if int(n.max()) >= self.g.shape[0]:
+                grown = np.full(max(int(n.max()) + 1, 2 * self.g.shape[0]), np.nan)
+                grown[: self.g.shape[0]] = self.g
+                self.g = grown
+            vals = self.g[n]
+            missing = (n >= 3) & np.isnan(vals)
+            if missing.any():
+                need = np.unique(n[missing])
+                self.g[need] = grubbs_critical_value(need, self.alpha)
+                vals = self.g[n]
+            return vals
+
+    rng = np.random.default_rng(3)
+    new, old = GrubbsVerifier(0.05), DenseCache(0.05)
+    for _ in range(30):
+        n = rng.integers(0, 5000, size=rng.integers(0, 40))
+        a, b = new.critical(n), old.critical(n)
+        assert a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+    assert np.isnan(new.critical(np.array([0, 1, 2]))).all()
+    assert new.critical(np.zeros((2, 0), dtype=np.int64)).shape == (2, 0)
+    tracemalloc.start()
+    big = new.critical(np.array([7, 40_000_000, 7]))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 2**20, peak  # the dense cache allocated 320 MB here
+    assert big[1] == grubbs_critical_value(np.array([40_000_000]), 0.05)[0] and big[0] == big[2]
