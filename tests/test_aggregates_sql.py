@@ -264,6 +264,39 @@ def test_rules_on_a_sample_carry_exact_figures_over_every_row(detected, monkeypa
         assert mine["f1"].tolist() != sample_f1  # the figures are the table's, not the sample's
 
 
+def test_rules_read_the_labels_beside_the_rows_and_join_them_only_when_out_of_step(detected, monkeypatch):
+    """The scores are stored in the validated rows' order, so the labels are read side by side (positional);
+    scores stored in another order make the positional query refuse (its row check) and the step joins them:
+    the same rules and figures either way, on a sample (exact counts) as on the whole table."""
+    from dpcore.steps import rules
+    from dpcore.validation import validated_table_name
+
+    spec, settings, ingested = detected
+    wh = Warehouse(settings.warehouse)
+    scores = f'internal."detect_scores__{validated_table_name(ingested, spec)}"'
+    seen = []
+    real = rules._out_of_step
+    monkeypatch.setattr(rules, "_out_of_step", lambda exc: seen.append(str(exc)) or real(exc))
+    got = {}
+    wh.run(lambda con: con.execute(f"CREATE TABLE internal._kept_scores AS SELECT * FROM {scores}"))
+    try:
+        for order in ("stored", "reversed"):
+            if order == "reversed":
+                wh.run(lambda con: con.execute(f"CREATE OR REPLACE TABLE {scores} AS SELECT * FROM "
+                                               "internal._kept_scores ORDER BY _row DESC"))
+            for m in (700, None):
+                seen.clear()
+                rules.mine_rules(spec, settings, ingested, sample_rows=m, chunk_rows=997)
+                got[order, m] = _stored(settings)[COLUMNS + ["note"]]
+                assert (len(seen) == 1 and rules.OUT_OF_STEP in seen[0]) if order == "reversed" else not seen
+    finally:
+        wh.run(lambda con: con.execute(f"CREATE OR REPLACE TABLE {scores} AS SELECT * FROM internal._kept_scores; "
+                                       "DROP TABLE internal._kept_scores"))
+    for m in (700, None):
+        assert len(got["stored", m]) > 0
+        pd.testing.assert_frame_equal(got["stored", m], got["reversed", m], check_exact=True)
+
+
 def test_rule_counts_on_a_random_table_for_awkward_chunk_sizes(tmp_path):
     """rule_counts (exported chunks, mapper) equals brute-force counts for chunk sizes 1, a prime and one chunk,
     also through a mapper that pickles the function and every item (as a Dask worker would)."""
