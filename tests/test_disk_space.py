@@ -174,8 +174,9 @@ def test_the_owners_spec_check_shows_the_disk_figures(tmp_path, settings, monkey
         monkeypatch.setattr(disk_space, "free_bytes", lambda path, free=free: free)
         res = CliRunner().invoke(check, [str(spec_path), "--data"])
         assert res.exit_code == 0, res.output
-        assert (f"disk: a release of dataset owner needs about 0.1 GB on {settings.warehouse.parent} (2 x the "
-                f"input's 0.0 GB of csv), 0.0 GB is free there: {verdict}\n") in res.output
+        assert (f"disk: a release of dataset owner needs about 0.1 GB on {settings.warehouse.parent} "
+                f"({disk_space.NEED_PER_INPUT_BYTE['csv']:g} x the input's 0.0 GB of csv), 0.0 GB is free there: "
+                f"{verdict}\n") in res.output
 
 
 def test_a_parquet_folders_release_after_its_registration_writes_no_second_raw_copy(tmp_path, settings, monkeypatch):
