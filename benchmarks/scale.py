@@ -779,7 +779,7 @@ def national_section(results: list[dict], args) -> str:
         f"`nice -n {getattr(args, 'nice', 15)} .venv/bin/python -m benchmarks.scale --source parquet --factors "
         f"{' '.join(map(str, args.factors))}" + (" --prebuild" if args.prebuild else "")
         + (f" --stop-at {args.stop_at}" if args.stop_at else "") + "` with `DPR_SCALE_DIR` on the same disk "
-        f"({machine()}; 2 cores shared with other engineers' tests, 24 GiB RAM; code at commit {commits}). "
+        f"({machine()}; 24 GiB RAM, the load averages below say how busy the 2 cores were; code at commit {commits}). "
         "`/proc/loadavg` " + ("; ".join(f"{r['factor']}x before `{r['proc_loadavg'][0]}`, after "
                                         f"`{r['proc_loadavg'][1]}`" for r in ran if r.get("proc_loadavg"))
                               or (f"before: `{la.get('before')}`, after: `{la.get('after')}`" if la else "not read"))
