@@ -500,8 +500,28 @@ def run_pipeline(factor: int, spec: Path, run_dir: Path, timeout_s: float, cap_b
         "register_s": register_s, "register": reg,
         "peak_disk": disk[0], "peak_spill": disk[1], "disk_after": disk_use(home)[0], "disk_samples": disk_samples,
         "spill_after": disk_use(home)[1], "spill_left": (home / "warehouse.duckdb.tmp").exists(),
-        "commit": _commit(),
+        "commit": _commit(), "detector": detector_iterations(home / "warehouse.duckdb"),
     }
+
+
+def detector_iterations(warehouse: Path) -> dict[str, int]:
+    """EM iterations of each detector template in a finished release's warehouse (``internal.detect_models``),
+    read-only; empty when there is none. The detector's passes over the rows grow with them (issue 51)."""
+    import duckdb
+
+    if not Path(warehouse).exists():
+        return {}
+    try:
+        con = duckdb.connect(str(warehouse), read_only=True)
+    except duckdb.Error:
+        return {}
+    try:
+        rows = con.execute("SELECT template, params FROM internal.detect_models ORDER BY template").fetchall()
+    except duckdb.Error:
+        return {}
+    finally:
+        con.close()
+    return {t: int(json.loads(p).get("n_iter") or 0) for t, p in rows}
 
 
 def _commit() -> str:
@@ -862,6 +882,10 @@ def national_section(results: list[dict], args) -> str:
         cells += [disk_cell(r, st) for r in ran]
         if any(c != "-" for c in cells):
             lines.append(f"| {st} | " + " | ".join(cells) + " |")
+    if any(r.get("detector") for r in ran):
+        lines += ["", "The detector's EM iterations per template (its passes over every row): " + "; ".join(
+            f"{r['factor']}x " + ", ".join(f"{t} {n}" for t, n in r["detector"].items())
+            for r in ran if r.get("detector")) + "."]
     lines += _national_before(ran, getattr(args, "before", None))
     lines += ["", "Goals of issue 51, computed from the rows above:", ""]
     h, k = by.get(100), by.get(1000)
