@@ -25,7 +25,6 @@ Building the table is not timed.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import tempfile
@@ -34,6 +33,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks.scale import tree_bytes
 
 DEMO_ROWS = 336_776
 GAP_PER_MILLE = 28  # the demo spec rejects 2.80 % of the 100x validated input (943,000 of 33,677,600 rows)
@@ -55,19 +56,9 @@ class Watch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _size(self) -> int:
-        total = 0
-        for root, _dirs, files in os.walk(self.folder):
-            for f in files:
-                try:
-                    total += os.stat(os.path.join(root, f)).st_size
-                except OSError:
-                    pass
-        return total
-
     def _run(self):
         while not self._stop.is_set():
-            self.disk = max(self.disk, self._size())
+            self.disk = max(self.disk, tree_bytes(self.folder))
             self.rss = max(self.rss, self.proc.memory_info().rss)
             time.sleep(0.1)
 

@@ -150,6 +150,20 @@ def _out_of_step(exc: BaseException) -> bool:
     return OUT_OF_STEP in str(exc)
 
 
+def _labels_beside_first(run, positional: bool = True):
+    """``(run(positional), positional)``; when the positional form raises :data:`OUT_OF_STEP`,
+    ``(run(False), False)``: the labels are then joined by row number (:func:`labelled_query`)."""
+    import duckdb
+
+    if positional:
+        try:
+            return run(True), True
+        except duckdb.Error as exc:
+            if not _out_of_step(exc):
+                raise
+    return run(False), False
+
+
 def sample_positions(n: int, m: int, seed: int = SAMPLE_SEED) -> np.ndarray | None:
     """Sorted positions (0-based, in input row order) of a uniform random sample of ``m`` of ``n`` rows.
 
@@ -436,8 +450,6 @@ def mine_rules(
         Bad templates or attributes (:func:`rules_inputs`), ``sample_rows`` / ``chunk_rows`` not an integer >= 1,
         or no detection results of this version (:func:`~dpcore.steps.detect.require_detection`).
     """
-    import duckdb
-
     from ..explain import RuleMiner
     from ..validation import validated_table_name
 
@@ -453,16 +465,12 @@ def mine_rules(
     require_detection(wh, spec, ingested)
     columns = [*units, *categorical]
     flagged_sql = "".join(f", coalesce(count_if({_label(i)}), 0)" for i in range(len(chosen)))
-    positional = True  # the scores read beside the rows; the join only if they are out of step (labelled_query)
-    while True:
-        sql, params = labelled_query(spec, ingested, suffix, chosen, columns, positional=positional)
-        try:
-            counts = wh.query(f'SELECT count(*), min("_row"), max("_row"){flagged_sql} FROM ({sql})', params)[0]
-            break
-        except duckdb.Error as exc:
-            if not (positional and _out_of_step(exc)):
-                raise
-            positional = False
+
+    def count(beside: bool):
+        sql, _ = labelled_query(spec, ingested, suffix, chosen, columns, positional=beside)
+        return wh.query(f'SELECT count(*), min("_row"), max("_row"){flagged_sql} FROM ({sql})', list(chosen))[0]
+
+    counts, positional = _labels_beside_first(count)  # the scores read beside the rows, joined if out of step
     n, flagged = int(counts[0]), [int(c) for c in counts[3:]]
     bounds = None if n == 0 else (int(counts[1]), int(counts[2]))
     frame, sampled = _mining_frame(wh, spec, ingested, suffix, chosen, columns, n, int(m), bounds)
@@ -496,14 +504,9 @@ def mine_rules(
         used = [c for c in columns if any(c in r.columns for _, r in found)]
         specs = [(_label(i), rule_spec(r)) for i, r in found]
         rows_per_chunk = chunk_rows or _chunk_rows(units, categorical, len(chosen))
-        try:
-            used_sql, _ = labelled_query(spec, ingested, suffix, chosen, used, positional=positional)
-            exact = rule_counts(wh, used_sql, params, units, specs, rows=rows_per_chunk, mapper=mapper)
-        except duckdb.Error as exc:
-            if not (positional and _out_of_step(exc)):
-                raise
-            used_sql, _ = labelled_query(spec, ingested, suffix, chosen, used)
-            exact = rule_counts(wh, used_sql, params, units, specs, rows=rows_per_chunk, mapper=mapper)
+        exact, _ = _labels_beside_first(lambda beside: rule_counts(
+            wh, labelled_query(spec, ingested, suffix, chosen, used, positional=beside)[0], list(chosen), units,
+            specs, rows=rows_per_chunk, mapper=mapper), positional)
         note = ("mined on a uniform random sample of steps.rules.sample_rows rows; precision, recall, F1 and "
                 "support counted over every row") if sampled else None
         scored = [{"template": chosen[i], "n_flagged": flagged[i], "rule": rule.text,

@@ -12,7 +12,7 @@ failed a rule leave gaps). A uniform draw of ``k`` numbers from ``[lo, hi]`` (``
 that subset's size; when it holds at least ``m`` rows, ``m`` of them drawn uniformly are a uniform sample of
 ``m`` of the ``n`` rows. The draw's size ``k`` allows for the gaps (``m (hi - lo + 1) / n`` plus six standard
 deviations), so a second round, with a fresh draw and twice the size, is needed with a probability below
-one in a million; a round's acceptance depends on its hit count only, so the sample stays uniform whatever
+one in a billion; a round's acceptance depends on its hit count only, so the sample stays uniform whatever
 the rounds. Finding the hits is one pass over the table, a semi-join against the ``k`` drawn numbers (a hash
 table of ``k`` entries): no sort, nothing spilled.
 
@@ -43,7 +43,8 @@ def draw_size(n: int, lo: int, hi: int, m: int) -> int:
     """
     span = hi - lo + 1
     if n < 1 or span < n:
-        raise ValueError(f"a table of {n} distinct row numbers cannot lie within [{lo}, {hi}] (a programming error)")
+        raise ValueError("the table's distinct row numbers cannot lie within its least and greatest "
+                         "(a programming error)")  # no figure: they are private
     want = m * span / n
     return int(min(span, math.ceil(want + MARGIN_SD * math.sqrt(want) + 64)))
 
@@ -81,7 +82,7 @@ def sample_row_numbers(con, table: str, n: int, lo: int, hi: int, m: int, seed: 
     import pandas as pd
 
     if not 1 <= m < n:
-        raise ValueError(f"m must lie in [1, n) (got m={m}, n={n}; a programming error)")
+        raise ValueError("m must lie in [1, n) (a programming error; n, the table's row count, is private)")
     k = draw_size(n, lo, hi, m)
     if k > max_draw:
         return None

@@ -316,15 +316,12 @@ class GrubbsVerifier:
         n = np.asarray(n, dtype=np.int64)
         if n.size == 0:
             return np.zeros(n.shape)
-        need = np.unique(n[n >= 3])
-        if need.size:
-            at = np.minimum(np.searchsorted(self._gcrit_n, need), max(self._gcrit_n.size - 1, 0))
-            new = need[~((self._gcrit_n.size > 0) & (self._gcrit_n[at] == need))] if self._gcrit_n.size else need
-            if new.size:
-                keys = np.concatenate([self._gcrit_n, new])
-                order = np.argsort(keys, kind="stable")
-                self._gcrit_n = keys[order]
-                self._gcrit = np.concatenate([self._gcrit, grubbs_critical_value(new, self.alpha)])[order]
+        new = np.setdiff1d(n[n >= 3], self._gcrit_n)  # sorted, distinct, not cached yet
+        if new.size:
+            keys = np.concatenate([self._gcrit_n, new])
+            order = np.argsort(keys, kind="stable")
+            self._gcrit_n = keys[order]
+            self._gcrit = np.concatenate([self._gcrit, grubbs_critical_value(new, self.alpha)])[order]
         vals = np.full(n.shape, np.nan)
         ok = n >= 3
         vals[ok] = self._gcrit[np.searchsorted(self._gcrit_n, n[ok])]
